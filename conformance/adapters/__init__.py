@@ -1,0 +1,85 @@
+"""Scheduler adapters: the one small surface through which the conformance suite drives a scheduler.
+
+To check another engine's scheduler, write a class with the methods of `SchedulerAdapter` (see refengine_adapter.py
+for the reference implementation) and register it in ADAPTERS; run `pytest conformance/ --engine NAME`.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Protocol
+
+
+@dataclass
+class ReqView:
+    """Engine-neutral snapshot of one request."""
+
+    request_id: str
+    status: str  # "waiting" | "running" | "preempted" | "finished"
+    num_prompt_tokens: int
+    num_output_tokens: int
+    num_computed_tokens: int
+    priority: int
+    arrival_time: float
+    block_ids: list[int]  # device blocks held, in order
+    num_preemptions: int = 0
+    finish_reason: str | None = None
+
+    @property
+    def num_tokens(self) -> int:
+        return self.num_prompt_tokens + self.num_output_tokens
+
+
+@dataclass
+class StepView:
+    """What one schedule() decided, in scheduling order."""
+
+    num_scheduled_tokens: dict[str, int]
+    preempted_req_ids: list[str]
+    new_req_ids: list[str]  # admitted from waiting this step (first time or resumed)
+    blocks_to_swap_out: list[tuple[int, int]] = field(default_factory=list)
+    blocks_to_swap_in: list[tuple[int, int]] = field(default_factory=list)
+
+
+class SchedulerAdapter(Protocol):
+    name: str
+    block_size: int
+    num_gpu_blocks: int
+
+    def add_request(self, request_id: str, prompt_token_ids: list[int], *, max_tokens: int, priority: int = 0,
+                    arrival_time: float = 0.0, min_tokens: int = 0, ignore_eos: bool = False,
+                    stop_token_ids: list[int] | None = None) -> None: ...
+
+    def schedule(self) -> StepView: ...
+
+    def update(self, sampled: dict[str, list[int]]) -> list[str]:
+        """Feed the sampled tokens of the last schedule(); returns the ids finished by it."""
+
+    def abort(self, request_ids: list[str]) -> None: ...
+
+    def running(self) -> list[ReqView]: ...
+
+    def waiting(self) -> list[ReqView]: ...
+
+    def request(self, request_id: str) -> ReqView: ...
+
+    def num_free_blocks(self) -> int: ...
+
+    def block_ref_counts(self) -> dict[int, int]: ...
+
+    def check_invariants(self) -> None:
+        """The engine's own self-check, if it has one."""
+
+
+ADAPTERS = {
+    "refengine": "conformance.adapters.refengine_adapter:RefEngineAdapter",
+    "vllm": "conformance.adapters.vllm_adapter:VLLMAdapter",
+}
+
+
+def load_adapter(name: str):
+    import importlib
+
+    if name not in ADAPTERS:
+        raise ValueError(f"--engine must be one of {sorted(ADAPTERS)}, got {name!r}")
+    module, cls = ADAPTERS[name].split(":")
+    return getattr(importlib.import_module(module), cls)

@@ -1,0 +1,81 @@
+"""The reference adapter: refengine's own Scheduler through the SchedulerAdapter surface."""
+from __future__ import annotations
+
+from conformance.adapters import ReqView, StepView
+from refengine.request import Request, RequestStatus
+from refengine.sampling_params import SamplingParams
+from refengine.scheduler import Scheduler, SchedulerOutput
+
+_STATUS = {
+    RequestStatus.WAITING: "waiting",
+    RequestStatus.RUNNING: "running",
+    RequestStatus.PREEMPTED: "preempted",
+}
+
+
+class RefEngineAdapter:
+    name = "refengine"
+    scheduler_cls = Scheduler  # a test may swap in a deliberately broken subclass
+
+    def __init__(self, eos_token_id: int | None = None, **knobs) -> None:
+        self.sched = self.scheduler_cls(eos_token_id=eos_token_id, **knobs)
+        self.block_size = self.sched.config.block_size
+        self.num_gpu_blocks = self.sched.config.num_gpu_blocks
+        self._all: dict[str, Request] = {}
+        self._last: SchedulerOutput | None = None
+
+    def add_request(self, request_id, prompt_token_ids, *, max_tokens, priority=0, arrival_time=0.0,
+                    min_tokens=0, ignore_eos=False, stop_token_ids=None) -> None:
+        sp = SamplingParams(max_tokens=max_tokens, min_tokens=min_tokens, temperature=0.0, ignore_eos=ignore_eos,
+                            stop_token_ids=stop_token_ids)
+        req = Request(request_id, prompt_token_ids, sp, priority=priority, arrival_time=arrival_time)
+        self._all[request_id] = req
+        self.sched.add_request(req)
+
+    def schedule(self) -> StepView:
+        out = self._last = self.sched.schedule()
+        return StepView(
+            num_scheduled_tokens=dict(out.num_scheduled_tokens),
+            preempted_req_ids=list(out.preempted_req_ids),
+            new_req_ids=[r.request_id for r in out.scheduled_new_reqs + out.scheduled_resumed_reqs],
+            blocks_to_swap_out=list(out.blocks_to_swap_out),
+            blocks_to_swap_in=list(out.blocks_to_swap_in),
+        )
+
+    def update(self, sampled):
+        return [r.request_id for r in self.sched.update_from_output(self._last, sampled)]
+
+    def abort(self, request_ids):
+        self.sched.finish_requests(list(request_ids))
+
+    def _view(self, r: Request) -> ReqView:
+        return ReqView(
+            request_id=r.request_id,
+            status=_STATUS.get(r.status, "finished"),
+            num_prompt_tokens=r.num_prompt_tokens,
+            num_output_tokens=r.num_output_tokens,
+            num_computed_tokens=r.num_computed_tokens,
+            priority=r.priority,
+            arrival_time=r.arrival_time,
+            block_ids=self.sched.kv_cache_manager.get_block_ids(r.request_id),
+            num_preemptions=r.num_preemptions,
+            finish_reason=r.get_finished_reason(),
+        )
+
+    def running(self):
+        return [self._view(r) for r in self.sched.running]
+
+    def waiting(self):
+        return [self._view(r) for r in self.sched.waiting]
+
+    def request(self, request_id):
+        return self._view(self._all[request_id])
+
+    def num_free_blocks(self):
+        return self.sched.num_free_blocks
+
+    def block_ref_counts(self):
+        return {b.block_id: b.ref_cnt for b in self.sched.kv_cache_manager.block_pool.blocks}
+
+    def check_invariants(self):
+        self.sched.check_invariants()

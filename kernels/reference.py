@@ -1,0 +1,92 @@
+"""Pure-torch paged attention and KV store: the engine's CPU backend and the single oracle for the Triton kernels.
+
+Layout (vLLM's):
+    q, out          [num_tokens, num_heads, head_dim]
+    k, v            [num_tokens, num_kv_heads, head_dim]       the new tokens of this step
+    k_cache/v_cache [num_blocks, block_size, num_kv_heads, head_dim]
+    slot_mapping    [num_tokens]      block_id * block_size + offset; negative = padding, not written
+    query_start_loc [num_seqs + 1]    cumulative query lengths; tokens of seq i are q[qsl[i]:qsl[i+1]]
+    seq_lens        [num_seqs]        context length of seq i *including* its new tokens
+    block_table     [num_seqs, max_blocks]
+
+Query token j of seq i (query length n_q) sits at absolute position seq_lens[i] - n_q + j and attends
+causally to every cached key at positions 0..that position. Math is done in float32 whatever the cache dtype.
+"""
+from __future__ import annotations
+
+import torch
+
+
+def reshape_and_cache_ref(
+    k: torch.Tensor, v: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, slot_mapping: torch.Tensor
+) -> None:
+    """Write each new token's K and V into its cache slot; tokens whose slot is negative are skipped."""
+    block_size = k_cache.shape[1]
+    valid = slot_mapping >= 0
+    slots = slot_mapping[valid].long()
+    blocks, offsets = slots // block_size, slots % block_size
+    k_cache[blocks, offsets] = k[valid].to(k_cache.dtype)
+    v_cache[blocks, offsets] = v[valid].to(v_cache.dtype)
+
+
+def _gather_kv(cache: torch.Tensor, block_table: torch.Tensor, max_len: int) -> torch.Tensor:
+    """[num_seqs, max_blocks] block ids -> contiguous [num_seqs, max_len, num_kv_heads, head_dim]."""
+    block_size = cache.shape[1]
+    n_blocks = -(-max_len // block_size)
+    g = cache[block_table[:, :n_blocks].long()]  # [S, n_blocks, block_size, kvH, D]
+    return g.reshape(g.shape[0], n_blocks * block_size, *cache.shape[2:])[:, :max_len]
+
+
+def _attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor, scale: float) -> torch.Tensor:
+    """q [S, Q, H, D], k/v [S, K, kvH, D], mask [S, Q, K] (True = attend) -> [S, Q, H, D] in float32."""
+    group = q.shape[2] // k.shape[2]
+    k = k.float().repeat_interleave(group, dim=2)
+    v = v.float().repeat_interleave(group, dim=2)
+    # keys no query attends (slots past a short decode's length, gathered because the decodes share one gather)
+    # may hold stale or uninitialised values, NaN included, and softmax's 0 weight times NaN is NaN: zero them
+    v = v.masked_fill(~mask.any(dim=1)[:, :, None, None], 0.0)
+    scores = torch.einsum("sqhd,skhd->shqk", q.float(), k) * scale
+    scores = scores.masked_fill(~mask[:, None], float("-inf"))
+    probs = torch.softmax(scores, dim=-1)
+    return torch.einsum("shqk,skhd->sqhd", probs, v)
+
+
+def unified_attention_ref(
+    q: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    out: torch.Tensor,
+    query_start_loc: torch.Tensor,
+    seq_lens: torch.Tensor,
+    block_table: torch.Tensor,
+    scale: float,
+) -> torch.Tensor:
+    """Causal paged attention for a batch mixing prefill chunks and decodes; writes and returns `out`.
+
+    Decodes (query length 1) are batched into one gather; longer queries are done one sequence at a time,
+    so that a long prefill does not pad every decode to its length.
+    """
+    qsl = query_start_loc.tolist()
+    lens = seq_lens.tolist()
+    q_lens = [qsl[i + 1] - qsl[i] for i in range(len(lens))]
+    decode = [i for i, n in enumerate(q_lens) if n == 1]
+    if decode:
+        idx = torch.tensor(decode, dtype=torch.long)
+        kv_len = max(lens[i] for i in decode)
+        k = _gather_kv(k_cache, block_table[idx], kv_len)
+        v = _gather_kv(v_cache, block_table[idx], kv_len)
+        rows = torch.tensor([qsl[i] for i in decode], dtype=torch.long)
+        mask = torch.arange(kv_len)[None, :] < seq_lens[idx].long()[:, None]  # [S, K]
+        o = _attend(q[rows][:, None], k, v, mask[:, None, :], scale)  # [S, 1, H, D]
+        out[rows] = o[:, 0].to(out.dtype)
+    for i, n in enumerate(q_lens):
+        if n <= 1:
+            continue
+        kv_len = lens[i]
+        k = _gather_kv(k_cache, block_table[i : i + 1], kv_len)
+        v = _gather_kv(v_cache, block_table[i : i + 1], kv_len)
+        q_pos = torch.arange(kv_len - n, kv_len)
+        mask = torch.arange(kv_len)[None, :] <= q_pos[:, None]  # [n, K]
+        o = _attend(q[qsl[i] : qsl[i + 1]][None], k, v, mask[None], scale)
+        out[qsl[i] : qsl[i + 1]] = o[0].to(out.dtype)
+    return out

@@ -1,0 +1,269 @@
+"""LLMEngine: add_request / step / abort_request over the scheduler, the model runner and the detokenizer.
+
+Each step(): schedule -> forward + sample -> update_from_output (EOS, stop ids, length) -> stop strings ->
+incremental outputs (the tokens new since the last step) with per-request timestamps for TTFT / TPOT / ITL.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field, fields
+
+import torch
+
+from refengine.attention import default_backend_name, get_attention_backend
+from refengine.config import SchedulerConfig
+from refengine.detokenizer import IncrementalDetokenizer
+from refengine.kv_cache_manager import cdiv
+from refengine.model_runner import ModelRunner
+from refengine.outputs import CompletionOutput, RequestOutput
+from refengine.request import Request, RequestStatus
+from refengine.sampling_params import SamplingParams
+from refengine.scheduler import Scheduler
+
+_DEFAULT_CPU_KV_GB = 1.0  # the CPU cache is allocated up front; 1 GiB holds 262k tokens of tiny-qwen2
+_GPU_MEMORY_UTILIZATION = 0.9
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    model: str = "tiny-qwen2"
+    device: str = "cpu"
+    dtype: str | None = None  # float32 on CPU, bfloat16 on CUDA
+    seed: int = 0
+    attention_backend: str | None = None  # torch on CPU, triton on CUDA
+    max_model_len: int | None = None  # default: the model's max_position_embeddings
+    kv_cache_memory_gb: float | None = None  # sizes num_gpu_blocks when that is not given
+    scheduler: dict = field(default_factory=dict)  # SchedulerConfig fields
+
+
+@dataclass
+class StepStats:
+    """What one step did; the perf suite turns these into utilisation figures."""
+
+    time: float
+    num_scheduled_tokens: int
+    num_prefill_tokens: int
+    num_decode_tokens: int
+    num_running: int
+    num_waiting: int
+    kv_blocks_used: int
+    num_preempted: int
+    scheduled_req_ids: list[str]
+    running_req_ids: list[str]
+
+
+_ENGINE_KEYS = {f.name for f in fields(EngineConfig)} - {"scheduler"}
+
+
+def _kv_bytes_per_block(mc, block_size: int, dtype: torch.dtype) -> int:
+    elem = torch.tensor([], dtype=dtype).element_size()
+    return 2 * mc.num_hidden_layers * block_size * mc.num_key_value_heads * mc.head_dim * elem
+
+
+class LLMEngine:
+    def __init__(self, model: str = "tiny-qwen2", **kwargs) -> None:
+        from refengine.loader import load_model, load_tokenizer
+
+        unknown = set(kwargs) - _ENGINE_KEYS - set(SchedulerConfig.__dataclass_fields__)
+        if unknown:
+            raise ValueError(f"unknown engine option(s): {sorted(unknown)}")
+        sched_kw = {k: v for k, v in kwargs.items() if k in SchedulerConfig.__dataclass_fields__ and v is not None}
+        eng_kw = {k: v for k, v in kwargs.items() if k in _ENGINE_KEYS}
+        self.config = EngineConfig(model=model, scheduler=sched_kw, **eng_kw)
+        cfg = self.config
+        self.device = torch.device(cfg.device)
+        if cfg.dtype is None:
+            dtype = torch.bfloat16 if self.device.type == "cuda" else torch.float32
+        else:
+            dtype = getattr(torch, cfg.dtype, None) if isinstance(cfg.dtype, str) else cfg.dtype
+            if not isinstance(dtype, torch.dtype):
+                raise ValueError(f"dtype must be a torch dtype name such as 'float32', got {cfg.dtype!r}")
+        self.dtype = dtype
+        backend = cfg.attention_backend or default_backend_name(self.device)
+        self.model, self.model_config = load_model(
+            model, device=self.device, dtype=dtype, seed=cfg.seed, attention_backend=backend
+        )
+        self.attention_backend = get_attention_backend(backend).name
+        self.tokenizer = load_tokenizer(model)
+        mc = self.model_config
+        self.max_model_len = cfg.max_model_len or mc.max_position_embeddings
+        if not 2 <= self.max_model_len <= mc.max_position_embeddings:
+            raise ValueError(
+                f"max_model_len must be in [2, {mc.max_position_embeddings}] for this model, got {self.max_model_len}"
+            )
+        block_size = sched_kw.get("block_size", SchedulerConfig.block_size)
+        if "num_gpu_blocks" not in sched_kw:
+            sched_kw["num_gpu_blocks"] = self._default_num_blocks(block_size)
+        self.scheduler = Scheduler(eos_token_id=mc.eos_token_id, max_model_len=self.max_model_len, **sched_kw)
+        sc = self.scheduler.config
+        self.model_runner = ModelRunner(
+            self.model, mc, num_gpu_blocks=sc.num_gpu_blocks, num_cpu_blocks=sc.num_cpu_blocks,
+            block_size=sc.block_size, max_num_seqs=sc.max_num_seqs, max_model_len=self.max_model_len,
+            device=self.device, dtype=dtype, seed=cfg.seed,
+        )
+        self._detok: dict[str, IncrementalDetokenizer] = {}
+        self._prompts: dict[str, str | None] = {}
+        self._sent: dict[str, int] = {}  # output tokens already returned per request
+        self._pending: list[RequestOutput] = []  # outputs of requests aborted between steps
+        self.step_stats: list[StepStats] = []
+        self.finished_requests: list[Request] = []  # kept for metrics; cleared by the caller
+
+    def _default_num_blocks(self, block_size: int) -> int:
+        per_block = _kv_bytes_per_block(self.model_config, block_size, self.dtype)
+        if self.config.kv_cache_memory_gb is not None:
+            budget = self.config.kv_cache_memory_gb * 2**30
+        elif self.device.type == "cuda":
+            free, total = torch.cuda.mem_get_info(self.device)
+            budget = free - (1 - _GPU_MEMORY_UTILIZATION) * total
+        else:
+            budget = _DEFAULT_CPU_KV_GB * 2**30
+        return max(1, int(budget // per_block))
+
+    # ---- requests -------------------------------------------------------------------------------------------
+    def add_request(
+        self,
+        request_id: str,
+        prompt: str | list[int],
+        params: SamplingParams | None = None,
+        arrival_time: float | None = None,
+        priority: int = 0,
+    ) -> None:
+        """Validate and queue a request; bad input raises ValueError naming the field and changes nothing."""
+        params = SamplingParams() if params is None else params
+        if not isinstance(params, SamplingParams):
+            raise ValueError(f"params must be a SamplingParams, got {type(params).__name__}")
+        if not isinstance(request_id, str) or not request_id:
+            raise ValueError(f"request_id must be a non-empty string, got {request_id!r}")
+        if request_id in self.scheduler.requests or request_id in self._detok:
+            raise ValueError(f"request_id {request_id!r} is already in use")
+        if not isinstance(priority, int) or isinstance(priority, bool):
+            raise ValueError(f"priority must be an integer, got {priority!r}")
+        prompt_text, token_ids = self._tokenize(prompt)
+        self._validate(token_ids, params)
+        req = Request(request_id, token_ids, params, priority=priority, arrival_time=arrival_time,
+                      eos_token_id=self.model_config.eos_token_id)
+        self.scheduler.add_request(req)
+        self._detok[request_id] = IncrementalDetokenizer(self.tokenizer, req)
+        self._prompts[request_id] = prompt_text
+        self._sent[request_id] = 0
+
+    def _tokenize(self, prompt: str | list[int]) -> tuple[str | None, list[int]]:
+        if isinstance(prompt, str):
+            if not prompt:
+                raise ValueError("prompt must not be empty")
+            return prompt, self.tokenizer.encode(prompt)
+        if not isinstance(prompt, (list, tuple)) or not all(isinstance(t, int) and not isinstance(t, bool) for t in prompt):
+            raise ValueError("prompt must be a string or a list of token ids (ints)")
+        return None, list(prompt)
+
+    def _validate(self, ids: list[int], params: SamplingParams) -> None:
+        vocab, sc = self.model_config.vocab_size, self.scheduler.config
+        if not ids:
+            raise ValueError("prompt_token_ids must not be empty")
+        bad = [t for t in ids if not 0 <= t < vocab]
+        if bad:
+            raise ValueError(f"prompt_token_ids holds token id {bad[0]} outside the vocabulary [0, {vocab})")
+        if len(ids) >= self.max_model_len:
+            raise ValueError(
+                f"prompt_token_ids has {len(ids)} tokens; the model's context (max_model_len) is {self.max_model_len},"
+                " which leaves no room for output"
+            )
+        kv_tokens = min(len(ids) + params.max_tokens, self.max_model_len) - 1
+        need = cdiv(kv_tokens, sc.block_size)
+        if need > sc.num_gpu_blocks:
+            raise ValueError(
+                f"prompt ({len(ids)} tokens) + max_tokens ({params.max_tokens}) needs {need} KV blocks of "
+                f"{sc.block_size} tokens, but the KV cache has only num_gpu_blocks={sc.num_gpu_blocks}: it can never fit"
+            )
+        if not sc.enable_chunked_prefill and kv_tokens + 1 > sc.max_num_batched_tokens:
+            raise ValueError(
+                f"prompt ({len(ids)} tokens) + max_tokens ({params.max_tokens}) exceeds max_num_batched_tokens="
+                f"{sc.max_num_batched_tokens} with enable_chunked_prefill=False: it could not be (re)prefilled in one step"
+            )
+
+    def abort_request(self, request_id: str | list[str]) -> None:
+        ids = [request_id] if isinstance(request_id, str) else list(request_id)
+        for rid in ids:
+            req = self.scheduler.requests.get(rid)
+            if req is None:
+                continue
+            self.scheduler.finish_requests([rid], RequestStatus.FINISHED_ABORTED)
+            self._pending.append(self._make_output(req))
+
+    def has_unfinished_requests(self) -> bool:
+        return self.scheduler.has_unfinished_requests() or bool(self._pending)
+
+    def get_num_unfinished_requests(self) -> int:
+        return self.scheduler.get_num_unfinished_requests()
+
+    # ---- step -----------------------------------------------------------------------------------------------
+    def step(self) -> list[RequestOutput]:
+        outputs, self._pending = self._pending, []
+        if not self.scheduler.has_unfinished_requests():
+            return outputs
+        sched = self.scheduler
+        out = sched.schedule()
+        sampled = self.model_runner.execute_model(out, sched.kv_cache_manager)
+        finished = {r.request_id for r in sched.update_from_output(out, sampled)}
+        self._record(out)
+        for rid in sampled:
+            req = self._detok[rid].request
+            stop = self._detok[rid].update()
+            if stop is not None:
+                req.stop_reason = stop
+                if rid in finished:
+                    req.status = RequestStatus.FINISHED_STOPPED
+                else:
+                    sched.finish_requests([rid], RequestStatus.FINISHED_STOPPED)
+                    finished.add(rid)
+            outputs.append(self._make_output(req))
+        return outputs
+
+    def _record(self, out) -> None:
+        sched = self.scheduler
+        self.step_stats.append(StepStats(
+            time=time.monotonic(),
+            num_scheduled_tokens=out.total_num_scheduled_tokens,
+            num_prefill_tokens=out.num_prefill_tokens,
+            num_decode_tokens=out.num_decode_tokens,
+            num_running=len(sched.running),
+            num_waiting=len(sched.waiting),
+            kv_blocks_used=sched.kv_cache_manager.block_pool.num_used_blocks,
+            num_preempted=len(out.preempted_req_ids),
+            scheduled_req_ids=list(out.num_scheduled_tokens),
+            running_req_ids=[r.request_id for r in sched.running],
+        ))
+
+    def _make_output(self, req: Request) -> RequestOutput:
+        rid = req.request_id
+        sent = self._sent.get(rid, 0)
+        new_ids = req.output_token_ids[sent:]
+        self._sent[rid] = req.num_output_tokens
+        finished = req.is_finished()
+        text = self._detok[rid].take_delta()
+        completion = CompletionOutput(0, text, new_ids, req.get_finished_reason(), req.stop_reason)
+        output = RequestOutput(rid, self._prompts.get(rid), req.prompt_token_ids, [completion], finished)
+        if finished:
+            output.metrics = request_metrics(req)
+            self.finished_requests.append(req)
+            for d in (self._detok, self._prompts, self._sent):
+                d.pop(rid, None)
+        return output
+
+
+def request_metrics(req: Request) -> dict:
+    """Per-request record for the perf suite (times are time.monotonic() seconds)."""
+    return {
+        "request_id": req.request_id,
+        "prompt_len": req.num_prompt_tokens,
+        "output_len": req.num_output_tokens,
+        "arrival_time": req.arrival_time,
+        "first_scheduled_time": req.first_scheduled_time,
+        "first_token_time": req.first_token_time,
+        "token_times": list(req.token_times),
+        "finish_time": req.finish_time,
+        "num_preemptions": req.num_preemptions,
+        "num_recomputed_tokens": req.num_recomputed_tokens,
+        "num_cached_tokens": max(req.num_cached_tokens, 0),
+        "finish_reason": req.get_finished_reason(),
+    }

@@ -1,0 +1,339 @@
+"""Scheduler: token-level, iteration-level scheduling as in vLLM V1, plus the three modes the seed compares it to.
+
+One schedule() call (continuous mode):
+  1. running requests, in admission order, each get min(tokens left, long_prefill_token_threshold, budget);
+     a request that cannot get a block preempts the policy's victim until it can (or is itself the victim);
+  2. only if nothing was preempted: waiting requests from the head of the queue, each admitted only when blocks
+     for its whole prompt (plus generated tokens) can be had, while budget and max_num_seqs allow.
+`num_computed_tokens` advances at the end of schedule(); update_from_output() appends the sampled tokens and
+finishes requests. The batching modes differ only in who may be scheduled together (see _schedule_*).
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+from refengine.config import SchedulerConfig
+from refengine.kv_cache_manager import KVCacheManager, cdiv
+from refengine.request import Request, RequestStatus
+from refengine.request_queue import create_request_queue
+
+
+@dataclass
+class SchedulerOutput:
+    num_scheduled_tokens: dict[str, int] = field(default_factory=dict)  # in scheduling order
+    total_num_scheduled_tokens: int = 0
+    scheduled_new_reqs: list[Request] = field(default_factory=list)  # admitted for the first time
+    scheduled_resumed_reqs: list[Request] = field(default_factory=list)  # admitted again after preemption
+    scheduled_running_reqs: list[Request] = field(default_factory=list)
+    is_prefill: dict[str, bool] = field(default_factory=dict)  # per scheduled request: prefill chunk or decode
+    preempted_req_ids: list[str] = field(default_factory=list)
+    finished_req_ids: set[str] = field(default_factory=set)  # finished or aborted since the previous schedule()
+    blocks_to_swap_out: list[tuple[int, int]] = field(default_factory=list)  # (device block, host block)
+    blocks_to_swap_in: list[tuple[int, int]] = field(default_factory=list)  # (host block, device block)
+    num_prefill_tokens: int = 0
+    num_decode_tokens: int = 0
+
+    @property
+    def scheduled_reqs(self) -> list[Request]:
+        return self.scheduled_running_reqs + self.scheduled_resumed_reqs + self.scheduled_new_reqs
+
+
+class Scheduler:
+    def __init__(self, eos_token_id: int | list[int] | None = None, **knobs) -> None:
+        unknown = set(knobs) - set(SchedulerConfig.__dataclass_fields__)
+        if unknown:
+            raise ValueError(f"unknown scheduler option(s): {sorted(unknown)}")
+        self.config = SchedulerConfig(**knobs)
+        c = self.config
+        self.eos_token_id = eos_token_id
+        self.kv_cache_manager = KVCacheManager(c.num_gpu_blocks, c.block_size, c.enable_prefix_caching, c.num_cpu_blocks)
+        self.waiting = create_request_queue(c.policy)
+        self.running: list[Request] = []
+        self.requests: dict[str, Request] = {}
+        self.finished_req_ids: set[str] = set()
+        self._host_blocks_to_free: list = []  # freed one step late: the swap-in copy reads them first
+        self.num_preemptions = 0
+        self.num_steps = 0
+
+    # ---- requests -------------------------------------------------------------------------------------------
+    def add_request(self, request: Request) -> None:
+        if request.request_id in self.requests:
+            raise ValueError(f"request_id {request.request_id!r} is already in use")
+        if request.eos_token_ids == frozenset() and self.eos_token_id is not None:
+            request.eos_token_ids = frozenset([self.eos_token_id] if isinstance(self.eos_token_id, int) else self.eos_token_id)
+        self.requests[request.request_id] = request
+        request.status = RequestStatus.WAITING
+        self.waiting.add(request)
+
+    def finish_requests(self, request_ids: str | list[str], status: RequestStatus = RequestStatus.FINISHED_ABORTED) -> None:
+        if isinstance(request_ids, str):
+            request_ids = [request_ids]
+        for rid in request_ids:
+            req = self.requests.get(rid)
+            if req is None or req.is_finished():
+                continue
+            if req.status == RequestStatus.RUNNING:
+                self.running.remove(req)
+            else:
+                self.waiting.remove(req)
+            self._finish(req, status)
+
+    def _finish(self, req: Request, status: RequestStatus) -> None:
+        req.status = status
+        req.finish_time = time.monotonic()
+        self.kv_cache_manager.remove(req)
+        self.finished_req_ids.add(req.request_id)
+        del self.requests[req.request_id]
+
+    def has_unfinished_requests(self) -> bool:
+        return bool(self.running) or bool(self.waiting)
+
+    def get_num_unfinished_requests(self) -> int:
+        return len(self.running) + len(self.waiting)
+
+    @property
+    def num_free_blocks(self) -> int:
+        return self.kv_cache_manager.block_pool.num_free_blocks
+
+    # ---- schedule -------------------------------------------------------------------------------------------
+    def schedule(self) -> SchedulerOutput:
+        for host in self._host_blocks_to_free:
+            self.kv_cache_manager.host_pool.free_blocks(reversed(host))
+        self._host_blocks_to_free = []
+        out = SchedulerOutput(finished_req_ids=self.finished_req_ids)
+        self.finished_req_ids = set()
+        self._budget = self.config.max_num_batched_tokens
+        mode = self.config.batching
+        if mode == "continuous":
+            self._schedule_running(out, self.running)
+            if not out.preempted_req_ids:
+                self._schedule_waiting(out)
+        elif mode == "sequence":
+            self._schedule_sequence(out)
+        else:  # static / none: a new batch forms only once the previous one has wholly finished
+            if not self.running:
+                self._schedule_waiting(out, admit_without_budget=True)
+            else:
+                self._schedule_running(out, self.running)
+        self._update_after_schedule(out)
+        return out
+
+    def _schedule_sequence(self, out: SchedulerOutput) -> None:
+        """TGI-style: a step is all prefill (unfinished prefills, then newly admitted requests) or all decode."""
+        prefilling = [r for r in self.running if self._in_prefill(r)]
+        if prefilling:
+            self._schedule_running(out, prefilling)
+            self._schedule_waiting(out)
+            return
+        self._schedule_waiting(out)
+        if not out.num_scheduled_tokens:
+            self._schedule_running(out, self.running)
+
+    @staticmethod
+    def _in_prefill(req: Request) -> bool:
+        """True while tokens of the prompt (or, after recompute, of prompt + output) remain to be computed."""
+        return req.num_computed_tokens < max(req.num_prompt_tokens, req.num_tokens - 1)
+
+    def _num_new_tokens(self, req: Request, num_computed: int) -> int:
+        n = req.num_tokens - num_computed
+        if 0 < self.config.long_prefill_token_threshold < n:
+            n = self.config.long_prefill_token_threshold
+        return n
+
+    def _tokens_to_fit(self, req: Request) -> int:
+        """Tokens whose KV must be placeable for admission: the whole prompt (+ generated tokens), or the whole
+        request up to max_tokens in the modes that reserve at admission."""
+        if self.config.reserves_full_length:
+            return self._max_kv_tokens(req)
+        return req.num_tokens
+
+    def _max_kv_tokens(self, req: Request) -> int:
+        # the last sampled token never needs KV
+        return min(req.num_prompt_tokens + req.max_tokens, self.config.max_model_len) - 1
+
+    def _schedule_running(self, out: SchedulerOutput, candidates: list[Request]) -> None:
+        kv = self.kv_cache_manager
+        i = 0
+        candidates = list(candidates)
+        while i < len(candidates) and self._budget > 0:
+            req = candidates[i]
+            if req not in self.running:  # preempted earlier in this pass
+                i += 1
+                continue
+            full = self._num_new_tokens(req, req.num_computed_tokens)
+            n = min(full, self._budget)
+            if n <= 0 or (n < full and not self.config.enable_chunked_prefill):
+                i += 1  # nothing to do, or a prefill that may not be split and does not fit this step
+                continue
+            while kv.allocate_slots(req, n, reserve=False) is None:
+                victim = self._pick_victim()
+                self._preempt(victim, out)
+                if victim is req:
+                    break
+            if req.status != RequestStatus.RUNNING:
+                break  # it preempted itself: later running requests wait for the next step
+            self._schedule(out, req, n, out.scheduled_running_reqs)
+            i += 1
+
+    def _pick_victim(self) -> Request:
+        if self.config.policy == "priority":
+            return max(self.running, key=lambda r: (r.priority, r.arrival_time))
+        return self.running[-1]
+
+    def _schedule_waiting(self, out: SchedulerOutput, admit_without_budget: bool = False) -> None:
+        kv, c = self.kv_cache_manager, self.config
+        max_seqs = 1 if c.batching == "none" else c.max_num_seqs
+        while self.waiting and (self._budget > 0 or admit_without_budget):
+            req = self.waiting.peek()
+            if len(self.running) >= max_seqs:
+                if self._preempt_for(req, out):
+                    continue
+                break
+            swapped = req.request_id in kv.swapped
+            hits, num_computed = ([], req.num_computed_tokens) if swapped else kv.get_computed_blocks(req)
+            n = self._num_new_tokens(req, num_computed)
+            if not c.enable_chunked_prefill and n > self._budget:
+                if not admit_without_budget:
+                    break  # head of line: the whole prompt must go in one step
+                n = 0  # static batch member: joins now, prefills in a later step of the same batch
+            n = min(n, self._budget)
+            fit = self._tokens_to_fit(req)
+            if swapped:
+                res = kv.swap_in(req, n, fit, c.reserves_full_length)
+                ok = res is not None
+                if ok:
+                    out.blocks_to_swap_in.extend(res[0])
+                    self._host_blocks_to_free.append(res[1])
+            else:
+                ok = kv.allocate_slots(req, n, hits, fit, c.reserves_full_length) is not None
+            if not ok:
+                if self._preempt_for(req, out):
+                    continue
+                break
+            self.waiting.pop()
+            if not swapped:
+                if req.status == RequestStatus.PREEMPTED:
+                    req.num_recomputed_tokens += max(0, getattr(req, "_lost_tokens", 0) - num_computed)
+                req.num_computed_tokens = num_computed
+                if req.num_cached_tokens < 0:
+                    req.num_cached_tokens = num_computed
+            target = out.scheduled_resumed_reqs if req.status == RequestStatus.PREEMPTED else out.scheduled_new_reqs
+            req.status = RequestStatus.RUNNING
+            self.running.append(req)
+            if n > 0:
+                self._schedule(out, req, n, target)
+
+    def _preempt_for(self, req: Request, out: SchedulerOutput) -> bool:
+        """Beyond vLLM (option priority_preemption): a waiting request strictly more urgent than the least urgent
+        running one preempts it to get in."""
+        if not self.config.priority_preemption or not self.running:
+            return False
+        victim = self._pick_victim()
+        if victim.priority <= req.priority:
+            return False
+        self._preempt(victim, out)
+        return True
+
+    def _schedule(self, out: SchedulerOutput, req: Request, n: int, group: list[Request]) -> None:
+        out.num_scheduled_tokens[req.request_id] = n
+        out.is_prefill[req.request_id] = self._in_prefill(req)
+        group.append(req)
+        self._budget -= n
+
+    def _preempt(self, req: Request, out: SchedulerOutput) -> None:
+        kv = self.kv_cache_manager
+        self.running.remove(req)
+        n = out.num_scheduled_tokens.pop(req.request_id, None)
+        if n is not None:  # scheduled earlier in this step: give its tokens back
+            self._budget += n
+            out.is_prefill.pop(req.request_id)
+            for group in (out.scheduled_running_reqs, out.scheduled_resumed_reqs, out.scheduled_new_reqs):
+                if req in group:
+                    group.remove(req)
+        plan = kv.swap_out(req) if self.config.preemption_mode == "swap" else None
+        if plan is not None:
+            out.blocks_to_swap_out.extend(plan)
+        else:  # recompute (or swap with a full host pool): forget the KV, keep the generated tokens
+            kv.free(req)
+            req._lost_tokens = req.num_computed_tokens
+            req.num_computed_tokens = 0
+        req.status = RequestStatus.PREEMPTED
+        req.num_preemptions += 1
+        self.num_preemptions += 1
+        out.preempted_req_ids.append(req.request_id)
+        self.waiting.prepend(req)
+
+    def _update_after_schedule(self, out: SchedulerOutput) -> None:
+        now = time.monotonic()
+        for rid, n in out.num_scheduled_tokens.items():
+            req = self.requests[rid]
+            req.num_computed_tokens += n
+            if req.first_scheduled_time is None:
+                req.first_scheduled_time = now
+            if out.is_prefill[rid]:
+                out.num_prefill_tokens += n
+            else:
+                out.num_decode_tokens += n
+        out.total_num_scheduled_tokens = sum(out.num_scheduled_tokens.values())
+        self.num_steps += 1
+
+    # ---- after the forward ----------------------------------------------------------------------------------
+    def update_from_output(self, out: SchedulerOutput, sampled_token_ids: dict[str, list[int]]) -> list[Request]:
+        """Append each request's sampled tokens (a partial prefill samples nothing) and finish those that hit
+        EOS, a stop token id or their length limit. Returns the requests finished by this call."""
+        now = time.monotonic()
+        finished = []
+        for rid in out.num_scheduled_tokens:
+            req = self.requests.get(rid)
+            if req is None or req.status != RequestStatus.RUNNING:
+                continue  # aborted after schedule()
+            if req.num_computed_tokens < req.num_tokens:
+                continue  # partial prefill: whatever was sampled is discarded
+            for tok in sampled_token_ids.get(rid, []):
+                req.append_output_token_ids([tok])
+                req.token_times.append(now)
+                if req.first_token_time is None:
+                    req.first_token_time = now
+                status = self._check_stop(req)
+                if status is not None:
+                    self.running.remove(req)
+                    self._finish(req, status)
+                    finished.append(req)
+                    break
+        return finished
+
+    def _check_stop(self, req: Request) -> RequestStatus | None:
+        sp = req.sampling_params
+        if req.num_output_tokens >= sp.min_tokens:
+            last = req.output_token_ids[-1]
+            if not sp.ignore_eos and last in req.eos_token_ids:
+                req.stop_reason = None
+                return RequestStatus.FINISHED_STOPPED
+            if last in sp.stop_token_ids:
+                req.stop_reason = last
+                return RequestStatus.FINISHED_STOPPED
+        if req.num_output_tokens >= sp.max_tokens or req.num_tokens >= self.config.max_model_len:
+            return RequestStatus.FINISHED_LENGTH_CAPPED
+        return None
+
+    # ---- self-check -----------------------------------------------------------------------------------------
+    def check_invariants(self) -> None:
+        """The state every step must leave behind; the conformance suite calls this after every step."""
+        c, kv = self.config, self.kv_cache_manager
+        kv.check_invariants()
+        assert len(self.running) <= c.max_num_seqs, f"{len(self.running)} running > max_num_seqs {c.max_num_seqs}"
+        waiting = list(self.waiting)
+        assert not set(map(id, waiting)) & set(map(id, self.running)), "a request is both waiting and running"
+        for r in self.running:
+            assert r.status == RequestStatus.RUNNING, r
+            held = len(kv.req_to_blocks.get(r.request_id, []))
+            need = cdiv(r.num_computed_tokens, c.block_size)
+            if c.reserves_full_length:
+                assert held >= need, f"{r} holds {held} blocks, needs {need}"
+            else:
+                assert held == need, f"{r} holds {held} blocks, its computed tokens need {need}"
+        for r in waiting:
+            assert r.status in (RequestStatus.WAITING, RequestStatus.PREEMPTED), r
+            assert r.request_id not in kv.req_to_blocks or not kv.req_to_blocks[r.request_id], f"waiting {r} holds blocks"
+            assert (r.request_id in kv.swapped) == (r.num_computed_tokens > 0), f"waiting {r} computed tokens vs swap"
