@@ -1,0 +1,16 @@
+"""Named, seeded workloads for `cbbench perf` (imported as `cbbench.workloads`).
+
+Code map: `base.py` (WorkloadRequest, Workload), `registry.py` (get_workload), `sharegpt.py` (the ShareGPT V3
+sampler and its truncation-tolerant loader), `synthetic.py` (fixed, random, lognormal, prefix), `arrivals.py`
+(offline, Poisson, gamma).
+"""
+
+from .arrivals import arrival_times
+from .base import Tokenizer, Workload, WorkloadRequest
+from .registry import WORKLOADS, get_workload, list_workloads, workload_options
+from .sharegpt import ShareGPTPairs, load_sharegpt
+
+__all__ = [
+    "Tokenizer", "Workload", "WorkloadRequest", "WORKLOADS", "get_workload", "list_workloads", "workload_options",
+    "arrival_times", "load_sharegpt", "ShareGPTPairs",
+]

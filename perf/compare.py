@@ -1,0 +1,212 @@
+"""Compare two results CSVs: per configuration and metric, the change, its direction and a tolerance.
+
+Rows are matched on `config_key` (engine, model, device, workload and its params, batching, the engine
+knobs); repeats of a configuration are first reduced to their median (`aggregate_repeats`), and the min / max
+spread of both sides is carried into the rows (`baseline_min`, ...) so a reader can see how noisy a metric was.
+
+A metric regresses when its new median is worse than the baseline's by more than its relative tolerance:
+higher-is-better (throughputs, goodput): new < baseline * (1 - tol); lower-is-better (latencies, in ms):
+new > baseline * (1 + tol). NaN on either side (a metric not measured) is "n/a", never a regression.
+By default the gate covers the throughputs (5 %) and the mean / median / p99 of TTFT, TPOT, ITL and E2EL (10 %);
+other known metrics can be added with a tolerance override. A configuration of the baseline that is missing from
+the new file fails the gate unless `fail_on_missing=False`; one that is new is only reported.
+
+Exit codes of `main_compare` (for CI): 0 no regression, 1 a regression (or a missing configuration),
+2 the inputs could not be read or are of another schema version.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import json
+import math
+import os
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import pandas as pd
+from rich.console import Console, Group
+from rich.table import Table
+from rich.text import Text
+
+from .results import KEY_NAMES, LATENCY_COLUMNS, THROUGHPUT_COLUMNS, aggregate_repeats, config_key, read_csv
+
+HIGHER = "higher"
+LOWER = "lower"
+DIRECTIONS: dict[str, str] = {
+    **dict.fromkeys(THROUGHPUT_COLUMNS, HIGHER),
+    **dict.fromkeys(LATENCY_COLUMNS, LOWER),
+    "prefix_cache_hit_rate": HIGHER, "mean_slot_utilisation": HIGHER, "mean_token_budget_utilisation": HIGHER,
+    "num_preemptions": LOWER, "recomputed_tokens": LOWER, "peak_kv_blocks": LOWER, "peak_kv_usage": LOWER,
+    "slot_waste": LOWER, "duration": LOWER,
+}
+THROUGHPUT_TOLERANCE = 0.05
+LATENCY_TOLERANCE = 0.10   # latency percentiles move more between runs than throughput does
+DEFAULT_TOLERANCES: dict[str, float] = {
+    **dict.fromkeys(("request_throughput", "output_throughput", "total_token_throughput", "request_goodput"),
+                    THROUGHPUT_TOLERANCE),
+    **{f"{s}_{m}_ms": LATENCY_TOLERANCE for m in ("ttft", "tpot", "itl", "e2el") for s in ("mean", "median", "p99")},
+}
+
+
+def direction(metric: str) -> str:
+    """HIGHER or LOWER is better; any other `*_ms` key (an extra percentile) is a latency."""
+    if metric in DIRECTIONS:
+        return DIRECTIONS[metric]
+    if metric.endswith("_ms"):
+        return LOWER
+    raise ValueError(f"tolerance: no known direction for metric {metric!r}")
+
+
+def resolve_tolerances(overrides: Mapping[str, float | None] | None = None) -> dict[str, float]:
+    """Defaults updated by `overrides`: keys are metric names or fnmatch patterns ("*_ttft_ms"), values relative
+    tolerances (0.05 = 5 %) or None to stop gating the metric."""
+    tol = dict(DEFAULT_TOLERANCES)
+    for pattern, value in (overrides or {}).items():
+        names = [m for m in DIRECTIONS if fnmatch.fnmatchcase(m, pattern)] or [pattern]
+        for m in names:
+            direction(m)
+            if value is None:
+                tol.pop(m, None)
+            elif not value >= 0:
+                raise ValueError(f"tolerance for {m} must be >= 0, got {value}")
+            else:
+                tol[m] = float(value)
+    return tol
+
+
+def parse_tolerances(items: Sequence[str]) -> dict[str, float | None]:
+    """CLI form: ["p99_ttft_ms=0.2", "*_throughput=3%", "mean_itl_ms=off"]."""
+    out: dict[str, float | None] = {}
+    for item in items:
+        name, sep, value = item.partition("=")
+        if not sep:
+            raise ValueError(f"tolerance: expected METRIC=VALUE, got {item!r}")
+        value = value.strip()
+        out[name.strip()] = (None if value == "off" else
+                             float(value[:-1]) / 100 if value.endswith("%") else float(value))
+    return out
+
+
+# key columns whose value reads without its name in a config label
+_BARE = {"engine", "model", "device", "dtype", "workload", "batching"}
+
+
+def _label(key: tuple[str, ...], keys: Sequence[tuple[str, ...]]) -> str:
+    """engine, workload and batching, then only what tells this configuration from the others."""
+    parts = []
+    for i, name in enumerate(KEY_NAMES):
+        if key[i] == "" or (name not in ("engine", "workload", "batching") and len({k[i] for k in keys}) == 1):
+            continue
+        if name == "workload_params":       # only the params that differ between configurations
+            dicts = [json.loads(k[i]) if k[i] else {} for k in keys]
+            mine = json.loads(key[i])
+            parts += [f"{p}={v}" for p, v in mine.items() if len({json.dumps(d.get(p)) for d in dicts}) > 1]
+        else:
+            parts.append(key[i] if name in _BARE else f"{name}={key[i]}")
+    return " ".join(parts)
+
+
+def compare(baseline_csv: str | os.PathLike | pd.DataFrame, new_csv: str | os.PathLike | pd.DataFrame,
+            tolerances: Mapping[str, float | None] | None = None, *,
+            fail_on_missing: bool = True) -> tuple[list[dict[str, Any]], bool]:
+    """Compare the median of each configuration's repeats; returns (table rows, regressed).
+
+    Each row: config, metric, direction, baseline, new, change (relative, signed), tolerance, baseline_min/max,
+    new_min/max, status ("ok" | "improved" | "regressed" | "n/a" | "missing in new" | "new config").
+    """
+    tol = resolve_tolerances(tolerances)
+    metrics = list(tol)
+    frames = [read_csv(x) if not isinstance(x, pd.DataFrame) else x.copy() for x in (baseline_csv, new_csv)]
+    for df in frames:  # an override may name a metric only the `extra` column knows; such a metric reads as NaN
+        for m in metrics:
+            if m not in df.columns:
+                df[m] = math.nan
+    base, new = (
+        {config_key(r): r for r in aggregate_repeats(df, metrics).to_dict("records")} for df in frames)
+    keys = list(base) + [k for k in new if k not in base]
+    rows: list[dict[str, Any]] = []
+    regressed = False
+    for key in keys:
+        label = _label(key, keys)
+        if key not in new or key not in base:
+            status = "missing in new" if key not in new else "new config"
+            regressed |= status == "missing in new" and fail_on_missing
+            rows.append({"config": label, "metric": "", "direction": "", "baseline": math.nan, "new": math.nan,
+                         "change": math.nan, "tolerance": math.nan, "status": status})
+            continue
+        b, n = base[key], new[key]
+        for m in metrics:
+            row = _compare_metric(m, b, n, tol[m])
+            row["config"] = label
+            regressed |= row["status"] == "regressed"
+            rows.append(row)
+    return rows, regressed
+
+
+def _compare_metric(m: str, b: Mapping[str, Any], n: Mapping[str, Any], tol: float) -> dict[str, Any]:
+    bv, nv = float(b[m]), float(n[m])
+    d = direction(m)
+    row = {"metric": m, "direction": d, "baseline": bv, "new": nv, "tolerance": tol,
+           "baseline_min": b[f"{m}_min"], "baseline_max": b[f"{m}_max"],
+           "new_min": n[f"{m}_min"], "new_max": n[f"{m}_max"]}
+    if math.isnan(bv) or math.isnan(nv):
+        row.update(change=math.nan, status="n/a")
+        return row
+    row["change"] = (nv - bv) / abs(bv) if bv != 0 else (0.0 if nv == bv else math.copysign(math.inf, nv - bv))
+    worse = nv < bv * (1 - tol) if d == HIGHER else nv > bv * (1 + tol)
+    better = nv > bv * (1 + tol) if d == HIGHER else nv < bv * (1 - tol)
+    row["status"] = "regressed" if worse else "improved" if better else "ok"
+    return row
+
+
+_STYLE = {"regressed": "bold red", "improved": "green", "missing in new": "bold red", "new config": "yellow",
+          "n/a": "dim", "ok": ""}
+
+
+def render_table(rows: Sequence[Mapping[str, Any]], *, title: str = "cbbench compare",
+                 only_changes: bool = False) -> Group:
+    """`compare`'s rows as rich tables, one per configuration (its label as the table's title), so that
+    the table fits an 80-column CI log. With `only_changes`, rows whose status is "ok" are left out."""
+    tables: list[Table] = []
+    by_config: dict[str, list[Mapping[str, Any]]] = {}
+    for r in rows:
+        by_config.setdefault(r["config"], []).append(r)
+    for config, group in by_config.items():
+        shown = [r for r in group if not (only_changes and r["status"] == "ok")]
+        if not shown:
+            continue
+        t = Table(title=config, title_justify="left", title_style="bold")
+        t.add_column("metric", no_wrap=True)
+        for col in ("", "baseline", "new", "change", "tol"):
+            t.add_column(col, justify="right", no_wrap=True)
+        t.add_column("status", no_wrap=True)
+        for r in shown:
+            arrow = {"higher": "↑", "lower": "↓"}.get(r["direction"], "")
+            t.add_row(r["metric"] or "(config)", arrow, _num(r["baseline"]), _num(r["new"]),
+                      "" if math.isnan(r["change"]) else f"{r['change']:+.1%}",
+                      "" if math.isnan(r["tolerance"]) else f"{r['tolerance']:.0%}", r["status"],
+                      style=_STYLE.get(r["status"], ""))
+        tables.append(t)
+    return Group(Text(title, style="bold"), *tables)
+
+
+def _num(x: float) -> str:
+    return "" if math.isnan(x) else f"{x:.4g}"
+
+
+def main_compare(baseline: str | os.PathLike, new: str | os.PathLike,
+                 tolerance_overrides: Mapping[str, float | None] | None = None, *, fail_on_missing: bool = True,
+                 only_changes: bool = False, console: Console | None = None) -> int:
+    """Print the comparison and return the exit code (0 pass, 1 regression, 2 unusable input)."""
+    console = console or Console()
+    try:
+        rows, regressed = compare(baseline, new, tolerance_overrides, fail_on_missing=fail_on_missing)
+    except (OSError, ValueError, pd.errors.ParserError) as e:
+        console.print(f"[bold red]cbbench compare: {e}[/]")
+        return 2
+    console.print(render_table(rows, title=f"{baseline} -> {new}", only_changes=only_changes))
+    n_bad = sum(r["status"] in ("regressed", "missing in new") for r in rows)
+    console.print(f"[bold red]{n_bad} regression(s) beyond tolerance[/]" if regressed else
+                  "[green]no regression beyond tolerance[/]")
+    return 1 if regressed else 0

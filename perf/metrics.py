@@ -1,0 +1,223 @@
+"""Benchmark metrics, with vLLM `bench serve`'s definitions and key names, plus what only the engine can see.
+
+Input: one record per request (times in seconds on one clock; `None` where a peer engine cannot observe a time)
+
+    {"request_id", "prompt_len", "output_len", "arrival_time", "first_scheduled_time", "first_token_time",
+     "token_times",  # time of each output token, the first included: len == output_len (or None)
+     "finish_time", "num_preemptions", "num_cached_tokens", "finish_reason"}
+    optional: "num_recomputed_tokens"
+
+and, for the engine-side metrics, one dict per engine step
+
+    {"num_scheduled_tokens", "num_running", "num_waiting", "num_prefill_tokens", "num_decode_tokens",
+     "kv_blocks_used", "slots_held", "time"}   # slots_held: static mode only (see slot_waste)
+
+Client-side metrics (as vLLM `benchmarks/serve.py::calculate_metrics`):
+- completed: requests whose finish_reason is not "abort"; only these enter every statistic below.
+- TTFT = first_token_time - arrival_time.
+- E2EL = finish_time - arrival_time.
+- TPOT = (E2EL - TTFT) / (output_len - 1), only for requests with output_len > 1 (the first token is prefill's).
+  GuideLLM's "time per output token" instead divides E2EL - queueing by all N tokens (the first included), and
+  some tools call vLLM's TPOT "ITL": compare numbers across tools only after checking the definition.
+- ITL: every gap between consecutive output tokens of a request, all requests pooled (vLLM measures the gaps
+  between streamed chunks; here each token is its own chunk).
+- For each of ttft, tpot, itl, e2el (and queue, below): `mean_*_ms`, `median_*_ms`, `std_*_ms` (population std,
+  numpy's default as in vLLM) and `p{p}_*_ms` for p in `metric_percentiles` (numpy linear interpolation).
+  An empty population (e.g. TPOT when every output is one token) gives NaN where vLLM prints 0.
+- request_throughput = completed / duration; output_throughput = total_output_tokens / duration;
+  total_token_throughput = (total_input_tokens + total_output_tokens) / duration (`duration` is the wall time of
+  the whole run, first arrival to last finish, as measured by the caller).
+- request_goodput = requests meeting every SLO in `goodput` ({"ttft"|"tpot"|"e2el": limit_ms}) / duration;
+  as in vLLM a one-token request has TPOT 0 for this test. NaN when no SLO is given.
+
+Engine-side metrics (no client can see these):
+- queue (`mean_queue_ms`, ...): first_scheduled_time - arrival_time, time waiting before the first schedule.
+- num_preemptions: sum over requests; recomputed_tokens: tokens computed again after recompute preemptions
+  (the caller's count, else the sum of records' num_recomputed_tokens, else NaN).
+- peak_kv_blocks: max kv_blocks_used over steps; peak_kv_usage = peak_kv_blocks / num_gpu_blocks.
+- prefix_cache_hit_rate = sum(num_cached_tokens) / sum(prompt_len) over completed requests (a token-weighted hit
+  rate; vLLM's /metrics reports a block-query hit rate, which also counts re-prefills after preemption).
+- mean_slot_utilisation = mean over steps of num_running / max_num_seqs.
+- mean_token_budget_utilisation = mean over steps of num_scheduled_tokens / max_num_batched_tokens.
+- slot_waste (static mode): sum over steps of slots_held / sum over steps of num_running. A slot held for one step
+  is one token slot (a decode step gives each held slot one token); a batch holds its slots until its longest
+  member ends, while only num_running of them still produce tokens. For one batch of B requests with output
+  lengths L_i, one prefill step and no chunking, this is B * max(L_i) / sum(L_i) >= 1: the factor of token slots
+  that continuous batching can win back at equal concurrency. 1.0 means no waste; NaN when no step has slots_held.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+DEFAULT_PERCENTILES = (50.0, 90.0, 99.0)
+LATENCY_METRICS = ("ttft", "tpot", "itl", "e2el", "queue")
+GOODPUT_METRICS = ("ttft", "tpot", "e2el")
+
+RECORD_KEYS = ("request_id", "prompt_len", "output_len", "arrival_time", "first_scheduled_time", "first_token_time",
+               "token_times", "finish_time", "num_preemptions", "num_cached_tokens", "finish_reason")
+STEP_KEYS = ("num_scheduled_tokens", "num_running", "num_waiting", "num_prefill_tokens", "num_decode_tokens",
+             "kv_blocks_used", "slots_held", "time")
+
+
+def percentile_key(p: float) -> str:
+    """vLLM's spelling of a percentile in a key: 99 -> "99", 99.9 -> "99.9"."""
+    return str(int(p)) if int(p) == p else str(p)
+
+
+def stat_keys(metric: str, percentiles: Iterable[float] = DEFAULT_PERCENTILES) -> list[str]:
+    """The keys `compute_metrics` writes for one latency metric, in order."""
+    return [f"mean_{metric}_ms", f"median_{metric}_ms", f"std_{metric}_ms",
+            *(f"p{percentile_key(p)}_{metric}_ms" for p in percentiles)]
+
+
+def parse_metric_percentiles(text: str) -> list[float]:
+    """`--metric-percentiles "50,90,99"` -> [50.0, 90.0, 99.0]."""
+    out = [float(x) for x in text.split(",") if x.strip()]
+    if not out or any(not 0 < p < 100 for p in out):
+        raise ValueError(f"metric_percentiles: each must be in (0, 100), got {text!r}")
+    return out
+
+
+def parse_goodput(items: Sequence[str]) -> dict[str, float]:
+    """`--goodput ttft:500 tpot:50` -> {"ttft": 500.0, "tpot": 50.0} (milliseconds, as vLLM)."""
+    out: dict[str, float] = {}
+    for item in items:
+        name, sep, value = item.partition(":")
+        if not sep or name not in GOODPUT_METRICS:
+            raise ValueError(f"goodput: expected NAME:MS with NAME in {GOODPUT_METRICS}, got {item!r}")
+        ms = float(value)
+        if not ms >= 0:
+            raise ValueError(f"goodput: the {name} limit must be >= 0 ms, got {value}")
+        out[name] = ms
+    return out
+
+
+def _stats(values_s: Sequence[float], metric: str, percentiles: Sequence[float]) -> dict[str, float]:
+    if len(values_s) == 0:
+        return dict.fromkeys(stat_keys(metric, percentiles), math.nan)
+    ms = np.asarray(values_s, dtype=np.float64) * 1000.0
+    out = {f"mean_{metric}_ms": float(np.mean(ms)), f"median_{metric}_ms": float(np.median(ms)),
+           f"std_{metric}_ms": float(np.std(ms))}
+    for p in percentiles:
+        out[f"p{percentile_key(p)}_{metric}_ms"] = float(np.percentile(ms, p))
+    return out
+
+
+def _check_record(r: Mapping[str, Any]) -> None:
+    missing = [k for k in RECORD_KEYS if k not in r]
+    if missing:
+        raise ValueError(f"record {r.get('request_id')!r}: missing key {missing[0]!r}")
+    tt = r["token_times"]
+    if tt is not None and len(tt) != r["output_len"]:
+        raise ValueError(f"record {r['request_id']!r}: token_times holds {len(tt)} times, output_len is "
+                         f"{r['output_len']}")
+
+
+def request_latencies(r: Mapping[str, Any]) -> dict[str, Any]:
+    """One request's latencies in seconds (None where a time is missing); `itl` is a list."""
+    arrival, n = r["arrival_time"], r["output_len"]
+    ttft = None if r["first_token_time"] is None else r["first_token_time"] - arrival
+    e2el = None if r["finish_time"] is None else r["finish_time"] - arrival
+    tpot = (e2el - ttft) / (n - 1) if (ttft is not None and e2el is not None and n > 1) else None
+    queue = None if r["first_scheduled_time"] is None else r["first_scheduled_time"] - arrival
+    tt = r["token_times"]
+    itl = [b - a for a, b in zip(tt, tt[1:])] if tt else []
+    return {"ttft": ttft, "tpot": tpot, "e2el": e2el, "queue": queue, "itl": itl}
+
+
+def compute_metrics(records: Sequence[Mapping[str, Any]], duration: float, *,
+                    steps: Sequence[Mapping[str, Any]] | None = None,
+                    max_num_seqs: int | None = None, max_num_batched_tokens: int | None = None,
+                    num_gpu_blocks: int | None = None,
+                    metric_percentiles: Sequence[float] = DEFAULT_PERCENTILES,
+                    goodput: Mapping[str, float] | None = None,
+                    recomputed_tokens: int | None = None) -> dict[str, float]:
+    """Aggregate metrics of one run (see the module docstring for every definition)."""
+    if not duration > 0:
+        raise ValueError(f"duration must be > 0 s, got {duration}")
+    for r in records:
+        _check_record(r)
+    done = [r for r in records if r["finish_reason"] != "abort"]
+    lat = [request_latencies(r) for r in done]
+    pooled: dict[str, list[float]] = {m: [] for m in LATENCY_METRICS}
+    for d in lat:
+        pooled["itl"].extend(d["itl"])
+        for m in ("ttft", "tpot", "e2el", "queue"):
+            if d[m] is not None:
+                pooled[m].append(d[m])
+    total_in = sum(r["prompt_len"] for r in done)
+    total_out = sum(r["output_len"] for r in done)
+    out: dict[str, float] = {
+        "completed": len(done), "failed": len(records) - len(done), "duration": float(duration),
+        "total_input_tokens": total_in, "total_output_tokens": total_out,
+        "request_throughput": len(done) / duration, "output_throughput": total_out / duration,
+        "total_token_throughput": (total_in + total_out) / duration,
+        "request_goodput": _goodput(done, lat, goodput, duration),
+    }
+    for m in LATENCY_METRICS:
+        out.update(_stats(pooled[m], m, metric_percentiles))
+    out["num_preemptions"] = sum(int(r["num_preemptions"] or 0) for r in done)
+    if recomputed_tokens is None and done and all("num_recomputed_tokens" in r for r in done):
+        recomputed_tokens = sum(int(r["num_recomputed_tokens"]) for r in done)
+    out["recomputed_tokens"] = math.nan if recomputed_tokens is None else recomputed_tokens
+    cached = [r["num_cached_tokens"] for r in done]
+    out["prefix_cache_hit_rate"] = (sum(cached) / total_in if total_in and None not in cached else math.nan)
+    out.update(step_metrics(steps or [], max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens,
+                            num_gpu_blocks=num_gpu_blocks))
+    return out
+
+
+def _goodput(done: Sequence[Mapping[str, Any]], lat: Sequence[dict[str, Any]],
+             slo_ms: Mapping[str, float] | None, duration: float) -> float:
+    if not slo_ms:
+        return math.nan
+    bad = [k for k in slo_ms if k not in GOODPUT_METRICS]
+    if bad:
+        raise ValueError(f"goodput: unknown metric {bad[0]!r}; expected one of {GOODPUT_METRICS}")
+    good = 0
+    for r, d in zip(done, lat):
+        values = {"ttft": d["ttft"], "e2el": d["e2el"], "tpot": d["tpot"] if r["output_len"] > 1 else 0.0}
+        if all(values[k] is not None and values[k] * 1000.0 <= limit for k, limit in slo_ms.items()):
+            good += 1
+    return good / duration
+
+
+def step_metrics(steps: Sequence[Mapping[str, Any]], *, max_num_seqs: int | None = None,
+                 max_num_batched_tokens: int | None = None, num_gpu_blocks: int | None = None) -> dict[str, float]:
+    """The per-step aggregates: peak KV, slot and token-budget utilisation, static slot waste."""
+    nan = math.nan
+    kv = [s["kv_blocks_used"] for s in steps if s.get("kv_blocks_used") is not None]
+    peak = max(kv) if kv else nan
+    out = {"num_steps": len(steps), "peak_kv_blocks": peak,
+           "peak_kv_usage": peak / num_gpu_blocks if (kv and num_gpu_blocks) else nan}
+    out["mean_slot_utilisation"] = (float(np.mean([s["num_running"] / max_num_seqs for s in steps]))
+                                    if steps and max_num_seqs else nan)
+    out["mean_token_budget_utilisation"] = (
+        float(np.mean([s["num_scheduled_tokens"] / max_num_batched_tokens for s in steps]))
+        if steps and max_num_batched_tokens else nan)
+    held = [s for s in steps if s.get("slots_held") is not None]
+    useful = sum(s["num_running"] for s in held)
+    out["slot_waste"] = sum(s["slots_held"] for s in held) / useful if useful else nan
+    return out
+
+
+def step_utilisation(steps: Sequence[Mapping[str, Any]], max_num_seqs: int,
+                     max_num_batched_tokens: int) -> list[dict[str, float]]:
+    """Per step: time, slot utilisation and token-budget utilisation (for timelines and plots)."""
+    return [{"time": s.get("time", math.nan), "slot_utilisation": s["num_running"] / max_num_seqs,
+             "token_budget_utilisation": s["num_scheduled_tokens"] / max_num_batched_tokens} for s in steps]
+
+
+def per_request_metrics(records: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Per-request latencies in ms, for the JSON result (one dict per record, in order)."""
+    out = []
+    for r in records:
+        d = request_latencies(r)
+        ms = {f"{m}_ms": (None if d[m] is None else d[m] * 1000.0) for m in ("ttft", "tpot", "e2el", "queue")}
+        out.append({"request_id": r["request_id"], **ms, "itl_ms": [x * 1000.0 for x in d["itl"]]})
+    return out

@@ -1,0 +1,76 @@
+"""The workload registry: `get_workload(name, *, tokenizer, num_prompts, seed, **params)`.
+
+Every workload is a sampler (see `sharegpt.py`, `synthetic.py`) plus an arrival process (`arrivals.py`) drawn from
+its own seeded stream. The returned `Workload.params` hold every input (defaults filled in) and the sampler's
+provenance counts, so `get_workload(w.name, tokenizer=..., **w.params)` rebuilds the same requests.
+"""
+
+from __future__ import annotations
+
+import inspect
+import math
+from typing import Any, Callable
+
+from .arrivals import arrival_times
+from .base import Tokenizer, Workload, WorkloadRequest
+from .sharegpt import sample_sharegpt
+from .synthetic import sample_fixed, sample_lognormal, sample_prefix, sample_random
+
+Sampler = Callable[..., tuple[list[WorkloadRequest], dict[str, Any]]]
+
+WORKLOADS: dict[str, Sampler] = {
+    "sharegpt": sample_sharegpt,
+    "fixed": sample_fixed,
+    "random": sample_random,
+    "lognormal": sample_lognormal,
+    "prefix": sample_prefix,
+}
+
+# params that a sampler writes for the record but does not take back as input
+_PROVENANCE = {"dataset", "num_dataset_records", "dataset_truncated", "num_conversations", "num_tokenized"}
+
+
+def list_workloads() -> list[str]:
+    return list(WORKLOADS)
+
+
+def workload_options(name: str) -> dict[str, Any]:
+    """The tunable params of a workload and their defaults (for CLI help)."""
+    sampler = _sampler(name)
+    return {p.name: p.default for p in inspect.signature(sampler).parameters.values()
+            if p.name not in ("tokenizer", "num_prompts", "seed")}
+
+
+def _sampler(name: str) -> Sampler:
+    try:
+        return WORKLOADS[name]
+    except KeyError:
+        raise ValueError(f"workload: unknown name {name!r}; known: {', '.join(WORKLOADS)}") from None
+
+
+def get_workload(name: str, *, tokenizer: Tokenizer | None = None, num_prompts: int, seed: int = 0,
+                 request_rate: float = math.inf, burstiness: float = 1.0, **params: Any) -> Workload:
+    """Build the named workload: `num_prompts` requests, reproducible for `seed`.
+
+    `request_rate` (requests/s, inf = all at t = 0) and `burstiness` shape the arrivals (see `arrivals.py`);
+    `params` go to the sampler (an unknown one raises ValueError naming it).
+    """
+    sampler = _sampler(name)
+    request_rate, burstiness = float(request_rate), float(burstiness)   # "inf" as read back from a result JSON
+    if num_prompts < 1:
+        raise ValueError(f"num_prompts must be >= 1, got {num_prompts}")
+    if seed < 0:
+        raise ValueError(f"seed must be >= 0, got {seed}")
+    accepted = set(inspect.signature(sampler).parameters)
+    params = {k: v for k, v in params.items() if not (k in _PROVENANCE and k not in accepted)}
+    unknown = sorted(set(params) - accepted)
+    if unknown:
+        raise ValueError(f"{unknown[0]}: not a parameter of workload {name!r} "
+                         f"(known: {', '.join(sorted(accepted - {'tokenizer', 'num_prompts', 'seed'}))})")
+    if "tokenizer" in accepted:
+        params["tokenizer"] = tokenizer
+    requests, used = sampler(num_prompts=num_prompts, seed=seed, **params)
+    times = arrival_times(len(requests), request_rate, burstiness, seed)
+    requests = [WorkloadRequest(r.prompt_token_ids, r.output_len, t, r.prompt_text) for r, t in zip(requests, times)]
+    full = {"num_prompts": num_prompts, "seed": seed, "request_rate": request_rate, "burstiness": burstiness, **used}
+    return Workload(name=name, params=full, requests=requests)
