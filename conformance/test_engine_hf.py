@@ -81,3 +81,14 @@ def test_all_blocks_return_after_finish_and_abort(prompts):
     assert finished["0"] == finished["3"] == finished["6"] == "abort"
     engine.scheduler.check_invariants()
     assert engine.scheduler.num_free_blocks == 256
+
+
+def test_triton_backend_under_interpreter_matches_torch_backend():
+    """The Triton kernels (through TRITON_INTERPRET=1 on a CPU machine) give the engine the same greedy tokens."""
+    prompts = make_prompts((3, 11, 20), seed=5)
+    max_tokens = (4, 3, 5)
+    knobs = dict(block_size=16, max_num_batched_tokens=16, num_gpu_blocks=64)  # a chunked prefill beside decodes
+    torch_tokens, _ = run_llm(prompts, max_tokens, attention_backend="torch", **knobs)
+    triton_tokens, llm = run_llm(prompts, max_tokens, attention_backend="triton", **knobs)
+    assert llm.llm_engine.attention_backend == "triton"
+    assert triton_tokens == torch_tokens

@@ -71,12 +71,12 @@ def unified_attention_ref(
     q_lens = [qsl[i + 1] - qsl[i] for i in range(len(lens))]
     decode = [i for i, n in enumerate(q_lens) if n == 1]
     if decode:
-        idx = torch.tensor(decode, dtype=torch.long)
+        idx = torch.tensor(decode, dtype=torch.long, device=q.device)
         kv_len = max(lens[i] for i in decode)
         k = _gather_kv(k_cache, block_table[idx], kv_len)
         v = _gather_kv(v_cache, block_table[idx], kv_len)
-        rows = torch.tensor([qsl[i] for i in decode], dtype=torch.long)
-        mask = torch.arange(kv_len)[None, :] < seq_lens[idx].long()[:, None]  # [S, K]
+        rows = torch.tensor([qsl[i] for i in decode], dtype=torch.long, device=q.device)
+        mask = torch.arange(kv_len, device=q.device)[None, :] < seq_lens[idx].long()[:, None]  # [S, K]
         o = _attend(q[rows][:, None], k, v, mask[:, None, :], scale)  # [S, 1, H, D]
         out[rows] = o[:, 0].to(out.dtype)
     for i, n in enumerate(q_lens):
@@ -85,8 +85,8 @@ def unified_attention_ref(
         kv_len = lens[i]
         k = _gather_kv(k_cache, block_table[i : i + 1], kv_len)
         v = _gather_kv(v_cache, block_table[i : i + 1], kv_len)
-        q_pos = torch.arange(kv_len - n, kv_len)
-        mask = torch.arange(kv_len)[None, :] <= q_pos[:, None]  # [n, K]
+        q_pos = torch.arange(kv_len - n, kv_len, device=q.device)
+        mask = torch.arange(kv_len, device=q.device)[None, :] <= q_pos[:, None]  # [n, K]
         o = _attend(q[qsl[i] : qsl[i + 1]][None], k, v, mask[None], scale)
         out[qsl[i] : qsl[i + 1]] = o[0].to(out.dtype)
     return out

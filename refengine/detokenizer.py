@@ -34,7 +34,12 @@ class IncrementalDetokenizer:
                     return stop
         return None
 
-    def take_delta(self) -> str:
-        delta = self.text[self.sent :]
-        self.sent = len(self.text)
+    def take_delta(self, finished: bool) -> str:
+        """Text not yet returned. While the request runs, the last (longest stop string - 1) characters are held
+        back: they may turn out to be the start of a stop string that must not be shown."""
+        end = len(self.text)
+        if not finished and self.request.sampling_params.stop:
+            end = max(self.sent, end - max(map(len, self.request.sampling_params.stop)) + 1)
+        delta = self.text[self.sent : end]
+        self.sent = end
         return delta

@@ -251,7 +251,7 @@ class LLMEngine:
         new_ids = req.output_token_ids[sent:]
         self._sent[rid] = req.num_output_tokens
         finished = req.is_finished()
-        text = self._detok[rid].take_delta()
+        text = self._detok[rid].take_delta(finished)
         completion = CompletionOutput(0, text, new_ids, req.get_finished_reason(), req.stop_reason)
         output = RequestOutput(rid, self._prompts.get(rid), req.prompt_token_ids, [completion], finished)
         if finished:

@@ -69,10 +69,13 @@ class ModelRunner:
         batch = self.input_batch
         for rid in list(out.finished_req_ids) + out.preempted_req_ids:
             batch.remove(rid)
-        for req in out.scheduled_new_reqs + out.scheduled_resumed_reqs:
-            batch.add(req.request_id, req.all_token_ids, kv.get_block_ids(req.request_id))
-        for req in out.scheduled_running_reqs:
-            batch.append_blocks(req.request_id, kv.get_block_ids(req.request_id))
+        admitted = {r.request_id for r in out.scheduled_new_reqs + out.scheduled_resumed_reqs}
+        for req in out.scheduled_reqs:
+            rid = req.request_id
+            if rid in admitted or rid not in batch:  # (static batches admit members before their first chunk)
+                batch.add(rid, req.all_token_ids, kv.get_block_ids(rid))
+            else:
+                batch.append_blocks(rid, kv.get_block_ids(rid))
 
     @torch.inference_mode()
     def execute_model(self, out: SchedulerOutput, kv: KVCacheManager) -> dict[str, list[int]]:

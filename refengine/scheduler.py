@@ -54,6 +54,7 @@ class Scheduler:
         self.finished_req_ids: set[str] = set()
         self._host_blocks_to_free: list = []  # freed one step late: the swap-in copy reads them first
         self.num_preemptions = 0
+        self.num_swap_outs = 0  # preemptions that went to the host pool rather than recompute
         self.num_steps = 0
 
     # ---- requests -------------------------------------------------------------------------------------------
@@ -227,8 +228,8 @@ class Scheduler:
     def _preempt_for(self, req: Request, out: SchedulerOutput) -> bool:
         """Beyond vLLM (option priority_preemption): a waiting request strictly more urgent than the least urgent
         running one preempts it to get in."""
-        if not self.config.priority_preemption or not self.running:
-            return False
+        if not self.config.priority_preemption or not self.running or self.config.reserves_full_length:
+            return False  # the reserving modes (sequence / static / none) never preempt
         victim = self._pick_victim()
         if victim.priority <= req.priority:
             return False
@@ -254,6 +255,7 @@ class Scheduler:
         plan = kv.swap_out(req) if self.config.preemption_mode == "swap" else None
         if plan is not None:
             out.blocks_to_swap_out.extend(plan)
+            self.num_swap_outs += 1
         else:  # recompute (or swap with a full host pool): forget the KV, keep the generated tokens
             kv.free(req)
             req._lost_tokens = req.num_computed_tokens

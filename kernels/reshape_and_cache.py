@@ -1,0 +1,117 @@
+"""Triton KV store: write this step's new K and V into their paged-cache slots (vLLM's `reshape_and_cache`).
+
+One program per token copies all of that token's KV heads. A negative slot marks a padding token: the program
+returns before touching the cache, so a padded batch can never overwrite a live block.
+"""
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+_CACHE_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+
+
+@triton.jit
+def _reshape_and_cache_kernel(
+    k_ptr,  # [num_tokens, num_kv_heads, head_dim]        token/head strides free, last dim contiguous
+    v_ptr,  # [num_tokens, num_kv_heads, head_dim]        same
+    k_cache_ptr,  # [num_blocks, block_size, num_kv_heads, head_dim]  last dim contiguous
+    v_cache_ptr,  # [num_blocks, block_size, num_kv_heads, head_dim]  last dim contiguous
+    slot_mapping_ptr,  # [num_tokens]   block_id * block_size + offset; negative = padding
+    stride_k_tok,
+    stride_k_head,
+    stride_v_tok,
+    stride_v_head,
+    stride_kc_blk,
+    stride_kc_slot,
+    stride_kc_head,
+    stride_vc_blk,
+    stride_vc_slot,
+    stride_vc_head,
+    NUM_KV_HEADS: tl.constexpr,
+    HEAD_DIM: tl.constexpr,
+    HEADS_PAD: tl.constexpr,  # next power of 2 of NUM_KV_HEADS (tl.arange needs a power of 2)
+    HEAD_DIM_PAD: tl.constexpr,  # next power of 2 of HEAD_DIM
+    BLOCK_SIZE: tl.constexpr,  # cache block size (tokens per block)
+):
+    token = tl.program_id(0).to(tl.int64)
+    slot = tl.load(slot_mapping_ptr + token).to(tl.int64)
+    if slot < 0:
+        return
+    block = slot // BLOCK_SIZE
+    offset = slot % BLOCK_SIZE
+
+    offs_h = tl.arange(0, HEADS_PAD).to(tl.int64)
+    offs_d = tl.arange(0, HEAD_DIM_PAD)
+    mask = (offs_h[:, None] < NUM_KV_HEADS) & (offs_d[None, :] < HEAD_DIM)
+
+    k = tl.load(k_ptr + token * stride_k_tok + offs_h[:, None] * stride_k_head + offs_d[None, :], mask=mask)
+    v = tl.load(v_ptr + token * stride_v_tok + offs_h[:, None] * stride_v_head + offs_d[None, :], mask=mask)
+    kc = k_cache_ptr + block * stride_kc_blk + offset * stride_kc_slot + offs_h[:, None] * stride_kc_head
+    vc = v_cache_ptr + block * stride_vc_blk + offset * stride_vc_slot + offs_h[:, None] * stride_vc_head
+    tl.store(kc + offs_d[None, :], k, mask=mask)
+    tl.store(vc + offs_d[None, :], v, mask=mask)
+
+
+def _check(cond: bool, msg: str) -> None:
+    # a real exception, not `assert`: the checks must survive `python -O`
+    if not cond:
+        raise ValueError(msg)
+
+
+def is_interpreted(kernel: object) -> bool:
+    """Whether `kernel` was decorated under TRITON_INTERPRET=1 (decoration time is what counts, not the env now)."""
+    return type(kernel).__name__ == "InterpretedFunction"
+
+
+def check_launchable(kernel: object, device: torch.device) -> None:
+    """A compiled Triton kernel needs CUDA tensors; on a CPU machine only the interpreter can run it."""
+    if device.type != "cuda" and not is_interpreted(kernel):
+        raise RuntimeError(
+            f"Triton kernels got {device.type} tensors but were compiled for a GPU: set TRITON_INTERPRET=1 "
+            "before cbbench.kernels is first imported to run them on the CPU (slowly), or use the torch backend"
+        )
+
+
+def reshape_and_cache(
+    k: torch.Tensor, v: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, slot_mapping: torch.Tensor
+) -> None:
+    """Store k/v [num_tokens, num_kv_heads, head_dim] at `slot_mapping` in k_cache/v_cache
+    [num_blocks, block_size, num_kv_heads, head_dim]; negative slots are skipped. Same semantics as
+    `reshape_and_cache_ref`, except that k/v must already have the cache dtype (no conversion in the store)."""
+    _check(k.dim() == 3 and v.dim() == 3, f"k/v must be [num_tokens, num_kv_heads, head_dim], got {k.shape} / {v.shape}")
+    _check(k.shape == v.shape, f"k {tuple(k.shape)} and v {tuple(v.shape)} differ")
+    _check(k_cache.dim() == 4, f"k_cache must be [num_blocks, block_size, num_kv_heads, head_dim], got {k_cache.shape}")
+    _check(k_cache.shape == v_cache.shape, f"k_cache {tuple(k_cache.shape)} and v_cache {tuple(v_cache.shape)} differ")
+    num_tokens, num_kv_heads, head_dim = k.shape
+    _check(
+        tuple(k_cache.shape[2:]) == (num_kv_heads, head_dim),
+        f"cache heads/head_dim {tuple(k_cache.shape[2:])} do not match k {(num_kv_heads, head_dim)}",
+    )
+    _check(slot_mapping.shape == (num_tokens,), f"slot_mapping must be [{num_tokens}], got {tuple(slot_mapping.shape)}")
+    _check(slot_mapping.dtype in (torch.int32, torch.int64), f"slot_mapping must be int32/int64, got {slot_mapping.dtype}")
+    _check(k_cache.dtype in _CACHE_DTYPES, f"cache dtype must be one of {_CACHE_DTYPES}, got {k_cache.dtype}")
+    _check(
+        k.dtype == v.dtype == k_cache.dtype == v_cache.dtype,
+        f"k/v/k_cache/v_cache dtypes must match, got {k.dtype}/{v.dtype}/{k_cache.dtype}/{v_cache.dtype}",
+    )
+    for name, t in (("k", k), ("v", v), ("k_cache", k_cache), ("v_cache", v_cache)):
+        _check(t.stride(-1) == 1, f"{name} must be contiguous in head_dim, got strides {t.stride()}")
+    _check(slot_mapping.is_contiguous(), "slot_mapping must be contiguous")
+    devices = {t.device for t in (k, v, k_cache, v_cache, slot_mapping)}
+    _check(len(devices) == 1, f"all tensors must be on one device, got {devices}")
+    if num_tokens == 0:
+        return
+    check_launchable(_reshape_and_cache_kernel, k.device)
+    _reshape_and_cache_kernel[(num_tokens,)](
+        k, v, k_cache, v_cache, slot_mapping,
+        k.stride(0), k.stride(1), v.stride(0), v.stride(1),
+        k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
+        v_cache.stride(0), v_cache.stride(1), v_cache.stride(2),
+        NUM_KV_HEADS=num_kv_heads,
+        HEAD_DIM=head_dim,
+        HEADS_PAD=triton.next_power_of_2(num_kv_heads),
+        HEAD_DIM_PAD=triton.next_power_of_2(head_dim),
+        BLOCK_SIZE=k_cache.shape[1],
+    )  # fmt: skip
