@@ -85,7 +85,8 @@ class LLMEngine:
         unknown = set(kwargs) - _ENGINE_KEYS - set(SchedulerConfig.__dataclass_fields__)
         if unknown:
             raise ValueError(f"unknown engine option(s): {sorted(unknown)}")
-        sched_kw = {k: v for k, v in kwargs.items() if k in SchedulerConfig.__dataclass_fields__ and v is not None}
+        sched_kw = {k: v for k, v in kwargs.items()
+                    if k in SchedulerConfig.__dataclass_fields__ and k not in _ENGINE_KEYS and v is not None}
         eng_kw = {k: v for k, v in kwargs.items() if k in _ENGINE_KEYS}
         self.config = EngineConfig(model=model, scheduler=sched_kw, **eng_kw)
         cfg = self.config
