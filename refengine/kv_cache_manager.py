@@ -55,11 +55,11 @@ class KVCacheManager:
     def _cache_full_blocks(self, request: Request, num_tokens: int) -> None:
         if not self.enable_caching:
             return
-        blocks = self.req_to_blocks[request.request_id]
         num_full = min(num_tokens, request.num_tokens) // self.block_size
         start = self.num_cached_blocks.get(request.request_id, 0)
         if num_full <= start:
             return
+        blocks = self.req_to_blocks[request.request_id]
         hashes = self.block_hashes(request)
         for i in range(start, num_full):
             self.block_pool.cache_block(blocks[i], hashes[i])
@@ -80,9 +80,13 @@ class KVCacheManager:
         hits = new_computed_blocks or []
         rid = request.request_id
         held = self.req_to_blocks.get(rid, [])
-        total = request.num_computed_tokens + len(hits) * self.block_size + num_new_tokens
-        need = cdiv(total, self.block_size) - len(held) - len(hits)
-        need_fit = cdiv(max(total, num_tokens_to_fit), self.block_size) - len(held) - len(hits)
+        bs = self.block_size
+        total = request.num_computed_tokens + len(hits) * bs + num_new_tokens
+        need = -(-total // bs) - len(held) - len(hits)
+        if need <= 0 and not hits and num_tokens_to_fit <= total:  # the common decode step: room in the tail block
+            self._cache_full_blocks(request, total)
+            return []
+        need_fit = -(-max(total, num_tokens_to_fit) // bs) - len(held) - len(hits)
         free_hits = sum(1 for b in hits if b.ref_cnt == 0)  # a hit on a free block takes it off the free queue
         if max(need, need_fit) > self.block_pool.num_free_blocks - free_hits:
             return None
@@ -124,7 +128,9 @@ class KVCacheManager:
     def swap_out(self, request: Request) -> list[tuple[int, int]] | None:
         """Copy plan device -> host for all the request's blocks, then free them on the device; None (nothing
         changed) when the host pool cannot take them."""
-        blocks = self.req_to_blocks.get(request.request_id, [])
+        # only the blocks of computed tokens: a victim scheduled earlier in this step also holds the blocks
+        # allocated for its (now withdrawn) new tokens, which hold no KV yet
+        blocks = self.req_to_blocks.get(request.request_id, [])[: cdiv(request.num_computed_tokens, self.block_size)]
         if len(blocks) > self.host_pool.num_free_blocks:
             return None
         host = self.host_pool.get_new_blocks(len(blocks))

@@ -107,7 +107,7 @@ class Scheduler:
         self._budget = self.config.max_num_batched_tokens
         mode = self.config.batching
         if mode == "continuous":
-            self._schedule_running(out, self.running)
+            self._schedule_running(out)
             if not out.preempted_req_ids:
                 self._schedule_waiting(out)
         elif mode == "sequence":
@@ -116,20 +116,19 @@ class Scheduler:
             if not self.running:
                 self._schedule_waiting(out, admit_without_budget=True)
             else:
-                self._schedule_running(out, self.running)
+                self._schedule_running(out)
         self._update_after_schedule(out)
         return out
 
     def _schedule_sequence(self, out: SchedulerOutput) -> None:
         """TGI-style: a step is all prefill (unfinished prefills, then newly admitted requests) or all decode."""
-        prefilling = [r for r in self.running if self._in_prefill(r)]
-        if prefilling:
-            self._schedule_running(out, prefilling)
+        if any(self._in_prefill(r) for r in self.running):
+            self._schedule_running(out, prefill_only=True)
             self._schedule_waiting(out)
             return
         self._schedule_waiting(out)
         if not out.num_scheduled_tokens:
-            self._schedule_running(out, self.running)
+            self._schedule_running(out)
 
     @staticmethod
     def _in_prefill(req: Request) -> bool:
@@ -153,22 +152,21 @@ class Scheduler:
         # the last sampled token never needs KV
         return min(req.num_prompt_tokens + req.max_tokens, self.config.max_model_len) - 1
 
-    def _schedule_running(self, out: SchedulerOutput, candidates: list[Request]) -> None:
+    def _schedule_running(self, out: SchedulerOutput, prefill_only: bool = False) -> None:
+        """Running requests in admission order; `prefill_only` (sequence mode) skips those that would decode."""
         kv = self.kv_cache_manager
         i = 0
-        candidates = list(candidates)
-        while i < len(candidates) and self._budget > 0:
-            req = candidates[i]
-            if req not in self.running:  # preempted earlier in this pass
-                i += 1
-                continue
+        while i < len(self.running) and self._budget > 0:
+            req = self.running[i]
             full = self._num_new_tokens(req, req.num_computed_tokens)
             n = min(full, self._budget)
-            if n <= 0 or (n < full and not self.config.enable_chunked_prefill):
-                i += 1  # nothing to do, or a prefill that may not be split and does not fit this step
+            if n <= 0 or (n < full and not self.config.enable_chunked_prefill) or (prefill_only and not self._in_prefill(req)):
+                i += 1  # nothing to do, a prefill that may not be split and does not fit, or not this kind of step
                 continue
-            while kv.allocate_slots(req, n, reserve=False) is None:
+            while kv.allocate_slots(req, n) is None:
                 victim = self._pick_victim()
+                if self.running.index(victim) < i:
+                    i -= 1  # (priority policy) an earlier, already scheduled request gave way
                 self._preempt(victim, out)
                 if victim is req:
                     break
@@ -299,10 +297,11 @@ class Scheduler:
                     req.first_token_time = now
                 status = self._check_stop(req)
                 if status is not None:
-                    self.running.remove(req)
                     self._finish(req, status)
                     finished.append(req)
                     break
+        if finished:
+            self.running = [r for r in self.running if r.status == RequestStatus.RUNNING]
         return finished
 
     def _check_stop(self, req: Request) -> RequestStatus | None:
