@@ -1,0 +1,114 @@
+"""Small CPU checks of the `cbbench` command line: a tiny perf run writes the CSV schema and the JSON, `compare`'s
+exit codes, `timeline` writes a PNG, and bad input ends with one line on stderr and exit code 2.
+
+Sizes are tiny (3 prompts of 8 tokens, 4 output tokens) so the whole file runs in well under a minute on 2 cores;
+`--cpu-threads 0` leaves torch's thread count alone for the rest of the session.
+"""
+import json
+
+import pandas as pd
+import pytest
+from typer.testing import CliRunner
+
+from cbbench.perf.cli import app
+from cbbench.perf.results import COLUMNS, read_csv
+
+TINY = ["--workload", "fixed", "--workload-param", "input_len=8,output_len=4", "--num-prompts", "3",
+        "--max-num-seqs", "2", "--warmup", "1", "--cpu-threads", "0", "--quiet"]
+
+
+def invoke(*args: str):
+    return CliRunner().invoke(app, list(args))
+
+
+@pytest.fixture(scope="module")
+def perf_run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("perf")
+    res = invoke("perf", *TINY, "--batching", "continuous,static", "--peers", "hf-static",
+                 "--result-dir", str(out))
+    assert res.exit_code == 0, res.output
+    (csv,) = out.glob("*.csv")
+    (js,) = out.glob("*.json")
+    return csv, js, res.output
+
+
+def test_perf_writes_csv_with_schema(perf_run):
+    csv, _, _ = perf_run
+    df = read_csv(csv)  # checks schema_version and the column order
+    assert tuple(df.columns) == COLUMNS
+    got = {(r.engine, r.batching) for r in df.itertuples()}
+    assert got == {("refengine", "continuous"), ("refengine", "static"), ("hf-static", "static")}
+    assert (df["completed"] == 3).all() and (df["total_output_tokens"] == 12).all()  # only useful tokens count
+    assert (df["output_throughput"] > 0).all()
+    static = df[df.engine == "refengine"].set_index("batching")
+    assert static.loc["static", "slot_waste"] >= 1.0
+
+
+def test_perf_writes_json_records_and_table(perf_run):
+    _, js, output = perf_run
+    doc = json.loads(js.read_text())
+    assert doc["workload"]["name"] == "fixed" and doc["environment"]["git_sha"]
+    assert len(doc["rows"]) == 3
+    for label, recs in doc["records"].items():
+        assert [r["output_len"] for r in recs] == [4, 4, 4], label
+    assert any(label.startswith("refengine/static") for label in doc["steps"])
+    assert "÷ static" in output and "refengine continuous / hf-static" in output
+
+
+def test_compare_exit_codes(perf_run, tmp_path):
+    csv, _, _ = perf_run
+    assert invoke("compare", str(csv), str(csv)).exit_code == 0
+    df = pd.read_csv(csv)
+    df["output_throughput"] = df["output_throughput"] * 0.5  # a planted regression
+    worse = tmp_path / "worse.csv"
+    df.to_csv(worse, index=False)
+    assert invoke("compare", str(csv), str(worse)).exit_code == 1
+    assert invoke("compare", str(csv), str(worse), "--tolerance", "output_throughput=60%").exit_code == 0
+    assert invoke("compare", str(csv), str(tmp_path / "missing.csv")).exit_code == 2
+
+
+def test_timeline_writes_png(tmp_path):
+    out = tmp_path / "t.png"
+    res = invoke("timeline", "--out", str(out), "--num-requests", "4", "--max-num-seqs", "2",
+                 "--batching", "continuous,static")
+    assert res.exit_code == 0, res.output
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["--workload", "nosuch"], "unknown name 'nosuch'"),
+    (["--batching", "continuous,dynamic"], "unknown mode 'dynamic'"),
+    (["--max-num-seqs", "0"], "max_num_seqs must be an integer >= 1"),
+    (["--block-size", "sixteen"], "block_size: expected a comma list of integers"),
+    (["--preemption-mode", "evict"], "preemption_mode must be one of"),
+    (["--peers", "vllm"], "unknown peer 'vllm'"),
+    (["--workload-param", "no_such_param=3"], "no_such_param"),
+    (["--goodput", "latency:5"], "goodput"),
+])
+def test_bad_input_is_one_line_and_exit_2(tmp_path, args, needle):
+    res = invoke("perf", *TINY, "--peers", "none", "--result-dir", str(tmp_path), *args)
+    assert res.exit_code == 2, res.output
+    lines = res.stderr.strip().splitlines()
+    assert len(lines) == 1 and needle in lines[0], res.stderr
+    assert not list(tmp_path.iterdir())  # nothing ran, nothing written
+
+
+def test_kernels_without_gpu_is_one_line(tmp_path):
+    res = invoke("kernels", "--out", str(tmp_path / "k.csv"))
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("has a GPU: the real bench would run")
+    assert res.exit_code == 2 and len(res.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("args", [["perf", "--bogus"], ["perf", "--num-prompts", "many"]])
+def test_usage_error_is_one_line_and_exit_2(args):
+    import subprocess
+    import sys
+
+    res = subprocess.run([sys.executable, "-m", "cbbench.perf.cli", *args], capture_output=True, text=True,
+                         timeout=120)
+    assert res.returncode == 2
+    lines = res.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("cbbench: error:"), res.stderr

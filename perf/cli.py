@@ -1,0 +1,263 @@
+"""The `cbbench` command line: perf (the main job), timeline, plot, compare, generate, kernels, bench-scheduler.
+
+Every engine knob of `cbbench perf` maps one to one onto a `SchedulerConfig` / `LLMEngine` keyword, and takes a comma
+list to sweep (`--max-num-batched-tokens 512,2048`). Bad input (unknown workload, batching mode, knob value) ends
+the command with one line on stderr and exit code 2; a regression found by `compare` exits 1.
+"""
+
+from __future__ import annotations
+
+import functools
+import sys
+from pathlib import Path
+from typing import Annotated, Any, Callable, Optional
+
+import typer
+from rich.console import Console
+
+from .perf_cmd import CPU_DEFAULTS, PerfOptions, run_perf
+
+# typer >= 0.2x vendors click; its exceptions live beside the public BadParameter either way
+_exc = sys.modules[typer.BadParameter.__module__]
+_NO_ARGS_IS_HELP = getattr(_exc, "NoArgsIsHelpError", ())
+
+
+class OneLineErrorsTyper(typer.Typer):
+    """Usage errors (unknown option, bad integer) as one line on stderr, exit code 2, instead of a boxed panel."""
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        command = typer.main.get_command(self)
+        try:
+            rv = command.main(*args, standalone_mode=False, **kwargs)
+        except _NO_ARGS_IS_HELP as e:
+            e.show()
+            sys.exit(e.exit_code)
+        except _exc.ClickException as e:
+            err.print(f"cbbench: error: {e.format_message()}", markup=False)
+            sys.exit(e.exit_code)
+        except _exc.Abort:
+            sys.exit(1)
+        sys.exit(rv if isinstance(rv, int) else 0)
+
+
+app = OneLineErrorsTyper(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
+                  help="cbbench: continuous-batching benchmark and conformance harness.")
+err = Console(stderr=True, highlight=False, soft_wrap=True)
+
+
+class CliError(Exception):
+    """Bad input from the user: printed as one line, exit code 2."""
+
+
+def one_line_errors(name: str) -> Callable:
+    def wrap(fn: Callable) -> Callable:
+        @functools.wraps(fn)
+        def inner(*args: Any, **kwargs: Any) -> Any:
+            try:
+                return fn(*args, **kwargs)
+            except (CliError, ValueError, FileNotFoundError) as e:
+                msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+                err.print(f"cbbench {name}: error: {msg}", markup=False)
+                raise typer.Exit(2) from None
+        return inner
+    return wrap
+
+
+Opt = typer.Option
+
+
+@app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": False})
+@one_line_errors("perf")
+def perf(
+    ctx: typer.Context,
+    workload: Annotated[str, Opt(help="sharegpt | fixed | random | lognormal | prefix")] = "sharegpt",
+    model: Annotated[str, Opt(help="a preset name or a local Hugging Face folder")] = "tiny-qwen2",
+    device: Annotated[str, Opt()] = "cpu",
+    dtype: Annotated[Optional[str], Opt(help="default: float32 on CPU, bfloat16 on CUDA")] = None,
+    num_prompts: Annotated[Optional[int], Opt(help=f"default: {CPU_DEFAULTS['num_prompts']} on CPU, 500 on GPU")] = None,
+    seed: Annotated[int, Opt()] = 0,
+    dataset_path: Annotated[Optional[str], Opt(help="a full ShareGPT_V3 JSON (default: the bundled file)")] = None,
+    max_prompt_len: Annotated[Optional[int], Opt(help=f"sharegpt prompt cap (CPU default "
+                                                      f"{CPU_DEFAULTS['max_prompt_len']}, GPU none)")] = None,
+    max_output_len: Annotated[Optional[int], Opt(help=f"sharegpt output cap (CPU default "
+                                                      f"{CPU_DEFAULTS['max_output_len']}, GPU none)")] = None,
+    request_rate: Annotated[float, Opt(help="requests/s; inf = all at t0 (offline)")] = float("inf"),
+    burstiness: Annotated[float, Opt(help="gamma shape of inter-arrival times; 1 = Poisson")] = 1.0,
+    batching: Annotated[str, Opt(help="comma list of continuous,sequence,static,none")] = "continuous,sequence,static,none",
+    max_num_batched_tokens: Annotated[Optional[str], Opt(help="comma list to sweep")] = None,
+    max_num_seqs: Annotated[Optional[str], Opt(help=f"comma list; HF static batch size and hf-cb's in-flight cap "
+                                                    f"(CPU default {CPU_DEFAULTS['max_num_seqs']})")] = None,
+    block_size: Annotated[Optional[str], Opt(help="comma list")] = None,
+    num_gpu_blocks: Annotated[Optional[str], Opt(help="comma list (KV blocks on the device)")] = None,
+    num_cpu_blocks: Annotated[Optional[str], Opt(help="comma list (host blocks for swap)")] = None,
+    enable_chunked_prefill: Annotated[Optional[bool], Opt("--enable-chunked-prefill/--no-enable-chunked-prefill")] = None,
+    long_prefill_token_threshold: Annotated[Optional[str], Opt(help="comma list")] = None,
+    enable_prefix_caching: Annotated[Optional[bool], Opt("--enable-prefix-caching/--no-enable-prefix-caching")] = None,
+    preemption_mode: Annotated[Optional[str], Opt(help="comma list of recompute,swap")] = None,
+    policy: Annotated[Optional[str], Opt(help="comma list of fcfs,priority")] = None,
+    attention_backend: Annotated[Optional[str], Opt(help="comma list (torch, triton)")] = None,
+    repeats: Annotated[int, Opt(help="runs per configuration; the table shows the median")] = 1,
+    warmup: Annotated[int, Opt(help="short synthetic requests run first, not measured")] = 2,
+    peers: Annotated[str, Opt(help="comma list of hf-static,hf-cb, or none")] = "hf-static,hf-cb",
+    metric_percentiles: Annotated[str, Opt()] = "50,90,99",
+    goodput: Annotated[Optional[list[str]], Opt(help="SLOs NAME:MS, e.g. --goodput ttft:500 tpot:50")] = None,
+    result_dir: Annotated[Path, Opt()] = Path("results"),
+    workload_param: Annotated[Optional[list[str]], Opt(help="KEY=VALUE for the workload, e.g. input_len=1024")] = None,
+    cpu_threads: Annotated[Optional[int], Opt(help="torch threads on CPU (default 1: stable on shared CPUs; "
+                                                   "0 = torch's default)")] = None,
+    quiet: Annotated[bool, Opt(help="no progress bar")] = False,
+) -> None:
+    """Replay a workload through every batching mode (and the peers); print the table, write CSV + JSON."""
+    goodput, workload_param = list(goodput or []), list(workload_param or [])
+    for extra in ctx.args:  # `--goodput ttft:500 tpot:50` / `--workload-param a=1 b=2`, as vLLM's nargs options
+        if "=" in extra:
+            workload_param.append(extra)
+        elif ":" in extra:
+            goodput.append(extra)
+        else:
+            raise CliError(f"unexpected argument {extra!r}")
+    opts = PerfOptions(
+        workload=workload, model=model, device=device, dtype=dtype, num_prompts=num_prompts, seed=seed,
+        dataset_path=dataset_path, max_prompt_len=max_prompt_len, max_output_len=max_output_len,
+        request_rate=request_rate, burstiness=burstiness, batching=batching, repeats=repeats, warmup=warmup,
+        peers=peers, metric_percentiles=metric_percentiles, goodput=goodput, result_dir=result_dir,
+        workload_params=workload_param, cpu_threads=cpu_threads, quiet=quiet,
+        knobs={"max_num_batched_tokens": max_num_batched_tokens, "max_num_seqs": max_num_seqs,
+               "block_size": block_size, "num_gpu_blocks": num_gpu_blocks, "num_cpu_blocks": num_cpu_blocks,
+               "enable_chunked_prefill": enable_chunked_prefill,
+               "long_prefill_token_threshold": long_prefill_token_threshold,
+               "enable_prefix_caching": enable_prefix_caching, "preemption_mode": preemption_mode,
+               "policy": policy, "attention_backend": attention_backend},
+    )
+    run_perf(opts, Console(width=max(170, Console().width)))  # the table is wide; CI logs have no terminal
+
+
+@app.command()
+@one_line_errors("timeline")
+def timeline(
+    out: Annotated[Path, Opt(help="PNG to write")] = Path("results/timeline.png"),
+    model: Annotated[str, Opt()] = "tiny-qwen2",
+    device: Annotated[str, Opt()] = "cpu",
+    num_requests: Annotated[int, Opt(help="requests of varied lengths")] = 12,
+    max_num_seqs: Annotated[int, Opt(help="slots")] = 4,
+    seed: Annotated[int, Opt()] = 0,
+    batching: Annotated[str, Opt(help="comma list of modes, one panel each")] = "continuous,sequence,static,none",
+) -> None:
+    """The seed's picture from a real run: which request holds which slot at each step, per batching mode."""
+    from .timeline import run_timeline
+
+    modes = _choices("batching", batching, ("continuous", "sequence", "static", "none"))
+    path, util = run_timeline(out, model=model, device=device, num_requests=num_requests,
+                              max_num_seqs=max_num_seqs, seed=seed, modes=modes)
+    Console().print(f"wrote {path}  (slot utilisation: " + ", ".join(f"{m} {u:.0%}" for m, u in util.items()) + ")")
+
+
+@app.command()
+@one_line_errors("plot")
+def plot(
+    result_csv: Annotated[Path, typer.Argument(help="a cbbench perf CSV")],
+    knob: Annotated[str, Opt(help="the swept column on the x axis")] = "max_num_batched_tokens",
+    out: Annotated[Optional[Path], Opt(help="PNG (default: next to the CSV)")] = None,
+) -> None:
+    """TTFT (mean, p99) and output throughput against a swept knob, one line per batching mode."""
+    from .plot import plot_sweep
+
+    Console().print(f"wrote {plot_sweep(result_csv, knob=knob, out=out)}")
+
+
+@app.command()
+def compare(
+    baseline: Annotated[Path, typer.Argument(help="baseline results CSV")],
+    new: Annotated[Path, typer.Argument(help="new results CSV")],
+    tolerance: Annotated[Optional[list[str]], Opt(help="METRIC=REL (0.2, 20% or off; fnmatch patterns allowed)")] = None,
+    allow_missing: Annotated[bool, Opt(help="a baseline config missing from NEW is not a failure")] = False,
+    only_changes: Annotated[bool, Opt(help="hide rows within tolerance")] = False,
+) -> None:
+    """Per configuration and metric: change, direction, tolerance. Exit 1 on a regression, 2 on bad input."""
+    from .compare import main_compare, parse_tolerances
+
+    try:
+        tol = parse_tolerances(tolerance or [])
+    except ValueError as e:
+        err.print(f"cbbench compare: error: {e}", markup=False)
+        raise typer.Exit(2) from None
+    code = main_compare(baseline, new, tol, fail_on_missing=not allow_missing, only_changes=only_changes,
+                        console=Console(width=max(100, Console().width)))
+    raise typer.Exit(code)
+
+
+@app.command()
+@one_line_errors("generate")
+def generate(
+    prompts: Annotated[list[str], typer.Argument(help="one or more prompts")],
+    model: Annotated[str, Opt()] = "tiny-qwen2",
+    device: Annotated[str, Opt()] = "cpu",
+    max_tokens: Annotated[int, Opt()] = 16,
+    temperature: Annotated[float, Opt()] = 0.0,
+) -> None:
+    """Generate for a few prompts and print them (random-weight presets print gibberish, by design)."""
+    from refengine import LLM, SamplingParams
+
+    llm = LLM(model=model, device=device)
+    for p, o in zip(prompts, llm.generate(prompts, SamplingParams(max_tokens=max_tokens, temperature=temperature))):
+        c = o.outputs[0]
+        Console().print(f"[bold]{p!r}[/] -> {c.text!r}  ({len(c.token_ids)} tokens, {c.finish_reason})")
+
+
+@app.command()
+@one_line_errors("kernels")
+def kernels(
+    out: Annotated[Path, Opt()] = Path("results/kernels.csv"),
+    quick: Annotated[bool, Opt(help="a few shapes only")] = False,
+) -> None:
+    """Attention kernels against the HBM floor and torch SDPA (needs a CUDA GPU)."""
+    try:
+        from .kernel_bench import run_kernel_bench
+    except ImportError as e:
+        raise CliError(f"the kernel bench is not available ({e})") from None
+    try:
+        df = run_kernel_bench(str(out), quick=quick)
+    except RuntimeError as e:
+        raise CliError(str(e)) from None
+    Console().print(df.to_string(index=False))
+    Console().print(f"wrote {out}")
+
+
+@app.command("bench-scheduler")
+@one_line_errors("bench-scheduler")
+def bench_scheduler(
+    running: Annotated[str, Opt(help="comma list of running decode counts")] = "32,256,1024",
+    iters: Annotated[int, Opt(help="timed steps per size")] = 200,
+) -> None:
+    """Microseconds per schedule() + update_from_output() step with N running decodes (model-free)."""
+    from .bench_scheduler import bench_step_us
+
+    sizes = _ints("running", running)
+    console = Console()
+    for n in sizes:
+        s = bench_step_us(n, iters=iters)
+        console.print(f"{n:>5} running decodes: median {s['median_us']:8.1f} us/step  "
+                      f"(p90 {s['p90_us']:.1f}, min {s['min_us']:.1f})")
+
+
+def _ints(name: str, text: str) -> list[int]:
+    try:
+        return [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise CliError(f"{name}: expected a comma list of integers, got {text!r}") from None
+
+
+def _choices(name: str, text: str, allowed: tuple[str, ...]) -> list[str]:
+    vals = [x.strip() for x in text.split(",") if x.strip()]
+    bad = [v for v in vals if v not in allowed]
+    if bad or not vals:
+        raise CliError(f"{name}: unknown value {bad[0] if bad else text!r}; expected a comma list of {', '.join(allowed)}")
+    return vals
+
+
+def main() -> None:  # pragma: no cover
+    app()
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(app())

@@ -1,0 +1,238 @@
+"""`cbbench perf`: validate the options, build the workload, run every (batching mode x knob set) and the peers,
+then print the table and write the CSV (one row per run) and the JSON (records, steps, workload, environment).
+
+Validation happens before anything runs: every knob combination is built as a `SchedulerConfig`, so a bad value
+fails at once with the engine's own ValueError message.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import itertools
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from .runner import SWEEP_KNOBS, RunResult, run_refengine
+
+BATCHING_MODES = ("continuous", "sequence", "static", "none")
+PEERS = ("hf-static", "hf-cb")
+# CPU-sized defaults: the default run (4 modes + 2 peers, tiny-qwen2, 1 torch thread) takes about two minutes on a
+# shared 2-core CPU. max_num_seqs must stay well below num_prompts, or static batching is one batch and shows no cost.
+CPU_DEFAULTS = {"num_prompts": 16, "max_num_seqs": 4, "max_prompt_len": 256, "max_output_len": 64}
+GPU_NUM_PROMPTS = 500
+INT_KNOBS = ("max_num_batched_tokens", "max_num_seqs", "block_size", "num_gpu_blocks", "num_cpu_blocks",
+             "long_prefill_token_threshold")
+STR_KNOBS = {"preemption_mode": ("recompute", "swap"), "policy": ("fcfs", "priority"),
+             "attention_backend": ("torch", "triton")}
+
+
+@dataclass
+class PerfOptions:
+    workload: str = "sharegpt"
+    model: str = "tiny-qwen2"
+    device: str = "cpu"
+    dtype: str | None = None
+    num_prompts: int | None = None
+    seed: int = 0
+    dataset_path: str | None = None
+    max_prompt_len: int | None = None
+    max_output_len: int | None = None
+    request_rate: float = math.inf
+    burstiness: float = 1.0
+    batching: str = ",".join(BATCHING_MODES)
+    repeats: int = 1
+    warmup: int = 2
+    peers: str = ",".join(PEERS)
+    metric_percentiles: str = "50,90,99"
+    goodput: list[str] = field(default_factory=list)
+    result_dir: Path = Path("results")
+    workload_params: list[str] = field(default_factory=list)
+    cpu_threads: int | None = None
+    quiet: bool = False
+    knobs: dict[str, Any] = field(default_factory=dict)  # name -> comma list (str), bool or None
+
+
+def _split(name: str, text: str) -> list[str]:
+    vals = [x.strip() for x in str(text).split(",") if x.strip()]
+    if not vals:
+        raise ValueError(f"{name}: empty list")
+    return vals
+
+
+def parse_knobs(raw: dict[str, Any], on_cpu: bool) -> list[dict[str, Any]]:
+    """Comma lists -> the cartesian product of knob sets (knobs left None take the engine's defaults)."""
+    lists: dict[str, list[Any]] = {}
+    for k, v in raw.items():
+        if v is None:
+            continue
+        if k in INT_KNOBS:
+            try:
+                lists[k] = [int(x) for x in _split(k, v)]
+            except ValueError:
+                raise ValueError(f"{k}: expected a comma list of integers, got {v!r}") from None
+        elif k in STR_KNOBS:
+            lists[k] = _split(k, v)
+            bad = [x for x in lists[k] if x not in STR_KNOBS[k]]
+            if bad:
+                raise ValueError(f"{k} must be one of {STR_KNOBS[k]}, got {bad[0]!r}")
+        elif k in SWEEP_KNOBS:
+            lists[k] = [v]
+        else:
+            raise ValueError(f"unknown knob {k!r}")
+    if on_cpu and "max_num_seqs" not in lists:
+        lists["max_num_seqs"] = [CPU_DEFAULTS["max_num_seqs"]]
+    names = list(lists)
+    return [dict(zip(names, combo)) for combo in itertools.product(*(lists[n] for n in names))] or [{}]
+
+
+def _value(text: str) -> Any:
+    low = text.strip().lower()
+    if low in ("none", "null"):
+        return None
+    for conv in (int, float):
+        try:
+            return conv(text)
+        except ValueError:
+            pass
+    return text
+
+
+def workload_kwargs(o: PerfOptions, on_cpu: bool) -> dict[str, Any]:
+    from cbbench.workloads import list_workloads, workload_options
+
+    if o.workload not in list_workloads():
+        raise ValueError(f"workload: unknown name {o.workload!r}; known: {', '.join(list_workloads())}")
+    accepted = workload_options(o.workload)
+    kw: dict[str, Any] = {}
+    for item in o.workload_params:
+        for part in item.split(","):
+            key, sep, value = part.partition("=")
+            if not sep or not key.strip():
+                raise ValueError(f"workload-param: expected KEY=VALUE, got {part!r}")
+            kw[key.strip()] = _value(value)
+    caps = {"max_prompt_len": o.max_prompt_len, "max_output_len": o.max_output_len, "dataset_path": o.dataset_path}
+    for k, v in caps.items():
+        if v is not None:
+            if k not in accepted:
+                raise ValueError(f"--{k.replace('_', '-')} does not apply to workload {o.workload!r}")
+            kw[k] = v
+        elif on_cpu and k in CPU_DEFAULTS and k in accepted:
+            kw.setdefault(k, CPU_DEFAULTS[k])
+    return kw
+
+
+def build_workload(o: PerfOptions, on_cpu: bool):
+    from cbbench.workloads import get_workload
+    from refengine.loader import load_tokenizer
+
+    num_prompts = o.num_prompts or (CPU_DEFAULTS["num_prompts"] if on_cpu else GPU_NUM_PROMPTS)
+    return get_workload(o.workload, tokenizer=load_tokenizer(o.model), num_prompts=num_prompts, seed=o.seed,
+                        request_rate=o.request_rate, burstiness=o.burstiness, **workload_kwargs(o, on_cpu))
+
+
+def validate_configs(modes: list[str], knob_sets: list[dict[str, Any]]) -> None:
+    from refengine.config import SchedulerConfig
+
+    for mode, ks in itertools.product(modes, knob_sets):
+        SchedulerConfig(batching=mode, **{k: v for k, v in ks.items() if k in SchedulerConfig.__dataclass_fields__})
+
+
+def knob_label(knobs: dict[str, Any], varying: set[str]) -> str:
+    return " ".join(f"{k}={v}" for k, v in knobs.items() if k in varying) or "-"
+
+
+def run_perf(o: PerfOptions, console: Console) -> list[dict[str, Any]]:
+    """The whole `cbbench perf` job; returns the CSV rows."""
+    import torch
+
+    from .metrics import parse_goodput, parse_metric_percentiles
+    from .results import environment_info, make_row, write_csv, write_run_json
+
+    on_cpu = o.device == "cpu"
+    modes = _split("batching", o.batching)
+    bad = [m for m in modes if m not in BATCHING_MODES]
+    if bad:
+        raise ValueError(f"batching: unknown mode {bad[0]!r}; expected a comma list of {', '.join(BATCHING_MODES)}")
+    peers = [] if o.peers.strip().lower() == "none" else _split("peers", o.peers)
+    bad = [p for p in peers if p not in PEERS]
+    if bad:
+        raise ValueError(f"peers: unknown peer {bad[0]!r}; expected a comma list of {', '.join(PEERS)}, or none")
+    if o.repeats < 1 or o.warmup < 0:
+        raise ValueError("repeats must be >= 1 and warmup >= 0")
+    percentiles = parse_metric_percentiles(o.metric_percentiles)
+    goodput = parse_goodput([g for item in o.goodput for g in item.replace(",", " ").split()])
+    knob_sets = parse_knobs(o.knobs, on_cpu)
+    validate_configs(modes, knob_sets)
+    if o.device.startswith("cuda") and not torch.cuda.is_available():
+        raise ValueError(f"device {o.device!r}: CUDA is not available here")
+    if on_cpu and o.cpu_threads != 0:
+        torch.set_num_threads(o.cpu_threads or 1)  # OpenMP spin-waits on an oversubscribed CPU cost 10x
+    workload = build_workload(o, on_cpu)
+    from refengine.loader import resolve_dtype
+
+    dtype_name = str(resolve_dtype(o.dtype, o.device)).removeprefix("torch.")
+    varying = {k for k in (knob_sets[0] if knob_sets else {}) if len({str(ks.get(k)) for ks in knob_sets}) > 1}
+
+    plan: list[tuple[str, str, dict[str, Any]]] = [("refengine", m, ks) for ks in knob_sets for m in modes]
+    seqs = sorted({ks.get("max_num_seqs", 256) for ks in knob_sets})
+    mnbt = knob_sets[0].get("max_num_batched_tokens")
+    plan += [(p, "static" if p == "hf-static" else "continuous", {"max_num_seqs": s}) for s in seqs for p in peers]
+
+    results: list[tuple[int, RunResult]] = []
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  console=console, disable=o.quiet, transient=False) as bar:
+        task = bar.add_task("perf", total=len(plan) * o.repeats * len(workload))
+        for rep in range(o.repeats):
+            for engine, mode, ks in plan:
+                bar.update(task, description=f"{engine} {mode} {knob_label(ks, varying)} (repeat {rep})")
+
+                def advance(n: int) -> None:
+                    bar.advance(task, n)
+                before = bar.tasks[0].completed
+                common = {"device": o.device, "dtype": o.dtype, "seed": o.seed, "warmup": o.warmup, "progress": advance}
+                if engine == "refengine":
+                    r = run_refengine(workload, model=o.model, batching=mode, knobs=ks, **common)
+                elif engine == "hf-static":
+                    from .peers import run_hf_static
+
+                    r = run_hf_static(workload, o.model, max_num_seqs=ks["max_num_seqs"], **common)
+                else:
+                    from .peers import run_hf_cb
+
+                    r = run_hf_cb(workload, o.model, max_num_seqs=ks["max_num_seqs"], max_num_batched_tokens=mnbt,
+                                  **common)
+                bar.update(task, completed=before + len(workload))
+                results.append((rep, r))
+
+    rows, records, steps, entries = [], {}, {}, []
+    stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
+    env = environment_info(o.device)
+    for rep, r in results:
+        label = f"{r.engine}/{r.batching}/{knob_label(r.knobs, varying)}/repeat{rep}"
+        key = (r.engine, r.batching, knob_label(r.knobs, varying))
+        if r.error:
+            entries.append((key, None, r.error))
+            continue
+        m = r.metrics(metric_percentiles=percentiles, goodput=goodput)
+        cfg = {**r.knobs, "dtype": dtype_name}
+        rows.append(make_row(metrics=m, engine=r.engine, workload=workload, batching=r.batching, config=cfg,
+                             repeat=rep, model=o.model, device=o.device, git_sha=env["git_sha"]))
+        records[label], steps[label] = r.records, r.steps
+        entries.append((key, rows[-1], None))
+    out_dir = Path(o.result_dir)
+    csv_path = write_csv(out_dir / f"{workload.name}-{stamp}.csv", rows)
+    config = {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(o).items()}
+    config.update(knob_sets=knob_sets, dtype_resolved=dtype_name, batching_modes=modes, peers=peers)
+    json_path = write_run_json(out_dir / f"{workload.name}-{stamp}.json", config=config, rows=rows,
+                               records=records, workload=workload, environment=env, steps=steps)
+    from .report import render_perf_table
+
+    console.print(render_perf_table(entries, workload))
+    console.print(f"wrote {csv_path} and {json_path}")
+    return rows

@@ -1,0 +1,149 @@
+"""`cbbench timeline`: the seed's picture (§1) from a real run. For each batching mode, a Gantt chart of which request
+holds which slot at each engine step, prefill and decode shaded apart, with the mode's slot utilisation in the title.
+
+Slots are derived from the engine's step stats: a request takes the lowest free slot when it first appears in a
+step (scheduled or running) and keeps it until it finishes; in static mode a finished request's slot stays held
+(empty, hatched) until its whole batch has left, which is exactly the waste the seed draws.
+Utilisation = slot-steps doing work / (max_num_seqs x steps).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+TIMELINE_PROMPT_LENS = (8, 40, 16, 24, 8, 32, 12, 48, 8, 20, 16, 28)   # varied, so the modes differ visibly
+TIMELINE_OUTPUT_LENS = (4, 16, 2, 10, 24, 3, 12, 6, 18, 2, 8, 14)
+
+
+@dataclass
+class Cell:
+    step: int
+    slot: int
+    request_id: str
+    kind: str  # "prefill" | "decode" | "held" (static: finished, slot not yet free) | "idle" (admitted, not scheduled)
+
+
+def assign_slots(steps: Sequence[Any], batching: str, max_num_seqs: int) -> list[Cell]:
+    """Slot occupancy per step from StepStats (scheduled_req_ids, running_req_ids, num_prefill_tokens)."""
+    slot_of: dict[str, int] = {}
+    cells: list[Cell] = []
+    batch: set[str] = set()
+    free = list(range(max_num_seqs))
+    for i, s in enumerate(steps):
+        present = set(s.scheduled_req_ids) | set(s.running_req_ids)
+        if batching == "static" and present - batch:
+            for rid in batch:  # the previous batch leaves as a whole
+                free.append(slot_of.pop(rid))
+            batch = set(present)
+        for rid in sorted(present - set(slot_of), key=_order):
+            free.sort()
+            slot_of[rid] = free.pop(0)
+        prefill = set(getattr(s, "prefill_req_ids", ()) or ())
+        for rid, slot in slot_of.items():
+            if rid in s.scheduled_req_ids:
+                kind = "prefill" if rid in prefill else "decode"
+            elif rid in present:
+                kind = "idle"
+            else:
+                kind = "held"
+            cells.append(Cell(i, slot, rid, kind))
+        if batching != "static":  # finished requests free their slot for the next step
+            for rid in [r for r in slot_of if r not in s.running_req_ids]:
+                free.append(slot_of.pop(rid))
+    return cells
+
+
+def _order(rid: str) -> tuple[int, str]:
+    return (int(rid), "") if rid.isdigit() else (1 << 30, rid)
+
+
+def utilisation(cells: Sequence[Cell], num_steps: int, max_num_seqs: int) -> float:
+    busy = sum(c.kind in ("prefill", "decode") for c in cells)
+    return busy / (max_num_seqs * num_steps) if num_steps else float("nan")
+
+
+def run_mode(model: str, device: str, batching: str, prompts: Sequence[list[int]], output_lens: Sequence[int],
+             max_num_seqs: int, seed: int) -> tuple[list[Any], list[set[str]]]:
+    """Run the requests through one engine; returns its step stats and, per step, the requests that prefilled."""
+    from refengine import LLMEngine, SamplingParams
+
+    engine = LLMEngine(model, device=device, seed=seed, batching=batching, max_num_seqs=max_num_seqs,
+                       max_num_batched_tokens=64, num_gpu_blocks=256)
+    for i, (p, n) in enumerate(zip(prompts, output_lens)):
+        engine.add_request(str(i), p, SamplingParams(max_tokens=n, temperature=0.0, ignore_eos=True))
+    prefills: list[set[str]] = []
+    sched = engine.scheduler
+    orig = sched.schedule
+
+    def schedule_and_note():  # which scheduled requests are prefilling is known only inside the step
+        out = orig()
+        prefills.append({rid for rid, p in out.is_prefill.items() if p})
+        return out
+
+    sched.schedule = schedule_and_note
+    while engine.has_unfinished_requests():
+        engine.step()
+    for s, pf in zip(engine.step_stats, prefills):
+        s.prefill_req_ids = pf
+    return engine.step_stats, prefills
+
+
+def run_timeline(out: str | Path, *, model: str = "tiny-qwen2", device: str = "cpu", num_requests: int = 12,
+                 max_num_seqs: int = 4, seed: int = 0,
+                 modes: Sequence[str] = ("continuous", "sequence", "static", "none")) -> tuple[Path, dict[str, float]]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.patches import Patch
+
+    if num_requests < 1 or max_num_seqs < 1:
+        raise ValueError("num_requests and max_num_seqs must be >= 1")
+    if device == "cpu":
+        import torch
+
+        torch.set_num_threads(1)  # as `cbbench perf`: OpenMP spin-waits make a shared CPU 10x slower
+    rng = np.random.default_rng(seed)
+    k = len(TIMELINE_PROMPT_LENS)
+    plens = [TIMELINE_PROMPT_LENS[i % k] for i in range(num_requests)]
+    olens = [TIMELINE_OUTPUT_LENS[i % k] for i in range(num_requests)]
+    prompts = [rng.integers(1000, 30000, size=n).tolist() for n in plens]
+    cmap = plt.get_cmap("tab20")
+    fig, axes = plt.subplots(len(modes), 1, figsize=(12, 1.0 + 0.55 * max_num_seqs * len(modes)), squeeze=False, sharex=True)
+    util: dict[str, float] = {}
+    for ax, mode in zip(axes[:, 0], modes):
+        stats, _ = run_mode(model, device, mode, prompts, olens, max_num_seqs, seed)
+        cells = assign_slots(stats, mode, max_num_seqs)
+        util[mode] = utilisation(cells, len(stats), max_num_seqs)
+        for c in cells:
+            color = cmap(int(c.request_id) % 20)
+            if c.kind == "held":
+                ax.barh(c.slot, 1, left=c.step, color="white", edgecolor="0.6", hatch="///", linewidth=0.3)
+            elif c.kind == "idle":
+                ax.barh(c.slot, 1, left=c.step, color=color, alpha=0.25, linewidth=0)
+            else:
+                ax.barh(c.slot, 1, left=c.step, color=color, alpha=1.0 if c.kind == "prefill" else 0.6,
+                        edgecolor="black" if c.kind == "prefill" else "none", linewidth=0.6)
+                if c.kind == "prefill":
+                    ax.text(c.step + 0.5, c.slot, c.request_id, ha="center", va="center", fontsize=6)
+        ax.set_title(f"{mode}: {len(stats)} steps, slot utilisation {util[mode]:.0%}", fontsize=9, loc="left")
+        ax.set_yticks(range(max_num_seqs), [f"slot {i}" for i in range(max_num_seqs)], fontsize=7)
+        ax.invert_yaxis()
+    axes[-1, 0].set_xlabel("engine step")
+    fig.legend(handles=[Patch(facecolor="0.4", edgecolor="black", label="prefill (request id)"),
+                        Patch(facecolor="0.4", alpha=0.6, label="decode"),
+                        Patch(facecolor="0.4", alpha=0.25, label="admitted, waiting for its prefill"),
+                        Patch(facecolor="white", edgecolor="0.6", hatch="///", label="held by a finished request (static)")],
+               loc="upper right", fontsize=7, ncol=4)
+    fig.suptitle(f"{num_requests} requests, max_num_seqs={max_num_seqs}, {model}", fontsize=10, x=0.01, ha="left")
+    fig.tight_layout(rect=(0, 0, 1, 0.96))
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+    return out, util
