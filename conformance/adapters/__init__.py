@@ -23,6 +23,7 @@ class ReqView:
     block_ids: list[int]  # device blocks held, in order
     num_preemptions: int = 0
     finish_reason: str | None = None
+    host_block_ids: list[int] = field(default_factory=list)  # host blocks holding its KV while swapped out
 
     @property
     def num_tokens(self) -> int:
@@ -68,6 +69,11 @@ class SchedulerAdapter(Protocol):
 
     def check_invariants(self) -> None:
         """The engine's own self-check, if it has one."""
+
+    # Optional (the suite uses them when present):
+    #   num_cpu_blocks: int                                  host blocks for swap (0: no swap)
+    #   host_block_ref_counts() -> dict[int, int]            ref count of every host block
+    #   supports(knobs: dict) -> str | None   (classmethod)  why this engine cannot run a configuration, or None
 
 
 ADAPTERS = {

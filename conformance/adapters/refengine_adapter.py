@@ -17,10 +17,15 @@ class RefEngineAdapter:
     name = "refengine"
     scheduler_cls = Scheduler  # a test may swap in a deliberately broken subclass
 
+    @classmethod
+    def supports(cls, knobs: dict) -> str | None:
+        return None  # every knob of SPEC §2 is refengine's own
+
     def __init__(self, eos_token_id: int | None = None, **knobs) -> None:
         self.sched = self.scheduler_cls(eos_token_id=eos_token_id, **knobs)
         self.block_size = self.sched.config.block_size
         self.num_gpu_blocks = self.sched.config.num_gpu_blocks
+        self.num_cpu_blocks = self.sched.config.num_cpu_blocks
         self._all: dict[str, Request] = {}
         self._last: SchedulerOutput | None = None
 
@@ -60,6 +65,7 @@ class RefEngineAdapter:
             block_ids=self.sched.kv_cache_manager.get_block_ids(r.request_id),
             num_preemptions=r.num_preemptions,
             finish_reason=r.get_finished_reason(),
+            host_block_ids=[b.block_id for b in self.sched.kv_cache_manager.swapped.get(r.request_id, [])],
         )
 
     def running(self):
@@ -76,6 +82,9 @@ class RefEngineAdapter:
 
     def block_ref_counts(self):
         return {b.block_id: b.ref_cnt for b in self.sched.kv_cache_manager.block_pool.blocks}
+
+    def host_block_ref_counts(self):
+        return {b.block_id: b.ref_cnt for b in self.sched.kv_cache_manager.host_pool.blocks}
 
     def check_invariants(self):
         self.sched.check_invariants()
