@@ -88,6 +88,12 @@ def admitted_ids(before: Snapshot, after: Snapshot) -> list[str]:
 
 
 # ---- budget -------------------------------------------------------------------------------------------------------
+def effective_threshold(cfg: dict, before: Snapshot) -> int:
+    """long_prefill_token_threshold as it applies this step: a lone request (nothing else running or waiting) has
+    nobody to starve and may use the whole budget (vLLM's rule)."""
+    return cfg["long_prefill_token_threshold"] if len(before.running) + len(before.waiting) > 1 else 0
+
+
 def check_token_budget(cfg: dict, before: Snapshot, step: StepView, after: Snapshot) -> None:
     """Scheduled tokens of a step <= max_num_batched_tokens; no request gets more than it had left to compute or
     (when set) more than long_prefill_token_threshold."""
@@ -95,7 +101,7 @@ def check_token_budget(cfg: dict, before: Snapshot, step: StepView, after: Snaps
     if total > cfg["max_num_batched_tokens"]:
         _fail("token_budget", f"{total} tokens scheduled > max_num_batched_tokens {cfg['max_num_batched_tokens']}",
               cfg=cfg, step=step, snaps=[("before", before)])
-    thr = cfg["long_prefill_token_threshold"]
+    thr = effective_threshold(cfg, before)
     for rid, n in step.num_scheduled_tokens.items():
         v = before.by_id.get(rid)
         if v is None:
@@ -137,7 +143,7 @@ def check_decode_first(cfg: dict, before: Snapshot, step: StepView, after: Snaps
         # a victim scheduled earlier in the step gave its (unknown) tokens back: the budget at each turn is unknown
         return
     remaining = cfg["max_num_batched_tokens"]
-    thr = cfg["long_prefill_token_threshold"]
+    thr = effective_threshold(cfg, before)
     for v in before.running:
         rid = v.request_id
         if rid in preempted:
@@ -274,10 +280,9 @@ def check_host_blocks(cfg: dict, snap: Snapshot, in_flight: Iterable[int]) -> No
 
 
 # ---- preemption ---------------------------------------------------------------------------------------------------
-def max_block_growth(cfg: dict, v: ReqView) -> int:
-    """Upper bound on the blocks a running request can ask for in one step."""
+def max_block_growth(cfg: dict, v: ReqView, thr: int) -> int:
+    """Upper bound on the blocks a running request can ask for in one step (thr: the effective threshold)."""
     left = v.num_tokens - v.num_computed_tokens
-    thr = cfg["long_prefill_token_threshold"]
     n = min(left, thr or left, cfg["max_num_batched_tokens"])
     return max(0, cdiv(v.num_computed_tokens + n, cfg["block_size"]) - len(v.block_ids))
 
@@ -295,7 +300,8 @@ def check_preemption_needed(cfg: dict, before: Snapshot, step: StepView, after: 
     if cfg["batching"] != "continuous":
         _fail("preemption_needed", f"preempted {step.preempted_req_ids} in {cfg['batching']} mode", cfg=cfg,
               step=step, snaps=[("before", before)])
-    growth = sum(max_block_growth(cfg, v) for v in before.running)
+    thr = effective_threshold(cfg, before)
+    growth = sum(max_block_growth(cfg, v, thr) for v in before.running)
     if before.free_blocks < growth:
         return
     if cfg["priority_preemption"] and before.waiting:

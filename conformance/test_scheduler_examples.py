@@ -132,14 +132,15 @@ def test_prefix_hit_never_covers_the_last_token(adapter_cls):
 
 
 def _lru_setup(adapter_cls):
-    """bs 4, 8 blocks. A (9 tokens: A0 A1 full, A2 partial) finishes, then B (B0 B1 B2) finishes; C then takes 4
-    blocks: the never-used ones, then A's, least recently freed first, tail first (A2, then A1)."""
+    """bs 4, 8 blocks. A (9 tokens: A0 A1 full, A2 partial) finishes, then B (B0 B1 B2) finishes. Freed blocks that
+    can never be hit (the partial A2, B2) are reused first, then never-used ones, then cached blocks least recently
+    freed first, tail first. C (17 tokens) takes 5 blocks: B2, the 3 never-used ones left, then A1 (A0 stays)."""
     a = make(adapter_cls, block_size=4, num_gpu_blocks=8, enable_prefix_caching=True)
     a.add_request("A", prompt(9, 1000), max_tokens=1, arrival_time=0)
     step(a)
     a.add_request("B", prompt(9, 2000), max_tokens=1, arrival_time=1)
     step(a)
-    a.add_request("C", prompt(13, 3000), max_tokens=10, arrival_time=2)
+    a.add_request("C", prompt(17, 3000), max_tokens=10, arrival_time=2)
     step(a)
     return a
 

@@ -16,7 +16,7 @@ from conformance.adapters.refengine_adapter import RefEngineAdapter
 from conformance.test_scheduler_stateful import make_machine
 from refengine.block_pool import hash_block_tokens
 from refengine.request import RequestStatus
-from refengine.scheduler import Scheduler, SchedulerOutput
+from refengine.scheduler import Scheduler
 
 
 # ---- planted bugs -------------------------------------------------------------------------------------------------
@@ -77,9 +77,7 @@ class StaticAdmitsMidBatch(Scheduler):
     def schedule(self):
         if self.config.batching not in ("static", "none") or not self.running:
             return super().schedule()
-        out = SchedulerOutput(finished_req_ids=self.finished_req_ids)
-        self.finished_req_ids = set()
-        self._budget = self.config.max_num_batched_tokens
+        out = self._begin_step()
         self._schedule_running(out)
         self._schedule_waiting(out, admit_without_budget=True)
         self._update_after_schedule(out)
@@ -148,7 +146,7 @@ BITES = {
     AdmitBeforeDecodes: (("continuous",), False, "decode_first|preemption_needed|token_budget", 150),
     OldestVictim: (("continuous",), True, "preemption_victim", 150),
     KeepComputedOnRecompute: (("continuous",), True, "token_accounting", 150),
-    StaticAdmitsMidBatch: (("static", "none"), False, "static_batch", 250),
+    StaticAdmitsMidBatch: (("static", "none"), False, "static_batch", 400),
     PreemptWithFreeBlock: (("continuous",), True, "preemption_needed|progress|liveness", 150),
     SequenceMixesDecodes: (("sequence",), False, "sequence_no_mixing", 250),
     DropTokenOnPreempt: (("continuous",), True, "outputs_kept|token_accounting", 150),

@@ -1,6 +1,6 @@
 """BlockPool: fixed-size KV blocks with reference counts, an LRU free queue and the prefix-cache hash map.
 
-    free queue (least recently freed first)          cached map: block_hash -> block
+    free queue (least recently freed first)          cached map: block_hash -> {block_id: block}
     [b7 | b3 | b12 | ...]  <- free_blocks() appends     a freed block keeps its hash until it is handed out again
 
 A block is `used` while ref_cnt > 0 and `free` otherwise; a free block that still holds a hash is reusable by a
@@ -39,7 +39,9 @@ class BlockPool:
         self.enable_caching = enable_caching
         self.blocks = [KVCacheBlock(i) for i in range(num_blocks)]
         self.free_queue: OrderedDict[int, KVCacheBlock] = OrderedDict((b.block_id, b) for b in self.blocks)
-        self.cached: dict[BlockHash, KVCacheBlock] = {}
+        # several blocks may hold the same prefix (computed twice before either was cached); keeping every copy
+        # means evicting one does not lose the hit
+        self.cached: dict[BlockHash, dict[int, KVCacheBlock]] = {}
 
     @property
     def num_free_blocks(self) -> int:
@@ -63,8 +65,11 @@ class BlockPool:
 
     def _evict(self, block: KVCacheBlock) -> None:
         if block.block_hash is not None:
-            if self.cached.get(block.block_hash) is block:
-                del self.cached[block.block_hash]
+            copies = self.cached.get(block.block_hash)
+            if copies is not None:
+                copies.pop(block.block_id, None)
+                if not copies:
+                    del self.cached[block.block_hash]
             block.block_hash = None
 
     def touch(self, blocks: Iterable[KVCacheBlock]) -> None:
@@ -75,26 +80,31 @@ class BlockPool:
             block.ref_cnt += 1
 
     def free_blocks(self, ordered_blocks: Iterable[KVCacheBlock]) -> None:
-        """Drop one reference each; blocks reaching zero join the tail of the free queue in the given order
-        (callers pass a request's blocks tail first, so that its prefix is evicted last)."""
+        """Drop one reference each. Blocks reaching zero that hold a cached prefix join the tail of the free queue
+        in the given order (callers pass a request's blocks tail first, so that its prefix is evicted last); blocks
+        that can never be hit go to the head, to be reused before any cached block is evicted (vLLM's order)."""
+        reuse_first = []
         for block in ordered_blocks:
             if block.ref_cnt <= 0:
                 raise RuntimeError(f"double free of {block}")
             block.ref_cnt -= 1
             if block.ref_cnt == 0:
                 self.free_queue[block.block_id] = block
+                if block.block_hash is None:
+                    reuse_first.append(block)
+        for block in reversed(reuse_first):
+            self.free_queue.move_to_end(block.block_id, last=False)
 
     def get_cached_block(self, block_hash: BlockHash) -> KVCacheBlock | None:
-        return self.cached.get(block_hash) if self.enable_caching else None
+        copies = self.cached.get(block_hash) if self.enable_caching else None
+        return next(iter(copies.values())) if copies else None
 
     def cache_block(self, block: KVCacheBlock, block_hash: BlockHash) -> None:
-        """Record a full block under its hash; the first block to hold a given prefix stays the cached one."""
+        """Record a full block under its hash (beside any other copy of the same prefix)."""
         if not self.enable_caching or block.block_hash is not None:
             return
-        if block_hash in self.cached:
-            return
         block.block_hash = block_hash
-        self.cached[block_hash] = block
+        self.cached.setdefault(block_hash, {})[block.block_id] = block
 
     def reset_prefix_cache(self) -> None:
         for block in self.blocks:
@@ -109,6 +119,8 @@ class BlockPool:
         for b in self.blocks:
             assert b.ref_cnt >= 0, f"negative ref count: {b}"
             assert (b.ref_cnt == 0) == (b.block_id in free_ids), f"free queue out of step with ref count: {b}"
-        for h, b in self.cached.items():
-            assert b.block_hash == h, f"cached map entry {h} points at {b}"
+        for h, copies in self.cached.items():
+            assert copies, f"empty entry for hash {h}"
+            for b in copies.values():
+                assert b.block_hash == h, f"cached map entry {h} points at {b}"
         assert self.num_free_blocks + self.num_used_blocks == self.num_blocks

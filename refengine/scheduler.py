@@ -99,12 +99,7 @@ class Scheduler:
 
     # ---- schedule -------------------------------------------------------------------------------------------
     def schedule(self) -> SchedulerOutput:
-        for host in self._host_blocks_to_free:
-            self.kv_cache_manager.host_pool.free_blocks(reversed(host))
-        self._host_blocks_to_free = []
-        out = SchedulerOutput(finished_req_ids=self.finished_req_ids)
-        self.finished_req_ids = set()
-        self._budget = self.config.max_num_batched_tokens
+        out = self._begin_step()
         mode = self.config.batching
         if mode == "continuous":
             self._schedule_running(out)
@@ -118,6 +113,20 @@ class Scheduler:
             else:
                 self._schedule_running(out)
         self._update_after_schedule(out)
+        return out
+
+    def _begin_step(self) -> SchedulerOutput:
+        """Per-step state: host blocks whose swap-in copy was issued last step, the budget, the prefill cap."""
+        for host in self._host_blocks_to_free:
+            self.kv_cache_manager.host_pool.free_blocks(reversed(host))
+        self._host_blocks_to_free = []
+        out = SchedulerOutput(finished_req_ids=self.finished_req_ids)
+        self.finished_req_ids = set()
+        self._budget = self.config.max_num_batched_tokens
+        # The long-prefill cap exists so that one prefill cannot starve the others; alone, a request has no one to
+        # starve and uses the whole budget (as vLLM does).
+        lone = len(self.running) + len(self.waiting) <= 1
+        self._threshold = 0 if lone else self.config.long_prefill_token_threshold
         return out
 
     def _schedule_sequence(self, out: SchedulerOutput) -> None:
@@ -137,8 +146,8 @@ class Scheduler:
 
     def _num_new_tokens(self, req: Request, num_computed: int) -> int:
         n = req.num_tokens - num_computed
-        if 0 < self.config.long_prefill_token_threshold < n:
-            n = self.config.long_prefill_token_threshold
+        if 0 < self._threshold < n:
+            n = self._threshold
         return n
 
     def _tokens_to_fit(self, req: Request) -> int:
@@ -171,7 +180,9 @@ class Scheduler:
                 if victim is req:
                     break
             if req.status != RequestStatus.RUNNING:
-                break  # it preempted itself: later running requests wait for the next step
+                if self.config.policy == "priority":
+                    continue  # it was the least urgent: the (more urgent) ones after it may still fit
+                break  # FCFS: it was the last admitted, so nobody follows it
             self._schedule(out, req, n, out.scheduled_running_reqs)
             i += 1
 
