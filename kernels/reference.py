@@ -15,6 +15,7 @@ causally to every cached key at positions 0..that position. Math is done in floa
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 
 
 def reshape_and_cache_ref(
@@ -38,17 +39,20 @@ def _gather_kv(cache: torch.Tensor, block_table: torch.Tensor, max_len: int) -> 
 
 
 def _attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor, scale: float) -> torch.Tensor:
-    """q [S, Q, H, D], k/v [S, K, kvH, D], mask [S, Q, K] (True = attend) -> [S, Q, H, D] in float32."""
-    group = q.shape[2] // k.shape[2]
-    k = k.float().repeat_interleave(group, dim=2)
-    v = v.float().repeat_interleave(group, dim=2)
+    """q [S, Q, H, D], k/v [S, K, kvH, D] (gathered copies), mask [S, Q, K] (True = attend) -> [S, Q, H, D] float32.
+
+    Plain softmax(q k^T * scale) v through torch's SDPA, which takes the GQA grouping without copying K/V per head.
+    """
     # keys no query attends (slots past a short decode's length, gathered because the decodes share one gather)
-    # may hold stale or uninitialised values, NaN included, and softmax's 0 weight times NaN is NaN: zero them
-    v = v.masked_fill(~mask.any(dim=1)[:, :, None, None], 0.0)
-    scores = torch.einsum("sqhd,skhd->shqk", q.float(), k) * scale
-    scores = scores.masked_fill(~mask[:, None], float("-inf"))
-    probs = torch.softmax(scores, dim=-1)
-    return torch.einsum("shqk,skhd->sqhd", probs, v)
+    # may hold stale or uninitialised values, NaN included; a masked NaN score or 0 weight x NaN value is still NaN
+    # (k and v are fresh gathers, so they are zeroed in place)
+    unused = ~mask.any(dim=1)[:, :, None, None]  # [S, K, 1, 1]
+    k = k.float().masked_fill_(unused, 0.0).transpose(1, 2)  # [S, kvH, K, D]
+    v = v.float().masked_fill_(unused, 0.0).transpose(1, 2)
+    out = F.scaled_dot_product_attention(
+        q.float().transpose(1, 2), k, v, attn_mask=mask[:, None], scale=scale, enable_gqa=True
+    )  # [S, H, Q, D]
+    return out.transpose(1, 2)
 
 
 def unified_attention_ref(

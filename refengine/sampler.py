@@ -29,13 +29,12 @@ def _mask_top_k_top_p(logits: torch.Tensor, top_k: torch.Tensor, top_p: torch.Te
 
 def sample(logits: torch.Tensor, requests: list[Request], generator: torch.Generator) -> list[int]:
     """logits [n, V] float32, one row per request that samples this step -> one token id each."""
-    logits = logits.clone()
     for i, req in enumerate(requests):
         sp = req.sampling_params
         if req.num_output_tokens < sp.min_tokens:  # no stop condition may fire before min_tokens
             banned = list(sp.stop_token_ids) + ([] if sp.ignore_eos else list(req.eos_token_ids))
             if banned:
-                logits[i, banned] = float("-inf")
+                logits[i, banned] = float("-inf")  # (the logits are this step's own, free to change)
     out = logits.argmax(dim=-1)
     rows = [i for i, r in enumerate(requests) if not r.sampling_params.greedy]
     if rows:
