@@ -255,6 +255,10 @@ def test_vllm_style_stop_via_update(adapter_cls, case):
         kw["ignore_eos"] = True
     if case == "min_tokens":
         kw["min_tokens"] = 3
+        if getattr(adapter_cls, "name", "") == "vllm":
+            # vLLM's check_stop tests EOS before min_tokens and relies on the sampler having masked it; SPEC §2b (and
+            # refengine) hold that no stop condition ends a request before min_tokens. A documented difference.
+            pytest.xfail("vLLM ends a request on an (unmasked) EOS before min_tokens")
     a.add_request("r", prompt(4), **kw)
     a.add_request("other", prompt(4, 2000), max_tokens=10)
     first = {"eos": EOS_TOKEN_ID, "stop_token": 42, "max_tokens": 10, "ignore_eos": EOS_TOKEN_ID,

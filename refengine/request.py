@@ -60,6 +60,7 @@ class Request:
         self.status = RequestStatus.WAITING
         self.output_token_ids: list[int] = []
         self.all_token_ids: list[int] = list(self.prompt_token_ids)
+        self.num_tokens = len(self.all_token_ids)  # prompt + output; kept in step (read several times per step)
         self.num_computed_tokens = 0
         self.num_preemptions = 0
         self.num_recomputed_tokens = 0  # tokens prefilled again after a recompute preemption
@@ -80,16 +81,13 @@ class Request:
         return len(self.output_token_ids)
 
     @property
-    def num_tokens(self) -> int:
-        return len(self.all_token_ids)
-
-    @property
     def max_tokens(self) -> int:
         return self.sampling_params.max_tokens
 
     def append_output_token_ids(self, token_ids: list[int]) -> None:
         self.output_token_ids.extend(token_ids)
         self.all_token_ids.extend(token_ids)
+        self.num_tokens = len(self.all_token_ids)
 
     def is_finished(self) -> bool:
         return RequestStatus.is_finished(self.status)

@@ -247,7 +247,8 @@ class Scheduler:
 
     def _schedule(self, out: SchedulerOutput, req: Request, n: int, group: list[Request]) -> None:
         out.num_scheduled_tokens[req.request_id] = n
-        out.is_prefill[req.request_id] = self._in_prefill(req)
+        # (inline _in_prefill: this runs for every request every step)
+        out.is_prefill[req.request_id] = req.num_computed_tokens < max(req.num_prompt_tokens, req.num_tokens - 1)
         group.append(req)
         self._budget -= n
 
