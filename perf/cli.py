@@ -97,7 +97,7 @@ def perf(
     policy: Annotated[Optional[str], Opt(help="comma list of fcfs,priority")] = None,
     attention_backend: Annotated[Optional[str], Opt(help="comma list (torch, triton)")] = None,
     repeats: Annotated[int, Opt(help="runs per configuration; the table shows the median")] = 1,
-    warmup: Annotated[int, Opt(help="short synthetic requests run first, not measured")] = 2,
+    warmup: Annotated[int, Opt(help="short synthetic requests of staggered lengths run first, not measured")] = 8,
     peers: Annotated[str, Opt(help="comma list of hf-static,hf-cb, or none")] = "hf-static,hf-cb",
     metric_percentiles: Annotated[str, Opt()] = "50,90,99",
     goodput: Annotated[Optional[list[str]], Opt(help="SLOs NAME:MS, e.g. --goodput ttft:500 tpot:50")] = None,

@@ -47,7 +47,7 @@ class PerfOptions:
     burstiness: float = 1.0
     batching: str = ",".join(BATCHING_MODES)
     repeats: int = 1
-    warmup: int = 2
+    warmup: int = 8
     peers: str = ",".join(PEERS)
     metric_percentiles: str = "50,90,99"
     goodput: list[str] = field(default_factory=list)
