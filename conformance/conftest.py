@@ -16,22 +16,9 @@ PROFILE_ENV = "CBBENCH_HYPOTHESIS_PROFILE"
 
 # Stateful scheduler runs are many small steps each; `deadline=None` because a shared 2-core CI box makes per-example
 # timing meaningless, and too_slow is suppressed for the same reason.
-settings.register_profile(
-    "ci",
-    max_examples=100,
-    stateful_step_count=40,
-    deadline=None,
-    print_blob=True,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
-)
-settings.register_profile(
-    "thorough",
-    max_examples=1500,
-    stateful_step_count=80,
-    deadline=None,
-    print_blob=True,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
-)
+_COMMON = dict(deadline=None, print_blob=True, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
+settings.register_profile("ci", max_examples=100, stateful_step_count=40, **_COMMON)
+settings.register_profile("thorough", max_examples=1500, stateful_step_count=80, **_COMMON)
 settings.load_profile(os.environ.get(PROFILE_ENV, "ci"))
 
 
