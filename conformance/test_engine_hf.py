@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from conformance.engine_helpers import MAX_TOKENS, PROMPT_LENS, greedy, hf_greedy, make_prompts, run_llm
+from conformance.engine_helpers import MAX_TOKENS, greedy, hf_greedy, make_prompts, run_llm
 from refengine import LLMEngine
 
 

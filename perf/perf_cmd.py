@@ -16,7 +16,6 @@ from typing import Any
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-from rich.table import Table
 
 from .runner import SWEEP_KNOBS, RunResult, run_refengine
 

