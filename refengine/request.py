@@ -64,6 +64,7 @@ class Request:
         self.num_computed_tokens = 0
         self.num_preemptions = 0
         self.num_recomputed_tokens = 0  # tokens prefilled again after a recompute preemption
+        self.num_lost_tokens = 0  # computed tokens whose KV the last recompute preemption dropped
         self.num_cached_tokens = -1  # prefix-cache hit at first admission (-1: not admitted yet)
         self.stop_reason: int | str | None = None
         # timestamps (time.monotonic()) for TTFT / TPOT / ITL

@@ -224,7 +224,7 @@ class Scheduler:
             self.waiting.pop()
             if not swapped:
                 if req.status == RequestStatus.PREEMPTED:
-                    req.num_recomputed_tokens += max(0, getattr(req, "_lost_tokens", 0) - num_computed)
+                    req.num_recomputed_tokens += max(0, req.num_lost_tokens - num_computed)
                 req.num_computed_tokens = num_computed
                 if req.num_cached_tokens < 0:
                     req.num_cached_tokens = num_computed
@@ -268,7 +268,7 @@ class Scheduler:
             self.num_swap_outs += 1
         else:  # recompute (or swap with a full host pool): forget the KV, keep the generated tokens
             kv.free(req)
-            req._lost_tokens = req.num_computed_tokens
+            req.num_lost_tokens = req.num_computed_tokens
             req.num_computed_tokens = 0
         req.status = RequestStatus.PREEMPTED
         req.num_preemptions += 1
