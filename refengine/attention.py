@@ -6,7 +6,6 @@ Backends share one signature, so that `torch` (the oracle in cbbench.kernels.ref
 """
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from typing import Callable
 
@@ -50,6 +49,3 @@ def get_attention_backend(name: str) -> AttentionBackend:
         return AttentionBackend("triton", reshape_and_cache, unified_attention)
     raise ValueError(f"attention_backend must be one of {ATTENTION_BACKENDS}, got {name!r}")
 
-
-def triton_interpreted() -> bool:
-    return os.environ.get("TRITON_INTERPRET", "0") == "1"

@@ -106,11 +106,6 @@ class BlockPool:
         block.block_hash = block_hash
         self.cached.setdefault(block_hash, {})[block.block_id] = block
 
-    def reset_prefix_cache(self) -> None:
-        for block in self.blocks:
-            block.block_hash = None
-        self.cached.clear()
-
     def check_invariants(self) -> None:
         """free + used == total; ref counts never negative; free queue holds exactly the zero-ref blocks;
         the hash map points only at blocks that carry that hash."""

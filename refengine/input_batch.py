@@ -33,13 +33,15 @@ class InputBatch:
         self.num_row_writes += 1
         return row
 
-    def append_blocks(self, request_id: str, block_ids: list[int]) -> None:
-        """Write only the block ids the row does not have yet."""
+    def blocks_held(self, request_id: str) -> int:
+        return self.num_blocks[self.row_of[request_id]]
+
+    def append_blocks(self, request_id: str, new_block_ids: list[int]) -> None:
+        """Write block ids after those the row already has."""
         row = self.row_of[request_id]
         have = self.num_blocks[row]
-        if len(block_ids) > have:
-            self.block_table[row, have : len(block_ids)] = torch.tensor(block_ids[have:], dtype=torch.int32)
-            self.num_blocks[row] = len(block_ids)
+        self.block_table[row, have : have + len(new_block_ids)] = torch.tensor(new_block_ids, dtype=torch.int32)
+        self.num_blocks[row] = have + len(new_block_ids)
 
     def append_token(self, request_id: str, token_id: int) -> None:
         row = self.row_of[request_id]

@@ -100,10 +100,6 @@ class KVCacheManager:
         self._cache_full_blocks(request, total)
         return new
 
-    def can_fit(self, num_tokens: int) -> bool:
-        """Could a request of this many tokens ever be held by the device pool alone?"""
-        return cdiv(num_tokens, self.block_size) <= self.block_pool.num_blocks
-
     def free(self, request: Request) -> None:
         """Return every device block of the request, tail first, so that its prefix stays cached longest."""
         blocks = self.req_to_blocks.pop(request.request_id, [])

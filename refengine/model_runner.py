@@ -74,8 +74,11 @@ class ModelRunner:
             rid = req.request_id
             if rid in admitted or rid not in batch:  # (static batches admit members before their first chunk)
                 batch.add(rid, req.all_token_ids, kv.get_block_ids(rid))
-            else:
-                batch.append_blocks(rid, kv.get_block_ids(rid))
+            else:  # a running request: only the blocks it gained this step
+                blocks = kv.req_to_blocks[rid]
+                have = batch.blocks_held(rid)
+                if len(blocks) > have:
+                    batch.append_blocks(rid, [b.block_id for b in blocks[have:]])
 
     @torch.inference_mode()
     def execute_model(self, out: SchedulerOutput, kv: KVCacheManager) -> dict[str, list[int]]:

@@ -7,9 +7,8 @@ import itertools
 from collections import deque
 from collections.abc import Iterator
 
+from refengine.config import POLICIES
 from refengine.request import Request
-
-POLICIES = ("fcfs", "priority")
 
 
 class FCFSQueue:

@@ -49,7 +49,3 @@ class SamplingParams:
     @property
     def greedy(self) -> bool:
         return self.temperature < _GREEDY_EPS
-
-    @property
-    def top_k_enabled(self) -> bool:
-        return self.top_k > 0
