@@ -76,25 +76,28 @@ def engine_kwargs(*, device: str, dtype: str | None, seed: int, batching: str,
     return {"device": device, "dtype": dtype, "seed": seed, "batching": batching, **kw}
 
 
-def step_dicts(step_stats: Sequence[Any], batching: str) -> list[dict[str, Any]]:
+def step_dicts(step_stats: Sequence[Any]) -> list[dict[str, Any]]:
     """StepStats -> the step dicts of `perf.metrics`.
 
-    Static mode: a batch holds all its slots from the step it is admitted until its last member finishes, while
-    only the members scheduled in a step produce work; so `slots_held` is the batch's size and `num_running` counts
-    the scheduled members only (what `slot_waste` divides by).
+    Static batching (steps whose requests carry a batch id): a batch holds all its slots from the step it is
+    admitted until its last member finishes, while only the members scheduled in a step produce work; so
+    `slots_held` is the batch's size and `num_running` counts the scheduled members only (what `slot_waste`
+    divides by).
     """
+    batch_size: dict[int, set[str]] = {}
+    for s in step_stats:
+        for rid, b in s.batch_ids.items():
+            if b is not None:
+                batch_size.setdefault(b, set()).add(rid)
     out: list[dict[str, Any]] = []
-    batch: set[str] = set()
     for s in step_stats:
         d = {"time": s.time, "num_scheduled_tokens": s.num_scheduled_tokens, "num_running": s.num_running,
              "num_waiting": s.num_waiting, "num_prefill_tokens": s.num_prefill_tokens,
              "num_decode_tokens": s.num_decode_tokens, "kv_blocks_used": s.kv_blocks_used,
              "num_preempted": s.num_preempted, "slots_held": None}
-        if batching == "static":
-            present = set(s.scheduled_req_ids) | set(s.running_req_ids)
-            if present - batch:  # a new batch forms only once the previous one has wholly left
-                batch = present
-            d["slots_held"] = len(batch)
+        batches = {b for b in s.batch_ids.values() if b is not None}
+        if batches:
+            d["slots_held"] = sum(len(batch_size[b]) for b in batches)
             d["num_running"] = len(s.scheduled_req_ids)
         out.append(d)
     return out
@@ -149,5 +152,5 @@ def run_refengine(workload: Any, *, model: str, device: str, dtype: str | None, 
             progress(len(done))
     result.records = sorted(records, key=lambda r: int(r["request_id"]))
     result.duration = max(r["finish_time"] for r in records) - t0
-    result.steps = step_dicts(engine.step_stats, batching)
+    result.steps = step_dicts(engine.step_stats)
     return result

@@ -1,9 +1,9 @@
 """`cbbench timeline`: the seed's picture (§1) from a real run. For each batching mode, a Gantt chart of which request
 holds which slot at each engine step, prefill and decode shaded apart, with the mode's slot utilisation in the title.
 
-Slots are derived from the engine's step stats: a request takes the lowest free slot when it first appears in a
-step (scheduled or running) and keeps it until it finishes; in static mode a finished request's slot stays held
-(empty, hatched) until its whole batch has left, which is exactly the waste the seed draws.
+Slots are derived from the engine's StepStats alone: a request takes the lowest free slot when it first appears in a
+step (scheduled or running) and keeps it until it finishes; a request of a static batch (its `batch_ids` entry)
+keeps its slot, held empty (hatched) after it finishes, until its whole batch has left: the waste the seed draws.
 Utilisation = slot-steps doing work / (max_num_seqs x steps).
 """
 
@@ -28,22 +28,29 @@ class Cell:
     kind: str  # "prefill" | "decode" | "held" (static: finished, slot not yet free) | "idle" (admitted, not scheduled)
 
 
-def assign_slots(steps: Sequence[Any], batching: str, max_num_seqs: int) -> list[Cell]:
-    """Slot occupancy per step from StepStats (scheduled_req_ids, running_req_ids, num_prefill_tokens)."""
+def assign_slots(steps: Sequence[Any], max_num_seqs: int) -> list[Cell]:
+    """Slot occupancy per step, from StepStats alone (scheduled / running / prefill request ids, batch ids).
+
+    A request with a static batch id keeps its slot until a request of another batch appears (its whole batch has
+    left); one without frees its slot the step after it stops running."""
     slot_of: dict[str, int] = {}
+    batch_of: dict[str, int] = {}  # request -> static batch, for requests now holding a slot
     cells: list[Cell] = []
-    batch: set[str] = set()
     free = list(range(max_num_seqs))
     for i, s in enumerate(steps):
         present = set(s.scheduled_req_ids) | set(s.running_req_ids)
-        if batching == "static" and present - batch:
-            for rid in batch:  # the previous batch leaves as a whole
+        batch_ids = getattr(s, "batch_ids", None) or {}
+        new_batches = {batch_ids.get(r) for r in present} - {None} - set(batch_of.values())
+        if new_batches:  # a new static batch forms only once the previous one has wholly left
+            for rid in [r for r in slot_of if r in batch_of]:
                 free.append(slot_of.pop(rid))
-            batch = set(present)
+                del batch_of[rid]
         for rid in sorted(present - set(slot_of), key=_order):
             free.sort()
             slot_of[rid] = free.pop(0)
-        prefill = set(getattr(s, "prefill_req_ids", ()) or ())
+            if batch_ids.get(rid) is not None:
+                batch_of[rid] = batch_ids[rid]
+        prefill = set(s.prefill_req_ids)
         for rid, slot in slot_of.items():
             if rid in s.scheduled_req_ids:
                 kind = "prefill" if rid in prefill else "decode"
@@ -52,9 +59,8 @@ def assign_slots(steps: Sequence[Any], batching: str, max_num_seqs: int) -> list
             else:
                 kind = "held"
             cells.append(Cell(i, slot, rid, kind))
-        if batching != "static":  # finished requests free their slot for the next step
-            for rid in [r for r in slot_of if r not in s.running_req_ids]:
-                free.append(slot_of.pop(rid))
+        for rid in [r for r in slot_of if r not in s.running_req_ids and r not in batch_of]:
+            free.append(slot_of.pop(rid))  # finished outside a static batch: the slot is free for the next step
     return cells
 
 
@@ -68,29 +74,17 @@ def utilisation(cells: Sequence[Cell], num_steps: int, max_num_seqs: int) -> flo
 
 
 def run_mode(model: str, device: str, batching: str, prompts: Sequence[list[int]], output_lens: Sequence[int],
-             max_num_seqs: int, seed: int) -> tuple[list[Any], list[set[str]]]:
-    """Run the requests through one engine; returns its step stats and, per step, the requests that prefilled."""
+             max_num_seqs: int, seed: int) -> list[Any]:
+    """Run the requests through one engine; returns its StepStats."""
     from refengine import LLMEngine, SamplingParams
 
     engine = LLMEngine(model, device=device, seed=seed, batching=batching, max_num_seqs=max_num_seqs,
                        max_num_batched_tokens=64, num_gpu_blocks=256)
     for i, (p, n) in enumerate(zip(prompts, output_lens)):
         engine.add_request(str(i), p, SamplingParams(max_tokens=n, temperature=0.0, ignore_eos=True))
-    prefills: list[set[str]] = []
-    sched = engine.scheduler
-    orig = sched.schedule
-
-    def schedule_and_note():  # which scheduled requests are prefilling is known only inside the step
-        out = orig()
-        prefills.append({rid for rid, p in out.is_prefill.items() if p})
-        return out
-
-    sched.schedule = schedule_and_note
     while engine.has_unfinished_requests():
         engine.step()
-    for s, pf in zip(engine.step_stats, prefills):
-        s.prefill_req_ids = pf
-    return engine.step_stats, prefills
+    return engine.step_stats
 
 
 def run_timeline(out: str | Path, *, model: str = "tiny-qwen2", device: str = "cpu", num_requests: int = 12,
@@ -117,8 +111,8 @@ def run_timeline(out: str | Path, *, model: str = "tiny-qwen2", device: str = "c
     fig, axes = plt.subplots(len(modes), 1, figsize=(12, 1.0 + 0.55 * max_num_seqs * len(modes)), squeeze=False, sharex=True)
     util: dict[str, float] = {}
     for ax, mode in zip(axes[:, 0], modes):
-        stats, _ = run_mode(model, device, mode, prompts, olens, max_num_seqs, seed)
-        cells = assign_slots(stats, mode, max_num_seqs)
+        stats = run_mode(model, device, mode, prompts, olens, max_num_seqs, seed)
+        cells = assign_slots(stats, max_num_seqs)
         util[mode] = utilisation(cells, len(stats), max_num_seqs)
         for c in cells:
             color = cmap(int(c.request_id) % 20)

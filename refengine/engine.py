@@ -39,7 +39,8 @@ class EngineConfig:
 
 @dataclass
 class StepStats:
-    """What one step did; the perf suite turns these into utilisation figures."""
+    """What one step did; the perf suite turns these into utilisation figures and slot timelines, from these
+    fields alone (it never looks inside the scheduler)."""
 
     time: float
     num_scheduled_tokens: int
@@ -51,6 +52,11 @@ class StepStats:
     num_preempted: int
     scheduled_req_ids: list[str]
     running_req_ids: list[str]
+    # the scheduled requests whose tokens this step are prompt tokens (or recomputed ones after a preemption)
+    prefill_req_ids: list[str] = field(default_factory=list)
+    # static batching: the batch (1, 2, ...) of every scheduled or running request, which holds its slot until the
+    # whole batch has left; None in the other modes, where a finished request frees its slot at once
+    batch_ids: dict[str, int | None] = field(default_factory=dict)
 
 
 _ENGINE_KEYS = {f.name for f in fields(EngineConfig)} - {"scheduler"}
@@ -233,6 +239,8 @@ class LLMEngine:
 
     def _record(self, out) -> None:
         sched = self.scheduler
+        running = [r.request_id for r in sched.running]
+        batch = sched.static_batch_id if sched.config.batching == "static" else None
         self.step_stats.append(StepStats(
             time=time.monotonic(),
             num_scheduled_tokens=out.total_num_scheduled_tokens,
@@ -243,7 +251,9 @@ class LLMEngine:
             kv_blocks_used=sched.kv_cache_manager.block_pool.num_used_blocks,
             num_preempted=len(out.preempted_req_ids),
             scheduled_req_ids=list(out.num_scheduled_tokens),
-            running_req_ids=[r.request_id for r in sched.running],
+            running_req_ids=running,
+            prefill_req_ids=[rid for rid, prefill in out.is_prefill.items() if prefill],
+            batch_ids=dict.fromkeys([*out.num_scheduled_tokens, *running], batch),
         ))
 
     def _make_output(self, req: Request) -> RequestOutput:

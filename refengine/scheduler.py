@@ -56,6 +56,7 @@ class Scheduler:
         self.num_preemptions = 0
         self.num_swap_outs = 0  # preemptions that went to the host pool rather than recompute
         self.num_steps = 0
+        self.static_batch_id = 0  # static / none: the batch now running (1, 2, ...); the engine's StepStats report it
 
     # ---- requests -------------------------------------------------------------------------------------------
     def add_request(self, request: Request) -> None:
@@ -109,6 +110,7 @@ class Scheduler:
             self._schedule_sequence(out)
         else:  # static / none: a new batch forms only once the previous one has wholly finished
             if not self.running:
+                self.static_batch_id += 1
                 self._schedule_waiting(out, admit_without_budget=True)
             else:
                 self._schedule_running(out)
