@@ -33,7 +33,7 @@ BIN="$VENV/bin"
 
 if [[ "${SKIP_TESTS:-0}" != 1 ]]; then
   echo "== conformance"
-  "$BIN/python" -m pytest conformance/ -q -m "not gpu and not slow" ${PYTEST_ARGS:-}
+  "$BIN/python" -m pytest conformance/ perf/tests/ -q -m "not gpu and not slow" ${PYTEST_ARGS:-}
 fi
 
 echo "== perf (small CPU run)"

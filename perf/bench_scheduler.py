@@ -1,7 +1,7 @@
 """The scheduler's own cost (seed §9: far below a forward step, < 1 ms): one full step = `schedule()` +
 `update_from_output()` with N requests already running and decoding, model-free.
 
-Shared by `perf/test_bench_scheduler.py` (pytest-benchmark) and `cbbench bench-scheduler` (plain timing).
+Shared by `perf/tests/test_bench_scheduler.py` (pytest-benchmark) and `cbbench bench-scheduler` (plain timing).
 The KV pool is sized so no request is ever preempted during the timed steps, and prefix caching stays on (the
 default), so a step also pays for hashing each block that fills.
 """

@@ -15,6 +15,7 @@ from typing import Annotated, Any, Callable, Optional
 import typer
 from rich.console import Console
 
+from .knobs import engine_knob_options, knob
 from .perf_cmd import CPU_DEFAULTS, PerfOptions, run_perf
 
 # typer >= 0.2x vendors click; its exceptions live beside the public BadParameter either way
@@ -68,6 +69,9 @@ Opt = typer.Option
 
 @app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": False})
 @one_line_errors("perf")
+@engine_knob_options(sweep=True, exclude=("batching",), help={
+    "max_num_seqs": f"most requests in a batch; also the HF static batch size and hf-cb's in-flight cap "
+                    f"(CPU default {CPU_DEFAULTS['max_num_seqs']})"})
 def perf(
     ctx: typer.Context,
     workload: Annotated[str, Opt(help="sharegpt | fixed | random | lognormal | prefix")] = "sharegpt",
@@ -84,18 +88,6 @@ def perf(
     request_rate: Annotated[float, Opt(help="requests/s; inf = all at t0 (offline)")] = float("inf"),
     burstiness: Annotated[float, Opt(help="gamma shape of inter-arrival times; 1 = Poisson")] = 1.0,
     batching: Annotated[str, Opt(help="comma list of continuous,sequence,static,none")] = "continuous,sequence,static,none",
-    max_num_batched_tokens: Annotated[Optional[str], Opt(help="comma list to sweep")] = None,
-    max_num_seqs: Annotated[Optional[str], Opt(help=f"comma list; HF static batch size and hf-cb's in-flight cap "
-                                                    f"(CPU default {CPU_DEFAULTS['max_num_seqs']})")] = None,
-    block_size: Annotated[Optional[str], Opt(help="comma list")] = None,
-    num_gpu_blocks: Annotated[Optional[str], Opt(help="comma list (KV blocks on the device)")] = None,
-    num_cpu_blocks: Annotated[Optional[str], Opt(help="comma list (host blocks for swap)")] = None,
-    enable_chunked_prefill: Annotated[Optional[bool], Opt("--enable-chunked-prefill/--no-enable-chunked-prefill")] = None,
-    long_prefill_token_threshold: Annotated[Optional[str], Opt(help="comma list")] = None,
-    enable_prefix_caching: Annotated[Optional[bool], Opt("--enable-prefix-caching/--no-enable-prefix-caching")] = None,
-    preemption_mode: Annotated[Optional[str], Opt(help="comma list of recompute,swap")] = None,
-    policy: Annotated[Optional[str], Opt(help="comma list of fcfs,priority")] = None,
-    attention_backend: Annotated[Optional[str], Opt(help="comma list (torch, triton)")] = None,
     repeats: Annotated[int, Opt(help="runs per configuration; the table shows the median")] = 1,
     warmup: Annotated[int, Opt(help="short synthetic requests of staggered lengths run first, not measured")] = 8,
     peers: Annotated[str, Opt(help="comma list of hf-static,hf-cb, or none")] = "hf-static,hf-cb",
@@ -106,6 +98,7 @@ def perf(
     cpu_threads: Annotated[Optional[int], Opt(help="torch threads on CPU (default 1: stable on shared CPUs; "
                                                    "0 = torch's default)")] = None,
     quiet: Annotated[bool, Opt(help="no progress bar")] = False,
+    knobs: Optional[dict] = None,
 ) -> None:
     """Replay a workload through every batching mode (and the peers); print the table, write CSV + JSON."""
     goodput, workload_param = list(goodput or []), list(workload_param or [])
@@ -122,12 +115,7 @@ def perf(
         request_rate=request_rate, burstiness=burstiness, batching=batching, repeats=repeats, warmup=warmup,
         peers=peers, metric_percentiles=metric_percentiles, goodput=goodput, result_dir=result_dir,
         workload_params=workload_param, cpu_threads=cpu_threads, quiet=quiet,
-        knobs={"max_num_batched_tokens": max_num_batched_tokens, "max_num_seqs": max_num_seqs,
-               "block_size": block_size, "num_gpu_blocks": num_gpu_blocks, "num_cpu_blocks": num_cpu_blocks,
-               "enable_chunked_prefill": enable_chunked_prefill,
-               "long_prefill_token_threshold": long_prefill_token_threshold,
-               "enable_prefix_caching": enable_prefix_caching, "preemption_mode": preemption_mode,
-               "policy": policy, "attention_backend": attention_backend},
+        knobs=dict(knobs or {}),
     )
     run_perf(opts, Console(width=max(170, Console().width)))  # the table is wide; CI logs have no terminal
 
@@ -146,7 +134,7 @@ def timeline(
     """The seed's picture from a real run: which request holds which slot at each step, per batching mode."""
     from .timeline import run_timeline
 
-    modes = _choices("batching", batching, ("continuous", "sequence", "static", "none"))
+    modes = knob("batching").parse_list(batching)
     path, util = run_timeline(out, model=model, device=device, num_requests=num_requests,
                               max_num_seqs=max_num_seqs, seed=seed, modes=modes)
     Console().print(f"wrote {path}  (slot utilisation: " + ", ".join(f"{m} {u:.0%}" for m, u in util.items()) + ")")
@@ -245,14 +233,6 @@ def _ints(name: str, text: str) -> list[int]:
         return [int(x) for x in text.split(",") if x.strip()]
     except ValueError:
         raise CliError(f"{name}: expected a comma list of integers, got {text!r}") from None
-
-
-def _choices(name: str, text: str, allowed: tuple[str, ...]) -> list[str]:
-    vals = [x.strip() for x in text.split(",") if x.strip()]
-    bad = [v for v in vals if v not in allowed]
-    if bad or not vals:
-        raise CliError(f"{name}: unknown value {bad[0] if bad else text!r}; expected a comma list of {', '.join(allowed)}")
-    return vals
 
 
 def main() -> None:  # pragma: no cover

@@ -15,20 +15,18 @@ from pathlib import Path
 from typing import Any
 
 from rich.console import Console
+
+from refengine.config import BATCHING_MODES
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from .runner import SWEEP_KNOBS, RunResult, run_refengine
+from .knobs import knob, parse_knobs as _parse_knob_lists, validate_knobs
+from .runner import RunResult, run_refengine
 
-BATCHING_MODES = ("continuous", "sequence", "static", "none")
 PEERS = ("hf-static", "hf-cb")
 # CPU-sized defaults: the default run (4 modes + 2 peers, tiny-qwen2, 1 torch thread) takes about two minutes on a
 # shared 2-core CPU. max_num_seqs must stay well below num_prompts, or static batching is one batch and shows no cost.
 CPU_DEFAULTS = {"num_prompts": 16, "max_num_seqs": 4, "max_prompt_len": 256, "max_output_len": 64}
 GPU_NUM_PROMPTS = 500
-INT_KNOBS = ("max_num_batched_tokens", "max_num_seqs", "block_size", "num_gpu_blocks", "num_cpu_blocks",
-             "long_prefill_token_threshold")
-STR_KNOBS = {"preemption_mode": ("recompute", "swap"), "policy": ("fcfs", "priority"),
-             "attention_backend": ("torch", "triton")}
 
 
 @dataclass
@@ -66,24 +64,7 @@ def _split(name: str, text: str) -> list[str]:
 
 def parse_knobs(raw: dict[str, Any], on_cpu: bool) -> list[dict[str, Any]]:
     """Comma lists -> the cartesian product of knob sets (knobs left None take the engine's defaults)."""
-    lists: dict[str, list[Any]] = {}
-    for k, v in raw.items():
-        if v is None:
-            continue
-        if k in INT_KNOBS:
-            try:
-                lists[k] = [int(x) for x in _split(k, v)]
-            except ValueError:
-                raise ValueError(f"{k}: expected a comma list of integers, got {v!r}") from None
-        elif k in STR_KNOBS:
-            lists[k] = _split(k, v)
-            bad = [x for x in lists[k] if x not in STR_KNOBS[k]]
-            if bad:
-                raise ValueError(f"{k} must be one of {STR_KNOBS[k]}, got {bad[0]!r}")
-        elif k in SWEEP_KNOBS:
-            lists[k] = [v]
-        else:
-            raise ValueError(f"unknown knob {k!r}")
+    lists = _parse_knob_lists(raw)
     if on_cpu and "max_num_seqs" not in lists:
         lists["max_num_seqs"] = [CPU_DEFAULTS["max_num_seqs"]]
     names = list(lists)
@@ -136,10 +117,9 @@ def build_workload(o: PerfOptions, on_cpu: bool):
 
 
 def validate_configs(modes: list[str], knob_sets: list[dict[str, Any]]) -> None:
-    from refengine.config import SchedulerConfig
-
+    """Every configuration of the sweep, before anything runs."""
     for mode, ks in itertools.product(modes, knob_sets):
-        SchedulerConfig(batching=mode, **{k: v for k, v in ks.items() if k in SchedulerConfig.__dataclass_fields__})
+        validate_knobs(ks, batching=mode)
 
 
 def knob_label(knobs: dict[str, Any], varying: set[str]) -> str:
@@ -154,10 +134,7 @@ def run_perf(o: PerfOptions, console: Console) -> list[dict[str, Any]]:
     from .results import environment_info, make_row, write_csv, write_run_json
 
     on_cpu = o.device == "cpu"
-    modes = _split("batching", o.batching)
-    bad = [m for m in modes if m not in BATCHING_MODES]
-    if bad:
-        raise ValueError(f"batching: unknown mode {bad[0]!r}; expected a comma list of {', '.join(BATCHING_MODES)}")
+    modes = knob("batching").parse_list(o.batching)
     peers = [] if o.peers.strip().lower() == "none" else _split("peers", o.peers)
     bad = [p for p in peers if p not in PEERS]
     if bad:

@@ -22,17 +22,15 @@ from typing import Any
 
 import numpy as np
 
-from refengine.config import SCHEDULER_FIELDS
+from .knobs import engine_knobs, knob_names
 
 # Synthetic warm-up prompts: short, and drawn far from the workloads' token ids so they never seed the prefix cache
 WARMUP_PROMPT_LEN = 16
 WARMUP_OUTPUT_LEN = 4
 _WARMUP_TOKEN_RANGE = (50_000, 60_000)
 
-# knobs that go to LLMEngine beside the SchedulerConfig fields
-ENGINE_KNOBS = ("attention_backend",)
-SWEEP_KNOBS = tuple(k for k in SCHEDULER_FIELDS if k not in ("batching", "max_model_len", "priority_preemption")) \
-    + ENGINE_KNOBS
+# the knobs a configuration may set (batching is a run's own column); generated from the config fields
+SWEEP_KNOBS = knob_names(exclude=("batching",))
 
 ProgressFn = Callable[[int], None]  # called with the number of requests that finished since the last call
 
@@ -118,7 +116,8 @@ def run_refengine(workload: Any, *, model: str, device: str, dtype: str | None, 
     sc = engine.scheduler.config
     result = RunResult("refengine", batching, dict(knobs), max_num_seqs=sc.max_num_seqs,
                        max_num_batched_tokens=sc.max_num_batched_tokens, num_gpu_blocks=sc.num_gpu_blocks)
-    result.knobs.update({k: getattr(sc, k) for k in SCHEDULER_FIELDS if k in SWEEP_KNOBS})
+    result.knobs.update({k.name: getattr(sc, k.name) for k in engine_knobs()
+                         if k.source == "SchedulerConfig" and k.name in SWEEP_KNOBS})
     result.knobs["attention_backend"] = engine.attention_backend
 
     def params(n: int) -> SamplingParams:

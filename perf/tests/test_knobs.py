@@ -1,0 +1,69 @@
+"""The engine-knob options are generated from SchedulerConfig / EngineConfig: every settable field is an option of
+`cbbench perf` with the config's type and choices, and the values reach the run as a knob dict."""
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+from typer.testing import CliRunner
+
+from cbbench.perf import cli
+from cbbench.perf.knobs import engine_knobs, knob, parse_knobs, validate_knobs
+from refengine.config import BATCHING_MODES, POLICIES, PREEMPTION_MODES, SchedulerConfig
+from refengine.engine import EngineConfig
+
+NOT_KNOBS = {"model", "device", "dtype", "seed", "scheduler"}   # the command's own options / plumbing
+
+
+def test_every_config_field_is_a_knob():
+    names = {k.name for k in engine_knobs()}
+    expected = ({f.name for f in dataclasses.fields(SchedulerConfig)} - {"max_model_len"}) \
+        | ({f.name for f in dataclasses.fields(EngineConfig)} - NOT_KNOBS)
+    assert names == expected
+    assert knob("policy").choices == POLICIES and knob("preemption_mode").choices == PREEMPTION_MODES
+    assert knob("batching").choices == BATCHING_MODES
+    assert knob("max_num_seqs").type is int and knob("enable_prefix_caching").type is bool
+    assert knob("max_num_seqs").default == SchedulerConfig.max_num_seqs
+
+
+def test_perf_help_lists_every_knob_except_batching():
+    res = CliRunner().invoke(cli.app, ["perf", "--help"], env={"COLUMNS": "300"})
+    assert res.exit_code == 0
+    for k in engine_knobs():
+        assert k.flag in res.output, k.name
+        if k.type is bool:
+            assert f"--no-{k.flag[2:]}" in res.output
+    assert res.output.count("--batching ") == 1  # its own option (all four modes by default), not a second one
+
+
+def test_knob_values_reach_the_run(monkeypatch, tmp_path):
+    seen = {}
+    monkeypatch.setattr(cli, "run_perf", lambda opts, console: seen.setdefault("opts", opts))
+    res = CliRunner().invoke(cli.app, ["perf", "--max-num-batched-tokens", "256,512", "--no-enable-prefix-caching",
+                                       "--policy", "priority", "--result-dir", str(tmp_path)])
+    assert res.exit_code == 0, res.output
+    knobs = seen["opts"].knobs
+    assert knobs["max_num_batched_tokens"] == "256,512" and knobs["enable_prefix_caching"] is False
+    assert knobs["policy"] == "priority" and knobs["block_size"] is None
+    assert parse_knobs(knobs) == {"max_num_batched_tokens": [256, 512], "enable_prefix_caching": [False],
+                                  "policy": ["priority"]}
+
+
+@pytest.mark.parametrize("name, text, needle", [
+    ("max_num_seqs", "4,x", "max_num_seqs: expected a comma list of integers"),
+    ("policy", "fcfs,lifo", "policy must be one of"),
+    ("attention_backend", "cuda", "attention_backend must be one of"),
+    ("kv_cache_memory_gb", "nan", "kv_cache_memory_gb: expected a comma list of numbers"),
+    ("block_size", ",", "block_size: empty list"),
+])
+def test_bad_knob_text_names_the_knob(name, text, needle):
+    with pytest.raises(ValueError, match=needle):
+        parse_knobs({name: text})
+
+
+def test_validate_knobs_uses_the_configs_own_checks():
+    validate_knobs({"max_num_seqs": 4, "attention_backend": "torch"}, batching="static")
+    with pytest.raises(ValueError, match="max_num_seqs"):
+        validate_knobs({"max_num_seqs": 0})
+    with pytest.raises(ValueError, match="priority_preemption"):
+        validate_knobs({"priority_preemption": True, "policy": "fcfs"})
