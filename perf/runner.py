@@ -71,7 +71,8 @@ def engine_kwargs(*, device: str, dtype: str | None, seed: int, batching: str,
                   knobs: Mapping[str, Any]) -> dict[str, Any]:
     """LLMEngine keyword arguments for one configuration (None knobs are left to the engine's defaults)."""
     kw = {k: v for k, v in knobs.items() if v is not None}
-    return {"device": device, "dtype": dtype, "seed": seed, "batching": batching, **kw}
+    # stats_log_size=None: keep every step's stats (the engine keeps only the newest by default)
+    return {"device": device, "dtype": dtype, "seed": seed, "batching": batching, "stats_log_size": None, **kw}
 
 
 def step_dicts(step_stats: Sequence[Any]) -> list[dict[str, Any]]:

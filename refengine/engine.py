@@ -5,7 +5,9 @@ incremental outputs (the tokens new since the last step) with per-request timest
 """
 from __future__ import annotations
 
+import collections
 import functools
+import logging
 import time
 from dataclasses import dataclass, field, fields
 
@@ -21,6 +23,8 @@ from refengine.request import Request, RequestStatus
 from refengine.sampling_params import SamplingParams
 from refengine.scheduler import Scheduler
 
+logger = logging.getLogger(__name__)
+
 _DEFAULT_CPU_KV_GB = 1.0  # the CPU cache is allocated up front; 1 GiB holds 262k tokens of tiny-qwen2
 _GPU_MEMORY_UTILIZATION = 0.9
 
@@ -34,6 +38,9 @@ class EngineConfig:
     attention_backend: str | None = None  # torch on CPU, triton on CUDA
     max_model_len: int | None = None  # default: the model's max_position_embeddings
     kv_cache_memory_gb: float | None = None  # sizes num_gpu_blocks when that is not given
+    # step_stats and finished_requests keep only the newest stats_log_size entries (0: none; None: all, as the perf
+    # suite asks), so that a long-lived engine does not grow without bound
+    stats_log_size: int | None = 10_000
     scheduler: dict = field(default_factory=dict)  # SchedulerConfig fields
 
 
@@ -96,6 +103,9 @@ class LLMEngine:
         eng_kw = {k: v for k, v in kwargs.items() if k in _ENGINE_KEYS}
         self.config = EngineConfig(model=model, scheduler=sched_kw, **eng_kw)
         cfg = self.config
+        if cfg.stats_log_size is not None and (not isinstance(cfg.stats_log_size, int)
+                                               or isinstance(cfg.stats_log_size, bool) or cfg.stats_log_size < 0):
+            raise ValueError(f"stats_log_size must be an integer >= 0 or None, got {cfg.stats_log_size!r}")
         self.device = torch.device(cfg.device)
         dtype = resolve_dtype(cfg.dtype, self.device)
         self.dtype = dtype
@@ -123,8 +133,9 @@ class LLMEngine:
         self._prompts: dict[str, str | None] = {}
         self._sent: dict[str, int] = {}  # output tokens already returned per request
         self._pending: list[RequestOutput] = []  # outputs of requests aborted between steps
-        self.step_stats: list[StepStats] = []
-        self.finished_requests: list[Request] = []  # kept for metrics; cleared by the caller
+        # the newest stats_log_size steps and finished requests, for metrics; the caller may clear them
+        self.step_stats: collections.deque[StepStats] = collections.deque(maxlen=cfg.stats_log_size)
+        self.finished_requests: collections.deque[Request] = collections.deque(maxlen=cfg.stats_log_size)
 
     def _default_num_blocks(self, block_size: int) -> int:
         per_block = _kv_bytes_per_block(self.model_config, block_size, self.dtype)
@@ -216,26 +227,65 @@ class LLMEngine:
 
     # ---- step -----------------------------------------------------------------------------------------------
     def step(self) -> list[RequestOutput]:
+        """One iteration. It never raises for a request's sake: a failure tied to one request (its stop check,
+        detokenisation, output) finishes that request alone with finish_reason "abort" and `error` set; a failure
+        of the batched forward + sampling aborts the requests of this step the same way; the engine goes on."""
         outputs, self._pending = self._pending, []
         if not self.scheduler.has_unfinished_requests():
             return outputs
         sched = self.scheduler
         out = sched.schedule()
-        sampled = self.model_runner.execute_model(out, sched.kv_cache_manager)
-        finished = {r.request_id for r in sched.update_from_output(out, sampled)}
+        try:
+            sampled = self.model_runner.execute_model(out, sched.kv_cache_manager)
+            finished = {r.request_id for r in sched.update_from_output(out, sampled)}
+        except Exception as exc:  # noqa: BLE001 (whatever failed, the other requests must not be lost)
+            self._record(out)
+            return outputs + self._abort_step(out, exc)
         self._record(out)
         for rid in sampled:
             req = self._detok[rid].request
-            stop = self._detok[rid].update()
-            if stop is not None:
-                req.stop_reason = stop
-                if rid in finished:
-                    req.status = RequestStatus.FINISHED_STOPPED
-                else:
-                    sched.finish_requests([rid], RequestStatus.FINISHED_STOPPED)
-                    finished.add(rid)
-            outputs.append(self._make_output(req))
+            try:
+                outputs.append(self._process_output(req, rid in finished))
+            except Exception as exc:  # noqa: BLE001
+                outputs.append(self._fail_request(req, exc))
         return outputs
+
+    def _process_output(self, req: Request, finished: bool) -> RequestOutput:
+        """Stop strings (the detokenizer sees the text), then the incremental output."""
+        rid = req.request_id
+        if req.error is not None:  # its stop check failed and the scheduler aborted it
+            logger.error("request %r aborted: %s", rid, req.error)
+            return self._make_output(req)
+        stop = self._detok[rid].update()
+        if stop is not None:
+            req.stop_reason = stop
+            if finished:
+                req.status = RequestStatus.FINISHED_STOPPED
+            else:
+                self.scheduler.finish_requests([rid], RequestStatus.FINISHED_STOPPED)
+        return self._make_output(req)
+
+    def _fail_request(self, req: Request, exc: BaseException, what: str = "request") -> RequestOutput:
+        """Finish `req` alone as aborted, with the error on its output; its KV blocks go back to the pool."""
+        logger.error("%s %r failed; aborting it", what, req.request_id, exc_info=exc)
+        req.error = req.error or f"{what} failed: {type(exc).__name__}: {exc}"
+        if req.is_finished():  # (already finished by this step's stop check: its blocks are freed)
+            req.status = RequestStatus.FINISHED_ABORTED
+        else:
+            self.scheduler.finish_requests([req.request_id], RequestStatus.FINISHED_ABORTED)
+        try:
+            return self._make_output(req)
+        except Exception:  # noqa: BLE001 (the detokenizer itself may be what failed: report the tokens without text)
+            return self._make_output(req, text="")
+
+    def _abort_step(self, out, exc: BaseException) -> list[RequestOutput]:
+        """The forward or the batched sampling failed: no request of this step can be trusted to have its KV and
+        its token, so each one is aborted with the error (and a swap-preempted one, whose copy may not have run).
+        Requests that were not in the step keep running; the next schedule() tells the runner who left."""
+        logger.error("step failed; aborting its %d request(s)", len(out.num_scheduled_tokens), exc_info=exc)
+        ids = list(out.num_scheduled_tokens) + (out.preempted_req_ids if out.blocks_to_swap_out else [])
+        reqs = [self.scheduler.requests[rid] for rid in dict.fromkeys(ids) if rid in self.scheduler.requests]
+        return [self._fail_request(req, exc, "step") for req in reqs]
 
     def _record(self, out) -> None:
         sched = self.scheduler
@@ -256,14 +306,15 @@ class LLMEngine:
             batch_ids=dict.fromkeys([*out.num_scheduled_tokens, *running], batch),
         ))
 
-    def _make_output(self, req: Request) -> RequestOutput:
+    def _make_output(self, req: Request, text: str | None = None) -> RequestOutput:
         rid = req.request_id
         sent = self._sent.get(rid, 0)
         new_ids = req.output_token_ids[sent:]
-        self._sent[rid] = req.num_output_tokens
         finished = req.is_finished()
-        text = self._detok[rid].take_delta(finished)
-        completion = CompletionOutput(0, text, new_ids, req.get_finished_reason(), req.stop_reason)
+        if text is None:
+            text = self._detok[rid].take_delta(finished)
+        self._sent[rid] = req.num_output_tokens
+        completion = CompletionOutput(0, text, new_ids, req.get_finished_reason(), req.stop_reason, req.error)
         output = RequestOutput(rid, self._prompts.get(rid), req.prompt_token_ids, [completion], finished)
         if finished:
             output.metrics = request_metrics(req)
@@ -288,4 +339,5 @@ def request_metrics(req: Request) -> dict:
         "num_recomputed_tokens": req.num_recomputed_tokens,
         "num_cached_tokens": max(req.num_cached_tokens, 0),
         "finish_reason": req.get_finished_reason(),
+        "error": req.error,
     }

@@ -49,6 +49,6 @@ class LLM:
                 whole = prev.outputs[0]
                 whole.text += delta.text
                 whole.token_ids.extend(delta.token_ids)
-                whole.finish_reason, whole.stop_reason = delta.finish_reason, delta.stop_reason
+                whole.finish_reason, whole.stop_reason, whole.error = delta.finish_reason, delta.stop_reason, delta.error
                 prev.finished, prev.metrics = out.finished, out.metrics
         return [merged[rid] for rid in ids]

@@ -11,6 +11,8 @@ class CompletionOutput:
     token_ids: list[int]
     finish_reason: str | None = None  # "stop" | "length" | "abort"
     stop_reason: int | str | None = None  # the stop token id or stop string that ended it
+    # why the engine aborted this request when a failure was its own (finish_reason "abort"); None otherwise
+    error: str | None = None
 
     def finished(self) -> bool:
         return self.finish_reason is not None

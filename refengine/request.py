@@ -67,6 +67,7 @@ class Request:
         self.num_lost_tokens = 0  # computed tokens whose KV the last recompute preemption dropped
         self.num_cached_tokens = -1  # prefix-cache hit at first admission (-1: not admitted yet)
         self.stop_reason: int | str | None = None
+        self.error: str | None = None  # set when the engine aborts the request because handling it failed
         # timestamps (time.monotonic()) for TTFT / TPOT / ITL
         self.first_scheduled_time: float | None = None
         self.first_token_time: float | None = None

@@ -1,0 +1,181 @@
+"""A failure while handling one request finishes only that request ("abort" + `error`); a failed forward aborts the
+requests of that step; in every case the others finish with the tokens they would have had, the KV blocks all come
+back, and the engine goes on serving. Failures are injected with monkeypatch."""
+from __future__ import annotations
+
+import pytest
+
+from conformance.engine_helpers import greedy, make_prompts
+from refengine import LLMEngine
+from refengine.detokenizer import IncrementalDetokenizer
+from refengine.scheduler import Scheduler
+
+NUM_BLOCKS = 64
+BLOCK = 16
+PROMPT_LENS = (5, 17, 9, 30)
+MAX_TOKENS = (6, 9, 7, 8)
+VICTIM = "r1"
+
+
+def _engine() -> LLMEngine:
+    return LLMEngine("tiny-qwen2", num_gpu_blocks=NUM_BLOCKS, block_size=BLOCK, max_model_len=256)
+
+
+def _run(engine: LLMEngine, prompts) -> dict[str, tuple[list[int], str, str | None]]:
+    """Add every prompt as r0.., step to the end; request id -> (token ids, finish_reason, error)."""
+    for i, p in enumerate(prompts):
+        engine.add_request(f"r{i}", p, greedy(MAX_TOKENS[i], ignore_eos=True))
+    got: dict[str, list[int]] = {}
+    done: dict[str, tuple[list[int], str, str | None]] = {}
+    while engine.has_unfinished_requests():
+        for out in engine.step():
+            c = out.outputs[0]
+            got.setdefault(out.request_id, []).extend(c.token_ids)
+            if out.finished:
+                assert out.request_id not in done, "a request finished twice"
+                done[out.request_id] = (got[out.request_id], c.finish_reason, c.error)
+    return done
+
+
+@pytest.fixture(scope="module")
+def prompts():
+    return make_prompts(PROMPT_LENS, seed=3)
+
+
+@pytest.fixture(scope="module")
+def clean(prompts):
+    done = _run(_engine(), prompts)
+    assert all(reason == "length" and err is None for _, reason, err in done.values())
+    return done
+
+
+def _check_others_unharmed(engine, done, clean, victims):
+    assert set(done) == set(clean)
+    for rid, (tokens, reason, err) in done.items():
+        if rid in victims:
+            assert reason == "abort" and err, (rid, reason, err)
+        else:
+            assert (tokens, reason, err) == clean[rid], rid
+    assert engine.scheduler.num_free_blocks == NUM_BLOCKS
+    assert not engine.scheduler.requests
+    engine.scheduler.check_invariants()
+
+
+def _serves_again(engine, prompts, clean):
+    """The same engine still gives a fresh request the tokens a clean engine gave it."""
+    engine.add_request("again", prompts[0], greedy(MAX_TOKENS[0], ignore_eos=True))
+    tokens = []
+    while engine.has_unfinished_requests():
+        for out in engine.step():
+            tokens += out.outputs[0].token_ids
+            if out.finished:
+                assert out.outputs[0].finish_reason == "length" and out.outputs[0].error is None
+    assert tokens == clean["r0"][0]
+    assert engine.scheduler.num_free_blocks == NUM_BLOCKS
+
+
+def test_detokenizer_failure_aborts_only_its_request(prompts, clean, monkeypatch):
+    real = IncrementalDetokenizer.update
+    calls = {"n": 0}
+
+    def update(self):
+        if self.request.request_id == VICTIM:
+            calls["n"] += 1
+            if calls["n"] == 3:
+                raise RuntimeError("injected detokenizer failure")
+        return real(self)
+
+    monkeypatch.setattr(IncrementalDetokenizer, "update", update)
+    engine = _engine()
+    done = _run(engine, prompts)
+    _check_others_unharmed(engine, done, clean, {VICTIM})
+    tokens, _, err = done[VICTIM]
+    assert "injected detokenizer failure" in err
+    assert tokens == clean[VICTIM][0][:3]  # the tokens it had when it failed, and none after
+    monkeypatch.setattr(IncrementalDetokenizer, "update", real)
+    _serves_again(engine, prompts, clean)
+
+
+def test_stop_check_failure_aborts_only_its_request(prompts, clean, monkeypatch):
+    real = Scheduler._check_stop
+
+    def check(self, req):
+        if req.request_id == VICTIM and req.num_output_tokens == 2:
+            raise KeyError("injected stop-check failure")
+        return real(self, req)
+
+    monkeypatch.setattr(Scheduler, "_check_stop", check)
+    engine = _engine()
+    done = _run(engine, prompts)
+    _check_others_unharmed(engine, done, clean, {VICTIM})
+    assert "injected stop-check failure" in done[VICTIM][2]
+    assert done[VICTIM][0] == clean[VICTIM][0][:2]
+    monkeypatch.setattr(Scheduler, "_check_stop", real)
+    _serves_again(engine, prompts, clean)
+
+
+@pytest.mark.parametrize("when", ["before", "after"])
+def test_failed_forward_aborts_the_step_and_the_engine_goes_on(prompts, clean, monkeypatch, when):
+    """`before`: the runner raises before touching anything; `after`: the whole forward and sampling ran (KV written,
+    rows updated) and then something raised. Requests not in the failed step are unharmed."""
+    engine = _engine()
+    runner = engine.model_runner
+    real = runner.execute_model
+    state = {"step": 0, "victims": set()}
+
+    def execute_model(out, kv):
+        state["step"] += 1
+        if state["step"] == 3:
+            state["victims"] = set(out.num_scheduled_tokens)
+            if when == "after":
+                real(out, kv)
+            raise RuntimeError("injected forward failure")
+        return real(out, kv)
+
+    monkeypatch.setattr(runner, "execute_model", execute_model)
+    # r0 and r1 run first; r2 and r3 are added after the failure, so they must be untouched by it
+    for i in (0, 1):
+        engine.add_request(f"r{i}", prompts[i], greedy(MAX_TOKENS[i], ignore_eos=True))
+    got: dict[str, list[int]] = {}
+    done: dict[str, tuple[list[int], str, str | None]] = {}
+    step = 0
+    while engine.has_unfinished_requests() or step < 4:
+        step += 1
+        if step == 4:
+            for i in (2, 3):
+                engine.add_request(f"r{i}", prompts[i], greedy(MAX_TOKENS[i], ignore_eos=True))
+        for out in engine.step():
+            c = out.outputs[0]
+            got.setdefault(out.request_id, []).extend(c.token_ids)
+            if out.finished:
+                done[out.request_id] = (got[out.request_id], c.finish_reason, c.error)
+    assert state["victims"] == {"r0", "r1"}
+    for rid in state["victims"]:
+        assert "injected forward failure" in done[rid][2]
+    _check_others_unharmed(engine, done, clean, state["victims"])
+    _serves_again(engine, prompts, clean)
+
+
+def _steps(engine) -> list[tuple]:
+    return [(s.num_scheduled_tokens, s.num_running, s.scheduled_req_ids) for s in engine.step_stats]
+
+
+def test_stats_are_bounded_by_stats_log_size(prompts):
+    def run(size):
+        engine = LLMEngine("tiny-qwen2", num_gpu_blocks=NUM_BLOCKS, block_size=BLOCK, max_model_len=256,
+                           stats_log_size=size)
+        assert len(_run(engine, prompts)) == len(prompts)
+        return engine
+
+    keep_all, bounded, off = run(None), run(3), run(0)
+    assert len(keep_all.step_stats) == keep_all.scheduler.num_steps > 3
+    assert len(keep_all.finished_requests) == len(prompts)
+    assert _steps(bounded) == _steps(keep_all)[-3:]  # the newest are the ones kept
+    assert [r.request_id for r in bounded.finished_requests] == [r.request_id for r in keep_all.finished_requests][-3:]
+    assert len(off.step_stats) == len(off.finished_requests) == 0
+
+
+@pytest.mark.parametrize("size", [-1, 1.5, "10", True])
+def test_bad_stats_log_size(size):
+    with pytest.raises(ValueError, match="stats_log_size"):
+        LLMEngine("tiny-qwen2", num_gpu_blocks=NUM_BLOCKS, stats_log_size=size)
