@@ -23,7 +23,8 @@ import typer
 
 # Fields that are not engine knobs of a command: the model and device are the command's own options, and
 # `scheduler` / SchedulerConfig.max_model_len are plumbing (the engine fills max_model_len from EngineConfig).
-_NOT_KNOBS = {"model", "device", "dtype", "seed", "scheduler"}
+# stats_log_size is the runner's business: perf keeps every step's stats.
+_NOT_KNOBS = {"model", "device", "dtype", "seed", "scheduler", "stats_log_size"}
 _SCHEDULER_PLUMBING = {"max_model_len"}
 
 _HELP = {

@@ -43,6 +43,11 @@ class EngineConfig:
     stats_log_size: int | None = 10_000
     scheduler: dict = field(default_factory=dict)  # SchedulerConfig fields
 
+    def __post_init__(self) -> None:
+        if self.stats_log_size is not None and (not isinstance(self.stats_log_size, int)
+                                                or isinstance(self.stats_log_size, bool) or self.stats_log_size < 0):
+            raise ValueError(f"stats_log_size must be an integer >= 0 or None, got {self.stats_log_size!r}")
+
 
 @dataclass
 class StepStats:
@@ -103,9 +108,6 @@ class LLMEngine:
         eng_kw = {k: v for k, v in kwargs.items() if k in _ENGINE_KEYS}
         self.config = EngineConfig(model=model, scheduler=sched_kw, **eng_kw)
         cfg = self.config
-        if cfg.stats_log_size is not None and (not isinstance(cfg.stats_log_size, int)
-                                               or isinstance(cfg.stats_log_size, bool) or cfg.stats_log_size < 0):
-            raise ValueError(f"stats_log_size must be an integer >= 0 or None, got {cfg.stats_log_size!r}")
         self.device = torch.device(cfg.device)
         dtype = resolve_dtype(cfg.dtype, self.device)
         self.dtype = dtype

@@ -12,7 +12,7 @@ from cbbench.perf.knobs import engine_knobs, knob, parse_knobs, validate_knobs
 from refengine.config import BATCHING_MODES, POLICIES, PREEMPTION_MODES, SchedulerConfig
 from refengine.engine import EngineConfig
 
-NOT_KNOBS = {"model", "device", "dtype", "seed", "scheduler"}   # the command's own options / plumbing
+NOT_KNOBS = {"model", "device", "dtype", "seed", "scheduler", "stats_log_size"}  # own options / plumbing
 
 
 def test_every_config_field_is_a_knob():
