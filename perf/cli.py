@@ -117,7 +117,7 @@ def perf(
         workload_params=workload_param, cpu_threads=cpu_threads, quiet=quiet,
         knobs=dict(knobs or {}),
     )
-    run_perf(opts, Console(width=max(170, Console().width)))  # the table is wide; CI logs have no terminal
+    run_perf(opts, Console())  # the table fits the terminal (perf/report.py)
 
 
 @app.command()

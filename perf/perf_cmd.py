@@ -207,8 +207,8 @@ def run_perf(o: PerfOptions, console: Console) -> list[dict[str, Any]]:
     config.update(knob_sets=knob_sets, dtype_resolved=dtype_name, batching_modes=modes, peers=peers)
     json_path = write_run_json(out_dir / f"{workload.name}-{stamp}.json", config=config, rows=rows,
                                records=records, workload=workload, environment=env, steps=steps)
-    from .report import render_perf_table
+    from .report import print_perf_table
 
-    console.print(render_perf_table(entries, workload))
+    print_perf_table(console, entries, workload, goodput=goodput)
     console.print(f"wrote {csv_path} and {json_path}")
     return rows

@@ -1,29 +1,53 @@
 """The terminal table of `cbbench perf`: one row per (engine, batching, knob set), medians over repeats, the ratio of
-each refengine mode to `static` at the same knobs, and of refengine-continuous to each peer."""
+each refengine mode to `static` at the same knobs, and of refengine-continuous to each peer.
+
+The table fits the terminal: a column with no value in any row is left out, and when the rest is wider than the
+terminal, the least important columns go first (their names are listed under the table; the CSV has them all).
+Headers wrap at spaces before any column is dropped. Without a terminal (CI logs, a pipe) and without `COLUMNS`,
+the table keeps its natural width: a log file does not wrap.
+"""
 
 from __future__ import annotations
 
+import io
 import math
+import os
 import statistics
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
-from rich.console import Group
+from rich.console import Console, Group
+from rich.measure import Measurement
+from rich.cells import cell_len
 from rich.table import Table
 from rich.text import Text
 
 Key = tuple[str, str, str]  # engine, batching, knob label
 Entry = tuple[Key, Mapping[str, Any] | None, str | None]  # key, CSV row (None if failed), error
 
-# (header, row key, format)
+# (header, row key, format, priority): a narrow terminal drops the highest priority number first
 COLUMNS = (
-    ("out tok/s", "output_throughput", "{:.1f}"), ("total tok/s", "total_token_throughput", "{:.1f}"),
-    ("req/s", "request_throughput", "{:.2f}"), ("TTFT mean ms", "mean_ttft_ms", "{:.0f}"),
-    ("TTFT p99 ms", "p99_ttft_ms", "{:.0f}"), ("TPOT mean ms", "mean_tpot_ms", "{:.1f}"),
-    ("ITL mean ms", "mean_itl_ms", "{:.1f}"), ("preempt", "num_preemptions", "{:.0f}"),
-    ("peak KV blk", "peak_kv_blocks", "{:.0f}"), ("slot util", "mean_slot_utilisation", "{:.0%}"),
-    ("slot waste", "slot_waste", "{:.2f}x"),
+    ("out tok/s", "output_throughput", "{:.1f}", 0), ("total tok/s", "total_token_throughput", "{:.1f}", 7),
+    ("req/s", "request_throughput", "{:.2f}", 6), ("goodput req/s", "request_goodput", "{:.2f}", 1),
+    ("TTFT mean ms", "mean_ttft_ms", "{:.0f}", 2), ("TTFT p99 ms", "p99_ttft_ms", "{:.0f}", 8),
+    ("TPOT mean ms", "mean_tpot_ms", "{:.1f}", 3), ("ITL mean ms", "mean_itl_ms", "{:.1f}", 9),
+    ("preempt", "num_preemptions", "{:.0f}", 10), ("peak KV blk", "peak_kv_blocks", "{:.0f}", 11),
+    ("slot util", "mean_slot_utilisation", "{:.0%}", 5), ("slot waste", "slot_waste", "{:.2f}x", 4),
 )
+RATIO_PRIORITY = 1  # "÷ static" and "cont ÷ this": the table's point
+
+
+@dataclass
+class Column:
+    header: str
+    cells: list[str | Text]
+    priority: int  # -1: never dropped
+    justify: str = "right"
+
+    @property
+    def empty(self) -> bool:
+        return all(not str(c).strip() or str(c) == "-" for c in self.cells)
 
 
 def _num(v: Any) -> float:
@@ -53,7 +77,7 @@ def summarise(entries: Sequence[Entry]) -> tuple[dict[Key, dict[str, float]], di
             by_key.setdefault(key, []).append(row)
     out: dict[Key, dict[str, float]] = {}
     for key, rows in by_key.items():
-        med = {m: _median([_num(r.get(m)) for r in rows]) for _, m, _ in COLUMNS}
+        med = {m: _median([_num(r.get(m)) for r in rows]) for _, m, _, _ in COLUMNS}
         tp = [_num(r.get("output_throughput")) for r in rows]
         med["spread"] = (max(tp) - min(tp)) / 2 / med["output_throughput"] if len(rows) > 1 else math.nan
         med["repeats"] = len(rows)
@@ -77,37 +101,139 @@ def ratios(med: Mapping[Key, Mapping[str, float]]) -> tuple[dict[Key, float], di
     return vs_static, cont_vs_peer
 
 
-def render_perf_table(entries: Sequence[Entry], workload: Any) -> Group:
+def describe_arrivals(params: Mapping[str, Any]) -> str:
+    """The request rate as the title says it: offline, Poisson at R/s, or gamma arrivals with their burstiness."""
+    rate, burst = _num(params.get("request_rate", math.inf)), _num(params.get("burstiness", 1.0))
+    if math.isnan(rate) or math.isinf(rate):
+        return "request rate inf (all at t0)"
+    kind = "Poisson" if math.isnan(burst) or burst == 1.0 else f"gamma, burstiness {burst:g}"
+    return f"request rate {rate:g}/s ({kind})"
+
+
+def table_title(name: str, summary: Mapping[str, Any], params: Mapping[str, Any]) -> str:
+    s = summary
+    return (f"cbbench perf: {name}, {s['num_requests']} requests, {describe_arrivals(params)}, prompt mean "
+            f"{s['mean_prompt_len']:.0f} (max {s['max_prompt_len']}), output mean {s['mean_output_len']:.0f} "
+            f"(max {s['max_output_len']}, cv {s['cv_output_len']:.2f})")
+
+
+def table_columns(entries: Sequence[Entry], *, goodput: Mapping[str, float] | None = None) -> list[Column]:
+    """Every column of the table, in display order, with its cells already formatted."""
     med, failed = summarise(entries)
     vs_static, vs_peer = ratios(med)
-    s = workload.summary()
-    title = (f"cbbench perf: {workload.name}, {s['num_requests']} requests, prompt mean {s['mean_prompt_len']:.0f} "
-             f"(max {s['max_prompt_len']}), output mean {s['mean_output_len']:.0f} (max {s['max_output_len']}, "
-             f"cv {s['cv_output_len']:.2f})")
+    keys = [*med, *(k for k in failed if k not in med)]
+    cols = [Column(h, [k[i] for k in keys], -1, "left") for i, h in enumerate(("engine", "batching", "knobs"))]
+    for j, (header, metric, fmt, prio) in enumerate(COLUMNS):
+        if metric == "request_goodput" and not goodput:
+            continue  # without --goodput every request counts, and the column would repeat req/s
+        cells: list[str | Text] = []
+        for key in keys:
+            if key not in med:
+                cells.append(Text("failed", style="red") if j == 0 else "")
+                continue
+            cell = _fmt(fmt, med[key][metric])
+            if j == 0 and not math.isnan(med[key]["spread"]):
+                cell += f" ±{med[key]['spread']:.0%}"
+            cells.append(cell)
+        cols.append(Column(header, cells, prio))
+    for header, rs in (("÷ static", vs_static), ("cont ÷ this", vs_peer)):
+        cols.append(Column(header, [_fmt("{:.2f}x", rs.get(k, math.nan)) for k in keys], RATIO_PRIORITY))
+    return cols
+
+
+def _need(c: Column) -> int:
+    """The narrowest a column may be: its widest cell, or its header's longest word (the header wraps at spaces)."""
+    return max([cell_len(str(x)) for x in c.cells] + [max(cell_len(w) for w in c.header.split())])
+
+
+def _natural(c: Column) -> int:
+    return max([cell_len(str(x)) for x in c.cells] + [cell_len(c.header)])
+
+
+def _total(widths: Sequence[int]) -> int:
+    return sum(widths) + 3 * len(widths) + 1  # the box: one space of padding each side, a rule between and outside
+
+
+def _build(title: str, cols: Sequence[Column], widths: Sequence[int] | None = None) -> Table:
     t = Table(title=title, title_justify="left")
-    for h in ("engine", "batching", "knobs"):
-        t.add_column(h, no_wrap=True)
-    for h, _, _ in COLUMNS:
-        t.add_column(h, justify="right")
-    t.add_column("÷ static", justify="right")
-    t.add_column("cont ÷ this", justify="right")
-    for key in [*med, *(k for k in failed if k not in med)]:
-        if key not in med:
-            t.add_row(*key, Text(f"failed: {failed[key]}", style="red"), *[""] * (len(COLUMNS) + 1))
-            continue
-        m = med[key]
-        cells = [_fmt(f, m[k]) for _, k, f in COLUMNS]
-        if not math.isnan(m["spread"]):
-            cells[0] += f" ±{m['spread']:.0%}"
-        t.add_row(*key, *cells, _fmt("{:.2f}x", vs_static.get(key, math.nan)), _fmt("{:.2f}x", vs_peer.get(key, math.nan)))
+    for i, c in enumerate(cols):
+        t.add_column(c.header, justify=c.justify, no_wrap=c.priority == -1, width=widths[i] if widths else None)
+    for row in zip(*(c.cells for c in cols)):
+        t.add_row(*row)
+    return t
+
+
+def fit_columns(cols: Sequence[Column], width: int | None) -> tuple[list[Column], list[int] | None, list[str]]:
+    """Drop empty columns, then the least important ones until the table fits `width` (None: no limit).
+    Returns the columns kept, their widths (None: natural) and the headers dropped for width."""
+    keep = [c for c in cols if not c.empty or (c.priority == -1 and c.header != "knobs")]
+    dropped: list[str] = []
+    while width is not None and _total([_need(c) for c in keep]) > width:
+        droppable = [c for c in keep if c.priority >= 0]
+        if not droppable:
+            break
+        worst = max(reversed(droppable), key=lambda c: c.priority)  # the last of the least important
+        keep.remove(worst)
+        dropped.append(worst.header)
+    if width is None or _total([_natural(c) for c in keep]) <= width:
+        return keep, None, dropped
+    widths = [_need(c) for c in keep]
+    spare = width - _total(widths)
+    for i in sorted(range(len(keep)), key=lambda i: keep[i].priority):  # unwrap important headers first
+        grow = _natural(keep[i]) - widths[i]
+        if 0 < grow <= spare:
+            widths[i] += grow
+            spare -= grow
+    return keep, widths, dropped
+
+
+def table_width(console: Console) -> int | None:
+    """The width to fit: the terminal's, or COLUMNS; None (natural width) when writing to a log or a pipe."""
+    if console.is_terminal or os.environ.get("COLUMNS", "").isdigit():
+        return console.width
+    return None
+
+
+def render_perf_table(entries: Sequence[Entry], workload: Any, *, width: int | None = None,
+                      goodput: Mapping[str, float] | None = None) -> Group:
+    med, failed = summarise(entries)
+    vs_static, vs_peer = ratios(med)
+    title = table_title(workload.name, workload.summary(), getattr(workload, "params", {}) or {})
+    cols, widths, dropped = fit_columns(table_columns(entries, goodput=goodput), width)
     lines = []
+    if dropped:
+        lines.append(Text(f"(too narrow for: {', '.join(dropped)}; widen the terminal, or see the CSV)", style="dim"))
+    if goodput:
+        slo = " and ".join(f"{k} <= {v:g} ms" for k, v in goodput.items())
+        lines.append(Text(f"goodput: requests per second that met {slo}"))
     for (eng, mode, label), r in vs_static.items():
         if mode == "continuous":
             waste = med.get((eng, "static", label), {}).get("slot_waste", math.nan)
-            lines.append(f"continuous / static output throughput{'' if label == '-' else ' (' + label + ')'}: "
-                         f"{r:.2f}x (static's slot waste {waste:.2f}x: the most continuous can win back)")
+            lines.append(Text(f"continuous / static output throughput{'' if label == '-' else ' (' + label + ')'}: "
+                              f"{r:.2f}x (static's slot waste {waste:.2f}x: the most continuous can win back)"))
     for (eng, _, label), r in vs_peer.items():
-        lines.append(f"refengine continuous / {eng}{'' if label == '-' else ' (' + label + ')'}: {r:.2f}x")
+        lines.append(Text(f"refengine continuous / {eng}{'' if label == '-' else ' (' + label + ')'}: {r:.2f}x"))
     for key, e in failed.items():
-        lines.append(f"{key[0]} {key[1]} failed: {e}")
-    return Group(t, *(Text(line) for line in lines))
+        lines.append(Text(f"{key[0]} {key[1]} failed: {e}"))
+    return Group(_build(title, cols, widths), *lines)
+
+
+def print_perf_table(console: Console, entries: Sequence[Entry], workload: Any, *,
+                     goodput: Mapping[str, float] | None = None) -> None:
+    """Print the table fitted to the console (see the module docstring)."""
+    width = table_width(console)
+    group = render_perf_table(entries, workload, width=width, goodput=goodput)
+    if width is not None:
+        console.print(group)
+        return
+    saved = console.width
+    console.width = max(saved, _measure(group.renderables[0]).maximum)  # a log is as wide as the table wants
+    try:
+        console.print(group)
+    finally:
+        console.width = saved
+
+
+def _measure(table: Table) -> Measurement:
+    console = Console(width=10_000, file=io.StringIO())
+    return Measurement.get(console, console.options, table)
