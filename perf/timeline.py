@@ -84,7 +84,7 @@ def run_mode(model: str, device: str, batching: str, prompts: Sequence[list[int]
         engine.add_request(str(i), p, SamplingParams(max_tokens=n, temperature=0.0, ignore_eos=True))
     while engine.has_unfinished_requests():
         engine.step()
-    return engine.step_stats
+    return list(engine.step_stats)
 
 
 def run_timeline(out: str | Path, *, model: str = "tiny-qwen2", device: str = "cpu", num_requests: int = 12,

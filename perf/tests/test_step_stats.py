@@ -41,7 +41,7 @@ def _run(mode: str):
     engine.scheduler.schedule = schedule_and_note
     while engine.has_unfinished_requests():
         engine.step()
-    return engine.step_stats, seen
+    return list(engine.step_stats), seen
 
 
 @pytest.fixture(scope="module")
