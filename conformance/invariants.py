@@ -161,15 +161,16 @@ def check_decode_first(cfg: dict, before: Snapshot, step: StepView, after: Snaps
 
 def check_admission_order(cfg: dict, before: Snapshot, step: StepView, after: Snapshot) -> None:
     """Admitted requests are a prefix of the waiting queue as it was before the step, in its order (FCFS, or
-    (priority, arrival) under the priority policy: the adapter's waiting() is queue order)."""
+    (priority, arrival_time, request_id) under the priority policy, exact ties by request id as vLLM: the adapter's
+    waiting() is queue order)."""
     admitted = admitted_ids(before, after)
     if admitted != before.waiting_ids[: len(admitted)]:
         _fail("admission_order", f"admitted {admitted}, but the waiting queue was {before.waiting_ids}", cfg=cfg,
               step=step, snaps=[("before", before), ("after", after)])
     if cfg["policy"] == "priority":
-        keys = [_key(v) for v in before.waiting]
+        keys = [(*_key(v), v.request_id) for v in before.waiting]
         if keys != sorted(keys):
-            _fail("admission_order", "waiting queue not in (priority, arrival_time) order", cfg=cfg,
+            _fail("admission_order", "waiting queue not in (priority, arrival_time, request_id) order", cfg=cfg,
                   snaps=[("before", before)])
 
 

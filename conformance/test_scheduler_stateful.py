@@ -96,8 +96,9 @@ class SchedulerMachine(RuleBasedStateMachine):
     @precondition(lambda self: self.adapter is not None and len(self.specs) < MAX_REQUESTS)
     @rule(pool=st.integers(0, len(PREFIX_POOL) - 1), prefix_len=st.integers(0, 40), tail_len=st.integers(0, 10),
           max_tokens=st.integers(1, 16), min_tokens=st.integers(0, 3), priority=st.integers(0, 3),
-          ignore_eos=st.booleans(), use_stop=st.booleans())
-    def add_request(self, pool, prefix_len, tail_len, max_tokens, min_tokens, priority, ignore_eos, use_stop) -> None:
+          ignore_eos=st.booleans(), use_stop=st.booleans(), tie=st.booleans())
+    def add_request(self, pool, prefix_len, tail_len, max_tokens, min_tokens, priority, ignore_eos, use_stop,
+                    tie) -> None:
         c = self.cfg
         prompt = PREFIX_POOL[pool][:prefix_len] + [self.rng.randrange(1000, 2000) for _ in range(tail_len)]
         prompt = prompt or [self.rng.randrange(1000, 2000)]
@@ -111,7 +112,8 @@ class SchedulerMachine(RuleBasedStateMachine):
         max_tokens = min(max_tokens, kv_cap - len(prompt) + 1)
         if not c["enable_chunked_prefill"]:
             max_tokens = min(max_tokens, c["max_num_batched_tokens"] - len(prompt))
-        self.clock += 1.0
+        if not tie:  # else the same arrival_time as the previous request: priority ties fall to the request id
+            self.clock += 1.0
         rid = f"r{len(self.specs)}"
         spec = RequestSpec(prompt, max_tokens, min(min_tokens, max_tokens), ignore_eos,
                            [STOP_TOKEN_ID] if use_stop else [], priority, self.clock)

@@ -1,9 +1,9 @@
 """Waiting queues: FCFS (a deque; preempted requests go back to the front) and priority (sorted by
-(priority, arrival_time); lower value = more urgent)."""
+(priority, arrival_time, request_id); lower value = more urgent; exact ties fall to the request id, compared as a
+string, as vLLM's Request.__lt__ does)."""
 from __future__ import annotations
 
 import bisect
-import itertools
 from collections import deque
 from collections.abc import Iterator
 
@@ -44,12 +44,11 @@ class PriorityQueue:
     """Kept sorted, so that iteration is scheduling order; a preempted request re-enters at its key."""
 
     def __init__(self) -> None:
-        self._keys: list[tuple[int, float, int]] = []
+        self._keys: list[tuple[int, float, str]] = []
         self._reqs: list[Request] = []
-        self._tiebreak = itertools.count()
 
     def add(self, request: Request) -> None:
-        key = (request.priority, request.arrival_time, next(self._tiebreak))
+        key = (request.priority, request.arrival_time, request.request_id)  # ids are unique: a total order
         i = bisect.bisect_right(self._keys, key)
         self._keys.insert(i, key)
         self._reqs.insert(i, request)
