@@ -1,4 +1,5 @@
-"""The `cbbench` command line: perf (the main job), timeline, plot, compare, generate, kernels, bench-scheduler.
+"""The `cbbench` command line: perf (the main job), timeline, plot, compare, generate, kernels, bench-scheduler,
+bench-step.
 
 Every engine knob of `cbbench perf` maps one to one onto a `SchedulerConfig` / `LLMEngine` keyword, and takes a comma
 list to sweep (`--max-num-batched-tokens 512,2048`). Bad input (unknown workload, batching mode, knob value) ends
@@ -226,6 +227,38 @@ def bench_scheduler(
         s = bench_step_us(n, iters=iters)
         console.print(f"{n:>5} running decodes: median {s['median_us']:8.1f} us/step  "
                       f"(p90 {s['p90_us']:.1f}, min {s['min_us']:.1f})")
+
+
+@app.command("bench-step")
+@one_line_errors("bench-step")
+def bench_step(
+    stub_model: Annotated[bool, Opt("--stub-model/--real-model", help="replace the forward by a stub that returns "
+                                    "at once (host time only), or run the real model")] = False,
+    running: Annotated[str, Opt(help="comma list of running decode counts")] = "64,256",
+    iters: Annotated[int, Opt(help="timed steps per size")] = 100,
+    warmup: Annotated[int, Opt(help="untimed steps first")] = 5,
+    model: Annotated[str, Opt()] = "tiny-qwen2",
+    device: Annotated[str, Opt()] = "cpu",
+    stop: Annotated[Optional[list[str]], Opt(help="stop strings every request carries (never met)")] = None,
+    cpu_threads: Annotated[int, Opt(help="torch threads (default 1: the host work is one Python thread, and one "
+                                         "torch thread keeps a shared CPU's timings stable; 0 = torch's default)")] = 1,
+) -> None:
+    """Microseconds per whole engine step (schedule, inputs, forward, sampling, update, detokenize, outputs) with
+    N requests decoding; with --stub-model the forward costs nothing, so this is the engine's host time."""
+    import torch
+
+    from .bench_step import bench_engine_step_us, format_table
+
+    if cpu_threads:
+        torch.set_num_threads(cpu_threads)
+    sizes = _ints("running", running)
+    if not sizes or min(sizes) < 1 or iters < 1 or warmup < 0:
+        raise CliError("running must list positive counts, iters must be >= 1 and warmup >= 0")
+    rows = [bench_engine_step_us(n, iters=iters, warmup=warmup, model=model, device=device, stub=stub_model,
+                                 stop=stop) for n in sizes]
+    Console().print(f"engine step, {'stub' if stub_model else 'real'} model {model} on {device}, "
+                    f"{iters} timed steps each", markup=False)
+    Console().print(format_table(rows), markup=False, highlight=False)
 
 
 def _ints(name: str, text: str) -> list[int]:

