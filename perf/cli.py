@@ -77,7 +77,8 @@ def perf(
     ctx: typer.Context,
     workload: Annotated[str, Opt(help="sharegpt | fixed | random | lognormal | prefix")] = "sharegpt",
     model: Annotated[str, Opt(help="a preset name or a local Hugging Face folder")] = "tiny-qwen2",
-    device: Annotated[str, Opt()] = "cpu",
+    device: Annotated[str, Opt(help="in-process device; for --backend openai* it only picks the CPU or GPU "
+                                    "workload defaults")] = "cpu",
     dtype: Annotated[Optional[str], Opt(help="default: float32 on CPU, bfloat16 on CUDA")] = None,
     num_prompts: Annotated[Optional[int], Opt(help=f"default: {CPU_DEFAULTS['num_prompts']} on CPU, 500 on GPU")] = None,
     seed: Annotated[int, Opt()] = 0,
@@ -86,8 +87,15 @@ def perf(
                                                       f"{CPU_DEFAULTS['max_prompt_len']}, GPU none)")] = None,
     max_output_len: Annotated[Optional[int], Opt(help=f"sharegpt output cap (CPU default "
                                                       f"{CPU_DEFAULTS['max_output_len']}, GPU none)")] = None,
-    request_rate: Annotated[float, Opt(help="requests/s; inf = all at t0 (offline)")] = float("inf"),
-    burstiness: Annotated[float, Opt(help="gamma shape of inter-arrival times; 1 = Poisson")] = 1.0,
+    request_rate: Annotated[str, Opt(help="requests/s; inf = all at t0 (offline); comma list: one run each")] = "inf",
+    burstiness: Annotated[str, Opt(help="gamma shape of inter-arrival times; 1 = Poisson; comma list")] = "1",
+    max_concurrency: Annotated[Optional[str], Opt(help="requests in flight at most, as vllm bench serve's "
+                                                       "(comma list; default no cap)")] = None,
+    backend: Annotated[str, Opt(help="refengine (in-process) | openai (/v1/completions) | openai-chat")] = "refengine",
+    base_url: Annotated[Optional[str], Opt(help="the server for --backend openai*, e.g. http://127.0.0.1:8000")] = None,
+    tokenizer: Annotated[Optional[str], Opt(help="for the workloads: a preset, a folder or qwen (default: the "
+                                                 "model's own if a preset/folder, else the Qwen BPE)")] = None,
+    prompt_format: Annotated[str, Opt(help="--backend openai: send prompts as token ids or text")] = "ids",
     batching: Annotated[str, Opt(help="comma list of continuous,sequence,static,none")] = "continuous,sequence,static,none",
     repeats: Annotated[int, Opt(help="runs per configuration; the table shows the median")] = 1,
     warmup: Annotated[int, Opt(help="short synthetic requests of staggered lengths run first, not measured")] = 8,
@@ -114,7 +122,9 @@ def perf(
         workload=workload, model=model, device=device, dtype=dtype, num_prompts=num_prompts, seed=seed,
         dataset_path=dataset_path, max_prompt_len=max_prompt_len, max_output_len=max_output_len,
         request_rate=request_rate, burstiness=burstiness, batching=batching, repeats=repeats, warmup=warmup,
-        peers=peers, metric_percentiles=metric_percentiles, goodput=goodput, result_dir=result_dir,
+        max_concurrency=max_concurrency, backend=backend, base_url=base_url, tokenizer=tokenizer,
+        prompt_format=prompt_format, peers=peers, metric_percentiles=metric_percentiles, goodput=goodput,
+        result_dir=result_dir,
         workload_params=workload_param, cpu_threads=cpu_threads, quiet=quiet,
         knobs=dict(knobs or {}),
     )

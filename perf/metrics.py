@@ -5,7 +5,8 @@ Input: one record per request (times in seconds on one clock; `None` where a pee
     {"request_id", "prompt_len", "output_len", "arrival_time", "first_scheduled_time", "first_token_time",
      "token_times",  # time of each output token, the first included: len == output_len (or None)
      "finish_time", "num_preemptions", "num_cached_tokens", "finish_reason"}
-    optional: "num_recomputed_tokens"
+    optional: "num_recomputed_tokens"; "chunk_times" (an HTTP client: the time of each streamed content chunk,
+    used for ITL where token_times is None, since a chunk may carry several tokens)
 
 and, for the engine-side metrics, one dict per engine step
 
@@ -13,14 +14,15 @@ and, for the engine-side metrics, one dict per engine step
      "kv_blocks_used", "slots_held", "time"}   # slots_held: static mode only (see slot_waste)
 
 Client-side metrics (as vLLM `benchmarks/serve.py::calculate_metrics`):
-- completed: requests whose finish_reason is not "abort"; only these enter every statistic below.
+- completed: requests whose finish_reason is not "abort" or "error" (a failed HTTP request); only these enter
+  every statistic below; `failed` counts the others.
 - TTFT = first_token_time - arrival_time.
 - E2EL = finish_time - arrival_time.
 - TPOT = (E2EL - TTFT) / (output_len - 1), only for requests with output_len > 1 (the first token is prefill's).
   GuideLLM's "time per output token" instead divides E2EL - queueing by all N tokens (the first included), and
   some tools call vLLM's TPOT "ITL": compare numbers across tools only after checking the definition.
 - ITL: every gap between consecutive output tokens of a request, all requests pooled (vLLM measures the gaps
-  between streamed chunks; here each token is its own chunk).
+  between streamed chunks: an HTTP run's records give `chunk_times`; in-process each token is its own chunk).
 - For each of ttft, tpot, itl, e2el (and queue, below): `mean_*_ms`, `median_*_ms`, `std_*_ms` (population std,
   numpy's default as in vLLM) and `p{p}_*_ms` for p in `metric_percentiles` (numpy linear interpolation).
   An empty population (e.g. TPOT when every output is one token) gives NaN where vLLM prints 0.
@@ -58,6 +60,7 @@ DEFAULT_PERCENTILES = (50.0, 90.0, 99.0)
 LATENCY_METRICS = ("ttft", "tpot", "itl", "e2el", "queue")
 GOODPUT_METRICS = ("ttft", "tpot", "e2el")
 
+NOT_COMPLETED = ("abort", "error")
 RECORD_KEYS = ("request_id", "prompt_len", "output_len", "arrival_time", "first_scheduled_time", "first_token_time",
                "token_times", "finish_time", "num_preemptions", "num_cached_tokens", "finish_reason")
 STEP_KEYS = ("num_scheduled_tokens", "num_running", "num_waiting", "num_prefill_tokens", "num_decode_tokens",
@@ -125,7 +128,7 @@ def request_latencies(r: Mapping[str, Any]) -> dict[str, Any]:
     e2el = None if r["finish_time"] is None else r["finish_time"] - arrival
     tpot = (e2el - ttft) / (n - 1) if (ttft is not None and e2el is not None and n > 1) else None
     queue = None if r["first_scheduled_time"] is None else r["first_scheduled_time"] - arrival
-    tt = r["token_times"]
+    tt = r["token_times"] if r["token_times"] is not None else r.get("chunk_times")
     itl = [b - a for a, b in zip(tt, tt[1:])] if tt else []
     return {"ttft": ttft, "tpot": tpot, "e2el": e2el, "queue": queue, "itl": itl}
 
@@ -142,7 +145,7 @@ def compute_metrics(records: Sequence[Mapping[str, Any]], duration: float, *,
         raise ValueError(f"duration must be > 0 s, got {duration}")
     for r in records:
         _check_record(r)
-    done = [r for r in records if r["finish_reason"] != "abort"]
+    done = [r for r in records if r["finish_reason"] not in NOT_COMPLETED]
     lat = [request_latencies(r) for r in done]
     pooled: dict[str, list[float]] = {m: [] for m in LATENCY_METRICS}
     for d in lat:

@@ -19,6 +19,7 @@ from rich.console import Console
 from refengine.config import BATCHING_MODES
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from .backends import BACKENDS, LoadPoint, parse_load_points, resolve_tokenizer
 from .knobs import knob, parse_knobs as _parse_knob_lists, validate_knobs
 from .runner import RunResult, run_refengine
 
@@ -40,8 +41,13 @@ class PerfOptions:
     dataset_path: str | None = None
     max_prompt_len: int | None = None
     max_output_len: int | None = None
-    request_rate: float = math.inf
-    burstiness: float = 1.0
+    request_rate: float | str = math.inf        # a number or a comma list (a sweep, one run per value)
+    burstiness: float | str = 1.0
+    max_concurrency: int | str | None = None    # requests in flight at most (comma list; None = no cap)
+    backend: str = "refengine"                  # refengine (in-process) | openai | openai-chat (`backends.py`)
+    base_url: str | None = None
+    tokenizer: str | None = None
+    prompt_format: str = "ids"                  # openai: send token ids or text
     batching: str = ",".join(BATCHING_MODES)
     repeats: int = 1
     warmup: int = 8
@@ -107,19 +113,47 @@ def workload_kwargs(o: PerfOptions, on_cpu: bool) -> dict[str, Any]:
     return kw
 
 
-def build_workload(o: PerfOptions, on_cpu: bool):
+def build_workload(o: PerfOptions, on_cpu: bool, load: LoadPoint | None = None, tokenizer: Any = None):
     from cbbench.workloads import get_workload
-    from refengine.loader import load_tokenizer
 
+    load = load or parse_load_points(o.request_rate, o.burstiness, o.max_concurrency)[0][0]
     num_prompts = o.num_prompts or (CPU_DEFAULTS["num_prompts"] if on_cpu else GPU_NUM_PROMPTS)
-    return get_workload(o.workload, tokenizer=load_tokenizer(o.model), num_prompts=num_prompts, seed=o.seed,
-                        request_rate=o.request_rate, burstiness=o.burstiness, **workload_kwargs(o, on_cpu))
+    return get_workload(o.workload, tokenizer=tokenizer or resolve_tokenizer(o.model, o.tokenizer),
+                        num_prompts=num_prompts, seed=o.seed, request_rate=load.request_rate,
+                        burstiness=load.burstiness, max_concurrency=load.max_concurrency, **workload_kwargs(o, on_cpu))
+
+
+def http_target(o: PerfOptions, knobs: dict[str, Any]):
+    """The server an HTTP backend run talks to; engine knobs are the server's business and refused here."""
+    from .http_client import HttpTarget
+
+    if not o.base_url:
+        raise ValueError(f"base_url: --backend {o.backend} needs --base-url http://HOST:PORT")
+    given = [k for k, v in knobs.items() if v is not None]
+    if given:
+        raise ValueError(f"--{given[0].replace('_', '-')}: an engine knob; with --backend {o.backend} set it on "
+                         f"the server (e.g. cbbench serve --{given[0].replace('_', '-')} ...)")
+    return HttpTarget(o.backend, o.base_url, o.model, prompt_format=o.prompt_format)
 
 
 def validate_configs(modes: list[str], knob_sets: list[dict[str, Any]]) -> None:
     """Every configuration of the sweep, before anything runs."""
     for mode, ks in itertools.product(modes, knob_sets):
         validate_knobs(ks, batching=mode)
+
+
+def failure_notes(key: tuple[str, str, str], records: list[dict[str, Any]]) -> list[str]:
+    """One line per run with failed requests (as vLLM's "Failed requests"), with the first error."""
+    bad = [r for r in records if r["finish_reason"] == "error"]
+    short = [r for r in records if r["finish_reason"] != "error" and r["output_len"] != r["requested_output_len"]]
+    out = []
+    if bad:
+        out.append(f"{key[0]} {key[2]}: failed requests: {len(bad)} of {len(records)}; first: {bad[0]['error']}")
+    if short:
+        out.append(f"{key[0]} {key[2]}: {len(short)} requests generated other than max_tokens tokens (the server "
+                   f"ignores ignore_eos?); e.g. request {short[0]['request_id']}: {short[0]['output_len']} of "
+                   f"{short[0]['requested_output_len']}")
+    return out
 
 
 def knob_label(knobs: dict[str, Any], varying: set[str]) -> str:
@@ -134,6 +168,9 @@ def run_perf(o: PerfOptions, console: Console) -> list[dict[str, Any]]:
     from .results import environment_info, make_row, write_csv, write_run_json
 
     on_cpu = o.device == "cpu"
+    if o.backend not in BACKENDS:
+        raise ValueError(f"backend: unknown {o.backend!r}; expected one of {', '.join(BACKENDS)}")
+    in_process = o.backend == "refengine"
     modes = knob("batching").parse_list(o.batching)
     peers = [] if o.peers.strip().lower() == "none" else _split("peers", o.peers)
     bad = [p for p in peers if p not in PEERS]
@@ -143,37 +180,57 @@ def run_perf(o: PerfOptions, console: Console) -> list[dict[str, Any]]:
         raise ValueError("repeats must be >= 1 and warmup >= 0")
     percentiles = parse_metric_percentiles(o.metric_percentiles)
     goodput = parse_goodput([g for item in o.goodput for g in item.replace(",", " ").split()])
-    knob_sets = parse_knobs(o.knobs, on_cpu)
-    validate_configs(modes, knob_sets)
-    if o.device.startswith("cuda") and not torch.cuda.is_available():
+    loads, load_varying = parse_load_points(o.request_rate, o.burstiness, o.max_concurrency)
+    if in_process:
+        knob_sets = parse_knobs(o.knobs, on_cpu)
+        validate_configs(modes, knob_sets)
+        if peers and any(p.max_concurrency for p in loads):
+            raise ValueError("max_concurrency: the Hugging Face peers do not take it; add --peers none")
+    else:  # the server's knobs, modes and peers are its own: one run per load point
+        target, knob_sets, modes, peers = http_target(o, o.knobs), [{}], [""], []
+    if in_process and o.device.startswith("cuda") and not torch.cuda.is_available():
         raise ValueError(f"device {o.device!r}: CUDA is not available here")
     if on_cpu and o.cpu_threads != 0:
         torch.set_num_threads(o.cpu_threads or 1)  # OpenMP spin-waits on an oversubscribed CPU cost 10x
-    workload = build_workload(o, on_cpu)
+    tokenizer = resolve_tokenizer(o.model, o.tokenizer)
+    workloads = {load: build_workload(o, on_cpu, load, tokenizer) for load in loads}
+    workload = workloads[loads[0]]
     from refengine.loader import resolve_dtype
 
     dtype_name = str(resolve_dtype(o.dtype, o.device)).removeprefix("torch.")
     varying = {k for k in (knob_sets[0] if knob_sets else {}) if len({str(ks.get(k)) for ks in knob_sets}) > 1}
 
-    plan: list[tuple[str, str, dict[str, Any]]] = [("refengine", m, ks) for ks in knob_sets for m in modes]
+    def label_of(r: RunResult, load: LoadPoint) -> str:
+        return " ".join(x for x in (knob_label(r.knobs, varying), load.label(load_varying)) if x and x != "-") or "-"
+
+    plan: list[tuple[str, str, dict[str, Any]]] = [(o.backend, m, ks) for ks in knob_sets for m in modes]
     seqs = sorted({ks.get("max_num_seqs", 256) for ks in knob_sets})
     mnbt = knob_sets[0].get("max_num_batched_tokens")
     plan += [(p, "static" if p == "hf-static" else "continuous", {"max_num_seqs": s}) for s in seqs for p in peers]
+    plan = [(load, *item) for load in loads for item in plan]
 
-    results: list[tuple[int, RunResult]] = []
+    results: list[tuple[int, LoadPoint, RunResult]] = []
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   console=console, disable=o.quiet, transient=False) as bar:
         task = bar.add_task("perf", total=len(plan) * o.repeats * len(workload))
         for rep in range(o.repeats):
-            for engine, mode, ks in plan:
-                bar.update(task, description=f"{engine} {mode} {knob_label(ks, varying)} (repeat {rep})")
+            for load, engine, mode, ks in plan:
+                workload = workloads[load]
+                bar.update(task, description=f"{engine} {mode} {knob_label(ks, varying)} {load.label(load_varying)} "
+                                             f"(repeat {rep})")
 
                 def advance(n: int) -> None:
                     bar.advance(task, n)
                 before = bar.tasks[0].completed
                 common = {"device": o.device, "dtype": o.dtype, "seed": o.seed, "warmup": o.warmup, "progress": advance}
                 if engine == "refengine":
-                    r = run_refengine(workload, model=o.model, batching=mode, knobs=ks, **common)
+                    r = run_refengine(workload, model=o.model, batching=mode, knobs=ks,
+                                      max_concurrency=load.max_concurrency, **common)
+                elif engine in BACKENDS:
+                    from .http_runner import run_http
+
+                    r = run_http(workload, target, tokenizer=tokenizer, max_concurrency=load.max_concurrency,
+                                 warmup=o.warmup, seed=o.seed, progress=advance)
                 elif engine == "hf-static":
                     from .peers import run_hf_static
 
@@ -184,21 +241,26 @@ def run_perf(o: PerfOptions, console: Console) -> list[dict[str, Any]]:
                     r = run_hf_cb(workload, o.model, max_num_seqs=ks["max_num_seqs"], max_num_batched_tokens=mnbt,
                                   **common)
                 bar.update(task, completed=before + len(workload))
-                results.append((rep, r))
+                results.append((rep, load, r))
 
     rows, records, steps, entries = [], {}, {}, []
     stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
     env = environment_info(o.device)
-    for rep, r in results:
-        label = f"{r.engine}/{r.batching}/{knob_label(r.knobs, varying)}/repeat{rep}"
-        key = (r.engine, r.batching, knob_label(r.knobs, varying))
+    notes: list[str] = []
+    for rep, load, r in results:
+        label = f"{r.engine}/{r.batching}/{label_of(r, load)}/repeat{rep}"
+        key = (r.engine, r.batching, label_of(r, load))
         if r.error:
             entries.append((key, None, r.error))
             continue
         m = r.metrics(metric_percentiles=percentiles, goodput=goodput)
-        cfg = {**r.knobs, "dtype": dtype_name}
-        rows.append(make_row(metrics=m, engine=r.engine, workload=workload, batching=r.batching, config=cfg,
-                             repeat=rep, model=o.model, device=o.device, git_sha=env["git_sha"]))
+        if in_process:
+            cfg, device = {**r.knobs, "dtype": dtype_name}, o.device
+        else:  # device, dtype and knobs are the server's: left empty; where it was reached goes into `extra`
+            cfg, device = {"base_url": target.base_url, "prompt_format": target.prompt_format}, ""
+            notes += failure_notes(key, r.records)
+        rows.append(make_row(metrics=m, engine=r.engine, workload=workloads[load], batching=r.batching, config=cfg,
+                             repeat=rep, model=o.model, device=device, git_sha=env["git_sha"]))
         records[label], steps[label] = r.records, r.steps
         entries.append((key, rows[-1], None))
     out_dir = Path(o.result_dir)
@@ -210,5 +272,7 @@ def run_perf(o: PerfOptions, console: Console) -> list[dict[str, Any]]:
     from .report import print_perf_table
 
     print_perf_table(console, entries, workload, goodput=goodput)
+    for line in notes:
+        console.print(line, markup=False, highlight=False)
     console.print(f"wrote {csv_path} and {json_path}")
     return rows

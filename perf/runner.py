@@ -109,8 +109,12 @@ def _wait_until(t: float) -> None:
 
 
 def run_refengine(workload: Any, *, model: str, device: str, dtype: str | None, seed: int, batching: str,
-                  knobs: Mapping[str, Any], warmup: int = 8, progress: ProgressFn | None = None) -> RunResult:
-    """Run `workload` through a fresh LLMEngine for one batching mode and knob set."""
+                  knobs: Mapping[str, Any], warmup: int = 8, progress: ProgressFn | None = None,
+                  max_concurrency: int | None = None) -> RunResult:
+    """Run `workload` through a fresh LLMEngine for one batching mode and knob set.
+
+    `max_concurrency` caps the requests in flight as `vllm bench serve --max-concurrency` does: a request that is
+    due while the cap is full is added when a slot frees, and its arrival (TTFT's start) is that moment."""
     from refengine import LLMEngine, SamplingParams
 
     engine = LLMEngine(model, **engine_kwargs(device=device, dtype=dtype, seed=seed, batching=batching, knobs=knobs))
@@ -134,19 +138,22 @@ def run_refengine(workload: Any, *, model: str, device: str, dtype: str | None, 
     reqs = list(enumerate(workload.requests))
     reqs.sort(key=lambda x: x[1].arrival_time)  # stable: arrival order, then workload order
     records: list[dict[str, Any]] = []
+    cap = max_concurrency or len(reqs)
     t0 = time.monotonic()
-    nxt = 0
+    nxt, slot_freed = 0, t0
     while nxt < len(reqs) or engine.has_unfinished_requests():
         now = time.monotonic()
-        while nxt < len(reqs) and t0 + reqs[nxt][1].arrival_time <= now:
+        while nxt < len(reqs) and t0 + reqs[nxt][1].arrival_time <= now and nxt - len(records) < cap:
             i, r = reqs[nxt]
             engine.add_request(str(i), r.prompt_token_ids, params(r.output_len),
-                               arrival_time=t0 + r.arrival_time)
+                               arrival_time=max(t0 + r.arrival_time, slot_freed))
             nxt += 1
         if not engine.has_unfinished_requests():
             _wait_until(t0 + reqs[nxt][1].arrival_time)
             continue
         done = [o.metrics for o in engine.step() if o.finished]
+        if done and nxt - len(records) >= cap:
+            slot_freed = time.monotonic()
         records.extend(done)
         if progress and done:
             progress(len(done))

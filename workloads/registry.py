@@ -49,10 +49,13 @@ def _sampler(name: str) -> Sampler:
 
 
 def get_workload(name: str, *, tokenizer: Tokenizer | None = None, num_prompts: int, seed: int = 0,
-                 request_rate: float = math.inf, burstiness: float = 1.0, **params: Any) -> Workload:
+                 request_rate: float = math.inf, burstiness: float = 1.0, max_concurrency: int | None = None,
+                 **params: Any) -> Workload:
     """Build the named workload: `num_prompts` requests, reproducible for `seed`.
 
     `request_rate` (requests/s, inf = all at t = 0) and `burstiness` shape the arrivals (see `arrivals.py`);
+    `max_concurrency` (requests in flight at most, as `vllm bench serve`'s; None = no cap) is part of the load,
+    saved in `params` only when set (so the rows of uncapped runs keep their configuration key);
     `params` go to the sampler (an unknown one raises ValueError naming it).
     """
     sampler = _sampler(name)
@@ -61,6 +64,8 @@ def get_workload(name: str, *, tokenizer: Tokenizer | None = None, num_prompts: 
         raise ValueError(f"num_prompts must be >= 1, got {num_prompts}")
     if seed < 0:
         raise ValueError(f"seed must be >= 0, got {seed}")
+    if max_concurrency is not None and not (isinstance(max_concurrency, int) and max_concurrency >= 1):
+        raise ValueError(f"max_concurrency must be an integer >= 1 (or None), got {max_concurrency!r}")
     accepted = set(inspect.signature(sampler).parameters)
     params = {k: v for k, v in params.items() if not (k in _PROVENANCE and k not in accepted)}
     unknown = sorted(set(params) - accepted)
@@ -72,5 +77,6 @@ def get_workload(name: str, *, tokenizer: Tokenizer | None = None, num_prompts: 
     requests, used = sampler(num_prompts=num_prompts, seed=seed, **params)
     times = arrival_times(len(requests), request_rate, burstiness, seed)
     requests = [WorkloadRequest(r.prompt_token_ids, r.output_len, t, r.prompt_text) for r, t in zip(requests, times)]
-    full = {"num_prompts": num_prompts, "seed": seed, "request_rate": request_rate, "burstiness": burstiness, **used}
+    full = {"num_prompts": num_prompts, "seed": seed, "request_rate": request_rate, "burstiness": burstiness,
+            **({"max_concurrency": max_concurrency} if max_concurrency is not None else {}), **used}
     return Workload(name=name, params=full, requests=requests)

@@ -1,0 +1,122 @@
+"""A small, deterministic OpenAI-compatible streaming server for the HTTP client's tests (aiohttp.web, in a thread).
+
+It streams `max_tokens` tokens per request (token k's text is "t<k> ", except every `EMPTY_TEXT_EVERY`-th token,
+whose text is "" as a detokenizer that holds back a partial character sends), then a finish-only chunk, the usage
+chunk and `[DONE]`, so the tests see every shape of chunk a real server sends. It keeps what the tests check:
+the peak number of requests in flight and every request body. Its /metrics speaks vLLM's names: one preemption
+per completed request, KV usage = in-flight requests / `KV_SLOTS`, and a `cache_config_info` with num_gpu_blocks.
+A prompt whose first token id is `BAD_PROMPT_TOKEN` gets HTTP 400 with an OpenAI-style error.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+from typing import Any
+
+from aiohttp import web
+
+EMPTY_TEXT_EVERY = 3
+BAD_PROMPT_TOKEN = 13
+KV_SLOTS = 8
+NUM_GPU_BLOCKS = 100
+TOKEN_DELAY_S = 0.002
+
+
+class FakeOpenAIServer:
+    """`with FakeOpenAIServer() as s: ... s.base_url ...`"""
+
+    def __init__(self, model: str = "fake-model", token_delay_s: float = TOKEN_DELAY_S,
+                 with_metrics: bool = True) -> None:
+        self.model, self.token_delay_s, self.with_metrics = model, token_delay_s, with_metrics
+        self.in_flight = self.peak_in_flight = self.completed = 0
+        self.bodies: list[dict[str, Any]] = []
+        self._ready = threading.Event()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self.port = 0
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def _app(self) -> web.Application:
+        app = web.Application()
+        app.router.add_post("/v1/completions", self._completions)
+        app.router.add_post("/v1/chat/completions", self._completions)
+        if self.with_metrics:
+            app.router.add_get("/metrics", self._metrics)
+        return app
+
+    async def _metrics(self, request: web.Request) -> web.Response:
+        text = (f"# TYPE vllm:num_preemptions_total counter\n"
+                f'vllm:num_preemptions_total{{model_name="{self.model}"}} {float(self.completed)}\n'
+                f'vllm:kv_cache_usage_perc{{model_name="{self.model}"}} {self.in_flight / KV_SLOTS}\n'
+                f'vllm:cache_config_info{{block_size="16",num_gpu_blocks="{NUM_GPU_BLOCKS}"}} 1.0\n')
+        return web.Response(text=text, content_type="text/plain")
+
+    async def _completions(self, request: web.Request) -> web.StreamResponse:
+        body = await request.json()
+        self.bodies.append(body)
+        chat = "messages" in body
+        prompt = body["messages"][0]["content"] if chat else body["prompt"]
+        if isinstance(prompt, list) and prompt and prompt[0] == BAD_PROMPT_TOKEN:
+            err = {"error": {"message": "prompt: token 13 is not allowed here", "type": "BadRequestError",
+                             "param": "prompt", "code": 400}}
+            return web.json_response(err, status=400)
+        n = int(body.get("max_completion_tokens") or body["max_tokens"])
+        prompt_len = len(prompt) if isinstance(prompt, list) else len(prompt.split())
+        self.in_flight += 1
+        self.peak_in_flight = max(self.peak_in_flight, self.in_flight)
+        try:
+            resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+            await resp.prepare(request)
+
+            async def send(obj: Any) -> None:
+                await resp.write(b"data: " + (obj if isinstance(obj, bytes) else json.dumps(obj).encode()) + b"\n\n")
+
+            def choice(text: str, finish: str | None) -> dict[str, Any]:
+                if chat:
+                    return {"index": 0, "delta": {"content": text} if text else {}, "finish_reason": finish}
+                return {"index": 0, "text": text, "finish_reason": finish}
+
+            if chat:
+                await send({"choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}}]})
+            for k in range(n):
+                await asyncio.sleep(self.token_delay_s)
+                text = "" if (k % EMPTY_TEXT_EVERY == EMPTY_TEXT_EVERY - 1 and not chat) else f"t{k} "
+                await send({"choices": [choice(text, None)]})
+            await send({"choices": [choice("", "length")]})
+            if (body.get("stream_options") or {}).get("include_usage"):
+                await send({"choices": [], "usage": {"prompt_tokens": prompt_len, "completion_tokens": n,
+                                                     "total_tokens": prompt_len + n}})
+            await send(b"[DONE]")
+            await resp.write_eof()
+            self.completed += 1
+            return resp
+        finally:
+            self.in_flight -= 1
+
+    def _serve(self) -> None:
+        loop = self._loop = asyncio.new_event_loop()
+        runner = web.AppRunner(self._app())
+        loop.run_until_complete(runner.setup())
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        loop.run_until_complete(site.start())
+        self.port = runner.addresses[0][1]
+        self._ready.set()
+        loop.run_forever()
+        loop.run_until_complete(runner.cleanup())
+        loop.close()
+
+    def __enter__(self) -> "FakeOpenAIServer":
+        self._thread = threading.Thread(target=self._serve, daemon=True)
+        self._thread.start()
+        if not self._ready.wait(10):
+            raise RuntimeError("the fake server did not start")
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        assert self._loop is not None
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(10)

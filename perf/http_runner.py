@@ -1,0 +1,100 @@
+"""One measured HTTP run: warm the server up, scrape /metrics, replay the workload, scrape again.
+
+Returns the same `RunResult` the in-process runner does, so the metrics, the CSV row and the table are the same
+code for both. What only the engine sees is NaN unless the server's /metrics tells it (`server_metrics.py`):
+queueing time, recomputed tokens, slot and token-budget utilisation, static slot waste, the step count.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from .http_client import HttpTarget, make_session, replay, run_duration
+from .runner import WARMUP_OUTPUT_LEN, ProgressFn, RunResult, warmup_prompts
+from .server_metrics import ServerMetrics, scrape
+
+# the columns an HTTP client cannot observe, NaN whatever compute_metrics makes of the missing step data
+_NOT_OBSERVED = ("recomputed_tokens", "mean_slot_utilisation", "mean_token_budget_utilisation", "slot_waste",
+                 "num_steps")
+
+
+@dataclass
+class HttpRunResult(RunResult):
+    """A RunResult whose engine-side figures come from the server's /metrics (NaN where it has none)."""
+
+    server: dict[str, float] = field(default_factory=dict)
+
+    def metrics(self, *, metric_percentiles: Sequence[float], goodput: Mapping[str, float] | None) -> dict[str, Any]:
+        m = super().metrics(metric_percentiles=metric_percentiles, goodput=goodput)
+        m.update(dict.fromkeys(_NOT_OBSERVED, math.nan))
+        for k in ("num_preemptions", "peak_kv_usage", "peak_kv_blocks"):
+            m[k] = self.server.get(k, math.nan)
+        if math.isnan(m["prefix_cache_hit_rate"]):  # no cached_tokens in the usage: the server's own counters
+            m["prefix_cache_hit_rate"] = self.server.get("server_prefix_hit_rate", math.nan)
+        return m
+
+    @property
+    def failures(self) -> list[dict[str, Any]]:
+        return [r for r in self.records if r["finish_reason"] == "error"]
+
+
+def request_prompts(workload: Any, target: HttpTarget, tokenizer: Any) -> list[str | list[int]]:
+    """Each request's prompt as the target takes it: token ids, or the source text (decoded when it has none)."""
+    if target.prompt_format == "ids":
+        return [list(r.prompt_token_ids) for r in workload.requests]
+    if tokenizer is None:
+        raise ValueError("tokenizer: --prompt-format text needs a tokenizer to turn token-id prompts into text")
+    return [r.prompt_text if r.prompt_text is not None else tokenizer.decode(list(r.prompt_token_ids))
+            for r in workload.requests]
+
+
+async def _run(workload: Any, target: HttpTarget, *, tokenizer: Any, max_concurrency: int | None, warmup: int,
+               seed: int, progress: ProgressFn | None) -> HttpRunResult:
+    res = HttpRunResult(target.backend, "", {})
+    prompts = request_prompts(workload, target, tokenizer)
+    reqs = workload.requests
+    async with make_session(max_concurrency, target.timeout_s) as session:
+        if warmup:  # as vLLM's test prompt: a server that cannot answer fails the run here, not 500 times
+            wp = warmup_prompts(warmup, seed)
+            wprompts = wp if target.prompt_format == "ids" else [tokenizer.decode(p) for p in wp]
+            recs, _, _ = await replay(target, wprompts, [len(p) for p in wp],
+                                      [WARMUP_OUTPUT_LEN + i for i in range(len(wp))], [0.0] * len(wp),
+                                      max_concurrency=max_concurrency, tokenizer=tokenizer, session=session,
+                                      ids=[f"warmup-{i}" for i in range(len(wp))])
+            bad = [r for r in recs if r["finish_reason"] == "error"]
+            if bad:
+                res.error = f"warm-up request failed: {bad[0]['error']}"
+                return res
+        sm = ServerMetrics(target.root + "/metrics")
+        sm.before = await scrape(session, sm.url)
+        done = asyncio.Event()
+        sampler = asyncio.create_task(sm.sample_until(session, done)) if sm.before is not None else None
+        try:
+            records, t0, end = await replay(target, prompts, [r.prompt_len for r in reqs],
+                                            [r.output_len for r in reqs], [r.arrival_time for r in reqs],
+                                            max_concurrency=max_concurrency, tokenizer=tokenizer,
+                                            progress=progress, session=session)
+        finally:
+            done.set()
+            if sampler is not None:
+                await sampler
+        if sm.before is not None:
+            sm.after = await scrape(session, sm.url)
+    res.records, res.duration, res.server = records, run_duration(records, t0, end), sm.results()
+    return res
+
+
+def run_http(workload: Any, target: HttpTarget, *, tokenizer: Any = None, max_concurrency: int | None = None,
+             warmup: int = 8, seed: int = 0, progress: ProgressFn | None = None) -> HttpRunResult:
+    """Replay `workload` against `target`; a server that cannot be reached is a failed run, not an exception."""
+    if max_concurrency is not None and max_concurrency < 1:
+        raise ValueError(f"max_concurrency must be >= 1, got {max_concurrency}")
+    try:
+        return asyncio.run(_run(workload, target, tokenizer=tokenizer, max_concurrency=max_concurrency,
+                                warmup=warmup, seed=seed, progress=progress))
+    except (OSError, asyncio.TimeoutError) as e:
+        return HttpRunResult(target.backend, "", {}, error=f"{type(e).__name__}: {e}")

@@ -1,0 +1,128 @@
+"""What a client can learn of a server's engine from its vLLM-named Prometheus /metrics.
+
+Scraped once before and once after the measured run (counters are differences), and sampled every
+`SAMPLE_PERIOD_S` meanwhile (the first after `FIRST_SAMPLE_S`) for the KV usage gauge, whose peak is what the in-process run reports as
+`peak_kv_usage`. A server without /metrics, or without these names, leaves the figures NaN.
+
+| result column         | from                                                                          |
+|-----------------------|-------------------------------------------------------------------------------|
+| num_preemptions       | vllm:num_preemptions_total (after - before)                                   |
+| peak_kv_usage         | max of vllm:kv_cache_usage_perc (vLLM >= 0.10) or vllm:gpu_cache_usage_perc   |
+| peak_kv_blocks        | peak_kv_usage x num_gpu_blocks from vllm:cache_config_info, when it has it    |
+| prefix_cache_hit_rate | vllm:prefix_cache_hits_total / vllm:prefix_cache_queries_total (differences), |
+|                       | only where the responses' usage did not report cached tokens                  |
+
+vLLM names its usage gauges "_perc" but exports a fraction in [0, 1]; a value above 1 is read as a percentage.
+Series with several label sets (several engines or models) are summed, the KV gauge averaged.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+import aiohttp
+
+SAMPLE_PERIOD_S = 0.5
+FIRST_SAMPLE_S = 0.05   # the first sample soon after the start, so that even a short run has one
+SCRAPE_TIMEOUT_S = 5.0
+PREEMPTIONS = "vllm:num_preemptions_total"
+KV_USAGE = ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc")
+PREFIX_HITS, PREFIX_QUERIES = "vllm:prefix_cache_hits_total", "vllm:prefix_cache_queries_total"
+CACHE_CONFIG = "vllm:cache_config_info"
+
+_LINE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})?\s+(\S+)")
+_LABEL = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"')
+
+
+def parse_prometheus(text: str) -> dict[str, list[tuple[dict[str, str], float]]]:
+    """Prometheus text exposition -> {metric name: [(labels, value), ...]} (comments and bad lines skipped)."""
+    out: dict[str, list[tuple[dict[str, str], float]]] = {}
+    for line in text.splitlines():
+        m = _LINE.match(line)
+        if not m or line.startswith("#"):
+            continue
+        try:
+            value = float(m.group(3))
+        except ValueError:
+            continue
+        labels = dict(_LABEL.findall(m.group(2) or ""))
+        out.setdefault(m.group(1), []).append((labels, value))
+    return out
+
+
+def _sum(parsed: dict[str, list[tuple[dict[str, str], float]]], name: str) -> float:
+    series = parsed.get(name)
+    return sum(v for _, v in series) if series else math.nan
+
+
+def kv_usage(parsed: dict[str, list[tuple[dict[str, str], float]]]) -> float:
+    for name in KV_USAGE:
+        series = parsed.get(name)
+        if series:
+            v = sum(x for _, x in series) / len(series)
+            return v / 100.0 if v > 1.0 else v
+    return math.nan
+
+
+def num_gpu_blocks(parsed: dict[str, list[tuple[dict[str, str], float]]]) -> float:
+    for labels, _ in parsed.get(CACHE_CONFIG, ()):
+        try:
+            return float(labels["num_gpu_blocks"])
+        except (KeyError, ValueError):
+            continue
+    return math.nan
+
+
+async def scrape(session: aiohttp.ClientSession, url: str) -> dict[str, list[tuple[dict[str, str], float]]] | None:
+    """One GET of /metrics; None when the server has none (or it fails): the run goes on without it."""
+    try:
+        async with session.get(url, timeout=aiohttp.ClientTimeout(total=SCRAPE_TIMEOUT_S)) as resp:
+            if resp.status != 200:
+                return None
+            return parse_prometheus(await resp.text())
+    except (aiohttp.ClientError, asyncio.TimeoutError, UnicodeDecodeError):
+        return None
+
+
+@dataclass
+class ServerMetrics:
+    """Before / after scrapes and the KV usage samples of one run."""
+
+    url: str
+    before: dict[str, Any] | None = None
+    after: dict[str, Any] | None = None
+    kv_samples: list[float] = field(default_factory=list)
+
+    async def sample_until(self, session: aiohttp.ClientSession, done: asyncio.Event) -> None:
+        """Sample the KV gauge every SAMPLE_PERIOD_S until `done` is set (only if /metrics answered before)."""
+        period = FIRST_SAMPLE_S
+        while not done.is_set():
+            try:
+                await asyncio.wait_for(done.wait(), period)
+            except asyncio.TimeoutError:
+                pass
+            period = SAMPLE_PERIOD_S
+            parsed = await scrape(session, self.url)
+            if parsed is not None:
+                self.kv_samples.append(kv_usage(parsed))
+
+    def results(self) -> dict[str, float]:
+        """The result columns this server's /metrics fills (NaN for what it does not expose)."""
+        nan = math.nan
+        out = {"num_preemptions": nan, "peak_kv_usage": nan, "peak_kv_blocks": nan, "server_prefix_hit_rate": nan}
+        if self.before is None or self.after is None:
+            return out
+        b, a = self.before, self.after
+        out["num_preemptions"] = _sum(a, PREEMPTIONS) - _sum(b, PREEMPTIONS)
+        kv = [x for x in (kv_usage(b), *self.kv_samples, kv_usage(a)) if not math.isnan(x)]
+        out["peak_kv_usage"] = max(kv) if kv else nan
+        blocks = num_gpu_blocks(a)
+        out["peak_kv_blocks"] = round(out["peak_kv_usage"] * blocks) if kv and not math.isnan(blocks) else nan
+        queries = _sum(a, PREFIX_QUERIES) - _sum(b, PREFIX_QUERIES)
+        if queries > 0:
+            out["server_prefix_hit_rate"] = (_sum(a, PREFIX_HITS) - _sum(b, PREFIX_HITS)) / queries
+        return out
