@@ -17,9 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .http_client import ENDPOINTS
-
-BACKENDS = ("refengine", *ENDPOINTS)
+BACKENDS = ("refengine", "openai", "openai-chat")  # the last two: http_client.ENDPOINTS (aiohttp loads lazily)
 
 
 @dataclass(frozen=True)

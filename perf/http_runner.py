@@ -42,6 +42,33 @@ class HttpRunResult(RunResult):
         return [r for r in self.records if r["finish_reason"] == "error"]
 
 
+def http_target(backend: str, base_url: str | None, model: str, prompt_format: str,
+                knobs: Mapping[str, Any]) -> HttpTarget:
+    """The server an HTTP backend run talks to; engine knobs are the server's business and refused here."""
+    if not base_url:
+        raise ValueError(f"base_url: --backend {backend} needs --base-url http://HOST:PORT")
+    given = [k for k, v in knobs.items() if v is not None]
+    if given:
+        flag = given[0].replace("_", "-")
+        raise ValueError(f"--{flag}: an engine knob; with --backend {backend} set it on the server "
+                         f"(e.g. cbbench serve --{flag} ...)")
+    return HttpTarget(backend, base_url, model, prompt_format=prompt_format)
+
+
+def failure_notes(key: tuple[str, str, str], records: list[dict[str, Any]]) -> list[str]:
+    """One line per run with failed requests (as vLLM's "Failed requests"), with the first error."""
+    bad = [r for r in records if r["finish_reason"] == "error"]
+    short = [r for r in records if r["finish_reason"] != "error" and r["output_len"] != r["requested_output_len"]]
+    out = []
+    if bad:
+        out.append(f"{key[0]} {key[2]}: failed requests: {len(bad)} of {len(records)}; first: {bad[0]['error']}")
+    if short:
+        out.append(f"{key[0]} {key[2]}: {len(short)} requests generated other than max_tokens tokens (the server "
+                   f"ignores ignore_eos?); e.g. request {short[0]['request_id']}: {short[0]['output_len']} of "
+                   f"{short[0]['requested_output_len']}")
+    return out
+
+
 def request_prompts(workload: Any, target: HttpTarget, tokenizer: Any) -> list[str | list[int]]:
     """Each request's prompt as the target takes it: token ids, or the source text (decoded when it has none)."""
     if target.prompt_format == "ids":

@@ -123,37 +123,10 @@ def build_workload(o: PerfOptions, on_cpu: bool, load: LoadPoint | None = None, 
                         burstiness=load.burstiness, max_concurrency=load.max_concurrency, **workload_kwargs(o, on_cpu))
 
 
-def http_target(o: PerfOptions, knobs: dict[str, Any]):
-    """The server an HTTP backend run talks to; engine knobs are the server's business and refused here."""
-    from .http_client import HttpTarget
-
-    if not o.base_url:
-        raise ValueError(f"base_url: --backend {o.backend} needs --base-url http://HOST:PORT")
-    given = [k for k, v in knobs.items() if v is not None]
-    if given:
-        raise ValueError(f"--{given[0].replace('_', '-')}: an engine knob; with --backend {o.backend} set it on "
-                         f"the server (e.g. cbbench serve --{given[0].replace('_', '-')} ...)")
-    return HttpTarget(o.backend, o.base_url, o.model, prompt_format=o.prompt_format)
-
-
 def validate_configs(modes: list[str], knob_sets: list[dict[str, Any]]) -> None:
     """Every configuration of the sweep, before anything runs."""
     for mode, ks in itertools.product(modes, knob_sets):
         validate_knobs(ks, batching=mode)
-
-
-def failure_notes(key: tuple[str, str, str], records: list[dict[str, Any]]) -> list[str]:
-    """One line per run with failed requests (as vLLM's "Failed requests"), with the first error."""
-    bad = [r for r in records if r["finish_reason"] == "error"]
-    short = [r for r in records if r["finish_reason"] != "error" and r["output_len"] != r["requested_output_len"]]
-    out = []
-    if bad:
-        out.append(f"{key[0]} {key[2]}: failed requests: {len(bad)} of {len(records)}; first: {bad[0]['error']}")
-    if short:
-        out.append(f"{key[0]} {key[2]}: {len(short)} requests generated other than max_tokens tokens (the server "
-                   f"ignores ignore_eos?); e.g. request {short[0]['request_id']}: {short[0]['output_len']} of "
-                   f"{short[0]['requested_output_len']}")
-    return out
 
 
 def knob_label(knobs: dict[str, Any], varying: set[str]) -> str:
@@ -187,7 +160,10 @@ def run_perf(o: PerfOptions, console: Console) -> list[dict[str, Any]]:
         if peers and any(p.max_concurrency for p in loads):
             raise ValueError("max_concurrency: the Hugging Face peers do not take it; add --peers none")
     else:  # the server's knobs, modes and peers are its own: one run per load point
-        target, knob_sets, modes, peers = http_target(o, o.knobs), [{}], [""], []
+        from .http_runner import failure_notes, http_target
+
+        target, knob_sets, modes, peers = http_target(o.backend, o.base_url, o.model, o.prompt_format,
+                                                       o.knobs), [{}], [""], []
     if in_process and o.device.startswith("cuda") and not torch.cuda.is_available():
         raise ValueError(f"device {o.device!r}: CUDA is not available here")
     if on_cpu and o.cpu_threads != 0:
