@@ -154,14 +154,18 @@ def timeline(
 @app.command()
 @one_line_errors("plot")
 def plot(
-    result_csv: Annotated[Path, typer.Argument(help="a cbbench perf CSV")],
-    knob: Annotated[str, Opt(help="the swept column on the x axis")] = "max_num_batched_tokens",
-    out: Annotated[Optional[Path], Opt(help="PNG (default: next to the CSV)")] = None,
+    result_csvs: Annotated[list[Path], typer.Argument(help="one or more cbbench perf CSVs")],
+    label: Annotated[Optional[list[str]], Opt(help="one per CSV, in order (default: the CSV's label column, "
+                                                   "else its file name)")] = None,
+    kind: Annotated[str, Opt(help="auto | latency (against throughput, across request rates) | sweep (against "
+                                  "--knob); auto picks latency when the CSVs hold several request rates")] = "auto",
+    knob: Annotated[str, Opt(help="the swept column on the x axis (sweep)")] = "max_num_batched_tokens",
+    out: Annotated[Optional[Path], Opt(help="PNG, or a folder (default: next to the first CSV)")] = None,
 ) -> None:
-    """TTFT (mean, p99) and output throughput against a swept knob, one line per batching mode."""
-    from .plot import plot_sweep
+    """Result CSVs as curves with error bars from repeats: latency against throughput, or against a swept knob."""
+    from .plot import plot_results
 
-    Console().print(f"wrote {plot_sweep(result_csv, knob=knob, out=out)}")
+    Console().print(f"wrote {plot_results(result_csvs, labels=label, kind=kind, knob=knob, out=out)}")
 
 
 @app.command()
