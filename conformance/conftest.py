@@ -1,5 +1,6 @@
-"""Shared pytest setup for the conformance suite: the `--engine` option and its adapter fixture, and the Hypothesis
-profiles (`ci`, the default, and `thorough`, for nightly runs), chosen by CBBENCH_HYPOTHESIS_PROFILE.
+"""Shared pytest setup for the conformance suite: the `--engine` option and its adapter fixture, `--base-url` (the
+server the HTTP suite in conformance/http talks to), and the Hypothesis profiles (`ci`, the default, and
+`thorough`, for nightly runs), chosen by CBBENCH_HYPOTHESIS_PROFILE.
 
 Profiles only set defaults: a test's own `@settings(max_examples=...)` still wins, so the kernel tests keep theirs.
 """
@@ -29,6 +30,13 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         default="refengine",
         choices=sorted(ADAPTERS),
         help="which scheduler the engine-agnostic conformance tests drive (through conformance/adapters)",
+    )
+    parser.addoption(
+        "--base-url",
+        action="store",
+        default=None,
+        help="run the HTTP suite (conformance/http) against this OpenAI-compatible server, e.g. "
+        "http://127.0.0.1:8000; without it the suite starts its own `cbbench serve`",
     )
 
 

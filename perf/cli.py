@@ -1,5 +1,5 @@
-"""The `cbbench` command line: perf (the main job), timeline, plot, compare, generate, kernels, bench-scheduler,
-bench-step.
+"""The `cbbench` command line: perf (the main job), serve, timeline, plot, compare, generate, kernels,
+bench-scheduler, bench-step.
 
 Every engine knob of `cbbench perf` maps one to one onto a `SchedulerConfig` / `LLMEngine` keyword, and takes a comma
 list to sweep (`--max-num-batched-tokens 512,2048`). Bad input (unknown workload, batching mode, knob value) ends
@@ -129,6 +129,46 @@ def perf(
         knobs=dict(knobs or {}),
     )
     run_perf(opts, Console())  # the table fits the terminal (perf/report.py)
+
+
+@app.command()
+@one_line_errors("serve")
+def serve(
+    model: Annotated[str, Opt(help="a preset name or a local Hugging Face folder")] = "tiny-qwen2",
+    host: Annotated[str, Opt()] = "127.0.0.1",
+    port: Annotated[int, Opt()] = 8000,
+    served_model_name: Annotated[Optional[str], Opt(help="the name clients send as \"model\" (default: --model)")] = None,
+    device: Annotated[str, Opt()] = "cpu",
+    dtype: Annotated[Optional[str], Opt(help="default: float32 on CPU, bfloat16 on CUDA")] = None,
+    seed: Annotated[int, Opt()] = 0,
+    attention_backend: Annotated[Optional[str], Opt(help="torch | triton")] = None,
+    max_model_len: Annotated[Optional[int], Opt()] = None,
+    kv_cache_memory_gb: Annotated[Optional[float], Opt(help="sizes num_gpu_blocks when that is not given")] = None,
+    max_num_batched_tokens: Annotated[Optional[int], Opt()] = None,
+    max_num_seqs: Annotated[Optional[int], Opt()] = None,
+    block_size: Annotated[Optional[int], Opt()] = None,
+    num_gpu_blocks: Annotated[Optional[int], Opt(help="KV blocks on the device")] = None,
+    num_cpu_blocks: Annotated[Optional[int], Opt(help="host blocks for swap")] = None,
+    enable_chunked_prefill: Annotated[Optional[bool], Opt("--enable-chunked-prefill/--no-enable-chunked-prefill")] = None,
+    long_prefill_token_threshold: Annotated[Optional[int], Opt()] = None,
+    enable_prefix_caching: Annotated[Optional[bool], Opt("--enable-prefix-caching/--no-enable-prefix-caching")] = None,
+    preemption_mode: Annotated[Optional[str], Opt(help="recompute | swap")] = None,
+    policy: Annotated[Optional[str], Opt(help="fcfs | priority")] = None,
+    batching: Annotated[Optional[str], Opt(help="continuous | sequence | static | none")] = None,
+    priority_preemption: Annotated[Optional[bool], Opt("--priority-preemption/--no-priority-preemption")] = None,
+    cpu_threads: Annotated[Optional[int], Opt(help="torch threads on CPU (default: torch's)")] = None,
+    log_level: Annotated[str, Opt()] = "info",
+) -> None:
+    """Serve the engine over an OpenAI-compatible HTTP API (/v1/completions, /v1/chat/completions, /metrics)."""
+    knobs = {k: v for k, v in locals().items()  # the engine knobs the user set, as LLMEngine keywords
+             if k not in ("host", "port", "served_model_name", "cpu_threads", "log_level") and v is not None}
+    from refengine.entrypoints.api_server import run_server
+
+    if cpu_threads:
+        import torch
+
+        torch.set_num_threads(cpu_threads)
+    run_server(knobs, host=host, port=port, served_model_name=served_model_name, log_level=log_level)
 
 
 @app.command()

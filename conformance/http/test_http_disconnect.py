@@ -1,0 +1,82 @@
+"""A client that disconnects frees its capacity. Black-box: after NUM_STREAMS long streams are opened, read for one
+chunk and closed, a new short request completes within NEW_REQUEST_DEADLINE_S, and where the server exports vLLM's
+gauges, running requests and KV usage fall back to zero. (The suite's own server has exactly NUM_STREAMS slots, so
+streams that kept running would hold them all and the new request would wait about two minutes for them.)"""
+from __future__ import annotations
+
+import asyncio
+import time
+
+import httpx
+import pytest
+
+from conformance.http.client import REQUEST_TIMEOUT_S, Server
+
+NUM_STREAMS = 32
+LONG_MAX_TOKENS = 1024  # at ~0.1 s per 32-wide CPU step, leaked streams would run ~100 s
+NEW_REQUEST_DEADLINE_S = 30.0  # a 8-token request alone takes well under 2 s here; 15x headroom for a busy CPU
+GAUGES_DEADLINE_S = 15.0  # the engine aborts at its next step; polling /metrics twice a second
+
+
+@pytest.fixture(scope="module")
+def srv(server: Server) -> Server:
+    return server
+
+
+async def _open_read_one_close(srv: Server) -> int:
+    """Open the streams, read each one's first data chunk, then hang up on all of them; returns chunks read."""
+    limits = httpx.Limits(max_connections=NUM_STREAMS + 4)
+    read = 0
+    async with httpx.AsyncClient(base_url=srv.base_url, timeout=REQUEST_TIMEOUT_S, limits=limits) as http:
+        async def one(i: int) -> int:
+            body = srv.body(prompt=f"Tell me a very long story, number {i}", max_tokens=LONG_MAX_TOKENS,
+                            temperature=0.0, ignore_eos=True, stream=True)
+            async with http.stream("POST", "/v1/completions", json=body) as r:
+                assert r.status_code == 200
+                async for line in r.aiter_lines():
+                    if line.startswith("data:"):
+                        return 1  # leaving the block closes the connection mid-stream
+            return 0
+
+        read = sum(await asyncio.gather(*(one(i) for i in range(NUM_STREAMS))))
+    return read
+
+
+def _wait_gauges_zero(srv: Server) -> dict[str, float]:
+    deadline = time.monotonic() + GAUGES_DEADLINE_S
+    while True:
+        m = srv.metrics() or {}
+        gauges = {k: m[k] for k in ("vllm:num_requests_running", "vllm:kv_cache_usage_perc") if k in m}
+        if all(v == 0 for v in gauges.values()) or time.monotonic() > deadline:
+            return gauges
+        time.sleep(0.5)
+
+
+def test_disconnect_frees_capacity(srv):
+    assert asyncio.run(_open_read_one_close(srv)) == NUM_STREAMS
+    t0 = time.monotonic()
+    body = srv.body(prompt="Are you still there?", max_tokens=8, temperature=0.0, ignore_eos=True)
+    r = srv.http.post("/v1/completions", json=body, timeout=NEW_REQUEST_DEADLINE_S)
+    elapsed = time.monotonic() - t0
+    assert r.status_code == 200 and r.json()["usage"]["completion_tokens"] == 8
+    assert elapsed < NEW_REQUEST_DEADLINE_S
+    gauges = _wait_gauges_zero(srv)
+    assert all(v == 0 for v in gauges.values()), f"after the disconnects: {gauges}"
+
+
+def test_metrics_use_vllm_names(srv):
+    m = srv.metrics()
+    if m is None:
+        pytest.skip("the server has no /metrics")
+    if not any(k.startswith("vllm:") for k in m):
+        pytest.skip("the server's /metrics has no vllm: metrics")
+    for name in ("vllm:num_requests_running", "vllm:num_requests_waiting", "vllm:kv_cache_usage_perc",
+                 "vllm:prompt_tokens_total", "vllm:generation_tokens_total", "vllm:num_preemptions_total",
+                 "vllm:time_to_first_token_seconds_count", "vllm:inter_token_latency_seconds_count",
+                 "vllm:e2e_request_latency_seconds_count"):
+        assert name in m, f"/metrics lacks {name}"
+    before = m["vllm:generation_tokens_total"], m["vllm:e2e_request_latency_seconds_count"]
+    srv.complete(prompt="count me", max_tokens=5, temperature=0.0, ignore_eos=True)
+    after = srv.metrics()
+    assert after["vllm:generation_tokens_total"] - before[0] >= 5
+    assert after["vllm:e2e_request_latency_seconds_count"] - before[1] >= 1

@@ -1,0 +1,173 @@
+"""AsyncLLMEngine: one LLMEngine stepped by a background thread, fed from and streaming to an asyncio event loop.
+
+The engine is not thread-safe, so only the engine thread touches it. The event loop sends it commands (add, abort)
+through a lock-guarded list; each add carries a concurrent Future that the engine thread resolves once the engine
+has validated the request, so a bad request fails its HTTP call with a 400 before any byte is streamed. Between
+commands the thread runs one `engine.step()` at a time and hands every step's outputs to the loop in ONE
+`call_soon_threadsafe` (per-request asyncio queues), which keeps the per-token overhead independent of how many
+streams are open. While nothing is queued the thread sleeps on an Event.
+"""
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import logging
+import threading
+import time
+import traceback
+from dataclasses import dataclass
+
+from refengine.engine import LLMEngine
+from refengine.entrypoints.metrics import ServerMetrics
+from refengine.outputs import RequestOutput
+from refengine.sampling_params import SamplingParams
+
+log = logging.getLogger("refengine.server")
+
+
+class EngineDeadError(RuntimeError):
+    """engine.step() raised: every request in flight at that moment fails with this (the server keeps serving)."""
+
+
+@dataclass
+class _Stream:
+    queue: asyncio.Queue
+    tag: object  # what the caller wants back with each output (e.g. the choice index)
+    started: bool = False  # the first token came back (the prompt is counted then)
+
+
+class AsyncLLMEngine:
+    def __init__(self, engine: LLMEngine, model_name: str) -> None:
+        self.engine = engine
+        self.metrics = ServerMetrics(model_name, engine.scheduler.config.num_gpu_blocks)
+        self._lock = threading.Lock()
+        self._commands: list[tuple] = []
+        self._wake = threading.Event()
+        self._streams: dict[str, _Stream] = {}  # engine thread only
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._stop = False
+        self._thread: threading.Thread | None = None
+        self.num_steps = 0
+
+    # ---- event-loop side ------------------------------------------------------------------------------------
+    def start(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._thread = threading.Thread(target=self._run, name="refengine-engine", daemon=True)
+        self._thread.start()
+
+    async def shutdown(self) -> None:
+        self._stop = True
+        self._wake.set()
+        if self._thread is not None:
+            await asyncio.get_running_loop().run_in_executor(None, self._thread.join, 10.0)
+
+    async def add_request(self, request_id: str, prompt: str | list[int], params: SamplingParams,
+                          queue: asyncio.Queue, tag: object = None, priority: int = 0,
+                          arrival_time: float | None = None) -> None:
+        """Queue a request; raises the engine's ValueError for bad input. Outputs go to `queue` as
+        (tag, RequestOutput) and, if the engine fails, (tag, EngineDeadError)."""
+        fut: concurrent.futures.Future = concurrent.futures.Future()
+        arrival = time.monotonic() if arrival_time is None else arrival_time
+        self._send(("add", request_id, prompt, params, queue, tag, priority, arrival, fut))
+        await asyncio.wrap_future(fut)
+
+    def abort(self, request_ids: list[str]) -> None:
+        """Abort requests (a client went away); their blocks are freed at the engine's next step."""
+        if request_ids:
+            self._send(("abort", list(request_ids)))
+
+    def _send(self, command: tuple) -> None:
+        if self._thread is None or not self._thread.is_alive():
+            raise EngineDeadError("the engine thread is not running")
+        with self._lock:
+            self._commands.append(command)
+        self._wake.set()
+
+    # ---- engine-thread side ---------------------------------------------------------------------------------
+    def _run(self) -> None:
+        engine = self.engine
+        while not self._stop:
+            self._do_commands()
+            if not engine.has_unfinished_requests():
+                self._publish_idle()
+                self._wake.wait()
+                self._wake.clear()
+                continue
+            try:
+                outputs = engine.step()
+            except Exception as e:  # an engine bug must not take the server down: fail what was in flight
+                log.error("engine step failed: %s", traceback.format_exc())
+                self._fail_all(EngineDeadError(f"engine step failed: {type(e).__name__}: {e}"))
+                continue
+            self.num_steps += 1
+            self._after_step(outputs)
+
+    def _do_commands(self) -> None:
+        with self._lock:
+            commands, self._commands = self._commands, []
+        for cmd in commands:
+            if cmd[0] == "abort":
+                live = [rid for rid in cmd[1] if rid in self._streams]
+                if live:
+                    self.engine.abort_request(live)
+                continue
+            _, rid, prompt, params, queue, tag, priority, arrival, fut = cmd
+            try:
+                self.engine.add_request(rid, prompt, params, arrival_time=arrival, priority=priority)
+            except Exception as e:  # ValueError for bad input; anything else is reported the same way
+                fut.set_exception(e)
+                continue
+            self._streams[rid] = _Stream(queue, tag)
+            fut.set_result(None)
+
+    def _after_step(self, outputs: list[RequestOutput]) -> None:
+        engine, m = self.engine, self.metrics
+        stats = engine.step_stats[-1] if engine.step_stats else None
+        # A server runs for days: the per-step and per-request records the perf suite keeps are dropped here.
+        engine.step_stats.clear()
+        engine.finished_requests.clear()
+        if stats is not None:
+            m.on_step(stats.num_running, stats.num_waiting, stats.kv_blocks_used, stats.num_preempted)
+        deliveries = []
+        for out in outputs:
+            stream = self._streams.get(out.request_id)
+            if stream is None:
+                continue
+            new = len(out.outputs[0].token_ids)
+            prompt_now = 0
+            if new and not stream.started:
+                stream.started, prompt_now = True, len(out.prompt_token_ids)
+            m.on_tokens(prompt_now, new)
+            if out.finished:
+                m.on_finished(out.metrics)
+                del self._streams[out.request_id]
+            deliveries.append((stream.queue, (stream.tag, out)))
+        if deliveries:
+            self._deliver(deliveries)
+
+    def _publish_idle(self) -> None:
+        sched = self.engine.scheduler
+        self.metrics.on_step(len(sched.running), len(sched.waiting),
+                             sched.kv_cache_manager.block_pool.num_used_blocks, 0)
+
+    def _fail_all(self, error: Exception) -> None:
+        ids = list(self._streams)
+        try:
+            self.engine.abort_request(ids)
+            self.engine.step()  # hands back the aborted outputs; frees their blocks
+        except Exception:
+            log.error("abort after a failed step also failed: %s", traceback.format_exc())
+        deliveries = [(s.queue, (s.tag, error)) for s in self._streams.values()]
+        self._streams.clear()
+        self._deliver(deliveries)
+
+    def _deliver(self, deliveries: list[tuple[asyncio.Queue, tuple]]) -> None:
+        def put_all() -> None:
+            for queue, item in deliveries:
+                queue.put_nowait(item)
+
+        assert self._loop is not None
+        try:
+            self._loop.call_soon_threadsafe(put_all)
+        except RuntimeError:  # the loop closed (shutdown): nobody is listening any more
+            pass

@@ -1,0 +1,169 @@
+"""Request and response shapes of the OpenAI-compatible API (the fields vLLM's server takes), and their mapping onto
+SamplingParams.
+
+Unknown request fields are accepted and ignored, as OpenAI clients send many optional ones; fields the engine
+cannot honour (n > 1, logprobs, echo, suffix, best_of > 1, tools) are rejected with a 400 naming the field rather
+than silently ignored, so that a client never mistakes an unsupported answer for a real one.
+"""
+from __future__ import annotations
+
+import time
+import uuid
+from typing import Any, Literal, Optional, Union
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from refengine.sampling_params import SamplingParams
+
+
+class BadRequest(ValueError):
+    """Client input the server refuses: HTTP 400 (or `status`) with an OpenAI-style error naming `param`."""
+
+    def __init__(self, message: str, param: str | None = None, status: int = 400) -> None:
+        super().__init__(message)
+        self.param, self.status = param, status
+
+
+def error_body(message: str, status: int, param: str | None = None) -> dict:
+    kind = {400: "BadRequestError", 404: "NotFoundError"}.get(status, "InternalServerError")
+    return {"error": {"message": message, "type": kind, "param": param, "code": status}}
+
+
+class StreamOptions(BaseModel):
+    include_usage: bool = False
+    continuous_usage_stats: bool = False
+
+
+class _SamplingFields(BaseModel):
+    """Fields both endpoints share: OpenAI's and vLLM's extra sampling parameters."""
+
+    model_config = ConfigDict(extra="allow")
+
+    model: Optional[str] = None
+    temperature: Optional[float] = None
+    top_p: Optional[float] = None
+    top_k: Optional[int] = None
+    seed: Optional[int] = None
+    stop: Optional[Union[str, list[str]]] = None
+    stop_token_ids: Optional[list[int]] = None
+    ignore_eos: bool = False
+    min_tokens: int = 0
+    include_stop_str_in_output: bool = False
+    n: int = 1
+    best_of: Optional[int] = None
+    stream: bool = False
+    stream_options: Optional[StreamOptions] = None
+    presence_penalty: Optional[float] = None
+    frequency_penalty: Optional[float] = None
+    repetition_penalty: Optional[float] = None
+    user: Optional[str] = None
+    priority: int = 0
+
+    def _check_common(self) -> None:
+        if self.n != 1:
+            raise BadRequest(f"n must be 1 (this server returns one choice per prompt), got {self.n}", "n")
+        if self.best_of not in (None, 1):
+            raise BadRequest(f"best_of must be 1 or unset, got {self.best_of}", "best_of")
+        for name in ("presence_penalty", "frequency_penalty"):
+            if getattr(self, name) not in (None, 0, 0.0):
+                raise BadRequest(f"{name} is not supported (only 0)", name)
+        if self.repetition_penalty not in (None, 1, 1.0):
+            raise BadRequest("repetition_penalty is not supported (only 1.0)", "repetition_penalty")
+        if self.stream_options is not None and not self.stream:
+            raise BadRequest("stream_options is only allowed when stream is true", "stream_options")
+
+    def sampling_params(self, max_tokens: int) -> SamplingParams:
+        """Defaults as vLLM's server: temperature 1, top_p 1, top_k off. A ValueError names its field."""
+        kw: dict[str, Any] = dict(
+            max_tokens=max_tokens, min_tokens=self.min_tokens, ignore_eos=self.ignore_eos,
+            stop=[self.stop] if isinstance(self.stop, str) else self.stop, stop_token_ids=self.stop_token_ids,
+            include_stop_str_in_output=self.include_stop_str_in_output, seed=self.seed,
+        )
+        for name, default in (("temperature", 1.0), ("top_p", 1.0), ("top_k", 0)):
+            value = getattr(self, name)
+            kw[name] = default if value is None else value
+        return SamplingParams(**kw)
+
+    @property
+    def include_usage(self) -> bool:
+        return bool(self.stream_options and self.stream_options.include_usage)
+
+
+Prompt = Union[str, list[int], list[str], list[list[int]]]
+
+
+class CompletionRequest(_SamplingFields):
+    prompt: Prompt
+    max_tokens: Optional[int] = 16  # OpenAI's default for /v1/completions
+    echo: bool = False
+    logprobs: Optional[int] = None
+    suffix: Optional[str] = None
+
+    def prompts(self) -> list[Union[str, list[int]]]:
+        """One entry per prompt: a string or a list of token ids (a batch of either is a list of them)."""
+        self._check_common()
+        for name in ("echo", "suffix"):
+            if getattr(self, name):
+                raise BadRequest(f"{name} is not supported", name)
+        if self.logprobs is not None:
+            raise BadRequest("logprobs is not supported", "logprobs")
+        p = self.prompt
+        if isinstance(p, str):
+            return [p]
+        if not p:
+            raise BadRequest("prompt must not be empty", "prompt")
+        if all(isinstance(x, int) for x in p):
+            return [list(p)]
+        return list(p)
+
+
+class ChatMessage(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    role: Literal["system", "user", "assistant", "developer", "tool"]
+    content: Optional[Union[str, list[dict[str, Any]]]] = None
+
+    def text(self) -> str:
+        """String content, or the text parts of a content list (other part types are refused)."""
+        if self.content is None or isinstance(self.content, str):
+            return self.content or ""
+        parts = []
+        for part in self.content:
+            if part.get("type") != "text" or not isinstance(part.get("text"), str):
+                raise BadRequest(f"messages: only text content parts are supported, got {part.get('type')!r}",
+                                 "messages")
+            parts.append(part["text"])
+        return "".join(parts)
+
+
+class ChatCompletionRequest(_SamplingFields):
+    messages: list[ChatMessage] = Field(min_length=1)
+    max_tokens: Optional[int] = None  # deprecated by OpenAI in favour of max_completion_tokens
+    max_completion_tokens: Optional[int] = None
+    logprobs: Optional[bool] = False
+    top_logprobs: Optional[int] = None
+    tools: Optional[list[Any]] = None
+    add_generation_prompt: bool = True
+
+    def check(self) -> None:
+        self._check_common()
+        if self.logprobs or self.top_logprobs:
+            raise BadRequest("logprobs is not supported", "logprobs")
+        if self.tools:
+            raise BadRequest("tools are not supported", "tools")
+
+    def requested_max_tokens(self) -> int | None:
+        return self.max_completion_tokens if self.max_completion_tokens is not None else self.max_tokens
+
+
+def new_id(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex}"
+
+
+def now() -> int:
+    return int(time.time())
+
+
+def usage(prompt_tokens: int, completion_tokens: int) -> dict:
+    return {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
+            "total_tokens": prompt_tokens + completion_tokens}
