@@ -215,6 +215,8 @@ def compare(
     tolerance: Annotated[Optional[list[str]], Opt(help="METRIC=REL (0.2, 20% or off; fnmatch patterns allowed)")] = None,
     allow_missing: Annotated[bool, Opt(help="a baseline config missing from NEW is not a failure")] = False,
     only_changes: Annotated[bool, Opt(help="hide rows within tolerance")] = False,
+    ignore_key: Annotated[Optional[list[str]], Opt(help="key columns not matched on; `server` = all but the model "
+                                                        "and the load (in-process vs HTTP runs)")] = None,
 ) -> None:
     """Per configuration and metric: change, direction, tolerance. Exit 1 on a regression, 2 on bad input."""
     from .compare import main_compare, parse_tolerances
@@ -225,7 +227,7 @@ def compare(
         err.print(f"cbbench compare: error: {e}", markup=False)
         raise typer.Exit(2) from None
     code = main_compare(baseline, new, tol, fail_on_missing=not allow_missing, only_changes=only_changes,
-                        console=Console(width=max(100, Console().width)))
+                        ignore_key=ignore_key or [], console=Console(width=max(100, Console().width)))
     raise typer.Exit(code)
 
 

@@ -11,6 +11,12 @@ By default the gate covers the throughputs (5 %) and the mean / median / p99 of 
 other known metrics can be added with a tolerance override. A configuration of the baseline that is missing from
 the new file fails the gate unless `fail_on_missing=False`; one that is new is only reported.
 
+Across backends (an in-process run against an HTTP run of the same workload, i.e. the server's overhead): the
+HTTP row cannot know the server's engine, device, dtype, batching mode or knobs, so `ignore_key=["server"]`
+(`cbbench compare --ignore-key server`) matches rows on the model and the load alone (workload, its params,
+num_prompts, seed, request rate, burstiness, max concurrency). Any key column can be ignored by name; if ignoring
+makes two configurations of one file the same, the comparison is refused (exit 2) rather than guessed.
+
 Exit codes of `main_compare` (for CI): 0 no regression, 1 a regression (or a missing configuration),
 2 the inputs could not be read or are of another schema version.
 """
@@ -107,9 +113,39 @@ def _label(key: tuple[str, ...], keys: Sequence[tuple[str, ...]]) -> str:
     return " ".join(parts)
 
 
+# what identifies the load a run was measured under; `--ignore-key server` ignores every other key column
+LOAD_KEY_NAMES = ("model", "workload", "num_prompts", "seed", "request_rate", "burstiness", "workload_params")
+SERVER_KEY_NAMES = tuple(k for k in KEY_NAMES if k not in LOAD_KEY_NAMES)
+
+
+def ignored_key_names(names: Sequence[str]) -> set[str]:
+    """`["server"]` / `["engine,batching"]` -> the key columns to leave out of matching (ValueError if unknown)."""
+    out: set[str] = set()
+    for item in names:
+        for name in (x.strip() for x in item.split(",") if x.strip()):
+            if name == "server":
+                out.update(SERVER_KEY_NAMES)
+            elif name in KEY_NAMES:
+                out.add(name)
+            else:
+                raise ValueError(f"ignore-key: {name!r} is not a key column (one of server, {', '.join(KEY_NAMES)})")
+    return out
+
+
+def _keyed(df: pd.DataFrame, metrics: Sequence[str], ignored: set[str], side: str) -> dict[tuple[str, ...], Any]:
+    out: dict[tuple[str, ...], Any] = {}
+    for r in aggregate_repeats(df, metrics).to_dict("records"):
+        key = tuple("" if name in ignored else cell for name, cell in zip(KEY_NAMES, config_key(r)))
+        if key in out:
+            raise ValueError(f"ignore-key: two configurations of the {side} file become one "
+                             f"({r['engine']} {r['batching']}); filter the file or ignore fewer key columns")
+        out[key] = r
+    return out
+
+
 def compare(baseline_csv: str | os.PathLike | pd.DataFrame, new_csv: str | os.PathLike | pd.DataFrame,
             tolerances: Mapping[str, float | None] | None = None, *,
-            fail_on_missing: bool = True) -> tuple[list[dict[str, Any]], bool]:
+            fail_on_missing: bool = True, ignore_key: Sequence[str] = ()) -> tuple[list[dict[str, Any]], bool]:
     """Compare the median of each configuration's repeats; returns (table rows, regressed).
 
     Each row: config, metric, direction, baseline, new, change (relative, signed), tolerance, baseline_min/max,
@@ -122,8 +158,8 @@ def compare(baseline_csv: str | os.PathLike | pd.DataFrame, new_csv: str | os.Pa
         for m in metrics:
             if m not in df.columns:
                 df[m] = math.nan
-    base, new = (
-        {config_key(r): r for r in aggregate_repeats(df, metrics).to_dict("records")} for df in frames)
+    ignored = ignored_key_names(ignore_key)
+    base, new = (_keyed(df, metrics, ignored, side) for df, side in zip(frames, ("baseline", "new")))
     keys = list(base) + [k for k in new if k not in base]
     rows: list[dict[str, Any]] = []
     regressed = False
@@ -197,11 +233,12 @@ def _num(x: float) -> str:
 
 def main_compare(baseline: str | os.PathLike, new: str | os.PathLike,
                  tolerance_overrides: Mapping[str, float | None] | None = None, *, fail_on_missing: bool = True,
-                 only_changes: bool = False, console: Console | None = None) -> int:
+                 only_changes: bool = False, console: Console | None = None, ignore_key: Sequence[str] = ()) -> int:
     """Print the comparison and return the exit code (0 pass, 1 regression, 2 unusable input)."""
     console = console or Console()
     try:
-        rows, regressed = compare(baseline, new, tolerance_overrides, fail_on_missing=fail_on_missing)
+        rows, regressed = compare(baseline, new, tolerance_overrides, fail_on_missing=fail_on_missing,
+                                  ignore_key=ignore_key)
     except (OSError, ValueError, pd.errors.ParserError) as e:
         console.print(f"[bold red]cbbench compare: {e}[/]")
         return 2

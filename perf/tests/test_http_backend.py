@@ -162,3 +162,28 @@ def test_in_process_max_concurrency_caps_requests_in_flight():
                       knobs={"max_num_seqs": 4}, warmup=0, max_concurrency=cap)
     assert [rec["output_len"] for rec in r.records] == [4] * 5
     assert max(s["num_running"] + s["num_waiting"] for s in r.steps) == cap
+
+
+def test_compare_in_process_against_http(server, tmp_path):
+    """The server's overhead is a `compare` of an in-process run and an HTTP run of the same workload: with
+    `--ignore-key server` their rows match on the model and the load; without it they are different configs."""
+    from cbbench.perf.compare import compare
+
+    inproc_dir, http_dir = tmp_path / "inproc", tmp_path / "http"
+    common = [*FIXED, "--model", "tiny-qwen2", "--max-concurrency", "3"]
+    res = invoke("perf", *common, "--batching", "continuous,static", "--peers", "none", "--cpu-threads", "0",
+                 "--result-dir", str(inproc_dir))
+    assert res.exit_code == 0, res.output
+    res = invoke("perf", *common, "--backend", "openai", "--base-url", server.base_url, "--result-dir", str(http_dir))
+    assert res.exit_code == 0, res.output
+    (inproc_csv,), (http_csv,) = inproc_dir.glob("*.csv"), http_dir.glob("*.csv")
+    inproc = read_csv(inproc_csv)
+
+    rows, _ = compare(inproc[inproc.batching == "continuous"], read_csv(http_csv), ignore_key=["server"])
+    assert rows and {r["status"] for r in rows} <= {"ok", "improved", "regressed", "n/a"}
+    assert {r["metric"] for r in rows} >= {"output_throughput", "mean_ttft_ms"}
+    rows, regressed = compare(inproc_csv, http_csv)  # the full key: nothing matches
+    assert regressed and {r["status"] for r in rows} == {"missing in new", "new config"}
+    res = invoke("compare", str(inproc_csv), str(http_csv), "--ignore-key", "server")  # two modes become one
+    assert res.exit_code == 2 and "ignore-key" in res.output
+    assert invoke("compare", str(inproc_csv), str(http_csv), "--ignore-key", "colour").exit_code == 2
