@@ -9,7 +9,9 @@ the command with one line on stderr and exit code 2; a regression found by `comp
 from __future__ import annotations
 
 import functools
+import os
 import sys
+import traceback
 from pathlib import Path
 from typing import Annotated, Any, Callable, Optional
 
@@ -37,7 +39,11 @@ class OneLineErrorsTyper(typer.Typer):
         except _exc.ClickException as e:
             err.print(f"cbbench: error: {e.format_message()}", markup=False)
             sys.exit(e.exit_code)
-        except _exc.Abort:
+        except (typer.Abort, KeyboardInterrupt):
+            err.print("cbbench: interrupted", markup=False)
+            sys.exit(130)
+        except Exception as e:  # noqa: BLE001 - a failure outside any command (building the app): still one line
+            _internal_error("cbbench", e)
             sys.exit(1)
         sys.exit(rv if isinstance(rv, int) else 0)
 
@@ -51,16 +57,41 @@ class CliError(Exception):
     """Bad input from the user: printed as one line, exit code 2."""
 
 
+DEBUG_ENV = "CBBENCH_DEBUG"  # set to 1 to see the traceback of an internal error
+
+
+def _first_line(e: BaseException) -> str:
+    text = str(e).strip()
+    return text.splitlines()[0] if text else type(e).__name__
+
+
+def _internal_error(prog: str, e: BaseException) -> None:
+    if os.environ.get(DEBUG_ENV, "") not in ("", "0"):
+        traceback.print_exception(e)
+    err.print(f"{prog}: internal error: {type(e).__name__}: {_first_line(e)} (set {DEBUG_ENV}=1 for the traceback)",
+              markup=False)
+
+
 def one_line_errors(name: str) -> Callable:
+    """Every way a command can fail ends with one line on stderr: bad input (CliError, ValueError, a missing or
+    unwritable file) exits 2, an interrupt 130, anything else is an internal error and exits 1."""
     def wrap(fn: Callable) -> Callable:
         @functools.wraps(fn)
         def inner(*args: Any, **kwargs: Any) -> Any:
             try:
                 return fn(*args, **kwargs)
-            except (CliError, ValueError, FileNotFoundError) as e:
-                msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-                err.print(f"cbbench {name}: error: {msg}", markup=False)
+            except (typer.Exit, _exc.ClickException):
+                raise
+            except (CliError, ValueError, FileNotFoundError, PermissionError, IsADirectoryError,
+                    NotADirectoryError) as e:
+                err.print(f"cbbench {name}: error: {_first_line(e)}", markup=False)
                 raise typer.Exit(2) from None
+            except (typer.Abort, KeyboardInterrupt):
+                err.print(f"cbbench {name}: interrupted", markup=False)
+                raise typer.Exit(130) from None
+            except Exception as e:  # noqa: BLE001 - a bug: one line, not a double traceback
+                _internal_error(f"cbbench {name}", e)
+                raise typer.Exit(1) from None
         return inner
     return wrap
 
@@ -188,7 +219,8 @@ def timeline(
     modes = knob("batching").parse_list(batching)
     path, util = run_timeline(out, model=model, device=device, num_requests=num_requests,
                               max_num_seqs=max_num_seqs, seed=seed, modes=modes)
-    Console().print(f"wrote {path}  (slot utilisation: " + ", ".join(f"{m} {u:.0%}" for m, u in util.items()) + ")")
+    Console().print(f"wrote {path}  (slot utilisation: " + ", ".join(f"{m} {u:.0%}" for m, u in util.items()) + ")",
+                    markup=False)
 
 
 @app.command()
@@ -205,10 +237,11 @@ def plot(
     """Result CSVs as curves with error bars from repeats: latency against throughput, or against a swept knob."""
     from .plot import plot_results
 
-    Console().print(f"wrote {plot_results(result_csvs, labels=label, kind=kind, knob=knob, out=out)}")
+    Console().print(f"wrote {plot_results(result_csvs, labels=label, kind=kind, knob=knob, out=out)}", markup=False)
 
 
 @app.command()
+@one_line_errors("compare")
 def compare(
     baseline: Annotated[Path, typer.Argument(help="baseline results CSV")],
     new: Annotated[Path, typer.Argument(help="new results CSV")],
@@ -221,13 +254,9 @@ def compare(
     """Per configuration and metric: change, direction, tolerance. Exit 1 on a regression, 2 on bad input."""
     from .compare import main_compare, parse_tolerances
 
-    try:
-        tol = parse_tolerances(tolerance or [])
-    except ValueError as e:
-        err.print(f"cbbench compare: error: {e}", markup=False)
-        raise typer.Exit(2) from None
+    tol = parse_tolerances(tolerance or [])
     code = main_compare(baseline, new, tol, fail_on_missing=not allow_missing, only_changes=only_changes,
-                        ignore_key=ignore_key or [], console=Console(width=max(100, Console().width)))
+                        ignore_key=ignore_key or [], console=Console(width=max(100, Console().width)), err=err)
     raise typer.Exit(code)
 
 
@@ -254,18 +283,22 @@ def generate(
 def kernels(
     out: Annotated[Path, Opt()] = Path("results/kernels.csv"),
     quick: Annotated[bool, Opt(help="a few shapes only")] = False,
+    allow_cpu: Annotated[bool, Opt(help="without CUDA: a tiny smoke run under TRITON_INTERPRET "
+                                        "(checks the bookkeeping; its timings mean nothing)")] = False,
 ) -> None:
-    """Attention kernels against the HBM floor and torch SDPA (needs a CUDA GPU)."""
+    """Attention kernels against the HBM floor and torch SDPA (needs a CUDA GPU, or --allow-cpu)."""
     try:
         from .kernel_bench import run_kernel_bench
     except ImportError as e:
         raise CliError(f"the kernel bench is not available ({e})") from None
     try:
-        df = run_kernel_bench(str(out), quick=quick)
+        df = run_kernel_bench(str(out), quick=quick, allow_cpu=allow_cpu)
     except RuntimeError as e:
+        if "CUDA" in str(e) and not allow_cpu:
+            raise CliError("needs a CUDA GPU; --allow-cpu runs a tiny interpreter smoke test instead") from None
         raise CliError(str(e)) from None
-    Console().print(df.to_string(index=False))
-    Console().print(f"wrote {out}")
+    Console().print(df.to_string(index=False), markup=False)
+    Console().print(f"wrote {out}", markup=False)
 
 
 @app.command("bench-scheduler")
@@ -278,6 +311,10 @@ def bench_scheduler(
     from .bench_scheduler import bench_step_us
 
     sizes = _ints("running", running)
+    if not sizes or min(sizes) < 1:
+        raise CliError(f"running: expected a comma list of integers >= 1, got {running!r}")
+    if iters < 1:
+        raise CliError(f"iters must be >= 1, got {iters}")
     console = Console()
     for n in sizes:
         s = bench_step_us(n, iters=iters)

@@ -212,7 +212,7 @@ def render_table(rows: Sequence[Mapping[str, Any]], *, title: str = "cbbench com
         shown = [r for r in group if not (only_changes and r["status"] == "ok")]
         if not shown:
             continue
-        t = Table(title=config, title_justify="left", title_style="bold")
+        t = Table(title=Text(config), title_justify="left", title_style="bold")
         t.add_column("metric", no_wrap=True)
         for col in ("", "baseline", "new", "change", "tol"):
             t.add_column(col, justify="right", no_wrap=True)
@@ -233,14 +233,18 @@ def _num(x: float) -> str:
 
 def main_compare(baseline: str | os.PathLike, new: str | os.PathLike,
                  tolerance_overrides: Mapping[str, float | None] | None = None, *, fail_on_missing: bool = True,
-                 only_changes: bool = False, console: Console | None = None, ignore_key: Sequence[str] = ()) -> int:
-    """Print the comparison and return the exit code (0 pass, 1 regression, 2 unusable input)."""
+                 only_changes: bool = False, console: Console | None = None, ignore_key: Sequence[str] = (),
+                 err: Console | None = None) -> int:
+    """Print the comparison and return the exit code (0 pass, 1 regression, 2 unusable input: one line on
+    `err`, stderr by default)."""
     console = console or Console()
+    err = err or Console(stderr=True, highlight=False, soft_wrap=True)
     try:
         rows, regressed = compare(baseline, new, tolerance_overrides, fail_on_missing=fail_on_missing,
                                   ignore_key=ignore_key)
-    except (OSError, ValueError, pd.errors.ParserError) as e:
-        console.print(f"[bold red]cbbench compare: {e}[/]")
+    except (OSError, ValueError, pd.errors.ParserError, pd.errors.EmptyDataError) as e:
+        msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        err.print(f"cbbench compare: error: {msg}", markup=False, style="bold red")
         return 2
     console.print(render_table(rows, title=f"{baseline} -> {new}", only_changes=only_changes))
     n_bad = sum(r["status"] in ("regressed", "missing in new") for r in rows)

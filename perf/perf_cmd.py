@@ -15,13 +15,14 @@ from pathlib import Path
 from typing import Any
 
 from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from refengine.config import BATCHING_MODES
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from .backends import BACKENDS, LoadPoint, parse_load_points, resolve_tokenizer
 from .knobs import knob, parse_knobs as _parse_knob_lists, validate_knobs
-from .runner import RunResult, run_refengine
+from .plan import check_feasible, check_options, check_writable
+from .runner import RunResult, run_refengine, warmup_lengths
 
 PEERS = ("hf-static", "hf-cb")
 # CPU-sized defaults: the default run (4 modes + 2 peers, tiny-qwen2, 1 torch thread) takes about two minutes on a
@@ -89,6 +90,18 @@ def _value(text: str) -> Any:
     return text
 
 
+def _typed_param(key: str, value: Any, accepted: dict[str, Any]) -> Any:
+    """A workload param must have its default's type (an int param takes no "abc")."""
+    default = accepted.get(key)
+    if value is None or default is None or isinstance(default, (bool, str, tuple, list)):
+        return value
+    if isinstance(default, int) and not (isinstance(value, int) or (isinstance(value, float) and value.is_integer())):
+        raise ValueError(f"workload-param {key}: expected an integer, got {value!r}")
+    if isinstance(default, float) and not isinstance(value, (int, float)):
+        raise ValueError(f"workload-param {key}: expected a number, got {value!r}")
+    return type(default)(value)
+
+
 def workload_kwargs(o: PerfOptions, on_cpu: bool) -> dict[str, Any]:
     from cbbench.workloads import list_workloads, workload_options
 
@@ -101,7 +114,7 @@ def workload_kwargs(o: PerfOptions, on_cpu: bool) -> dict[str, Any]:
             key, sep, value = part.partition("=")
             if not sep or not key.strip():
                 raise ValueError(f"workload-param: expected KEY=VALUE, got {part!r}")
-            kw[key.strip()] = _value(value)
+            kw[key.strip()] = _typed_param(key.strip(), _value(value), accepted)
     caps = {"max_prompt_len": o.max_prompt_len, "max_output_len": o.max_output_len, "dataset_path": o.dataset_path}
     for k, v in caps.items():
         if v is not None:
@@ -117,7 +130,8 @@ def build_workload(o: PerfOptions, on_cpu: bool, load: LoadPoint | None = None, 
     from cbbench.workloads import get_workload
 
     load = load or parse_load_points(o.request_rate, o.burstiness, o.max_concurrency)[0][0]
-    num_prompts = o.num_prompts or (CPU_DEFAULTS["num_prompts"] if on_cpu else GPU_NUM_PROMPTS)
+    num_prompts = o.num_prompts if o.num_prompts is not None else (
+        CPU_DEFAULTS["num_prompts"] if on_cpu else GPU_NUM_PROMPTS)
     return get_workload(o.workload, tokenizer=tokenizer or resolve_tokenizer(o.model, o.tokenizer),
                         num_prompts=num_prompts, seed=o.seed, request_rate=load.request_rate,
                         burstiness=load.burstiness, max_concurrency=load.max_concurrency, **workload_kwargs(o, on_cpu))
@@ -149,8 +163,9 @@ def run_perf(o: PerfOptions, console: Console) -> list[dict[str, Any]]:
     bad = [p for p in peers if p not in PEERS]
     if bad:
         raise ValueError(f"peers: unknown peer {bad[0]!r}; expected a comma list of {', '.join(PEERS)}, or none")
-    if o.repeats < 1 or o.warmup < 0:
-        raise ValueError("repeats must be >= 1 and warmup >= 0")
+    check_options(device=o.device, cpu_threads=o.cpu_threads, num_prompts=o.num_prompts, repeats=o.repeats,
+                  warmup=o.warmup)
+    check_writable(o.result_dir)
     percentiles = parse_metric_percentiles(o.metric_percentiles)
     goodput = parse_goodput([g for item in o.goodput for g in item.replace(",", " ").split()])
     loads, load_varying = parse_load_points(o.request_rate, o.burstiness, o.max_concurrency)
@@ -171,6 +186,11 @@ def run_perf(o: PerfOptions, console: Console) -> list[dict[str, Any]]:
     tokenizer = resolve_tokenizer(o.model, o.tokenizer)
     workloads = {load: build_workload(o, on_cpu, load, tokenizer) for load in loads}
     workload = workloads[loads[0]]
+    if in_process:  # the whole sweep, before the first run
+        lengths = [(len(r.prompt_token_ids), r.output_len) for r in workload.requests] \
+            + warmup_lengths(o.warmup, o.seed)
+        for mode, ks in itertools.product(modes, knob_sets):
+            check_feasible(lengths, ks, label=f"{mode} {knob_label(ks, set(ks))}".strip())
     from refengine.loader import resolve_dtype
 
     dtype_name = str(resolve_dtype(o.dtype, o.device)).removeprefix("torch.")

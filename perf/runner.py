@@ -67,6 +67,11 @@ def warmup_prompts(n: int, seed: int) -> list[list[int]]:
     return [rng.integers(*_WARMUP_TOKEN_RANGE, size=WARMUP_PROMPT_LEN * (1 + i % 4)).tolist() for i in range(n)]
 
 
+def warmup_lengths(n: int, seed: int) -> list[tuple[int, int]]:
+    """(prompt_len, output_len) of each warm-up request, for the checks made before a sweep runs."""
+    return [(len(p), WARMUP_OUTPUT_LEN + i) for i, p in enumerate(warmup_prompts(n, seed))]
+
+
 def engine_kwargs(*, device: str, dtype: str | None, seed: int, batching: str,
                   knobs: Mapping[str, Any]) -> dict[str, Any]:
     """LLMEngine keyword arguments for one configuration (None knobs are left to the engine's defaults)."""
