@@ -64,14 +64,19 @@ def unified_attention_ref(
     seq_lens: torch.Tensor,
     block_table: torch.Tensor,
     scale: float,
+    *,
+    query_start_loc_cpu: list[int] | None = None,
+    seq_lens_cpu: list[int] | None = None,
 ) -> torch.Tensor:
     """Causal paged attention for a batch mixing prefill chunks and decodes; writes and returns `out`.
 
     Decodes (query length 1) are batched into one gather; longer queries are done one sequence at a time,
-    so that a long prefill does not pad every decode to its length.
+    so that a long prefill does not pad every decode to its length. `query_start_loc_cpu` / `seq_lens_cpu`
+    (host copies, as the engine's metadata carries them) spare reading the device tensors in every layer.
+    Sequences of query length 0 (padding) are skipped.
     """
-    qsl = query_start_loc.tolist()
-    lens = seq_lens.tolist()
+    qsl = query_start_loc.tolist() if query_start_loc_cpu is None else query_start_loc_cpu
+    lens = seq_lens.tolist() if seq_lens_cpu is None else seq_lens_cpu
     q_lens = [qsl[i + 1] - qsl[i] for i in range(len(lens))]
     decode = [i for i, n in enumerate(q_lens) if n == 1]
     if decode:

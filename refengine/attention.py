@@ -26,6 +26,10 @@ class AttentionMetadata:
     block_table: torch.Tensor  # [num_seqs, max_blocks] int32
     max_query_len: int
     max_seq_len: int
+    # host copies (lists) of query_start_loc and seq_lens, so that the torch oracle plans its gathers without
+    # reading device tensors in every layer; None (e.g. hand-built metadata): the oracle reads the tensors
+    query_start_loc_cpu: list[int] | None = None
+    seq_lens_cpu: list[int] | None = None
 
 
 @dataclass(frozen=True)
@@ -33,6 +37,17 @@ class AttentionBackend:
     name: str
     reshape_and_cache: Callable[..., None]  # (k, v, k_cache, v_cache, slot_mapping)
     unified_attention: Callable[..., torch.Tensor]  # (q, k_cache, v_cache, out, query_start_loc, seq_lens, block_table, scale)
+    takes_host_lens: bool = False  # unified_attention also takes query_start_loc_cpu= / seq_lens_cpu=
+
+    def attend(self, q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, out: torch.Tensor,
+               meta: AttentionMetadata, scale: float) -> torch.Tensor:
+        """unified_attention over one step's metadata (the host copies go to the backends that use them)."""
+        if self.takes_host_lens:
+            return self.unified_attention(q, k_cache, v_cache, out, meta.query_start_loc, meta.seq_lens,
+                                          meta.block_table, scale, query_start_loc_cpu=meta.query_start_loc_cpu,
+                                          seq_lens_cpu=meta.seq_lens_cpu)
+        return self.unified_attention(q, k_cache, v_cache, out, meta.query_start_loc, meta.seq_lens,
+                                      meta.block_table, scale)
 
 
 def default_backend_name(device: torch.device) -> str:
@@ -42,7 +57,7 @@ def default_backend_name(device: torch.device) -> str:
 
 def get_attention_backend(name: str) -> AttentionBackend:
     if name == "torch":
-        return AttentionBackend("torch", reshape_and_cache_ref, unified_attention_ref)
+        return AttentionBackend("torch", reshape_and_cache_ref, unified_attention_ref, takes_host_lens=True)
     if name == "triton":
         from cbbench.kernels import reshape_and_cache, unified_attention
 

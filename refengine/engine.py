@@ -41,6 +41,7 @@ class EngineConfig:
     # step_stats and finished_requests keep only the newest stats_log_size entries (0: none; None: all, as the perf
     # suite asks), so that a long-lived engine does not grow without bound
     stats_log_size: int | None = 10_000
+    enforce_eager: bool = False  # True: never replay CUDA graphs for decode steps (graphs are CUDA-only anyway)
     scheduler: dict = field(default_factory=dict)  # SchedulerConfig fields
 
     def __post_init__(self) -> None:
@@ -129,7 +130,7 @@ class LLMEngine:
         self.model_runner = ModelRunner(
             self.model, mc, num_gpu_blocks=sc.num_gpu_blocks, num_cpu_blocks=sc.num_cpu_blocks,
             block_size=sc.block_size, max_num_seqs=sc.max_num_seqs, max_model_len=self.max_model_len,
-            device=self.device, dtype=dtype, seed=cfg.seed,
+            device=self.device, dtype=dtype, seed=cfg.seed, enforce_eager=cfg.enforce_eager,
         )
         self._detok: dict[str, IncrementalDetokenizer] = {}
         self._prompts: dict[str, str | None] = {}
@@ -238,7 +239,7 @@ class LLMEngine:
         sched = self.scheduler
         out = sched.schedule()
         try:
-            sampled = self.model_runner.execute_model(out, sched.kv_cache_manager)
+            sampled = self.model_runner.execute_model(out).by_request()
             finished = {r.request_id for r in sched.update_from_output(out, sampled)}
         except Exception as exc:  # noqa: BLE001 (whatever failed, the other requests must not be lost)
             self._record(out)

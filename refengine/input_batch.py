@@ -1,57 +1,113 @@
 """InputBatch: the persistent per-request rows the model runner builds each step's inputs from.
 
-A request keeps its row from admission until it leaves; each step writes only what changed (new block ids, the
-token sampled last step). A resumed (preempted) request rewrites its row; a finished one frees it for the next.
+A request keeps its row from the step the runner first meets it until it leaves (finished, or preempted); each
+step writes only what changed (new block ids, the token sampled last step). A resumed request rewrites its row; a
+finished one frees it for the next. Everything here is host memory (numpy), so building a step's inputs never
+waits on the device; the sampling parameters also live on the device, written once per row admission.
 
-    row r:  token_ids[r, :num_tokens]        block_table[r, :num_blocks]
+    row r:  token_ids[r, :num_tokens[r]]      block_table[r, :num_blocks[r]]
+            num_prompt_tokens[r]  num_computed_tokens[r]  temperature/top_k/top_p/seed[r]  banned[r]
 """
 from __future__ import annotations
 
+import numpy as np
 import torch
+
+from refengine.sampling_params import SamplingParams
+
+NO_SEED = -1  # seed column of an unseeded row (seeds are reduced to 63 bits, so never negative)
 
 
 class InputBatch:
-    def __init__(self, max_num_reqs: int, max_model_len: int, max_blocks_per_req: int) -> None:
-        self.token_ids = torch.zeros(max_num_reqs, max_model_len, dtype=torch.long)
-        self.block_table = torch.zeros(max_num_reqs, max_blocks_per_req, dtype=torch.int32)
-        self.num_tokens = [0] * max_num_reqs
-        self.num_blocks = [0] * max_num_reqs
+    def __init__(self, max_num_reqs: int, max_model_len: int, max_blocks_per_req: int, vocab_size: int,
+                 device: torch.device = torch.device("cpu")) -> None:
+        self.max_num_reqs = max_num_reqs
+        self.vocab_size = vocab_size
+        # int32: token ids and block ids fit, and the (max_num_reqs x max_model_len) table is the largest buffer
+        self.token_ids = np.zeros((max_num_reqs, max_model_len), dtype=np.int32)
+        self.block_table = np.zeros((max_num_reqs, max_blocks_per_req), dtype=np.int32)
+        self.num_tokens = np.zeros(max_num_reqs, dtype=np.int64)  # tokens the runner knows: prompt + sampled
+        self.num_prompt_tokens = np.zeros(max_num_reqs, dtype=np.int64)
+        self.num_computed_tokens = np.zeros(max_num_reqs, dtype=np.int64)  # as of this step's schedule
+        self.num_blocks = np.zeros(max_num_reqs, dtype=np.int64)
+        # sampling: host copies decide which paths a step needs; device copies are gathered by the sampler
+        self.greedy = np.ones(max_num_reqs, dtype=bool)
+        self.min_tokens = np.zeros(max_num_reqs, dtype=np.int64)
+        self.seeds = np.full(max_num_reqs, NO_SEED, dtype=np.int64)
+        self.top_k_on = np.zeros(max_num_reqs, dtype=bool)
+        self.top_p_on = np.zeros(max_num_reqs, dtype=bool)
+        self.banned: list[list[int]] = [[] for _ in range(max_num_reqs)]  # EOS + stop ids, masked until min_tokens
+        self.temperature_dev = torch.ones(max_num_reqs, dtype=torch.float32, device=device)
+        self.top_k_dev = torch.zeros(max_num_reqs, dtype=torch.int64, device=device)
+        self.top_p_dev = torch.ones(max_num_reqs, dtype=torch.float32, device=device)
+        self.seeds_dev = torch.zeros(max_num_reqs, dtype=torch.int64, device=device)
+        self.req_ids: list[str | None] = [None] * max_num_reqs
         self.row_of: dict[str, int] = {}
         self.free_rows = list(range(max_num_reqs - 1, -1, -1))
-        self.num_row_writes = 0  # rows written whole (admissions); the rest of the work is appends
+        self.num_row_writes = 0  # rows written whole (admissions and resumptions); the rest of the work is appends
 
-    def add(self, request_id: str, token_ids: list[int], block_ids: list[int]) -> int:
-        """(Re)write a whole row: a new request, or one resumed after preemption."""
+    def add_request(self, request_id: str, token_ids: list[int], num_prompt_tokens: int, block_ids: list[int],
+                    num_computed_tokens: int, params: SamplingParams, eos_token_ids: frozenset[int]) -> int:
+        """(Re)write a whole row: a request the runner meets for the first time, or one resumed after preemption."""
         row = self.row_of.get(request_id)
         if row is None:
             row = self.free_rows.pop()
             self.row_of[request_id] = row
+            self.req_ids[row] = request_id
         n, b = len(token_ids), len(block_ids)
-        self.token_ids[row, :n] = torch.tensor(token_ids, dtype=torch.long)
-        self.block_table[row, :b] = torch.tensor(block_ids, dtype=torch.int32)
+        self.token_ids[row, :n] = token_ids
+        self.block_table[row, :b] = block_ids
         self.num_tokens[row], self.num_blocks[row] = n, b
+        self.num_prompt_tokens[row] = num_prompt_tokens
+        self.num_computed_tokens[row] = num_computed_tokens
+        self._set_sampling(row, params, eos_token_ids)
         self.num_row_writes += 1
         return row
 
+    def _set_sampling(self, row: int, sp: SamplingParams, eos_token_ids: frozenset[int]) -> None:
+        self.greedy[row] = sp.greedy
+        self.min_tokens[row] = sp.min_tokens
+        banned = list(sp.stop_token_ids) + ([] if sp.ignore_eos else sorted(eos_token_ids))
+        self.banned[row] = [t for t in banned if 0 <= t < self.vocab_size]
+        self.top_k_on[row] = not sp.greedy and 0 < sp.top_k < self.vocab_size
+        self.top_p_on[row] = not sp.greedy and sp.top_p < 1.0
+        self.seeds[row] = NO_SEED if sp.seed is None else sp.seed & (2**63 - 1)
+        # (one small host-to-device write per admission, none per step)
+        self.temperature_dev[row] = 1.0 if sp.greedy else float(sp.temperature)
+        self.top_k_dev[row] = sp.top_k if self.top_k_on[row] else 0
+        self.top_p_dev[row] = float(sp.top_p) if self.top_p_on[row] else 1.0
+        self.seeds_dev[row] = max(int(self.seeds[row]), 0)
+
+    def token_ids_of(self, request_id: str) -> list[int]:
+        row = self.row_of[request_id]
+        return self.token_ids[row, : self.num_tokens[row]].tolist()
+
+    def set_token_ids(self, request_id: str, token_ids: list[int]) -> None:
+        """Resynchronise a row's tokens with the scheduler's (CachedRequestData.all_token_ids)."""
+        row = self.row_of[request_id]
+        self.token_ids[row, : len(token_ids)] = token_ids
+        self.num_tokens[row] = len(token_ids)
+
     def blocks_held(self, request_id: str) -> int:
-        return self.num_blocks[self.row_of[request_id]]
+        return int(self.num_blocks[self.row_of[request_id]])
 
     def append_blocks(self, request_id: str, new_block_ids: list[int]) -> None:
         """Write block ids after those the row already has."""
         row = self.row_of[request_id]
         have = self.num_blocks[row]
-        self.block_table[row, have : have + len(new_block_ids)] = torch.tensor(new_block_ids, dtype=torch.int32)
+        self.block_table[row, have : have + len(new_block_ids)] = new_block_ids
         self.num_blocks[row] = have + len(new_block_ids)
 
-    def append_token(self, request_id: str, token_id: int) -> None:
-        row = self.row_of[request_id]
-        self.token_ids[row, self.num_tokens[row]] = token_id
-        self.num_tokens[row] += 1
+    def append_tokens(self, rows: np.ndarray, token_ids: list[int]) -> None:
+        """One sampled token for each of `rows` (vectorised: this runs every step)."""
+        self.token_ids[rows, self.num_tokens[rows]] = token_ids
+        self.num_tokens[rows] += 1
 
     def remove(self, request_id: str) -> None:
         row = self.row_of.pop(request_id, None)
         if row is not None:
             self.num_tokens[row] = self.num_blocks[row] = 0
+            self.req_ids[row] = None
             self.free_rows.append(row)
 
     def __contains__(self, request_id: str) -> bool:

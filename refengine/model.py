@@ -187,9 +187,7 @@ class Attention(nn.Module):
         k_cache, v_cache = kv_cache  # each [num_blocks, block_size, kvH, D]
         self.backend.reshape_and_cache(k, v, k_cache, v_cache, meta.slot_mapping)
         out = torch.empty_like(q)  # [T, H, D]
-        self.backend.unified_attention(
-            q, k_cache, v_cache, out, meta.query_start_loc, meta.seq_lens, meta.block_table, self.scale
-        )
+        self.backend.attend(q, k_cache, v_cache, out, meta, self.scale)
         return self.o_proj(out.view(n, self.num_heads * self.head_dim))  # [T, hidden]
 
 

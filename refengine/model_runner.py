@@ -1,40 +1,78 @@
-"""ModelRunner: turns a SchedulerOutput into one forward over the paged KV cache and samples.
+"""ModelRunner: execute_model(SchedulerOutput) -> ModelRunnerOutput, one forward over the paged KV cache + sampling.
 
 It owns the device KV cache (one (k_cache, v_cache) pair per layer), the host cache that swap preemption copies
-into, and the persistent InputBatch. Per step: free rows of requests that left, do the swap copies (out before
-in: a block freed by a swap-out may be the target of a swap-in in the same step), write only the rows that
-changed, build the flat inputs + AttentionMetadata, run the model, sample where a request's last known token was
-computed.
+into, the persistent InputBatch and its own record of every request it has met (CachedRequestState); it never
+sees the scheduler's Request objects or the KV manager, only the SchedulerOutput (refengine.scheduler_output).
+
+Per step, on the host (numpy, nothing waits on the device): forget finished requests, park preempted ones, do the
+swap copies (out before in: a block freed by a swap-out may be the target of a swap-in in the same step), write
+the rows that changed, lay the step's int64 inputs end to end in one staging buffer (pinned on CUDA) and copy it
+to the device once (non_blocking). On the device: the forward (replayed from a CUDA graph for a decode-only
+step), the logits of the rows that sample, the sampler. Then exactly one device -> host transfer: the sampled
+token ids (`_to_host`).
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
+import numpy as np
 import torch
 
 from refengine.attention import AttentionMetadata
-from refengine.input_batch import InputBatch
-from refengine.kv_cache_manager import KVCacheManager, cdiv
-from refengine.sampler import sample
-from refengine.scheduler import SchedulerOutput
+from refengine.cuda_graphs import CudaGraphRunner, pad_decode_inputs, padded_size
+from refengine.input_batch import NO_SEED, InputBatch
+from refengine.kv_cache_manager import cdiv
+from refengine.sampler import SamplingMetadata, sample
+from refengine.sampling_params import SamplingParams
+from refengine.scheduler_output import ModelRunnerOutput, SchedulerOutput
+
+
+@dataclass
+class CachedRequestState:
+    """What the runner keeps of a request between its steps, including while it is preempted (vLLM's name)."""
+
+    req_id: str
+    num_prompt_tokens: int
+    sampling_params: SamplingParams
+    eos_token_ids: frozenset[int]
+    parked_token_ids: list[int] | None = None  # the row's tokens while preempted (the row itself is freed)
+
+
+class StagingBuffer:
+    """One host buffer (pinned on CUDA) and its device twin: a step's int64 arrays are packed end to end on the
+    host and cross to the device in one non_blocking copy. On the CPU the host buffer is used as it is."""
+
+    def __init__(self, device: torch.device, size: int = 1 << 14) -> None:
+        self.device = device
+        self._alloc(size)
+
+    def _alloc(self, size: int) -> None:
+        pin = self.device.type == "cuda"
+        self.host = torch.zeros(size, dtype=torch.int64, pin_memory=pin)
+        self.host_np = self.host.numpy()  # a view: writes through numpy land in the (pinned) tensor
+        self.dev = self.host if self.device.type == "cpu" else torch.zeros(size, dtype=torch.int64, device=self.device)
+
+    def pack(self, *arrays: np.ndarray) -> list[torch.Tensor]:
+        """Copy `arrays` (1-D) in; return device views of them, in order."""
+        total = sum(a.size for a in arrays)
+        if total > self.host.numel():  # (rare: the buffer grows to the largest step seen)
+            self._alloc(max(total, 2 * self.host.numel()))
+        offsets = np.cumsum([0] + [a.size for a in arrays])
+        for a, o in zip(arrays, offsets):
+            self.host_np[o : o + a.size] = a
+        if self.dev is not self.host:
+            self.dev[:total].copy_(self.host[:total], non_blocking=True)
+        return [self.dev[o : o + a.size] for a, o in zip(arrays, offsets)]
 
 
 class ModelRunner:
-    def __init__(
-        self,
-        model: torch.nn.Module,
-        model_config,
-        *,
-        num_gpu_blocks: int,
-        num_cpu_blocks: int,
-        block_size: int,
-        max_num_seqs: int,
-        max_model_len: int,
-        device: torch.device,
-        dtype: torch.dtype,
-        seed: int,
-    ) -> None:
+    def __init__(self, model: torch.nn.Module, model_config, *, num_gpu_blocks: int, num_cpu_blocks: int,
+                 block_size: int, max_num_seqs: int, max_model_len: int, device: torch.device, dtype: torch.dtype,
+                 seed: int, enforce_eager: bool = False) -> None:
         self.model = model
         self.block_size = block_size
         self.device = device
+        self.vocab_size = model_config.vocab_size
         mc = model_config
         shape = (num_gpu_blocks, block_size, mc.num_key_value_heads, mc.head_dim)
         # zeros, not empty: attention reads whole blocks and masks the tail, and 0 * NaN garbage would be NaN
@@ -48,79 +86,179 @@ class ModelRunner:
             (torch.zeros(host_shape, dtype=dtype, pin_memory=pin), torch.zeros(host_shape, dtype=dtype, pin_memory=pin))
             for _ in range(mc.num_hidden_layers)
         ] if num_cpu_blocks else []
-        self.input_batch = InputBatch(max_num_seqs, max_model_len, cdiv(max_model_len, block_size))
+        max_blocks = cdiv(max_model_len, block_size)
+        self.input_batch = InputBatch(max_num_seqs, max_model_len, max_blocks, mc.vocab_size, device)
+        self.requests: dict[str, CachedRequestState] = {}
+        self.staging = StagingBuffer(device)
         self.generator = torch.Generator(device=device)
         self.generator.manual_seed(seed)
+        # CUDA graphs for decode-only steps: CUDA only, and not with enforce_eager
+        use_graphs = device.type == "cuda" and not enforce_eager and not model.attn_backend.takes_host_lens
+        self.cuda_graphs = CudaGraphRunner(model, self.kv_caches, max_num_seqs, max_blocks, device) if use_graphs else None
+        if self.cuda_graphs is not None:
+            self.cuda_graphs.capture()
+        # eager runs padded as graphs would be (CPU tests of the padding; None: no padding)
+        self.decode_pad_sizes: list[int] | None = None
+        self.num_host_syncs = 0  # device -> host transfers made by execute_model (one per step that samples)
 
+    # ---- state ----------------------------------------------------------------------------------------------
     def _swap(self, plan: list[tuple[int, int]], to_host: bool) -> None:
         if not plan:
             return
         src = torch.tensor([s for s, _ in plan], dtype=torch.long)
         dst = torch.tensor([d for _, d in plan], dtype=torch.long)
         for (k, v), (hk, hv) in zip(self.kv_caches, self.host_caches):
-            if to_host:
+            if to_host:  # (a swap-out step waits for its copy: the host blocks are read by a later swap-in)
                 hk[dst] = k[src.to(k.device)].cpu()
                 hv[dst] = v[src.to(v.device)].cpu()
             else:
                 k[dst.to(k.device)] = hk[src].to(k.device, non_blocking=True)
                 v[dst.to(v.device)] = hv[src].to(v.device, non_blocking=True)
 
-    def _sync_rows(self, out: SchedulerOutput, kv: KVCacheManager) -> None:
+    def _update_states(self, out: SchedulerOutput) -> None:
         batch = self.input_batch
-        for rid in list(out.finished_req_ids) + out.preempted_req_ids:
+        for rid in out.finished_req_ids:
             batch.remove(rid)
-        admitted = {r.request_id for r in out.scheduled_new_reqs + out.scheduled_resumed_reqs}
-        for req in out.scheduled_reqs:
-            rid = req.request_id
-            if rid in admitted or rid not in batch:  # (static batches admit members before their first chunk)
-                batch.add(rid, req.all_token_ids, kv.get_block_ids(rid))
-            else:  # a running request: only the blocks it gained this step
-                blocks = kv.req_to_blocks[rid]
-                have = batch.blocks_held(rid)
-                if len(blocks) > have:
-                    batch.append_blocks(rid, [b.block_id for b in blocks[have:]])
+            self.requests.pop(rid, None)
+        for rid in out.preempted_req_ids:
+            state = self.requests.get(rid)
+            if state is not None and rid in batch:
+                state.parked_token_ids = batch.token_ids_of(rid)
+                batch.remove(rid)
+        for new in out.scheduled_new_reqs:
+            tokens = new.all_token_ids
+            state = self.requests[new.req_id] = CachedRequestState(
+                new.req_id, len(new.prompt_token_ids), new.sampling_params, new.eos_token_ids)
+            batch.add_request(new.req_id, tokens, state.num_prompt_tokens, new.block_ids, new.num_computed_tokens,
+                              state.sampling_params, state.eos_token_ids)
+        cached = out.scheduled_cached_reqs
+        for i, rid in enumerate(cached.req_ids):
+            blocks = cached.new_block_ids[i] or []
+            if rid in cached.resumed_req_ids or rid not in batch:
+                state = self.requests[rid]
+                tokens = cached.all_token_ids.get(rid) or state.parked_token_ids or batch.token_ids_of(rid)
+                state.parked_token_ids = None
+                batch.add_request(rid, tokens, state.num_prompt_tokens, blocks, cached.num_computed_tokens[i],
+                                  state.sampling_params, state.eos_token_ids)
+                continue
+            if rid in cached.all_token_ids:
+                batch.set_token_ids(rid, cached.all_token_ids[rid])
+            if blocks:
+                batch.append_blocks(rid, blocks)
+            batch.num_computed_tokens[batch.row_of[rid]] = cached.num_computed_tokens[i]
 
+    # ---- one step -------------------------------------------------------------------------------------------
     @torch.inference_mode()
-    def execute_model(self, out: SchedulerOutput, kv: KVCacheManager) -> dict[str, list[int]]:
+    def execute_model(self, out: SchedulerOutput) -> ModelRunnerOutput:
         self._swap(out.blocks_to_swap_out, to_host=True)
         self._swap(out.blocks_to_swap_in, to_host=False)
-        self._sync_rows(out, kv)
-        if not out.num_scheduled_tokens:
-            return {}
+        self._update_states(out)
+        req_ids = list(out.num_scheduled_tokens)
+        if not req_ids:
+            return ModelRunnerOutput()
         batch, bs = self.input_batch, self.block_size
-        reqs = {r.request_id: r for r in out.scheduled_reqs}
-        order = [reqs[rid] for rid in out.num_scheduled_tokens]
-        ns = torch.tensor([out.num_scheduled_tokens[r.request_id] for r in order])  # [S]
-        ends = torch.tensor([r.num_computed_tokens for r in order])  # [S] context incl. this step's tokens
-        rows = torch.tensor([batch.row_of[r.request_id] for r in order])  # [S]
-        qsl = torch.zeros(len(order) + 1, dtype=torch.int32)
-        qsl[1:] = ns.cumsum(0)
-        seq_idx = torch.repeat_interleave(torch.arange(len(order)), ns)  # [T]
-        positions = (ends - ns)[seq_idx] + torch.arange(int(qsl[-1])) - qsl[:-1].long()[seq_idx]  # [T]
-        token_rows = rows[seq_idx]
+        num_seqs = len(req_ids)
+        rows = np.fromiter((batch.row_of[r] for r in req_ids), dtype=np.int64, count=num_seqs)  # [S]
+        ns = np.fromiter(out.num_scheduled_tokens.values(), dtype=np.int64, count=num_seqs)  # [S]
+        starts = batch.num_computed_tokens[rows]  # [S] tokens already in the cache
+        ends = starts + ns  # [S] seq_lens: context including this step's tokens
+        batch.num_computed_tokens[rows] = ends
+        qsl = np.zeros(num_seqs + 1, dtype=np.int64)
+        np.cumsum(ns, out=qsl[1:])
+        num_tokens = int(qsl[-1])
+        if num_tokens == num_seqs:  # decode-only: one token per sequence
+            positions, token_rows = starts, rows
+        else:
+            seq_idx = np.repeat(np.arange(num_seqs), ns)  # [T]
+            positions = starts[seq_idx] + np.arange(num_tokens) - qsl[seq_idx]  # [T]
+            token_rows = rows[seq_idx]
         input_ids = batch.token_ids[token_rows, positions]  # [T]
-        slot_mapping = batch.block_table[token_rows, positions // bs].long() * bs + positions % bs  # [T]
+        slot_mapping = batch.block_table[token_rows, positions // bs].astype(np.int64) * bs + positions % bs  # [T]
         max_seq_len = int(ends.max())
-        block_table = batch.block_table[rows, : cdiv(max_seq_len, bs)]  # [S, max_blocks]
-        dev = self.device
+        # sample where the request's last known token is computed this step (a partial prefill samples nothing)
+        samples = np.flatnonzero(ends >= batch.num_tokens[rows])  # [n] indices into the scheduled requests
+        sample_rows = rows[samples]
+        size = self._decode_padded_size(num_seqs) if num_tokens == num_seqs else None
+        width = batch.block_table.shape[1] if size is not None else cdiv(max_seq_len, bs)  # (graphs: every block)
+        step = (input_ids, positions, slot_mapping, qsl, ends, batch.block_table[rows, :width])
+        if size is not None:  # padded as a captured graph's batch; the real rows come first
+            step = pad_decode_inputs(*step, size)
+        sampling, extra = self._sampling_arrays(sample_rows)
+        views = self.staging.pack(*step[:5], step[5].ravel(), qsl[1:][samples] - 1, *extra)
+        ids_d, pos_d, slot_d, qsl_d, lens_d, table_d, logits_idx_d = views[:7]
         meta = AttentionMetadata(
-            slot_mapping=slot_mapping.to(dev),
-            query_start_loc=qsl.to(dev),
-            seq_lens=ends.to(torch.int32).to(dev),
-            block_table=block_table.to(dev),
-            max_query_len=int(ns.max()),
-            max_seq_len=max_seq_len,
+            slot_mapping=slot_d, query_start_loc=qsl_d, seq_lens=lens_d, block_table=table_d.view(-1, width),
+            max_query_len=int(ns.max()), max_seq_len=max_seq_len,
+            query_start_loc_cpu=step[3].tolist(), seq_lens_cpu=step[4].tolist(),  # (numpy: host arrays, no sync)
         )
-        hidden = self.model(input_ids.to(dev), positions.to(dev), self.kv_caches, meta)  # [T, hidden]
-        samplers = [i for i, r in enumerate(order) if r.num_computed_tokens == r.num_tokens]
-        if not samplers:
-            return {}
-        last = (qsl[1:] - 1).long()[samplers]
-        logits = self.model.compute_logits(hidden[last.to(dev)])  # [n, vocab] float32
-        sampling_reqs = [order[i] for i in samplers]
-        tokens = sample(logits, sampling_reqs, self.generator)
-        result = {}
-        for req, tok in zip(sampling_reqs, tokens):
-            batch.append_token(req.request_id, tok)
-            result[req.request_id] = [tok]
-        return result
+        if size is not None and self.cuda_graphs is not None:
+            hidden = self.cuda_graphs.run(ids_d, pos_d, meta)  # [size, hidden], replayed on static inputs
+        else:
+            hidden = self.model(ids_d, pos_d, self.kv_caches, meta)  # [T, hidden]
+        if not len(samples):
+            return ModelRunnerOutput(req_ids, {r: i for i, r in enumerate(req_ids)}, [[] for _ in req_ids])
+        logits = self.model.compute_logits(hidden[logits_idx_d])  # [n, vocab] float32
+        md = self._sampling_metadata(sampling, views[7:])
+        tokens = self._to_host(sample(logits, md, self.generator))  # the step's one device -> host transfer
+        batch.append_tokens(sample_rows, tokens)
+        sampled: list[list[int]] = [[] for _ in req_ids]
+        for i, tok in zip(samples.tolist(), tokens):
+            sampled[i] = [tok]
+        return ModelRunnerOutput(req_ids, {r: i for i, r in enumerate(req_ids)}, sampled)
+
+    def _decode_padded_size(self, num_seqs: int) -> int | None:
+        if self.cuda_graphs is not None:
+            return self.cuda_graphs.lookup(num_seqs)
+        if self.decode_pad_sizes is not None:
+            return padded_size(self.decode_pad_sizes, num_seqs)
+        return None
+
+    def _to_host(self, token_ids: torch.Tensor) -> list[int]:
+        self.num_host_syncs += 1
+        return token_ids.tolist()
+
+    # ---- sampling inputs ------------------------------------------------------------------------------------
+    def _sampling_arrays(self, rows: np.ndarray) -> tuple[dict, list[np.ndarray]]:
+        """From the host copies: which sampler paths this step needs, and the int64 arrays they read (packed with
+        the model inputs, so that they cross to the device in the same copy)."""
+        batch = self.input_batch
+        num_out = batch.num_tokens[rows] - batch.num_prompt_tokens[rows]  # [n] output tokens so far
+        masked = np.flatnonzero(num_out < batch.min_tokens[rows])
+        pairs = [(i, t) for i in masked.tolist() for t in batch.banned[rows[i]]]
+        names, arrays = [], []
+        if pairs:
+            names += ["banned_rows", "banned_tokens"]
+            arrays += [np.array([i for i, _ in pairs]), np.array([t for _, t in pairs])]
+        greedy = batch.greedy[rows]
+        info = {"all_greedy": bool(greedy.all()), "names": names, "rows": None}
+        if not info["all_greedy"]:
+            rand = np.flatnonzero(~greedy)  # [r]
+            rrows = rows[rand]
+            seeded = np.flatnonzero(batch.seeds[rrows] != NO_SEED)
+            info.update(rows=rrows, mixed=len(rand) < len(rows), top_k=bool(batch.top_k_on[rrows].any()),
+                        top_p=bool(batch.top_p_on[rrows].any()), any_seeded=len(seeded) > 0,
+                        any_unseeded=len(seeded) < len(rand))
+            names += ["random_idx", "random_rows"]
+            arrays += [rand, rrows]
+            if len(seeded):
+                names += ["seeded_idx", "output_index"]
+                arrays += [seeded, num_out[rand][seeded]]
+        return info, arrays
+
+    def _sampling_metadata(self, info: dict, views: list[torch.Tensor]) -> SamplingMetadata:
+        t = dict(zip(info["names"], views))
+        md = SamplingMetadata(all_greedy=info["all_greedy"], banned_rows=t.get("banned_rows"),
+                              banned_tokens=t.get("banned_tokens"))
+        if md.all_greedy:
+            return md
+        batch, rrows = self.input_batch, t["random_rows"]
+        md.random_idx = t["random_idx"] if info["mixed"] else None
+        md.temperature = batch.temperature_dev[rrows]
+        md.top_k = batch.top_k_dev[rrows] if info["top_k"] else None
+        md.top_p = batch.top_p_dev[rrows] if info["top_p"] else None
+        md.any_unseeded = info["any_unseeded"]
+        if info["any_seeded"]:
+            md.seeded_idx = t["seeded_idx"]
+            md.seeds = batch.seeds_dev[rrows[md.seeded_idx]]
+            md.output_index = t["output_index"]
+        return md

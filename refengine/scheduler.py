@@ -11,32 +11,14 @@ finishes requests. The batching modes differ only in who may be scheduled togeth
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
 
 from refengine.config import SchedulerConfig
 from refengine.kv_cache_manager import KVCacheManager, cdiv
 from refengine.request import Request, RequestStatus
 from refengine.request_queue import create_request_queue
-
-
-@dataclass
-class SchedulerOutput:
-    num_scheduled_tokens: dict[str, int] = field(default_factory=dict)  # in scheduling order
-    total_num_scheduled_tokens: int = 0
-    scheduled_new_reqs: list[Request] = field(default_factory=list)  # admitted for the first time
-    scheduled_resumed_reqs: list[Request] = field(default_factory=list)  # admitted again after preemption
-    scheduled_running_reqs: list[Request] = field(default_factory=list)
-    is_prefill: dict[str, bool] = field(default_factory=dict)  # per scheduled request: prefill chunk or decode
-    preempted_req_ids: list[str] = field(default_factory=list)
-    finished_req_ids: set[str] = field(default_factory=set)  # finished or aborted since the previous schedule()
-    blocks_to_swap_out: list[tuple[int, int]] = field(default_factory=list)  # (device block, host block)
-    blocks_to_swap_in: list[tuple[int, int]] = field(default_factory=list)  # (host block, device block)
-    num_prefill_tokens: int = 0
-    num_decode_tokens: int = 0
-
-    @property
-    def scheduled_reqs(self) -> list[Request]:
-        return self.scheduled_running_reqs + self.scheduled_resumed_reqs + self.scheduled_new_reqs
+from refengine.scheduler_output import (  # noqa: F401  (re-exported: the contract's names, as vLLM's)
+    CachedRequestData, ModelRunnerOutput, NewRequestData, RunnerView, SchedulerOutput,
+)
 
 
 class Scheduler:
@@ -57,6 +39,7 @@ class Scheduler:
         self.num_swap_outs = 0  # preemptions that went to the host pool rather than recompute
         self.num_steps = 0
         self.static_batch_id = 0  # static / none: the batch now running (1, 2, ...); the engine's StepStats report it
+        self.runner_view = RunnerView()  # what the model runner has been told (builds each output's request data)
 
     # ---- requests -------------------------------------------------------------------------------------------
     def add_request(self, request: Request) -> None:
@@ -185,7 +168,7 @@ class Scheduler:
                 if self.config.policy == "priority":
                     continue  # it was the least urgent: the (more urgent) ones after it may still fit
                 break  # FCFS: it was the last admitted, so nobody follows it
-            self._schedule(out, req, n, out.scheduled_running_reqs)
+            self._schedule(out, req, n)
             i += 1
 
     def _pick_victim(self) -> Request:
@@ -230,11 +213,10 @@ class Scheduler:
                 req.num_computed_tokens = num_computed
                 if req.num_cached_tokens < 0:
                     req.num_cached_tokens = num_computed
-            target = out.scheduled_resumed_reqs if req.status == RequestStatus.PREEMPTED else out.scheduled_new_reqs
             req.status = RequestStatus.RUNNING
             self.running.append(req)
             if n > 0:
-                self._schedule(out, req, n, target)
+                self._schedule(out, req, n)
 
     def _preempt_for(self, req: Request, out: SchedulerOutput) -> bool:
         """Beyond vLLM (option priority_preemption): a waiting request strictly more urgent than the least urgent
@@ -247,11 +229,10 @@ class Scheduler:
         self._preempt(victim, out)
         return True
 
-    def _schedule(self, out: SchedulerOutput, req: Request, n: int, group: list[Request]) -> None:
+    def _schedule(self, out: SchedulerOutput, req: Request, n: int) -> None:
         out.num_scheduled_tokens[req.request_id] = n
         # (inline _in_prefill: this runs for every request every step)
         out.is_prefill[req.request_id] = req.num_computed_tokens < max(req.num_prompt_tokens, req.num_tokens - 1)
-        group.append(req)
         self._budget -= n
 
     def _preempt(self, req: Request, out: SchedulerOutput) -> None:
@@ -261,9 +242,6 @@ class Scheduler:
         if n is not None:  # scheduled earlier in this step: give its tokens back
             self._budget += n
             out.is_prefill.pop(req.request_id)
-            for group in (out.scheduled_running_reqs, out.scheduled_resumed_reqs, out.scheduled_new_reqs):
-                if req in group:
-                    group.remove(req)
         plan = kv.swap_out(req) if self.config.preemption_mode == "swap" else None
         if plan is not None:
             out.blocks_to_swap_out.extend(plan)
@@ -279,6 +257,7 @@ class Scheduler:
         self.waiting.prepend(req)
 
     def _update_after_schedule(self, out: SchedulerOutput) -> None:
+        self.runner_view.fill(out, self.requests, self.kv_cache_manager.req_to_blocks)
         now = time.monotonic()
         for rid, n in out.num_scheduled_tokens.items():
             req = self.requests[rid]

@@ -38,11 +38,15 @@ class RefEngineAdapter:
         self.sched.add_request(req)
 
     def schedule(self) -> StepView:
+        waiting_before = {r.request_id for r in self.sched.waiting}
         out = self._last = self.sched.schedule()
         return StepView(
             num_scheduled_tokens=dict(out.num_scheduled_tokens),
             preempted_req_ids=list(out.preempted_req_ids),
-            new_req_ids=[r.request_id for r in out.scheduled_new_reqs + out.scheduled_resumed_reqs],
+            # admitted from waiting and scheduled in this step (the runner contract's "new" means something else:
+            # first met by the runner, which a static batch member is only at its first chunk)
+            new_req_ids=[rid for rid in out.num_scheduled_tokens
+                         if rid in waiting_before or rid in out.preempted_req_ids],
             blocks_to_swap_out=list(out.blocks_to_swap_out),
             blocks_to_swap_in=list(out.blocks_to_swap_in),
         )

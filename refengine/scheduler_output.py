@@ -1,0 +1,149 @@
+"""The scheduler -> model runner contract, as vLLM V1 has it (vllm/v1/core/sched/output.py, vllm/v1/outputs.py).
+
+The runner never sees a live Request or the KV manager: a request is described once in full when the runner first
+meets it (`NewRequestData`), and afterwards only by what changed (`CachedRequestData`: the blocks it gained, its
+computed-token count, whether it is resumed after a preemption). The runner answers with a `ModelRunnerOutput`.
+
+`RunnerView` is the scheduler's record of what it has told the runner; it turns one step's scheduling decisions
+into that description, whatever the batching mode (a static-batch member admitted before its first chunk is
+simply "new" at the step that first schedules it).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from refengine.request import Request
+from refengine.sampling_params import SamplingParams
+
+
+@dataclass
+class NewRequestData:
+    """A request the runner has not met before (or has forgotten): everything it needs to hold its row."""
+
+    req_id: str
+    prompt_token_ids: list[int]
+    sampling_params: SamplingParams
+    block_ids: list[int]  # one KV cache group, so a flat list (vLLM: one list per group)
+    num_computed_tokens: int  # before this step's tokens: the prefix-cache hit of a first admission
+    eos_token_ids: frozenset[int] = frozenset()  # (vLLM keeps these inside SamplingParams)
+    # prompt + already generated tokens, when the request has generated some (vLLM's v2 runner field); else None
+    prefill_token_ids: list[int] | None = None
+
+    @property
+    def all_token_ids(self) -> list[int]:
+        return self.prefill_token_ids if self.prefill_token_ids is not None else self.prompt_token_ids
+
+    @classmethod
+    def from_request(cls, request: Request, block_ids: list[int]) -> "NewRequestData":
+        return cls(
+            req_id=request.request_id,
+            prompt_token_ids=request.prompt_token_ids,
+            sampling_params=request.sampling_params,
+            block_ids=block_ids,
+            num_computed_tokens=request.num_computed_tokens,
+            eos_token_ids=request.eos_token_ids,
+            prefill_token_ids=list(request.all_token_ids) if request.output_token_ids else None,
+        )
+
+
+@dataclass
+class CachedRequestData:
+    """Requests the runner already holds, as parallel lists (vLLM's layout)."""
+
+    req_ids: list[str]
+    # for ids in resumed_req_ids, new_block_ids replaces the request's block ids; for the others it is appended
+    resumed_req_ids: set[str]
+    new_token_ids: list[list[int]]  # (vLLM: pipeline parallelism only; always empty here)
+    # every token of the requests that were not scheduled in the previous step (the runner resyncs its row)
+    all_token_ids: dict[str, list[int]]
+    new_block_ids: list[list[int] | None]  # None: no new blocks
+    num_computed_tokens: list[int]  # before this step's tokens
+    num_output_tokens: list[int]
+
+    @property
+    def num_reqs(self) -> int:
+        return len(self.req_ids)
+
+    @property
+    def resumed_from_preemption(self) -> list[bool]:
+        """The older vLLM spelling of resumed_req_ids, one flag per req_ids entry."""
+        return [rid in self.resumed_req_ids for rid in self.req_ids]
+
+    @classmethod
+    def make_empty(cls) -> "CachedRequestData":
+        return cls([], set(), [], {}, [], [], [])
+
+
+@dataclass
+class SchedulerOutput:
+    """One step: who runs how many tokens, and what the runner must learn or forget first."""
+
+    scheduled_new_reqs: list[NewRequestData] = field(default_factory=list)
+    scheduled_cached_reqs: CachedRequestData = field(default_factory=CachedRequestData.make_empty)
+    num_scheduled_tokens: dict[str, int] = field(default_factory=dict)  # in scheduling order
+    total_num_scheduled_tokens: int = 0
+    is_prefill: dict[str, bool] = field(default_factory=dict)  # per scheduled request: prefill chunk or decode
+    preempted_req_ids: list[str] = field(default_factory=list)  # in preemption order
+    finished_req_ids: set[str] = field(default_factory=set)  # finished or aborted since the previous schedule()
+    blocks_to_swap_out: list[tuple[int, int]] = field(default_factory=list)  # (device block, host block)
+    blocks_to_swap_in: list[tuple[int, int]] = field(default_factory=list)  # (host block, device block)
+    num_prefill_tokens: int = 0
+    num_decode_tokens: int = 0
+
+    @classmethod
+    def make_empty(cls) -> "SchedulerOutput":
+        return cls()
+
+
+@dataclass
+class ModelRunnerOutput:
+    """What one execute_model() produced: per scheduled request (in scheduling order) its sampled token ids, [] for
+    a partial prefill, whose sample is discarded."""
+
+    req_ids: list[str] = field(default_factory=list)
+    req_id_to_index: dict[str, int] = field(default_factory=dict)
+    sampled_token_ids: list[list[int]] = field(default_factory=list)
+
+    def by_request(self) -> dict[str, list[int]]:
+        """{request_id: sampled ids} for Scheduler.update_from_output (SPEC §2's form); requests that sampled
+        nothing are left out."""
+        return {rid: toks for rid, toks in zip(self.req_ids, self.sampled_token_ids) if toks}
+
+
+EMPTY_MODEL_RUNNER_OUTPUT = ModelRunnerOutput()
+
+
+class RunnerView:
+    """What the scheduler has told the runner, per request: how many block ids it sent and how many preemptions the
+    request had then (a later preemption means the runner's copy must be resumed, blocks replaced)."""
+
+    def __init__(self) -> None:
+        self._sent: dict[str, tuple[int, int]] = {}
+        self._prev_scheduled: set[str] = set()
+
+    def fill(self, out: SchedulerOutput, requests: dict[str, Request], req_to_blocks: dict) -> None:
+        """Describe `out.num_scheduled_tokens` to the runner. Call after scheduling, before num_computed_tokens
+        advances."""
+        for rid in out.finished_req_ids:
+            self._sent.pop(rid, None)
+        cached = out.scheduled_cached_reqs
+        sent = self._sent
+        for rid in out.num_scheduled_tokens:
+            req = requests[rid]
+            blocks = req_to_blocks.get(rid, ())
+            known = sent.get(rid)
+            if known is None:
+                out.scheduled_new_reqs.append(NewRequestData.from_request(req, [b.block_id for b in blocks]))
+            else:
+                have, preemptions = known
+                cached.req_ids.append(rid)
+                if preemptions != req.num_preemptions:
+                    cached.resumed_req_ids.add(rid)
+                    have = 0
+                if rid not in self._prev_scheduled:
+                    cached.all_token_ids[rid] = list(req.all_token_ids)
+                cached.new_block_ids.append([b.block_id for b in blocks[have:]] if len(blocks) > have else None)
+                cached.num_computed_tokens.append(req.num_computed_tokens)
+                cached.num_output_tokens.append(req.num_output_tokens)
+            sent[rid] = (len(blocks), req.num_preemptions)
+        self._prev_scheduled = set(out.num_scheduled_tokens)
