@@ -87,6 +87,10 @@ def step_dicts(step_stats: Sequence[Any]) -> list[dict[str, Any]]:
     admitted until its last member finishes, while only the members scheduled in a step produce work; so
     `slots_held` is the batch's size and `num_running` counts the scheduled members only (what `slot_waste`
     divides by).
+
+    Each step also keeps who held a slot (`scheduled_req_ids`, `running_req_ids`, `prefill_req_ids`, and the static
+    `batch_id` shared by all its requests, or None), so that `cbbench report` can draw the slot timeline from the
+    JSON alone.
     """
     batch_size: dict[int, set[str]] = {}
     for s in step_stats:
@@ -98,8 +102,12 @@ def step_dicts(step_stats: Sequence[Any]) -> list[dict[str, Any]]:
         d = {"time": s.time, "num_scheduled_tokens": s.num_scheduled_tokens, "num_running": s.num_running,
              "num_waiting": s.num_waiting, "num_prefill_tokens": s.num_prefill_tokens,
              "num_decode_tokens": s.num_decode_tokens, "kv_blocks_used": s.kv_blocks_used,
-             "num_preempted": s.num_preempted, "slots_held": None}
+             "num_preempted": s.num_preempted, "slots_held": None,
+             "scheduled_req_ids": list(s.scheduled_req_ids), "running_req_ids": list(s.running_req_ids),
+             "prefill_req_ids": list(s.prefill_req_ids), "batch_id": None}
         batches = {b for b in s.batch_ids.values() if b is not None}
+        if len(batches) == 1:  # static batching runs one batch at a time
+            d["batch_id"] = next(iter(batches))
         if batches:
             d["slots_held"] = sum(len(batch_size[b]) for b in batches)
             d["num_running"] = len(s.scheduled_req_ids)

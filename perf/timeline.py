@@ -9,7 +9,7 @@ Utilisation = slot-steps doing work / (max_num_seqs x steps).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -28,8 +28,19 @@ class Cell:
     kind: str  # "prefill" | "decode" | "held" (static: finished, slot not yet free) | "idle" (admitted, not scheduled)
 
 
+def _step_view(s: Any) -> tuple[list[str], list[str], list[str], dict[str, int | None]]:
+    """(scheduled, running, prefill ids, batch id per request) of a StepStats or of a step dict from a run's JSON
+    (perf.runner.step_dicts, where one `batch_id` stands for every request of the step)."""
+    if isinstance(s, Mapping):
+        present = [*s["scheduled_req_ids"], *s["running_req_ids"]]
+        return (s["scheduled_req_ids"], s["running_req_ids"], s.get("prefill_req_ids") or [],
+                dict.fromkeys(present, s.get("batch_id")))
+    return s.scheduled_req_ids, s.running_req_ids, s.prefill_req_ids, s.batch_ids
+
+
 def assign_slots(steps: Sequence[Any], max_num_seqs: int) -> list[Cell]:
-    """Slot occupancy per step, from StepStats alone (scheduled / running / prefill request ids, batch ids).
+    """Slot occupancy per step, from StepStats (or the JSON's step dicts) alone: scheduled / running / prefill
+    request ids and batch ids.
 
     A request with a static batch id keeps its slot until a request of another batch appears (its whole batch has
     left); one without frees its slot the step after it stops running."""
@@ -37,9 +48,10 @@ def assign_slots(steps: Sequence[Any], max_num_seqs: int) -> list[Cell]:
     batch_of: dict[str, int] = {}  # request -> static batch, for requests now holding a slot
     cells: list[Cell] = []
     free = list(range(max_num_seqs))
-    for i, s in enumerate(steps):
-        present = set(s.scheduled_req_ids) | set(s.running_req_ids)
-        batch_ids = getattr(s, "batch_ids", None) or {}
+    for i, step in enumerate(steps):
+        scheduled, running, prefill_ids, batch_ids = _step_view(step)
+        running = set(running)
+        present = set(scheduled) | running
         new_batches = {batch_ids.get(r) for r in present} - {None} - set(batch_of.values())
         if new_batches:  # a new static batch forms only once the previous one has wholly left
             for rid in [r for r in slot_of if r in batch_of]:
@@ -50,16 +62,16 @@ def assign_slots(steps: Sequence[Any], max_num_seqs: int) -> list[Cell]:
             slot_of[rid] = free.pop(0)
             if batch_ids.get(rid) is not None:
                 batch_of[rid] = batch_ids[rid]
-        prefill = set(s.prefill_req_ids)
+        prefill, scheduled = set(prefill_ids), set(scheduled)
         for rid, slot in slot_of.items():
-            if rid in s.scheduled_req_ids:
+            if rid in scheduled:
                 kind = "prefill" if rid in prefill else "decode"
             elif rid in present:
                 kind = "idle"
             else:
                 kind = "held"
             cells.append(Cell(i, slot, rid, kind))
-        for rid in [r for r in slot_of if r not in s.running_req_ids and r not in batch_of]:
+        for rid in [r for r in slot_of if r not in running and r not in batch_of]:
             free.append(slot_of.pop(rid))  # finished outside a static batch: the slot is free for the next step
     return cells
 

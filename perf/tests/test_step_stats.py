@@ -115,6 +115,17 @@ def test_timeline_slots_equal_the_old_way(runs, mode):
 
 
 @pytest.mark.parametrize("mode", MODES)
+def test_step_dicts_carry_the_timeline(runs, mode):
+    """The JSON's step dicts (what `cbbench report` reads) give the same slot timeline as the StepStats."""
+    import json
+
+    steps, _ = runs[mode]
+    dicts = json.loads(json.dumps(step_dicts(steps)))
+    assert assign_slots(dicts, MAX_NUM_SEQS) == assign_slots(steps, MAX_NUM_SEQS)
+    assert all((d["batch_id"] is None) == (mode != "static") for d in dicts)
+
+
+@pytest.mark.parametrize("mode", MODES)
 def test_slot_waste_equals_the_old_way(runs, mode):
     steps, _ = runs[mode]
     dicts = step_dicts(steps)
