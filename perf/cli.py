@@ -241,6 +241,18 @@ def plot(
 
 
 @app.command()
+@one_line_errors("report")
+def report(
+    run_json: Annotated[Path, typer.Argument(help="the JSON a cbbench perf run wrote")],
+    out: Annotated[Optional[Path], Opt("--out", "-o", help="HTML file or folder (default: beside the JSON)")] = None,
+) -> None:
+    """One self-contained HTML page: results table, TTFT / ITL CDFs, slot timelines, environment."""
+    from .html_report import write_report
+
+    Console().print(f"wrote {write_report(run_json, out)}", markup=False)
+
+
+@app.command()
 @one_line_errors("compare")
 def compare(
     baseline: Annotated[Path, typer.Argument(help="baseline results CSV")],

@@ -194,27 +194,34 @@ def table_width(console: Console) -> int | None:
     return None
 
 
-def render_perf_table(entries: Sequence[Entry], workload: Any, *, width: int | None = None,
-                      goodput: Mapping[str, float] | None = None) -> Group:
+def summary_lines(entries: Sequence[Entry], goodput: Mapping[str, float] | None = None) -> list[str]:
+    """The sentences under the table: what goodput counted, the ratios that matter, the failures."""
     med, failed = summarise(entries)
     vs_static, vs_peer = ratios(med)
+    lines = []
+    if goodput:
+        slo = " and ".join(f"{k} <= {v:g} ms" for k, v in goodput.items())
+        lines.append(f"goodput: requests per second that met {slo}")
+    for (eng, mode, label), r in vs_static.items():
+        if mode == "continuous":
+            waste = med.get((eng, "static", label), {}).get("slot_waste", math.nan)
+            lines.append(f"continuous / static output throughput{'' if label == '-' else ' (' + label + ')'}: "
+                         f"{r:.2f}x (static's slot waste {waste:.2f}x: the most continuous can win back)")
+    for (eng, _, label), r in vs_peer.items():
+        lines.append(f"refengine continuous / {eng}{'' if label == '-' else ' (' + label + ')'}: {r:.2f}x")
+    for key, e in failed.items():
+        lines.append(f"{key[0]} {key[1]} failed: {e}")
+    return lines
+
+
+def render_perf_table(entries: Sequence[Entry], workload: Any, *, width: int | None = None,
+                      goodput: Mapping[str, float] | None = None) -> Group:
     title = table_title(workload.name, workload.summary(), getattr(workload, "params", {}) or {})
     cols, widths, dropped = fit_columns(table_columns(entries, goodput=goodput), width)
     lines = []
     if dropped:
         lines.append(Text(f"(too narrow for: {', '.join(dropped)}; widen the terminal, or see the CSV)", style="dim"))
-    if goodput:
-        slo = " and ".join(f"{k} <= {v:g} ms" for k, v in goodput.items())
-        lines.append(Text(f"goodput: requests per second that met {slo}"))
-    for (eng, mode, label), r in vs_static.items():
-        if mode == "continuous":
-            waste = med.get((eng, "static", label), {}).get("slot_waste", math.nan)
-            lines.append(Text(f"continuous / static output throughput{'' if label == '-' else ' (' + label + ')'}: "
-                              f"{r:.2f}x (static's slot waste {waste:.2f}x: the most continuous can win back)"))
-    for (eng, _, label), r in vs_peer.items():
-        lines.append(Text(f"refengine continuous / {eng}{'' if label == '-' else ' (' + label + ')'}: {r:.2f}x"))
-    for key, e in failed.items():
-        lines.append(Text(f"{key[0]} {key[1]} failed: {e}"))
+    lines += [Text(line) for line in summary_lines(entries, goodput)]
     return Group(_build(title, cols, widths), *lines)
 
 

@@ -1,0 +1,201 @@
+"""`cbbench report RUN.json -o report.html`: one self-contained page (results table, TTFT / ITL CDFs, slot timeline,
+environment), checked as text and in a real headless Chromium: the DOM after its script ran holds the table rows
+and the drawn charts, and the page fetches nothing (a probe lists every resource the page loaded; a control page
+with an external image proves the probe sees them)."""
+
+from __future__ import annotations
+
+import base64
+import io
+import json
+import re
+import shutil
+import subprocess
+import tempfile
+from html.parser import HTMLParser
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from cbbench.perf.cli import app
+from cbbench.perf.html_report import latency_values, load_run, render_html
+
+TINY = ["--workload", "fixed", "--workload-param", "input_len=8,output_len=4", "--num-prompts", "3",
+        "--max-num-seqs", "2", "--warmup", "1", "--cpu-threads", "0", "--quiet", "--peers", "none",
+        "--batching", "continuous,static"]
+CHROMIUM_NAMES = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable", "chrome")
+CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                  "--disable-component-update", "--disable-sync", "--no-first-run", "--virtual-time-budget=3000"]
+CHROMIUM_TIMEOUT_S = 120
+PROBE = """<script>window.addEventListener("load", () => setTimeout(() => {
+  const p = document.createElement("pre"); p.id = "probe-resources";
+  p.textContent = JSON.stringify(performance.getEntriesByType("resource").map(e => e.name));
+  document.body.appendChild(p); }, 200));</script>"""
+
+
+@pytest.fixture(scope="module")
+def run_page(tmp_path_factory):
+    out = tmp_path_factory.mktemp("report")
+    res = CliRunner().invoke(app, ["perf", *TINY, "--result-dir", str(out)])
+    assert res.exit_code == 0, res.output
+    (js,) = out.glob("*.json")
+    page = out / "report.html"
+    res = CliRunner().invoke(app, ["report", str(js), "-o", str(page)])
+    assert res.exit_code == 0, res.output
+    return js, page
+
+
+class Dom(HTMLParser):
+    """Elements as (tag, attrs, text) with the text directly inside them; script bodies are not elements."""
+
+    def __init__(self, text: str) -> None:
+        super().__init__()
+        self.elements: list[tuple[str, dict, list[str]]] = []
+        self._stack: list[int] = []
+        self.feed(text)
+
+    def handle_starttag(self, tag, attrs):
+        self.elements.append((tag, dict(attrs), []))
+        if tag not in ("img", "br", "meta", "rect", "line", "path", "input"):
+            self._stack.append(len(self.elements) - 1)
+
+    def handle_startendtag(self, tag, attrs):
+        self.elements.append((tag, dict(attrs), []))
+
+    def handle_endtag(self, tag):
+        while self._stack and self.elements[self._stack[-1]][0] != tag:
+            self._stack.pop()
+        if self._stack:
+            self._stack.pop()
+
+    def handle_data(self, data):
+        if self._stack:
+            self.elements[self._stack[-1]][2].append(data)
+
+    def find(self, tag=None, **attrs):
+        return [e for e in self.elements if (tag is None or e[0] == tag)
+                and all(e[1].get(k.rstrip("_").replace("_", "-")) == v for k, v in attrs.items())]
+
+
+def _rows(dom: Dom) -> list[list[str]]:
+    """The results table's body rows, as cell texts (tbody tr td, in order)."""
+    cells, rows, inside = [], [], False
+    for tag, attrs, text in [*dom.elements, ("table", {}, [])]:  # a sentinel table closes the last row
+        if tag in ("tr", "table") and inside and cells:
+            rows.append(cells)
+            cells = []
+        if tag == "table":
+            inside = attrs.get("id") == "results"
+        elif inside and tag == "td":
+            cells.append("".join(text).strip())
+    return rows
+
+
+def test_page_is_self_contained(run_page):
+    _, page = run_page
+    text = page.read_text()
+    assert not re.search(r"https?://", text), "the page names a URL"
+    assert "<link" not in text and "@import" not in text and "url(" not in text
+    dom = Dom(text)
+    srcs = [e[1]["src"] for e in dom.elements if "src" in e[1]]
+    assert srcs and all(s.startswith("data:image/png;base64,") for s in srcs)
+
+
+def test_page_content_matches_the_run(run_page):
+    js, page = run_page
+    doc = load_run(js)
+    dom = Dom(page.read_text())
+    assert [r[:2] for r in _rows(dom)] == [["refengine", "continuous"], ["refengine", "static"]]
+    headers = ["".join(e[2]).strip() for e in dom.find("th")]
+    assert "out tok/s" in headers and "slot waste" in headers
+    assert "cont ÷ this" not in headers                   # no peer ran: the empty column is left out
+    data = json.loads(dom.find("script", id="cdf-data")[0][2][0])
+    label = next(k for k in doc["records"] if "/continuous/" in k)
+    ttft, itl = latency_values(doc["records"][label])
+    series = next(s for s in data["ttft"]["series"] if s["name"] == "refengine continuous")
+    assert series["x"] == pytest.approx(sorted(ttft), abs=1e-3) and series["y"][-1] == 1.0
+    assert len(next(s for s in data["itl"]["series"] if s["name"] == "refengine continuous")["x"]) == len(itl) == 9
+    env_text = " ".join("".join(e[2]) for e in dom.find("td"))
+    assert doc["environment"]["git_sha"] in env_text and doc["environment"]["torch_version"] in env_text
+    import matplotlib.image as mpimg
+
+    (img,) = dom.find("img", id="timeline-img")
+    png = mpimg.imread(io.BytesIO(base64.b64decode(img[1]["src"].split(",", 1)[1])), format="png")
+    assert png.shape[0] > 150 and png[..., :3].std() > 0.05
+
+
+def test_old_json_without_step_ids_still_renders(run_page):
+    js, _ = run_page
+    doc = json.loads(js.read_text())
+    for steps in doc["steps"].values():
+        for s in steps:
+            for k in ("scheduled_req_ids", "running_req_ids", "prefill_req_ids", "batch_id"):
+                s.pop(k)
+    text = render_html(doc)
+    assert "timeline-img" not in text and "no per-step request ids" in text
+
+
+def test_bad_json_is_one_line(tmp_path):
+    bad = tmp_path / "x.json"
+    bad.write_text('{"rows": 3}')
+    res = CliRunner().invoke(app, ["report", str(bad)])
+    assert res.exit_code == 2 and "not a cbbench perf run JSON" in res.output
+    assert len(res.output.strip().splitlines()) == 1
+
+
+def _chromium() -> str | None:
+    return next((p for p in map(shutil.which, CHROMIUM_NAMES) if p), None)
+
+
+def _browse(page: Path, *args: str) -> str:
+    with tempfile.TemporaryDirectory() as profile:
+        res = subprocess.run([_chromium(), *CHROMIUM_FLAGS, f"--user-data-dir={profile}", *args, page.as_uri()],
+                             capture_output=True, text=True, timeout=CHROMIUM_TIMEOUT_S)
+    assert res.returncode == 0, res.stderr[-2000:]
+    return res.stdout
+
+
+needs_chromium = pytest.mark.skipif(_chromium() is None, reason="no chromium binary found (Debian: apt-get install -y "
+                                    "chromium); the headless-browser check of `cbbench report` needs one")
+
+
+@needs_chromium
+def test_headless_chromium_draws_the_page_and_fetches_nothing(run_page, tmp_path):
+    _, page = run_page
+    probed = tmp_path / "probed.html"
+    probed.write_text(page.read_text().replace("</body>", PROBE + "</body>"))
+    dom = Dom(_browse(probed, "--dump-dom"))
+    assert dom.find("body")[0][1].get("data-charts-drawn") == "yes"     # the script ran to its end
+    for chart in ("ttft-cdf", "itl-cdf"):
+        (div,) = dom.find("div", id=chart)
+        assert div[1].get("data-rendered") == "2"
+    paths = dom.find("path", class_="cdf-line")
+    assert sorted(p[1]["data-series"] for p in paths) == ["refengine continuous"] * 2 + ["refengine static"] * 2
+    assert all(p[1]["d"].count("L") >= 3 for p in paths)                 # 3 requests: at least 3 steps each
+    assert len(_rows(dom)) == 2
+    (probe,) = dom.find("pre", id="probe-resources")
+    assert json.loads("".join(probe[2])) == []                          # no resource was fetched
+
+
+@needs_chromium
+def test_the_probe_sees_external_resources(run_page, tmp_path):
+    """Control: the same probe on a page with an external image and style sheet lists both."""
+    _, page = run_page
+    bad = tmp_path / "bad.html"
+    bad.write_text(page.read_text().replace(
+        "</body>", '<img src="http://127.0.0.1:9/x.png"><link rel="stylesheet" href="http://127.0.0.1:9/s.css">'
+        + PROBE + "</body>"))
+    (probe,) = Dom(_browse(bad, "--dump-dom")).find("pre", id="probe-resources")
+    assert sorted(json.loads("".join(probe[2]))) == ["http://127.0.0.1:9/s.css", "http://127.0.0.1:9/x.png"]
+
+
+@needs_chromium
+def test_headless_screenshot(run_page, tmp_path):
+    import matplotlib.image as mpimg
+
+    _, page = run_page
+    shot = tmp_path / "shot.png"
+    _browse(page, f"--screenshot={shot}", "--window-size=1300,1600")
+    img = mpimg.imread(shot)
+    assert img.shape[:2] == (1600, 1300) and img[..., :3].std() > 0.05
