@@ -82,9 +82,12 @@ def _curves(df: pd.DataFrame, x: str) -> list[tuple[str, pd.DataFrame]]:
                if c != x and c not in _NOT_A_CURVE and df[c].astype(str).nunique() > 1]
     if not varying:
         return [(_name(df.iloc[0], []), df)]
+    params = [json.loads(c) if c else {} for c in df["workload_params"]]
+    wp_varying = sorted(k for k in {k for p in params for k in p} if len({str(p.get(k)) for p in params}) > 1)
     out = []
     for _, g in df.groupby([df[c].astype(str) for c in varying], sort=False):
-        out.append((_name(g.iloc[0], varying), g))
+        p = json.loads(g.iloc[0]["workload_params"] or "{}")
+        out.append((" ".join([_name(g.iloc[0], varying), *(f"{k}={p.get(k)}" for k in wp_varying)]), g))
     return out
 
 

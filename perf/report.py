@@ -44,6 +44,7 @@ class Column:
     cells: list[str | Text]
     priority: int  # -1: never dropped
     justify: str = "right"
+    wrap: bool = False  # cells may wrap at spaces (the knob label of a sweep can be long)
 
     @property
     def empty(self) -> bool:
@@ -122,7 +123,8 @@ def table_columns(entries: Sequence[Entry], *, goodput: Mapping[str, float] | No
     med, failed = summarise(entries)
     vs_static, vs_peer = ratios(med)
     keys = [*med, *(k for k in failed if k not in med)]
-    cols = [Column(h, [k[i] for k in keys], -1, "left") for i, h in enumerate(("engine", "batching", "knobs"))]
+    cols = [Column(h, [k[i] for k in keys], -1, "left", wrap=h == "knobs")
+            for i, h in enumerate(("engine", "batching", "knobs"))]
     for j, (header, metric, fmt, prio) in enumerate(COLUMNS):
         if metric == "request_goodput" and not goodput:
             continue  # without --goodput every request counts, and the column would repeat req/s
@@ -143,7 +145,8 @@ def table_columns(entries: Sequence[Entry], *, goodput: Mapping[str, float] | No
 
 def _need(c: Column) -> int:
     """The narrowest a column may be: its widest cell, or its header's longest word (the header wraps at spaces)."""
-    return max([cell_len(str(x)) for x in c.cells] + [max(cell_len(w) for w in c.header.split())])
+    cells = [w for x in c.cells for w in str(x).split()] if c.wrap else [str(x) for x in c.cells]
+    return max([cell_len(x) for x in cells] + [max(cell_len(w) for w in c.header.split())])
 
 
 def _natural(c: Column) -> int:
@@ -157,7 +160,7 @@ def _total(widths: Sequence[int]) -> int:
 def _build(title: str, cols: Sequence[Column], widths: Sequence[int] | None = None) -> Table:
     t = Table(title=title, title_justify="left")
     for i, c in enumerate(cols):
-        t.add_column(c.header, justify=c.justify, no_wrap=c.priority == -1, width=widths[i] if widths else None)
+        t.add_column(c.header, justify=c.justify, no_wrap=c.priority == -1 and not c.wrap, width=widths[i] if widths else None)
     for row in zip(*(c.cells for c in cols)):
         t.add_row(*row)
     return t

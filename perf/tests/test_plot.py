@@ -179,3 +179,22 @@ def test_cli_bad_input_is_one_line(two_csvs):
 def test_plain_number():
     assert [plain_number(v) for v in (16384.0, 0.25, 1e6, 2.5e-5, -3.0)] == ["16384", "0.25", "1000000", "0.000025", "-3"]
     assert pd.isna(float("nan")) and plain_number(float("nan")) == ""
+
+
+def test_curves_apart_by_a_workload_param_are_named_by_it(tmp_path):
+    """A --max-concurrency sweep at each rate: one curve per concurrency, named by it."""
+    rows = []
+    for conc in (4, 16):
+        for rate in (1.0, 2.0):
+            wl = {"num_prompts": 16, "seed": 0, "request_rate": rate, "burstiness": 1.0, "max_concurrency": conc}
+            rows.append(make_row(metrics=_metrics(rate, "continuous", 0, conc), engine="refengine",
+                                 batching="continuous", workload=type("W", (), {"name": "fixed", "params": wl})(),
+                                 config={"max_num_seqs": 4}, model="tiny-qwen2", device="cpu", git_sha="x"))
+    write_csv(tmp_path / "conc.csv", rows)
+    fig, kind = make_figure([tmp_path / "conc.csv"])
+    try:
+        assert kind == "latency"
+        assert set(_legend(fig.axes[0])) == {f"continuous max_concurrency={c} {s}" for c in (4, 16)
+                                             for s in ("mean", "p99")}
+    finally:
+        plt.close(fig)

@@ -128,3 +128,14 @@ def test_failed_run_is_a_row_and_a_line(monkeypatch):
     entries = [*_entries(), (("refengine", "none", "-"), None, "out of memory")]
     out = _print(monkeypatch, NARROW, entries)
     assert "failed" in out and "refengine none failed: out of memory" in " ".join(out.split())
+
+
+def test_a_long_sweep_label_wraps_instead_of_overflowing(monkeypatch):
+    label = "max_num_batched_tokens=8192 long_prefill_token_threshold=2048 enable_prefix_caching=True"
+    entries = [(("refengine", mode, label), _row(100.0 + i), None) for i, mode in enumerate(("continuous", "static"))]
+    out = _print(monkeypatch, NARROW, entries)
+    assert max(len(line) for line in out.splitlines()) <= NARROW
+    assert "…" not in out
+    flat = " ".join(out.replace("│", " ").split())
+    for word in label.split():
+        assert word in flat
