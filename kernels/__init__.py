@@ -4,11 +4,51 @@ Imported as `cbbench.kernels` (never `kernels`: that name on PyPI is Hugging Fac
 `reshape_and_cache` / `unified_attention` shadow their submodules of the same name here; reach the submodules'
 other names with `from cbbench.kernels.unified_attention import ...`.
 
-Triton reads TRITON_INTERPRET when a kernel is decorated, i.e. when this package is first imported (importing the
-oracle imports the package too): to run the kernels on a CPU, set it before that.
-"""
-from cbbench.kernels.reference import reshape_and_cache_ref, unified_attention_ref
-from cbbench.kernels.reshape_and_cache import reshape_and_cache
-from cbbench.kernels.unified_attention import unified_attention
+Light import: importing this package, or the oracle (`cbbench.kernels.reference`, the engine's torch backend),
+does not import Triton. The Triton kernels load on first use of one of their names here (module `__getattr__`),
+so an engine on the torch backend never pays Triton's import, nor needs Triton installed.
 
-__all__ = ["reshape_and_cache", "reshape_and_cache_ref", "unified_attention", "unified_attention_ref"]
+Triton reads TRITON_INTERPRET when a kernel is decorated, i.e. when the Triton kernels are first loaded: to run
+them on a CPU, set it before that.
+"""
+from __future__ import annotations
+
+import importlib
+import sys
+import types
+
+from cbbench.kernels.reference import reshape_and_cache_ref, unified_attention_ref
+
+__all__ = ["reshape_and_cache", "reshape_and_cache_ref", "unified_attention", "unified_attention_ref",
+           "warmup_attention_kernels"]
+
+# name here -> (submodule, attribute); the first two are functions named like their submodules
+_LAZY = {
+    "reshape_and_cache": ("reshape_and_cache", "reshape_and_cache"),
+    "unified_attention": ("unified_attention", "unified_attention"),
+    "warmup_attention_kernels": ("warmup", "warmup_attention_kernels"),
+}
+
+
+class _KernelsPackage(types.ModuleType):
+    """The package's module type. Importing submodule X binds attribute X of its package to the submodule; for the
+    two names that are also functions, the function must win, whichever is imported first."""
+
+    def __setattr__(self, name: str, value: object) -> None:
+        if name in _LAZY and name == _LAZY[name][0] and isinstance(value, types.ModuleType):
+            return  # the import system binding the submodule: __getattr__ gives the function instead
+        super().__setattr__(name, value)
+
+    def __getattr__(self, name: str) -> object:
+        if name not in _LAZY:
+            raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+        module, attr = _LAZY[name]
+        value = getattr(importlib.import_module(f"{__name__}.{module}"), attr)
+        super().__setattr__(name, value)  # cached: later lookups do not come here
+        return value
+
+    def __dir__(self) -> list[str]:
+        return sorted(set(super().__dir__()) | set(_LAZY))
+
+
+sys.modules[__name__].__class__ = _KernelsPackage

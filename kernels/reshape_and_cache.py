@@ -2,6 +2,11 @@
 
 One program per token copies all of that token's KV heads. A negative slot marks a padding token: the program
 returns before touching the cache, so a padded batch can never overwrite a live block.
+
+Specialization: the kernel takes no integer that changes from step to step (the number of tokens is the grid,
+not an argument; its strides are fixed by the model's K/V layout and the cache's), so, unlike unified_attention's
+num_seqs and block-table stride, nothing needs `do_not_specialize`: a run compiles one variant per layout, which
+`cbbench.kernels.warmup` compiles before the first step.
 """
 from __future__ import annotations
 

@@ -34,6 +34,14 @@ MIN_TILES_PER_SEGMENT = 2  # a segment shorter than this is dominated by its fix
 MAX_KV_SEGMENTS = 16  # partial buffers grow with this; 16 already fills an H100/H200 from a single sequence
 INTERPRETER_NUM_SMS = 2  # a pretend SM count under TRITON_INTERPRET, so small CPU tests reach the split path
 
+# Integer arguments that change from step to step. Triton specializes an int argument on its value being 1 and on
+# its divisibility by 16, compiling a new variant for each combination met: num_seqs (1 at a lone decode) and the
+# block table's row stride (its width, cdiv(longest context, block_size), grows as requests decode) would make
+# the first steps of a run, and every later new combination, compile inside the measured run. Every other int
+# argument is fixed by the model and the cache layout, so it stays specialized (divisibility helps vector loads).
+DO_NOT_SPECIALIZE = ("num_seqs", "stride_bt_seq")
+REDUCE_DO_NOT_SPECIALIZE = ("num_seqs",)
+
 
 @triton.jit
 def _find_seq_idx(query_start_loc_ptr, q_block_idx, num_seqs, BLOCK_Q: tl.constexpr):
@@ -82,7 +90,7 @@ def _cast_out(x, out_dtype: tl.constexpr, INTERPRETED: tl.constexpr):
     return x.to(out_dtype)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=DO_NOT_SPECIALIZE)
 def _unified_attention_kernel(
     q_ptr,  # [num_tokens, num_heads, head_dim]
     k_cache_ptr,  # [num_blocks, block_size, num_kv_heads, head_dim]
@@ -193,7 +201,7 @@ def _unified_attention_kernel(
         tl.store(segm_sum_ptr + part, l_i, mask=row_ok)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=REDUCE_DO_NOT_SPECIALIZE)
 def _reduce_segments_kernel(
     out_ptr,  # [num_tokens, num_heads, head_dim]
     segm_out_ptr,  # [num_tokens, num_heads, NUM_SEGMENTS, HEAD_DIM_PAD] fp32

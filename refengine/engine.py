@@ -17,6 +17,7 @@ from refengine.attention import default_backend_name, get_attention_backend
 from refengine.config import SchedulerConfig
 from refengine.detokenizer import IncrementalDetokenizer
 from refengine.kv_cache_manager import cdiv
+from refengine.kv_sizing import DEFAULT_GPU_MEMORY_UTILIZATION, check_gpu_memory_utilization, default_num_gpu_blocks
 from refengine.model_runner import ModelRunner
 from refengine.outputs import CompletionOutput, RequestOutput
 from refengine.request import Request, RequestStatus
@@ -24,9 +25,6 @@ from refengine.sampling_params import SamplingParams
 from refengine.scheduler import Scheduler
 
 logger = logging.getLogger(__name__)
-
-_DEFAULT_CPU_KV_GB = 1.0  # the CPU cache is allocated up front; 1 GiB holds 262k tokens of tiny-qwen2
-_GPU_MEMORY_UTILIZATION = 0.9
 
 
 @dataclass(frozen=True)
@@ -38,6 +36,10 @@ class EngineConfig:
     attention_backend: str | None = None  # torch on CPU, triton on CUDA
     max_model_len: int | None = None  # default: the model's max_position_embeddings
     kv_cache_memory_gb: float | None = None  # sizes num_gpu_blocks when that is not given
+    # on CUDA without num_gpu_blocks / kv_cache_memory_gb: the share of the device this engine may use, weights,
+    # activations and KV cache together (vLLM's knob; refengine/kv_sizing.py)
+    gpu_memory_utilization: float = field(default=DEFAULT_GPU_MEMORY_UTILIZATION, metadata={
+        "help": "share of the GPU's memory for this engine (weights + activations + KV cache), in (0, 1]"})
     # step_stats and finished_requests keep only the newest stats_log_size entries (0: none; None: all, as the perf
     # suite asks), so that a long-lived engine does not grow without bound
     stats_log_size: int | None = 10_000
@@ -45,6 +47,7 @@ class EngineConfig:
     scheduler: dict = field(default_factory=dict)  # SchedulerConfig fields
 
     def __post_init__(self) -> None:
+        check_gpu_memory_utilization(self.gpu_memory_utilization)
         if self.stats_log_size is not None and (not isinstance(self.stats_log_size, int)
                                                 or isinstance(self.stats_log_size, bool) or self.stats_log_size < 0):
             raise ValueError(f"stats_log_size must be an integer >= 0 or None, got {self.stats_log_size!r}")
@@ -132,6 +135,11 @@ class LLMEngine:
             block_size=sc.block_size, max_num_seqs=sc.max_num_seqs, max_model_len=self.max_model_len,
             device=self.device, dtype=dtype, seed=cfg.seed, enforce_eager=cfg.enforce_eager,
         )
+        if self.attention_backend == "triton" and self.device.type == "cuda":  # compile now, not in a measured step
+            from cbbench.kernels import warmup_attention_kernels
+
+            warmup_attention_kernels(mc.num_attention_heads, mc.num_key_value_heads, mc.head_dim, sc.block_size,
+                                     dtype, self.max_model_len, self.device)
         self._detok: dict[str, IncrementalDetokenizer] = {}
         self._prompts: dict[str, str | None] = {}
         self._sent: dict[str, int] = {}  # output tokens already returned per request
@@ -141,15 +149,15 @@ class LLMEngine:
         self.finished_requests: collections.deque[Request] = collections.deque(maxlen=cfg.stats_log_size)
 
     def _default_num_blocks(self, block_size: int) -> int:
-        per_block = _kv_bytes_per_block(self.model_config, block_size, self.dtype)
-        if self.config.kv_cache_memory_gb is not None:
-            budget = self.config.kv_cache_memory_gb * 2**30
-        elif self.device.type == "cuda":
-            free, total = torch.cuda.mem_get_info(self.device)
-            budget = free - (1 - _GPU_MEMORY_UTILIZATION) * total
-        else:
-            budget = _DEFAULT_CPU_KV_GB * 2**30
-        return max(1, int(budget // per_block))
+        cfg, sched_kw = self.config, self.config.scheduler
+        return default_num_gpu_blocks(
+            self.model, self.model_config, device=self.device, dtype=self.dtype, block_size=block_size,
+            bytes_per_block=_kv_bytes_per_block(self.model_config, block_size, self.dtype),
+            max_model_len=self.max_model_len, kv_cache_memory_gb=cfg.kv_cache_memory_gb,
+            gpu_memory_utilization=cfg.gpu_memory_utilization,
+            max_num_batched_tokens=sched_kw.get("max_num_batched_tokens", SchedulerConfig.max_num_batched_tokens),
+            max_num_seqs=sched_kw.get("max_num_seqs", SchedulerConfig.max_num_seqs),
+        )
 
     # ---- requests -------------------------------------------------------------------------------------------
     def add_request(

@@ -142,6 +142,23 @@ def rotate_half(x: torch.Tensor) -> torch.Tensor:
     return torch.cat((-x2, x1), dim=-1)
 
 
+class Linear(nn.Linear):
+    """nn.Linear without torch's initialiser: every weight is written by the loader (a seeded draw or a checkpoint).
+    Models are built on the `meta` device, where the initialiser's first call runs torch's Python meta kernels,
+    which import torch._dynamo and, through it, Triton: seconds of start-up for values that are overwritten, and
+    the torch backend would no longer run without Triton."""
+
+    def reset_parameters(self) -> None:
+        pass
+
+
+class Embedding(nn.Embedding):
+    """nn.Embedding without torch's initialiser (see Linear)."""
+
+    def reset_parameters(self) -> None:
+        pass
+
+
 class RMSNorm(nn.Module):
     def __init__(self, hidden_size: int, eps: float) -> None:
         super().__init__()
@@ -164,10 +181,10 @@ class Attention(nn.Module):
         self.scale = self.head_dim**-0.5
         self.backend = backend
         h, bias = config.hidden_size, config.attention_bias
-        self.q_proj = nn.Linear(h, self.num_heads * self.head_dim, bias=bias)
-        self.k_proj = nn.Linear(h, self.num_kv_heads * self.head_dim, bias=bias)
-        self.v_proj = nn.Linear(h, self.num_kv_heads * self.head_dim, bias=bias)
-        self.o_proj = nn.Linear(self.num_heads * self.head_dim, h, bias=False)
+        self.q_proj = Linear(h, self.num_heads * self.head_dim, bias=bias)
+        self.k_proj = Linear(h, self.num_kv_heads * self.head_dim, bias=bias)
+        self.v_proj = Linear(h, self.num_kv_heads * self.head_dim, bias=bias)
+        self.o_proj = Linear(self.num_heads * self.head_dim, h, bias=False)
 
     def forward(
         self,
@@ -197,9 +214,9 @@ class MLP(nn.Module):
     def __init__(self, config: ModelConfig) -> None:
         super().__init__()
         h, i = config.hidden_size, config.intermediate_size
-        self.gate_proj = nn.Linear(h, i, bias=False)
-        self.up_proj = nn.Linear(h, i, bias=False)
-        self.down_proj = nn.Linear(i, h, bias=False)
+        self.gate_proj = Linear(h, i, bias=False)
+        self.up_proj = Linear(h, i, bias=False)
+        self.down_proj = Linear(i, h, bias=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))  # [T, hidden]
@@ -230,7 +247,7 @@ class DecoderModel(nn.Module):
 
     def __init__(self, config: ModelConfig, backend: AttentionBackend) -> None:
         super().__init__()
-        self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size)
+        self.embed_tokens = Embedding(config.vocab_size, config.hidden_size)
         self.layers = nn.ModuleList(DecoderLayer(config, backend) for _ in range(config.num_hidden_layers))
         self.norm = RMSNorm(config.hidden_size, config.rms_norm_eps)
 
@@ -241,7 +258,7 @@ class CausalLM(nn.Module):
         self.config = config
         self.attn_backend = attn_backend
         self.model = DecoderModel(config, attn_backend)
-        self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
+        self.lm_head = Linear(config.hidden_size, config.vocab_size, bias=False)
         # A plain attribute, not a buffer: `model.to(bfloat16)` must not round the frequencies.
         self._inv_freq = rope_inv_freq(config)  # [D/2] float32, CPU
         self._inv_freq_on: dict[torch.device, torch.Tensor] = {}

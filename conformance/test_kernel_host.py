@@ -1,0 +1,140 @@
+"""Host side of the Triton kernels: a light import (the torch backend never loads Triton), `do_not_specialize` on
+the per-step ints, and a warm-up that launches every variant the launch heuristics can pick.
+
+The kernels' results against the oracle are conformance/test_kernels.py's job (under TRITON_INTERPRET=1 on a CPU).
+"""
+from __future__ import annotations
+
+import inspect
+import os
+import subprocess
+import sys
+import textwrap
+
+import torch
+
+if not torch.cuda.is_available():  # before cbbench.kernels' Triton modules load (see conformance/_triton_env.py)
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+
+import pytest  # noqa: E402
+
+ON_GPU = torch.cuda.is_available()
+
+
+def _run(code: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    env.pop("TRITON_INTERPRET", None)
+    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, env=env,
+                          timeout=300)
+
+
+def test_torch_backend_never_imports_triton() -> None:
+    res = _run("""
+        import sys
+        import refengine
+        from refengine import LLMEngine, SamplingParams
+        import cbbench.kernels, cbbench.kernels.reference
+        assert "triton" not in sys.modules, "import"
+        engine = LLMEngine("tiny-qwen2", device="cpu", attention_backend="torch", num_gpu_blocks=64)
+        engine.add_request("r", "Hello there", SamplingParams(max_tokens=3))
+        while engine.has_unfinished_requests():
+            engine.step()
+        assert "triton" not in sys.modules, sorted(m for m in sys.modules if "triton" in m or "dynamo" in m)
+        print("ok")
+    """)
+    assert res.returncode == 0 and res.stdout.strip() == "ok", res.stderr[-2000:]
+
+
+def test_kernel_names_load_lazily_and_stay_functions() -> None:
+    """`unified_attention` / `reshape_and_cache` are functions named like their submodules: whichever is imported
+    first, the package attribute is the function."""
+    res = _run("""
+        import sys
+        import cbbench.kernels.unified_attention as ua_mod  # the submodule first ...
+        from cbbench.kernels.unified_attention import plan_unified_attention
+        import cbbench.kernels as k
+        assert "triton" in sys.modules
+        assert callable(k.unified_attention) and k.unified_attention.__module__ == "cbbench.kernels.unified_attention"
+        assert k.reshape_and_cache.__name__ == "reshape_and_cache" and callable(k.warmup_attention_kernels)
+        from cbbench.kernels import unified_attention  # ... then the function
+        assert unified_attention is k.unified_attention and not isinstance(unified_attention, type(sys))
+        assert sys.modules["cbbench.kernels.unified_attention"].plan_unified_attention is plan_unified_attention
+        print("ok")
+    """)
+    assert res.returncode == 0 and res.stdout.strip() == "ok", res.stderr[-2000:]
+
+
+def _do_not_specialize(kernel) -> list:
+    """The names (or indices) given to triton.jit(do_not_specialize=...), compiled or interpreted."""
+    if hasattr(kernel, "do_not_specialize"):
+        return list(kernel.do_not_specialize)
+    return list(kernel.kwargs.get("do_not_specialize") or [])
+
+
+def test_per_step_ints_are_not_specialized() -> None:
+    from cbbench.kernels.unified_attention import (
+        DO_NOT_SPECIALIZE,
+        _reduce_segments_kernel,
+        _unified_attention_kernel,
+    )
+
+    assert {"num_seqs", "stride_bt_seq"} <= set(DO_NOT_SPECIALIZE)
+    for kernel, names in ((_unified_attention_kernel, {"num_seqs", "stride_bt_seq"}), (_reduce_segments_kernel, {"num_seqs"})):
+        given = set(_do_not_specialize(kernel))
+        assert names <= given
+        # Triton ignores a name that is no parameter: a typo would silently specialize again
+        assert given <= set(inspect.signature(kernel.fn).parameters)
+        if hasattr(kernel, "params"):  # compiled (GPU): the flag reached the parameter itself
+            flags = {p.name: p.do_not_specialize for p in kernel.params}
+            assert all(flags[n] for n in names)
+
+
+def test_warmup_covers_every_variant_the_heuristics_pick(monkeypatch: pytest.MonkeyPatch) -> None:
+    import cbbench.kernels.warmup as warmup_mod
+    from cbbench.kernels.unified_attention import plan_unified_attention
+
+    heads, kv_heads, head_dim, block_size, max_model_len = 4, 2, 16, 4, 256
+    dtype, device = torch.float32, "cuda" if ON_GPU else "cpu"
+    launched = []
+    real = warmup_mod.unified_attention
+
+    def spy(q, *args, **kwargs):
+        launched.append((q.shape[0] > 1, kwargs["block_m"], kwargs["num_kv_segments"]))
+        return real(q, *args, **kwargs)
+
+    monkeypatch.setattr(warmup_mod, "unified_attention", spy)
+    variants = warmup_mod.warmup_attention_kernels(heads, kv_heads, head_dim, block_size, dtype, max_model_len, device)
+    assert launched == [(v.prefill, v.block_m, v.num_kv_segments) for v in variants]
+    # every (decode-only | prefill) batch up to 8 sequences and every block-table width gets a warmed-up plan
+    k_cache = torch.empty(1, block_size, kv_heads, head_dim, dtype=dtype, device=device)
+    picked = set()
+    for num_seqs in range(1, 9):
+        for width in range(1, max_model_len // block_size + 1):
+            table = torch.zeros(num_seqs, width, dtype=torch.int32, device=device)
+            for num_tokens in (num_seqs, num_seqs + 3):
+                q = torch.empty(num_tokens, heads, head_dim, dtype=dtype, device=device)
+                plan = plan_unified_attention(q, k_cache, table, num_seqs)
+                picked.add((num_tokens > num_seqs, plan.block_m, plan.num_kv_segments))
+    assert picked == set(launched)
+    assert any(seg > 1 for _, _, seg in picked)  # the split-KV path is among them at these shapes
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not ON_GPU, reason="needs a CUDA device")
+def test_gpu_no_compile_after_engine_start() -> None:
+    """After the engine's warm-up, steps of any batch size and context length compile nothing new."""
+    from cbbench.kernels.reshape_and_cache import _reshape_and_cache_kernel
+    from cbbench.kernels.unified_attention import _reduce_segments_kernel, _unified_attention_kernel
+    from refengine import LLM, SamplingParams
+
+    def compiled() -> int:
+        return sum(len(c[0]) for k in (_unified_attention_kernel, _reduce_segments_kernel, _reshape_and_cache_kernel)
+                   for c in k.device_caches.values())
+
+    llm = LLM(model="qwen2.5-0.5b", device="cuda", max_model_len=4096, num_gpu_blocks=4096)
+    start = compiled()
+    assert start > 0
+    for n, out_len in ((1, 40), (3, 17), (37, 9), (130, 5)):
+        prompts = [[100 + i + j for j in range(5 + 31 * i % 300)] for i in range(n)]
+        llm.generate(prompts, SamplingParams(max_tokens=out_len, ignore_eos=True))
+    assert compiled() == start

@@ -1,0 +1,185 @@
+"""KV cache sizing (refengine/kv_sizing.py): vLLM's determine_available_memory arithmetic, checked on the CPU
+against a fake CUDA caching allocator (mem_get_info / memory stats mocked), and on a GPU for real (`gpu`)."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from refengine import kv_sizing
+from refengine.kv_sizing import GiB, MemorySnapshot, kv_cache_budget, num_blocks_for_budget
+
+CUDA = torch.device("cuda")
+
+
+class FakeCudaAllocator:
+    """Device memory as torch's caching allocator sees it: freed tensors stay reserved (cached) until
+    empty_cache(); the driver's free memory is total - context - reserved - other processes."""
+
+    def __init__(self, total: int, context: int, others: int = 0) -> None:
+        self.total, self.context, self.others = total, context, others
+        self.allocated = self.reserved = self.peak = 0
+        self.profile_calls = 0
+
+    def alloc(self, n: int) -> None:
+        self.allocated += n
+        self.reserved = max(self.reserved, self.allocated)
+        self.peak = max(self.peak, self.allocated)
+
+    def free(self, n: int) -> None:
+        self.allocated -= n  # stays reserved: the allocator keeps it cached
+
+    def install(self, monkeypatch: pytest.MonkeyPatch, activations: int) -> None:
+        cuda = torch.cuda
+        monkeypatch.setattr(cuda, "mem_get_info", lambda d=None: (self.total - self.context - self.others - self.reserved, self.total))
+        monkeypatch.setattr(cuda, "memory_allocated", lambda d=None: self.allocated)
+        monkeypatch.setattr(cuda, "memory_reserved", lambda d=None: self.reserved)
+        monkeypatch.setattr(cuda, "max_memory_allocated", lambda d=None: self.peak)
+        monkeypatch.setattr(cuda, "reset_peak_memory_stats", lambda d=None: setattr(self, "peak", self.allocated))
+        monkeypatch.setattr(cuda, "empty_cache", lambda: setattr(self, "reserved", self.allocated))
+
+        def fake_profile_run(*args, **kwargs) -> None:  # a forward whose activations peak at `activations` bytes
+            self.profile_calls += 1
+            self.alloc(activations)
+            self.free(activations)
+
+        monkeypatch.setattr(kv_sizing, "profile_run", fake_profile_run)
+
+
+TOTAL, CONTEXT = 80 * GiB, GiB // 2
+ACTIVATIONS = 3 * GiB
+
+
+def _weights() -> tuple[torch.nn.Module, int]:
+    model = torch.nn.Linear(256, 512)  # stands for the engine's model: only its byte count is used
+    return model, kv_sizing.model_bytes(model)
+
+
+def _blocks(fake: FakeCudaAllocator, model, util: float = 0.9, max_model_len: int = 4096) -> int:
+    return kv_sizing.default_num_gpu_blocks(
+        model, None, device=CUDA, dtype=torch.bfloat16, bytes_per_block=2 * 2**20, block_size=16,
+        max_model_len=max_model_len, max_num_batched_tokens=8192, max_num_seqs=256, kv_cache_memory_gb=None,
+        gpu_memory_utilization=util)
+
+
+def test_budget_arithmetic() -> None:
+    before = MemorySnapshot(total=100, free=80, torch_allocated=10, torch_reserved=12)  # non-torch 8
+    after = MemorySnapshot(total=100, free=77, torch_allocated=10, torch_reserved=12)  # non-torch 11
+    b = kv_cache_budget(before, after, torch_peak=25, weights=10, gpu_memory_utilization=0.9)
+    assert (b.requested, b.torch_peak_increase, b.non_torch_increase) == (90, 15, 3)
+    assert b.available == 90 - 10 - 15 - 3
+
+
+def test_kv_budget_matches_vllm_formula(monkeypatch: pytest.MonkeyPatch) -> None:
+    fake = FakeCudaAllocator(TOTAL, CONTEXT)
+    fake.install(monkeypatch, ACTIVATIONS)
+    model, weights = _weights()
+    fake.alloc(weights)
+    blocks = _blocks(fake, model)
+    assert fake.profile_calls == 1
+    assert blocks == (int(TOTAL * 0.9) - weights - ACTIVATIONS) // (2 * 2**20)
+
+
+def test_two_engines_in_a_row_get_the_same_size(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The first engine's KV cache is freed but still cached by the allocator when the second one sizes its own:
+    the old `free - 0.1 * total` saw that memory as used and gave the second engine next to nothing."""
+    fake = FakeCudaAllocator(TOTAL, CONTEXT)
+    fake.install(monkeypatch, ACTIVATIONS)
+    model, weights = _weights()
+    fake.alloc(weights)  # shared by both engines (presets are cached per process)
+    first = _blocks(fake, model)
+    kv = first * 2 * 2**20
+    fake.alloc(kv)  # the first engine runs ...
+    fake.free(kv)  # ... and is dropped: its cache stays reserved
+    free_now, _ = torch.cuda.mem_get_info()
+    old_formula = free_now - 0.1 * TOTAL
+    assert old_formula < 0.05 * kv  # what the second engine used to get
+    second = _blocks(fake, model)
+    assert second == first > 1000
+
+
+def test_an_engine_still_alive_is_left_its_memory(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Per-instance budgets, as vLLM: a live engine's memory is others', and must leave the request free."""
+    fake = FakeCudaAllocator(TOTAL, CONTEXT)
+    fake.install(monkeypatch, ACTIVATIONS)
+    model, weights = _weights()
+    fake.alloc(weights)
+    first = _blocks(fake, model, util=0.4)
+    fake.alloc(first * 2 * 2**20)  # still alive
+    assert _blocks(fake, model, util=0.4) == first  # 0.4 + 0.4 fit on one device
+    with pytest.raises(ValueError, match="gpu_memory_utilization=0.9 asks for .* already used by others"):
+        _blocks(fake, model, util=0.9)
+
+
+def test_budget_too_small_for_one_request_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    fake = FakeCudaAllocator(TOTAL, CONTEXT)
+    fake.install(monkeypatch, ACTIVATIONS)
+    model, weights = _weights()
+    fake.alloc(weights)
+    # 5 % of 80 GiB = 4 GiB, minus 3 GiB of activations: ~1 GiB = 500 blocks of 2 MiB, under 2048 blocks needed
+    with pytest.raises(ValueError, match=r"cannot hold one request of max_model_len=32768 .*gpu_memory_utilization"):
+        _blocks(fake, model, util=0.05, max_model_len=32768)
+    with pytest.raises(ValueError, match="estimated maximum model length is 0"):
+        num_blocks_for_budget(-5, 2**20, 16, 64)
+
+
+def test_overrides_skip_profiling(monkeypatch: pytest.MonkeyPatch) -> None:
+    def no_cuda(*a, **k):
+        raise AssertionError("profiled although the size was given")
+
+    monkeypatch.setattr(torch.cuda, "mem_get_info", no_cuda)
+    monkeypatch.setattr(kv_sizing, "profile_run", no_cuda)
+    blocks = kv_sizing.default_num_gpu_blocks(
+        None, None, device=CUDA, dtype=torch.bfloat16, bytes_per_block=2**20, block_size=16, max_model_len=64,
+        max_num_batched_tokens=64, max_num_seqs=4, kv_cache_memory_gb=0.5, gpu_memory_utilization=0.9)
+    assert blocks == 512
+
+
+def test_engine_knobs() -> None:
+    from refengine import LLMEngine
+
+    for bad in (0, -0.1, 1.5, True, "0.9", float("nan")):
+        with pytest.raises(ValueError, match="gpu_memory_utilization"):
+            LLMEngine("tiny-qwen2", gpu_memory_utilization=bad, num_gpu_blocks=8)
+    e = LLMEngine("tiny-qwen2", gpu_memory_utilization=1.0, kv_cache_memory_gb=0.25, block_size=16)
+    per_block = 2 * e.model_config.num_hidden_layers * 16 * e.model_config.num_key_value_heads * e.model_config.head_dim * 4
+    assert e.scheduler.config.num_gpu_blocks == int(0.25 * GiB // per_block)
+    assert LLMEngine("tiny-qwen2", num_gpu_blocks=7).scheduler.config.num_gpu_blocks == 7
+
+
+@pytest.mark.parametrize("num_tokens,num_seqs", [(64, 4), (37, 256), (5000, 1)])
+def test_profile_run_drives_the_real_model(num_tokens: int, num_seqs: int) -> None:
+    """The dummy batch is one the model accepts (CPU, torch backend): catches a metadata change breaking it."""
+    from refengine.loader import PRESETS, build_random_model
+
+    config = PRESETS["tiny-qwen2"]
+    model = build_random_model(config, device="cpu", attention_backend="torch")
+    calls = []
+    forward = model.forward
+    model.forward = lambda ids, pos, kv, meta: calls.append((ids.shape[0], meta.seq_lens.tolist())) or forward(ids, pos, kv, meta)
+    kv_sizing.profile_run(model, config, device=torch.device("cpu"), dtype=torch.float32, num_tokens=num_tokens,
+                          num_seqs=num_seqs, block_size=16, max_model_len=4096)
+    (tokens, lens), = calls
+    assert tokens == sum(lens) == min(num_tokens, num_seqs * 4096) and len(lens) == min(num_seqs, num_tokens)
+    assert max(lens) - min(lens) <= 1 and max(lens) <= 4096
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_gpu_engines_in_a_row_and_utilization() -> None:
+    import gc
+
+    from refengine import LLMEngine
+
+    sizes = []
+    for _ in range(2):
+        e = LLMEngine("qwen2.5-0.5b", device="cuda", max_model_len=4096)
+        e.add_request("r", list(range(100, 164)), None)
+        while e.has_unfinished_requests():
+            e.step()
+        sizes.append(e.scheduler.config.num_gpu_blocks)
+        del e
+        gc.collect()
+    # the second engine is within a few percent of the first (its weights were already there: same accounting)
+    assert sizes[1] > 1000 and abs(sizes[1] - sizes[0]) <= 0.02 * sizes[0]
+    half = LLMEngine("qwen2.5-0.5b", device="cuda", max_model_len=4096, gpu_memory_utilization=0.45)
+    assert 0.4 * sizes[0] < half.scheduler.config.num_gpu_blocks < 0.55 * sizes[0]
