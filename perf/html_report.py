@@ -174,7 +174,8 @@ def render_html(doc: Mapping[str, Any], source: str = "") -> str:
     cfg = doc.get("config") or {}
     goodput = parse_goodput([g for item in cfg.get("goodput") or [] for g in str(item).replace(",", " ").split()])
     wl = doc.get("workload") or {}
-    title = table_title(wl.get("name", "?"), wl["summary"], wl.get("params") or {}) if wl.get("summary") else source
+    title = (table_title(wl.get("name", "?"), wl["summary"], wl.get("params") or {}, doc["rows"])
+             if wl.get("summary") else source)
     notes = "".join(f"<li>{_e(line)}</li>" for line in summary_lines(entries, goodput))
     png = timeline_png(runs)
     timeline = (f'<img id="timeline-img" alt="slot timeline" src="data:image/png;base64,{png}">' if png else

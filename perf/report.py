@@ -102,8 +102,12 @@ def ratios(med: Mapping[Key, Mapping[str, float]]) -> tuple[dict[Key, float], di
     return vs_static, cont_vs_peer
 
 
-def describe_arrivals(params: Mapping[str, Any]) -> str:
-    """The request rate as the title says it: offline, Poisson at R/s, or gamma arrivals with their burstiness."""
+def describe_arrivals(params: Mapping[str, Any], rows: Sequence[Mapping[str, Any]] = ()) -> str:
+    """The request rate as the title says it: offline, Poisson at R/s, gamma arrivals with their burstiness, or the
+    rates of a sweep (when the rows hold several)."""
+    rates = sorted({v for v in (_num(r.get("request_rate")) for r in rows) if not math.isnan(v)})
+    if len(rates) > 1:
+        return "request rates " + ", ".join("inf" if math.isinf(r) else f"{r:g}" for r in rates) + " /s"
     rate, burst = _num(params.get("request_rate", math.inf)), _num(params.get("burstiness", 1.0))
     if math.isnan(rate) or math.isinf(rate):
         return "request rate inf (all at t0)"
@@ -111,9 +115,10 @@ def describe_arrivals(params: Mapping[str, Any]) -> str:
     return f"request rate {rate:g}/s ({kind})"
 
 
-def table_title(name: str, summary: Mapping[str, Any], params: Mapping[str, Any]) -> str:
+def table_title(name: str, summary: Mapping[str, Any], params: Mapping[str, Any],
+                rows: Sequence[Mapping[str, Any]] = ()) -> str:
     s = summary
-    return (f"cbbench perf: {name}, {s['num_requests']} requests, {describe_arrivals(params)}, prompt mean "
+    return (f"cbbench perf: {name}, {s['num_requests']} requests, {describe_arrivals(params, rows)}, prompt mean "
             f"{s['mean_prompt_len']:.0f} (max {s['max_prompt_len']}), output mean {s['mean_output_len']:.0f} "
             f"(max {s['max_output_len']}, cv {s['cv_output_len']:.2f})")
 
@@ -219,7 +224,8 @@ def summary_lines(entries: Sequence[Entry], goodput: Mapping[str, float] | None 
 
 def render_perf_table(entries: Sequence[Entry], workload: Any, *, width: int | None = None,
                       goodput: Mapping[str, float] | None = None) -> Group:
-    title = table_title(workload.name, workload.summary(), getattr(workload, "params", {}) or {})
+    title = table_title(workload.name, workload.summary(), getattr(workload, "params", {}) or {},
+                        [row for _, row, _ in entries if row])
     cols, widths, dropped = fit_columns(table_columns(entries, goodput=goodput), width)
     lines = []
     if dropped:

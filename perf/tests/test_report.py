@@ -139,3 +139,10 @@ def test_a_long_sweep_label_wraps_instead_of_overflowing(monkeypatch):
     flat = " ".join(out.replace("│", " ").split())
     for word in label.split():
         assert word in flat
+
+
+def test_title_of_a_rate_sweep_lists_the_rates(monkeypatch):
+    entries = [(("refengine", "continuous", f"request_rate={r}"), _row(100.0, request_rate=r), None)
+               for r in (4.0, 1.0, math.inf)]
+    out = _print(monkeypatch, WIDE, entries, workload=_workload(request_rate=4.0))
+    assert "request rates 1, 4, inf /s" in " ".join(out.split())
