@@ -101,16 +101,23 @@ def _timeline_rgb(cells: Sequence[Any], num_steps: int, max_num_seqs: int) -> np
     scheduled; grey where a finished static-batch member still holds its slot; white where a slot is free."""
     import matplotlib
 
-    cmap = matplotlib.colormaps["tab20"]
+    palette = np.asarray(matplotlib.colormaps["tab20"].colors)  # 20 x RGB
     img = np.ones((max_num_seqs, num_steps, 3))
-    mix = {"prefill": 1.0, "decode": 0.6, "idle": 0.25}
+    if not cells:
+        return img
+    mix = {"prefill": 1.0, "decode": 0.6, "idle": 0.25, "held": 0.0}
+    colour: dict[str, int] = {}
     for c in cells:
-        if c.kind == "held":
-            img[c.slot, c.step] = 0.82
-        else:
-            k = int(c.request_id) if c.request_id.isdigit() else zlib.crc32(c.request_id.encode())
-            rgb = np.asarray(cmap(k % 20)[:3])
-            img[c.slot, c.step] = 1 - mix[c.kind] * (1 - rgb)
+        if c.request_id not in colour:
+            rid = c.request_id
+            colour[rid] = (int(rid) if rid.isdigit() else zlib.crc32(rid.encode())) % len(palette)
+    slot = np.fromiter((c.slot for c in cells), int, len(cells))
+    step = np.fromiter((c.step for c in cells), int, len(cells))
+    strength = np.fromiter((mix[c.kind] for c in cells), float, len(cells))[:, None]
+    rgb = palette[np.fromiter((colour[c.request_id] for c in cells), int, len(cells))]
+    img[slot, step] = 1 - strength * (1 - rgb)
+    held = np.fromiter((c.kind == "held" for c in cells), bool, len(cells))
+    img[slot[held], step[held]] = 0.82
     return img
 
 
@@ -131,6 +138,7 @@ def timeline_png(runs: Sequence[Mapping[str, Any]]) -> str | None:
         seqs = int(_float(r["row"]["max_num_seqs"]))
         cells = assign_slots(r["steps"], seqs)
         n = len(r["steps"])
+        seqs = max([seqs, *(c.slot + 1 for c in cells)])
         ax.imshow(_timeline_rgb(cells, n, seqs), aspect="auto", interpolation="nearest",
                   extent=(0, n, seqs - 0.5, -0.5))
         ax.set_title(f"{' '.join(x for x in r['key'] if x != '-')}: {n} steps, slot utilisation "

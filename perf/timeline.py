@@ -59,7 +59,8 @@ def assign_slots(steps: Sequence[Any], max_num_seqs: int) -> list[Cell]:
                 del batch_of[rid]
         for rid in sorted(present - set(slot_of), key=_order):
             free.sort()
-            slot_of[rid] = free.pop(0)
+            # (more requests than max_num_seqs only in a foreign or inconsistent log: give them extra rows)
+            slot_of[rid] = free.pop(0) if free else max(slot_of.values(), default=-1) + 1
             if batch_ids.get(rid) is not None:
                 batch_of[rid] = batch_ids[rid]
         prefill, scheduled = set(prefill_ids), set(scheduled)

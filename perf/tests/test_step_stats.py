@@ -165,3 +165,12 @@ def test_static_batch_ids(runs):
 def test_no_batch_ids_outside_static(runs, mode):
     steps, _ = runs[mode]
     assert all(b is None for s in steps for b in s.batch_ids.values())
+
+
+def test_more_requests_than_slots_get_extra_rows():
+    """An inconsistent or foreign log (3 requests present, 2 slots) is drawn with an extra row, not a crash."""
+    step = {"scheduled_req_ids": ["a", "b", "c"], "running_req_ids": ["a", "b", "c"], "prefill_req_ids": ["a"],
+            "batch_id": None}
+    cells = assign_slots([step], 2)
+    assert [(c.slot, c.request_id, c.kind) for c in cells] == [(0, "a", "prefill"), (1, "b", "decode"),
+                                                              (2, "c", "decode")]
