@@ -2,21 +2,19 @@
 these fields; a bad value fails in __post_init__ with a message that names the field."""
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
+
+from refengine.checks import INT64_MAX, INT64_MIN, check_bool, check_choice, check_int, check_real
+from refengine.kv_sizing import DEFAULT_GPU_MEMORY_UTILIZATION, check_gpu_memory_utilization
 
 BATCHING_MODES = ("continuous", "sequence", "static", "none")
 PREEMPTION_MODES = ("recompute", "swap")
 POLICIES = ("fcfs", "priority")
 
 
-def _check_int(name: str, value: object, minimum: int) -> None:
-    if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
-        raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
-
-
-def _check_choice(name: str, value: object, choices: tuple[str, ...]) -> None:
-    if value not in choices:
-        raise ValueError(f"{name} must be one of {choices}, got {value!r}")
+# A bound on slots that no real deployment reaches (vLLM's defaults are 256-1024); beyond it a typo such as 10**6
+# would only size per-slot buffers for nothing.
+MAX_NUM_SEQS = 1 << 16
 
 
 @dataclass(frozen=True)
@@ -37,19 +35,15 @@ class SchedulerConfig:
     max_model_len: int = 1 << 30
 
     def __post_init__(self) -> None:
-        _check_int("max_num_batched_tokens", self.max_num_batched_tokens, 1)
-        _check_int("max_num_seqs", self.max_num_seqs, 1)
-        _check_int("block_size", self.block_size, 1)
-        _check_int("num_gpu_blocks", self.num_gpu_blocks, 1)
-        _check_int("num_cpu_blocks", self.num_cpu_blocks, 0)
-        _check_int("long_prefill_token_threshold", self.long_prefill_token_threshold, 0)
-        _check_int("max_model_len", self.max_model_len, 2)
-        _check_choice("preemption_mode", self.preemption_mode, PREEMPTION_MODES)
-        _check_choice("policy", self.policy, POLICIES)
-        _check_choice("batching", self.batching, BATCHING_MODES)
+        for name, lo, hi in (("max_num_batched_tokens", 1, None), ("max_num_seqs", 1, MAX_NUM_SEQS),
+                             ("block_size", 1, None), ("num_gpu_blocks", 1, None), ("num_cpu_blocks", 0, None),
+                             ("long_prefill_token_threshold", 0, None), ("max_model_len", 2, None)):
+            object.__setattr__(self, name, check_int(name, getattr(self, name), lo, hi))  # (numpy ints -> int)
+        check_choice("preemption_mode", self.preemption_mode, PREEMPTION_MODES)
+        check_choice("policy", self.policy, POLICIES)
+        check_choice("batching", self.batching, BATCHING_MODES)
         for name in ("enable_chunked_prefill", "enable_prefix_caching", "priority_preemption"):
-            if not isinstance(getattr(self, name), bool):
-                raise ValueError(f"{name} must be a bool, got {getattr(self, name)!r}")
+            check_bool(name, getattr(self, name))
         if self.priority_preemption and self.policy != "priority":
             raise ValueError("priority_preemption needs policy='priority'")
 
@@ -60,3 +54,51 @@ class SchedulerConfig:
 
 
 SCHEDULER_FIELDS = tuple(f.name for f in fields(SchedulerConfig))
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    """LLMEngine's own knobs (the scheduler's go in `scheduler`); device availability, the model's context and
+    memory are checked by the engine, which knows them."""
+
+    model: str = "tiny-qwen2"
+    device: str = "cpu"
+    dtype: str | None = None  # float32 on CPU, bfloat16 on CUDA
+    seed: int = 0
+    attention_backend: str | None = None  # torch on CPU, triton on CUDA
+    max_model_len: int | None = None  # default: the model's max_position_embeddings
+    kv_cache_memory_gb: float | None = None  # sizes num_gpu_blocks when that is not given
+    # on CUDA without num_gpu_blocks / kv_cache_memory_gb: the share of the device this engine may use, weights,
+    # activations and KV cache together (vLLM's knob; refengine/kv_sizing.py)
+    gpu_memory_utilization: float = field(default=DEFAULT_GPU_MEMORY_UTILIZATION, metadata={
+        "help": "share of the GPU's memory for this engine (weights + activations + KV cache), in (0, 1]"})
+    # step_stats and finished_requests keep only the newest stats_log_size entries (0: none; None: all, as the perf
+    # suite asks), so that a long-lived engine does not grow without bound
+    stats_log_size: int | None = 10_000
+    enforce_eager: bool = False  # True: never replay CUDA graphs for decode steps (graphs are CUDA-only anyway)
+    scheduler: dict = field(default_factory=dict)  # SchedulerConfig fields
+
+    def __post_init__(self) -> None:
+        import torch  # (here, so that importing the scheduler's config stays light)
+
+        from refengine.attention import ATTENTION_BACKENDS
+
+        if not isinstance(self.model, str) or not self.model:
+            raise ValueError(f"model must be a preset name or a folder path, got {self.model!r}")
+        if not isinstance(self.device, (str, torch.device)):
+            raise ValueError(f"device must be 'cpu', 'cuda' or 'cuda:N', got {self.device!r}")
+        if self.dtype is not None and not isinstance(self.dtype, (str, torch.dtype)):
+            raise ValueError(f"dtype must be a name such as 'float32' or 'bfloat16', got {self.dtype!r}")
+        object.__setattr__(self, "seed", check_int("seed", self.seed, INT64_MIN, INT64_MAX))
+        if self.attention_backend is not None:
+            check_choice("attention_backend", self.attention_backend, ATTENTION_BACKENDS)
+        if self.max_model_len is not None:
+            object.__setattr__(self, "max_model_len", check_int("max_model_len", self.max_model_len, 2))
+        if self.kv_cache_memory_gb is not None:
+            check_real("kv_cache_memory_gb", self.kv_cache_memory_gb, 0.0, min_open=True)
+        check_gpu_memory_utilization(self.gpu_memory_utilization)
+        if self.stats_log_size is not None:
+            check_int("stats_log_size", self.stats_log_size, 0)
+        check_bool("enforce_eager", self.enforce_eager)
+        if not isinstance(self.scheduler, dict):
+            raise ValueError(f"scheduler must be a dict of SchedulerConfig fields, got {self.scheduler!r}")

@@ -8,49 +8,25 @@ from __future__ import annotations
 import collections
 import functools
 import logging
+import os
 import time
 from dataclasses import dataclass, field, fields
 
 import torch
 
 from refengine.attention import default_backend_name, get_attention_backend
-from refengine.config import SchedulerConfig
+from refengine.config import EngineConfig, SchedulerConfig
 from refengine.detokenizer import IncrementalDetokenizer
 from refengine.kv_cache_manager import cdiv
-from refengine.kv_sizing import DEFAULT_GPU_MEMORY_UTILIZATION, check_gpu_memory_utilization, default_num_gpu_blocks
+from refengine.kv_sizing import default_num_gpu_blocks
 from refengine.model_runner import ModelRunner
 from refengine.outputs import CompletionOutput, RequestOutput
+from refengine.processor import Processor
 from refengine.request import Request, RequestStatus
 from refengine.sampling_params import SamplingParams
 from refengine.scheduler import Scheduler
 
 logger = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class EngineConfig:
-    model: str = "tiny-qwen2"
-    device: str = "cpu"
-    dtype: str | None = None  # float32 on CPU, bfloat16 on CUDA
-    seed: int = 0
-    attention_backend: str | None = None  # torch on CPU, triton on CUDA
-    max_model_len: int | None = None  # default: the model's max_position_embeddings
-    kv_cache_memory_gb: float | None = None  # sizes num_gpu_blocks when that is not given
-    # on CUDA without num_gpu_blocks / kv_cache_memory_gb: the share of the device this engine may use, weights,
-    # activations and KV cache together (vLLM's knob; refengine/kv_sizing.py)
-    gpu_memory_utilization: float = field(default=DEFAULT_GPU_MEMORY_UTILIZATION, metadata={
-        "help": "share of the GPU's memory for this engine (weights + activations + KV cache), in (0, 1]"})
-    # step_stats and finished_requests keep only the newest stats_log_size entries (0: none; None: all, as the perf
-    # suite asks), so that a long-lived engine does not grow without bound
-    stats_log_size: int | None = 10_000
-    enforce_eager: bool = False  # True: never replay CUDA graphs for decode steps (graphs are CUDA-only anyway)
-    scheduler: dict = field(default_factory=dict)  # SchedulerConfig fields
-
-    def __post_init__(self) -> None:
-        check_gpu_memory_utilization(self.gpu_memory_utilization)
-        if self.stats_log_size is not None and (not isinstance(self.stats_log_size, int)
-                                                or isinstance(self.stats_log_size, bool) or self.stats_log_size < 0):
-            raise ValueError(f"stats_log_size must be an integer >= 0 or None, got {self.stats_log_size!r}")
 
 
 @dataclass
@@ -102,8 +78,9 @@ def _load_model_cached(model: str, device: torch.device, dtype: torch.dtype, see
 
 class LLMEngine:
     def __init__(self, model: str = "tiny-qwen2", **kwargs) -> None:
-        from refengine.loader import load_tokenizer, resolve_dtype
+        from refengine.loader import check_attention_backend, load_tokenizer, resolve_device, resolve_dtype
 
+        model = os.fspath(model) if isinstance(model, os.PathLike) else model
         unknown = set(kwargs) - _ENGINE_KEYS - set(SchedulerConfig.__dataclass_fields__)
         if unknown:
             raise ValueError(f"unknown engine option(s): {sorted(unknown)}")
@@ -112,27 +89,34 @@ class LLMEngine:
         eng_kw = {k: v for k, v in kwargs.items() if k in _ENGINE_KEYS}
         self.config = EngineConfig(model=model, scheduler=sched_kw, **eng_kw)
         cfg = self.config
-        self.device = torch.device(cfg.device)
+        SchedulerConfig(**sched_kw)  # bad knobs fail here, before a model is loaded
+        self.device = resolve_device(cfg.device)
         dtype = resolve_dtype(cfg.dtype, self.device)
         self.dtype = dtype
         backend = cfg.attention_backend or default_backend_name(self.device)
+        check_attention_backend(backend, self.device)
         self.model, self.model_config = _load_model_cached(model, self.device, dtype, cfg.seed, backend)
         self.attention_backend = get_attention_backend(backend).name
         self.tokenizer = load_tokenizer(model)
         mc = self.model_config
-        self.max_model_len = cfg.max_model_len or mc.max_position_embeddings
+        self.max_model_len = mc.max_position_embeddings if cfg.max_model_len is None else cfg.max_model_len
         if not 2 <= self.max_model_len <= mc.max_position_embeddings:
             raise ValueError(
                 f"max_model_len must be in [2, {mc.max_position_embeddings}] for this model, got {self.max_model_len}"
             )
         block_size = sched_kw.get("block_size", SchedulerConfig.block_size)
+        kv_field = "num_gpu_blocks" if "num_gpu_blocks" in sched_kw else "kv_cache_memory_gb"
         if "num_gpu_blocks" not in sched_kw:
-            sched_kw["num_gpu_blocks"] = self._default_num_blocks(block_size)
+            sched_kw["num_gpu_blocks"] = self._sized_num_blocks(block_size)
+        sc = SchedulerConfig(max_model_len=self.max_model_len, **sched_kw)
+        # Every running request owns at least one KV block of its own (the one holding its last token is never a
+        # prefix-cache hit), so no more than num_gpu_blocks requests ever need an input-batch row at once.
+        num_rows = min(sc.max_num_seqs, sc.num_gpu_blocks)
+        self._check_memory(sc, num_rows, kv_field)
         self.scheduler = Scheduler(eos_token_id=mc.eos_token_id, max_model_len=self.max_model_len, **sched_kw)
-        sc = self.scheduler.config
         self.model_runner = ModelRunner(
             self.model, mc, num_gpu_blocks=sc.num_gpu_blocks, num_cpu_blocks=sc.num_cpu_blocks,
-            block_size=sc.block_size, max_num_seqs=sc.max_num_seqs, max_model_len=self.max_model_len,
+            block_size=sc.block_size, max_num_seqs=num_rows, max_model_len=self.max_model_len,
             device=self.device, dtype=dtype, seed=cfg.seed, enforce_eager=cfg.enforce_eager,
         )
         if self.attention_backend == "triton" and self.device.type == "cuda":  # compile now, not in a measured step
@@ -140,6 +124,7 @@ class LLMEngine:
 
             warmup_attention_kernels(mc.num_attention_heads, mc.num_key_value_heads, mc.head_dim, sc.block_size,
                                      dtype, self.max_model_len, self.device)
+        self.processor = Processor(self.tokenizer, mc, sc, self.max_model_len)
         self._detok: dict[str, IncrementalDetokenizer] = {}
         self._prompts: dict[str, str | None] = {}
         self._sent: dict[str, int] = {}  # output tokens already returned per request
@@ -147,6 +132,31 @@ class LLMEngine:
         # the newest stats_log_size steps and finished requests, for metrics; the caller may clear them
         self.step_stats: collections.deque[StepStats] = collections.deque(maxlen=cfg.stats_log_size)
         self.finished_requests: collections.deque[Request] = collections.deque(maxlen=cfg.stats_log_size)
+
+    def _check_memory(self, sc: SchedulerConfig, num_rows: int, kv_field: str) -> None:
+        """Before anything is allocated: the KV caches and the input batch must fit in the memory free now."""
+        from refengine.loader import check_memory
+
+        per_block = _kv_bytes_per_block(self.model_config, sc.block_size, self.dtype)
+        host = torch.device("cpu")
+        batch_row = (self.max_model_len + cdiv(self.max_model_len, sc.block_size)) * 4  # int32 token ids + block table
+        check_memory(self.device, [(kv_field, sc.num_gpu_blocks * per_block, self.device),
+                                   ("num_cpu_blocks", sc.num_cpu_blocks * per_block, host),
+                                   ("max_num_seqs", num_rows * batch_row, host)])
+
+    def _sized_num_blocks(self, block_size: int) -> int:
+        """_default_num_blocks, with its failures told as the knob that caused them."""
+        cfg = self.config
+        per_block = _kv_bytes_per_block(self.model_config, block_size, self.dtype)
+        if cfg.kv_cache_memory_gb is not None and cfg.kv_cache_memory_gb * 2**30 < per_block:
+            raise ValueError(f"kv_cache_memory_gb={cfg.kv_cache_memory_gb} holds no KV block of {block_size} tokens "
+                             f"({per_block} bytes)")
+        try:
+            return self._default_num_blocks(block_size)
+        except torch.cuda.OutOfMemoryError as exc:  # the profiling forward of max_num_batched_tokens tokens
+            budget = cfg.scheduler.get("max_num_batched_tokens", SchedulerConfig.max_num_batched_tokens)
+            raise ValueError(f"max_num_batched_tokens={budget}: one step of that many tokens does not fit in "
+                             f"device memory ({exc}); lower it") from None
 
     def _default_num_blocks(self, block_size: int) -> int:
         cfg, sched_kw = self.config, self.config.scheduler
@@ -163,66 +173,36 @@ class LLMEngine:
     def add_request(
         self,
         request_id: str,
-        prompt: str | list[int],
+        prompt: str | list[int] | dict,
         params: SamplingParams | None = None,
         arrival_time: float | None = None,
         priority: int = 0,
     ) -> None:
         """Validate and queue a request; bad input raises ValueError naming the field and changes nothing."""
-        params = SamplingParams() if params is None else params
-        if not isinstance(params, SamplingParams):
-            raise ValueError(f"params must be a SamplingParams, got {type(params).__name__}")
-        if not isinstance(request_id, str) or not request_id:
-            raise ValueError(f"request_id must be a non-empty string, got {request_id!r}")
-        if request_id in self.scheduler.requests or request_id in self._detok:
+        self._queue(*self._process(request_id, prompt, params, arrival_time, priority))
+
+    def _process(self, request_id: str, prompt, params, arrival_time, priority) -> tuple[Request, str | None]:
+        """Build the request without queuing it (LLM.generate builds a whole batch first, so that it is atomic)."""
+        if isinstance(request_id, str) and (request_id in self.scheduler.requests or request_id in self._detok):
             raise ValueError(f"request_id {request_id!r} is already in use")
-        if not isinstance(priority, int) or isinstance(priority, bool):
-            raise ValueError(f"priority must be an integer, got {priority!r}")
-        prompt_text, token_ids = self._tokenize(prompt)
-        self._validate(token_ids, params)
-        req = Request(request_id, token_ids, params, priority=priority, arrival_time=arrival_time,
-                      eos_token_id=self.model_config.eos_token_id)
+        return self.processor.process(request_id, prompt, params, arrival_time, priority)
+
+    def _queue(self, req: Request, prompt_text: str | None) -> None:
+        rid = req.request_id
         self.scheduler.add_request(req)
-        self._detok[request_id] = IncrementalDetokenizer(self.tokenizer, req)
-        self._prompts[request_id] = prompt_text
-        self._sent[request_id] = 0
-
-    def _tokenize(self, prompt: str | list[int]) -> tuple[str | None, list[int]]:
-        if isinstance(prompt, str):
-            if not prompt:
-                raise ValueError("prompt must not be empty")
-            return prompt, self.tokenizer.encode(prompt)
-        if not isinstance(prompt, (list, tuple)) or not all(isinstance(t, int) and not isinstance(t, bool) for t in prompt):
-            raise ValueError("prompt must be a string or a list of token ids (ints)")
-        return None, list(prompt)
-
-    def _validate(self, ids: list[int], params: SamplingParams) -> None:
-        vocab, sc = self.model_config.vocab_size, self.scheduler.config
-        if not ids:
-            raise ValueError("prompt_token_ids must not be empty")
-        bad = [t for t in ids if not 0 <= t < vocab]
-        if bad:
-            raise ValueError(f"prompt_token_ids holds token id {bad[0]} outside the vocabulary [0, {vocab})")
-        if len(ids) >= self.max_model_len:
-            raise ValueError(
-                f"prompt_token_ids has {len(ids)} tokens; the model's context (max_model_len) is {self.max_model_len},"
-                " which leaves no room for output"
-            )
-        kv_tokens = min(len(ids) + params.max_tokens, self.max_model_len) - 1
-        need = cdiv(kv_tokens, sc.block_size)
-        if need > sc.num_gpu_blocks:
-            raise ValueError(
-                f"prompt ({len(ids)} tokens) + max_tokens ({params.max_tokens}) needs {need} KV blocks of "
-                f"{sc.block_size} tokens, but the KV cache has only num_gpu_blocks={sc.num_gpu_blocks}: it can never fit"
-            )
-        if not sc.enable_chunked_prefill and kv_tokens + 1 > sc.max_num_batched_tokens:
-            raise ValueError(
-                f"prompt ({len(ids)} tokens) + max_tokens ({params.max_tokens}) exceeds max_num_batched_tokens="
-                f"{sc.max_num_batched_tokens} with enable_chunked_prefill=False: it could not be (re)prefilled in one step"
-            )
+        self._detok[rid] = IncrementalDetokenizer(self.tokenizer, req)
+        self._prompts[rid] = prompt_text
+        self._sent[rid] = 0
 
     def abort_request(self, request_id: str | list[str]) -> None:
-        ids = [request_id] if isinstance(request_id, str) else list(request_id)
+        """Abort requests by id (unknown or finished ids are ignored, as in vLLM); their final outputs, finish_reason
+        "abort", come from the next step()."""
+        if isinstance(request_id, str):
+            ids = [request_id]
+        elif isinstance(request_id, (list, tuple, set, frozenset)) and all(isinstance(r, str) for r in request_id):
+            ids = list(request_id)
+        else:
+            raise ValueError(f"request_id must be a string or a list of strings, got {request_id!r}")
         for rid in ids:
             req = self.scheduler.requests.get(rid)
             if req is None:

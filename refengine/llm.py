@@ -15,29 +15,47 @@ class LLM:
     def get_tokenizer(self):
         return self.llm_engine.tokenizer
 
+    @staticmethod
+    def _prompt_list(prompts) -> list:
+        """One prompt (text, token ids, or a vLLM prompt dict) or a list of them -> a list."""
+        if isinstance(prompts, (str, dict)) or (isinstance(prompts, (list, tuple)) and prompts
+                                                and not isinstance(prompts[0], (str, dict, list, tuple))):
+            return [prompts]  # (a list of ints, or of something else that add_request will reject by name)
+        if not isinstance(prompts, (list, tuple)):
+            raise ValueError(f"prompts must be a string, a list of token ids, or a list of those, got "
+                             f"{type(prompts).__name__}")
+        return list(prompts)
+
     def generate(
         self,
         prompts: str | list[str] | list[list[int]],
         sampling_params: SamplingParams | list[SamplingParams] | None = None,
         priority: list[int] | None = None,
     ) -> list[RequestOutput]:
-        if isinstance(prompts, str) or (isinstance(prompts, list) and prompts and isinstance(prompts[0], int)):
-            prompts = [prompts]
-        prompts = list(prompts)
+        prompts = self._prompt_list(prompts)
         if sampling_params is None:
             sampling_params = SamplingParams()
-        params = sampling_params if isinstance(sampling_params, list) else [sampling_params] * len(prompts)
-        if len(params) != len(prompts):
-            raise ValueError(f"sampling_params has {len(params)} entries for {len(prompts)} prompts")
-        if priority is not None and len(priority) != len(prompts):
-            raise ValueError(f"priority has {len(priority)} entries for {len(prompts)} prompts")
+        if isinstance(sampling_params, (list, tuple)):
+            params = list(sampling_params)
+            if len(params) != len(prompts):
+                raise ValueError(f"sampling_params has {len(params)} entries for {len(prompts)} prompts")
+        else:
+            params = [sampling_params] * len(prompts)
+        if priority is not None and (not isinstance(priority, (list, tuple)) or len(priority) != len(prompts)):
+            raise ValueError(f"priority must be a list with one entry per prompt ({len(prompts)}), got {priority!r}")
         engine = self.llm_engine
-        ids = []
+        # Build every request before queuing any: a bad prompt or params anywhere leaves nothing queued.
+        built = []
         for i, (prompt, sp) in enumerate(zip(prompts, params)):
-            rid = f"llm-{self._counter}"
-            self._counter += 1
-            engine.add_request(rid, prompt, sp, priority=priority[i] if priority else 0)
-            ids.append(rid)
+            try:
+                built.append(engine._process(f"llm-{self._counter + i}", prompt, sp, None,
+                                             priority[i] if priority else 0))
+            except ValueError as e:
+                raise ValueError(f"prompt {i}: {e}" if len(prompts) > 1 else str(e)) from None
+        self._counter += len(built)
+        for req, text in built:
+            engine._queue(req, text)
+        ids = [req.request_id for req, _ in built]
         merged: dict[str, RequestOutput] = {}
         while engine.has_unfinished_requests():
             for out in engine.step():

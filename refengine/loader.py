@@ -9,6 +9,7 @@ Model and tokenizer are resolved the same way: a preset name wins over a folder 
 """
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import zlib
@@ -17,7 +18,7 @@ from pathlib import Path
 
 import torch
 
-from refengine.attention import default_backend_name, get_attention_backend
+from refengine.attention import ATTENTION_BACKENDS, default_backend_name, get_attention_backend
 from refengine.model import ARCHITECTURES, CausalLM, ModelConfig, RopeScaling
 from refengine.tokenizer import QWEN_EOS, QWEN_VOCAB, HFTokenizer, NoTokenizer, QwenTokenizer, Tokenizer
 
@@ -67,13 +68,72 @@ _DTYPES = {"float32": torch.float32, "float": torch.float32, "fp32": torch.float
            "bf16": torch.bfloat16, "float16": torch.float16, "half": torch.float16, "fp16": torch.float16}
 
 
+def resolve_device(device: str | torch.device) -> torch.device:
+    """"cpu", "cuda" or "cuda:N" -> torch.device; ValueError naming `device` for anything else, or for CUDA on a
+    machine without it (rather than torch's assertion at the first allocation)."""
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, TypeError, ValueError):
+        raise ValueError(f"device must be 'cpu', 'cuda' or 'cuda:N', got {device!r}") from None
+    if dev.type not in ("cpu", "cuda"):
+        raise ValueError(f"device must be 'cpu', 'cuda' or 'cuda:N', got {device!r}")
+    if dev.type == "cuda":
+        if not torch.cuda.is_available():
+            raise ValueError(f"device={device!r}, but CUDA is not available here (torch {torch.__version__}): "
+                             "use device='cpu'")
+        if dev.index is not None and dev.index >= torch.cuda.device_count():
+            raise ValueError(f"device={device!r}, but there are only {torch.cuda.device_count()} CUDA device(s)")
+    return dev
+
+
+def check_attention_backend(name: str, device: torch.device) -> None:
+    """Triton needs CUDA, or TRITON_INTERPRET=1 (its interpreter, which the conformance suite uses on the CPU):
+    fail when the engine is built, not at the first step."""
+    if not isinstance(name, str) or name not in ATTENTION_BACKENDS:
+        raise ValueError(f"attention_backend must be one of {ATTENTION_BACKENDS}, got {name!r}")
+    if name == "triton" and importlib.util.find_spec("triton") is None:
+        raise ValueError("attention_backend='triton' needs the triton package, which is not installed")
+    if name == "triton" and device.type != "cuda" and os.environ.get("TRITON_INTERPRET") != "1":
+        raise ValueError(f"attention_backend='triton' needs a CUDA device (device={str(device)!r}); set "
+                         "TRITON_INTERPRET=1 to run the kernels in Triton's interpreter, or use 'torch'")
+
+
+def _host_memory_available() -> int:
+    """Bytes the host can still give (MemAvailable; the physical total where /proc/meminfo is missing)."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+
+
+def check_memory(device: torch.device, needs: list[tuple[str, int, torch.device]]) -> None:
+    """The engine's up-front buffers, as (knob that sizes it, bytes, device), must fit in what is free there;
+    otherwise ValueError naming the knob, instead of a failed (or, on Linux, a lazily overcommitted and later
+    OOM-killed) allocation."""
+    free = {"cpu": _host_memory_available()}
+    if device.type == "cuda":
+        free["cuda"] = torch.cuda.mem_get_info(device)[0]
+    for name, nbytes, where in needs:
+        left = free[where.type]
+        if nbytes > left:
+            raise ValueError(f"{name}: the engine would allocate {nbytes / 2**30:.2f} GiB on {where.type}, but only "
+                             f"{left / 2**30:.2f} GiB is free there")
+        free[where.type] = left - nbytes
+
+
 def resolve_dtype(dtype: torch.dtype | str | None, device: torch.device | str) -> torch.dtype:
     """None / "auto" -> float32 on the CPU, bfloat16 on CUDA; names like "bf16" -> the torch dtype."""
     if dtype is None or dtype == "auto":
         return torch.bfloat16 if torch.device(device).type == "cuda" else torch.float32
     if isinstance(dtype, torch.dtype):
+        if dtype not in _DTYPES.values():
+            raise ValueError(f"dtype must be a float type ({sorted(_DTYPES)}), got {dtype}")
         return dtype
-    if dtype not in _DTYPES:
+    if not isinstance(dtype, str) or dtype not in _DTYPES:
         raise ValueError(f"dtype must be one of {sorted(_DTYPES)} or 'auto', got {dtype!r}")
     return _DTYPES[dtype]
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 import enum
 import time
 
+from refengine.checks import INT64_MAX, INT64_MIN, check_int, check_real
 from refengine.sampling_params import SamplingParams
 
 
@@ -48,8 +49,9 @@ class Request:
         self.request_id = request_id
         self.prompt_token_ids = list(prompt_token_ids)
         self.sampling_params = sampling_params if sampling_params is not None else SamplingParams()
-        self.priority = priority
-        self.arrival_time = time.monotonic() if arrival_time is None else arrival_time
+        # checked here, so that a bad value never reaches the waiting queue's sort keys
+        self.priority = check_int("priority", priority, INT64_MIN, INT64_MAX)
+        self.arrival_time = time.monotonic() if arrival_time is None else check_real("arrival_time", arrival_time)
         if eos_token_id is None:
             self.eos_token_ids: frozenset[int] = frozenset()
         elif isinstance(eos_token_id, int):

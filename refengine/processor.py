@@ -1,0 +1,109 @@
+"""Processor: turns what a caller hands `add_request` into a `Request`, or a ValueError naming the bad field.
+
+As vLLM's v1 `Processor`, it checks everything that depends on the model and the engine's limits before anything
+is queued, so that nothing it accepts can fail later inside a step: prompt type and token ids, the context and KV
+capacity, stop_token_ids inside the vocabulary, stop strings only where there is a tokenizer. It also takes a
+private copy of the SamplingParams (re-checked), so that a caller mutating its object afterwards cannot reach the
+engine. Building a request has no side effect: LLM.generate builds all of its requests first, then queues them.
+"""
+from __future__ import annotations
+
+import dataclasses
+import numbers
+from typing import Any
+
+from refengine.config import SchedulerConfig
+from refengine.kv_cache_manager import cdiv
+from refengine.request import Request
+from refengine.sampling_params import SamplingParams
+from refengine.tokenizer import NoTokenizer, Tokenizer
+
+Prompt = str | list[int] | dict[str, Any]  # text, token ids, or vLLM's {"prompt": ...} / {"prompt_token_ids": ...}
+
+
+class Processor:
+    def __init__(self, tokenizer: Tokenizer, model_config, scheduler_config: SchedulerConfig, max_model_len: int):
+        self.tokenizer = tokenizer
+        self.vocab_size = model_config.vocab_size
+        self.eos_token_id = model_config.eos_token_id
+        self.sc = scheduler_config
+        self.max_model_len = max_model_len
+
+    def process(self, request_id: str, prompt: Prompt, params: SamplingParams | None, arrival_time: float | None,
+                priority: int) -> tuple[Request, str | None]:
+        """(the Request, the prompt text or None for token ids); ValueError naming the field if anything is bad."""
+        if not isinstance(request_id, str) or not request_id:
+            raise ValueError(f"request_id must be a non-empty string, got {request_id!r}")
+        params = self.check_params(params)
+        text, token_ids = self.tokenize(prompt)
+        self.check_prompt(token_ids, params)
+        req = Request(request_id, token_ids, params, priority=priority, arrival_time=arrival_time,
+                      eos_token_id=self.eos_token_id)
+        return req, text
+
+    def check_params(self, params: SamplingParams | None) -> SamplingParams:
+        if params is None:
+            return SamplingParams()
+        if not isinstance(params, SamplingParams):
+            raise ValueError(f"params must be a SamplingParams, got {type(params).__name__}")
+        params = dataclasses.replace(params)  # a private copy, checked again by __post_init__
+        bad = [t for t in params.stop_token_ids if t >= self.vocab_size]
+        if bad:
+            raise ValueError(f"stop_token_ids holds token id {bad[0]} outside the vocabulary [0, {self.vocab_size})")
+        if params.stop and isinstance(self.tokenizer, NoTokenizer):
+            raise ValueError("stop strings need a tokenizer, and this model has none: use stop_token_ids")
+        if params.top_k >= self.vocab_size:
+            params.top_k = 0  # keeps every token: the same as disabled (vLLM's rule), and fits any int tensor
+        return params
+
+    def tokenize(self, prompt: Prompt) -> tuple[str | None, list[int]]:
+        if isinstance(prompt, dict):
+            prompt = self._from_dict(prompt)
+        if isinstance(prompt, str):
+            if not prompt:
+                raise ValueError("prompt must not be empty")
+            try:
+                return prompt, list(self.tokenizer.encode(prompt))
+            except Exception as exc:  # e.g. a lone surrogate that UTF-8 cannot encode, or a model with no tokenizer
+                raise ValueError(f"prompt could not be tokenized: {exc}") from exc
+        if not isinstance(prompt, (list, tuple)) or not all(
+                isinstance(t, numbers.Integral) and not isinstance(t, bool) for t in prompt):
+            raise ValueError(f"prompt must be a string or a list of token ids (ints), got {type(prompt).__name__}")
+        return None, [int(t) for t in prompt]
+
+    @staticmethod
+    def _from_dict(prompt: dict) -> Any:
+        keys = set(prompt)
+        if keys == {"prompt"}:
+            return prompt["prompt"]
+        if keys == {"prompt_token_ids"}:
+            ids = prompt["prompt_token_ids"]
+            if isinstance(ids, str):
+                raise ValueError("prompt_token_ids must be a list of token ids, got a string")
+            return ids
+        raise ValueError(f"a prompt dict takes exactly one of 'prompt' or 'prompt_token_ids', got keys {sorted(keys)}")
+
+    def check_prompt(self, ids: list[int], params: SamplingParams) -> None:
+        vocab, sc = self.vocab_size, self.sc
+        if not ids:
+            raise ValueError("prompt_token_ids must not be empty")
+        bad = [t for t in ids if not 0 <= t < vocab]
+        if bad:
+            raise ValueError(f"prompt_token_ids holds token id {bad[0]} outside the vocabulary [0, {vocab})")
+        if len(ids) >= self.max_model_len:
+            raise ValueError(
+                f"prompt_token_ids has {len(ids)} tokens; the model's context (max_model_len) is {self.max_model_len},"
+                " which leaves no room for output"
+            )
+        kv_tokens = min(len(ids) + params.max_tokens, self.max_model_len) - 1
+        need = cdiv(kv_tokens, sc.block_size)
+        if need > sc.num_gpu_blocks:
+            raise ValueError(
+                f"prompt ({len(ids)} tokens) + max_tokens ({params.max_tokens}) needs {need} KV blocks of "
+                f"{sc.block_size} tokens, but the KV cache has only num_gpu_blocks={sc.num_gpu_blocks}: it can never fit"
+            )
+        if not sc.enable_chunked_prefill and kv_tokens + 1 > sc.max_num_batched_tokens:
+            raise ValueError(
+                f"prompt ({len(ids)} tokens) + max_tokens ({params.max_tokens}) exceeds max_num_batched_tokens="
+                f"{sc.max_num_batched_tokens} with enable_chunked_prefill=False: it could not be (re)prefilled in one step"
+            )
