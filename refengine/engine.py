@@ -105,7 +105,8 @@ class LLMEngine:
                 f"max_model_len must be in [2, {mc.max_position_embeddings}] for this model, got {self.max_model_len}"
             )
         block_size = sched_kw.get("block_size", SchedulerConfig.block_size)
-        kv_field = "num_gpu_blocks" if "num_gpu_blocks" in sched_kw else "kv_cache_memory_gb"
+        kv_field = ("num_gpu_blocks" if "num_gpu_blocks" in sched_kw else "kv_cache_memory_gb"
+                    if cfg.kv_cache_memory_gb is not None or self.device.type != "cuda" else "gpu_memory_utilization")
         if "num_gpu_blocks" not in sched_kw:
             sched_kw["num_gpu_blocks"] = self._sized_num_blocks(block_size)
         sc = SchedulerConfig(max_model_len=self.max_model_len, **sched_kw)
