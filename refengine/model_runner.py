@@ -132,20 +132,23 @@ class ModelRunner:
             batch.add_request(new.req_id, tokens, state.num_prompt_tokens, new.block_ids, new.num_computed_tokens,
                               state.sampling_params, state.eos_token_ids)
         cached = out.scheduled_cached_reqs
-        for i, rid in enumerate(cached.req_ids):
-            blocks = cached.new_block_ids[i] or []
-            if rid in cached.resumed_req_ids or rid not in batch:
+        if not cached.req_ids:
+            return
+        row_of, resumed, all_tokens = batch.row_of, cached.resumed_req_ids, cached.all_token_ids
+        for i, (rid, blocks) in enumerate(zip(cached.req_ids, cached.new_block_ids)):  # (every running request)
+            if rid in resumed or rid not in row_of:
                 state = self.requests[rid]
-                tokens = cached.all_token_ids.get(rid) or state.parked_token_ids or batch.token_ids_of(rid)
+                tokens = all_tokens.get(rid) or state.parked_token_ids or batch.token_ids_of(rid)
                 state.parked_token_ids = None
-                batch.add_request(rid, tokens, state.num_prompt_tokens, blocks, cached.num_computed_tokens[i],
+                batch.add_request(rid, tokens, state.num_prompt_tokens, blocks or [], cached.num_computed_tokens[i],
                                   state.sampling_params, state.eos_token_ids)
-                continue
-            if rid in cached.all_token_ids:
-                batch.set_token_ids(rid, cached.all_token_ids[rid])
-            if blocks:
+            elif blocks:
                 batch.append_blocks(rid, blocks)
-            batch.num_computed_tokens[batch.row_of[rid]] = cached.num_computed_tokens[i]
+        for rid, tokens in all_tokens.items():
+            if rid not in resumed:
+                batch.set_token_ids(rid, tokens)
+        rows = np.fromiter((row_of[r] for r in cached.req_ids), dtype=np.int64, count=len(cached.req_ids))
+        batch.num_computed_tokens[rows] = cached.num_computed_tokens
 
     # ---- one step -------------------------------------------------------------------------------------------
     @torch.inference_mode()
@@ -191,7 +194,7 @@ class ModelRunner:
             max_query_len=int(ns.max()), max_seq_len=max_seq_len,
             query_start_loc_cpu=step[3].tolist(), seq_lens_cpu=step[4].tolist(),  # (numpy: host arrays, no sync)
         )
-        if size is not None and self.cuda_graphs is not None:
+        if size is not None and self._graphs_live():
             hidden = self.cuda_graphs.run(ids_d, pos_d, meta)  # [size, hidden], replayed on static inputs
         else:
             hidden = self.model(ids_d, pos_d, self.kv_caches, meta)  # [T, hidden]
@@ -206,8 +209,12 @@ class ModelRunner:
             sampled[i] = [tok]
         return ModelRunnerOutput(req_ids, {r: i for i, r in enumerate(req_ids)}, sampled)
 
+    def _graphs_live(self) -> bool:
+        # (a model swapped in after capture, e.g. bench-step's stub, is not what the graphs replay: run it eagerly)
+        return self.cuda_graphs is not None and self.cuda_graphs.model is self.model
+
     def _decode_padded_size(self, num_seqs: int) -> int | None:
-        if self.cuda_graphs is not None:
+        if self._graphs_live():
             return self.cuda_graphs.lookup(num_seqs)
         if self.decode_pad_sizes is not None:
             return padded_size(self.decode_pad_sizes, num_seqs)
