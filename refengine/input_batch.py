@@ -7,6 +7,8 @@ waits on the device; the sampling parameters also live on the device, written on
 
     row r:  token_ids[r, :num_tokens[r]]      block_table[r, :num_blocks[r]]
             num_prompt_tokens[r]  num_computed_tokens[r]  temperature/top_k/top_p/seed[r]  banned[r]
+
+StagingBuffer is the persistent host buffer (pinned on CUDA) in which a step's inputs cross to the device.
 """
 from __future__ import annotations
 
@@ -112,3 +114,35 @@ class InputBatch:
 
     def __contains__(self, request_id: str) -> bool:
         return request_id in self.row_of
+
+
+class StagingBuffer:
+    """One host buffer (pinned on CUDA) and its device twin: a step's int64 arrays are packed end to end on the
+    host and cross to the device in one non_blocking copy. On the CPU the host buffer is used as it is."""
+
+    def __init__(self, device: torch.device, size: int = 1 << 14) -> None:
+        self.device = device
+        self._alloc(size)
+
+    def _alloc(self, size: int) -> None:
+        pin = self.device.type == "cuda"
+        self.host = torch.zeros(size, dtype=torch.int64, pin_memory=pin)
+        self.host_np = self.host.numpy()  # a view: writes through numpy land in the (pinned) tensor
+        self.dev = self.host if self.device.type == "cpu" else torch.zeros(size, dtype=torch.int64, device=self.device)
+        self._copied: torch.cuda.Event | None = None  # the last copy in; the host buffer is not rewritten before it
+
+    def pack(self, *arrays: np.ndarray) -> list[torch.Tensor]:
+        """Copy `arrays` (1-D) in; return device views of them, in order."""
+        total = sum(a.size for a in arrays)
+        if total > self.host.numel():  # (rare: the buffer grows to the largest step seen)
+            self._alloc(max(total, 2 * self.host.numel()))
+        if self._copied is not None:  # (a step that samples has synced already; one that does not may not have)
+            self._copied.synchronize()
+        offsets = np.cumsum([0] + [a.size for a in arrays])
+        for a, o in zip(arrays, offsets):
+            self.host_np[o : o + a.size] = a
+        if self.dev is not self.host:
+            self.dev[:total].copy_(self.host[:total], non_blocking=True)
+            self._copied = torch.cuda.Event()
+            self._copied.record()
+        return [self.dev[o : o + a.size] for a, o in zip(arrays, offsets)]

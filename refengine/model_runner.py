@@ -20,7 +20,7 @@ import torch
 
 from refengine.attention import AttentionMetadata
 from refengine.cuda_graphs import CudaGraphRunner, pad_decode_inputs, padded_size
-from refengine.input_batch import NO_SEED, InputBatch
+from refengine.input_batch import NO_SEED, InputBatch, StagingBuffer
 from refengine.kv_cache_manager import cdiv
 from refengine.sampler import SamplingMetadata, sample
 from refengine.sampling_params import SamplingParams
@@ -36,33 +36,6 @@ class CachedRequestState:
     sampling_params: SamplingParams
     eos_token_ids: frozenset[int]
     parked_token_ids: list[int] | None = None  # the row's tokens while preempted (the row itself is freed)
-
-
-class StagingBuffer:
-    """One host buffer (pinned on CUDA) and its device twin: a step's int64 arrays are packed end to end on the
-    host and cross to the device in one non_blocking copy. On the CPU the host buffer is used as it is."""
-
-    def __init__(self, device: torch.device, size: int = 1 << 14) -> None:
-        self.device = device
-        self._alloc(size)
-
-    def _alloc(self, size: int) -> None:
-        pin = self.device.type == "cuda"
-        self.host = torch.zeros(size, dtype=torch.int64, pin_memory=pin)
-        self.host_np = self.host.numpy()  # a view: writes through numpy land in the (pinned) tensor
-        self.dev = self.host if self.device.type == "cpu" else torch.zeros(size, dtype=torch.int64, device=self.device)
-
-    def pack(self, *arrays: np.ndarray) -> list[torch.Tensor]:
-        """Copy `arrays` (1-D) in; return device views of them, in order."""
-        total = sum(a.size for a in arrays)
-        if total > self.host.numel():  # (rare: the buffer grows to the largest step seen)
-            self._alloc(max(total, 2 * self.host.numel()))
-        offsets = np.cumsum([0] + [a.size for a in arrays])
-        for a, o in zip(arrays, offsets):
-            self.host_np[o : o + a.size] = a
-        if self.dev is not self.host:
-            self.dev[:total].copy_(self.host[:total], non_blocking=True)
-        return [self.dev[o : o + a.size] for a, o in zip(arrays, offsets)]
 
 
 class ModelRunner:
