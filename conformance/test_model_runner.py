@@ -242,3 +242,40 @@ def test_cached_request_data_resumed_flags():
     c.req_ids += ["x", "y"]
     c.resumed_req_ids.add("y")
     assert c.num_reqs == 2 and c.resumed_from_preemption == [False, True]
+
+
+class _EagerReplay:
+    """Stands in for a captured torch.cuda.CUDAGraph on the CPU: replay() runs the model on the graph runner's
+    static buffers into a fixed output, as a real replay would."""
+
+    def __init__(self, graphs, size: int, hidden_size: int) -> None:
+        self.graphs, self.size = graphs, size
+        self.hidden = torch.zeros(size, hidden_size)
+
+    def replay(self) -> None:
+        g, n = self.graphs, self.size
+        self.hidden.copy_(g.model(g.input_ids[:n], g.positions[:n], g.kv_caches, g._meta(n)))
+
+
+def test_graph_runner_static_buffers_on_the_cpu(reference):
+    """The replay path of CudaGraphRunner (padding, the copies into its static buffers, the returned static
+    output) with each captured graph replaced by an eager replay on those buffers: the same tokens."""
+    from refengine.cuda_graphs import CudaGraphRunner
+
+    runner, hs = make_runner(), HandScheduler()
+    graphs = CudaGraphRunner(runner.model, runner.kv_caches, 4, runner.input_batch.block_table.shape[1],
+                             torch.device("cpu"))
+    hidden_size = runner.model.config.hidden_size
+    for size in graphs.sizes:
+        replay = _EagerReplay(graphs, size, hidden_size)
+        graphs.graphs[size] = (replay, replay.hidden)
+    runner.cuda_graphs = graphs
+    out = SchedulerOutput()
+    for rid, p in zip("abc", PROMPTS):
+        hs.new(out, rid, p, len(p))
+    hs.step(runner, out)  # a prefill step: eager
+    assert graphs.num_replays == 0
+    decode_until(hs, runner, [("a", PROMPTS[0]), ("b", PROMPTS[1]), ("c", PROMPTS[2])], 8)
+    assert graphs.num_replays == 7  # every decode step, 3 sequences padded to 4
+    for rid, p, ref in zip("abc", PROMPTS, reference):
+        assert hs.tokens[rid][len(p):] == ref

@@ -63,13 +63,14 @@ class CudaGraphRunner:
         self.max_blocks = max_blocks
         self.device = device
         n = self.sizes[-1]
-        z = dict(dtype=torch.int64, device=device)  # int64, as the staging buffer the inputs come from
-        self.input_ids = torch.zeros(n, **z)
-        self.positions = torch.zeros(n, **z)
-        self.slot_mapping = torch.full((n,), -1, **z)
-        self.query_start_loc = torch.zeros(n + 1, **z)
-        self.seq_lens = torch.zeros(n, **z)
-        self.block_table = torch.zeros(n, max_blocks, **z)
+        i64, i32 = dict(dtype=torch.int64, device=device), dict(dtype=torch.int32, device=device)
+        self.input_ids = torch.zeros(n, **i64)
+        self.positions = torch.zeros(n, **i64)
+        self.slot_mapping = torch.full((n,), -1, **i64)
+        # int32 metadata, as the eager path passes it (and the kernels were warmed up with)
+        self.query_start_loc = torch.zeros(n + 1, **i32)
+        self.seq_lens = torch.zeros(n, **i32)
+        self.block_table = torch.zeros(n, max_blocks, **i32)
         self.graphs: dict[int, tuple[torch.cuda.CUDAGraph, torch.Tensor]] = {}
         self.num_replays = 0
 
@@ -107,17 +108,19 @@ class CudaGraphRunner:
     def lookup(self, num_seqs: int) -> int | None:
         return padded_size(self.sizes, num_seqs)
 
-    def run(self, input_ids: torch.Tensor, positions: torch.Tensor, meta: AttentionMetadata) -> torch.Tensor:
-        """Replay the graph of the (already padded) batch size; returns its static hidden states [size, hidden],
-        valid until the next replay."""
+    def run(self, input_ids: torch.Tensor, positions: torch.Tensor, slot_mapping: torch.Tensor,
+            query_start_loc: torch.Tensor, seq_lens: torch.Tensor, block_table: torch.Tensor) -> torch.Tensor:
+        """Replay the graph of the (already padded) batch size on these inputs, copied (device to device, with the
+        int32 casts) into the static buffers; returns its static hidden states [size, hidden], valid until the
+        next replay."""
         size = input_ids.shape[0]
         graph, hidden = self.graphs[size]
         self.input_ids[:size].copy_(input_ids)
         self.positions[:size].copy_(positions)
-        self.slot_mapping[:size].copy_(meta.slot_mapping)
-        self.query_start_loc[: size + 1].copy_(meta.query_start_loc)
-        self.seq_lens[:size].copy_(meta.seq_lens)
-        self.block_table[:size].copy_(meta.block_table)
+        self.slot_mapping[:size].copy_(slot_mapping)
+        self.query_start_loc[: size + 1].copy_(query_start_loc)
+        self.seq_lens[:size].copy_(seq_lens)
+        self.block_table[:size].copy_(block_table)
         graph.replay()
         self.num_replays += 1
         return hidden
