@@ -95,6 +95,7 @@ class IncrementalDetokenizer:
         self._num_decoded = 0  # output tokens fed to the stream
         self._flushed = False
         sp = request.sampling_params
+        self._min_tokens = sp.min_tokens  # stop strings are not looked for before min_tokens (vLLM)
         self._stops = list(sp.stop or [])
         self._hold = max(map(len, self._stops)) - 1 if self._stops else 0
         table = getattr(tokenizer, "token_bytes_table", lambda: None)()
@@ -114,14 +115,18 @@ class IncrementalDetokenizer:
         """Decode the tokens new since the last call; returns the stop string that ended the request, if one did."""
         if self.stopped_by is not None or self._stream is None:
             return None
-        req = self.request
-        ids = req.output_token_ids
-        new_ids = ids[self._num_decoded:]
-        self._num_decoded = len(ids)
-        new_text = self._stream.feed(new_ids)
-        if new_text:
-            return self._append(new_text, check_stops=req.num_output_tokens >= req.sampling_params.min_tokens)
-        return None
+        ids = self.request.output_token_ids
+        n = len(ids)
+        if n == self._num_decoded:
+            return None
+        new_text = self._stream.feed(ids[self._num_decoded:])
+        self._num_decoded = n
+        if not new_text:
+            return None
+        if not self._stops:  # the common case: nothing to search, nothing held back
+            self._unsent += new_text
+            return None
+        return self._append(new_text, check_stops=n >= self._min_tokens)
 
     def _append(self, new_text: str, check_stops: bool) -> str | None:
         before = len(self._unsent)
@@ -144,6 +149,10 @@ class IncrementalDetokenizer:
                 self._unsent += self._stream.flush()  # an incomplete character at the very end, as decode gives it
             self._flushed = True
             end = len(self._unsent)
+        elif not self._hold:
+            delta, self._unsent = self._unsent, ""
+            self._num_sent_chars += len(delta)
+            return delta
         else:
             end = max(0, len(self._unsent) - self._hold)
         delta, self._unsent = self._unsent[:end], self._unsent[end:]
