@@ -64,11 +64,11 @@ def test_kernel_names_load_lazily_and_stay_functions() -> None:
     assert res.returncode == 0 and res.stdout.strip() == "ok", res.stderr[-2000:]
 
 
-def _do_not_specialize(kernel) -> list:
-    """The names (or indices) given to triton.jit(do_not_specialize=...), compiled or interpreted."""
-    if hasattr(kernel, "do_not_specialize"):
-        return list(kernel.do_not_specialize)
-    return list(kernel.kwargs.get("do_not_specialize") or [])
+def _do_not_specialize(kernel, what: str = "do_not_specialize") -> list:
+    """The names (or indices) given to triton.jit(do_not_specialize=...) (or `what`), compiled or interpreted."""
+    if hasattr(kernel, what):
+        return list(getattr(kernel, what))
+    return list(kernel.kwargs.get(what) or [])
 
 
 def test_per_step_ints_are_not_specialized() -> None:
@@ -87,6 +87,19 @@ def test_per_step_ints_are_not_specialized() -> None:
         if hasattr(kernel, "params"):  # compiled (GPU): the flag reached the parameter itself
             flags = {p.name: p.do_not_specialize for p in kernel.params}
             assert all(flags[n] for n in names)
+
+
+
+def test_slot_mapping_pointer_alignment_is_not_specialized() -> None:
+    """slot_mapping may be a view into a packed per-step buffer: its alignment must not pick a kernel variant."""
+    import triton
+
+    from cbbench.kernels.reshape_and_cache import _reshape_and_cache_kernel
+
+    if "do_not_specialize_on_alignment" not in inspect.signature(triton.jit).parameters:
+        pytest.skip("this Triton has no do_not_specialize_on_alignment")
+    given = _do_not_specialize(_reshape_and_cache_kernel, "do_not_specialize_on_alignment")
+    assert "slot_mapping_ptr" in given and set(given) <= set(inspect.signature(_reshape_and_cache_kernel.fn).parameters)
 
 
 def test_warmup_covers_every_variant_the_heuristics_pick(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -5,19 +5,26 @@ returns before touching the cache, so a padded batch can never overwrite a live 
 
 Specialization: the kernel takes no integer that changes from step to step (the number of tokens is the grid,
 not an argument; its strides are fixed by the model's K/V layout and the cache's), so, unlike unified_attention's
-num_seqs and block-table stride, nothing needs `do_not_specialize`: a run compiles one variant per layout, which
-`cbbench.kernels.warmup` compiles before the first step.
+num_seqs and block-table stride, nothing needs `do_not_specialize`. The one per-step pointer, slot_mapping, may be
+a view into a packed input buffer whose offset changes with the step's size: Triton would compile a second variant
+the first time it is not 16-byte aligned, so it is `do_not_specialize_on_alignment` (a scalar load per program:
+the hint buys nothing). A run then compiles one variant per layout, which `cbbench.kernels.warmup` does up front.
 """
 from __future__ import annotations
+
+import inspect
 
 import torch
 import triton
 import triton.language as tl
 
 _CACHE_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+# older Triton has no do_not_specialize_on_alignment: there the pointer stays specialized (a possible extra variant)
+_JIT_OPTIONS = ({"do_not_specialize_on_alignment": ["slot_mapping_ptr"]}
+                if "do_not_specialize_on_alignment" in inspect.signature(triton.jit).parameters else {})
 
 
-@triton.jit
+@triton.jit(**_JIT_OPTIONS)
 def _reshape_and_cache_kernel(
     k_ptr,  # [num_tokens, num_kv_heads, head_dim]        token/head strides free, last dim contiguous
     v_ptr,  # [num_tokens, num_kv_heads, head_dim]        same
