@@ -80,29 +80,74 @@ def make_decoding_engine(num_running: int, max_steps: int, *, model: str = "tiny
     return engine, stub_model
 
 
+# (object path, method): the parts of a step timed separately with --breakdown; the rest of step() is "outputs"
+# (stop strings, detokenisation, the RequestOutputs, step stats)
+PHASES = {"schedule": ("scheduler", "schedule"), "execute_model": ("model_runner", "execute_model"),
+          "update_from_output": ("scheduler", "update_from_output")}
+
+
+def _time_phases(engine) -> dict[str, list[float]]:
+    """Wrap the engine's phase methods (instance attributes) to record this thread's CPU microseconds per call."""
+    spent: dict[str, list[float]] = {}
+    for name, (owner, method) in PHASES.items():
+        obj = getattr(engine, owner, None)
+        fn = getattr(obj, method, None)
+        if fn is None:
+            continue
+        spent[name] = []
+
+        def timed(*args, _fn=fn, _out=spent[name], **kwargs):
+            c = time.thread_time()
+            try:
+                return _fn(*args, **kwargs)
+            finally:
+                _out.append((time.thread_time() - c) * 1e6)
+
+        setattr(obj, method, timed)
+    return spent
+
+
 def bench_engine_step_us(num_running: int, iters: int = 100, warmup: int = 5, *, model: str = "tiny-qwen2",
                          device: str = "cpu", stub: bool = True, vocab: int = STUB_VOCAB,
-                         stop: list[str] | None = None) -> dict[str, float]:
-    """Microseconds per engine.step() (median, p90, min) over `iters` decode steps at `num_running` requests."""
+                         stop: list[str] | None = None, breakdown: bool = False) -> dict:
+    """Microseconds per engine.step() (median, p90, min) over `iters` decode steps at `num_running` requests;
+    with `breakdown`, also the median CPU microseconds of each of PHASES and of the rest ("outputs")."""
     engine, _ = make_decoding_engine(num_running, iters + warmup, model=model, device=device, stub=stub,
                                      vocab=vocab, stop=stop)
     sync = torch.cuda.synchronize if torch.device(device).type == "cuda" else (lambda: None)
     for _ in range(warmup):
         engine.step()
+    spent = _time_phases(engine) if breakdown else {}
     times, cpu = [], []
+    per_step: dict[str, list[float]] = {k: [] for k in spent}
     for _ in range(iters):
+        marks = {k: len(v) for k, v in spent.items()}
         sync()
         t, c = time.perf_counter(), time.thread_time()
         outs = engine.step()
         sync()
         times.append((time.perf_counter() - t) * 1e6)
         cpu.append((time.thread_time() - c) * 1e6)
+        for k, v in spent.items():  # a phase may run more than once in a step: its calls are summed
+            per_step[k].append(sum(v[marks[k]:]))
         if len(outs) != num_running:  # every request decodes every step: nothing finished, nothing preempted
             raise RuntimeError(f"bench-step: a step returned {len(outs)} outputs, expected {num_running}")
-    times.sort()
-    return {"num_running": num_running, "median_us": statistics.median(times),
-            "p90_us": times[int(0.9 * (len(times) - 1))], "min_us": times[0], "iters": iters,
-            "cpu_median_us": statistics.median(cpu)}
+    result = {"num_running": num_running, "median_us": statistics.median(times),
+              "p90_us": sorted(times)[int(0.9 * (len(times) - 1))], "min_us": min(times), "iters": iters,
+              "cpu_median_us": statistics.median(cpu)}
+    if breakdown:
+        rest = [cpu[i] - sum(p[i] for p in per_step.values()) for i in range(iters)]
+        result["phases_us"] = {**{k: statistics.median(v) for k, v in per_step.items()}, "outputs": statistics.median(rest)}
+    return result
+
+
+def format_breakdown(rows: list[dict]) -> str:
+    """One line per N: the median CPU microseconds of each phase (from bench_engine_step_us(breakdown=True))."""
+    names = list(rows[0]["phases_us"])
+    lines = [f"{'running':>8} " + " ".join(f"{n:>18}" for n in names)]
+    for r in rows:
+        lines.append(f"{r['num_running']:>8} " + " ".join(f"{r['phases_us'][n]:>18.1f}" for n in names))
+    return "\n".join(lines)
 
 
 def format_table(rows: list[dict[str, float]], target_us: float | None = TARGET_US) -> str:

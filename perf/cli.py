@@ -347,12 +347,14 @@ def bench_step(
     stop: Annotated[Optional[list[str]], Opt(help="stop strings every request carries (never met)")] = None,
     cpu_threads: Annotated[int, Opt(help="torch threads (default 1: the host work is one Python thread, and one "
                                          "torch thread keeps a shared CPU's timings stable; 0 = torch's default)")] = 1,
+    breakdown: Annotated[bool, Opt(help="also the CPU time of schedule / execute_model / update_from_output / "
+                                        "the rest (outputs)")] = False,
 ) -> None:
     """Microseconds per whole engine step (schedule, inputs, forward, sampling, update, detokenize, outputs) with
     N requests decoding; with --stub-model the forward costs nothing, so this is the engine's host time."""
     import torch
 
-    from .bench_step import bench_engine_step_us, format_table
+    from .bench_step import bench_engine_step_us, format_breakdown, format_table
 
     if cpu_threads:
         torch.set_num_threads(cpu_threads)
@@ -360,10 +362,12 @@ def bench_step(
     if not sizes or min(sizes) < 1 or iters < 1 or warmup < 0:
         raise CliError("running must list positive counts, iters must be >= 1 and warmup >= 0")
     rows = [bench_engine_step_us(n, iters=iters, warmup=warmup, model=model, device=device, stub=stub_model,
-                                 stop=stop) for n in sizes]
-    Console().print(f"engine step, {'stub' if stub_model else 'real'} model {model} on {device}, "
-                    f"{iters} timed steps each", markup=False)
-    Console().print(format_table(rows), markup=False, highlight=False)
+                                 stop=stop, breakdown=breakdown) for n in sizes]
+    typer.echo(f"engine step, {'stub' if stub_model else 'real'} model {model} on {device}, {iters} timed steps each")
+    typer.echo(format_table(rows))  # plain text: a table must not wrap at a narrow terminal's width
+    if breakdown:
+        typer.echo("median CPU us per step, by phase (outputs: stop strings, detokenisation, RequestOutputs, stats):")
+        typer.echo(format_breakdown(rows))
 
 
 def _ints(name: str, text: str) -> list[int]:

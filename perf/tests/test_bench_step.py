@@ -43,3 +43,14 @@ def test_stub_model_drives_the_engine() -> None:
         assert o.outputs[0].token_ids == [expected] and 0 <= expected < STUB_VOCAB
     hidden = stub(torch.zeros(5, dtype=torch.long), torch.arange(5), [], None)
     assert hidden.shape == (5, engine.model_config.hidden_size)
+
+
+def test_bench_step_breakdown_names_every_phase() -> None:
+    res = CliRunner().invoke(app, ["bench-step", "--stub-model", "--running", "3", "--iters", "3", "--warmup", "1",
+                                   "--breakdown"])
+    assert res.exit_code == 0, res.output
+    lines = res.output.splitlines()
+    head = next(i for i, line in enumerate(lines) if "execute_model" in line)
+    assert lines[head].split() == ["running", "schedule", "execute_model", "update_from_output", "outputs"]
+    values = [float(x) for x in lines[head + 1].split()[1:]]
+    assert len(values) == 4 and all(v >= 0 for v in values[:3])  # ("outputs" is a difference of two clocks)
