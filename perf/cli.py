@@ -86,8 +86,9 @@ def one_line_errors(name: str) -> Callable:
                     NotADirectoryError) as e:
                 err.print(f"cbbench {name}: error: {_first_line(e)}", markup=False)
                 raise typer.Exit(2) from None
-            except (typer.Abort, KeyboardInterrupt):
-                err.print(f"cbbench {name}: interrupted", markup=False)
+            except (typer.Abort, KeyboardInterrupt) as e:
+                why = str(e).strip()  # perf says where the finished runs are
+                err.print(f"cbbench {name}: interrupted" + (f": {why}" if why else ""), markup=False)
                 raise typer.Exit(130) from None
             except Exception as e:  # noqa: BLE001 - a bug: one line, not a double traceback
                 _internal_error(f"cbbench {name}", e)
@@ -97,6 +98,39 @@ def one_line_errors(name: str) -> Callable:
 
 
 Opt = typer.Option
+# what `perf --like` lets the command line set: how to run, where to write, not what to run
+LIKE_MAY_SET = {"like", "repeats", "warmup", "cpu_threads", "quiet", "output", "label", "resume", "result_dir",
+                "metric_percentiles", "goodput"}
+
+
+def explicit_params(ctx: typer.Context) -> list[str]:
+    """The parameters given on the command line (or by environment), not left at their defaults."""
+    def given(name: str) -> bool:
+        src = ctx.get_parameter_source(name)
+        return src is not None and src.name in ("COMMANDLINE", "ENVIRONMENT")
+    return [p.name for p in ctx.command.params if p.name and given(p.name)] + (["goodput"] if ctx.args else [])
+
+
+def command_line(ctx: typer.Context) -> str:
+    """`cbbench perf` with every option that was given, canonically spelled: what a result records so that a
+    reader (or `compare`'s message) can see how it was made."""
+    import shlex
+
+    parts = ["cbbench", ctx.info_name or "perf"]
+    given = set(explicit_params(ctx))
+    for p in ctx.command.params:
+        if p.name not in given or not getattr(p, "opts", None):
+            continue
+        value = ctx.params.get(p.name)
+        if getattr(p, "is_flag", False) or isinstance(value, bool):
+            parts.append(p.opts[0] if value else (p.secondary_opts or [p.opts[0]])[0])
+        elif isinstance(value, (list, tuple)):
+            for v in value:
+                parts += [p.opts[0], str(v)]
+        elif value is not None:
+            parts += [p.opts[0], str(value)]
+    parts += list(ctx.args)
+    return shlex.join(parts)
 
 
 @app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": False})
@@ -138,6 +172,12 @@ def perf(
     cpu_threads: Annotated[Optional[int], Opt(help="torch threads on CPU (default 1: stable on shared CPUs; "
                                                    "0 = torch's default)")] = None,
     quiet: Annotated[bool, Opt(help="no progress bar")] = False,
+    output: Annotated[Optional[Path], Opt(help="the CSV to write, the JSON beside it (default: RESULT_DIR/"
+                                               "WORKLOAD-TIME.csv); each run is written as it finishes")] = None,
+    label: Annotated[str, Opt(help="a name for these runs (the CSV's label column; compare and plot show it)")] = "",
+    resume: Annotated[bool, Opt(help="complete --output: skip the runs it already holds")] = False,
+    like: Annotated[Optional[Path], Opt(help="rerun exactly the configurations of this results CSV (a "
+                                             "baseline): its workload, engines, modes, knobs and repeats")] = None,
     knobs: Optional[dict] = None,
 ) -> None:
     """Replay a workload through every batching mode (and the peers); print the table, write CSV + JSON."""
@@ -157,8 +197,16 @@ def perf(
         prompt_format=prompt_format, peers=peers, metric_percentiles=metric_percentiles, goodput=goodput,
         result_dir=result_dir,
         workload_params=workload_param, cpu_threads=cpu_threads, quiet=quiet,
-        knobs=dict(knobs or {}),
+        knobs=dict(knobs or {}), output=output, label=label, resume=resume, like=like, command=command_line(ctx),
     )
+    if like is not None:  # the configurations are the baseline's; only how to run them may be given
+        given = [p for p in explicit_params(ctx) if p not in LIKE_MAY_SET]
+        if given:
+            raise CliError(f"--like takes the configurations from {like}; leave out --{given[0].replace('_', '-')}")
+        explicit = explicit_params(ctx)
+        opts.repeats = repeats if "repeats" in explicit else None
+        opts.warmup = warmup if "warmup" in explicit else None
+        opts.cpu_threads = cpu_threads if "cpu_threads" in explicit else None
     run_perf(opts, Console())  # the table fits the terminal (perf/report.py)
 
 
@@ -262,13 +310,20 @@ def compare(
     only_changes: Annotated[bool, Opt(help="hide rows within tolerance")] = False,
     ignore_key: Annotated[Optional[list[str]], Opt(help="key columns not matched on; `server` = all but the model "
                                                         "and the load (in-process vs HTTP runs)")] = None,
+    format: Annotated[str, Opt("--format", help="text | markdown (a CI step summary) | json")] = "text",
+    tolerance_files: Annotated[bool, Opt(help="read BASELINE's sidecar NAME.tolerances.toml and pyproject's "
+                                              "[tool.cbbench.tolerances]")] = True,
 ) -> None:
-    """Per configuration and metric: change, direction, tolerance. Exit 1 on a regression, 2 on bad input."""
+    """Per configuration and metric: change, direction, tolerance. Exit 1 on a regression, 2 on bad input.
+
+    A regression is a median worse than the baseline's by more than the tolerance AND every new repeat worse
+    than every baseline repeat (see perf/compare.py)."""
     from .compare import main_compare, parse_tolerances
 
     tol = parse_tolerances(tolerance or [])
     code = main_compare(baseline, new, tol, fail_on_missing=not allow_missing, only_changes=only_changes,
-                        ignore_key=ignore_key or [], console=Console(width=max(100, Console().width)), err=err)
+                        ignore_key=ignore_key or [], console=Console(width=max(100, Console().width)), err=err,
+                        fmt=format, use_tolerance_files=tolerance_files)
     raise typer.Exit(code)
 
 

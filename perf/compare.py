@@ -4,9 +4,18 @@ Rows are matched on `config_key` (engine, model, device, workload and its params
 knobs); repeats of a configuration are first reduced to their median (`aggregate_repeats`), and the min / max
 spread of both sides is carried into the rows (`baseline_min`, ...) so a reader can see how noisy a metric was.
 
-A metric regresses when its new median is worse than the baseline's by more than its relative tolerance:
-higher-is-better (throughputs, goodput): new < baseline * (1 - tol); lower-is-better (latencies, in ms):
-new > baseline * (1 + tol). NaN on either side (a metric not measured) is "n/a", never a regression.
+A metric regresses when BOTH hold:
+- its new median is worse than the baseline's by more than its relative tolerance: higher-is-better (throughputs,
+  goodput): new < baseline * (1 - tol); lower-is-better (latencies, in ms): new > baseline * (1 + tol);
+- and the repeats do not overlap: every new repeat is worse than every baseline repeat (higher-is-better:
+  new_max < baseline_min; lower-is-better: new_min > baseline_max). With one run per side this is implied by the
+  first condition; with repeats, a shift that stays inside the run-to-run spread is reported as "noise", not
+  failed. Improvements are judged the same way.
+A metric the baseline has but the new file lacks (NaN) is "missing in new" and fails; NaN in the baseline is "n/a".
+Metrics in a row's `extra` JSON (a percentile asked for with --metric-percentiles) can be gated too.
+Tolerances come from the defaults, pyproject's [tool.cbbench.tolerances], the baseline's sidecar
+NAME.tolerances.toml and --tolerance, in that order (`gate.py`). Zero configurations in common is an error (exit
+2), with the command the baseline was made with (rerun it with `cbbench perf --like BASELINE.csv`).
 By default the gate covers the throughputs (5 %) and the mean / median / p99 of TTFT, TPOT, ITL and E2EL (10 %);
 other known metrics can be added with a tolerance override. A configuration of the baseline that is missing from
 the new file fails the gate unless `fail_on_missing=False`; one that is new is only reported.
@@ -35,7 +44,8 @@ from rich.console import Console, Group
 from rich.table import Table
 from rich.text import Text
 
-from .results import KEY_NAMES, LATENCY_COLUMNS, THROUGHPUT_COLUMNS, aggregate_repeats, config_key, read_csv
+from .results import KEY_NAMES, LATENCY_COLUMNS, THROUGHPUT_COLUMNS, aggregate_repeats, config_key, extra_metrics, \
+    read_csv
 
 HIGHER = "higher"
 LOWER = "lower"
@@ -143,6 +153,10 @@ def _keyed(df: pd.DataFrame, metrics: Sequence[str], ignored: set[str], side: st
     return out
 
 
+class NoCommonConfigs(ValueError):
+    """The two files share no configuration: nothing was compared, which is never a pass."""
+
+
 def compare(baseline_csv: str | os.PathLike | pd.DataFrame, new_csv: str | os.PathLike | pd.DataFrame,
             tolerances: Mapping[str, float | None] | None = None, *,
             fail_on_missing: bool = True, ignore_key: Sequence[str] = ()) -> tuple[list[dict[str, Any]], bool]:
@@ -153,13 +167,20 @@ def compare(baseline_csv: str | os.PathLike | pd.DataFrame, new_csv: str | os.Pa
     """
     tol = resolve_tolerances(tolerances)
     metrics = list(tol)
-    frames = [read_csv(x) if not isinstance(x, pd.DataFrame) else x.copy() for x in (baseline_csv, new_csv)]
+    frames = [extra_metrics(read_csv(x) if not isinstance(x, pd.DataFrame) else x)
+              for x in (baseline_csv, new_csv)]
     for df in frames:  # an override may name a metric only the `extra` column knows; such a metric reads as NaN
         for m in metrics:
             if m not in df.columns:
                 df[m] = math.nan
     ignored = ignored_key_names(ignore_key)
     base, new = (_keyed(df, metrics, ignored, side) for df, side in zip(frames, ("baseline", "new")))
+    if base and new and not set(base) & set(new):
+        made = frames[0]["command"].dropna() if "command" in frames[0] else pd.Series(dtype=str)
+        how = (f"the baseline was made with: {made.iloc[0]}" if len(made) and str(made.iloc[0]) else
+               "the baseline records no command")
+        raise NoCommonConfigs(f"0 configurations in common; {how} (rerun its configurations with "
+                              f"`cbbench perf --like {baseline_csv if not isinstance(baseline_csv, pd.DataFrame) else 'BASELINE.csv'}`)")
     keys = list(base) + [k for k in new if k not in base]
     rows: list[dict[str, Any]] = []
     regressed = False
@@ -175,7 +196,7 @@ def compare(baseline_csv: str | os.PathLike | pd.DataFrame, new_csv: str | os.Pa
         for m in metrics:
             row = _compare_metric(m, b, n, tol[m])
             row["config"] = label
-            regressed |= row["status"] == "regressed"
+            regressed |= row["status"] in ("regressed", "missing in new")
             rows.append(row)
     return rows, regressed
 
@@ -187,17 +208,22 @@ def _compare_metric(m: str, b: Mapping[str, Any], n: Mapping[str, Any], tol: flo
            "baseline_min": b[f"{m}_min"], "baseline_max": b[f"{m}_max"],
            "new_min": n[f"{m}_min"], "new_max": n[f"{m}_max"]}
     if math.isnan(bv) or math.isnan(nv):
-        row.update(change=math.nan, status="n/a")
+        row.update(change=math.nan, status="n/a" if math.isnan(bv) else "missing in new")
         return row
     row["change"] = (nv - bv) / abs(bv) if bv != 0 else (0.0 if nv == bv else math.copysign(math.inf, nv - bv))
     worse = nv < bv * (1 - tol) if d == HIGHER else nv > bv * (1 + tol)
     better = nv > bv * (1 + tol) if d == HIGHER else nv < bv * (1 - tol)
-    row["status"] = "regressed" if worse else "improved" if better else "ok"
+    bmin, bmax, nmin, nmax = (float(x) for x in (row["baseline_min"], row["baseline_max"], row["new_min"],
+                                                  row["new_max"]))
+    apart_worse = nmax < bmin if d == HIGHER else nmin > bmax   # every new repeat worse than every baseline one
+    apart_better = nmin > bmax if d == HIGHER else nmax < bmin
+    row["status"] = ("regressed" if worse and apart_worse else "improved" if better and apart_better else
+                     "noise" if worse or better else "ok")
     return row
 
 
 _STYLE = {"regressed": "bold red", "improved": "green", "missing in new": "bold red", "new config": "yellow",
-          "n/a": "dim", "ok": ""}
+          "n/a": "dim", "ok": "", "noise": "yellow"}
 
 
 def render_table(rows: Sequence[Mapping[str, Any]], *, title: str = "cbbench compare",
@@ -234,20 +260,38 @@ def _num(x: float) -> str:
 def main_compare(baseline: str | os.PathLike, new: str | os.PathLike,
                  tolerance_overrides: Mapping[str, float | None] | None = None, *, fail_on_missing: bool = True,
                  only_changes: bool = False, console: Console | None = None, ignore_key: Sequence[str] = (),
-                 err: Console | None = None) -> int:
-    """Print the comparison and return the exit code (0 pass, 1 regression, 2 unusable input: one line on
-    `err`, stderr by default)."""
+                 err: Console | None = None, fmt: str = "text", use_tolerance_files: bool = True) -> int:
+    """Print the comparison (`fmt`: text | markdown | json) and return the exit code (0 pass, 1 regression,
+    2 unusable input: one line on `err`, stderr by default)."""
+    from .gate import FORMATS, gate_tolerances, render_json, render_markdown
+
     console = console or Console()
     err = err or Console(stderr=True, highlight=False, soft_wrap=True)
     try:
-        rows, regressed = compare(baseline, new, tolerance_overrides, fail_on_missing=fail_on_missing,
-                                  ignore_key=ignore_key)
+        if fmt not in FORMATS:
+            raise ValueError(f"format must be one of {', '.join(FORMATS)}, got {fmt!r}")
+        overrides, sources = (gate_tolerances(baseline, tolerance_overrides) if use_tolerance_files
+                              else (dict(tolerance_overrides or {}), ["--tolerance"] if tolerance_overrides else []))
+        rows, regressed = compare(baseline, new, overrides, fail_on_missing=fail_on_missing, ignore_key=ignore_key)
     except (OSError, ValueError, pd.errors.ParserError, pd.errors.EmptyDataError) as e:
         msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         err.print(f"cbbench compare: error: {msg}", markup=False, style="bold red")
         return 2
-    console.print(render_table(rows, title=f"{baseline} -> {new}", only_changes=only_changes))
+    common = len({r["config"] for r in rows if r["metric"]})
     n_bad = sum(r["status"] in ("regressed", "missing in new") for r in rows)
-    console.print(f"[bold red]{n_bad} regression(s) beyond tolerance[/]" if regressed else
-                  "[green]no regression beyond tolerance[/]")
+    n_noise = sum(r["status"] == "noise" for r in rows)
+    message = (f"{n_bad} regression(s) beyond tolerance and outside the repeats' spread" if regressed else
+               "no regression beyond tolerance") + f" ({common} configuration(s) in common" + \
+        (f"; {n_noise} change(s) within the spread of the repeats" if n_noise else "") + ")"
+    summary = {"baseline": str(baseline), "new": str(new), "regressed": regressed, "message": message,
+               "configurations_in_common": common, "tolerance_sources": sources}
+    if fmt == "json":
+        console.file.write(render_json(rows, summary) + "\n")
+    elif fmt == "markdown":
+        console.file.write(render_markdown(rows, summary, only_changes=only_changes))
+    else:
+        console.print(render_table(rows, title=f"{baseline} -> {new}", only_changes=only_changes))
+        if sources:
+            console.print(Text("tolerances from: " + ", ".join(sources), style="dim"))
+        console.print(Text(message, style="bold red" if regressed else "green"))
     return 1 if regressed else 0

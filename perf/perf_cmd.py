@@ -50,8 +50,8 @@ class PerfOptions:
     tokenizer: str | None = None
     prompt_format: str = "ids"                  # openai: send token ids or text
     batching: str = ",".join(BATCHING_MODES)
-    repeats: int = 1
-    warmup: int = 8
+    repeats: int | None = 1                     # None (--like): the baseline's
+    warmup: int | None = 8
     peers: str = ",".join(PEERS)
     metric_percentiles: str = "50,90,99"
     goodput: list[str] = field(default_factory=list)
@@ -60,6 +60,12 @@ class PerfOptions:
     cpu_threads: int | None = None
     quiet: bool = False
     knobs: dict[str, Any] = field(default_factory=dict)  # name -> comma list (str), bool or None
+    output: Path | None = None       # the CSV (JSON beside it); default RESULT_DIR/<workload>-<time>.csv
+    label: str = ""                  # a name for this run in the CSV's label column (compare / plot show it)
+    resume: bool = False             # complete `output`: skip the runs it already holds
+    like: Path | None = None         # rerun exactly this results CSV's configurations (`like.py`)
+    command: str = ""                # the command line, recorded in every row
+    like_params: dict[str, Any] | None = field(default=None, repr=False)  # set from `like`
 
 
 def _split(name: str, text: str) -> list[str]:
@@ -108,6 +114,8 @@ def workload_kwargs(o: PerfOptions, on_cpu: bool) -> dict[str, Any]:
     if o.workload not in list_workloads():
         raise ValueError(f"workload: unknown name {o.workload!r}; known: {', '.join(list_workloads())}")
     accepted = workload_options(o.workload)
+    if o.like_params is not None:  # --like: the baseline's own params, as recorded
+        return dict(o.like_params)
     kw: dict[str, Any] = {}
     for item in o.workload_params:
         for part in item.split(","):
@@ -147,16 +155,42 @@ def knob_label(knobs: dict[str, Any], varying: set[str]) -> str:
     return " ".join(f"{k}={v}" for k, v in knobs.items() if k in varying) or "-"
 
 
+def apply_like(o: PerfOptions) -> list[tuple[str, str, dict[str, Any]]]:
+    """Set `o` from the baseline named by `o.like`; returns its plan entries (engine, batching, knobs)."""
+    from .like import load_like
+
+    plan = load_like(o.like)
+    params = dict(plan.workload_params)
+    o.workload, o.model, o.device, o.dtype = plan.workload, plan.model, plan.device, plan.dtype
+    o.num_prompts, o.seed = int(params.pop("num_prompts")), int(params.pop("seed", 0))
+    o.request_rate, o.burstiness = str(params.pop("request_rate", "inf")), str(params.pop("burstiness", 1.0))
+    mc = params.pop("max_concurrency", None)
+    o.max_concurrency = str(mc) if mc is not None else None
+    o.like_params, o.backend = params, "refengine"
+    o.repeats = plan.repeats if o.repeats is None else o.repeats
+    if o.warmup is None:
+        o.warmup = int(plan.run_options.get("warmup", 8))
+    if o.cpu_threads is None and plan.run_options.get("cpu_threads") is not None:
+        o.cpu_threads = int(plan.run_options["cpu_threads"])
+    return plan.entries
+
+
 def run_perf(o: PerfOptions, console: Console) -> list[dict[str, Any]]:
     """The whole `cbbench perf` job; returns the CSV rows."""
     import torch
 
     from .metrics import parse_goodput, parse_metric_percentiles
-    from .results import environment_info, make_row, write_csv, write_run_json
+    from .results import STORED_PERCENTILES, environment_info, make_row
+    from .writer import ResultWriter, plan_id
 
+    like_entries = apply_like(o) if o.like is not None else None
+    o.repeats = 1 if o.repeats is None else o.repeats
+    o.warmup = 8 if o.warmup is None else o.warmup
     on_cpu = o.device == "cpu"
     if o.backend not in BACKENDS:
         raise ValueError(f"backend: unknown {o.backend!r}; expected one of {', '.join(BACKENDS)}")
+    if o.resume and o.output is None:
+        raise ValueError("resume: name the file to complete with --output")
     in_process = o.backend == "refengine"
     modes = knob("batching").parse_list(o.batching)
     peers = [] if o.peers.strip().lower() == "none" else _split("peers", o.peers)
@@ -165,11 +199,17 @@ def run_perf(o: PerfOptions, console: Console) -> list[dict[str, Any]]:
         raise ValueError(f"peers: unknown peer {bad[0]!r}; expected a comma list of {', '.join(PEERS)}, or none")
     check_options(device=o.device, cpu_threads=o.cpu_threads, num_prompts=o.num_prompts, repeats=o.repeats,
                   warmup=o.warmup)
-    check_writable(o.result_dir)
+    check_writable(o.output.parent if o.output is not None else o.result_dir,
+                   "output" if o.output is not None else "result-dir")
     percentiles = parse_metric_percentiles(o.metric_percentiles)
+    stored = sorted(set(STORED_PERCENTILES) | set(percentiles))  # a gate can check any stored percentile
     goodput = parse_goodput([g for item in o.goodput for g in item.replace(",", " ").split()])
     loads, load_varying = parse_load_points(o.request_rate, o.burstiness, o.max_concurrency)
-    if in_process:
+    if like_entries is not None:
+        knob_sets = [ks for eng, _, ks in like_entries if eng == "refengine"] or [{}]
+        modes = sorted({m for eng, m, _ in like_entries if eng == "refengine"}, key=BATCHING_MODES.index)
+        validate_configs(modes, knob_sets)
+    elif in_process:
         knob_sets = parse_knobs(o.knobs, on_cpu)
         validate_configs(modes, knob_sets)
         if peers and any(p.max_concurrency for p in loads):
@@ -194,81 +234,99 @@ def run_perf(o: PerfOptions, console: Console) -> list[dict[str, Any]]:
     from refengine.loader import resolve_dtype
 
     dtype_name = str(resolve_dtype(o.dtype, o.device)).removeprefix("torch.")
-    varying = {k for k in (knob_sets[0] if knob_sets else {}) if len({str(ks.get(k)) for ks in knob_sets}) > 1}
+    varying = {k for ks in knob_sets for k in ks if len({str(x.get(k)) for x in knob_sets}) > 1}
 
     def label_of(r: RunResult, load: LoadPoint) -> str:
         return " ".join(x for x in (knob_label(r.knobs, varying), load.label(load_varying)) if x and x != "-") or "-"
 
-    plan: list[tuple[str, str, dict[str, Any]]] = [(o.backend, m, ks) for ks in knob_sets for m in modes]
-    seqs = sorted({ks.get("max_num_seqs", 256) for ks in knob_sets})
-    mnbt = knob_sets[0].get("max_num_batched_tokens")
-    plan += [(p, "static" if p == "hf-static" else "continuous", {"max_num_seqs": s}) for s in seqs for p in peers]
+    if like_entries is not None:
+        plan: list[tuple[str, str, dict[str, Any]]] = list(like_entries)
+    else:
+        plan = [(o.backend, m, ks) for ks in knob_sets for m in modes]
+        seqs = sorted({ks.get("max_num_seqs", 256) for ks in knob_sets})
+        mnbt = knob_sets[0].get("max_num_batched_tokens")
+        plan += [(p, "static" if p == "hf-static" else "continuous",
+                  {"max_num_seqs": s, **({"max_num_batched_tokens": mnbt} if p == "hf-cb" else {})})
+                 for s in seqs for p in peers]
     plan = [(load, *item) for load in loads for item in plan]
 
-    results: list[tuple[int, LoadPoint, RunResult]] = []
-    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                  console=console, disable=o.quiet, transient=False) as bar:
-        task = bar.add_task("perf", total=len(plan) * o.repeats * len(workload))
-        for rep in range(o.repeats):
-            for load, engine, mode, ks in plan:
+    env = environment_info(o.device)
+    stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
+    csv_path = Path(o.output) if o.output is not None else Path(o.result_dir) / f"{workload.name}-{stamp}.csv"
+    config = {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(o).items() if k != "like_params"}
+    config.update(knob_sets=knob_sets, dtype_resolved=dtype_name, batching_modes=modes, peers=peers)
+    writer = ResultWriter(csv_path, config=config, environment=env, workload=workload, resume=o.resume)
+    run_options = {"warmup": o.warmup, "cpu_threads": o.cpu_threads}
+    entries: list[Any] = []
+    notes: list[str] = []
+    todo = [(rep, item) for rep in range(o.repeats) for item in plan
+            if not writer.done(plan_id(item[1], item[2], item[3], item[0].label(load_varying), rep))]
+    if o.resume and writer.num_done:
+        console.print(f"resume: {writer.num_done} run(s) already in {csv_path}; {len(todo)} to go", markup=False)
+    finished = 0
+    try:
+        with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                      console=console, disable=o.quiet, transient=False) as bar:
+            task = bar.add_task("perf", total=len(todo) * len(workload))
+            for rep, (load, engine, mode, ks) in todo:
                 workload = workloads[load]
-                bar.update(task, description=f"{engine} {mode} {knob_label(ks, varying)} {load.label(load_varying)} "
-                                             f"(repeat {rep})")
+                bar.update(task, description=f"{engine} {mode} {knob_label(ks, varying)} "
+                                             f"{load.label(load_varying)} (repeat {rep})")
 
                 def advance(n: int) -> None:
                     bar.advance(task, n)
                 before = bar.tasks[0].completed
-                common = {"device": o.device, "dtype": o.dtype, "seed": o.seed, "warmup": o.warmup, "progress": advance}
-                if engine == "refengine":
-                    r = run_refengine(workload, model=o.model, batching=mode, knobs=ks,
-                                      max_concurrency=load.max_concurrency, **common)
-                elif engine in BACKENDS:
-                    from .http_runner import run_http
-
-                    r = run_http(workload, target, tokenizer=tokenizer, max_concurrency=load.max_concurrency,
-                                 warmup=o.warmup, seed=o.seed, progress=advance)
-                elif engine == "hf-static":
-                    from .peers import run_hf_static
-
-                    r = run_hf_static(workload, o.model, max_num_seqs=ks["max_num_seqs"], **common)
-                else:
-                    from .peers import run_hf_cb
-
-                    r = run_hf_cb(workload, o.model, max_num_seqs=ks["max_num_seqs"], max_num_batched_tokens=mnbt,
-                                  **common)
+                r = _run_one(o, engine, mode, ks, load, workload, advance, tokenizer,
+                             target if not in_process else None)
                 bar.update(task, completed=before + len(workload))
-                results.append((rep, load, r))
-
-    rows, records, steps, entries = [], {}, {}, []
-    stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
-    env = environment_info(o.device)
-    notes: list[str] = []
-    for rep, load, r in results:
-        label = f"{r.engine}/{r.batching}/{label_of(r, load)}/repeat{rep}"
-        key = (r.engine, r.batching, label_of(r, load))
-        if r.error:
-            entries.append((key, None, r.error))
-            continue
-        m = r.metrics(metric_percentiles=percentiles, goodput=goodput)
-        if in_process:
-            cfg, device = {**r.knobs, "dtype": dtype_name}, o.device
-        else:  # device, dtype and knobs are the server's: left empty; where it was reached goes into `extra`
-            cfg, device = {"base_url": target.base_url, "prompt_format": target.prompt_format}, ""
-            notes += failure_notes(key, r.records)
-        rows.append(make_row(metrics=m, engine=r.engine, workload=workloads[load], batching=r.batching, config=cfg,
-                             repeat=rep, model=o.model, device=device, git_sha=env["git_sha"]))
-        records[label], steps[label] = r.records, r.steps
-        entries.append((key, rows[-1], None))
-    out_dir = Path(o.result_dir)
-    csv_path = write_csv(out_dir / f"{workload.name}-{stamp}.csv", rows)
-    config = {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(o).items()}
-    config.update(knob_sets=knob_sets, dtype_resolved=dtype_name, batching_modes=modes, peers=peers)
-    json_path = write_run_json(out_dir / f"{workload.name}-{stamp}.json", config=config, rows=rows,
-                               records=records, workload=workload, environment=env, steps=steps)
+                key = (r.engine, r.batching, label_of(r, load))
+                if r.error:
+                    entries.append((key, None, r.error))
+                    continue
+                m = r.metrics(metric_percentiles=stored, goodput=goodput)
+                if in_process:
+                    cfg, device = {**r.knobs, "dtype": dtype_name}, o.device
+                else:  # device, dtype and knobs are the server's: left empty; where it was reached goes into `extra`
+                    cfg, device = {"base_url": target.base_url, "prompt_format": target.prompt_format}, ""
+                    notes += failure_notes(key, r.records)
+                pid = plan_id(engine, mode, ks, load.label(load_varying), rep)
+                row = make_row(metrics=m, engine=r.engine, workload=workload, batching=r.batching, config=cfg,
+                               repeat=rep, model=o.model, device=device, git_sha=env["git_sha"], label=o.label,
+                               command=o.command, run_options={**run_options, "plan_id": pid})
+                writer.add(row, f"{r.engine}/{r.batching}/{label_of(r, load)}/repeat{rep}", r.records, r.steps)
+                finished += 1
+                entries.append((key, row, None))
+    except KeyboardInterrupt:
+        writer.flush()  # also creates the pair when nothing had finished yet
+        raise KeyboardInterrupt(f"{writer.num_done} run(s) kept in {csv_path}; add --output {csv_path} --resume "
+                                f"to finish") from None
+    if not writer.rows:
+        writer.flush()
     from .report import print_perf_table
 
     print_perf_table(console, entries, workload, goodput=goodput)
     for line in notes:
         console.print(line, markup=False, highlight=False)
-    console.print(f"wrote {csv_path} and {json_path}")
-    return rows
+    console.print(f"wrote {csv_path} and {writer.json_path}", markup=False)
+    return writer.rows
+
+
+def _run_one(o: PerfOptions, engine: str, mode: str, ks: dict[str, Any], load: LoadPoint, workload: Any,
+             advance: Any, tokenizer: Any, target: Any) -> RunResult:
+    common = {"device": o.device, "dtype": o.dtype, "seed": o.seed, "warmup": o.warmup, "progress": advance}
+    if engine == "refengine":
+        return run_refengine(workload, model=o.model, batching=mode, knobs=ks, max_concurrency=load.max_concurrency,
+                             **common)
+    if engine in BACKENDS:
+        from .http_runner import run_http
+
+        return run_http(workload, target, tokenizer=tokenizer, max_concurrency=load.max_concurrency,
+                        warmup=o.warmup, seed=o.seed, progress=advance)
+    if engine == "hf-static":
+        from .peers import run_hf_static
+
+        return run_hf_static(workload, o.model, max_num_seqs=ks["max_num_seqs"], **common)
+    from .peers import run_hf_cb
+
+    return run_hf_cb(workload, o.model, max_num_seqs=ks["max_num_seqs"],
+                     max_num_batched_tokens=ks.get("max_num_batched_tokens"), **common)

@@ -14,19 +14,19 @@ from cbbench.perf.results import COLUMNS, SCHEMA_VERSION, aggregate_repeats, app
     make_row, read_csv, write_csv, write_run_json
 from cbbench.workloads import get_workload
 
-# The column order of schema version 1. Changing COLUMNS means bumping SCHEMA_VERSION and this list together.
-EXPECTED_COLUMNS_V1 = (
-    "schema_version", "engine", "model", "device", "dtype", "workload", "num_prompts", "seed", "request_rate",
+# The column order of schema version 2. Changing COLUMNS means bumping SCHEMA_VERSION and this list together.
+EXPECTED_COLUMNS_V2 = (
+    "schema_version", "label", "engine", "model", "device", "dtype", "workload", "num_prompts", "seed", "request_rate",
     "burstiness", "batching", "max_num_seqs", "max_num_batched_tokens", "block_size", "num_gpu_blocks",
     "num_cpu_blocks", "enable_chunked_prefill", "long_prefill_token_threshold", "enable_prefix_caching",
-    "preemption_mode", "policy", "repeat", "workload_params", "completed", "failed", "duration",
+    "preemption_mode", "policy", "priority_preemption", "attention_backend", "repeat", "workload_params", "completed", "failed", "duration",
     "total_input_tokens", "total_output_tokens", "request_throughput", "output_throughput", "total_token_throughput",
     "request_goodput",
     *(f"{s}_{m}_ms" for m in ("ttft", "tpot", "itl", "e2el", "queue")
-      for s in ("mean", "median", "std", "p50", "p90", "p99")),
+      for s in ("mean", "median", "std", "p50", "p75", "p90", "p95", "p99", "p99.9")),
     "num_preemptions", "recomputed_tokens", "peak_kv_blocks", "peak_kv_usage", "prefix_cache_hit_rate",
     "mean_slot_utilisation", "mean_token_budget_utilisation", "slot_waste", "num_steps",
-    "git_sha", "timestamp", "extra",
+    "git_sha", "timestamp", "command", "run_options", "extra",
 )
 KNOBS = {"max_num_seqs": 8, "max_num_batched_tokens": 512, "block_size": 16, "num_gpu_blocks": 256,
          "preemption_mode": "recompute", "enable_prefix_caching": True, "policy": "fcfs", "dtype": "float32"}
@@ -57,26 +57,26 @@ def gate(tmp_path, baseline, rows, **kw):
 
 
 def test_csv_schema_is_fixed(tmp_path):
-    assert COLUMNS == EXPECTED_COLUMNS_V1 and SCHEMA_VERSION == 1
+    assert COLUMNS == EXPECTED_COLUMNS_V2 and SCHEMA_VERSION == 2
     path = write_csv(tmp_path / "r.csv", [row()])
     with path.open() as f:
         header = next(csv.reader(f))
-    assert tuple(header) == EXPECTED_COLUMNS_V1
+    assert tuple(header) == EXPECTED_COLUMNS_V2
     df = read_csv(path)
-    assert df.loc[0, "schema_version"] == 1 and df.loc[0, "engine"] == "refengine"
+    assert df.loc[0, "schema_version"] == 2 and df.loc[0, "engine"] == "refengine"
     assert df.loc[0, "workload"] == "fixed" and df.loc[0, "num_prompts"] == 4
     assert json.loads(df.loc[0, "workload_params"])["input_len"] == 8
     assert df.loc[0, "request_rate"] == math.inf
 
 
 def test_unknown_metrics_go_to_extra_and_headers_must_match(tmp_path):
-    r = row(p95_ttft_ms=7.0)
-    assert json.loads(r["extra"]) == {"p95_ttft_ms": 7.0}
+    r = row(p97_ttft_ms=7.0)
+    assert json.loads(r["extra"]) == {"p97_ttft_ms": 7.0}
     path = append_rows(tmp_path / "r.csv", [r])
     append_rows(path, [row(repeat=1)])
     assert len(read_csv(path)) == 2
     other = tmp_path / "other.csv"
-    other.write_text("schema_version,engine\n1,refengine\n")
+    other.write_text("schema_version,engine\n2,refengine\n")
     with pytest.raises(ValueError, match="header"):
         append_rows(other, [row()])
     with pytest.raises(ValueError, match="columns"):
