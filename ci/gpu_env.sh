@@ -5,7 +5,8 @@
 # ...) but not necessarily this repository's other dependencies, and maybe no package index. So:
 #   1. find a python3 whose torch sees CUDA: $PYTHON, then ./.venv-gpu, then python3 on PATH (never a bare `python`);
 #   2. make a venv with --system-site-packages on top of it (it reuses that torch; nothing is downloaded);
-#   3. install the wheels of missing packages from $WHEELHOUSE (default ci/wheels, or .whl) with --no-index;
+#   3. install the wheels of missing packages from $WHEELHOUSE (default ci/wheels, or .whl) with --no-index
+#      (ci/gpu_wheels.sh fills ci/wheels where pip reaches PyPI);
 #   4. if every dependency imports, `pip install --no-deps --no-build-isolation -e .`; if that fails (no pip,
 #      no setuptools), put the repo on the path through a small `cbbench` shim folder instead;
 #   5. otherwise stop with ONE line naming the missing packages.
