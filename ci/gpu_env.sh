@@ -35,15 +35,24 @@ _probe() {  # PYTHON -> one line: "<cuda 0|1> <torch version|-> <repo of refengi
   mods=$(for d in $_GPU_DEPS; do printf '%s ' "${d%%:*}"; done)
   "$1" - $mods <<'EOF' 2>/dev/null
 import importlib.util, os, sys
-missing = [m for m in sys.argv[1:] if importlib.util.find_spec(m) is None]
+
+
+def spec(name):
+    try:
+        return importlib.util.find_spec(name)
+    except (ImportError, ValueError):  # a submodule whose parent package is missing
+        return None
+
+
+missing = [m for m in sys.argv[1:] if spec(m) is None]
 try:
     import torch
     cuda, version = int(torch.cuda.is_available()), torch.__version__
 except Exception:
     cuda, version = 0, "-"
-spec = importlib.util.find_spec("refengine")
-ok = spec and spec.origin and importlib.util.find_spec("cbbench.perf") is not None
-repo = os.path.dirname(os.path.dirname(spec.origin)) if ok else "-"
+ref = spec("refengine")
+ok = ref is not None and ref.origin and spec("cbbench.perf") is not None
+repo = os.path.dirname(os.path.dirname(ref.origin)) if ok else "-"
 print(cuda, version, repo, *missing)
 EOF
 }
@@ -57,8 +66,11 @@ _has_cuda_torch() {  # PYTHON [allow_cpu]
   [[ "${p%% *}" == 1 ]]
 }
 
-_missing_deps() {  # PYTHON -> the modules that do not import
-  _probe "$1" | cut -d' ' -f4-
+_missing_deps() {  # PYTHON -> the modules that do not import (all of them if the probe itself failed)
+  local p
+  p=$(_probe "$1")
+  if [[ -z "$p" ]]; then for d in $_GPU_DEPS; do printf '%s ' "${d%%:*}"; done; return; fi
+  echo "$p" | cut -d' ' -f4-
 }
 
 _repo_of() {  # PYTHON -> the checkout its refengine / cbbench come from ("-": not importable)
