@@ -18,7 +18,7 @@ from typing import Annotated, Any, Callable, Optional
 import typer
 from rich.console import Console
 
-from .knobs import engine_knob_options, knob
+from .knobs import engine_knob_options, knob, validate_knobs
 from .perf_cmd import CPU_DEFAULTS, PerfOptions, run_perf
 
 # typer >= 0.2x vendors click; its exceptions live beside the public BadParameter either way
@@ -212,6 +212,7 @@ def perf(
 
 @app.command()
 @one_line_errors("serve")
+@engine_knob_options(sweep=False)
 def serve(
     model: Annotated[str, Opt(help="a preset name or a local Hugging Face folder")] = "tiny-qwen2",
     host: Annotated[str, Opt()] = "127.0.0.1",
@@ -220,34 +221,21 @@ def serve(
     device: Annotated[str, Opt()] = "cpu",
     dtype: Annotated[Optional[str], Opt(help="default: float32 on CPU, bfloat16 on CUDA")] = None,
     seed: Annotated[int, Opt()] = 0,
-    attention_backend: Annotated[Optional[str], Opt(help="torch | triton")] = None,
-    max_model_len: Annotated[Optional[int], Opt()] = None,
-    kv_cache_memory_gb: Annotated[Optional[float], Opt(help="sizes num_gpu_blocks when that is not given")] = None,
-    max_num_batched_tokens: Annotated[Optional[int], Opt()] = None,
-    max_num_seqs: Annotated[Optional[int], Opt()] = None,
-    block_size: Annotated[Optional[int], Opt()] = None,
-    num_gpu_blocks: Annotated[Optional[int], Opt(help="KV blocks on the device")] = None,
-    num_cpu_blocks: Annotated[Optional[int], Opt(help="host blocks for swap")] = None,
-    enable_chunked_prefill: Annotated[Optional[bool], Opt("--enable-chunked-prefill/--no-enable-chunked-prefill")] = None,
-    long_prefill_token_threshold: Annotated[Optional[int], Opt()] = None,
-    enable_prefix_caching: Annotated[Optional[bool], Opt("--enable-prefix-caching/--no-enable-prefix-caching")] = None,
-    preemption_mode: Annotated[Optional[str], Opt(help="recompute | swap")] = None,
-    policy: Annotated[Optional[str], Opt(help="fcfs | priority")] = None,
-    batching: Annotated[Optional[str], Opt(help="continuous | sequence | static | none")] = None,
-    priority_preemption: Annotated[Optional[bool], Opt("--priority-preemption/--no-priority-preemption")] = None,
     cpu_threads: Annotated[Optional[int], Opt(help="torch threads on CPU (default: torch's)")] = None,
-    log_level: Annotated[str, Opt()] = "info",
+    log_level: Annotated[str, Opt(help="uvicorn's: critical | error | warning | info | debug")] = "info",
+    knobs: Optional[dict] = None,
 ) -> None:
     """Serve the engine over an OpenAI-compatible HTTP API (/v1/completions, /v1/chat/completions, /metrics)."""
-    knobs = {k: v for k, v in locals().items()  # the engine knobs the user set, as LLMEngine keywords
-             if k not in ("host", "port", "served_model_name", "cpu_threads", "log_level") and v is not None}
     from refengine.entrypoints.api_server import run_server
 
+    given = {k: v for k, v in (knobs or {}).items() if v is not None}
+    validate_knobs(given)  # a bad knob fails before the model loads
+    engine_kwargs = {"model": model, "device": device, "dtype": dtype, "seed": seed, **given}
     if cpu_threads:
         import torch
 
         torch.set_num_threads(cpu_threads)
-    run_server(knobs, host=host, port=port, served_model_name=served_model_name, log_level=log_level)
+    run_server(engine_kwargs, host=host, port=port, served_model_name=served_model_name, log_level=log_level)
 
 
 @app.command()

@@ -5,6 +5,7 @@ Nothing here imports refengine: the suite must run against any OpenAI-compatible
 """
 from __future__ import annotations
 
+import functools
 import json
 import os
 import re
@@ -76,6 +77,18 @@ class Server:
             r.raise_for_status()
             self._model = r.json()["data"][0]["id"]
         return self._model
+
+    @functools.cached_property
+    def takes_ignore_eos(self) -> bool:
+        """vLLM's `ignore_eos` is not OpenAI's: a server that refuses it (4xx) is driven without it, and a test
+        that then meets an early EOS fails, which is what such a server does to a benchmark."""
+        r = self.http.post("/v1/completions", json=self.body(prompt="probe", max_tokens=1, ignore_eos=True))
+        return r.status_code == 200
+
+    @property
+    def greedy(self) -> dict:
+        """Fields of a deterministic request that runs to max_tokens (where the server can be told so)."""
+        return {"temperature": 0.0, **({"ignore_eos": True} if self.takes_ignore_eos else {})}
 
     def body(self, **fields) -> dict:
         return {"model": self.model, **fields}

@@ -11,12 +11,15 @@ from conformance.http.client import REQUEST_TIMEOUT_S, Server, Streamed, parse_s
 
 NUM_BATCH_INVARIANCE = 32
 NUM_STREAMS = 64
-SAMPLED = dict(temperature=1.0, ignore_eos=True, max_tokens=16)
 
 
 @pytest.fixture(scope="module")
 def srv(server: Server) -> Server:
     return server
+
+
+def _sampled(srv: Server) -> dict:
+    return {**srv.greedy, "temperature": 1.0, "max_tokens": 16}
 
 
 def _prompt(i: int) -> str:
@@ -50,9 +53,9 @@ async def _stream_all(srv: Server, bodies: list[dict]) -> list[Streamed]:
 
 
 def test_seeded_sampling_is_repeatable(srv):
-    first = srv.complete(prompt=_prompt(0), seed=1234, **SAMPLED)["choices"][0]["text"]
-    again = srv.complete(prompt=_prompt(0), seed=1234, **SAMPLED)["choices"][0]["text"]
-    other = srv.complete(prompt=_prompt(0), seed=4321, **SAMPLED)["choices"][0]["text"]
+    first = srv.complete(prompt=_prompt(0), seed=1234, **_sampled(srv))["choices"][0]["text"]
+    again = srv.complete(prompt=_prompt(0), seed=1234, **_sampled(srv))["choices"][0]["text"]
+    other = srv.complete(prompt=_prompt(0), seed=4321, **_sampled(srv))["choices"][0]["text"]
     assert first == again, "the same seed gave different samples"
     # 16 tokens at temperature 1 from a random-weight model's near-flat distribution: two seeds agreeing on every
     # token would mean the seed is not used at all.
@@ -60,16 +63,16 @@ def test_seeded_sampling_is_repeatable(srv):
 
 
 def test_seeded_sampling_does_not_depend_on_the_batch(srv):
-    alone = srv.complete(prompt=_prompt(3), seed=77, **SAMPLED)["choices"][0]["text"]
-    bodies = [dict(prompt=_prompt(3), seed=77, **SAMPLED)] + [
-        dict(prompt=_prompt(i), seed=i, **SAMPLED) for i in range(1, 8)]
+    alone = srv.complete(prompt=_prompt(3), seed=77, **_sampled(srv))["choices"][0]["text"]
+    bodies = [dict(prompt=_prompt(3), seed=77, **_sampled(srv))] + [
+        dict(prompt=_prompt(i), seed=i, **_sampled(srv)) for i in range(1, 8)]
     together = asyncio.run(_complete_all(srv, bodies))
     assert together[0]["choices"][0]["text"] == alone
 
 
 def test_greedy_is_batch_invariant(srv):
     """Each greedy answer alone equals the same request's answer among 32 concurrent ones (batch invariance)."""
-    bodies = [dict(prompt=_prompt(i), max_tokens=12 + i % 7, temperature=0.0, ignore_eos=True)
+    bodies = [dict(prompt=_prompt(i), max_tokens=12 + i % 7, **srv.greedy)
               for i in range(NUM_BATCH_INVARIANCE)]
     alone = [srv.complete(**b) for b in bodies]
     together = asyncio.run(_complete_all(srv, bodies))
@@ -79,7 +82,7 @@ def test_greedy_is_batch_invariant(srv):
 
 
 def test_64_concurrent_streams_all_finish(srv):
-    bodies = [dict(prompt=_prompt(i), max_tokens=8 + i % 9, temperature=0.0, ignore_eos=True,
+    bodies = [dict(prompt=_prompt(i), max_tokens=8 + i % 9, **srv.greedy,
                    stream_options={"include_usage": True}) for i in range(NUM_STREAMS)]
     results = asyncio.run(_stream_all(srv, bodies))
     for i, (body, out) in enumerate(zip(bodies, results)):

@@ -30,7 +30,7 @@ async def _open_read_one_close(srv: Server) -> int:
     async with httpx.AsyncClient(base_url=srv.base_url, timeout=REQUEST_TIMEOUT_S, limits=limits) as http:
         async def one(i: int) -> int:
             body = srv.body(prompt=f"Tell me a very long story, number {i}", max_tokens=LONG_MAX_TOKENS,
-                            temperature=0.0, ignore_eos=True, stream=True)
+                            **srv.greedy, stream=True)
             async with http.stream("POST", "/v1/completions", json=body) as r:
                 assert r.status_code == 200
                 async for line in r.aiter_lines():
@@ -55,7 +55,7 @@ def _wait_gauges_zero(srv: Server) -> dict[str, float]:
 def test_disconnect_frees_capacity(srv):
     assert asyncio.run(_open_read_one_close(srv)) == NUM_STREAMS
     t0 = time.monotonic()
-    body = srv.body(prompt="Are you still there?", max_tokens=8, temperature=0.0, ignore_eos=True)
+    body = srv.body(prompt="Are you still there?", max_tokens=8, **srv.greedy)
     r = srv.http.post("/v1/completions", json=body, timeout=NEW_REQUEST_DEADLINE_S)
     elapsed = time.monotonic() - t0
     assert r.status_code == 200 and r.json()["usage"]["completion_tokens"] == 8
@@ -76,7 +76,7 @@ def test_metrics_use_vllm_names(srv):
                  "vllm:e2e_request_latency_seconds_count"):
         assert name in m, f"/metrics lacks {name}"
     before = m["vllm:generation_tokens_total"], m["vllm:e2e_request_latency_seconds_count"]
-    srv.complete(prompt="count me", max_tokens=5, temperature=0.0, ignore_eos=True)
+    srv.complete(prompt="count me", max_tokens=5, **srv.greedy)
     after = srv.metrics()
     assert after["vllm:generation_tokens_total"] - before[0] >= 5
     assert after["vllm:e2e_request_latency_seconds_count"] - before[1] >= 1

@@ -8,7 +8,7 @@ import pytest
 
 from conformance.http.client import Server
 
-GOOD = dict(prompt="Hello there", max_tokens=4, temperature=0.0, ignore_eos=True)
+GOOD = dict(prompt="Hello there", max_tokens=4)  # plus Server.greedy
 
 # (endpoint, body fields replacing or adding to a good request, the field the error is about)
 BAD = {
@@ -33,7 +33,7 @@ def srv(server: Server) -> Server:
 
 
 def _body(srv: Server, path: str, fields: dict) -> dict:
-    base = dict(GOOD)
+    base = {**GOOD, **srv.greedy}
     if "chat" in path:
         base.pop("prompt")
         base["messages"] = [{"role": "user", "content": "Hello there"}]
@@ -55,14 +55,14 @@ def test_bad_request_is_a_4xx_and_the_server_keeps_serving(srv, case):
     path, fields, about = BAD[case]
     r = srv.http.post(path, json=_body(srv, path, fields))
     _assert_openai_error(r, about=about)
-    assert srv.complete(**GOOD)["usage"]["completion_tokens"] == GOOD["max_tokens"]
+    assert srv.complete(**GOOD, **srv.greedy)["usage"]["completion_tokens"] == GOOD["max_tokens"]
 
 
 def test_invalid_json_is_a_4xx(srv):
     r = srv.http.post("/v1/completions", content=b'{"prompt": "unterminated',
                       headers={"content-type": "application/json"})
     _assert_openai_error(r)
-    assert srv.complete(**GOOD)["choices"][0]["finish_reason"] == "length"
+    assert srv.complete(**GOOD, **srv.greedy)["choices"][0]["finish_reason"] == "length"
 
 
 def test_unknown_model_is_a_404(srv):
@@ -74,7 +74,7 @@ def test_a_running_stream_survives_bad_requests(srv):
     result: dict = {}
 
     def run() -> None:
-        result["out"] = srv.stream(prompt="A long story", max_tokens=48, temperature=0.0, ignore_eos=True)
+        result["out"] = srv.stream(prompt="A long story", max_tokens=48, **srv.greedy)
 
     t = threading.Thread(target=run)
     t.start()
@@ -85,5 +85,5 @@ def test_a_running_stream_survives_bad_requests(srv):
     out = result.get("out")
     assert out is not None, "the stream failed (see the thread's exception above)"
     assert out.done and out.finish_reason == "length"
-    whole = srv.complete(prompt="A long story", max_tokens=48, temperature=0.0, ignore_eos=True)
+    whole = srv.complete(prompt="A long story", max_tokens=48, **srv.greedy)
     assert out.text == whole["choices"][0]["text"]

@@ -19,7 +19,7 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from refengine.engine import LLMEngine
-from refengine.entrypoints.async_engine import AsyncLLMEngine, EngineDeadError
+from refengine.entrypoints.async_engine import AsyncLLMEngine, EngineError
 from refengine.entrypoints.chat import chat_renderer
 from refengine.entrypoints.metrics import CONTENT_TYPE
 from refengine.entrypoints.protocol import BadRequest, ChatCompletionRequest, CompletionRequest, error_body, now
@@ -83,8 +83,8 @@ def build_app(engine: LLMEngine, model_name: str | None = None, model_path: str 
     async def on_value(_: Request, exc: ValueError) -> JSONResponse:  # refused input the handlers did not name
         return _error(str(exc), 400)
 
-    @app.exception_handler(EngineDeadError)
-    async def on_engine(_: Request, exc: EngineDeadError) -> JSONResponse:
+    @app.exception_handler(EngineError)
+    async def on_engine(_: Request, exc: EngineError) -> JSONResponse:
         return _error(str(exc), 500)
 
     @app.exception_handler(Exception)
@@ -146,7 +146,8 @@ def run_server(engine_kwargs: dict, host: str = "127.0.0.1", port: int = 8000, s
     """Load the engine (bad knobs raise ValueError before the port is bound), then serve until interrupted."""
     import uvicorn
 
-    engine = LLMEngine(**engine_kwargs)
+    # The server reads each step's stats once and drops them; keeping one is enough (see AsyncLLMEngine).
+    engine = LLMEngine(**{"stats_log_size": 1, **engine_kwargs})
     app = build_app(engine, served_model_name)
     logging.basicConfig(level=log_level.upper(), format="%(levelname)s %(name)s: %(message)s")
     log.info("serving %s on http://%s:%d (num_gpu_blocks=%d)", served_model_name or engine.config.model, host,

@@ -25,8 +25,9 @@ from refengine.sampling_params import SamplingParams
 log = logging.getLogger("refengine.server")
 
 
-class EngineDeadError(RuntimeError):
-    """engine.step() raised: every request in flight at that moment fails with this (the server keeps serving)."""
+class EngineError(RuntimeError):
+    """A request the engine failed (its output carries `error`, e.g. a forward that raised), or engine.step()
+    itself raised (every request in flight fails): HTTP 500 or an error event; the server keeps serving."""
 
 
 @dataclass
@@ -65,7 +66,7 @@ class AsyncLLMEngine:
                           queue: asyncio.Queue, tag: object = None, priority: int = 0,
                           arrival_time: float | None = None) -> None:
         """Queue a request; raises the engine's ValueError for bad input. Outputs go to `queue` as
-        (tag, RequestOutput) and, if the engine fails, (tag, EngineDeadError)."""
+        (tag, RequestOutput) and, if the engine fails, (tag, EngineError)."""
         fut: concurrent.futures.Future = concurrent.futures.Future()
         arrival = time.monotonic() if arrival_time is None else arrival_time
         self._send(("add", request_id, prompt, params, queue, tag, priority, arrival, fut))
@@ -78,7 +79,7 @@ class AsyncLLMEngine:
 
     def _send(self, command: tuple) -> None:
         if self._thread is None or not self._thread.is_alive():
-            raise EngineDeadError("the engine thread is not running")
+            raise EngineError("the engine thread is not running")
         with self._lock:
             self._commands.append(command)
         self._wake.set()
@@ -97,7 +98,7 @@ class AsyncLLMEngine:
                 outputs = engine.step()
             except Exception as e:  # an engine bug must not take the server down: fail what was in flight
                 log.error("engine step failed: %s", traceback.format_exc())
-                self._fail_all(EngineDeadError(f"engine step failed: {type(e).__name__}: {e}"))
+                self._fail_all(EngineError(f"engine step failed: {type(e).__name__}: {e}"))
                 continue
             self.num_steps += 1
             self._after_step(outputs)

@@ -14,7 +14,7 @@ import json
 from dataclasses import dataclass, field
 from typing import AsyncIterator, Callable
 
-from refengine.entrypoints.async_engine import AsyncLLMEngine, EngineDeadError
+from refengine.entrypoints.async_engine import AsyncLLMEngine, EngineError
 from refengine.entrypoints.chat import render_messages
 from refengine.entrypoints.protocol import (BadRequest, ChatCompletionRequest, CompletionRequest, new_id, now,
                                             usage)
@@ -117,11 +117,13 @@ class OpenAIServing:
     async def outputs(self, call: Call) -> AsyncIterator[tuple[int, RequestOutput]]:
         while len(call.done) < len(call.prompt_ids):
             index, out = await call.queue.get()
-            if isinstance(out, EngineDeadError):
+            if isinstance(out, EngineError):
                 call.done = set(range(len(call.prompt_ids)))
                 raise out
             if out.finished:
                 call.done.add(index)
+                if out.outputs[0].error:  # the engine aborted this request because something failed inside it
+                    raise EngineError(out.outputs[0].error)
             yield index, out
 
     # ---- bodies ---------------------------------------------------------------------------------------------
@@ -130,11 +132,14 @@ class OpenAIServing:
         counts = [0] * len(call.prompt_ids)
         reasons: list = [None] * len(call.prompt_ids)
         stops: list = [None] * len(call.prompt_ids)
-        async for i, out in self.outputs(call):
-            c = out.outputs[0]
-            texts[i] += c.text
-            counts[i] += len(c.token_ids)
-            reasons[i], stops[i] = c.finish_reason, c.stop_reason
+        try:
+            async for i, out in self.outputs(call):
+                c = out.outputs[0]
+                texts[i] += c.text
+                counts[i] += len(c.token_ids)
+                reasons[i], stops[i] = c.finish_reason, c.stop_reason
+        finally:  # an error in one prompt of the call ends the others too
+            self.abort(call)
         choices = []
         for i, text in enumerate(texts):
             choice = {"index": i, "logprobs": None, "finish_reason": reasons[i], "stop_reason": stops[i]}
@@ -176,7 +181,7 @@ class OpenAIServing:
             if call.include_usage:
                 extra["usage"] = usage(sum(map(len, call.prompt_ids)), sum(counts))
                 yield chunk([])
-        except EngineDeadError as e:
+        except EngineError as e:
             err = {"error": {"message": str(e), "type": "InternalServerError", "param": None, "code": 500}}
             yield f"data: {json.dumps(err)}\n\n"
         finally:  # normal end, client disconnect (cancellation) or error: nothing of this call keeps running
