@@ -1,6 +1,6 @@
 """FakeRunner: stands in for the model in scheduler-only tests. After a schedule() it samples one token for exactly
 the requests whose prompt (plus generated tokens) is now wholly computed, as a model runner would; partial prefills
-get []. EOS comes at random with a given probability, masked (with the stop token ids) until min_tokens, as the
+get []. Under async scheduling the token sampled is the request's output #(known + in flight + 1). EOS comes at random with a given probability, masked (with the stop token ids) until min_tokens, as the
 sampler does; otherwise a random token, now and then one of the request's stop token ids.
 """
 from __future__ import annotations
@@ -25,7 +25,7 @@ class RequestSpec:
     stop_token_ids: list[int] = field(default_factory=list)
     priority: int = 0
     arrival_time: float = 0.0
-    output_token_ids: list[int] = field(default_factory=list)  # what the runner sampled for it
+    output_token_ids: list[int] = field(default_factory=list)  # what the runner sampled for it (and was delivered)
 
     @property
     def all_token_ids(self) -> list[int]:
@@ -47,8 +47,8 @@ class FakeRunner:
         self.eos_prob = eos_prob
         self.stop_prob = stop_prob
 
-    def sample_one(self, spec: RequestSpec) -> int:
-        may_stop = len(spec.output_token_ids) + 1 > spec.min_tokens  # the token being sampled is output #n+1
+    def sample_one(self, spec: RequestSpec, index: int) -> int:
+        may_stop = index + 1 > spec.min_tokens  # the token being sampled is output #index+1
         if may_stop and self.rng.random() < self.eos_prob:
             return EOS_TOKEN_ID
         if may_stop and spec.stop_token_ids and self.rng.random() < self.stop_prob:
@@ -64,5 +64,5 @@ class FakeRunner:
         out: dict[str, list[int]] = {}
         for rid in step.num_scheduled_tokens:
             v = after[rid]
-            out[rid] = [self.sample_one(specs[rid])] if v.num_computed_tokens == v.num_tokens else []
+            out[rid] = [self.sample_one(specs[rid], v.sample_index)] if v.samples_now() else []
         return out

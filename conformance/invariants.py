@@ -7,7 +7,9 @@ soundly from outside (preemption "only when a block could not be had"), the docs
 it is sound.
 
 Vocabulary: `before` is the state right before schedule(), `after` right after it (num_computed_tokens already
-advanced, as in vLLM), `step` what schedule() returned. A request's "left" tokens are num_tokens - num_computed.
+advanced, as in vLLM), `step` what schedule() returned. A request's "left" tokens are num_tokens - num_computed,
+where, under async scheduling, num_tokens counts the output placeholders (tokens sampled by a step in flight), which
+a decode schedules as its input before the real token is back.
 """
 from __future__ import annotations
 
@@ -107,7 +109,7 @@ def check_token_budget(cfg: dict, before: Snapshot, step: StepView, after: Snaps
         if v is None:
             _fail("token_budget", f"{rid} was scheduled but was neither running nor waiting", cfg=cfg, step=step,
                   snaps=[("before", before)])
-        left = v.num_tokens - v.num_computed_tokens
+        left = v.num_tokens_with_placeholders - v.num_computed_tokens
         if rid in step.preempted_req_ids:
             left = v.num_tokens  # preempted and admitted again within the step (priority_preemption): may restart
         if not 0 < n <= left:
@@ -117,7 +119,7 @@ def check_token_budget(cfg: dict, before: Snapshot, step: StepView, after: Snaps
             _fail("token_budget", f"{rid} scheduled {n} tokens > long_prefill_token_threshold {thr}", cfg=cfg,
                   step=step, snaps=[("before", before)])
         a = after.by_id.get(rid)
-        if a is None or a.status != "running" or a.num_computed_tokens > a.num_tokens:
+        if a is None or a.status != "running" or a.num_computed_tokens > a.num_tokens_with_placeholders:
             _fail("token_budget", f"{rid} scheduled but not running with computed <= num_tokens after schedule()",
                   cfg=cfg, step=step, snaps=[("after", after)])
 
@@ -132,7 +134,8 @@ def check_max_num_seqs(cfg: dict, snap: Snapshot) -> None:
 def check_decode_first(cfg: dict, before: Snapshot, step: StepView, after: Snapshot) -> None:
     """Continuous mode: if anything was admitted, every request running before the step (and not preempted in it) was
     scheduled. The one sound exception: with chunked prefill off, a running request whose next chunk
-    (min(left, threshold)) exceeded the budget still left at its turn is skipped (head of line for running)."""
+    (min(left, threshold)) exceeded the budget still left at its turn is skipped (head of line for running); and
+    under async scheduling a request whose token in flight is its last (max_tokens) is not scheduled again."""
     if cfg["batching"] != "continuous":
         return
     admitted = admitted_ids(before, after)
@@ -148,10 +151,13 @@ def check_decode_first(cfg: dict, before: Snapshot, step: StepView, after: Snaps
         rid = v.request_id
         if rid in preempted:
             continue
-        left = v.num_tokens - v.num_computed_tokens
+        left = v.num_tokens_with_placeholders - v.num_computed_tokens
         if rid in step.num_scheduled_tokens:
             remaining -= step.num_scheduled_tokens[rid]
             continue
+        if v.num_output_placeholders and v.max_tokens is not None and (
+                v.num_computed_tokens + 2 - v.num_output_placeholders >= v.num_prompt_tokens + v.max_tokens):
+            continue  # async: its token in flight is its last
         need = min(left, thr) if thr else left
         if left <= 0 or (not cfg["enable_chunked_prefill"] and need > remaining):
             continue
@@ -283,7 +289,7 @@ def check_host_blocks(cfg: dict, snap: Snapshot, in_flight: Iterable[int]) -> No
 # ---- preemption ---------------------------------------------------------------------------------------------------
 def max_block_growth(cfg: dict, v: ReqView, thr: int) -> int:
     """Upper bound on the blocks a running request can ask for in one step (thr: the effective threshold)."""
-    left = v.num_tokens - v.num_computed_tokens
+    left = v.num_tokens_with_placeholders - v.num_computed_tokens
     n = min(left, thr or left, cfg["max_num_batched_tokens"])
     return max(0, cdiv(v.num_computed_tokens + n, cfg["block_size"]) - len(v.block_ids))
 
@@ -433,6 +439,15 @@ def check_outputs_kept(views: dict[str, ReqView], expected_outputs: dict[str, in
         v = views[rid]
         if v.num_output_tokens != n or v.num_prompt_tokens != prompt_lens[rid]:
             _fail("outputs_kept", f"{_fmt(v)} should hold {prompt_lens[rid]} prompt + {n} sampled tokens")
+
+
+def check_sample_position(request_id: str, sampled_for: int, delivered_at: int) -> None:
+    """A step samples the output token at one index (right after schedule(): the known outputs plus those of steps
+    in flight); when its output comes back, that is exactly where it lands. Under async scheduling a request
+    preempted with a step in flight must not be resumed (and resample that index) before its output is back."""
+    if sampled_for != delivered_at:
+        _fail("sample_position", f"{request_id}: a token sampled as output #{sampled_for} arrived as output "
+              f"#{delivered_at}")
 
 
 def check_finish(view: ReqView, expected: str | None, returned: bool) -> None:

@@ -1,10 +1,11 @@
 """Stateful Hypothesis model of a continuous-batching scheduler and its KV cache, driven without a model.
 
 A drawn configuration (block size, device / host blocks, token budget, max_num_seqs, chunked prefill, long-prefill
-threshold, prefix caching, policy, priority preemption, batching mode, preemption mode), then random interleavings of
-three rules: add a request (prompts share prefixes from a small pool, so that prefix caching hits), step (schedule +
+threshold, prefix caching, policy, priority preemption, batching mode, preemption mode, async scheduling), then
+random interleavings of three rules: add a request (prompts share prefixes from a small pool, so that prefix caching hits), step (schedule +
 FakeRunner + update) and abort. Every step is checked against the named invariants of conformance/invariants.py and
-the engine's own check_invariants(); teardown drains every request and checks liveness and leaks.
+the engine's own check_invariants(); teardown drains every request and checks liveness and leaks. With async
+scheduling on, a step's output is fed after the next step's schedule(), as vLLM's engine core does.
 
 The machine talks to the scheduler only through a SchedulerAdapter (`--engine`), so any engine with an adapter runs
 it; test_suite_bites.py runs it against deliberately broken schedulers.
@@ -57,6 +58,7 @@ def scheduler_configs(draw, modes: tuple[str, ...] = BATCHING_MODES, pressure: b
         policy=policy,
         priority_preemption=draw(st.booleans()) if policy == "priority" else False,
         preemption_mode=draw(st.sampled_from(["recompute", "swap"])),
+        async_scheduling=draw(st.booleans()),
     )
 
 
@@ -88,6 +90,7 @@ class SchedulerMachine(RuleBasedStateMachine):
         self.finished: set[str] = set()
         self.clock = 0.0
         self.in_flight: list[int] = []  # host blocks read by the last step's swap-in copy
+        self.pending: tuple[dict, dict] | None = None  # async: the last step's (sampled tokens, their indexes)
         self.idle_steps = 0
         self.num_steps = 0
         self.num_preemptions = 0
@@ -171,13 +174,22 @@ class SchedulerMachine(RuleBasedStateMachine):
         self._note_coverage(before, step, after)
 
         sampled = self.runner.sample(step, after.by_id, self.specs)
-        for rid, toks in sampled.items():
-            self.specs[rid].output_token_ids.extend(toks)
-        finished = set(a.update(sampled))
-        for rid, toks in sampled.items():
-            if toks:
-                inv.check_finish(a.request(rid), self.specs[rid].expected_finish(), rid in finished)
-        self.finished |= finished
+        index = {rid: after.by_id[rid].sample_index for rid, toks in sampled.items() if toks}
+        now = (sampled, index)
+        to_feed, self.pending = (self.pending, now) if cfg["async_scheduling"] else (now, None)
+        if to_feed is not None:
+            to_feed, index = to_feed
+            # a request that finished (or was aborted) since that step was scheduled drops its output
+            live = {rid: toks for rid, toks in to_feed.items() if rid not in self.finished}
+            for rid, toks in live.items():
+                if toks:
+                    inv.check_sample_position(rid, index[rid], len(self.specs[rid].output_token_ids))
+                self.specs[rid].output_token_ids.extend(toks)
+            finished = set(a.update(to_feed))
+            for rid, toks in live.items():
+                if toks:
+                    inv.check_finish(a.request(rid), self.specs[rid].expected_finish(), rid in finished)
+            self.finished |= finished
 
         rest = inv.snapshot(a)
         inv.check_state(cfg, rest, self._tokens(), a.num_gpu_blocks, self.in_flight)
@@ -204,6 +216,10 @@ class SchedulerMachine(RuleBasedStateMachine):
                 event("prefix-cache hit")
         if len(after.running) > 1 and len(step.num_scheduled_tokens) > 1:
             event("batched step")
+        if any(v.num_output_placeholders for v in after.running):
+            event("async: output placeholders")
+        if self.pending and any(self.pending[0].get(rid) for rid in step.preempted_req_ids):
+            event("async: preempted with its output in flight")
 
     def teardown(self) -> None:
         if self.adapter is None or self.failed:

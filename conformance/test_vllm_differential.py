@@ -102,6 +102,9 @@ def run(trace: Trace, max_steps: int = MAX_STEPS) -> list[str]:
     last_arrival = max([r.arrive for r in trace.reqs] + [s for s, _ in trace.aborts] + [0])
     spec = {r.rid: r for r in trace.reqs}
     log: list[str] = []
+    # Async scheduling, as vLLM's engine core drives it: step N's output is fed after step N+1's schedule().
+    in_flight = trace.knobs.get("async_scheduling", False)
+    pending: dict[str, list[int]] | None = None
 
     def fail(what: str, a, b) -> None:
         raise Mismatch(f"step {step}: {what} differ\n  refengine: {a}\n  vllm:      {b}\n"
@@ -128,21 +131,31 @@ def run(trace: Trace, max_steps: int = MAX_STEPS) -> list[str]:
             fail("admitted ids", a.new_req_ids, b.new_req_ids)
         if ref.num_free_blocks() != vl.num_free_blocks():
             fail("free device blocks", ref.num_free_blocks(), vl.num_free_blocks())
-        held_a = [(v.request_id, v.num_computed_tokens, v.block_ids) for v in ref.running()]
-        held_b = [(v.request_id, v.num_computed_tokens, v.block_ids) for v in vl.running()]
+        held_a = [(v.request_id, v.num_computed_tokens, v.num_output_placeholders, v.block_ids) for v in ref.running()]
+        held_b = [(v.request_id, v.num_computed_tokens, v.num_output_placeholders, v.block_ids) for v in vl.running()]
         if held_a != held_b:
-            fail("running (id, computed tokens, block ids)", held_a, held_b)
+            fail("running (id, computed tokens, output placeholders, block ids)", held_a, held_b)
+        waiting_a = [(v.request_id, v.num_output_tokens) for v in ref.waiting()]
+        waiting_b = [(v.request_id, v.num_output_tokens) for v in vl.waiting()]
+        if sorted(waiting_a) != sorted(waiting_b):  # (as sets: vLLM keeps two waiting queues)
+            fail("waiting (id, output tokens)", waiting_a, waiting_b)
         sampled = {}
         for rid in a.num_scheduled_tokens:
             v = ref.request(rid)
-            if v.num_computed_tokens == v.num_tokens:  # prompt (+ outputs) wholly computed: it samples
-                sampled[rid] = [sample(trace, rid, v.num_output_tokens, spec[rid].min_tokens)]
-        fa, fb = ref.update(sampled), vl.update(sampled)
-        if sorted(fa) != sorted(fb):
-            fail("finished ids", sorted(fa), sorted(fb))
+            if v.samples_now():  # prompt + outputs (+ tokens in flight) wholly computed: it samples
+                sampled[rid] = [sample(trace, rid, v.sample_index, spec[rid].min_tokens)]
+        to_feed, pending = (pending, sampled) if in_flight else (sampled, None)
+        if to_feed is not None:
+            fa, fb = ref.update(to_feed), vl.update(to_feed)
+            if sorted(fa) != sorted(fb):
+                fail("finished ids", sorted(fa), sorted(fb))
         ref.check_invariants()
         vl.check_invariants()
         if step >= last_arrival and not ref.running() and not ref.waiting():
+            if pending is not None:  # the last step's output, for requests that have all finished meanwhile
+                fa, fb = ref.update(pending), vl.update(pending)
+                if fa or fb:
+                    fail("finished ids (last output)", fa, fb)
             if vl.running() or vl.waiting():
                 fail("unfinished requests", [], [v.request_id for v in vl.running() + vl.waiting()])
             break
@@ -160,7 +173,7 @@ def run(trace: Trace, max_steps: int = MAX_STEPS) -> list[str]:
 # ---- drawing traces ---------------------------------------------------------------------------------------------
 
 @st.composite
-def traces(draw, policy: str, prefix_caching: bool, chunked: bool) -> Trace:
+def traces(draw, policy: str, prefix_caching: bool, chunked: bool, async_scheduling: bool = False) -> Trace:
     block_size = draw(st.sampled_from([2, 4, 8]), label="block_size")
     num_gpu_blocks = draw(st.integers(3, 24), label="num_gpu_blocks")
     max_num_seqs = draw(st.integers(1, 6), label="max_num_seqs")
@@ -168,7 +181,8 @@ def traces(draw, policy: str, prefix_caching: bool, chunked: bool) -> Trace:
     thr = draw(st.one_of(st.just(0), st.integers(1, 12)), label="long_prefill_token_threshold")
     knobs = dict(max_num_batched_tokens=budget, max_num_seqs=max_num_seqs, block_size=block_size,
                  num_gpu_blocks=num_gpu_blocks, enable_chunked_prefill=chunked, long_prefill_token_threshold=thr,
-                 enable_prefix_caching=prefix_caching, policy=policy, max_model_len=MAX_MODEL_LEN)
+                 enable_prefix_caching=prefix_caching, policy=policy, max_model_len=MAX_MODEL_LEN,
+                 async_scheduling=async_scheduling)
     seed = draw(st.integers(0, 2**16), label="seed")
     rng = random.Random(seed)
     kv_cap = num_gpu_blocks * block_size
@@ -210,12 +224,13 @@ def traces(draw, policy: str, prefix_caching: bool, chunked: bool) -> Trace:
 
 # ---- the property ------------------------------------------------------------------------------------------------
 
+@pytest.mark.parametrize("async_scheduling", [False, True], ids=["sync", "async"])
 @pytest.mark.parametrize("chunked", [True, False], ids=["chunked", "unchunked"])
 @pytest.mark.parametrize("prefix_caching", [True, False], ids=["apc", "noapc"])
 @pytest.mark.parametrize("policy", ["fcfs", "priority"])
-def test_same_schedule_every_step(policy, prefix_caching, chunked):
+def test_same_schedule_every_step(policy, prefix_caching, chunked, async_scheduling):
     @settings(max_examples=100, deadline=None)
-    @given(trace=traces(policy, prefix_caching, chunked))
+    @given(trace=traces(policy, prefix_caching, chunked, async_scheduling))
     def check(trace):
         note(repr(trace))
         run(trace)

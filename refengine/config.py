@@ -33,6 +33,8 @@ class SchedulerConfig:
     # beyond vLLM: a waiting request of strictly more urgent priority may preempt the least urgent running one
     priority_preemption: bool = False
     max_model_len: int = 1 << 30
+    # vLLM's AsyncScheduler: step N+1 is scheduled while step N runs, its in-flight tokens held as placeholders
+    async_scheduling: bool = False
 
     def __post_init__(self) -> None:
         for name, lo, hi in (("max_num_batched_tokens", 1, None), ("max_num_seqs", 1, MAX_NUM_SEQS),
@@ -42,7 +44,7 @@ class SchedulerConfig:
         check_choice("preemption_mode", self.preemption_mode, PREEMPTION_MODES)
         check_choice("policy", self.policy, POLICIES)
         check_choice("batching", self.batching, BATCHING_MODES)
-        for name in ("enable_chunked_prefill", "enable_prefix_caching", "priority_preemption"):
+        for name in ("enable_chunked_prefill", "enable_prefix_caching", "priority_preemption", "async_scheduling"):
             check_bool(name, getattr(self, name))
         if self.priority_preemption and self.policy != "priority":
             raise ValueError("priority_preemption needs policy='priority'")

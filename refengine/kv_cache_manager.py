@@ -52,7 +52,8 @@ class KVCacheManager:
             hits.append(block)
         return hits, len(hits) * self.block_size
 
-    def _cache_full_blocks(self, request: Request, num_tokens: int) -> None:
+    def cache_blocks(self, request: Request, num_tokens: int) -> None:
+        """Put the full blocks among the request's first `num_tokens` (known) tokens into the prefix cache."""
         if not self.enable_caching:
             return
         num_full = min(num_tokens, request.num_tokens) // self.block_size
@@ -84,7 +85,7 @@ class KVCacheManager:
         total = request.num_computed_tokens + len(hits) * bs + num_new_tokens
         need = -(-total // bs) - len(held) - len(hits)
         if need <= 0 and not hits and num_tokens_to_fit <= total:  # the common decode step: room in the tail block
-            self._cache_full_blocks(request, total)
+            self.cache_blocks(request, total)
             return []
         need_fit = -(-max(total, num_tokens_to_fit) // bs) - len(held) - len(hits)
         free_hits = sum(1 for b in hits if b.ref_cnt == 0)  # a hit on a free block takes it off the free queue
@@ -97,7 +98,7 @@ class KVCacheManager:
             self.num_cached_blocks[rid] = len(blocks)
         new = self.block_pool.get_new_blocks(max(0, need_fit if reserve else need))
         blocks.extend(new)
-        self._cache_full_blocks(request, total)
+        self.cache_blocks(request, total)
         return new
 
     def free(self, request: Request) -> None:

@@ -67,6 +67,12 @@ class Request:
         self.num_preemptions = 0
         self.num_recomputed_tokens = 0  # tokens prefilled again after a recompute preemption
         self.num_lost_tokens = 0  # computed tokens whose KV the last recompute preemption dropped
+        # async scheduling (vLLM's names): tokens sampled by steps still in flight, counted in num_computed_tokens
+        # but not yet in output_token_ids; tokens scheduled in steps whose output has not come back; of those, the
+        # tokens of steps from before the last preemption, whose output is still appended when it comes back
+        self.num_output_placeholders = 0
+        self.num_in_flight_tokens = 0
+        self.num_stale_output_tokens = 0
         self.num_cached_tokens = -1  # prefix-cache hit at first admission (-1: not admitted yet)
         self.stop_reason: int | str | None = None
         self.error: str | None = None  # set when the engine aborts the request because handling it failed

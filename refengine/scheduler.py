@@ -7,6 +7,13 @@ One schedule() call (continuous mode):
      for its whole prompt (plus generated tokens) can be had, while budget and max_num_seqs allow.
 `num_computed_tokens` advances at the end of schedule(); update_from_output() appends the sampled tokens and
 finishes requests. The batching modes differ only in who may be scheduled together (see _schedule_*).
+
+Async scheduling (`async_scheduling=True`, vLLM's AsyncScheduler): schedule() for step N+1 runs before step N's
+output is back. A step that samples leaves a placeholder (`num_output_placeholders`) that the next schedule()
+treats as a known token (a decode schedules it as its input); the real token replaces it in update_from_output(),
+where the stop checks run. A request whose in-flight token reaches max_tokens is not scheduled again; one preempted
+while a step is in flight still gets that step's output appended (its "stale" output; it may even finish by it) and
+is not re-admitted before that output is back; a step's output for a request that has finished since is dropped.
 """
 from __future__ import annotations
 
@@ -130,10 +137,11 @@ class Scheduler:
         return req.num_computed_tokens < max(req.num_prompt_tokens, req.num_tokens - 1)
 
     def _num_new_tokens(self, req: Request, num_computed: int) -> int:
-        n = req.num_tokens - num_computed
+        n = req.num_tokens + req.num_output_placeholders - num_computed
         if 0 < self._threshold < n:
             n = self._threshold
-        return n
+        # the token at position max_model_len - 1 is the last one a request may hold: its KV is never needed
+        return min(n, self.config.max_model_len - 1 - num_computed)
 
     def _tokens_to_fit(self, req: Request) -> int:
         """Tokens whose KV must be placeable for admission: the whole prompt (+ generated tokens), or the whole
@@ -152,6 +160,10 @@ class Scheduler:
         i = 0
         while i < len(self.running) and self._budget > 0:
             req = self.running[i]
+            if req.num_output_placeholders and req.num_computed_tokens + 2 - req.num_output_placeholders >= (
+                    req.num_prompt_tokens + req.max_tokens):
+                i += 1  # async: the token in flight is its last (max_tokens); no step after it is needed
+                continue
             full = self._num_new_tokens(req, req.num_computed_tokens)
             n = min(full, self._budget)
             if n <= 0 or (n < full and not self.config.enable_chunked_prefill) or (prefill_only and not self._in_prefill(req)):
@@ -177,10 +189,23 @@ class Scheduler:
         return self.running[-1]
 
     def _schedule_waiting(self, out: SchedulerOutput, admit_without_budget: bool = False) -> None:
+        skipped: list[Request] = []
+        try:
+            self._admit_waiting(out, admit_without_budget, skipped)
+        finally:  # requests passed over this step go back to the front, in their order (vLLM's skip_request)
+            for req in reversed(skipped):
+                self.waiting.prepend(req)
+
+    def _admit_waiting(self, out: SchedulerOutput, admit_without_budget: bool, skipped: list[Request]) -> None:
         kv, c = self.kv_cache_manager, self.config
         max_seqs = 1 if c.batching == "none" else c.max_num_seqs
         while self.waiting and (self._budget > 0 or admit_without_budget):
             req = self.waiting.peek()
+            if req.num_stale_output_tokens:
+                # async: preempted with a step in flight; resuming now could resample the position that step's
+                # output is about to deliver. It drains by the next step.
+                skipped.append(self.waiting.pop())
+                continue
             if len(self.running) >= max_seqs:
                 if self._preempt_for(req, out):
                     continue
@@ -250,6 +275,10 @@ class Scheduler:
             kv.free(req)
             req.num_lost_tokens = req.num_computed_tokens
             req.num_computed_tokens = 0
+        # async: the output of steps in flight becomes stale: still appended when it comes back, but it no longer
+        # resolves placeholders (there are none after a preemption) nor advances any counter
+        req.num_stale_output_tokens = req.num_in_flight_tokens
+        req.num_output_placeholders = 0
         req.status = RequestStatus.PREEMPTED
         req.num_preemptions += 1
         self.num_preemptions += 1
@@ -259,9 +288,13 @@ class Scheduler:
     def _update_after_schedule(self, out: SchedulerOutput) -> None:
         self.runner_view.fill(out, self.requests, self.kv_cache_manager.req_to_blocks)
         now = time.monotonic()
+        async_sched = self.config.async_scheduling
         for rid, n in out.num_scheduled_tokens.items():
             req = self.requests[rid]
             req.num_computed_tokens += n
+            req.num_in_flight_tokens += n
+            if async_sched and req.num_computed_tokens >= req.num_tokens + req.num_output_placeholders:
+                req.num_output_placeholders += 1  # not a prefill chunk: it samples a token this step
             if req.first_scheduled_time is None:
                 req.first_scheduled_time = now
             if out.is_prefill[rid]:
@@ -274,36 +307,47 @@ class Scheduler:
     # ---- after the forward ----------------------------------------------------------------------------------
     def update_from_output(self, out: SchedulerOutput, sampled_token_ids: dict[str, list[int]]) -> list[Request]:
         """Append each request's sampled tokens (a partial prefill samples nothing) and finish those that hit
-        EOS, a stop token id or their length limit. Returns the requests finished by this call."""
+        EOS, a stop token id or their length limit. Returns the requests finished by this call. Under async
+        scheduling `out` is the oldest step whose output has not come back yet (outputs come back in order)."""
         now = time.monotonic()
-        finished = []
-        for rid in out.num_scheduled_tokens:
+        finished: list[Request] = []
+        sync = not self.config.async_scheduling
+        for rid, n in out.num_scheduled_tokens.items():
             req = self.requests.get(rid)
-            if req is None or req.status != RequestStatus.RUNNING:
-                continue  # aborted after schedule()
-            if req.num_computed_tokens < req.num_tokens:
+            if req is None:
+                continue  # finished (aborted, stopped) since schedule(): its output is dropped
+            req.num_in_flight_tokens -= n
+            stale = req.num_stale_output_tokens > 0
+            if stale:  # (preempted since): delivered, but it resolves no placeholder
+                req.num_stale_output_tokens -= n
+            toks = sampled_token_ids.get(rid)
+            if not toks or (sync and req.num_computed_tokens < req.num_tokens):
                 continue  # partial prefill: whatever was sampled is discarded
-            for tok in sampled_token_ids.get(rid, []):
+            status_before = req.status
+            had_placeholders = req.num_output_placeholders > 0
+            stop = None
+            for tok in toks:
                 req.append_output_token_ids([tok])
                 req.token_times.append(now)
                 if req.first_token_time is None:
                     req.first_token_time = now
-                status = self._check_stop_or_abort(req)
-                if status is not None:
-                    self._finish(req, status)
-                    finished.append(req)
+                stop = self._check_stop(req)
+                if stop is not None:
                     break
+            if not stale and had_placeholders:
+                req.num_output_placeholders -= len(toks)
+                if status_before == RequestStatus.RUNNING:
+                    # the blocks filled by tokens now known and computed become prefix-cache hits (vLLM's
+                    # AsyncScheduler caches here; in sync mode the next allocate_slots() does)
+                    self.kv_cache_manager.cache_blocks(req, req.num_computed_tokens - req.num_in_flight_tokens)
+            if stop is not None:
+                if status_before != RequestStatus.RUNNING:
+                    self.waiting.remove(req)  # preempted meanwhile, finished by its stale output
+                self._finish(req, stop)
+                finished.append(req)
         if finished:
             self.running = [r for r in self.running if r.status == RequestStatus.RUNNING]
         return finished
-
-    def _check_stop_or_abort(self, req: Request) -> RequestStatus | None:
-        """A stop check that raises fails its own request (aborted, with `error` set), not the whole step."""
-        try:
-            return self._check_stop(req)
-        except Exception as exc:  # noqa: BLE001
-            req.error = f"stop check failed: {type(exc).__name__}: {exc}"
-            return RequestStatus.FINISHED_ABORTED
 
     def _check_stop(self, req: Request) -> RequestStatus | None:
         sp = req.sampling_params
@@ -335,7 +379,12 @@ class Scheduler:
                 assert held >= need, f"{r} holds {held} blocks, needs {need}"
             else:
                 assert held == need, f"{r} holds {held} blocks, its computed tokens need {need}"
+        for r in self.running + waiting:
+            p, f, st = r.num_output_placeholders, r.num_in_flight_tokens, r.num_stale_output_tokens
+            assert p >= 0 and 0 <= st <= f, f"{r}: placeholders {p}, in flight {f}, stale {st}"
+            assert c.async_scheduling or not p, f"{r} has {p} output placeholders without async scheduling"
         for r in waiting:
+            assert not r.num_output_placeholders, f"waiting {r} has output placeholders"
             assert r.status in (RequestStatus.WAITING, RequestStatus.PREEMPTED), r
             assert r.request_id not in kv.req_to_blocks or not kv.req_to_blocks[r.request_id], f"waiting {r} holds blocks"
             assert (r.request_id in kv.swapped) == (r.num_computed_tokens > 0), f"waiting {r} computed tokens vs swap"

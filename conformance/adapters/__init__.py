@@ -24,10 +24,27 @@ class ReqView:
     num_preemptions: int = 0
     finish_reason: str | None = None
     host_block_ids: list[int] = field(default_factory=list)  # host blocks holding its KV while swapped out
+    # async scheduling: tokens sampled by steps still in flight (counted in num_computed_tokens, not yet known)
+    num_output_placeholders: int = 0
+    max_tokens: int | None = None
 
     @property
     def num_tokens(self) -> int:
         return self.num_prompt_tokens + self.num_output_tokens
+
+    @property
+    def num_tokens_with_placeholders(self) -> int:
+        return self.num_tokens + self.num_output_placeholders
+
+    def samples_now(self) -> bool:
+        """Right after a schedule() that scheduled it: does this step sample a token for it (its known tokens plus
+        those of earlier steps in flight are all computed)? Partial prefills sample nothing."""
+        return self.num_computed_tokens == self.num_tokens + max(self.num_output_placeholders - 1, 0)
+
+    @property
+    def sample_index(self) -> int:
+        """Right after such a schedule(): the output index (0-based) of the token this step samples."""
+        return self.num_output_tokens + max(self.num_output_placeholders - 1, 0)
 
 
 @dataclass
@@ -53,7 +70,8 @@ class SchedulerAdapter(Protocol):
     def schedule(self) -> StepView: ...
 
     def update(self, sampled: dict[str, list[int]]) -> list[str]:
-        """Feed the sampled tokens of the last schedule(); returns the ids finished by it."""
+        """Feed the sampled tokens of the oldest schedule() not fed yet (with async_scheduling, schedule() may be
+        called again before the previous step's update()); returns the ids finished by it."""
 
     def abort(self, request_ids: list[str]) -> None: ...
 

@@ -1,6 +1,8 @@
 """The reference adapter: refengine's own Scheduler through the SchedulerAdapter surface."""
 from __future__ import annotations
 
+from collections import deque
+
 from conformance.adapters import ReqView, StepView
 from refengine.request import Request, RequestStatus
 from refengine.sampling_params import SamplingParams
@@ -27,7 +29,7 @@ class RefEngineAdapter:
         self.num_gpu_blocks = self.sched.config.num_gpu_blocks
         self.num_cpu_blocks = self.sched.config.num_cpu_blocks
         self._all: dict[str, Request] = {}
-        self._last: SchedulerOutput | None = None
+        self._in_flight: deque[SchedulerOutput] = deque()  # scheduled, output not fed yet (async: up to two)
 
     def add_request(self, request_id, prompt_token_ids, *, max_tokens, priority=0, arrival_time=0.0,
                     min_tokens=0, ignore_eos=False, stop_token_ids=None) -> None:
@@ -39,7 +41,8 @@ class RefEngineAdapter:
 
     def schedule(self) -> StepView:
         waiting_before = {r.request_id for r in self.sched.waiting}
-        out = self._last = self.sched.schedule()
+        out = self.sched.schedule()
+        self._in_flight.append(out)
         return StepView(
             num_scheduled_tokens=dict(out.num_scheduled_tokens),
             preempted_req_ids=list(out.preempted_req_ids),
@@ -52,7 +55,7 @@ class RefEngineAdapter:
         )
 
     def update(self, sampled):
-        return [r.request_id for r in self.sched.update_from_output(self._last, sampled)]
+        return [r.request_id for r in self.sched.update_from_output(self._in_flight.popleft(), sampled)]
 
     def abort(self, request_ids):
         self.sched.finish_requests(list(request_ids))
@@ -70,6 +73,8 @@ class RefEngineAdapter:
             num_preemptions=r.num_preemptions,
             finish_reason=r.get_finished_reason(),
             host_block_ids=[b.block_id for b in self.sched.kv_cache_manager.swapped.get(r.request_id, [])],
+            num_output_placeholders=r.num_output_placeholders,
+            max_tokens=r.max_tokens,
         )
 
     def running(self):

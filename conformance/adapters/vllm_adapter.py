@@ -17,12 +17,14 @@ Knob mapping (our name -> vLLM):
                                       reported shifted down by one (vLLM's 1..N -> our 0..N-1).
   max_model_len                    -> ModelConfig.max_model_len (and the config.json's max_position_embeddings)
   num_cpu_blocks                   -> ignored (V1 has no host pool; swap is refused below)
+  async_scheduling                 -> SchedulerConfig.async_scheduling, and the scheduler class is vLLM's AsyncScheduler
 Not supported by vLLM V1 (`VLLMAdapter.supports(knobs)` says why; the constructor raises VLLMUnsupported, a
 NotImplementedError): batching other than "continuous", preemption_mode="swap", priority_preemption=True, and
 max_num_batched_tokens < max_num_seqs (refused by vLLM's SchedulerConfig). vLLM's config also refuses chunked
 prefill off with max_num_batched_tokens < max_model_len (its engine would reject longer prompts at the API); the
 adapter validates with chunked prefill on and then switches it off, so the scheduler runs on any budget as ours does.
 
+Outputs may be fed one step late (async scheduling): update() feeds the oldest schedule() not fed yet.
 Step views: preempted ids come in preemption order (recorded by a one-method subclass; SchedulerOutput only has a
 set), new_req_ids in scheduling order (first-time and resumed together), block ids shifted as above.
 """
@@ -32,6 +34,7 @@ import json
 import logging
 import os
 import tempfile
+from collections import deque
 
 from conformance.adapters import ReqView, StepView
 
@@ -43,6 +46,7 @@ try:
     from vllm.sampling_params import SamplingParams
     from vllm.utils.hashing import get_hash_fn_by_name
     from vllm.v1.core.kv_cache_utils import get_request_block_hasher, init_none_hash
+    from vllm.v1.core.sched.async_scheduler import AsyncScheduler
     from vllm.v1.core.sched.scheduler import Scheduler
     from vllm.v1.kv_cache_interface import FullAttentionSpec, KVCacheConfig, KVCacheGroupSpec
     from vllm.v1.outputs import ModelRunnerOutput
@@ -69,7 +73,7 @@ _DEFAULTS = dict(
     max_num_batched_tokens=8192, max_num_seqs=256, block_size=16, num_gpu_blocks=4096, num_cpu_blocks=0,
     enable_chunked_prefill=True, long_prefill_token_threshold=0, enable_prefix_caching=True,
     preemption_mode="recompute", policy="fcfs", batching="continuous", priority_preemption=False,
-    max_model_len=1 << 30,
+    max_model_len=1 << 30, async_scheduling=False,
 )
 
 _STATUS = {
@@ -107,13 +111,21 @@ def _hash_fn():
     return _HASH_FN
 
 
-class _RecordingScheduler(Scheduler):
-    """vLLM's Scheduler, unchanged, except that it remembers the order in which it preempted (SchedulerOutput's
-    preempted_req_ids is a set)."""
+class _PreemptionLog:
+    """Mixed into vLLM's Scheduler / AsyncScheduler, changing nothing but remembering the order in which it
+    preempted (SchedulerOutput's preempted_req_ids is a set)."""
 
     def _preempt_request(self, request, timestamp, drop_stale_output=False):
         self.preemption_log.append(request.request_id)
         super()._preempt_request(request, timestamp, drop_stale_output)
+
+
+class _RecordingScheduler(_PreemptionLog, Scheduler):
+    pass
+
+
+class _RecordingAsyncScheduler(_PreemptionLog, AsyncScheduler):
+    pass
 
 
 def unsupported_reason(knobs: dict) -> str | None:
@@ -163,6 +175,7 @@ def build_vllm_scheduler(**knobs) -> Scheduler:
         is_encoder_decoder=False,
     )
     scheduler_config.enable_chunked_prefill = bool(k["enable_chunked_prefill"])
+    scheduler_config.async_scheduling = bool(k["async_scheduling"])  # what vLLM's engine core reads to pick the class
     cache_config = CacheConfig(block_size=int(k["block_size"]), enable_prefix_caching=bool(k["enable_prefix_caching"]))
     vllm_config = VllmConfig(model_config=model_config, scheduler_config=scheduler_config,
                              cache_config=cache_config, device_config=DeviceConfig(device="cpu"))
@@ -174,7 +187,8 @@ def build_vllm_scheduler(**knobs) -> Scheduler:
             block_size=int(k["block_size"]), num_kv_heads=1, head_size=1, dtype=torch.float32))],
     )
     cache_config.num_gpu_blocks = num_blocks
-    sched = _RecordingScheduler(
+    cls = _RecordingAsyncScheduler if k["async_scheduling"] else _RecordingScheduler
+    sched = cls(
         vllm_config=vllm_config,
         kv_cache_config=kv_cache_config,
         structured_output_manager=StructuredOutputManager(vllm_config),
@@ -204,7 +218,7 @@ class VLLMAdapter:
         self._block_hasher = (get_request_block_hasher(self.block_size, _hash_fn())
                               if k["enable_prefix_caching"] else None)
         self._all: dict[str, Request] = {}
-        self._last = None
+        self._in_flight: deque = deque()  # scheduled, output not fed yet (async: up to two)
 
     # ---- requests -------------------------------------------------------------------------------------------
     def add_request(self, request_id, prompt_token_ids, *, max_tokens, priority=0, arrival_time=0.0,
@@ -227,7 +241,8 @@ class VLLMAdapter:
     def schedule(self) -> StepView:
         waiting_before = {r.request_id for r in self._waiting_reqs()}
         self.sched.preemption_log = []
-        out = self._last = self.sched.schedule()
+        out = self.sched.schedule()
+        self._in_flight.append(out)
         preempted = list(self.sched.preemption_log)
         assert set(preempted) == set(out.preempted_req_ids), (preempted, out.preempted_req_ids)
         return StepView(
@@ -237,15 +252,12 @@ class VLLMAdapter:
         )
 
     def update(self, sampled):
-        """Feed the sampled tokens of the last schedule() as a ModelRunnerOutput (one row per scheduled request,
-        in scheduling order; a partial prefill's row is empty, as vLLM's model runner returns it)."""
-        out = self._last
+        """Feed the sampled tokens of the oldest schedule() not fed yet as a ModelRunnerOutput (one row per
+        scheduled request, in scheduling order; a partial prefill's row is empty, as vLLM's model runner returns
+        it: the caller leaves partial prefills out of `sampled`)."""
+        out = self._in_flight.popleft()
         req_ids = list(out.num_scheduled_tokens)
-        rows = []
-        for rid in req_ids:
-            req = self._all[rid]
-            partial = req.num_computed_tokens < req.num_tokens
-            rows.append([] if partial else [int(t) for t in sampled.get(rid, [])])
+        rows = [[int(t) for t in sampled.get(rid, [])] for rid in req_ids]
         mro = ModelRunnerOutput(req_ids=req_ids, req_id_to_index={r: i for i, r in enumerate(req_ids)},
                                 sampled_token_ids=rows)
         before = {rid for rid in req_ids if not self._all[rid].is_finished()}
@@ -275,6 +287,8 @@ class VLLMAdapter:
             block_ids=block_ids,
             num_preemptions=r.num_preemptions,
             finish_reason=None if reason is None else str(reason),
+            num_output_placeholders=0 if finished else r.num_output_placeholders,
+            max_tokens=r.max_tokens,
         )
 
     def running(self):
