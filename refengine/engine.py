@@ -2,6 +2,8 @@
 
 Each step(): schedule -> forward + sample -> update_from_output (EOS, stop ids, length) -> stop strings ->
 incremental outputs (the tokens new since the last step) with per-request timestamps for TTFT / TPOT / ITL.
+With async_scheduling=True the forward runs in a worker thread and step() schedules and launches step N+1 before
+it processes step N's output (refengine/batch_queue.py): outputs come back one step later, tokens are the same.
 """
 from __future__ import annotations
 
@@ -15,6 +17,7 @@ from dataclasses import dataclass, field, fields
 import torch
 
 from refengine.attention import default_backend_name, get_attention_backend
+from refengine.batch_queue import BatchQueue
 from refengine.config import EngineConfig, SchedulerConfig
 from refengine.detokenizer import IncrementalDetokenizer
 from refengine.kv_cache_manager import cdiv
@@ -130,6 +133,7 @@ class LLMEngine:
         self._prompts: dict[str, str | None] = {}
         self._sent: dict[str, int] = {}  # output tokens already returned per request
         self._pending: list[RequestOutput] = []  # outputs of requests aborted between steps
+        self.batch_queue = BatchQueue(self.model_runner.execute_model) if sc.async_scheduling else None
         # the newest stats_log_size steps and finished requests, for metrics; the caller may clear them
         self.step_stats: collections.deque[StepStats] = collections.deque(maxlen=cfg.stats_log_size)
         self.finished_requests: collections.deque[Request] = collections.deque(maxlen=cfg.stats_log_size)
@@ -184,7 +188,8 @@ class LLMEngine:
 
     def _process(self, request_id: str, prompt, params, arrival_time, priority) -> tuple[Request, str | None]:
         """Build the request without queuing it (LLM.generate builds a whole batch first, so that it is atomic)."""
-        if isinstance(request_id, str) and (request_id in self.scheduler.requests or request_id in self._detok):
+        if isinstance(request_id, str) and (request_id in self.scheduler.requests or request_id in self._detok
+                                          or (self.batch_queue is not None and self.batch_queue.holds(request_id))):
             raise ValueError(f"request_id {request_id!r} is already in use")
         return self.processor.process(request_id, prompt, params, arrival_time, priority)
 
@@ -212,7 +217,7 @@ class LLMEngine:
             self._pending.append(self._make_output(req))
 
     def has_unfinished_requests(self) -> bool:
-        return self.scheduler.has_unfinished_requests() or bool(self._pending)
+        return self.scheduler.has_unfinished_requests() or bool(self._pending) or bool(self.batch_queue)
 
     def get_num_unfinished_requests(self) -> int:
         return self.scheduler.get_num_unfinished_requests()
@@ -223,19 +228,38 @@ class LLMEngine:
         detokenisation, output) finishes that request alone with finish_reason "abort" and `error` set; a failure
         of the batched forward + sampling aborts the requests of this step the same way; the engine goes on."""
         outputs, self._pending = self._pending, []
-        if not self.scheduler.has_unfinished_requests():
-            return outputs
         sched = self.scheduler
-        out = sched.schedule()
+        if self.batch_queue is None:
+            if not sched.has_unfinished_requests():
+                return outputs
+            out = sched.schedule()
+            return outputs + self._process_step(out, lambda: self.model_runner.execute_model(out))
+        # async scheduling (vLLM's step_with_batch_queue): schedule step N+1 and launch it behind step N's running
+        # forward, then wait for step N and process its output; with nothing left to schedule, drain the queue
+        scheduled = sched.has_unfinished_requests()
+        if scheduled:
+            self.batch_queue.submit(sched.schedule())
+        if self.batch_queue.full() or (self.batch_queue and not scheduled):
+            outputs += self._process_step(*self.batch_queue.pop())
+        return outputs
+
+    def _process_step(self, out, model_output) -> list[RequestOutput]:
+        """Update the scheduler with one step's sampled tokens (`model_output()` returns them, or raises if the
+        forward failed), then stop strings and the incremental outputs."""
+        sched = self.scheduler
         try:
-            sampled = self.model_runner.execute_model(out).by_request()
+            sampled = model_output().by_request()
             finished = {r.request_id for r in sched.update_from_output(out, sampled)}
         except Exception as exc:  # noqa: BLE001 (whatever failed, the other requests must not be lost)
             self._record(out)
-            return outputs + self._abort_step(out, exc)
+            return self._abort_step(out, exc)
         self._record(out)
+        outputs = []
         for rid in sampled:
-            req = self._detok[rid].request
+            det = self._detok.get(rid)
+            if det is None:
+                continue  # (async) finished or aborted while this step was in flight: its token was dropped
+            req = det.request
             try:
                 outputs.append(self._process_output(req, rid in finished))
             except Exception as exc:  # noqa: BLE001
