@@ -331,7 +331,7 @@ class Scheduler:
                 req.token_times.append(now)
                 if req.first_token_time is None:
                     req.first_token_time = now
-                stop = self._check_stop(req)
+                stop = self._check_stop_or_abort(req)
                 if stop is not None:
                     break
             if not stale and had_placeholders:
@@ -348,6 +348,14 @@ class Scheduler:
         if finished:
             self.running = [r for r in self.running if r.status == RequestStatus.RUNNING]
         return finished
+
+    def _check_stop_or_abort(self, req: Request) -> RequestStatus | None:
+        """A stop check that raises fails its own request (aborted, with `error` set), not the whole step."""
+        try:
+            return self._check_stop(req)
+        except Exception as exc:  # noqa: BLE001
+            req.error = f"stop check failed: {type(exc).__name__}: {exc}"
+            return RequestStatus.FINISHED_ABORTED
 
     def _check_stop(self, req: Request) -> RequestStatus | None:
         sp = req.sampling_params
