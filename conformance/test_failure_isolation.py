@@ -179,3 +179,28 @@ def test_stats_are_bounded_by_stats_log_size(prompts):
 def test_bad_stats_log_size(size):
     with pytest.raises(ValueError, match="stats_log_size"):
         LLMEngine("tiny-qwen2", num_gpu_blocks=NUM_BLOCKS, stats_log_size=size)
+
+
+def test_failure_inside_update_from_output_aborts_the_step(prompts, clean, monkeypatch):
+    """update_from_output raising after it finished some requests (not in a stop check): every request of the step
+    still gets exactly one final output, none is lost, and the engine goes on."""
+    engine = _engine()
+    sched = engine.scheduler
+    real = sched.update_from_output
+    state = {"step": 0, "victims": set()}
+
+    def update_from_output(out, sampled):
+        state["step"] += 1
+        if state["step"] == 6:
+            state["victims"] = set(out.num_scheduled_tokens)
+            real(out, sampled)  # r0 (max_tokens 6) finishes in here ...
+            raise RuntimeError("injected update failure")  # ... and then the call fails
+        return real(out, sampled)
+
+    monkeypatch.setattr(sched, "update_from_output", update_from_output)
+    done = _run(engine, prompts)
+    assert "r0" in state["victims"]
+    for rid in state["victims"]:
+        assert "injected update failure" in done[rid][2]
+    _check_others_unharmed(engine, done, clean, state["victims"])
+    _serves_again(engine, prompts, clean)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from refengine import LLMEngine, SamplingParams
@@ -96,4 +96,49 @@ def test_accepted_requests_run_to_the_end(engine, batch):
         assert c.error is None and c.finish_reason in ("stop", "length"), (rid, c)
     assert all(0 <= t < VOCAB for t in tokens)
     assert engine.scheduler.num_free_blocks == NUM_BLOCKS
+    engine.scheduler.check_invariants()
+
+
+_knobs = st.fixed_dictionaries({}, optional={
+    "batching": st.sampled_from(["continuous", "sequence", "static", "none"]),
+    "policy": st.sampled_from(["fcfs", "priority"]),
+    "preemption_mode": st.sampled_from(["recompute", "swap"]),
+    "num_cpu_blocks": st.integers(0, 8),
+    "enable_chunked_prefill": st.booleans(),
+    "enable_prefix_caching": st.booleans(),
+    "long_prefill_token_threshold": st.integers(0, 8),
+    "max_num_batched_tokens": st.integers(1, 64),
+    "max_num_seqs": st.integers(1, 6),
+    "block_size": st.sampled_from([1, 2, 4, 16]),
+    "num_gpu_blocks": st.integers(1, 24),
+    "max_model_len": st.integers(2, MAX_MODEL_LEN),
+    "seed": st.one_of(st.integers(-(2**63), 2**63 - 1), _any),
+    "stats_log_size": st.one_of(st.none(), st.integers(0, 3)),
+})
+
+
+@settings(max_examples=25)
+@given(knobs=_knobs, batch=st.lists(_request, min_size=1, max_size=4), abort_at=st.integers(0, 6))
+def test_any_engine_config_serves_what_it_accepts(knobs, batch, abort_at):
+    """The same contract over random engine configurations (batching modes, swap, tiny KV pools, chunking off),
+    with one accepted request aborted mid-run."""
+    try:
+        engine = LLMEngine("tiny-qwen2", **knobs)
+    except ValueError:
+        return
+    accepted = [f"f{i}" for i, spec in enumerate(batch) if _add(engine, f"f{i}", spec)]
+    finished: dict[str, object] = {}
+    steps = 0
+    while engine.has_unfinished_requests():
+        if steps == abort_at and accepted:
+            engine.abort_request(accepted[0])
+        steps += 1
+        assert steps < 20 * MAX_MODEL_LEN, "the engine stopped making progress"
+        for out in engine.step():
+            if out.finished:
+                finished[out.request_id] = out.outputs[0]
+    assert sorted(finished) == sorted(accepted)
+    for rid, c in finished.items():
+        assert c.error is None and c.finish_reason in ("stop", "length", "abort"), (rid, c)
+    assert engine.scheduler.num_free_blocks == engine.scheduler.config.num_gpu_blocks
     engine.scheduler.check_invariants()

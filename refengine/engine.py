@@ -300,7 +300,8 @@ class LLMEngine:
         Requests that were not in the step keep running; the next schedule() tells the runner who left."""
         logger.error("step failed; aborting its %d request(s)", len(out.num_scheduled_tokens), exc_info=exc)
         ids = list(out.num_scheduled_tokens) + (out.preempted_req_ids if out.blocks_to_swap_out else [])
-        reqs = [self.scheduler.requests[rid] for rid in dict.fromkeys(ids) if rid in self.scheduler.requests]
+        # (from _detok, not the scheduler: update_from_output may have finished some before it failed)
+        reqs = [self._detok[rid].request for rid in dict.fromkeys(ids) if rid in self._detok]
         return [self._fail_request(req, exc, "step") for req in reqs]
 
     def _record(self, out) -> None:

@@ -31,7 +31,11 @@ class LLM:
         prompts: str | list[str] | list[list[int]],
         sampling_params: SamplingParams | list[SamplingParams] | None = None,
         priority: list[int] | None = None,
+        *,
+        use_tqdm: bool = True,  # accepted as vLLM's generate takes it; refengine draws no progress bar
     ) -> list[RequestOutput]:
+        """Generate for every prompt; bad input anywhere raises ValueError (naming the field and the prompt index)
+        before anything is queued. The outputs are whole completions, in prompt order."""
         prompts = self._prompt_list(prompts)
         if sampling_params is None:
             sampling_params = SamplingParams()

@@ -98,31 +98,25 @@ def check_attention_backend(name: str, device: torch.device) -> None:
                          "TRITON_INTERPRET=1 to run the kernels in Triton's interpreter, or use 'torch'")
 
 
-def _host_memory_available() -> int:
-    """Bytes the host can still give (MemAvailable; the physical total where /proc/meminfo is missing)."""
-    try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
+def _host_memory_total() -> int:
     return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
 
 
 def check_memory(device: torch.device, needs: list[tuple[str, int, torch.device]]) -> None:
-    """The engine's up-front buffers, as (knob that sizes it, bytes, device), must fit in what is free there;
-    otherwise ValueError naming the knob, instead of a failed (or, on Linux, a lazily overcommitted and later
-    OOM-killed) allocation."""
-    free = {"cpu": _host_memory_available()}
+    """The engine's up-front buffers, as (knob that sizes it, bytes, device), must fit: on CUDA in the memory free
+    now, on the host in its physical memory (not what is free this moment: pages are committed lazily, and a busy
+    shared machine must not turn a good config into an error). Otherwise ValueError naming the knob, instead of a
+    failed allocation or, on the host, a later OOM kill."""
+    room = {"cpu": _host_memory_total()}
     if device.type == "cuda":
-        free["cuda"] = torch.cuda.mem_get_info(device)[0]
+        room["cuda"] = torch.cuda.mem_get_info(device)[0]
     for name, nbytes, where in needs:
-        left = free[where.type]
+        left = room[where.type]
         if nbytes > left:
+            what = "free on the device" if where.type == "cuda" else "left of the host's memory"
             raise ValueError(f"{name}: the engine would allocate {nbytes / 2**30:.2f} GiB on {where.type}, but only "
-                             f"{left / 2**30:.2f} GiB is free there")
-        free[where.type] = left - nbytes
+                             f"{left / 2**30:.2f} GiB is {what}")
+        room[where.type] = left - nbytes
 
 
 def resolve_dtype(dtype: torch.dtype | str | None, device: torch.device | str) -> torch.dtype:
