@@ -279,3 +279,17 @@ def test_graph_runner_static_buffers_on_the_cpu(reference):
     assert graphs.num_replays == 7  # every decode step, 3 sequences padded to 4
     for rid, p, ref in zip("abc", PROMPTS, reference):
         assert hs.tokens[rid][len(p):] == ref
+
+
+def test_staging_buffer_packs_aligned_views_and_grows():
+    import numpy as np
+
+    from refengine.input_batch import StagingBuffer
+
+    buf = StagingBuffer(torch.device("cpu"), size=8)
+    arrays = [np.arange(3), np.array([7]), np.arange(10, 15), np.array([], dtype=np.int64), np.array([-1, -2])]
+    views = buf.pack(*arrays)  # 3 + 1 + 5 + 0 + 2 elements, more than 8: the buffer grows
+    assert [v.tolist() for v in views] == [a.tolist() for a in arrays]
+    assert all(v.data_ptr() % 16 == 0 for v in views)  # Triton specializes pointers on 16-byte alignment
+    again = buf.pack(np.array([4, 5]))
+    assert again[0].tolist() == [4, 5]

@@ -133,12 +133,13 @@ class StagingBuffer:
 
     def pack(self, *arrays: np.ndarray) -> list[torch.Tensor]:
         """Copy `arrays` (1-D) in; return device views of them, in order."""
-        total = sum(a.size for a in arrays)
+        # every array starts 16-byte aligned (an even int64 offset), as Triton specializes pointers on alignment
+        offsets = np.cumsum([0] + [a.size + (a.size & 1) for a in arrays])
+        total = int(offsets[-1])
         if total > self.host.numel():  # (rare: the buffer grows to the largest step seen)
             self._alloc(max(total, 2 * self.host.numel()))
         if self._copied is not None:  # (a step that samples has synced already; one that does not may not have)
             self._copied.synchronize()
-        offsets = np.cumsum([0] + [a.size for a in arrays])
         for a, o in zip(arrays, offsets):
             self.host_np[o : o + a.size] = a
         if self.dev is not self.host:
