@@ -127,23 +127,29 @@ class RunnerView:
         for rid in out.finished_req_ids:
             self._sent.pop(rid, None)
         cached = out.scheduled_cached_reqs
-        sent = self._sent
+        sent, prev = self._sent, self._prev_scheduled
+        # (this loop runs for every scheduled request every step: locals instead of attribute lookups)
+        new_reqs, req_ids, new_block_ids = out.scheduled_new_reqs, cached.req_ids, cached.new_block_ids
+        num_computed, num_output = cached.num_computed_tokens, cached.num_output_tokens
         for rid in out.num_scheduled_tokens:
             req = requests[rid]
             blocks = req_to_blocks.get(rid, ())
             known = sent.get(rid)
+            num_blocks, preemptions = len(blocks), req.num_preemptions
             if known is None:
-                out.scheduled_new_reqs.append(NewRequestData.from_request(req, [b.block_id for b in blocks]))
+                new_reqs.append(NewRequestData.from_request(req, [b.block_id for b in blocks]))
             else:
-                have, preemptions = known
-                cached.req_ids.append(rid)
-                if preemptions != req.num_preemptions:
+                have = known[0]
+                req_ids.append(rid)
+                if known[1] != preemptions:
                     cached.resumed_req_ids.add(rid)
                     have = 0
-                if rid not in self._prev_scheduled:
+                if rid not in prev:
                     cached.all_token_ids[rid] = list(req.all_token_ids)
-                cached.new_block_ids.append([b.block_id for b in blocks[have:]] if len(blocks) > have else None)
-                cached.num_computed_tokens.append(req.num_computed_tokens)
-                cached.num_output_tokens.append(req.num_output_tokens)
-            sent[rid] = (len(blocks), req.num_preemptions)
+                new_block_ids.append([b.block_id for b in blocks[have:]] if num_blocks > have else None)
+                num_computed.append(req.num_computed_tokens)
+                num_output.append(len(req.output_token_ids))
+                if num_blocks == have and known[1] == preemptions:
+                    continue  # nothing to record anew (the common decode step)
+            sent[rid] = (num_blocks, preemptions)
         self._prev_scheduled = set(out.num_scheduled_tokens)
