@@ -161,6 +161,9 @@ def perf(
     tokenizer: Annotated[Optional[str], Opt(help="for the workloads: a preset, a folder or qwen (default: the "
                                                  "model's own if a preset/folder, else the Qwen BPE)")] = None,
     prompt_format: Annotated[str, Opt(help="--backend openai: send prompts as token ids or text")] = "ids",
+    request_timeout: Annotated[float, Opt(help="--backend openai*: seconds a request may take (vLLM's 6 h)")] = 6 * 3600,
+    ignore_eos: Annotated[bool, Opt("--ignore-eos/--no-ignore-eos", help="--backend openai*: send vLLM's ignore_eos "
+                                    "(off for servers that refuse unknown fields)")] = True,
     batching: Annotated[str, Opt(help="comma list of continuous,sequence,static,none")] = "continuous,sequence,static,none",
     repeats: Annotated[int, Opt(help="runs per configuration; the table shows the median")] = 1,
     warmup: Annotated[int, Opt(help="short synthetic requests of staggered lengths run first, not measured")] = 8,
@@ -194,7 +197,7 @@ def perf(
         dataset_path=dataset_path, max_prompt_len=max_prompt_len, max_output_len=max_output_len,
         request_rate=request_rate, burstiness=burstiness, batching=batching, repeats=repeats, warmup=warmup,
         max_concurrency=max_concurrency, backend=backend, base_url=base_url, tokenizer=tokenizer,
-        prompt_format=prompt_format, peers=peers, metric_percentiles=metric_percentiles, goodput=goodput,
+        prompt_format=prompt_format, ignore_eos=ignore_eos, request_timeout=request_timeout, peers=peers, metric_percentiles=metric_percentiles, goodput=goodput,
         result_dir=result_dir,
         workload_params=workload_param, cpu_threads=cpu_threads, quiet=quiet,
         knobs=dict(knobs or {}), output=output, label=label, resume=resume, like=like, command=command_line(ctx),

@@ -4,8 +4,9 @@ The request shapes are those of vLLM's `bench serve` (`vllm/benchmarks/lib/endpo
 - openai: POST /v1/completions with the prompt as token ids (`--prompt-format ids`, the default: the server sees
   exactly the in-process run's prompt) or as text, `max_tokens` = the workload's output length;
 - openai-chat: POST /v1/chat/completions, one user message holding the prompt's text, `max_completion_tokens`;
-- both: `stream: true`, `stream_options.include_usage`, `ignore_eos: true`, `temperature: 0` (greedy), so an
-  engine that honours vLLM's `ignore_eos` generates exactly the workload's output lengths.
+- both: `stream: true`, `stream_options.include_usage`, `temperature: 0` (greedy) and vLLM's `ignore_eos: true`, so
+  an engine that honours it generates exactly the workload's output lengths; `ignore_eos=False` leaves the field
+  out for servers that refuse unknown fields (transformers serve answers 422), and outputs may then be shorter.
 
 What is measured (one clock, `time.perf_counter()`, per request):
 - arrival_time: when the request is sent (after `--max-concurrency`'s wait, as vLLM measures);
@@ -47,6 +48,7 @@ class HttpTarget:
     base_url: str                # http://host:port (a trailing /v1 is accepted)
     model: str                   # the served model name
     prompt_format: str = "ids"   # "ids" | "text" (openai-chat always sends text)
+    ignore_eos: bool = True      # send vLLM's ignore_eos (exact output lengths)
     timeout_s: float = 6 * 3600  # per request, as vLLM's AIOHTTP_TIMEOUT
 
     def __post_init__(self) -> None:
@@ -73,7 +75,7 @@ class HttpTarget:
 def build_payload(target: HttpTarget, prompt: str | list[int], output_len: int) -> dict[str, Any]:
     """One streaming request body, in vLLM `bench serve`'s shape (see the module docstring)."""
     common = {"model": target.model, "stream": True, "stream_options": {"include_usage": True},
-              "temperature": 0.0, "ignore_eos": True}
+              "temperature": 0.0, **({"ignore_eos": True} if target.ignore_eos else {})}
     if target.backend == "openai":
         return {**common, "prompt": prompt, "max_tokens": output_len}
     # max_tokens too: servers that predate max_completion_tokens read only that
@@ -141,7 +143,8 @@ async def stream_request(session: aiohttp.ClientSession, target: HttpTarget, req
                 if event.get("usage"):
                     usage = event["usage"]
     except Exception as e:  # a failed request is a record, never the end of the run
-        return error_record(request_id, prompt_len, output_len, st, f"{type(e).__name__}: {e}")
+        why = str(e) or f"no complete response after {time.perf_counter() - st:.0f} s"  # a timeout says nothing
+        return error_record(request_id, prompt_len, output_len, st, f"{type(e).__name__}: {why}")
     if not chunk_times:
         return error_record(request_id, prompt_len, output_len, st, "the stream held no content chunk")
     text = "".join(texts)

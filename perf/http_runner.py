@@ -17,6 +17,8 @@ from .http_client import HttpTarget, make_session, replay, run_duration
 from .runner import WARMUP_OUTPUT_LEN, ProgressFn, RunResult, warmup_prompts
 from .server_metrics import ServerMetrics, scrape
 
+# text warm-up prompts for a tokenizer smaller than the warm-up's id range use ids from here up (past the specials)
+WARMUP_VOCAB_FLOOR = 16
 # the columns an HTTP client cannot observe, NaN whatever compute_metrics makes of the missing step data
 _NOT_OBSERVED = ("recomputed_tokens", "mean_slot_utilisation", "mean_token_budget_utilisation", "slot_waste",
                  "num_steps")
@@ -43,7 +45,7 @@ class HttpRunResult(RunResult):
 
 
 def http_target(backend: str, base_url: str | None, model: str, prompt_format: str,
-                knobs: Mapping[str, Any]) -> HttpTarget:
+                knobs: Mapping[str, Any], ignore_eos: bool = True, timeout_s: float = 6 * 3600) -> HttpTarget:
     """The server an HTTP backend run talks to; engine knobs are the server's business and refused here."""
     if not base_url:
         raise ValueError(f"base_url: --backend {backend} needs --base-url http://HOST:PORT")
@@ -52,7 +54,8 @@ def http_target(backend: str, base_url: str | None, model: str, prompt_format: s
         flag = given[0].replace("_", "-")
         raise ValueError(f"--{flag}: an engine knob; with --backend {backend} set it on the server "
                          f"(e.g. cbbench serve --{flag} ...)")
-    return HttpTarget(backend, base_url, model, prompt_format=prompt_format)
+    return HttpTarget(backend, base_url, model, prompt_format=prompt_format, ignore_eos=ignore_eos,
+                      timeout_s=timeout_s)
 
 
 def failure_notes(key: tuple[str, str, str], records: list[dict[str, Any]]) -> list[str]:
@@ -64,7 +67,7 @@ def failure_notes(key: tuple[str, str, str], records: list[dict[str, Any]]) -> l
         out.append(f"{key[0]} {key[2]}: failed requests: {len(bad)} of {len(records)}; first: {bad[0]['error']}")
     if short:
         out.append(f"{key[0]} {key[2]}: {len(short)} requests generated other than max_tokens tokens (the server "
-                   f"ignores ignore_eos?); e.g. request {short[0]['request_id']}: {short[0]['output_len']} of "
+                   f"stopped at EOS: it ignores ignore_eos, or --no-ignore-eos); e.g. request {short[0]['request_id']}: {short[0]['output_len']} of "
                    f"{short[0]['requested_output_len']}")
     return out
 
@@ -87,14 +90,18 @@ async def _run(workload: Any, target: HttpTarget, *, tokenizer: Any, max_concurr
     async with make_session(max_concurrency, target.timeout_s) as session:
         if warmup:  # as vLLM's test prompt: a server that cannot answer fails the run here, not 500 times
             wp = warmup_prompts(warmup, seed)
-            wprompts = wp if target.prompt_format == "ids" else [tokenizer.decode(p) for p in wp]
+            if target.prompt_format == "text":  # ids within a small vocabulary, so that no prompt decodes to ""
+                vocab = getattr(tokenizer, "vocab_size", None) or WARMUP_VOCAB_FLOOR
+                wp = [[WARMUP_VOCAB_FLOOR + i % max(1, vocab - WARMUP_VOCAB_FLOOR) for i in p] for p in wp] \
+                    if vocab < 60_000 else wp
+            wprompts = wp if target.prompt_format == "ids" else [tokenizer.decode(p) or "hello" for p in wp]
             recs, _, _ = await replay(target, wprompts, [len(p) for p in wp],
                                       [WARMUP_OUTPUT_LEN + i for i in range(len(wp))], [0.0] * len(wp),
                                       max_concurrency=max_concurrency, tokenizer=tokenizer, session=session,
                                       ids=[f"warmup-{i}" for i in range(len(wp))])
             bad = [r for r in recs if r["finish_reason"] == "error"]
-            if bad:
-                res.error = f"warm-up request failed: {bad[0]['error']}"
+            if len(bad) == len(recs):  # one answered warm-up request is enough (an early EOS is not the server's fault)
+                res.error = f"every warm-up request failed: {bad[0]['error']}"
                 return res
         sm = ServerMetrics(target.root + "/metrics")
         sm.before = await scrape(session, sm.url)

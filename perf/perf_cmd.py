@@ -49,6 +49,8 @@ class PerfOptions:
     base_url: str | None = None
     tokenizer: str | None = None
     prompt_format: str = "ids"                  # openai: send token ids or text
+    ignore_eos: bool = True                     # openai*: send vLLM's ignore_eos field
+    request_timeout: float = 6 * 3600           # openai*: seconds per request
     batching: str = ",".join(BATCHING_MODES)
     repeats: int | None = 1                     # None (--like): the baseline's
     warmup: int | None = 8
@@ -218,7 +220,7 @@ def run_perf(o: PerfOptions, console: Console) -> list[dict[str, Any]]:
         from .http_runner import failure_notes, http_target
 
         target, knob_sets, modes, peers = http_target(o.backend, o.base_url, o.model, o.prompt_format,
-                                                       o.knobs), [{}], [""], []
+                                                       o.knobs, o.ignore_eos, o.request_timeout), [{}], [""], []
     if in_process and o.device.startswith("cuda") and not torch.cuda.is_available():
         raise ValueError(f"device {o.device!r}: CUDA is not available here")
     if on_cpu and o.cpu_threads != 0:
@@ -287,7 +289,8 @@ def run_perf(o: PerfOptions, console: Console) -> list[dict[str, Any]]:
                 if in_process:
                     cfg, device = {**r.knobs, "dtype": dtype_name}, o.device
                 else:  # device, dtype and knobs are the server's: left empty; where it was reached goes into `extra`
-                    cfg, device = {"base_url": target.base_url, "prompt_format": target.prompt_format}, ""
+                    cfg, device = {"base_url": target.base_url, "prompt_format": target.prompt_format,
+                                   "ignore_eos": target.ignore_eos}, ""
                     notes += failure_notes(key, r.records)
                 pid = plan_id(engine, mode, ks, load.label(load_varying), rep)
                 row = make_row(metrics=m, engine=r.engine, workload=workload, batching=r.batching, config=cfg,

@@ -189,3 +189,11 @@ def test_compare_in_process_against_http(server, tmp_path):
     res = invoke("compare", str(inproc_csv), str(http_csv), "--ignore-key", "server")  # two modes become one
     assert res.exit_code == 2 and "ignore-key" in res.output
     assert invoke("compare", str(inproc_csv), str(http_csv), "--ignore-key", "colour").exit_code == 2
+
+
+def test_no_ignore_eos_leaves_the_field_out(server, tmp_path):
+    """For servers that refuse vLLM's extra fields (transformers serve answers 422 to ignore_eos)."""
+    df, _, _ = _perf(server, tmp_path, "openai", "--no-ignore-eos", "--request-timeout", "60")
+    assert df["completed"].iloc[0] == NUM_PROMPTS
+    assert server.bodies and all("ignore_eos" not in b for b in server.bodies)
+    assert json.loads(df["extra"].iloc[0])["ignore_eos"] is False
