@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .knobs import knob_names, knob
+from .knobs import knob, knob_names
 from .results import CONFIG_KEY_COLUMNS, config_key, read_csv
 
 _LOAD_PARAMS = ("num_prompts", "seed", "request_rate", "burstiness", "max_concurrency")
@@ -79,8 +79,21 @@ def load_like(path: str | Path) -> LikePlan:
                     command=_cell(first.get("command")) or "")
 
 
-def baseline_command(df_or_path: Any) -> str:
-    """The command line a results CSV was made with (its first row's), or "" when it does not say."""
-    df = read_csv(df_or_path) if isinstance(df_or_path, (str, Path)) else df_or_path
-    cmds = [c for c in df["command"].tolist() if isinstance(c, str) and c]
-    return cmds[0] if cmds else ""
+def apply_like(o: Any) -> list[tuple[str, str, dict[str, Any]]]:
+    """Set the `PerfOptions` `o` from the baseline named by `o.like` (workload, model, device, dtype, load, and
+    the repeats / warm-up / threads left unset); returns its plan entries (engine, batching, knobs)."""
+    plan = load_like(o.like)
+    params = dict(plan.workload_params)
+    o.workload, o.model, o.device, o.dtype = plan.workload, plan.model, plan.device, plan.dtype
+    o.num_prompts, o.seed = int(params.pop("num_prompts")), int(params.pop("seed", 0))
+    o.request_rate, o.burstiness = str(params.pop("request_rate", "inf")), str(params.pop("burstiness", 1.0))
+    mc = params.pop("max_concurrency", None)
+    o.max_concurrency = str(mc) if mc is not None else None
+    o.like_params, o.backend = params, "refengine"
+    o.repeats = plan.repeats if o.repeats is None else o.repeats
+    if o.warmup is None:
+        o.warmup = int(plan.run_options.get("warmup", 8))
+    if o.cpu_threads is None and plan.run_options.get("cpu_threads") is not None:
+        o.cpu_threads = int(plan.run_options["cpu_threads"])
+    return plan.entries
+

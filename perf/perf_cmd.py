@@ -1,8 +1,9 @@
 """`cbbench perf`: validate the options, build the workload, run every (batching mode x knob set) and the peers,
-then print the table and write the CSV (one row per run) and the JSON (records, steps, workload, environment).
+writing the CSV (one row per run) and the JSON (records, steps, workload, environment) as each run finishes
+(`writer.py`), then print the table. `--like BASELINE.csv` takes the plan from a results file (`like.py`).
 
-Validation happens before anything runs: every knob combination is built as a `SchedulerConfig`, so a bad value
-fails at once with the engine's own ValueError message.
+Validation happens before anything runs: every knob combination is built as a `SchedulerConfig` and checked
+against the workload (`plan.py`), and the output folder is proved writable, so a bad value fails at once.
 """
 
 from __future__ import annotations
@@ -157,26 +158,6 @@ def knob_label(knobs: dict[str, Any], varying: set[str]) -> str:
     return " ".join(f"{k}={v}" for k, v in knobs.items() if k in varying) or "-"
 
 
-def apply_like(o: PerfOptions) -> list[tuple[str, str, dict[str, Any]]]:
-    """Set `o` from the baseline named by `o.like`; returns its plan entries (engine, batching, knobs)."""
-    from .like import load_like
-
-    plan = load_like(o.like)
-    params = dict(plan.workload_params)
-    o.workload, o.model, o.device, o.dtype = plan.workload, plan.model, plan.device, plan.dtype
-    o.num_prompts, o.seed = int(params.pop("num_prompts")), int(params.pop("seed", 0))
-    o.request_rate, o.burstiness = str(params.pop("request_rate", "inf")), str(params.pop("burstiness", 1.0))
-    mc = params.pop("max_concurrency", None)
-    o.max_concurrency = str(mc) if mc is not None else None
-    o.like_params, o.backend = params, "refengine"
-    o.repeats = plan.repeats if o.repeats is None else o.repeats
-    if o.warmup is None:
-        o.warmup = int(plan.run_options.get("warmup", 8))
-    if o.cpu_threads is None and plan.run_options.get("cpu_threads") is not None:
-        o.cpu_threads = int(plan.run_options["cpu_threads"])
-    return plan.entries
-
-
 def run_perf(o: PerfOptions, console: Console) -> list[dict[str, Any]]:
     """The whole `cbbench perf` job; returns the CSV rows."""
     import torch
@@ -184,6 +165,8 @@ def run_perf(o: PerfOptions, console: Console) -> list[dict[str, Any]]:
     from .metrics import parse_goodput, parse_metric_percentiles
     from .results import STORED_PERCENTILES, environment_info, make_row
     from .writer import ResultWriter, plan_id
+
+    from .like import apply_like
 
     like_entries = apply_like(o) if o.like is not None else None
     o.repeats = 1 if o.repeats is None else o.repeats

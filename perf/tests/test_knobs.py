@@ -67,3 +67,25 @@ def test_validate_knobs_uses_the_configs_own_checks():
         validate_knobs({"max_num_seqs": 0})
     with pytest.raises(ValueError, match="priority_preemption"):
         validate_knobs({"priority_preemption": True, "policy": "fcfs"})
+
+
+def test_serve_takes_the_same_generated_knobs_as_single_values(monkeypatch):
+    import refengine.entrypoints.api_server as api_server
+
+    res = CliRunner().invoke(cli.app, ["serve", "--help"], env={"COLUMNS": "300"})
+    assert res.exit_code == 0
+    for k in engine_knobs():          # batching too: a server runs one mode
+        assert k.flag in res.output, k.name
+    seen = {}
+    monkeypatch.setattr(api_server, "run_server", lambda knobs, **kw: seen.update(knobs=knobs, **kw))
+    res = CliRunner().invoke(cli.app, ["serve", "--max-num-seqs", "8", "--batching", "static", "--no-enable-prefix-caching",
+                                       "--port", "9001"])
+    assert res.exit_code == 0, res.output
+    assert {k: v for k, v in seen["knobs"].items() if v is not None} == {
+        "model": "tiny-qwen2", "device": "cpu", "seed": 0, "max_num_seqs": 8, "batching": "static",
+        "enable_prefix_caching": False}
+    assert seen["port"] == 9001
+    res = CliRunner().invoke(cli.app, ["serve", "--policy", "lifo"])
+    assert res.exit_code == 2 and "policy must be one of" in res.stderr
+    res = CliRunner().invoke(cli.app, ["serve", "--max-num-seqs", "many"])
+    assert res.exit_code == 2
