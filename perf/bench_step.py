@@ -50,6 +50,30 @@ class StubModel(torch.nn.Module):
         return logits
 
 
+class FullRedecodeDetokenizer:
+    """What the engine did before its detokenizer became incremental, for `--detokenizer full-redecode`'s
+    before/after comparison: every step decodes the whole output again (O(output length) per step), then keeps
+    the new text past what it had (less a trailing U+FFFD: a character still split)."""
+
+    def __new__(cls, tokenizer, request):
+        from refengine.detokenizer import IncrementalDetokenizer
+
+        class _Full(IncrementalDetokenizer):
+            def update(self) -> str | None:
+                if self.stopped_by is not None or self.tokenizer is None:
+                    return None
+                text = self.tokenizer.decode(self.request.output_token_ids)
+                text = text[:-1] if text.endswith("\ufffd") else text
+                self._num_decoded = self.request.num_output_tokens
+                new_text = text[self.num_chars:]
+                return self._append(new_text, check_stops=True) if new_text else None
+
+        return _Full(tokenizer, request)
+
+
+DETOKENIZERS = ("incremental", "full-redecode")
+
+
 def install_stub_model(engine, vocab: int = STUB_VOCAB) -> StubModel:
     """Replace the engine's model (and its runner's) with a StubModel; returns the stub."""
     stub = StubModel(engine.model_config.hidden_size, vocab)
@@ -59,7 +83,8 @@ def install_stub_model(engine, vocab: int = STUB_VOCAB) -> StubModel:
 
 
 def make_decoding_engine(num_running: int, max_steps: int, *, model: str = "tiny-qwen2", device: str = "cpu",
-                         stub: bool = True, vocab: int = STUB_VOCAB, stop: list[str] | None = None):
+                         stub: bool = True, vocab: int = STUB_VOCAB, stop: list[str] | None = None,
+                         detokenizer: str = "incremental"):
     """An LLMEngine with `num_running` requests past their prefill, each with room for `max_steps` more decode
     steps, and (`stub`) the stub model in place of the real one; returns (engine, stub model or None)."""
     from refengine import LLMEngine, SamplingParams
@@ -71,8 +96,18 @@ def make_decoding_engine(num_running: int, max_steps: int, *, model: str = "tiny
                        max_num_batched_tokens=max(8192, num_running * PROMPT_LEN), enable_prefix_caching=False)
     stub_model = install_stub_model(engine, vocab) if stub else None
     params = SamplingParams(max_tokens=max_steps + 2, temperature=0.0, ignore_eos=True, stop=stop)
-    for i in range(num_running):
-        engine.add_request(f"r{i}", [1000 + i] + [100 + (i + j) % 5000 for j in range(PROMPT_LEN - 1)], params)
+    if detokenizer not in DETOKENIZERS:
+        raise ValueError(f"detokenizer must be one of {DETOKENIZERS}, got {detokenizer!r}")
+    import refengine.engine as engine_module
+
+    made = engine_module.IncrementalDetokenizer
+    if detokenizer == "full-redecode":  # (the engine makes one per request in add_request)
+        engine_module.IncrementalDetokenizer = FullRedecodeDetokenizer
+    try:
+        for i in range(num_running):
+            engine.add_request(f"r{i}", [1000 + i] + [100 + (i + j) % 5000 for j in range(PROMPT_LEN - 1)], params)
+    finally:
+        engine_module.IncrementalDetokenizer = made
     engine.step()  # the whole batch prefills in one step and samples its first token
     running = len(engine.scheduler.running)
     if running != num_running:
@@ -109,11 +144,12 @@ def _time_phases(engine) -> dict[str, list[float]]:
 
 def bench_engine_step_us(num_running: int, iters: int = 100, warmup: int = 5, *, model: str = "tiny-qwen2",
                          device: str = "cpu", stub: bool = True, vocab: int = STUB_VOCAB,
-                         stop: list[str] | None = None, breakdown: bool = False) -> dict:
+                         stop: list[str] | None = None, breakdown: bool = False,
+                         detokenizer: str = "incremental") -> dict:
     """Microseconds per engine.step() (median, p90, min) over `iters` decode steps at `num_running` requests;
     with `breakdown`, also the median CPU microseconds of each of PHASES and of the rest ("outputs")."""
     engine, _ = make_decoding_engine(num_running, iters + warmup, model=model, device=device, stub=stub,
-                                     vocab=vocab, stop=stop)
+                                     vocab=vocab, stop=stop, detokenizer=detokenizer)
     sync = torch.cuda.synchronize if torch.device(device).type == "cuda" else (lambda: None)
     for _ in range(warmup):
         engine.step()

@@ -395,6 +395,8 @@ def bench_step(
                                          "torch thread keeps a shared CPU's timings stable; 0 = torch's default)")] = 1,
     breakdown: Annotated[bool, Opt(help="also the CPU time of schedule / execute_model / update_from_output / "
                                         "the rest (outputs)")] = False,
+    detokenizer: Annotated[str, Opt(help="incremental (the engine's), or full-redecode (the whole output decoded "
+                                          "every step, as before issue 11: the before/after comparison)")] = "incremental",
 ) -> None:
     """Microseconds per whole engine step (schedule, inputs, forward, sampling, update, detokenize, outputs) with
     N requests decoding; with --stub-model the forward costs nothing, so this is the engine's host time."""
@@ -408,8 +410,9 @@ def bench_step(
     if not sizes or min(sizes) < 1 or iters < 1 or warmup < 0:
         raise CliError("running must list positive counts, iters must be >= 1 and warmup >= 0")
     rows = [bench_engine_step_us(n, iters=iters, warmup=warmup, model=model, device=device, stub=stub_model,
-                                 stop=stop, breakdown=breakdown) for n in sizes]
-    typer.echo(f"engine step, {'stub' if stub_model else 'real'} model {model} on {device}, {iters} timed steps each")
+                                 stop=stop, breakdown=breakdown, detokenizer=detokenizer) for n in sizes]
+    typer.echo(f"engine step, {'stub' if stub_model else 'real'} model {model} on {device}, {detokenizer} "
+               f"detokenizer, {iters} timed steps each")
     typer.echo(format_table(rows))  # plain text: a table must not wrap at a narrow terminal's width
     if breakdown:
         typer.echo("median CPU us per step, by phase (outputs: stop strings, detokenisation, RequestOutputs, stats):")

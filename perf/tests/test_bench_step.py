@@ -54,3 +54,19 @@ def test_bench_step_breakdown_names_every_phase() -> None:
     assert lines[head].split() == ["running", "schedule", "execute_model", "update_from_output", "outputs"]
     values = [float(x) for x in lines[head + 1].split()[1:]]
     assert len(values) == 4 and all(v >= 0 for v in values[:3])  # ("outputs" is a difference of two clocks)
+
+
+def test_full_redecode_detokenizer_gives_the_same_text() -> None:
+    """The before/after comparison times the same work: the baseline detokenizer's text equals the engine's."""
+    texts = {}
+    for kind in ("incremental", "full-redecode"):
+        engine, _ = make_decoding_engine(3, max_steps=8, detokenizer=kind)
+        got = {}
+        for _ in range(6):
+            for o in engine.step():
+                got[o.request_id] = got.get(o.request_id, "") + o.outputs[0].text
+        texts[kind] = got
+    assert texts["incremental"] == texts["full-redecode"] and any(texts["incremental"].values())
+    res = CliRunner().invoke(app, ["bench-step", "--stub-model", "--running", "2", "--iters", "2",
+                                   "--detokenizer", "nope"])
+    assert res.exit_code == 2 and "detokenizer must be one of" in res.output
