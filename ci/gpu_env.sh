@@ -85,6 +85,16 @@ _dist_of() {  # module names -> distribution names
   echo "${out[*]}"
 }
 
+_inherit_site() {  # BASE NEWVENV_PYTHON: a venv made from a venv's python (the lent H200's python3 is
+  # /opt/torch/.venv/bin/python3) sees the *base interpreter's* site-packages, not that venv's, so torch would be
+  # missing: a .pth file in the new venv lists the base's site-packages after its own
+  local dirs purelib
+  dirs=$("$1" -c 'import site, sys; print("\n".join(site.getsitepackages()) if sys.prefix != sys.base_prefix else "")' 2>/dev/null)
+  [[ -n "$dirs" ]] || return 0
+  purelib=$("$2" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])') || return 0
+  echo "$dirs" > "$purelib/_cbbench_base_site.pth"
+}
+
 _make_shim() {  # the package layout of pyproject.toml, without pip: <shim>/cbbench/{kernels,perf,workloads}
   local shim=$1
   mkdir -p "$shim/cbbench"
@@ -107,7 +117,9 @@ setup_gpu_env() {  # VENV [dry_run]: sets PY and CB, or prints one line and retu
   PY=$base
   local probe=$_PROBED
   TORCH_VERSION=$(echo "$probe" | cut -d' ' -f2)
-  if [[ -z "$(echo "$probe" | cut -d' ' -f4-)" && "$(echo "$probe" | cut -d' ' -f3)" == "$PWD" ]]; then
+  # (GPU_ENV_FRESH=1: set up as on a fresh box even so; the tests use it)
+  if [[ "${GPU_ENV_FRESH:-0}" != 1 && -z "$(echo "$probe" | cut -d' ' -f4-)" \
+        && "$(echo "$probe" | cut -d' ' -f3)" == "$PWD" ]]; then
     CB=("$PY" -m cbbench.perf.cli); return 0  # already set up, from this checkout
   fi
   if [[ "$dry" == 1 ]]; then
@@ -118,6 +130,7 @@ setup_gpu_env() {  # VENV [dry_run]: sets PY and CB, or prints one line and retu
   if [[ "$base" != "$venv/bin/python" ]]; then
     if "$base" -m venv --system-site-packages "$venv" >/dev/null 2>&1 && [[ -x "$venv/bin/python" ]]; then
       PY=$venv/bin/python
+      _inherit_site "$base" "$PY"
     fi  # else: no venv module; work in the base python (the shim below needs no install)
   fi
   local missing wheels=${WHEELHOUSE:-}
