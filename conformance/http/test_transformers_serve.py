@@ -23,6 +23,9 @@ pytestmark = pytest.mark.slow
 HERE = Path(__file__).parent
 SUITE_FILES = ["test_http_api.py", "test_http_concurrency.py", "test_http_disconnect.py", "test_http_errors.py"]
 SUITE_TIMEOUT_S = 600
+# A fixed KV cache (16k tokens). Left to size itself on the CPU, transformers serve grew to 12-14 GB within a suite
+# file and the kernel's OOM killer ended it (exit -9) on this 23 GB machine.
+CB_CACHE_ARGS = ["--cb-num-blocks", "1024", "--cb-block-size", "16"]
 
 _NO_DONE = "streams never end with `data: [DONE]`"
 _USAGE = ("usage rides on the last content chunk (OpenAI: a final chunk with `choices: []`), and comes whether or "
@@ -106,7 +109,8 @@ def test_http_suite_against_transformers_serve(suite_file, model_folder, tmp_pat
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     cmd = [sys.executable, "-c", "from transformers.cli.transformers import main; main()", "serve",
-           str(model_folder), "--continuous-batching", "--device", "cpu", "--host", "127.0.0.1", "--port", str(port)]
+           str(model_folder), "--continuous-batching", *CB_CACHE_ARGS, "--device", "cpu", "--host", "127.0.0.1",
+           "--port", str(port)]
     env = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
     log = tmp_path / "transformers-serve.log"
     proc = start_process(cmd, log, env=env)
