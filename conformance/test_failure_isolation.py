@@ -8,6 +8,7 @@ import pytest
 from conformance.engine_helpers import greedy, make_prompts
 from refengine import LLMEngine
 from refengine.detokenizer import IncrementalDetokenizer
+from refengine.model_runner import ModelRunner
 from refengine.scheduler import Scheduler
 
 NUM_BLOCKS = 64
@@ -17,8 +18,9 @@ MAX_TOKENS = (6, 9, 7, 8)
 VICTIM = "r1"
 
 
-def _engine() -> LLMEngine:
-    return LLMEngine("tiny-qwen2", num_gpu_blocks=NUM_BLOCKS, block_size=BLOCK, max_model_len=256)
+def _engine(async_scheduling: bool = False) -> LLMEngine:
+    return LLMEngine("tiny-qwen2", num_gpu_blocks=NUM_BLOCKS, block_size=BLOCK, max_model_len=256,
+                     async_scheduling=async_scheduling)
 
 
 def _run(engine: LLMEngine, prompts) -> dict[str, tuple[list[int], str, str | None]]:
@@ -74,7 +76,8 @@ def _serves_again(engine, prompts, clean):
     assert engine.scheduler.num_free_blocks == NUM_BLOCKS
 
 
-def test_detokenizer_failure_aborts_only_its_request(prompts, clean, monkeypatch):
+@pytest.mark.parametrize("async_scheduling", [False, True])
+def test_detokenizer_failure_aborts_only_its_request(prompts, clean, monkeypatch, async_scheduling):
     real = IncrementalDetokenizer.update
     calls = {"n": 0}
 
@@ -86,7 +89,7 @@ def test_detokenizer_failure_aborts_only_its_request(prompts, clean, monkeypatch
         return real(self)
 
     monkeypatch.setattr(IncrementalDetokenizer, "update", update)
-    engine = _engine()
+    engine = _engine(async_scheduling)
     done = _run(engine, prompts)
     _check_others_unharmed(engine, done, clean, {VICTIM})
     tokens, _, err = done[VICTIM]
@@ -96,7 +99,8 @@ def test_detokenizer_failure_aborts_only_its_request(prompts, clean, monkeypatch
     _serves_again(engine, prompts, clean)
 
 
-def test_stop_check_failure_aborts_only_its_request(prompts, clean, monkeypatch):
+@pytest.mark.parametrize("async_scheduling", [False, True])
+def test_stop_check_failure_aborts_only_its_request(prompts, clean, monkeypatch, async_scheduling):
     real = Scheduler._check_stop
 
     def check(self, req):
@@ -105,7 +109,7 @@ def test_stop_check_failure_aborts_only_its_request(prompts, clean, monkeypatch)
         return real(self, req)
 
     monkeypatch.setattr(Scheduler, "_check_stop", check)
-    engine = _engine()
+    engine = _engine(async_scheduling)
     done = _run(engine, prompts)
     _check_others_unharmed(engine, done, clean, {VICTIM})
     assert "injected stop-check failure" in done[VICTIM][2]
@@ -114,26 +118,27 @@ def test_stop_check_failure_aborts_only_its_request(prompts, clean, monkeypatch)
     _serves_again(engine, prompts, clean)
 
 
+@pytest.mark.parametrize("async_scheduling", [False, True])
 @pytest.mark.parametrize("when", ["before", "after"])
-def test_failed_forward_aborts_the_step_and_the_engine_goes_on(prompts, clean, monkeypatch, when):
+def test_failed_forward_aborts_the_step_and_the_engine_goes_on(prompts, clean, monkeypatch, when, async_scheduling):
     """`before`: the runner raises before touching anything; `after`: the whole forward and sampling ran (KV written,
-    rows updated) and then something raised. Requests not in the failed step are unharmed."""
-    engine = _engine()
-    runner = engine.model_runner
-    real = runner.execute_model
-    state = {"step": 0, "victims": set()}
+    rows updated) and then something raised. Requests not in the failed step are unharmed, also under async
+    scheduling, where the next step was launched behind the failed one before its failure was known."""
+    real = ModelRunner.execute_model
+    state = {"calls": 0, "victims": set()}
 
-    def execute_model(out):
-        state["step"] += 1
-        if state["step"] == 3:
+    def execute_model(self, out):
+        state["calls"] += 1
+        if state["calls"] == 3:
             state["victims"] = set(out.num_scheduled_tokens)
             if when == "after":
-                real(out)
+                real(self, out)
             raise RuntimeError("injected forward failure")
-        return real(out)
+        return real(self, out)
 
-    monkeypatch.setattr(runner, "execute_model", execute_model)
-    # r0 and r1 run first; r2 and r3 are added after the failure, so they must be untouched by it
+    monkeypatch.setattr(ModelRunner, "execute_model", execute_model)  # (before the engine binds it)
+    engine = _engine(async_scheduling)
+    # r0 and r1 run first; r2 and r3 are added after the failed forward was launched, so it cannot hold them
     for i in (0, 1):
         engine.add_request(f"r{i}", prompts[i], greedy(MAX_TOKENS[i], ignore_eos=True))
     got: dict[str, list[int]] = {}
@@ -148,11 +153,13 @@ def test_failed_forward_aborts_the_step_and_the_engine_goes_on(prompts, clean, m
             c = out.outputs[0]
             got.setdefault(out.request_id, []).extend(c.token_ids)
             if out.finished:
+                assert out.request_id not in done, "a request finished twice"
                 done[out.request_id] = (got[out.request_id], c.finish_reason, c.error)
     assert state["victims"] == {"r0", "r1"}
     for rid in state["victims"]:
         assert "injected forward failure" in done[rid][2]
     _check_others_unharmed(engine, done, clean, state["victims"])
+    monkeypatch.setattr(ModelRunner, "execute_model", real)
     _serves_again(engine, prompts, clean)
 
 
