@@ -114,6 +114,7 @@ _knobs = st.fixed_dictionaries({}, optional={
     "max_model_len": st.integers(2, MAX_MODEL_LEN),
     "seed": st.one_of(st.integers(-(2**63), 2**63 - 1), _any),
     "stats_log_size": st.one_of(st.none(), st.integers(0, 3)),
+    "async_scheduling": st.booleans(),
 })
 
 
