@@ -136,6 +136,7 @@ class LLMEngine:
         self.batch_queue = BatchQueue(self.model_runner.execute_model) if sc.async_scheduling else None
         # the newest stats_log_size steps and finished requests, for metrics; the caller may clear them
         self.step_stats: collections.deque[StepStats] = collections.deque(maxlen=cfg.stats_log_size)
+        self._static_batch: dict[str, int] = {}  # static batching: the batch of each request in the last step
         self.finished_requests: collections.deque[Request] = collections.deque(maxlen=cfg.stats_log_size)
 
     def _check_memory(self, sc: SchedulerConfig, num_rows: int, kv_field: str) -> None:
@@ -307,7 +308,14 @@ class LLMEngine:
     def _record(self, out) -> None:
         sched = self.scheduler
         running = [r.request_id for r in sched.running]
-        batch = sched.static_batch_id if sched.config.batching == "static" else None
+        present = [*out.num_scheduled_tokens, *running]
+        if sched.config.batching == "static":
+            # a request keeps the batch it was first seen in: with async scheduling the next batch may already have
+            # formed (schedule() of step N+1 ran) when step N is recorded
+            seen = self._static_batch
+            self._static_batch = batch_ids = {rid: seen.get(rid, sched.static_batch_id) for rid in present}
+        else:
+            batch_ids = dict.fromkeys(present)
         self.step_stats.append(StepStats(
             time=time.monotonic(),
             num_scheduled_tokens=out.total_num_scheduled_tokens,
@@ -320,7 +328,7 @@ class LLMEngine:
             scheduled_req_ids=list(out.num_scheduled_tokens),
             running_req_ids=running,
             prefill_req_ids=[rid for rid, prefill in out.is_prefill.items() if prefill],
-            batch_ids=dict.fromkeys([*out.num_scheduled_tokens, *running], batch),
+            batch_ids=dict(batch_ids),
         ))
 
     def _make_output(self, req: Request, text: str | None = None) -> RequestOutput:
