@@ -189,13 +189,15 @@ def render_html(doc: Mapping[str, Any], source: str = "") -> str:
     timeline = (f'<img id="timeline-img" alt="slot timeline" src="data:image/png;base64,{png}">' if png else
                 '<p class="empty">no per-step request ids in this JSON (made by an older cbbench, or no refengine '
                 'run)</p>')
+    cmd = next((r.get("command") for r in doc["rows"] if r.get("command")), None) or cfg.get("command")
+    command = f'<pre id="command">{_e(cmd)}</pre>' if cmd else ""
     data = json.dumps(cdf_data(runs)).replace("</", "<\\/")  # nothing in the data may close the script tag
     return f"""<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width, initial-scale=1">
 <title>cbbench report: {_e(wl.get("name", source))}</title><style>{CSS}</style></head>
 <body>
 <h1>cbbench perf report</h1>
-<p class="sub">{_e(title)}</p>
+<p class="sub">{_e(title)}</p>{command}
 <section id="results-section"><h2>Results</h2><div class="scroll">{results_table(entries, goodput)}</div><ul class="notes">{notes}</ul>
 <p class="sub">Medians over repeats; the CSV beside the JSON has every metric and the min / max of repeats.</p>
 </section>

@@ -116,6 +116,8 @@ def test_page_content_matches_the_run(run_page):
     series = next(s for s in data["ttft"]["series"] if s["name"] == "refengine continuous")
     assert series["x"] == pytest.approx(sorted(ttft), abs=1e-3) and series["y"][-1] == 1.0
     assert len(next(s for s in data["itl"]["series"] if s["name"] == "refengine continuous")["x"]) == len(itl) == 9
+    (cmd,) = dom.find("pre", id="command")                 # the command that made the run, as the CSV keeps it
+    assert "".join(cmd[2]) == doc["rows"][0]["command"] and "perf" in doc["rows"][0]["command"]
     env_text = " ".join("".join(e[2]) for e in dom.find("td"))
     assert doc["environment"]["git_sha"] in env_text and doc["environment"]["torch_version"] in env_text
     import matplotlib.image as mpimg

@@ -17,7 +17,6 @@ import pytest  # noqa: E402
 from matplotlib.container import ErrorbarContainer  # noqa: E402
 from typer.testing import CliRunner  # noqa: E402
 
-from cbbench.perf import plot as plot_mod  # noqa: E402
 from cbbench.perf.cli import app  # noqa: E402
 from cbbench.perf.plot import make_figure, plain_number, plot_results  # noqa: E402
 from cbbench.perf.results import make_row, write_csv  # noqa: E402
@@ -37,7 +36,7 @@ def _metrics(rate: float, mode: str, rep: int, scale: float) -> dict:
             "p99_e2el_ms": 2 * ttft + 1000}
 
 
-def _csv(path, *, scale: float = 1.0, repeats: int = 3, rates=RATES, knob_values=(None,)) -> str:
+def _csv(path, *, scale: float = 1.0, repeats: int = 3, rates=RATES, knob_values=(None,), label: str = "") -> str:
     rows = []
     for rate in rates:
         for mnbt in knob_values:
@@ -51,7 +50,7 @@ def _csv(path, *, scale: float = 1.0, repeats: int = 3, rates=RATES, knob_values
                     rows.append(make_row(metrics=m, engine="refengine", batching=mode, repeat=rep,
                                          workload=type("W", (), {"name": "fixed", "params": wl})(),
                                          config={"max_num_seqs": 4, "max_num_batched_tokens": mnbt},
-                                         model="tiny-qwen2", device="cpu", git_sha="x"))
+                                         model="tiny-qwen2", device="cpu", git_sha="x", label=label))
     write_csv(path, rows)
     return str(path)
 
@@ -110,19 +109,17 @@ def test_tick_labels_are_plain(two_csvs):
         plt.close(fig)
 
 
-def test_labels_default_to_file_stems_or_the_label_column(two_csvs, monkeypatch):
+def test_labels_default_to_file_stems_or_the_label_column(two_csvs, tmp_path):
     fig, _ = make_figure(two_csvs)
     assert {t.split()[0] for t in _legend(fig.axes[0])} == {"base", "fast"}
     plt.close(fig)
-    real = plot_mod.read_csv
-
-    def with_label_column(path):  # a CSV made with `cbbench perf --label`
-        df = real(path)
-        return df.assign(label="run-" + ("A" if "base" in str(path) else "B"))
-
-    monkeypatch.setattr(plot_mod, "read_csv", with_label_column)
-    fig, _ = make_figure(two_csvs)
+    # CSVs made with `cbbench perf --label`: their label column names the curves
+    labelled = [_csv(tmp_path / "a.csv", label="run-A"), _csv(tmp_path / "b.csv", scale=0.5, label="run-B")]
+    fig, _ = make_figure(labelled)
     assert {t.split()[0] for t in _legend(fig.axes[0])} == {"run-A", "run-B"}
+    plt.close(fig)
+    fig, _ = make_figure(labelled, labels=["x", "y"])  # --label wins over the column
+    assert {t.split()[0] for t in _legend(fig.axes[0])} == {"x", "y"}
     plt.close(fig)
     with pytest.raises(ValueError, match="label: 1 labels for 2 CSVs"):
         make_figure(two_csvs, labels=["only-one"])
