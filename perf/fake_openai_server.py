@@ -28,8 +28,9 @@ class FakeOpenAIServer:
     """`with FakeOpenAIServer() as s: ... s.base_url ...`"""
 
     def __init__(self, model: str = "fake-model", token_delay_s: float = TOKEN_DELAY_S,
-                 with_metrics: bool = True) -> None:
+                 with_metrics: bool = True, with_usage: bool = True) -> None:
         self.model, self.token_delay_s, self.with_metrics = model, token_delay_s, with_metrics
+        self.with_usage = with_usage  # False: as a server that ignores stream_options
         self.in_flight = self.peak_in_flight = self.completed = 0
         self.bodies: list[dict[str, Any]] = []
         self._ready = threading.Event()
@@ -87,7 +88,7 @@ class FakeOpenAIServer:
                 text = "" if (k % EMPTY_TEXT_EVERY == EMPTY_TEXT_EVERY - 1 and not chat) else f"t{k} "
                 await send({"choices": [choice(text, None)]})
             await send({"choices": [choice("", "length")]})
-            if (body.get("stream_options") or {}).get("include_usage"):
+            if self.with_usage and (body.get("stream_options") or {}).get("include_usage"):
                 await send({"choices": [], "usage": {"prompt_tokens": prompt_len, "completion_tokens": n,
                                                      "total_tokens": prompt_len + n}})
             await send(b"[DONE]")

@@ -148,11 +148,11 @@ async def stream_request(session: aiohttp.ClientSession, target: HttpTarget, req
     if not chunk_times:
         return error_record(request_id, prompt_len, output_len, st, "the stream held no content chunk")
     text = "".join(texts)
-    n_out = usage.get("completion_tokens")
-    source = "usage"
-    if not n_out:
-        n_out, source = (len(tokenizer.encode(text)) if tokenizer is not None and text else len(chunk_times)), \
-            ("tokenizer" if tokenizer is not None and text else "chunks")
+    n_out, source = usage.get("completion_tokens"), "usage"
+    if not n_out and tokenizer is not None and text:  # no usage: vLLM's fallback, the text re-tokenized
+        n_out, source = len(tokenizer.encode(text)), "tokenizer"
+    elif not n_out:  # nor a tokenizer: one token per content chunk
+        n_out, source = len(chunk_times), "chunks"
     cached = (usage.get("prompt_tokens_details") or {}).get("cached_tokens")
     return {"request_id": request_id, "prompt_len": int(usage.get("prompt_tokens") or prompt_len),
             "output_len": int(n_out), "requested_output_len": output_len, "output_len_source": source,

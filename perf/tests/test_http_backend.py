@@ -197,3 +197,18 @@ def test_no_ignore_eos_leaves_the_field_out(server, tmp_path):
     assert df["completed"].iloc[0] == NUM_PROMPTS
     assert server.bodies and all("ignore_eos" not in b for b in server.bodies)
     assert json.loads(df["extra"].iloc[0])["ignore_eos"] is False
+
+
+class _WordTokenizer:
+    def encode(self, text: str) -> list[int]:
+        return [len(w) for w in text.split()]
+
+
+def test_without_usage_counts_fall_back_to_the_tokenizer_then_chunks():
+    n = 6  # tokens 2 and 5 stream empty text: 4 words, 6 chunks
+    w = _workload([[1, 2, 3]] * 2, output_len=n)
+    with FakeOpenAIServer(with_usage=False) as s:
+        by_tok = run_http(w, HttpTarget("openai", s.base_url, "fake-model"), tokenizer=_WordTokenizer(), warmup=0)
+        by_chunk = run_http(w, HttpTarget("openai", s.base_url, "fake-model"), tokenizer=None, warmup=0)
+    assert {(r["output_len"], r["output_len_source"]) for r in by_tok.records} == {(4, "tokenizer")}
+    assert {(r["output_len"], r["output_len_source"]) for r in by_chunk.records} == {(n, "chunks")}
