@@ -419,6 +419,38 @@ def bench_step(
         typer.echo(format_breakdown(rows))
 
 
+@app.command("bench-async")
+@one_line_errors("bench-async")
+def bench_async(
+    num_requests: Annotated[int, Opt(help="requests, all added at once")] = 32,
+    prompt_len: Annotated[int, Opt(help="prompt tokens per request")] = 64,
+    max_tokens: Annotated[int, Opt(help="output tokens per request (ignore_eos)")] = 64,
+    repeats: Annotated[int, Opt(help="timed runs per mode, alternating")] = 3,
+    max_num_seqs: Annotated[int, Opt(help="most requests in a batch")] = 256,
+    device_ms: Annotated[Optional[float], Opt(help="replace the forward by a stub that sleeps this long (device "
+                                                   "time that needs no host CPU, as a GPU's); default: the real model")] = None,
+    model: Annotated[str, Opt()] = "tiny-qwen2",
+    device: Annotated[str, Opt()] = "cpu",
+    cpu_threads: Annotated[int, Opt(help="torch threads (default 1: the forward on one core, the host work of the "
+                                         "other step beside it; 0 = torch's default)")] = 1,
+) -> None:
+    """Throughput of one workload with async scheduling off and on, same process, and the ratio on / off."""
+    import torch
+
+    from .bench_async import bench_async as run, format_table
+
+    if cpu_threads:
+        torch.set_num_threads(cpu_threads)
+    if min(num_requests, prompt_len, max_tokens, repeats, max_num_seqs) < 1 or (device_ms is not None and device_ms < 0):
+        raise CliError("num-requests, prompt-len, max-tokens, repeats and max-num-seqs must be >= 1, device-ms >= 0")
+    rows = run(num_requests, prompt_len, max_tokens, repeats, model=model, device=device, max_num_seqs=max_num_seqs,
+               device_ms=device_ms)
+    forward = "real forward" if device_ms is None else f"stub forward sleeping {device_ms:g} ms"
+    typer.echo(f"async scheduling, {model} on {device} ({forward}), {num_requests} x ({prompt_len} in, {max_tokens} "
+               f"out), {repeats} runs per mode, torch threads {torch.get_num_threads()}")
+    typer.echo(format_table(rows))
+
+
 def _ints(name: str, text: str) -> list[int]:
     try:
         return [int(x) for x in text.split(",") if x.strip()]
