@@ -3,8 +3,8 @@ rejected with a ValueError (and nothing changes), or the request runs to the end
 make step() raise, make another request fail, or leak a KV block. One small engine serves every example, so each
 also checks that the engine goes on serving after the ones before it.
 
-Bounded by the Hypothesis profile (conftest.py): `ci` runs 100 examples (each a few steps of the tiny model, ~20 s
-in all here); CBBENCH_HYPOTHESIS_PROFILE=thorough runs 1500.
+Bounded by the Hypothesis profile (conftest.py): a third / a quarter of its max_examples, so `ci` runs 33 + 25
+examples (each a few steps of the tiny model, ~20 s in all here) and CBBENCH_HYPOTHESIS_PROFILE=thorough 500 + 375.
 """
 from __future__ import annotations
 
@@ -20,6 +20,8 @@ NUM_BLOCKS = 16
 BLOCK = 4
 MAX_MODEL_LEN = 48
 VOCAB = 151936
+REQUEST_EXAMPLES = max(10, settings.default.max_examples // 3)  # (conftest.py loaded the profile before this import)
+CONFIG_EXAMPLES = max(10, settings.default.max_examples // 4)  # each builds an engine: dearer
 
 # Values of every kind, weighted toward the edges where crashes live.
 _ints = st.one_of(st.integers(-3, 20), st.sampled_from([2**31, 2**63 - 1, 2**63, 2**64, -(2**63), -(2**63) - 1,
@@ -78,6 +80,7 @@ def _add(engine: LLMEngine, rid: str, spec: dict) -> bool:
     return True
 
 
+@settings(max_examples=REQUEST_EXAMPLES)
 @given(batch=st.lists(_request, min_size=1, max_size=4))
 def test_accepted_requests_run_to_the_end(engine, batch):
     accepted = [f"f{i}" for i, spec in enumerate(batch) if _add(engine, f"f{i}", spec)]
@@ -118,7 +121,7 @@ _knobs = st.fixed_dictionaries({}, optional={
 })
 
 
-@settings(max_examples=25)
+@settings(max_examples=CONFIG_EXAMPLES)
 @given(knobs=_knobs, batch=st.lists(_request, min_size=1, max_size=4), abort_at=st.integers(0, 6))
 def test_any_engine_config_serves_what_it_accepts(knobs, batch, abort_at):
     """The same contract over random engine configurations (batching modes, swap, tiny KV pools, chunking off),
