@@ -283,15 +283,24 @@ def main_compare(baseline: str | os.PathLike, new: str | os.PathLike,
     message = (f"{n_bad} regression(s) beyond tolerance and outside the repeats' spread" if regressed else
                "no regression beyond tolerance") + f" ({common} configuration(s) in common" + \
         (f"; {n_noise} change(s) within the spread of the repeats" if n_noise else "") + ")"
-    summary = {"baseline": str(baseline), "new": str(new), "regressed": regressed, "message": message,
+    labels = {side: _labels(path) for side, path in (("baseline", baseline), ("new", new))}
+    names = {side: f"{path} ({labels[side]})" if labels[side] else str(path)
+             for side, path in (("baseline", baseline), ("new", new))}
+    summary = {"baseline": str(baseline), "new": str(new), "baseline_label": labels["baseline"],
+               "new_label": labels["new"], "regressed": regressed, "message": message,
                "configurations_in_common": common, "tolerance_sources": sources}
     if fmt == "json":
         console.file.write(render_json(rows, summary) + "\n")
     elif fmt == "markdown":
         console.file.write(render_markdown(rows, summary, only_changes=only_changes))
     else:
-        console.print(render_table(rows, title=f"{baseline} -> {new}", only_changes=only_changes))
+        console.print(render_table(rows, title=f"{names['baseline']} -> {names['new']}", only_changes=only_changes))
         if sources:
             console.print(Text("tolerances from: " + ", ".join(sources), style="dim"))
         console.print(Text(message, style="bold red" if regressed else "green"))
     return 1 if regressed else 0
+
+
+def _labels(path: str | os.PathLike) -> str:
+    """The `--label`s of a results file's runs, comma-joined ("" when it has none)."""
+    return ", ".join(x for x in read_csv(path)["label"].dropna().astype(str).unique() if x)

@@ -117,7 +117,10 @@ def _md(x: Any) -> str:
 def render_markdown(rows: Sequence[Mapping[str, Any]], summary: Mapping[str, Any], *,
                     only_changes: bool = False) -> str:
     verdict = "FAIL" if summary["regressed"] else "PASS"
-    lines = [f"### cbbench compare: `{_md(summary['baseline'])}` -> `{_md(summary['new'])}`", "",
+    def name(side: str) -> str:
+        label = summary.get(f"{side}_label")
+        return f"`{_md(summary[side])}`" + (f" ({_md(label)})" if label else "")
+    lines = [f"### cbbench compare: {name('baseline')} -> {name('new')}", "",
              f"**{verdict}**: {summary['message']}", ""]
     shown = [r for r in rows if not (only_changes and r["status"] == "ok")]
     if shown:

@@ -45,6 +45,7 @@ def test_baseline_against_itself_passes():
     res = invoke("compare", str(BASELINE), str(BASELINE))
     assert res.exit_code == 0, res.output
     assert "cpu.tolerances.toml" in res.output and "in common" in res.output
+    assert "(cpu-baseline)" in res.output   # the baseline's --label names it
 
 
 def test_like_reruns_every_configuration_of_the_baseline(tmp_path):
