@@ -237,7 +237,7 @@ def run_perf(o: PerfOptions, console: Console) -> list[dict[str, Any]]:
 
     env = environment_info(o.device)
     stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
-    csv_path = Path(o.output) if o.output is not None else Path(o.result_dir) / f"{workload.name}-{stamp}.csv"
+    csv_path = Path(o.output) if o.output is not None else _fresh(Path(o.result_dir), f"{workload.name}-{stamp}")
     config = {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(o).items() if k != "like_params"}
     config.update(knob_sets=knob_sets, dtype_resolved=dtype_name, batching_modes=modes, peers=peers)
     writer = ResultWriter(csv_path, config=config, environment=env, workload=workload, resume=o.resume)
@@ -295,6 +295,15 @@ def run_perf(o: PerfOptions, console: Console) -> list[dict[str, Any]]:
         console.print(line, markup=False, highlight=False)
     console.print(f"wrote {csv_path} and {writer.json_path}", markup=False)
     return writer.rows
+
+
+def _fresh(folder: Path, stem: str) -> Path:
+    """folder/stem.csv, or stem-2.csv, ... when two runs start within the same second."""
+    path, n = folder / f"{stem}.csv", 1
+    while path.exists() or path.with_suffix(".json").exists():
+        n += 1
+        path = folder / f"{stem}-{n}.csv"
+    return path
 
 
 def _run_one(o: PerfOptions, engine: str, mode: str, ks: dict[str, Any], load: LoadPoint, workload: Any,

@@ -105,3 +105,12 @@ def test_atomic_write_keeps_the_old_file_when_writing_fails(tmp_path, monkeypatc
     monkeypatch.undo()
     write_csv(path, [])
     assert path.read_text().startswith("schema_version,label,")
+
+
+def test_two_runs_in_one_second_get_two_files(tmp_path):
+    from cbbench.perf.perf_cmd import _fresh
+
+    first = _fresh(tmp_path, "fixed-20250101-000000")
+    write_csv(first, [])
+    second = _fresh(tmp_path, "fixed-20250101-000000")
+    assert first.name == "fixed-20250101-000000.csv" and second.name == "fixed-20250101-000000-2.csv"
