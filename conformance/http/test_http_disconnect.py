@@ -1,5 +1,5 @@
 """A client that disconnects frees its capacity. Black-box: after NUM_STREAMS long streams are opened, read for one
-chunk and closed, a new short request completes within NEW_REQUEST_DEADLINE_S, and where the server exports vLLM's
+chunk and closed (or as many non-streaming requests are sent and given up on), a new short request completes within NEW_REQUEST_DEADLINE_S, and where the server exports vLLM's
 gauges, running requests and KV usage fall back to zero. (The suite's own server has exactly NUM_STREAMS slots, so
 streams that kept running would hold them all and the new request would wait about two minutes for them.)"""
 from __future__ import annotations
@@ -15,6 +15,7 @@ from conformance.http.client import REQUEST_TIMEOUT_S, Server
 NUM_STREAMS = 32
 LONG_MAX_TOKENS = 1024  # at ~0.1 s per 32-wide CPU step, leaked streams would run ~100 s
 NEW_REQUEST_DEADLINE_S = 30.0  # a 8-token request alone takes well under 2 s here; 15x headroom for a busy CPU
+HANG_UP_AFTER_S = 3.0  # long enough for the requests to be admitted, far shorter than they take
 GAUGES_DEADLINE_S = 15.0  # the engine aborts at its next step; polling /metrics twice a second
 
 
@@ -42,6 +43,21 @@ async def _open_read_one_close(srv: Server) -> int:
     return read
 
 
+async def _send_and_hang_up(srv: Server) -> int:
+    """Non-streaming: send the long requests and give up on each after HANG_UP_AFTER_S; returns how many timed out."""
+    limits = httpx.Limits(max_connections=NUM_STREAMS + 4)
+    async with httpx.AsyncClient(base_url=srv.base_url, timeout=HANG_UP_AFTER_S, limits=limits) as http:
+        async def one(i: int) -> int:
+            body = srv.body(prompt=f"Write a very long essay, number {i}", max_tokens=LONG_MAX_TOKENS, **srv.greedy)
+            try:
+                await http.post("/v1/completions", json=body)
+            except httpx.TimeoutException:
+                return 1
+            return 0
+
+        return sum(await asyncio.gather(*(one(i) for i in range(NUM_STREAMS))))
+
+
 def _wait_gauges_zero(srv: Server) -> dict[str, float]:
     deadline = time.monotonic() + GAUGES_DEADLINE_S
     while True:
@@ -52,8 +68,7 @@ def _wait_gauges_zero(srv: Server) -> dict[str, float]:
         time.sleep(0.5)
 
 
-def test_disconnect_frees_capacity(srv):
-    assert asyncio.run(_open_read_one_close(srv)) == NUM_STREAMS
+def _check_capacity_is_back(srv: Server) -> None:
     t0 = time.monotonic()
     body = srv.body(prompt="Are you still there?", max_tokens=8, **srv.greedy)
     r = srv.http.post("/v1/completions", json=body, timeout=NEW_REQUEST_DEADLINE_S)
@@ -62,6 +77,16 @@ def test_disconnect_frees_capacity(srv):
     assert elapsed < NEW_REQUEST_DEADLINE_S
     gauges = _wait_gauges_zero(srv)
     assert all(v == 0 for v in gauges.values()), f"after the disconnects: {gauges}"
+
+
+def test_disconnect_frees_capacity(srv):
+    assert asyncio.run(_open_read_one_close(srv)) == NUM_STREAMS
+    _check_capacity_is_back(srv)
+
+
+def test_hanging_up_on_a_non_streaming_request_frees_capacity(srv):
+    assert asyncio.run(_send_and_hang_up(srv)) == NUM_STREAMS, "some long requests finished before the hang-up"
+    _check_capacity_is_back(srv)
 
 
 def test_metrics_use_vllm_names(srv):
