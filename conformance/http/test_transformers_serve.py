@@ -79,7 +79,7 @@ def _serve_available() -> str | None:
     except ImportError as e:
         return f"transformers has no serve command ({e})"
     if not is_serve_available() or not is_accelerate_available():
-        return "transformers serve needs `pip install openai accelerate` (its [serving] extra)"
+        return "transformers serve needs openai and accelerate: pip install -e '.[transformers-serve]'"
     return None
 
 
