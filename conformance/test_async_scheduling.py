@@ -89,7 +89,8 @@ def test_stop_strings_and_stop_ids_equal_sync():
         results[mode] = [(o.outputs[0].token_ids, o.outputs[0].text, o.outputs[0].finish_reason) for o in outs]
     assert results[True] == results[False]
     assert [r for _, _, r in results[True][:2]] == ["stop", "stop"]
-    assert len(results[True][0][0]) < 24 and results[True][1][0] == ids[: ids.index(ids[3]) + 1] and len(results[True][2][0]) >= 5
+    (cut, _, _), (stopped, _, _), (held, _, _) = results[True]
+    assert len(cut) < 24 and stopped == ids[: ids.index(ids[3]) + 1] and len(held) >= 5
 
 
 def _drain(engine: LLMEngine, got: dict[str, list]) -> None:

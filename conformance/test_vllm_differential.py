@@ -2,13 +2,16 @@
 (vllm==0.33.0, `VLLMAdapter`), driven by the same random trace, make the same decisions at every step.
 
 A trace is a scheduler configuration (budget, max_num_seqs, block size and count, chunked prefill, long-prefill
-threshold, prefix caching, fcfs/priority) plus requests (prompt from a few shared prefixes and a random tail,
-max_tokens, min_tokens, priority, arrival step) and a few aborts; a seeded fake sampler gives both engines the same
-token for the same (request, output position), EOS at random once min_tokens are out. Every step both must agree on
+threshold, prefix caching, fcfs/priority, sync or async scheduling) plus requests (prompt from a few shared
+prefixes and a random tail, max_tokens, min_tokens, priority, arrival step) and a few aborts; a seeded fake sampler
+gives both engines the same token for the same (request, output position), EOS at random once min_tokens are out. Every step both must agree on
   - num_scheduled_tokens, in scheduling order;   - the preempted ids, in order;   - the ids admitted from waiting;
-  - the number of free device blocks;            - each running request's computed tokens and block ids;
-  - which requests finished;
-and at the end on every request's output length and finish_reason.
+  - the number of free device blocks;            - each running request's computed tokens, output placeholders
+  - which requests finished;                       and block ids; the waiting requests' output counts;
+and at the end on every request's output length and finish_reason. With async scheduling, vLLM's own
+`AsyncScheduler` runs, and both are driven as vLLM's engine core drives it: step N's output is fed after step
+N+1's schedule(), so every step schedules with an output in flight (placeholders, requests preempted or aborted
+while their token is in flight, requests finished by a token that arrives after their next step was scheduled).
 
 refengine follows vLLM 0.33 on the four behaviours this test first found (a lone request ignores the long-prefill
 threshold; under priority a self-preempted request does not end the running pass; hashless freed blocks are reused
@@ -20,7 +23,7 @@ Equal (priority, arrival_time) ties are ordered by request id in both (the prope
     A masking sampler never produces it; refengine/SPEC is the more defensive side.
 
 Skipped unless vLLM is importable; it lives in its own environment (`bash ci/setup_vllm_env.sh`):
-    /work/vllm-venv/bin/pytest conformance/test_vllm_differential.py -q -p no:cacheprovider
+    .venv-vllm/bin/pytest conformance/test_vllm_differential.py -q -p no:cacheprovider
 """
 from __future__ import annotations
 

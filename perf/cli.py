@@ -427,8 +427,8 @@ def bench_async(
     max_tokens: Annotated[int, Opt(help="output tokens per request (ignore_eos)")] = 64,
     repeats: Annotated[int, Opt(help="timed runs per mode, alternating")] = 3,
     max_num_seqs: Annotated[int, Opt(help="most requests in a batch")] = 256,
-    device_ms: Annotated[Optional[float], Opt(help="replace the forward by a stub that sleeps this long (device "
-                                                   "time that needs no host CPU, as a GPU's); default: the real model")] = None,
+    device_ms: Annotated[Optional[float], Opt(help="replace the forward by a stub that sleeps this long (device time "
+                                              "that needs no host CPU, as a GPU's); default: the real model")] = None,
     model: Annotated[str, Opt()] = "tiny-qwen2",
     device: Annotated[str, Opt()] = "cpu",
     cpu_threads: Annotated[int, Opt(help="torch threads (default 1: the forward on one core, the host work of the "
@@ -441,7 +441,7 @@ def bench_async(
 
     if cpu_threads:
         torch.set_num_threads(cpu_threads)
-    if min(num_requests, prompt_len, max_tokens, repeats, max_num_seqs) < 1 or (device_ms is not None and device_ms < 0):
+    if min(num_requests, prompt_len, max_tokens, repeats, max_num_seqs) < 1 or (device_ms or 0) < 0:
         raise CliError("num-requests, prompt-len, max-tokens, repeats and max-num-seqs must be >= 1, device-ms >= 0")
     rows = run(num_requests, prompt_len, max_tokens, repeats, model=model, device=device, max_num_seqs=max_num_seqs,
                device_ms=device_ms)

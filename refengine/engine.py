@@ -12,6 +12,7 @@ import functools
 import logging
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 
 import torch
@@ -28,6 +29,7 @@ from refengine.processor import Processor
 from refengine.request import Request, RequestStatus
 from refengine.sampling_params import SamplingParams
 from refengine.scheduler import Scheduler
+from refengine.scheduler_output import ModelRunnerOutput, SchedulerOutput
 
 logger = logging.getLogger(__name__)
 
@@ -244,7 +246,8 @@ class LLMEngine:
             outputs += self._process_step(*self.batch_queue.pop())
         return outputs
 
-    def _process_step(self, out, model_output) -> list[RequestOutput]:
+    def _process_step(self, out: SchedulerOutput,
+                      model_output: Callable[[], ModelRunnerOutput]) -> list[RequestOutput]:
         """Update the scheduler with one step's sampled tokens (`model_output()` returns them, or raises if the
         forward failed), then stop strings and the incremental outputs."""
         sched = self.scheduler
