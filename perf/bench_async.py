@@ -90,8 +90,7 @@ def bench_async(num_requests: int = 32, prompt_len: int = 64, max_tokens: int = 
                 reference = tokens
             assert device_ms is not None or tokens == reference, "async scheduling changed the generated tokens"
     for engine in engines.values():
-        if engine.batch_queue is not None:
-            engine.batch_queue.shutdown()
+        engine.shutdown()
     return [rows[False], rows[True]]
 
 

@@ -71,6 +71,19 @@ def _preset_model(model: str, device: torch.device, dtype: torch.dtype, seed: in
     return load_model(model, device=device, dtype=dtype, seed=seed, attention_backend=backend)
 
 
+_SHUT_DOWN = "this LLMEngine has been shut down (shutdown(), or the end of its `with` block); create a new one"
+
+
+def _while_open(method: Callable) -> Callable:
+    """step() after shutdown() raises, rather than stepping an engine whose requests were aborted."""
+    @functools.wraps(method)
+    def guarded(self: "LLMEngine", *args, **kwargs):
+        if self._shut_down:
+            raise RuntimeError(f"{method.__name__}(): {_SHUT_DOWN}")
+        return method(self, *args, **kwargs)
+    return guarded
+
+
 def _load_model_cached(model: str, device: torch.device, dtype: torch.dtype, seed: int, backend: str):
     """Presets are pure functions of (name, seed, ...), so engines in one process share their weights (inference
     only); a folder is read afresh each time."""
@@ -136,6 +149,7 @@ class LLMEngine:
         self._sent: dict[str, int] = {}  # output tokens already returned per request
         self._pending: list[RequestOutput] = []  # outputs of requests aborted between steps
         self.batch_queue = BatchQueue(self.model_runner.execute_model) if sc.async_scheduling else None
+        self._shut_down = False
         # the newest stats_log_size steps and finished requests, for metrics; the caller may clear them
         self.step_stats: collections.deque[StepStats] = collections.deque(maxlen=cfg.stats_log_size)
         self._static_batch: dict[str, int] = {}  # static batching: the batch of each request in the last step
@@ -191,6 +205,8 @@ class LLMEngine:
 
     def _process(self, request_id: str, prompt, params, arrival_time, priority) -> tuple[Request, str | None]:
         """Build the request without queuing it (LLM.generate builds a whole batch first, so that it is atomic)."""
+        if self._shut_down:
+            raise RuntimeError(f"add_request(): {_SHUT_DOWN}")
         if isinstance(request_id, str) and (request_id in self.scheduler.requests or request_id in self._detok
                                           or (self.batch_queue is not None and self.batch_queue.holds(request_id))):
             raise ValueError(f"request_id {request_id!r} is already in use")
@@ -225,7 +241,39 @@ class LLMEngine:
     def get_num_unfinished_requests(self) -> int:
         return self.scheduler.get_num_unfinished_requests()
 
+    # ---- lifetime -------------------------------------------------------------------------------------------
+    def shutdown(self) -> list[RequestOutput]:
+        """Stop the engine (idempotent; call it from the thread that steps it). The steps in flight are waited for
+        and processed, so the tokens their forwards sampled are kept; then every unfinished request is aborted
+        (finish_reason "abort", `error` saying why, its KV blocks freed) and the async worker thread exits. Returns
+        those last outputs, as step() would have; later step() / add_request() calls raise RuntimeError."""
+        if self._shut_down:
+            return []
+        outputs, self._pending = self._pending, []
+        try:
+            while self.batch_queue:  # drain, as step() does once nothing is left to schedule
+                outputs += self._process_step(*self.batch_queue.pop())
+            unfinished = list(self.scheduler.requests.values())
+            if unfinished:
+                logger.warning("shutdown: aborting %d unfinished request(s)", len(unfinished))
+            for req in unfinished:
+                req.error = req.error or "aborted: the engine was shut down"
+            self.abort_request([req.request_id for req in unfinished])
+            outputs, self._pending = outputs + self._pending, []
+        finally:
+            self._shut_down = True
+            if self.batch_queue is not None:
+                self.batch_queue.shutdown()
+        return outputs
+
+    def __enter__(self) -> "LLMEngine":
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self.shutdown()
+
     # ---- step -----------------------------------------------------------------------------------------------
+    @_while_open
     def step(self) -> list[RequestOutput]:
         """One iteration. It never raises for a request's sake: a failure tied to one request (its stop check,
         detokenisation, output) finishes that request alone with finish_reason "abort" and `error` set; a failure

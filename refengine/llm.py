@@ -1,5 +1,5 @@
 """LLM: the offline entry point. generate() queues every prompt, steps the engine to completion and returns one
-whole RequestOutput per prompt, in order."""
+whole RequestOutput per prompt, in order. `with LLM(...) as llm:` shuts the engine down at the end of the block."""
 from __future__ import annotations
 
 from refengine.engine import LLMEngine
@@ -14,6 +14,16 @@ class LLM:
 
     def get_tokenizer(self):
         return self.llm_engine.tokenizer
+
+    def shutdown(self) -> None:
+        """Stop the engine (LLMEngine.shutdown): its worker thread exits; later generate() calls raise."""
+        self.llm_engine.shutdown()
+
+    def __enter__(self) -> "LLM":
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self.shutdown()
 
     @staticmethod
     def _prompt_list(prompts) -> list:

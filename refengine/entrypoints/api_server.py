@@ -27,6 +27,9 @@ from refengine.entrypoints.serving import Call, OpenAIServing
 
 log = logging.getLogger("refengine.server")
 _SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+# Server stop (Ctrl-C, SIGTERM): open connections get this long to finish, then they are cancelled (their
+# requests aborted, as vLLM's server cancels them at once) and the lifespan shuts the engine down.
+GRACEFUL_SHUTDOWN_S = 5
 
 
 def _error(message: str, status: int, param: str | None = None) -> JSONResponse:
@@ -61,8 +64,10 @@ def build_app(engine: LLMEngine, model_name: str | None = None, model_path: str 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
         async_engine.start()
-        yield
-        await async_engine.shutdown()
+        try:
+            yield
+        finally:  # server stop: the streams still open end aborted, the engine's worker thread exits
+            await async_engine.shutdown()
 
     app = FastAPI(title="refengine", lifespan=lifespan)
     app.state.engine = async_engine
@@ -152,4 +157,9 @@ def run_server(engine_kwargs: dict, host: str = "127.0.0.1", port: int = 8000, s
     logging.basicConfig(level=log_level.upper(), format="%(levelname)s %(name)s: %(message)s")
     log.info("serving %s on http://%s:%d (num_gpu_blocks=%d)", served_model_name or engine.config.model, host,
              port, engine.scheduler.config.num_gpu_blocks)
-    uvicorn.run(app, host=host, port=port, log_level=log_level, timeout_keep_alive=30)
+    try:
+        uvicorn.run(app, host=host, port=port, log_level=log_level, timeout_keep_alive=30,
+                    timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S)
+    finally:  # the lifespan has normally shut it down already (idempotent); never while its thread may step it
+        if not app.state.engine.is_running():
+            engine.shutdown()

@@ -5,7 +5,8 @@ through a lock-guarded list; each add carries a concurrent Future that the engin
 has validated the request, so a bad request fails its HTTP call with a 400 before any byte is streamed. Between
 commands the thread runs one `engine.step()` at a time and hands every step's outputs to the loop in ONE
 `call_soon_threadsafe` (per-request asyncio queues), which keeps the per-token overhead independent of how many
-streams are open. While nothing is queued the thread sleeps on an Event.
+streams are open. While nothing is queued the thread sleeps on an Event. On server stop the thread shuts the
+engine down itself (LLMEngine.shutdown), so the streams still open get their last, aborted output.
 """
 from __future__ import annotations
 
@@ -23,6 +24,7 @@ from refengine.outputs import RequestOutput
 from refengine.sampling_params import SamplingParams
 
 log = logging.getLogger("refengine.server")
+SHUTDOWN_TIMEOUT_S = 30.0  # server stop waits this long for the engine thread (its step in flight, the drain)
 
 
 class EngineError(RuntimeError):
@@ -57,10 +59,16 @@ class AsyncLLMEngine:
         self._thread.start()
 
     async def shutdown(self) -> None:
+        """Stop the engine thread (server stop): it finishes its step, fails the requests not yet added, shuts the
+        engine down (the requests still running end with finish_reason "abort") and exits."""
         self._stop = True
         self._wake.set()
-        if self._thread is not None:
-            await asyncio.get_running_loop().run_in_executor(None, self._thread.join, 10.0)
+        if self._thread is None:  # never started: nothing else touches the engine
+            self.engine.shutdown()
+            return
+        await asyncio.get_running_loop().run_in_executor(None, self._thread.join, SHUTDOWN_TIMEOUT_S)
+        if self._thread.is_alive():
+            log.warning("the engine thread did not stop within %.0f s", SHUTDOWN_TIMEOUT_S)
 
     async def add_request(self, request_id: str, prompt: str | list[int], params: SamplingParams,
                           queue: asyncio.Queue, tag: object = None, priority: int = 0,
@@ -73,12 +81,16 @@ class AsyncLLMEngine:
         await asyncio.wrap_future(fut)
 
     def abort(self, request_ids: list[str]) -> None:
-        """Abort requests (a client went away); their blocks are freed at the engine's next step."""
-        if request_ids:
+        """Abort requests (a client went away); their blocks are freed at the engine's next step. Once the server
+        is stopping this does nothing: the engine's shutdown aborts every request it still holds."""
+        if request_ids and not self._stop:
             self._send(("abort", list(request_ids)))
 
+    def is_running(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
     def _send(self, command: tuple) -> None:
-        if self._thread is None or not self._thread.is_alive():
+        if not self.is_running():
             raise EngineError("the engine thread is not running")
         with self._lock:
             self._commands.append(command)
@@ -86,6 +98,25 @@ class AsyncLLMEngine:
 
     # ---- engine-thread side ---------------------------------------------------------------------------------
     def _run(self) -> None:
+        try:
+            self._loop_until_stopped()
+        finally:
+            self._close()
+
+    def _close(self) -> None:
+        """The engine thread's last act: no command is left unanswered, no stream without its final output."""
+        with self._lock:
+            commands, self._commands = self._commands, []
+        for cmd in commands:
+            if cmd[0] == "add" and not cmd[-1].done():
+                cmd[-1].set_exception(EngineError("the server is shutting down"))
+        try:
+            self._after_step(self.engine.shutdown())
+        except Exception as e:  # noqa: BLE001
+            log.error("engine shutdown failed: %s", traceback.format_exc())
+            self._fail_streams(EngineError(f"engine shutdown failed: {type(e).__name__}: {e}"))
+
+    def _loop_until_stopped(self) -> None:
         engine = self.engine
         while not self._stop:
             self._do_commands()
@@ -158,6 +189,9 @@ class AsyncLLMEngine:
             self.engine.step()  # hands back the aborted outputs; frees their blocks
         except Exception:
             log.error("abort after a failed step also failed: %s", traceback.format_exc())
+        self._fail_streams(error)
+
+    def _fail_streams(self, error: Exception) -> None:
         deliveries = [(s.queue, (s.tag, error)) for s in self._streams.values()]
         self._streams.clear()
         self._deliver(deliveries)
