@@ -41,8 +41,8 @@ def _perf_args(argv: list[str]) -> list[str]:
     for a in argv[i + 1:]:
         if skip:
             skip = False
-        elif a in ("--result-dir", "--repeats"):
-            skip = True  # where results go and how often: not part of a configuration
+        elif a in ("--result-dir", "--output", "--repeats", "--label"):
+            skip = True  # where results go, how often and their name: not part of a configuration
         elif a != "--quiet":
             args.append(a)
     return args
@@ -65,17 +65,18 @@ def test_gpu_check_dry_run_plan() -> None:
     assert steps["baseline"][1][-1] == "results/baselines/h200.csv"
 
 
-def test_perf_arguments_are_accepted_by_the_cli_and_shared_by_both_scripts() -> None:
+def test_perf_arguments_are_accepted_by_the_cli_and_shared_by_both_scripts(tmp_path: Path) -> None:
     from typer.main import get_command
 
     from cbbench.perf.cli import app
 
     check = _perf_args(_steps(bash("ci/gpu_check.sh", "--dry-run").stdout)["perf"][1])
-    gate_out = bash("ci/gpu_gate.sh", "--dry-run")
+    # the gate's first recording of a baseline (none in BASELINE_DIR) uses the arguments gpu_check records with
+    gate_out = bash("ci/gpu_gate.sh", "--dry-run", env={"UPDATE_BASELINE": "1", "BASELINE_DIR": str(tmp_path)})
     assert gate_out.returncode == 0, gate_out.stderr
     gate_perf = next(shlex.split(line[5:]) for line in gate_out.stdout.splitlines() if line.startswith("run: ") and " perf " in line)
-    assert _perf_args(gate_perf) == check  # the gate compares against the baseline gpu_check makes
-    assert "compare results/baselines/h200.csv" in gate_out.stdout
+    assert _perf_args(gate_perf) == check
+    assert f"run: cp results/gpu-ci/h200.csv {tmp_path / 'h200.csv'}" in gate_out.stdout
     perf_cmd = get_command(app).commands["perf"]
     ctx = perf_cmd.make_context("perf", list(check))  # an unknown option or bad value raises here
     assert ctx.params["device"] == "cuda" and ctx.params["workload"] == "sharegpt"
