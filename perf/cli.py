@@ -18,7 +18,7 @@ from typing import Annotated, Any, Callable, Optional
 import typer
 from rich.console import Console
 
-from .knobs import engine_knob_options, knob, validate_knobs
+from .knobs import engine_knob_options, knob, list_metavar, validate_knobs
 from .perf_cmd import CPU_DEFAULTS, PerfOptions, run_perf
 
 # typer >= 0.2x vendors click; its exceptions live beside the public BadParameter either way
@@ -48,6 +48,21 @@ class OneLineErrorsTyper(typer.Typer):
         sys.exit(rv if isinstance(rv, int) else 0)
 
 
+def _hide_flag_types() -> None:
+    """typer 0.2x labels every option with its type in --help, flags too (`--help <bool>`, `--quiet/--no-quiet
+    <bool>`), though a flag takes no value: show no type for flags, as click and earlier typer releases do."""
+    option_cls = getattr(typer.core, "TyperOption", None)
+    shown = getattr(option_cls, "display_type_rich", None)
+    if shown is None or getattr(shown, "hides_flags", False):
+        return
+
+    def display_type_rich(self: Any, ctx: Any) -> str | None:
+        return None if self.is_flag else shown(self, ctx)
+    display_type_rich.hides_flags = True  # type: ignore[attr-defined]
+    option_cls.display_type_rich = display_type_rich
+
+
+_hide_flag_types()
 app = OneLineErrorsTyper(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="cbbench: continuous-batching benchmark and conformance harness.")
 err = Console(stderr=True, highlight=False, soft_wrap=True)
@@ -152,10 +167,12 @@ def perf(
                                                       f"{CPU_DEFAULTS['max_prompt_len']}, GPU none)")] = None,
     max_output_len: Annotated[Optional[int], Opt(help=f"sharegpt output cap (CPU default "
                                                       f"{CPU_DEFAULTS['max_output_len']}, GPU none)")] = None,
-    request_rate: Annotated[str, Opt(help="requests/s; inf = all at t0 (offline); comma list: one run each")] = "inf",
-    burstiness: Annotated[str, Opt(help="gamma shape of inter-arrival times; 1 = Poisson; comma list")] = "1",
+    request_rate: Annotated[str, Opt(help="requests/s; inf = all at t0 (offline); comma list: one run each",
+                                     metavar=list_metavar("float"))] = "inf",
+    burstiness: Annotated[str, Opt(help="gamma shape of inter-arrival times; 1 = Poisson; comma list",
+                                   metavar=list_metavar("float"))] = "1",
     max_concurrency: Annotated[Optional[str], Opt(help="requests in flight at most, as vllm bench serve's "
-                                                       "(comma list; default no cap)")] = None,
+                                                       "(comma list; default no cap)", metavar=list_metavar("int"))] = None,
     backend: Annotated[str, Opt(help="refengine (in-process) | openai (/v1/completions) | openai-chat")] = "refengine",
     base_url: Annotated[Optional[str], Opt(help="the server for --backend openai*, e.g. http://127.0.0.1:8000")] = None,
     tokenizer: Annotated[Optional[str], Opt(help="for the workloads: a preset, a folder or qwen (default: the "
@@ -164,14 +181,19 @@ def perf(
     request_timeout: Annotated[float, Opt(help="--backend openai*: seconds a request may take (vLLM's 6 h)")] = 6 * 3600,
     ignore_eos: Annotated[bool, Opt("--ignore-eos/--no-ignore-eos", help="--backend openai*: send vLLM's ignore_eos "
                                     "(off for servers that refuse unknown fields)")] = True,
-    batching: Annotated[str, Opt(help="comma list of continuous,sequence,static,none")] = "continuous,sequence,static,none",
+    batching: Annotated[str, Opt(help="comma list of continuous,sequence,static,none",
+                                 metavar=list_metavar("str"))] = "continuous,sequence,static,none",
     repeats: Annotated[int, Opt(help="runs per configuration; the table shows the median")] = 1,
     warmup: Annotated[int, Opt(help="short synthetic requests of staggered lengths run first, not measured")] = 8,
-    peers: Annotated[str, Opt(help="comma list of hf-static,hf-cb, or none")] = "hf-static,hf-cb",
-    metric_percentiles: Annotated[str, Opt()] = "50,90,99",
-    goodput: Annotated[Optional[list[str]], Opt(help="SLOs NAME:MS, e.g. --goodput ttft:500 tpot:50")] = None,
+    peers: Annotated[str, Opt(help="comma list of hf-static,hf-cb, or none", metavar=list_metavar("str"))] = "hf-static,hf-cb",
+    metric_percentiles: Annotated[str, Opt(help="latency percentiles to compute; p50, p75, p90, p95, p99 and "
+                                               "p99.9 always are, others go to the CSV's extra column",
+                                          metavar=list_metavar("float"))] = "50,90,99",
+    goodput: Annotated[Optional[list[str]], Opt(help="SLOs NAME:MS, e.g. --goodput ttft:500 tpot:50",
+                                                   metavar="<name:ms>")] = None,
     result_dir: Annotated[Path, Opt()] = Path("results"),
-    workload_param: Annotated[Optional[list[str]], Opt(help="KEY=VALUE for the workload, e.g. input_len=1024")] = None,
+    workload_param: Annotated[Optional[list[str]], Opt(help="KEY=VALUE for the workload, e.g. input_len=1024",
+                                                          metavar="<key=value>")] = None,
     cpu_threads: Annotated[Optional[int], Opt(help="torch threads on CPU (default 1: stable on shared CPUs; "
                                                    "0 = torch's default)")] = None,
     quiet: Annotated[bool, Opt(help="no progress bar")] = False,
@@ -250,7 +272,8 @@ def timeline(
     num_requests: Annotated[int, Opt(help="requests of varied lengths")] = 12,
     max_num_seqs: Annotated[int, Opt(help="slots")] = 4,
     seed: Annotated[int, Opt()] = 0,
-    batching: Annotated[str, Opt(help="comma list of modes, one panel each")] = "continuous,sequence,static,none",
+    batching: Annotated[str, Opt(help="comma list of modes, one panel each",
+                                 metavar=list_metavar("str"))] = "continuous,sequence,static,none",
 ) -> None:
     """The seed's picture from a real run: which request holds which slot at each step, per batching mode."""
     from .timeline import run_timeline
@@ -265,9 +288,9 @@ def timeline(
 @app.command()
 @one_line_errors("plot")
 def plot(
-    result_csvs: Annotated[list[Path], typer.Argument(help="one or more cbbench perf CSVs")],
+    result_csvs: Annotated[list[Path], typer.Argument(help="one or more cbbench perf CSVs", metavar="CSV")],
     label: Annotated[Optional[list[str]], Opt(help="one per CSV, in order (default: the CSV's label column, "
-                                                   "else its file name)")] = None,
+                                                   "else its file name)", metavar="<str>")] = None,
     kind: Annotated[str, Opt(help="auto | latency (against throughput, across request rates) | sweep (against "
                                   "--knob); auto picks latency when the CSVs hold several request rates")] = "auto",
     knob: Annotated[str, Opt(help="the swept column on the x axis (sweep)")] = "max_num_batched_tokens",
@@ -282,7 +305,7 @@ def plot(
 @app.command()
 @one_line_errors("report")
 def report(
-    run_json: Annotated[Path, typer.Argument(help="the JSON a cbbench perf run wrote")],
+    run_json: Annotated[Path, typer.Argument(help="the JSON a cbbench perf run wrote", metavar="RUN_JSON")],
     out: Annotated[Optional[Path], Opt("--out", "-o", help="HTML file or folder (default: beside the JSON)")] = None,
 ) -> None:
     """One self-contained HTML page: results table, TTFT / ITL CDFs, slot timelines, environment."""
@@ -294,16 +317,17 @@ def report(
 @app.command()
 @one_line_errors("compare")
 def compare(
-    baseline: Annotated[Path, typer.Argument(help="baseline results CSV")],
-    new: Annotated[Path, typer.Argument(help="new results CSV")],
-    tolerance: Annotated[Optional[list[str]], Opt(help="METRIC=REL (0.2, 20% or off; fnmatch patterns allowed)")] = None,
+    baseline: Annotated[Path, typer.Argument(help="baseline results CSV", metavar="BASELINE")],
+    new: Annotated[Path, typer.Argument(help="new results CSV", metavar="NEW")],
+    tolerance: Annotated[Optional[list[str]], Opt(help="METRIC=REL (0.2, 20% or off; fnmatch patterns allowed); "
+                                                                "repeat it for several", metavar="<metric=rel>")] = None,
     allow_missing: Annotated[bool, Opt(help="a baseline config missing from NEW is not a failure")] = False,
     only_changes: Annotated[bool, Opt(help="hide rows within tolerance")] = False,
     ignore_key: Annotated[Optional[list[str]], Opt(help="key columns not matched on; `server` = all but the model "
-                                                        "and the load (in-process vs HTTP runs)")] = None,
+                                                        "and the load (in-process vs HTTP runs)", metavar="<column>")] = None,
     format: Annotated[str, Opt("--format", help="text | markdown (a CI step summary) | json")] = "text",
-    tolerance_files: Annotated[bool, Opt(help="read BASELINE's sidecar NAME.tolerances.toml and pyproject's "
-                                              "[tool.cbbench.tolerances]")] = True,
+    tolerance_files: Annotated[bool, Opt(help="read BASELINE's sidecar NAME.tolerances.toml and the "
+                                              "tool.cbbench.tolerances table of pyproject.toml")] = True,
 ) -> None:
     """Per configuration and metric: change, direction, tolerance. Exit 1 on a regression, 2 on bad input.
 
@@ -321,7 +345,7 @@ def compare(
 @app.command()
 @one_line_errors("generate")
 def generate(
-    prompts: Annotated[list[str], typer.Argument(help="one or more prompts")],
+    prompts: Annotated[list[str], typer.Argument(help="one or more prompts", metavar="PROMPT")],
     model: Annotated[str, Opt()] = "tiny-qwen2",
     device: Annotated[str, Opt()] = "cpu",
     max_tokens: Annotated[int, Opt()] = 16,
@@ -362,7 +386,7 @@ def kernels(
 @app.command("bench-scheduler")
 @one_line_errors("bench-scheduler")
 def bench_scheduler(
-    running: Annotated[str, Opt(help="comma list of running decode counts")] = "32,256,1024",
+    running: Annotated[str, Opt(help="comma list of running decode counts", metavar=list_metavar("int"))] = "32,256,1024",
     iters: Annotated[int, Opt(help="timed steps per size")] = 200,
 ) -> None:
     """Microseconds per schedule() + update_from_output() step with N running decodes (model-free)."""
@@ -385,12 +409,13 @@ def bench_scheduler(
 def bench_step(
     stub_model: Annotated[bool, Opt("--stub-model/--real-model", help="replace the forward by a stub that returns "
                                     "at once (host time only), or run the real model")] = False,
-    running: Annotated[str, Opt(help="comma list of running decode counts")] = "64,256",
+    running: Annotated[str, Opt(help="comma list of running decode counts", metavar=list_metavar("int"))] = "64,256",
     iters: Annotated[int, Opt(help="timed steps per size")] = 100,
     warmup: Annotated[int, Opt(help="untimed steps first")] = 5,
     model: Annotated[str, Opt()] = "tiny-qwen2",
     device: Annotated[str, Opt()] = "cpu",
-    stop: Annotated[Optional[list[str]], Opt(help="stop strings every request carries (never met)")] = None,
+    stop: Annotated[Optional[list[str]], Opt(help="stop strings every request carries (never met)",
+                                                     metavar="<str>")] = None,
     cpu_threads: Annotated[int, Opt(help="torch threads (default 1: the host work is one Python thread, and one "
                                          "torch thread keeps a shared CPU's timings stable; 0 = torch's default)")] = 1,
     breakdown: Annotated[bool, Opt(help="also the CPU time of schedule / execute_model / update_from_output / "
@@ -398,8 +423,10 @@ def bench_step(
     detokenizer: Annotated[str, Opt(help="incremental (the engine's), or full-redecode (the whole output decoded "
                                           "every step, as before issue 11: the before/after comparison)")] = "incremental",
 ) -> None:
-    """Microseconds per whole engine step (schedule, inputs, forward, sampling, update, detokenize, outputs) with
-    N requests decoding; with --stub-model the forward costs nothing, so this is the engine's host time."""
+    """Microseconds per whole engine step (schedule, forward, sampling, update, outputs) at N running decodes.
+
+    It times schedule, input preparation, forward, sampling, update_from_output, detokenisation and outputs; with
+    --stub-model the forward costs nothing, so this is the engine's host time."""
     import torch
 
     from .bench_step import bench_engine_step_us, format_breakdown, format_table

@@ -43,6 +43,8 @@ _HELP = {
     "attention_backend": "attention kernels (default: torch on CPU, triton on CUDA)",
     "max_model_len": "longest prompt + output (default: the model's context)",
     "kv_cache_memory_gb": "KV cache size that num_gpu_blocks is derived from",
+    "async_scheduling": "schedule step N+1 while step N's forward runs (vLLM's async scheduling)",
+    "enforce_eager": "never replay CUDA graphs (they are only used on CUDA with the triton backend)",
 }
 
 
@@ -151,19 +153,24 @@ def knob_names(exclude: Iterable[str] = ()) -> tuple[str, ...]:
     return tuple(k.name for k in engine_knobs() if k.name not in ex)
 
 
+def list_metavar(item: str) -> str:
+    """How --help shows an option that takes a comma list (typer would say <str>)."""
+    return f"<{item},...>"
+
+
 def _option(k: Knob, sweep: bool, help_override: str | None) -> tuple[Any, Any]:
     """(annotation, default) of the typer parameter for one knob."""
     help_text = help_override or k.help
     if k.choices:
         help_text += f" ({' | '.join(k.choices)})"
-    if k.default is not None:
+    if k.default is not None and "default:" not in help_text:  # (num_gpu_blocks: the engine sizes it instead)
         help_text += f"; engine default {k.default}"
     if k.type is bool:
         decl = f"{k.flag}/--no-{k.flag[2:]}"
         return Annotated[Optional[bool], typer.Option(decl, help=help_text, show_default=False)], None
     if sweep:
         return Annotated[Optional[str], typer.Option(k.flag, help=f"{help_text}; a comma list sweeps",
-                                                     show_default=False)], None
+                                                     metavar=list_metavar(k.type.__name__), show_default=False)], None
     return Annotated[Optional[k.type], typer.Option(k.flag, help=help_text, show_default=False)], None
 
 
