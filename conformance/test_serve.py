@@ -75,7 +75,8 @@ def test_refused_input_is_a_400_naming_the_field(client, case):
 
 
 @pytest.mark.parametrize("field, value", [("n", 2), ("logprobs", 1), ("echo", True), ("best_of", 3),
-                                          ("presence_penalty", 0.5), ("suffix", "x")])
+                                          ("suffix", "x"), ("logit_bias", {"100": 5.0}),
+                                          ("presence_penalty", 2.5), ("repetition_penalty", 0), ("min_p", 1.5)])
 def test_unsupported_openai_fields_are_refused(client, field, value):
     r = _post(client, "/v1/completions", prompt="Hi", max_tokens=2, **{field: value})
     assert r.status_code == 400 and r.json()["error"]["param"] == field, r.text

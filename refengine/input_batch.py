@@ -6,7 +6,8 @@ finished one frees it for the next. Everything here is host memory (numpy), so b
 waits on the device; the sampling parameters also live on the device, written once per row admission.
 
     row r:  token_ids[r, :num_tokens[r]]      block_table[r, :num_blocks[r]]
-            num_prompt_tokens[r]  num_computed_tokens[r]  temperature/top_k/top_p/seed[r]  banned[r]
+            num_prompt_tokens[r]  num_computed_tokens[r]  temperature/top_k/top_p/min_p/seed[r]  banned[r]
+            penalties: a slot in PenaltyTables (refengine.penalties) while the request has a penalty
 
 StagingBuffer is the persistent host buffer (pinned on CUDA) in which a step's inputs cross to the device.
 """
@@ -15,6 +16,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from refengine.penalties import PenaltyTables
 from refengine.sampling_params import SamplingParams
 
 NO_SEED = -1  # seed column of an unseeded row (seeds are reduced to 63 bits, so never negative)
@@ -38,11 +40,14 @@ class InputBatch:
         self.seeds = np.full(max_num_reqs, NO_SEED, dtype=np.int64)
         self.top_k_on = np.zeros(max_num_reqs, dtype=bool)
         self.top_p_on = np.zeros(max_num_reqs, dtype=bool)
+        self.min_p_on = np.zeros(max_num_reqs, dtype=bool)
         self.banned: list[list[int]] = [[] for _ in range(max_num_reqs)]  # EOS + stop ids, masked until min_tokens
         self.temperature_dev = torch.ones(max_num_reqs, dtype=torch.float32, device=device)
         self.top_k_dev = torch.zeros(max_num_reqs, dtype=torch.int64, device=device)
         self.top_p_dev = torch.ones(max_num_reqs, dtype=torch.float32, device=device)
+        self.min_p_dev = torch.zeros(max_num_reqs, dtype=torch.float32, device=device)
         self.seeds_dev = torch.zeros(max_num_reqs, dtype=torch.int64, device=device)
+        self.penalties = PenaltyTables(max_num_reqs, vocab_size, device)
         self.req_ids: list[str | None] = [None] * max_num_reqs
         self.row_of: dict[str, int] = {}
         self.free_rows = list(range(max_num_reqs - 1, -1, -1))
@@ -73,12 +78,15 @@ class InputBatch:
         self.banned[row] = [t for t in banned if 0 <= t < self.vocab_size]
         self.top_k_on[row] = not sp.greedy and 0 < sp.top_k < self.vocab_size
         self.top_p_on[row] = not sp.greedy and sp.top_p < 1.0
+        self.min_p_on[row] = not sp.greedy and sp.min_p > 0.0
         self.seeds[row] = NO_SEED if sp.seed is None else sp.seed & (2**63 - 1)
         # (one small host-to-device write per admission, none per step)
         self.temperature_dev[row] = 1.0 if sp.greedy else float(sp.temperature)
         self.top_k_dev[row] = sp.top_k if self.top_k_on[row] else 0
         self.top_p_dev[row] = float(sp.top_p) if self.top_p_on[row] else 1.0
+        self.min_p_dev[row] = float(sp.min_p) if self.min_p_on[row] else 0.0
         self.seeds_dev[row] = max(int(self.seeds[row]), 0)
+        self.penalties.set_row(row, sp)  # (the row's tokens are (re)counted at its next sample)
 
     def token_ids_of(self, request_id: str) -> list[int]:
         row = self.row_of[request_id]
@@ -89,6 +97,7 @@ class InputBatch:
         row = self.row_of[request_id]
         self.token_ids[row, : len(token_ids)] = token_ids
         self.num_tokens[row] = len(token_ids)
+        self.penalties.recount(row)
 
     def blocks_held(self, request_id: str) -> int:
         return int(self.num_blocks[self.row_of[request_id]])
@@ -110,6 +119,7 @@ class InputBatch:
         if row is not None:
             self.num_tokens[row] = self.num_blocks[row] = 0
             self.req_ids[row] = None
+            self.penalties.release(row)
             self.free_rows.append(row)
 
     def __contains__(self, request_id: str) -> bool:

@@ -22,6 +22,7 @@ from refengine.attention import AttentionMetadata
 from refengine.cuda_graphs import CudaGraphRunner, pad_decode_inputs, padded_size
 from refengine.input_batch import NO_SEED, InputBatch, StagingBuffer
 from refengine.kv_cache_manager import cdiv
+from refengine.penalties import PenaltyStep
 from refengine.sampler import SamplingMetadata, sample
 from refengine.sampling_params import SamplingParams
 from refengine.scheduler_output import ModelRunnerOutput, SchedulerOutput
@@ -211,14 +212,19 @@ class ModelRunner:
         if pairs:
             names += ["banned_rows", "banned_tokens"]
             arrays += [np.array([i for i, _ in pairs]), np.array([t for _, t in pairs])]
+        penalties = batch.penalties.step_arrays(rows, batch.token_ids, batch.num_tokens, batch.num_prompt_tokens)
+        if penalties is not None:  # (greedy rows too: vLLM penalises before the argmax)
+            names += PenaltyStep.ARRAY_NAMES
+            arrays += penalties.arrays
         greedy = batch.greedy[rows]
-        info = {"all_greedy": bool(greedy.all()), "names": names, "rows": None}
+        info = {"all_greedy": bool(greedy.all()), "names": names, "rows": None, "penalties": penalties}
         if not info["all_greedy"]:
             rand = np.flatnonzero(~greedy)  # [r]
             rrows = rows[rand]
             seeded = np.flatnonzero(batch.seeds[rrows] != NO_SEED)
             info.update(rows=rrows, mixed=len(rand) < len(rows), top_k=bool(batch.top_k_on[rrows].any()),
-                        top_p=bool(batch.top_p_on[rrows].any()), any_seeded=len(seeded) > 0,
+                        top_p=bool(batch.top_p_on[rrows].any()), min_p=bool(batch.min_p_on[rrows].any()),
+                        any_seeded=len(seeded) > 0,
                         any_unseeded=len(seeded) < len(rand))
             names += ["random_idx", "random_rows"]
             arrays += [rand, rrows]
@@ -231,13 +237,19 @@ class ModelRunner:
         t = dict(zip(info["names"], views))
         md = SamplingMetadata(all_greedy=info["all_greedy"], banned_rows=t.get("banned_rows"),
                               banned_tokens=t.get("banned_tokens"))
+        batch = self.input_batch
+        if info["penalties"] is not None:
+            views = [t[name] for name in PenaltyStep.ARRAY_NAMES]
+            for name, value in batch.penalties.update_and_gather(info["penalties"], views).items():
+                setattr(md, name, value)
         if md.all_greedy:
             return md
-        batch, rrows = self.input_batch, t["random_rows"]
+        rrows = t["random_rows"]
         md.random_idx = t["random_idx"] if info["mixed"] else None
         md.temperature = batch.temperature_dev[rrows]
         md.top_k = batch.top_k_dev[rrows] if info["top_k"] else None
         md.top_p = batch.top_p_dev[rrows] if info["top_p"] else None
+        md.min_p = batch.min_p_dev[rrows] if info["min_p"] else None
         md.any_unseeded = info["any_unseeded"]
         if info["any_seeded"]:
             md.seeded_idx = t["seeded_idx"]

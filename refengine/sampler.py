@@ -1,4 +1,5 @@
-"""Sampler: greedy, temperature, top-k, top-p, min_tokens masking and per-request seeds, vectorised on the device.
+"""Sampler: min_tokens masking, penalties, greedy, temperature, min-p, top-k, top-p and per-request seeds,
+vectorised on the device, in vLLM's order (masking and penalties change greedy rows too).
 
 Nothing here reads a device value on the host: the model runner decides from its host copies of the parameters
 which paths a step needs (all greedy? any top-k? any seed?) and hands over device index tensors, and the sampler
@@ -33,6 +34,14 @@ class SamplingMetadata:
     any_unseeded: bool = True
     banned_rows: torch.Tensor | None = None  # [m] int64 } (row, token id) pairs masked to -inf: EOS and stop
     banned_tokens: torch.Tensor | None = None  # [m] int64 } ids of rows still short of min_tokens
+    min_p: torch.Tensor | None = None  # [r] float32, 0 = off (None: off for every row)
+    # penalties (None: no row of the step has one); the tables are the penalised rows' own, gathered
+    penalty_idx: torch.Tensor | None = None  # [p] int64: the rows (of n) that carry a penalty
+    prompt_mask: torch.Tensor | None = None  # [p, V] bool: the token occurs in the prompt
+    output_counts: torch.Tensor | None = None  # [p, V] int32: occurrences in the output so far
+    presence_penalty: torch.Tensor | None = None  # [p] float32
+    frequency_penalty: torch.Tensor | None = None  # [p] float32
+    repetition_penalty: torch.Tensor | None = None  # [p] float32
 
 
 def _mul32(x: torch.Tensor, c: int) -> torch.Tensor:
@@ -50,16 +59,80 @@ def _fmix32(h: torch.Tensor) -> torch.Tensor:
     return h ^ (h >> 16)
 
 
+def _as_int32(x: torch.Tensor) -> torch.Tensor:
+    """uint32 values held in int64 -> int32 with the same 32 bits (two's complement)."""
+    return (x - ((x >> 31) << 32)).to(torch.int32)
+
+
+def _fmix32_i32(h: torch.Tensor) -> torch.Tensor:
+    """_fmix32 on 32-bit patterns held in int32, in place: int32 products wrap mod 2**32 (what _mul32 computes),
+    and the arithmetic right shifts are masked to logical ones. Half the bytes of int64 and a third of its ops:
+    this runs over the whole [s, V] noise table."""
+    h ^= (h >> 16) & 0xFFFF
+    h *= _C1_I32
+    h ^= (h >> 13) & 0x7FFFF
+    h *= _C2_I32
+    h ^= (h >> 16) & 0xFFFF
+    return h
+
+
+_C1_I32 = 0x85EBCA6B - (1 << 32)  # _fmix32's constants as int32 values
+_C2_I32 = 0xC2B2AE35 - (1 << 32)
+_vocab_hash: dict[tuple[int, torch.device], torch.Tensor] = {}  # the per-token part of the hash, [V] int32
+
+
+def _vocab_part(vocab_size: int, device: torch.device) -> torch.Tensor:
+    key = (vocab_size, device)
+    if key not in _vocab_hash:
+        vocab = torch.arange(vocab_size, dtype=torch.int64, device=device)
+        _vocab_hash[key] = _as_int32(_mul32(vocab, 0x9E3779B1))
+    return _vocab_hash[key]
+
+
 def seeded_exponential(seeds: torch.Tensor, output_index: torch.Tensor, vocab_size: int) -> torch.Tensor:
-    """[s] seeds, [s] output indices -> [s, vocab] Exp(1) noise, a pure function of (seed, k, token id)."""
+    """[s] seeds, [s] output indices -> [s, vocab] Exp(1) noise, a pure function of (seed, k, token id).
+
+    Per row: key = mix(seed, k) (int64, exact); per token: u = fmix(fmix(key ^ token * C) + key), the top 24 bits
+    of which give u in (0, 1). `seeded_exponential_reference` is the same in plain int64 arithmetic."""
+    seed_lo, seed_hi = seeds & _M32, (seeds >> 32) & _M32
+    key = _fmix32(seed_lo ^ _fmix32((seed_hi + 0x9E3779B9) & _M32))
+    key = _as_int32(_fmix32(key ^ _fmix32((output_index + 0x7F4A7C15) & _M32)))[:, None]  # [s, 1]
+    h = _fmix32_i32(key ^ _vocab_part(vocab_size, seeds.device)[None, :])  # [s, V]
+    h = _fmix32_i32(h.add_(key))
+    u = ((h >> 8) & 0xFFFFFF).to(torch.float32).add_(0.5).mul_(1.0 / (1 << 24))  # (0, 1), exactly representable
+    return u.log_().neg_()
+
+
+def seeded_exponential_reference(seeds: torch.Tensor, output_index: torch.Tensor, vocab_size: int) -> torch.Tensor:
+    """The definition of the seeded noise in int64 arithmetic that never overflows (the oracle of the fast path)."""
     seed_lo, seed_hi = seeds & _M32, (seeds >> 32) & _M32
     key = _fmix32(seed_lo ^ _fmix32((seed_hi + 0x9E3779B9) & _M32))
     key = _fmix32(key ^ _fmix32((output_index + 0x7F4A7C15) & _M32))  # [s]
     vocab = torch.arange(vocab_size, dtype=torch.int64, device=seeds.device)
     h = _fmix32(key[:, None] ^ _mul32(vocab, 0x9E3779B1)[None, :])  # [s, V]
     h = _fmix32((h + key[:, None]) & _M32)
-    u = ((h >> 8).to(torch.float32) + 0.5) * (1.0 / (1 << 24))  # (0, 1), exactly representable
+    u = ((h >> 8).to(torch.float32) + 0.5) * (1.0 / (1 << 24))
     return -torch.log(u)
+
+
+def apply_penalties(logits: torch.Tensor, prompt_mask: torch.Tensor, output_counts: torch.Tensor,
+                    presence: torch.Tensor, frequency: torch.Tensor, repetition: torch.Tensor) -> torch.Tensor:
+    """vLLM's apply_penalties on logits [p, V] (in place): repetition on every token seen in prompt or output
+    (positive logits divided by it, the rest multiplied), then the OpenAI-style frequency and presence penalties
+    on the output's tokens."""
+    output_mask = output_counts > 0
+    rp = repetition[:, None]
+    seen = prompt_mask | output_mask
+    logits.copy_(torch.where(seen, torch.where(logits > 0, logits / rp, logits * rp), logits))
+    logits -= frequency[:, None] * output_counts
+    logits -= presence[:, None] * output_mask
+    return logits
+
+
+def _mask_min_p(logits: torch.Tensor, min_p: torch.Tensor) -> torch.Tensor:
+    """Drop tokens whose probability is below min_p times the most likely token's (vLLM's min_p)."""
+    probs = logits.softmax(dim=-1)
+    return logits.masked_fill(probs < probs.amax(dim=-1, keepdim=True) * min_p[:, None], float("-inf"))
 
 
 def _mask_top_k_top_p(logits: torch.Tensor, top_k: torch.Tensor | None, top_p: torch.Tensor | None) -> torch.Tensor:
@@ -84,10 +157,15 @@ def sample(logits: torch.Tensor, md: SamplingMetadata, generator: torch.Generato
     """logits [n, V] float32 (this step's own, modified in place) -> [n] int64 token ids, on the device."""
     if md.banned_rows is not None:  # no stop condition may fire before min_tokens
         logits[md.banned_rows, md.banned_tokens] = float("-inf")
+    if md.penalty_idx is not None:
+        logits[md.penalty_idx] = apply_penalties(logits[md.penalty_idx], md.prompt_mask, md.output_counts,
+                                                 md.presence_penalty, md.frequency_penalty, md.repetition_penalty)
     if md.all_greedy:
         return logits.argmax(dim=-1)
     sub = logits if md.random_idx is None else logits[md.random_idx]  # [r, V]
     sub = sub / md.temperature[:, None]
+    if md.min_p is not None:
+        sub = _mask_min_p(sub, md.min_p)
     if md.top_k is not None or md.top_p is not None:
         sub = _mask_top_k_top_p(sub, md.top_k, md.top_p)
     probs = sub.softmax(dim=-1)

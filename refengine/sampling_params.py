@@ -3,14 +3,33 @@
 Every field is checked in __post_init__ (ValueError naming it), so that nothing accepted here can fail later inside
 a step. What depends on the model (stop_token_ids inside the vocabulary, top_k beyond it) is checked, and the
 params copied, by LLMEngine.add_request.
+
+vLLM's other SamplingParams fields (logprobs, logit_bias, bad_words, ...) are accepted as keywords so that vLLM
+code runs unchanged; at their defaults they mean nothing, any other value is a ValueError "<field> is not supported
+by refengine" rather than being silently ignored. A keyword neither refengine nor vLLM knows is a ValueError too.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import enum
+import functools
+from dataclasses import dataclass, field, fields
 
 from refengine.checks import INT64_MAX, INT64_MIN, check_bool, check_int, check_real
 
 _GREEDY_EPS = 1e-5  # temperatures below this are treated as greedy, as vLLM does
+PENALTY_LIMIT = 2.0  # presence / frequency penalties lie in [-2, 2] (OpenAI's and vLLM's range)
+
+
+class RequestOutputKind(enum.Enum):
+    """vLLM's enum, so that `output_kind=RequestOutputKind.CUMULATIVE` (its default) is accepted."""
+
+    CUMULATIVE = 0
+    DELTA = 1
+    FINAL_ONLY = 2
+
+
+def _unsupported(default=None):
+    return field(default=default, repr=False, metadata={"unsupported": True})
 
 
 @dataclass
@@ -27,6 +46,39 @@ class SamplingParams:
     include_stop_str_in_output: bool = False
     n: int = 1  # completions per prompt; only 1 is supported (accepted so that vLLM-style calls work)
     extra: dict = field(default_factory=dict, repr=False)
+    # penalties (vLLM's apply_penalties; applied before temperature, to greedy rows too)
+    presence_penalty: float = 0.0  # subtracted once from every token the output holds
+    frequency_penalty: float = 0.0  # subtracted per occurrence in the output
+    repetition_penalty: float = 1.0  # tokens seen in prompt or output: logit / rp if > 0, else logit * rp
+    min_p: float = 0.0  # drop tokens whose probability is below min_p * the top token's (after temperature)
+    # vLLM-only fields: accepted at their defaults (see the module docstring)
+    best_of: int | None = _unsupported()
+    logprobs: int | None = _unsupported()
+    prompt_logprobs: int | None = _unsupported()
+    prompt_logprob_token_ids: list[int] | None = _unsupported()
+    prompt_logprob_start: int | None = _unsupported()
+    logprob_token_ids: list[int] | None = _unsupported()
+    flat_logprobs: bool = _unsupported(False)
+    detokenize: bool = _unsupported(True)
+    skip_special_tokens: bool = _unsupported(True)
+    spaces_between_special_tokens: bool = _unsupported(True)
+    output_kind: RequestOutputKind = _unsupported(RequestOutputKind.CUMULATIVE)
+    stream_interval: int | None = _unsupported()
+    structured_outputs: object | None = _unsupported()
+    guided_decoding: object | None = _unsupported()
+    logit_bias: dict[int, float] | None = _unsupported()
+    allowed_token_ids: list[int] | None = _unsupported()
+    bad_words: list[str] | None = _unsupported()
+    logits_processors: list | None = _unsupported()
+    truncate_prompt_tokens: int | None = _unsupported()
+    thinking_token_budget: int | None = _unsupported()
+    repetition_detection: object | None = _unsupported()
+    skip_reading_prefix_cache: bool | None = _unsupported()
+    routed_experts_prompt_start: int = _unsupported(0)
+    trace_decode_token_ids: list[int] | None = _unsupported()
+    # no effect on the tokens in vLLM either (plugin arguments; a cloning hint): any value is accepted
+    extra_args: dict | None = field(default=None, repr=False)
+    skip_clone: bool = field(default=False, repr=False)
 
     def __post_init__(self) -> None:
         self.max_tokens = check_int("max_tokens", self.max_tokens, 1)
@@ -46,6 +98,17 @@ class SamplingParams:
             raise ValueError(f"n must be 1 (refengine returns one completion per prompt), got {self.n!r}")
         if not isinstance(self.extra, dict):
             raise ValueError(f"extra must be a dict, got {self.extra!r}")
+        for name in ("presence_penalty", "frequency_penalty"):
+            setattr(self, name, check_real(name, getattr(self, name), -PENALTY_LIMIT, PENALTY_LIMIT))
+        self.repetition_penalty = check_real("repetition_penalty", self.repetition_penalty, 0.0, min_open=True)
+        self.min_p = check_real("min_p", self.min_p, 0.0, 1.0)
+        if self.extra_args is not None and not isinstance(self.extra_args, dict):
+            raise ValueError(f"extra_args must be a dict or None, got {self.extra_args!r}")
+        self.skip_clone = check_bool("skip_clone", self.skip_clone)
+        for f in _UNSUPPORTED:
+            if not _at_default(f.name, getattr(self, f.name), f.default):
+                raise ValueError(f"{f.name} is not supported by refengine (only its default, {f.default!r}), "
+                                 f"got {getattr(self, f.name)!r}")
 
     @staticmethod
     def _stop_list(stop: object) -> list[str]:
@@ -71,3 +134,39 @@ class SamplingParams:
     @property
     def greedy(self) -> bool:
         return self.temperature < _GREEDY_EPS
+
+    @property
+    def has_penalties(self) -> bool:
+        return self.presence_penalty != 0.0 or self.frequency_penalty != 0.0 or self.repetition_penalty != 1.0
+
+
+_UNSUPPORTED = tuple(f for f in fields(SamplingParams) if f.metadata.get("unsupported"))
+_FIELD_NAMES = frozenset(f.name for f in fields(SamplingParams))
+# values vLLM treats exactly as the default: best_of=1 is n, an empty list or dict restricts nothing,
+# thinking_token_budget=-1 is unlimited
+_SAME_AS_DEFAULT = {"best_of": (1,), "thinking_token_budget": (-1,)}
+
+
+def _at_default(name: str, value: object, default: object) -> bool:
+    if default is None:
+        return value is None or value in _SAME_AS_DEFAULT.get(name, ()) or (
+            isinstance(value, (list, tuple, dict)) and not value and name != "allowed_token_ids")
+    return type(value) is type(default) and value == default
+
+
+# The dataclass's own __init__ raises TypeError for a keyword it does not know; vLLM users get a ValueError naming
+# it, as for every other bad input. (dataclasses.replace and copies go through the same __init__.)
+_dataclass_init = SamplingParams.__init__
+
+
+@functools.wraps(_dataclass_init)
+def _init(self, *args, **kwargs) -> None:
+    unknown = sorted(set(kwargs) - _FIELD_NAMES)
+    if unknown:
+        raise ValueError(f"{unknown[0]} is not a SamplingParams field (neither refengine nor vLLM has it)")
+    if len(args) > len(_FIELD_NAMES):
+        raise ValueError(f"SamplingParams takes at most {len(_FIELD_NAMES)} positional arguments, got {len(args)}")
+    _dataclass_init(self, *args, **kwargs)
+
+
+SamplingParams.__init__ = _init

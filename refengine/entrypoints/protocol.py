@@ -2,8 +2,10 @@
 SamplingParams.
 
 Unknown request fields are accepted and ignored, as OpenAI clients send many optional ones; fields the engine
-cannot honour (n > 1, logprobs, echo, suffix, best_of > 1, tools) are rejected with a 400 naming the field rather
-than silently ignored, so that a client never mistakes an unsupported answer for a real one.
+cannot honour (n > 1, logprobs, echo, suffix, best_of > 1, tools, and vLLM's logit_bias, bad_words, ... at other
+than their defaults) are rejected with a 400 naming the field rather than silently ignored, so that a client never
+mistakes an unsupported answer for a real one. The penalties and min_p pass through to SamplingParams, whose
+ValueError (naming the field) is the 400.
 """
 from __future__ import annotations
 
@@ -56,6 +58,15 @@ class _SamplingFields(BaseModel):
     presence_penalty: Optional[float] = None
     frequency_penalty: Optional[float] = None
     repetition_penalty: Optional[float] = None
+    min_p: Optional[float] = None
+    # vLLM's sampling extras that refengine does not implement: SamplingParams refuses them unless at the default
+    logit_bias: Optional[dict[str, float]] = None
+    allowed_token_ids: Optional[list[int]] = None
+    bad_words: Optional[list[str]] = None
+    skip_special_tokens: bool = True
+    spaces_between_special_tokens: bool = True
+    truncate_prompt_tokens: Optional[int] = None
+    prompt_logprobs: Optional[int] = None
     user: Optional[str] = None
     priority: int = 0
 
@@ -64,11 +75,6 @@ class _SamplingFields(BaseModel):
             raise BadRequest(f"n must be 1 (this server returns one choice per prompt), got {self.n}", "n")
         if self.best_of not in (None, 1):
             raise BadRequest(f"best_of must be 1 or unset, got {self.best_of}", "best_of")
-        for name in ("presence_penalty", "frequency_penalty"):
-            if getattr(self, name) not in (None, 0, 0.0):
-                raise BadRequest(f"{name} is not supported (only 0)", name)
-        if self.repetition_penalty not in (None, 1, 1.0):
-            raise BadRequest("repetition_penalty is not supported (only 1.0)", "repetition_penalty")
         if self.stream_options is not None and not self.stream:
             raise BadRequest("stream_options is only allowed when stream is true", "stream_options")
 
@@ -79,15 +85,21 @@ class _SamplingFields(BaseModel):
             stop=[self.stop] if isinstance(self.stop, str) else self.stop, stop_token_ids=self.stop_token_ids,
             include_stop_str_in_output=self.include_stop_str_in_output, seed=self.seed,
         )
-        for name, default in (("temperature", 1.0), ("top_p", 1.0), ("top_k", 0)):
+        for name, default in (("temperature", 1.0), ("top_p", 1.0), ("top_k", 0), ("presence_penalty", 0.0),
+                              ("frequency_penalty", 0.0), ("repetition_penalty", 1.0), ("min_p", 0.0)):
             value = getattr(self, name)
             kw[name] = default if value is None else value
+        for name in _PASSED_THROUGH:
+            kw[name] = getattr(self, name)
         return SamplingParams(**kw)
 
     @property
     def include_usage(self) -> bool:
         return bool(self.stream_options and self.stream_options.include_usage)
 
+
+_PASSED_THROUGH = ("logit_bias", "allowed_token_ids", "bad_words", "skip_special_tokens",
+                   "spaces_between_special_tokens", "truncate_prompt_tokens", "prompt_logprobs")
 
 Prompt = Union[str, list[int], list[str], list[list[int]]]
 

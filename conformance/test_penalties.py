@@ -1,0 +1,229 @@
+"""Presence / frequency / repetition penalties and min_p, and vLLM's other SamplingParams fields.
+
+* the sampler's penalised logits, greedy tokens and seeded draws equal a plain per-row torch reference of vLLM's
+  apply_penalties (Hypothesis: small vocabularies, token histories grown over several steps, rows re-admitted),
+  through the same incremental device tables the runner keeps (refengine/penalties.py);
+* min_p keeps exactly the tokens whose probability reaches min_p times the top one's;
+* end to end on tiny-qwen2: penalised greedy (and seeded) requests give the same tokens alone and in a crowd,
+  sync and async, across recompute and swap preemption, chunked prefill and prefix-cache hits; and a strong
+  frequency penalty stops the repetition that the penalty-free run shows;
+* every new field's bad values, vLLM-only fields at other than their defaults, and unknown keywords: ValueError.
+"""
+from __future__ import annotations
+
+import collections
+import dataclasses
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from conformance.engine_helpers import greedy, make_prompts
+from refengine import LLM, SamplingParams
+from refengine.penalties import PenaltyTables
+from refengine.sampler import SamplingMetadata, sample
+from refengine.sampling_params import RequestOutputKind
+
+# ---- the oracle ---------------------------------------------------------------------------------------------
+
+
+def reference_penalties(logits: torch.Tensor, prompt: list[int], output: list[int], presence: float,
+                        frequency: float, repetition: float) -> torch.Tensor:
+    """vLLM's formulas for one row, token by token, in float32 (the engine's dtype for logits and parameters)."""
+    out = logits.clone()
+    counts = collections.Counter(output)
+    pp, fp, rp = (torch.tensor(x, dtype=torch.float32) for x in (presence, frequency, repetition))
+    for t in range(out.shape[0]):
+        x = out[t]
+        if t in prompt or counts[t]:
+            x = x / rp if x > 0 else x * rp
+        x = x - fp * counts[t]
+        x = x - pp * (1.0 if counts[t] else 0.0)
+        out[t] = x
+    return out
+
+
+_penalty = st.one_of(st.just(0.0), st.floats(-2.0, 2.0, width=32))
+_repetition = st.one_of(st.just(1.0), st.floats(0.0625, 4.0, width=32))
+
+
+@settings(max_examples=60, deadline=None)
+@given(data=st.data())
+def test_penalised_logits_and_tokens_equal_the_per_row_reference(data):
+    vocab = data.draw(st.integers(2, 20), label="vocab")
+    n = data.draw(st.integers(1, 4), label="rows")
+    tok = st.integers(0, vocab - 1)
+    params = [SamplingParams(presence_penalty=data.draw(_penalty), frequency_penalty=data.draw(_penalty),
+                             repetition_penalty=data.draw(_repetition)) for _ in range(n)]
+    tables = PenaltyTables(n, vocab, torch.device("cpu"))
+    token_ids = np.zeros((n, 64), dtype=np.int32)
+    history = [data.draw(st.lists(tok, min_size=1, max_size=8), label=f"prompt {r}") for r in range(n)]
+    num_prompt = np.array([len(h) for h in history], dtype=np.int64)
+    for r in range(n):
+        token_ids[r, : len(history[r])] = history[r]
+        tables.set_row(r, params[r])
+    for step in range(data.draw(st.integers(1, 4), label="steps")):
+        for r in range(n):
+            new = data.draw(st.lists(tok, max_size=3), label=f"step {step} row {r} new tokens")
+            token_ids[r, len(history[r]) : len(history[r]) + len(new)] = new
+            history[r] += new
+            if data.draw(st.booleans(), label="re-admitted (resumed after preemption)"):
+                tables.set_row(r, params[r])
+        rows = np.array(sorted(data.draw(st.sets(st.integers(0, n - 1), min_size=1), label="sampling rows")))
+        num_tokens = np.array([len(h) for h in history], dtype=np.int64)
+        logits = torch.tensor(data.draw(st.lists(st.floats(-20.0, 20.0, width=32), min_size=len(rows) * vocab,
+                                                 max_size=len(rows) * vocab)), dtype=torch.float32)
+        logits = logits.view(len(rows), vocab)
+        expect = torch.stack([reference_penalties(logits[i], history[r][: num_prompt[r]], history[r][num_prompt[r]:],
+                                                  *_pfr(params[r])) for i, r in enumerate(rows.tolist())])
+        md = SamplingMetadata(all_greedy=True)
+        step_state = tables.step_arrays(rows, token_ids, num_tokens, num_prompt)
+        if step_state is not None:
+            views = [torch.from_numpy(np.ascontiguousarray(a, dtype=np.int64)) for a in step_state.arrays]
+            for name, value in tables.update_and_gather(step_state, views).items():
+                setattr(md, name, value)
+        got = logits.clone()
+        tokens = sample(got, md, None)  # penalises `got` in place, then the argmax
+        assert torch.equal(got, expect)
+        assert torch.equal(tokens, expect.argmax(dim=-1))
+        # random rows with seeds: the penalties come before temperature, as for the reference logits
+        seeded = dataclasses.replace(md, all_greedy=False, temperature=torch.full((len(rows),), 0.7),
+                                     seeded_idx=torch.arange(len(rows)), seeds=torch.tensor(rows * 31 + step),
+                                     output_index=torch.zeros(len(rows), dtype=torch.int64), any_unseeded=False)
+        unpenalised = dataclasses.replace(seeded, penalty_idx=None)
+        assert torch.equal(sample(logits.clone(), seeded, None), sample(expect.clone(), unpenalised, None))
+
+
+def _pfr(sp: SamplingParams) -> tuple[float, float, float]:
+    return sp.presence_penalty, sp.frequency_penalty, sp.repetition_penalty
+
+
+def test_min_p_keeps_exactly_the_tokens_above_its_share_of_the_top():
+    logits = torch.log(torch.tensor([[0.5, 0.3, 0.12, 0.08], [0.4, 0.35, 0.2, 0.05]]))
+    md = SamplingMetadata(all_greedy=False, temperature=torch.ones(2), min_p=torch.tensor([0.5, 0.3]))
+    gen = torch.Generator().manual_seed(0)
+    seen = [set(), set()]
+    for _ in range(300):
+        for row, t in enumerate(sample(logits.clone(), md, gen).tolist()):
+            seen[row].add(t)
+    # row 0 keeps p >= 0.25 (tokens 0, 1), row 1 keeps p >= 0.12 (tokens 0, 1, 2): 300 draws see each of them
+    assert seen == [{0, 1}, {0, 1, 2}]
+
+
+# ---- end to end on the tiny model -----------------------------------------------------------------------------
+
+BLOCK = 4
+LENS = (5, 17, 40, 9, 30)
+SHARED = make_prompts((24,), seed=5)[0]  # a prefix two prompts share: prefix-cache hits
+TIGHT_BLOCKS = 20  # fits the longest request alone (13 blocks), not the seven together (~65): preemption
+PENALTIES = [dict(repetition_penalty=1.3), dict(frequency_penalty=0.7), dict(presence_penalty=0.5, repetition_penalty=0.8),
+             {}, dict(frequency_penalty=-0.4, presence_penalty=1.1), dict(repetition_penalty=1.6), {}]
+
+
+@pytest.fixture(scope="module")
+def crowd() -> tuple[list[list[int]], list[SamplingParams]]:
+    ps = make_prompts(LENS, seed=11)
+    prompts = ps + [SHARED + p[:6] for p in ps[:2]]
+    params = [greedy(12, **kw) for kw in PENALTIES]
+    params[3] = SamplingParams(max_tokens=12, temperature=0.8, seed=5, repetition_penalty=1.2)  # seeded: comparable
+    return prompts, params
+
+
+@pytest.fixture(scope="module")
+def alone(crowd) -> list[list[int]]:
+    llm = LLM("tiny-qwen2", block_size=BLOCK, num_gpu_blocks=256)
+    return [llm.generate([p], sp)[0].outputs[0].token_ids for p, sp in zip(*crowd)]
+
+
+@pytest.mark.parametrize("knobs", [
+    dict(num_gpu_blocks=TIGHT_BLOCKS, max_num_batched_tokens=32),
+    dict(num_gpu_blocks=TIGHT_BLOCKS, max_num_batched_tokens=32, async_scheduling=True),
+    dict(num_gpu_blocks=TIGHT_BLOCKS, num_cpu_blocks=64, preemption_mode="swap", max_num_batched_tokens=32,
+         async_scheduling=True),
+], ids=["recompute-sync", "recompute-async", "swap-async"])
+def test_penalised_requests_give_the_same_tokens_alone_and_in_a_crowd(crowd, alone, knobs):
+    llm = LLM("tiny-qwen2", block_size=BLOCK, **knobs)
+    outs = llm.generate(*crowd)
+    assert [o.outputs[0].token_ids for o in outs] == alone
+    sched = llm.llm_engine.scheduler
+    assert sched.num_preemptions > 0, "the KV pool was meant to force preemptions"
+    assert any(r.num_cached_tokens > 0 for r in llm.llm_engine.finished_requests), "meant to hit the prefix cache"
+
+
+def test_a_strong_frequency_penalty_stops_the_repetition(crowd):
+    prompts = crowd[0][:4]
+    llm = LLM("tiny-qwen2", block_size=BLOCK, num_gpu_blocks=256)
+    free = [o.outputs[0].token_ids for o in llm.generate(prompts, greedy(16))]
+    # (the random-weight model loops on one token: the premise that gives the check its teeth)
+    assert all(len(set(ids)) < len(ids) for ids in free), free
+    penalised = [o.outputs[0].token_ids for o in llm.generate(prompts, greedy(16, frequency_penalty=2.0))]
+    assert all(len(set(ids)) == len(ids) for ids in penalised), penalised
+    repetition = [o.outputs[0].token_ids for o in llm.generate(prompts, greedy(16, repetition_penalty=1.3))]
+    assert repetition != free
+
+
+# ---- SamplingParams: the fields and their checks --------------------------------------------------------------
+
+BAD_VALUES = [
+    ("presence_penalty", 2.5), ("presence_penalty", -2.01), ("presence_penalty", True), ("presence_penalty", "0.5"),
+    ("frequency_penalty", 3.0), ("frequency_penalty", float("nan")), ("frequency_penalty", False),
+    ("repetition_penalty", 0.0), ("repetition_penalty", -1.0), ("repetition_penalty", float("inf")),
+    ("repetition_penalty", True), ("min_p", -0.1), ("min_p", 1.5), ("min_p", True),
+    ("extra_args", [1]), ("skip_clone", 1),
+]
+
+
+@pytest.mark.parametrize("field, value", BAD_VALUES)
+def test_bad_values_raise_value_error_naming_the_field(field, value):
+    with pytest.raises(ValueError, match=field):
+        SamplingParams(**{field: value})
+
+
+# one non-default value per vLLM-only field (the set must match the class's, so a new field needs a case here)
+NOT_DEFAULT = {
+    "best_of": 2, "logprobs": 1, "prompt_logprobs": 0, "prompt_logprob_token_ids": [3], "prompt_logprob_start": 1,
+    "logprob_token_ids": [3], "flat_logprobs": True, "detokenize": False, "skip_special_tokens": False,
+    "spaces_between_special_tokens": False, "output_kind": RequestOutputKind.DELTA, "stream_interval": 2,
+    "structured_outputs": {"regex": "a+"}, "guided_decoding": {"regex": "a+"}, "logit_bias": {3: 1.0},
+    "allowed_token_ids": [3], "bad_words": ["x"], "logits_processors": [lambda ids, x: x],
+    "truncate_prompt_tokens": 8, "thinking_token_budget": 16, "repetition_detection": {"min_count": 3},
+    "skip_reading_prefix_cache": True, "routed_experts_prompt_start": 1, "trace_decode_token_ids": [1, 2],
+}
+
+
+def test_every_vllm_only_field_has_a_case():
+    unsupported = {f.name for f in dataclasses.fields(SamplingParams) if f.metadata.get("unsupported")}
+    assert unsupported == set(NOT_DEFAULT)
+
+
+@pytest.mark.parametrize("field", sorted(NOT_DEFAULT))
+def test_vllm_only_fields_pass_at_their_default_and_refuse_any_other_value(field):
+    default = next(f.default for f in dataclasses.fields(SamplingParams) if f.name == field)
+    assert getattr(SamplingParams(**{field: default}), field) == default
+    with pytest.raises(ValueError, match=f"{field} is not supported by refengine"):
+        SamplingParams(**{field: NOT_DEFAULT[field]})
+
+
+def test_values_vllm_treats_as_the_default_are_accepted():
+    SamplingParams(best_of=1, bad_words=[], logit_bias={}, thinking_token_budget=-1, extra_args={"plugin": 1},
+                   skip_clone=True, output_kind=RequestOutputKind.CUMULATIVE)
+
+
+@pytest.mark.parametrize("kw", [{"no_such_field": 1}, {"presence_penalties": 0.5}, {"use_beam_search": True}])
+def test_unknown_keyword_is_a_value_error_naming_it(kw):
+    with pytest.raises(ValueError, match=next(iter(kw))):
+        SamplingParams(**kw)
+
+
+def test_positional_use_replace_and_penalty_defaults_are_unchanged():
+    sp = SamplingParams(8, 2, 0.5, 0.9, 5, 7, "x", [3], True, True)
+    assert (sp.max_tokens, sp.min_tokens, sp.temperature, sp.top_p, sp.top_k, sp.seed, sp.stop, sp.stop_token_ids,
+            sp.ignore_eos, sp.include_stop_str_in_output) == (8, 2, 0.5, 0.9, 5, 7, ["x"], [3], True, True)
+    assert (sp.presence_penalty, sp.frequency_penalty, sp.repetition_penalty, sp.min_p) == (0.0, 0.0, 1.0, 0.0)
+    assert not sp.has_penalties
+    copy = dataclasses.replace(sp, repetition_penalty=1.5)
+    assert copy.has_penalties and copy.max_tokens == 8 and copy.stop == ["x"]
+    with pytest.raises(ValueError, match="repetition_penalty"):
+        dataclasses.replace(sp, repetition_penalty=0)
