@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import torch
 
-from refengine.sampler import SamplingMetadata, sample, seeded_exponential
+from refengine.sampler import SamplingMetadata, sample, seeded_exponential, seeded_exponential_reference
 
 VOCAB = 64
 # draws of one categorical over 4 tokens: the frequencies' standard error at 20k draws is below 0.004, so 0.02
@@ -33,6 +33,16 @@ def test_seeded_noise_depends_on_seed_and_index_only():
     assert torch.equal(alone[0], noise[1])  # the same whatever else is in the batch
     for a, b in ((0, 1), (0, 2), (0, 3)):  # another output index, another seed, another high word of the seed
         assert not torch.equal(noise[a], noise[b])
+
+
+def test_seeded_noise_fast_path_equals_the_int64_definition():
+    """The int32 path (wrapping products, masked shifts, the per-token part cached per vocabulary size) draws
+    exactly the values of the overflow-free int64 definition, over a whole Qwen vocabulary and at the edges of
+    the 32-bit halves of seeds and output indices."""
+    seeds = torch.tensor([0, 1, 2**31 - 1, 2**31, 2**32 - 1, 2**32, 2**62 + 5, 2**63 - 1, 123456789012345])
+    k = torch.tensor([0, 1, 2**31 - 1, 2**31, 2**32 - 1, 7, 2**33 + 3, 100_000, 5])
+    for vocab in (151936, VOCAB, 1):
+        assert torch.equal(seeded_exponential(seeds, k, vocab), seeded_exponential_reference(seeds, k, vocab))
 
 
 def test_seeded_noise_is_exponential():

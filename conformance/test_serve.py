@@ -18,6 +18,7 @@ pytest.importorskip("fastapi", reason="cbbench serve needs fastapi (pip install 
 from fastapi.testclient import TestClient  # noqa: E402
 
 from conformance.http.test_http_errors import BAD
+from refengine import LLM, SamplingParams
 from refengine.engine import LLMEngine
 from refengine.entrypoints.api_server import build_app
 from refengine.entrypoints.chat import chat_renderer, chatml
@@ -27,9 +28,13 @@ GREEDY = dict(temperature=0.0, ignore_eos=True)
 
 
 @pytest.fixture(scope="module")
-def client():
-    engine = LLMEngine(MODEL, max_num_seqs=8, stats_log_size=1)
-    with TestClient(build_app(engine)) as c:  # runs the lifespan: the engine thread starts and stops with it
+def served_engine() -> LLMEngine:
+    return LLMEngine(MODEL, max_num_seqs=8, stats_log_size=1)  # (finished_requests keeps the last request)
+
+
+@pytest.fixture(scope="module")
+def client(served_engine):
+    with TestClient(build_app(served_engine)) as c:  # runs the lifespan: the engine thread starts and stops with it
         yield c
 
 
@@ -80,6 +85,36 @@ def test_refused_input_is_a_400_naming_the_field(client, case):
 def test_unsupported_openai_fields_are_refused(client, field, value):
     r = _post(client, "/v1/completions", prompt="Hi", max_tokens=2, **{field: value})
     assert r.status_code == 400 and r.json()["error"]["param"] == field, r.text
+
+
+PENALTIES = dict(frequency_penalty=1.2, presence_penalty=0.4, repetition_penalty=1.3)
+
+
+@pytest.mark.parametrize("path", ["/v1/completions", "/v1/chat/completions"])
+def test_penalties_pass_through_to_the_same_tokens_as_in_process(client, served_engine, path, monkeypatch):
+    """The served request's tokens (and text) equal an in-process LLM's on the same prompt ids and penalties, and
+    differ from the penalty-free run (so the penalties did reach the sampler)."""
+    served: dict[str, tuple[list[int], list[int]]] = {}  # request id -> (prompt ids, output ids), from the steps
+    step = served_engine.step
+
+    def recording_step():
+        outs = step()
+        for o in outs:
+            served.setdefault(o.request_id, (list(o.prompt_token_ids), []))[1].extend(o.outputs[0].token_ids)
+        return outs
+
+    monkeypatch.setattr(served_engine, "step", recording_step)
+    body = {"prompt": [9707, 1879, 11, 40]} if "chat" not in path else {"messages": [{"role": "user", "content": "Hi"}]}
+    r = _post(client, path, max_tokens=10, **GREEDY, **PENALTIES, **body)
+    assert r.status_code == 200, r.text
+    (prompt, tokens), = served.values()
+    choice = r.json()["choices"][0]
+    text = choice["text"] if "chat" not in path else choice["message"]["content"]
+    llm = LLM(MODEL)
+    mine = llm.generate([prompt], SamplingParams(max_tokens=10, **GREEDY, **PENALTIES))[0]
+    free = llm.generate([prompt], SamplingParams(max_tokens=10, **GREEDY))[0]
+    assert tokens == mine.outputs[0].token_ids != free.outputs[0].token_ids
+    assert text == mine.outputs[0].text and r.json()["usage"]["completion_tokens"] == 10
 
 
 def test_unknown_model_is_404_and_extra_fields_are_ignored(client):
