@@ -25,6 +25,7 @@ from refengine import LLM, SamplingParams
 from refengine.penalties import PenaltyTables
 from refengine.sampler import SamplingMetadata, sample
 from refengine.sampling_params import RequestOutputKind
+from refengine.scheduler_output import SchedulerOutput
 
 # ---- the oracle ---------------------------------------------------------------------------------------------
 
@@ -185,6 +186,36 @@ def test_a_strong_frequency_penalty_stops_the_repetition(crowd):
     assert all(len(set(ids)) == len(ids) for ids in penalised), penalised
     repetition = [o.outputs[0].token_ids for o in llm.generate(prompts, greedy(16, repetition_penalty=1.3))]
     assert repetition != free
+
+
+def test_penalised_steps_still_make_one_device_to_host_transfer(monkeypatch):
+    """The runner with penalised rows (greedy and random, a mixed step with a partial prefill, then decodes): every
+    host read of a tensor is counted while execute_model runs, and only the sampled ids may cross."""
+    from conformance.test_model_runner import PROMPTS, HandScheduler, make_runner
+
+    runner, hs = make_runner(), HandScheduler()
+    calls: list[str] = []
+    for name in ("tolist", "item", "cpu", "numpy", "__bool__", "__int__", "__float__", "__index__"):
+        orig = getattr(torch.Tensor, name)
+
+        def counted(self, *a, _orig=orig, _name=name, **kw):
+            calls.append(_name)
+            return _orig(self, *a, **kw)
+
+        monkeypatch.setattr(torch.Tensor, name, counted)
+    out = SchedulerOutput()
+    hs.new(out, "a", PROMPTS[0], len(PROMPTS[0]))
+    hs.new(out, "b", PROMPTS[2], 6)  # a partial prefill beside a full one
+    out.scheduled_new_reqs[0].sampling_params = greedy(8, repetition_penalty=1.3, frequency_penalty=0.5)
+    out.scheduled_new_reqs[1].sampling_params = SamplingParams(max_tokens=8, seed=3, presence_penalty=0.7)
+    hs.step(runner, out)
+    for chunk in (len(PROMPTS[2]) - 6, 1, 1):
+        out = SchedulerOutput()
+        hs.cached(out, "a", 1)
+        hs.cached(out, "b", chunk)
+        hs.step(runner, out)
+    assert calls == ["tolist"] * 4, calls
+    assert runner.input_batch.penalties.capacity > 0  # the penalty path did run
 
 
 # ---- SamplingParams: the fields and their checks --------------------------------------------------------------
