@@ -44,6 +44,11 @@ _FIELDS = {
     "ignore_eos": st.one_of(st.booleans(), _any),
     "include_stop_str_in_output": st.one_of(st.booleans(), _any),
     "n": st.one_of(st.just(1), _any),
+    "presence_penalty": st.one_of(st.floats(-2, 2), _any),
+    "frequency_penalty": st.one_of(st.floats(-2, 2), _any),
+    "repetition_penalty": st.one_of(st.floats(0.1, 3), _any),
+    "min_p": st.one_of(st.floats(0, 1), _any),
+    "logprobs": st.one_of(st.none(), _any),  # a vLLM-only field: refused unless at its default
 }
 _prompts = st.one_of(
     st.text(min_size=0, max_size=20),
