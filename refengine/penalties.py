@@ -14,7 +14,8 @@ steps run one after another and each appends its sampled ids before the next ste
 
 Memory: only penalised rows hold a slot, and the tables grow by doubling up to max_num_seqs. At vocab 151936 a
 slot is 0.76 MB (int32 counts + bool mask), 194 MB if all 256 rows are penalised: less than vLLM's per-step
-[num_reqs, V + 1] int64 bin counts, and nothing at all is allocated while no request has a penalty.
+[num_reqs, V + 1] int64 bin counts, and nothing at all is allocated while no request has a penalty. (Like vLLM's
+penalty tensors, the tables are not in the KV-sizing profile run; gpu_memory_utilization's headroom covers them.)
 """
 from __future__ import annotations
 

@@ -10,6 +10,8 @@ by refengine" rather than being silently ignored. A keyword neither refengine no
 """
 from __future__ import annotations
 
+import copy
+import dataclasses
 import enum
 import functools
 from dataclasses import dataclass, field, fields
@@ -130,6 +132,10 @@ class SamplingParams:
             return [check_int("stop_token_ids", t, 0, INT64_MAX) for t in ids]
         except ValueError:
             raise ValueError(f"stop_token_ids must be a list of non-negative integers, got {ids!r}") from None
+
+    def clone(self) -> "SamplingParams":
+        """A deep copy (vLLM's method), checked again."""
+        return dataclasses.replace(self, **{f.name: copy.deepcopy(getattr(self, f.name)) for f in fields(self)})
 
     @property
     def greedy(self) -> bool:
