@@ -247,6 +247,19 @@ NOT_DEFAULT = {
 }
 
 
+@pytest.mark.vllm
+def test_every_vllm_sampling_field_is_a_keyword_here():
+    """Against the installed vLLM (its own environment, ci/setup_vllm_env.sh): every public SamplingParams field
+    it has is one of ours, so no vLLM call meets a 'not a SamplingParams field'."""
+    vllm_sp = pytest.importorskip("vllm.sampling_params", reason="vLLM is not installed (see ci/setup_vllm_env.sh)")
+    internal = {"output_text_buffer_length"}  # set by vLLM's __post_init__, not an input
+    cls = vllm_sp.SamplingParams  # a msgspec Struct in recent vLLM; a dataclass would list its fields the same way
+    names = getattr(cls, "__struct_fields__", None) or [f.name for f in dataclasses.fields(cls)]
+    theirs = {n for n in names if not n.startswith("_")} - internal
+    ours = {f.name for f in dataclasses.fields(SamplingParams)}
+    assert theirs <= ours, sorted(theirs - ours)
+
+
 def test_every_vllm_only_field_has_a_case():
     unsupported = {f.name for f in dataclasses.fields(SamplingParams) if f.metadata.get("unsupported")}
     assert unsupported == set(NOT_DEFAULT)
