@@ -66,8 +66,8 @@ def _as_int32(x: torch.Tensor) -> torch.Tensor:
 
 def _fmix32_i32(h: torch.Tensor) -> torch.Tensor:
     """_fmix32 on 32-bit patterns held in int32, in place: int32 products wrap mod 2**32 (what _mul32 computes),
-    and the arithmetic right shifts are masked to logical ones. Half the bytes of int64 and a third of its ops:
-    this runs over the whole [s, V] noise table."""
+    and the arithmetic right shifts are masked to logical ones. Half the bytes of int64 and 11 ops instead of
+    18 (no 16-bit split of the products): this runs over the whole [s, V] noise table."""
     h ^= (h >> 16) & 0xFFFF
     h *= _C1_I32
     h ^= (h >> 13) & 0x7FFFF
