@@ -294,5 +294,6 @@ def test_positional_use_replace_and_penalty_defaults_are_unchanged():
     assert copy.has_penalties and copy.max_tokens == 8 and copy.stop == ["x"]
     with pytest.raises(ValueError, match="repetition_penalty"):
         dataclasses.replace(sp, repetition_penalty=0)
+    assert SamplingParams(seed=-1).seed is None and SamplingParams(seed=-2).seed == -2  # vLLM: -1 is "no seed"
     clone = copy.clone()  # vLLM's deep copy
     assert clone == copy and clone.stop is not copy.stop

@@ -41,7 +41,7 @@ class SamplingParams:
     temperature: float = 1.0
     top_p: float = 1.0
     top_k: int = 0  # 0 or -1: disabled; a value >= the vocabulary size acts as disabled (as in vLLM)
-    seed: int | None = None  # any 64-bit signed integer (what the OpenAI API and torch's generators take)
+    seed: int | None = None  # any 64-bit signed integer (what the OpenAI API and torch's generators take); -1: None
     stop: str | list[str] | None = None  # one string or a list of them; stored as a list
     stop_token_ids: list[int] | None = None
     ignore_eos: bool = False
@@ -92,6 +92,8 @@ class SamplingParams:
         self.top_k = check_int("top_k", self.top_k, -1)
         if self.seed is not None:
             self.seed = check_int("seed", self.seed, INT64_MIN, INT64_MAX)
+            if self.seed == -1:  # vLLM's (and its server's) spelling of "no seed"
+                self.seed = None
         self.stop = self._stop_list(self.stop)
         self.stop_token_ids = self._token_id_list(self.stop_token_ids)
         self.ignore_eos = check_bool("ignore_eos", self.ignore_eos)
