@@ -120,8 +120,9 @@ BLOCK = 4
 LENS = (5, 17, 40, 9, 30)
 SHARED = make_prompts((24,), seed=5)[0]  # a prefix two prompts share: prefix-cache hits
 TIGHT_BLOCKS = 20  # fits the longest request alone (13 blocks), not the seven together (~65): preemption
-PENALTIES = [dict(repetition_penalty=1.3), dict(frequency_penalty=0.7), dict(presence_penalty=0.5, repetition_penalty=0.8),
-             {}, dict(frequency_penalty=-0.4, presence_penalty=1.1), dict(repetition_penalty=1.6), {}]
+PENALTIES = [dict(repetition_penalty=1.3), dict(frequency_penalty=0.7),
+             dict(presence_penalty=0.5, repetition_penalty=0.8), {}, dict(frequency_penalty=-0.4, presence_penalty=1.1),
+             dict(repetition_penalty=1.6), {}]
 
 
 @pytest.fixture(scope="module")
