@@ -32,7 +32,6 @@ Exit codes of `main_compare` (for CI): 0 no regression, 1 a regression (or a mis
 
 from __future__ import annotations
 
-import fnmatch
 import json
 import math
 import os
@@ -40,69 +39,18 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import pandas as pd
-from rich.console import Console, Group
-from rich.table import Table
+from rich.console import Console
 from rich.text import Text
 
-from .results import KEY_NAMES, LATENCY_COLUMNS, THROUGHPUT_COLUMNS, aggregate_repeats, config_key, extra_metrics, \
-    read_csv
+from .gate import FORMATS, gate_tolerances, render_json, render_markdown, render_table
+from .results import KEY_NAMES, aggregate_repeats, config_key, extra_metrics, read_csv
+# (the tolerance rules are tolerances.py's; importable from here too, as they always were)
+from .tolerances import (DEFAULT_TOLERANCES, DIRECTIONS, HIGHER, LATENCY_TOLERANCE, LOWER, THROUGHPUT_TOLERANCE,
+                         direction, parse_tolerances, resolve_tolerances)
 
-HIGHER = "higher"
-LOWER = "lower"
-DIRECTIONS: dict[str, str] = {
-    **dict.fromkeys(THROUGHPUT_COLUMNS, HIGHER),
-    **dict.fromkeys(LATENCY_COLUMNS, LOWER),
-    "prefix_cache_hit_rate": HIGHER, "mean_slot_utilisation": HIGHER, "mean_token_budget_utilisation": HIGHER,
-    "num_preemptions": LOWER, "recomputed_tokens": LOWER, "peak_kv_blocks": LOWER, "peak_kv_usage": LOWER,
-    "slot_waste": LOWER, "duration": LOWER,
-}
-THROUGHPUT_TOLERANCE = 0.05
-LATENCY_TOLERANCE = 0.10   # latency percentiles move more between runs than throughput does
-DEFAULT_TOLERANCES: dict[str, float] = {
-    **dict.fromkeys(("request_throughput", "output_throughput", "total_token_throughput", "request_goodput"),
-                    THROUGHPUT_TOLERANCE),
-    **{f"{s}_{m}_ms": LATENCY_TOLERANCE for m in ("ttft", "tpot", "itl", "e2el") for s in ("mean", "median", "p99")},
-}
-
-
-def direction(metric: str) -> str:
-    """HIGHER or LOWER is better; any other `*_ms` key (an extra percentile) is a latency."""
-    if metric in DIRECTIONS:
-        return DIRECTIONS[metric]
-    if metric.endswith("_ms"):
-        return LOWER
-    raise ValueError(f"tolerance: no known direction for metric {metric!r}")
-
-
-def resolve_tolerances(overrides: Mapping[str, float | None] | None = None) -> dict[str, float]:
-    """Defaults updated by `overrides`: keys are metric names or fnmatch patterns ("*_ttft_ms"), values relative
-    tolerances (0.05 = 5 %) or None to stop gating the metric."""
-    tol = dict(DEFAULT_TOLERANCES)
-    for pattern, value in (overrides or {}).items():
-        names = [m for m in DIRECTIONS if fnmatch.fnmatchcase(m, pattern)] or [pattern]
-        for m in names:
-            direction(m)
-            if value is None:
-                tol.pop(m, None)
-            elif not value >= 0:
-                raise ValueError(f"tolerance for {m} must be >= 0, got {value}")
-            else:
-                tol[m] = float(value)
-    return tol
-
-
-def parse_tolerances(items: Sequence[str]) -> dict[str, float | None]:
-    """CLI form: ["p99_ttft_ms=0.2", "*_throughput=3%", "mean_itl_ms=off"]."""
-    out: dict[str, float | None] = {}
-    for item in items:
-        name, sep, value = item.partition("=")
-        if not sep:
-            raise ValueError(f"tolerance: expected METRIC=VALUE, got {item!r}")
-        value = value.strip()
-        out[name.strip()] = (None if value == "off" else
-                             float(value[:-1]) / 100 if value.endswith("%") else float(value))
-    return out
-
+__all__ = ["DEFAULT_TOLERANCES", "DIRECTIONS", "HIGHER", "LATENCY_TOLERANCE", "LOWER", "NoCommonConfigs",
+           "THROUGHPUT_TOLERANCE", "compare", "direction", "ignored_key_names", "main_compare", "parse_tolerances",
+           "render_table", "resolve_tolerances"]
 
 # key columns whose value reads without its name in a config label
 _BARE = {"engine", "model", "device", "dtype", "workload", "batching"}
@@ -222,49 +170,12 @@ def _compare_metric(m: str, b: Mapping[str, Any], n: Mapping[str, Any], tol: flo
     return row
 
 
-_STYLE = {"regressed": "bold red", "improved": "green", "missing in new": "bold red", "new config": "yellow",
-          "n/a": "dim", "ok": "", "noise": "yellow"}
-
-
-def render_table(rows: Sequence[Mapping[str, Any]], *, title: str = "cbbench compare",
-                 only_changes: bool = False) -> Group:
-    """`compare`'s rows as rich tables, one per configuration (its label as the table's title), so that
-    the table fits an 80-column CI log. With `only_changes`, rows whose status is "ok" are left out."""
-    tables: list[Table] = []
-    by_config: dict[str, list[Mapping[str, Any]]] = {}
-    for r in rows:
-        by_config.setdefault(r["config"], []).append(r)
-    for config, group in by_config.items():
-        shown = [r for r in group if not (only_changes and r["status"] == "ok")]
-        if not shown:
-            continue
-        t = Table(title=Text(config), title_justify="left", title_style="bold")
-        t.add_column("metric", no_wrap=True)
-        for col in ("", "baseline", "new", "change", "tol"):
-            t.add_column(col, justify="right", no_wrap=True)
-        t.add_column("status", no_wrap=True)
-        for r in shown:
-            arrow = {"higher": "↑", "lower": "↓"}.get(r["direction"], "")
-            t.add_row(r["metric"] or "(config)", arrow, _num(r["baseline"]), _num(r["new"]),
-                      "" if math.isnan(r["change"]) else f"{r['change']:+.1%}",
-                      "" if math.isnan(r["tolerance"]) else f"{r['tolerance']:.0%}", r["status"],
-                      style=_STYLE.get(r["status"], ""))
-        tables.append(t)
-    return Group(Text(title, style="bold"), *tables)
-
-
-def _num(x: float) -> str:
-    return "" if math.isnan(x) else f"{x:.4g}"
-
-
 def main_compare(baseline: str | os.PathLike, new: str | os.PathLike,
                  tolerance_overrides: Mapping[str, float | None] | None = None, *, fail_on_missing: bool = True,
                  only_changes: bool = False, console: Console | None = None, ignore_key: Sequence[str] = (),
                  err: Console | None = None, fmt: str = "text", use_tolerance_files: bool = True) -> int:
     """Print the comparison (`fmt`: text | markdown | json) and return the exit code (0 pass, 1 regression,
     2 unusable input: one line on `err`, stderr by default)."""
-    from .gate import FORMATS, gate_tolerances, render_json, render_markdown
-
     console = console or Console()
     err = err or Console(stderr=True, highlight=False, soft_wrap=True)
     try:

