@@ -10,6 +10,14 @@ Logits width. The stub's logits row is STUB_VOCAB wide instead of the model's 15
 256 x 151936 floats is ~40M elements of arithmetic (tens of ms here) that a GPU does in microseconds, and it would
 swamp the host work being measured. The sampled ids therefore lie in [0, STUB_VOCAB): real Qwen BPE tokens (byte
 tokens and common merges), so the detokenizer sees realistic text, including UTF-8 characters split across tokens.
+
+Device stand-in time. On this CPU the stub's tensors and the sampler's kernels still execute on the host thread
+(an argmax over 256 x 2048 floats alone is ~1 ms here); on a GPU they are a few asynchronous kernel launches. The
+table therefore also shows "device us", the CPU time spent inside the stub's forward / compute_logits and the
+sampler (`refengine.model_runner.sample`), and "host us" = CPU time of the step - device, the engine's own host
+work, which is what the target is read against. (CPU time, this thread's, not wall time: on a shared machine the
+wall time also counts waiting for a core. The sampler's own few microseconds of launch overhead fall into
+"device".)
 """
 
 from __future__ import annotations
@@ -98,16 +106,16 @@ def make_decoding_engine(num_running: int, max_steps: int, *, model: str = "tiny
     params = SamplingParams(max_tokens=max_steps + 2, temperature=0.0, ignore_eos=True, stop=stop)
     if detokenizer not in DETOKENIZERS:
         raise ValueError(f"detokenizer must be one of {DETOKENIZERS}, got {detokenizer!r}")
-    import refengine.engine as engine_module
+    import refengine.output_processor as output_module
 
-    made = engine_module.IncrementalDetokenizer
-    if detokenizer == "full-redecode":  # (the engine makes one per request in add_request)
-        engine_module.IncrementalDetokenizer = FullRedecodeDetokenizer
+    made = output_module.IncrementalDetokenizer
+    if detokenizer == "full-redecode":  # (the engine's output processor makes one per request in add_request)
+        output_module.IncrementalDetokenizer = FullRedecodeDetokenizer
     try:
         for i in range(num_running):
             engine.add_request(f"r{i}", [1000 + i] + [100 + (i + j) % 5000 for j in range(PROMPT_LEN - 1)], params)
     finally:
-        engine_module.IncrementalDetokenizer = made
+        output_module.IncrementalDetokenizer = made
     engine.step()  # the whole batch prefills in one step and samples its first token
     running = len(engine.scheduler.running)
     if running != num_running:
@@ -142,35 +150,76 @@ def _time_phases(engine) -> dict[str, list[float]]:
     return spent
 
 
+class _DeviceClock:
+    """This thread's CPU seconds spent inside the work a GPU would run asynchronously: the stub's forward and
+    compute_logits, and the sampler (see the module docstring). Installed for the timed steps only."""
+
+    def __init__(self, stub: StubModel | None) -> None:
+        import refengine.model_runner as runner_module
+
+        self.spent = 0.0
+        self._undo = []
+        targets = [(runner_module, "sample")]
+        if stub is not None:
+            targets += [(stub, "forward"), (stub, "compute_logits")]
+        for owner, name in targets:
+            fn = getattr(owner, name)
+
+            def timed(*args, _fn=fn, **kwargs):
+                t = time.thread_time()
+                try:
+                    return _fn(*args, **kwargs)
+                finally:
+                    self.spent += time.thread_time() - t
+
+            self._undo.append((owner, name, fn, owner is stub))
+            setattr(owner, name, timed)
+
+    def close(self) -> None:
+        for owner, name, fn, instance in self._undo:
+            if instance:
+                delattr(owner, name)  # (the bound method was an instance attribute only while timed)
+            else:
+                setattr(owner, name, fn)
+
+
 def bench_engine_step_us(num_running: int, iters: int = 100, warmup: int = 5, *, model: str = "tiny-qwen2",
                          device: str = "cpu", stub: bool = True, vocab: int = STUB_VOCAB,
                          stop: list[str] | None = None, breakdown: bool = False,
                          detokenizer: str = "incremental") -> dict:
     """Microseconds per engine.step() (median, p90, min) over `iters` decode steps at `num_running` requests;
     with `breakdown`, also the median CPU microseconds of each of PHASES and of the rest ("outputs")."""
-    engine, _ = make_decoding_engine(num_running, iters + warmup, model=model, device=device, stub=stub,
-                                     vocab=vocab, stop=stop, detokenizer=detokenizer)
+    engine, stub_model = make_decoding_engine(num_running, iters + warmup, model=model, device=device, stub=stub,
+                                              vocab=vocab, stop=stop, detokenizer=detokenizer)
     sync = torch.cuda.synchronize if torch.device(device).type == "cuda" else (lambda: None)
     for _ in range(warmup):
         engine.step()
     spent = _time_phases(engine) if breakdown else {}
-    times, cpu = [], []
+    times, cpu, device_us = [], [], []
     per_step: dict[str, list[float]] = {k: [] for k in spent}
-    for _ in range(iters):
-        marks = {k: len(v) for k, v in spent.items()}
-        sync()
-        t, c = time.perf_counter(), time.thread_time()
-        outs = engine.step()
-        sync()
-        times.append((time.perf_counter() - t) * 1e6)
-        cpu.append((time.thread_time() - c) * 1e6)
-        for k, v in spent.items():  # a phase may run more than once in a step: its calls are summed
-            per_step[k].append(sum(v[marks[k]:]))
-        if len(outs) != num_running:  # every request decodes every step: nothing finished, nothing preempted
-            raise RuntimeError(f"bench-step: a step returned {len(outs)} outputs, expected {num_running}")
+    clock = _DeviceClock(stub_model)
+    try:
+        for _ in range(iters):
+            marks = {k: len(v) for k, v in spent.items()}
+            sync()
+            clock.spent = 0.0
+            t, c = time.perf_counter(), time.thread_time()
+            outs = engine.step()
+            sync()
+            times.append((time.perf_counter() - t) * 1e6)
+            cpu.append((time.thread_time() - c) * 1e6)
+            device_us.append(clock.spent * 1e6)
+            for k, v in spent.items():  # a phase may run more than once in a step: its calls are summed
+                per_step[k].append(sum(v[marks[k]:]))
+            if len(outs) != num_running:  # every request decodes every step: nothing finished, nothing preempted
+                raise RuntimeError(f"bench-step: a step returned {len(outs)} outputs, expected {num_running}")
+    finally:
+        clock.close()
+    host = [c - d for c, d in zip(cpu, device_us)]
     result = {"num_running": num_running, "median_us": statistics.median(times),
               "p90_us": sorted(times)[int(0.9 * (len(times) - 1))], "min_us": min(times), "iters": iters,
-              "cpu_median_us": statistics.median(cpu)}
+              "cpu_median_us": statistics.median(cpu), "device_median_us": statistics.median(device_us),
+              "host_median_us": statistics.median(host)}
     if breakdown:
         rest = [cpu[i] - sum(p[i] for p in per_step.values()) for i in range(iters)]
         result["phases_us"] = {**{k: statistics.median(v) for k, v in per_step.items()}, "outputs": statistics.median(rest)}
@@ -188,17 +237,18 @@ def format_breakdown(rows: list[dict]) -> str:
 
 def format_table(rows: list[dict[str, float]], target_us: float | None = TARGET_US) -> str:
     """One line per N: median / p90 / min wall microseconds per step, the median of this thread's CPU time per step
-    (on a shared, loaded CPU the wall time includes waiting for a core; the CPU time does not), per request, and
-    the median against the target."""
-    head = f"{'running':>8} {'median us':>10} {'p90 us':>10} {'min us':>10} {'cpu us':>10} {'us/request':>11}"
+    (on a shared, loaded CPU the wall time includes waiting for a core; the CPU time does not), the medians of the
+    device stand-in CPU time and of the host CPU time (cpu - device), the host time per request, and against the target."""
+    head = (f"{'running':>8} {'median us':>10} {'p90 us':>10} {'min us':>10} {'cpu us':>10} {'device us':>10} "
+            f"{'host us':>10} {'host us/req':>12}")
     if target_us:
-        head += f" {'median/target':>14}"
+        head += f" {'host/target':>12}"
     lines = [head]
     for r in rows:
         line = (f"{r['num_running']:>8} {r['median_us']:>10.1f} {r['p90_us']:>10.1f} {r['min_us']:>10.1f} "
-                f"{r['cpu_median_us']:>10.1f} "
-                f"{r['median_us'] / r['num_running']:>11.2f}")
+                f"{r['cpu_median_us']:>10.1f} {r['device_median_us']:>10.1f} {r['host_median_us']:>10.1f} "
+                f"{r['host_median_us'] / r['num_running']:>12.2f}")
         if target_us:
-            line += f" {r['median_us'] / target_us:>13.2f}x"
+            line += f" {r['host_median_us'] / target_us:>11.2f}x"
         lines.append(line)
     return "\n".join(lines)

@@ -20,11 +20,11 @@ import torch
 from refengine.attention import default_backend_name, get_attention_backend
 from refengine.batch_queue import BatchQueue
 from refengine.config import EngineConfig, SchedulerConfig
-from refengine.detokenizer import IncrementalDetokenizer
 from refengine.kv_cache_manager import cdiv
 from refengine.kv_sizing import default_num_gpu_blocks
 from refengine.model_runner import ModelRunner
-from refengine.outputs import CompletionOutput, RequestOutput
+from refengine.output_processor import OutputProcessor, request_metrics  # noqa: F401  (re-exported)
+from refengine.outputs import RequestOutput
 from refengine.processor import Processor
 from refengine.request import Request, RequestStatus
 from refengine.sampling_params import SamplingParams
@@ -144,9 +144,6 @@ class LLMEngine:
             warmup_attention_kernels(mc.num_attention_heads, mc.num_key_value_heads, mc.head_dim, sc.block_size,
                                      dtype, self.max_model_len, self.device)
         self.processor = Processor(self.tokenizer, mc, sc, self.max_model_len)
-        self._detok: dict[str, IncrementalDetokenizer] = {}
-        self._prompts: dict[str, str | None] = {}
-        self._sent: dict[str, int] = {}  # output tokens already returned per request
         self._pending: list[RequestOutput] = []  # outputs of requests aborted between steps
         self.batch_queue = BatchQueue(self.model_runner.execute_model) if sc.async_scheduling else None
         self._shut_down = False
@@ -154,6 +151,7 @@ class LLMEngine:
         self.step_stats: collections.deque[StepStats] = collections.deque(maxlen=cfg.stats_log_size)
         self._static_batch: dict[str, int] = {}  # static batching: the batch of each request in the last step
         self.finished_requests: collections.deque[Request] = collections.deque(maxlen=cfg.stats_log_size)
+        self.output_processor = OutputProcessor(self.tokenizer, self.scheduler, self.finished_requests)
 
     def _check_memory(self, sc: SchedulerConfig, num_rows: int, kv_field: str) -> None:
         """Before anything is allocated: the KV caches and the input batch must fit in the memory free now."""
@@ -207,17 +205,14 @@ class LLMEngine:
         """Build the request without queuing it (LLM.generate builds a whole batch first, so that it is atomic)."""
         if self._shut_down:
             raise RuntimeError(f"add_request(): {_SHUT_DOWN}")
-        if isinstance(request_id, str) and (request_id in self.scheduler.requests or request_id in self._detok
+        if isinstance(request_id, str) and (request_id in self.scheduler.requests or request_id in self.output_processor
                                           or (self.batch_queue is not None and self.batch_queue.holds(request_id))):
             raise ValueError(f"request_id {request_id!r} is already in use")
         return self.processor.process(request_id, prompt, params, arrival_time, priority)
 
     def _queue(self, req: Request, prompt_text: str | None) -> None:
-        rid = req.request_id
         self.scheduler.add_request(req)
-        self._detok[rid] = IncrementalDetokenizer(self.tokenizer, req)
-        self._prompts[rid] = prompt_text
-        self._sent[rid] = 0
+        self.output_processor.add_request(req, prompt_text)
 
     def abort_request(self, request_id: str | list[str]) -> None:
         """Abort requests by id (unknown or finished ids are ignored, as in vLLM); their final outputs, finish_reason
@@ -233,7 +228,7 @@ class LLMEngine:
             if req is None:
                 continue
             self.scheduler.finish_requests([rid], RequestStatus.FINISHED_ABORTED)
-            self._pending.append(self._make_output(req))
+            self._pending.append(self.output_processor.output_of(req))
 
     def has_unfinished_requests(self) -> bool:
         return self.scheduler.has_unfinished_requests() or bool(self._pending) or bool(self.batch_queue)
@@ -306,45 +301,7 @@ class LLMEngine:
             self._record(out)
             return self._abort_step(out, exc)
         self._record(out)
-        outputs = []
-        for rid in sampled:
-            det = self._detok.get(rid)
-            if det is None:
-                continue  # (async) finished or aborted while this step was in flight: its token was dropped
-            req = det.request
-            try:
-                outputs.append(self._process_output(req, rid in finished))
-            except Exception as exc:  # noqa: BLE001
-                outputs.append(self._fail_request(req, exc))
-        return outputs
-
-    def _process_output(self, req: Request, finished: bool) -> RequestOutput:
-        """Stop strings (the detokenizer sees the text), then the incremental output."""
-        rid = req.request_id
-        if req.error is not None:  # its stop check failed and the scheduler aborted it
-            logger.error("request %r aborted: %s", rid, req.error)
-            return self._make_output(req)
-        stop = self._detok[rid].update()
-        if stop is not None:
-            req.stop_reason = stop
-            if finished:
-                req.status = RequestStatus.FINISHED_STOPPED
-            else:
-                self.scheduler.finish_requests([rid], RequestStatus.FINISHED_STOPPED)
-        return self._make_output(req)
-
-    def _fail_request(self, req: Request, exc: BaseException, what: str = "request") -> RequestOutput:
-        """Finish `req` alone as aborted, with the error on its output; its KV blocks go back to the pool."""
-        logger.error("%s %r failed; aborting it", what, req.request_id, exc_info=exc)
-        req.error = req.error or f"{what} failed: {type(exc).__name__}: {exc}"
-        if req.is_finished():  # (already finished by this step's stop check: its blocks are freed)
-            req.status = RequestStatus.FINISHED_ABORTED
-        else:
-            self.scheduler.finish_requests([req.request_id], RequestStatus.FINISHED_ABORTED)
-        try:
-            return self._make_output(req)
-        except Exception:  # noqa: BLE001 (the detokenizer itself may be what failed: report the tokens without text)
-            return self._make_output(req, text="")
+        return self.output_processor.process_outputs(sampled, finished)
 
     def _abort_step(self, out, exc: BaseException) -> list[RequestOutput]:
         """The forward or the batched sampling failed: no request of this step can be trusted to have its KV and
@@ -352,9 +309,10 @@ class LLMEngine:
         Requests that were not in the step keep running; the next schedule() tells the runner who left."""
         logger.error("step failed; aborting its %d request(s)", len(out.num_scheduled_tokens), exc_info=exc)
         ids = list(out.num_scheduled_tokens) + (out.preempted_req_ids if out.blocks_to_swap_out else [])
-        # (from _detok, not the scheduler: update_from_output may have finished some before it failed)
-        reqs = [self._detok[rid].request for rid in dict.fromkeys(ids) if rid in self._detok]
-        return [self._fail_request(req, exc, "step") for req in reqs]
+        # (from the output side, not the scheduler: update_from_output may have finished some before it failed)
+        op = self.output_processor
+        reqs = [op.request_of(rid) for rid in dict.fromkeys(ids) if rid in op]
+        return [op.fail_request(req, exc, "step") for req in reqs]
 
     def _record(self, out) -> None:
         sched = self.scheduler
@@ -381,39 +339,3 @@ class LLMEngine:
             prefill_req_ids=[rid for rid, prefill in out.is_prefill.items() if prefill],
             batch_ids=dict(batch_ids),
         ))
-
-    def _make_output(self, req: Request, text: str | None = None) -> RequestOutput:
-        rid = req.request_id
-        sent = self._sent.get(rid, 0)
-        new_ids = req.output_token_ids[sent:]
-        finished = req.is_finished()
-        if text is None:
-            text = self._detok[rid].take_delta(finished)
-        self._sent[rid] = req.num_output_tokens
-        completion = CompletionOutput(0, text, new_ids, req.get_finished_reason(), req.stop_reason, req.error)
-        output = RequestOutput(rid, self._prompts.get(rid), req.prompt_token_ids, [completion], finished)
-        if finished:
-            output.metrics = request_metrics(req)
-            self.finished_requests.append(req)
-            for d in (self._detok, self._prompts, self._sent):
-                d.pop(rid, None)
-        return output
-
-
-def request_metrics(req: Request) -> dict:
-    """Per-request record for the perf suite (times are time.monotonic() seconds)."""
-    return {
-        "request_id": req.request_id,
-        "prompt_len": req.num_prompt_tokens,
-        "output_len": req.num_output_tokens,
-        "arrival_time": req.arrival_time,
-        "first_scheduled_time": req.first_scheduled_time,
-        "first_token_time": req.first_token_time,
-        "token_times": list(req.token_times),
-        "finish_time": req.finish_time,
-        "num_preemptions": req.num_preemptions,
-        "num_recomputed_tokens": req.num_recomputed_tokens,
-        "num_cached_tokens": max(req.num_cached_tokens, 0),
-        "finish_reason": req.get_finished_reason(),
-        "error": req.error,
-    }

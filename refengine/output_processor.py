@@ -1,0 +1,137 @@
+"""OutputProcessor: one step's updated requests -> RequestOutputs (the engine's half of vLLM's OutputProcessor).
+
+Per request it keeps a RequestState (the live Request, its incremental detokenizer, the prompt text, how many
+output tokens have been returned). Each step it feeds the new tokens to the detokenizer (which looks for stop
+strings in the new text), finishes a request whose stop string appeared, and builds the incremental output: the
+token ids and text new since the last one. This runs for every running request every step, so the common path
+(a decode step, nothing finished, no stop strings) is kept to a few attribute reads and the two output objects.
+
+A failure tied to one request (its stop check, detokenisation, output) finishes that request alone, as aborted,
+with the message in `CompletionOutput.error`; the others are not touched.
+"""
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+
+from refengine.detokenizer import IncrementalDetokenizer
+from refengine.outputs import CompletionOutput, RequestOutput
+from refengine.request import Request, RequestStatus
+
+logger = logging.getLogger(__name__)
+
+_FINISHED_AFTER = RequestStatus.PREEMPTED  # every status above it is a finished one (RequestStatus.is_finished)
+_FINISH_REASON = {s: RequestStatus.finish_reason(s) for s in RequestStatus}
+
+
+class RequestState:
+    """What the output side keeps of one request until its final output."""
+
+    __slots__ = ("request", "detokenizer", "prompt", "num_sent_tokens")
+
+    def __init__(self, request: Request, detokenizer: IncrementalDetokenizer, prompt: str | None) -> None:
+        self.request = request
+        self.detokenizer = detokenizer
+        self.prompt = prompt
+        self.num_sent_tokens = 0  # output tokens already returned
+
+
+class OutputProcessor:
+    def __init__(self, tokenizer, scheduler, finished_requests) -> None:
+        self.tokenizer = tokenizer
+        self.scheduler = scheduler
+        self.finished_requests = finished_requests  # the engine's bounded deque of finished Requests
+        self.states: dict[str, RequestState] = {}
+
+    def add_request(self, req: Request, prompt: str | None) -> None:
+        self.states[req.request_id] = RequestState(req, IncrementalDetokenizer(self.tokenizer, req), prompt)
+
+    def __contains__(self, request_id: str) -> bool:
+        return request_id in self.states
+
+    def request_of(self, request_id: str) -> Request | None:
+        state = self.states.get(request_id)
+        return None if state is None else state.request
+
+    def process_outputs(self, req_ids: Iterable[str], finished: set[str]) -> list[RequestOutput]:
+        """Outputs of the requests that got tokens this step (`finished`: those the scheduler finished by them)."""
+        outputs = []
+        states = self.states
+        for rid in req_ids:
+            state = states.get(rid)
+            if state is None:
+                continue  # (async) finished or aborted while this step was in flight: its token was dropped
+            try:
+                req = state.request
+                if req.error is not None:  # its stop check failed and the scheduler aborted it
+                    logger.error("request %r aborted: %s", rid, req.error)
+                else:
+                    stop = state.detokenizer.update()
+                    if stop is not None:
+                        self._stopped_by_string(req, stop, rid in finished)
+                outputs.append(self.make_output(state))
+            except Exception as exc:  # noqa: BLE001 (whatever failed, the other requests must not be lost)
+                outputs.append(self.fail_request(state.request, exc))
+        return outputs
+
+    def _stopped_by_string(self, req: Request, stop: str, finished: bool) -> None:
+        req.stop_reason = stop
+        if finished:  # (by EOS or length in the same step: the stop string decides the status)
+            req.status = RequestStatus.FINISHED_STOPPED
+        else:
+            self.scheduler.finish_requests([req.request_id], RequestStatus.FINISHED_STOPPED)
+
+    def make_output(self, state: RequestState, text: str | None = None) -> RequestOutput:
+        """The tokens and text new since the last output; the final one carries the request's metrics and drops
+        its state."""
+        req = state.request
+        ids = req.output_token_ids
+        new_ids = ids[state.num_sent_tokens:]
+        status = req.status
+        finished = status > _FINISHED_AFTER
+        if text is None:
+            text = state.detokenizer.take_delta(finished)
+        state.num_sent_tokens = len(ids)
+        completion = CompletionOutput(0, text, new_ids, _FINISH_REASON[status], req.stop_reason, req.error)
+        output = RequestOutput(req.request_id, state.prompt, req.prompt_token_ids, [completion], finished)
+        if finished:
+            output.metrics = request_metrics(req)
+            self.finished_requests.append(req)
+            self.states.pop(req.request_id, None)
+        return output
+
+    def output_of(self, req: Request) -> RequestOutput:
+        return self.make_output(self.states[req.request_id])
+
+    def fail_request(self, req: Request, exc: BaseException, what: str = "request") -> RequestOutput:
+        """Finish `req` alone as aborted, with the error on its output; its KV blocks go back to the pool."""
+        logger.error("%s %r failed; aborting it", what, req.request_id, exc_info=exc)
+        req.error = req.error or f"{what} failed: {type(exc).__name__}: {exc}"
+        if req.is_finished():  # (already finished by this step's stop check: its blocks are freed)
+            req.status = RequestStatus.FINISHED_ABORTED
+        else:
+            self.scheduler.finish_requests([req.request_id], RequestStatus.FINISHED_ABORTED)
+        state = self.states[req.request_id]
+        try:
+            return self.make_output(state)
+        except Exception:  # noqa: BLE001 (the detokenizer itself may be what failed: report the tokens without text)
+            return self.make_output(state, text="")
+
+
+def request_metrics(req: Request) -> dict:
+    """Per-request record for the perf suite (times are time.monotonic() seconds)."""
+    return {
+        "request_id": req.request_id,
+        "prompt_len": req.num_prompt_tokens,
+        "output_len": req.num_output_tokens,
+        "arrival_time": req.arrival_time,
+        "first_scheduled_time": req.first_scheduled_time,
+        "first_token_time": req.first_token_time,
+        "token_times": list(req.token_times),
+        "finish_time": req.finish_time,
+        "num_preemptions": req.num_preemptions,
+        "num_recomputed_tokens": req.num_recomputed_tokens,
+        "num_cached_tokens": max(req.num_cached_tokens, 0),
+        "finish_reason": req.get_finished_reason(),
+        "error": req.error,
+    }
