@@ -29,21 +29,44 @@ from refengine.request import Request
 _REPLACEMENT = "\ufffd"  # what a decode puts where bytes are not (yet) a whole UTF-8 character
 
 
+_TEXT_TABLES: dict[int, tuple[Sequence[bytes], list[str | None]]] = {}  # id(bytes table) -> (table, texts)
+
+
+def _text_table(table: Sequence[bytes]) -> list[str | None]:
+    """Per id, its text when its bytes are whole UTF-8 characters on their own, else None: the text a decode
+    step needs without running the decoder (most tokens). Built once per table (a process-wide singleton)."""
+    entry = _TEXT_TABLES.get(id(table))
+    if entry is None or entry[0] is not table:
+        texts: list[str | None] = []
+        for data in table:
+            try:
+                texts.append(data.decode("utf-8"))
+            except UnicodeDecodeError:
+                texts.append(None)
+        entry = _TEXT_TABLES[id(table)] = (table, texts)  # (holding the table keeps its id unique)
+    return entry[1]
+
+
 class _ByteStream:
     """ids -> text through an id -> bytes table and incremental UTF-8 decoding (codecs' own C decoder with
     final=False: it stops before an incomplete character at the end, which waits here for the next bytes)."""
 
     def __init__(self, table: Sequence[bytes]) -> None:
         self._table = table
+        self._texts = _text_table(table)
         self._pending = b""  # at most 3 bytes: the start of a character split across tokens
+
+    def feed_one(self, i: int) -> str:
+        """One id (a decode step). With nothing pending, a token of whole characters is a table lookup."""
+        if not self._pending and 0 <= i < len(self._texts):
+            text = self._texts[i]
+            if text is not None:
+                return text
+        return self.feed((i,))
 
     def feed(self, ids: Sequence[int]) -> str:
         table, n = self._table, len(self._table)
-        if len(ids) == 1:  # the common case, a decode step: no list, no join
-            i = ids[0]
-            data = table[i] if 0 <= i < n else b""
-        else:
-            data = b"".join([table[i] if 0 <= i < n else b"" for i in ids])  # out of range: decodes to nothing
+        data = b"".join([table[i] if 0 <= i < n else b"" for i in ids])  # out of range: decodes to nothing
         if self._pending:
             data = self._pending + data
         text, used = codecs.utf_8_decode(data, "replace", False)
@@ -77,6 +100,9 @@ class _WindowStream:
         self._read = len(self._window)
         self._prefix_text = None
         return delta
+
+    def feed_one(self, i: int) -> str:
+        return self.feed((i,))
 
     def flush(self) -> str:
         if not self._window[self._read:]:
@@ -119,7 +145,10 @@ class IncrementalDetokenizer:
         n = len(ids)
         if n == self._num_decoded:
             return None
-        new_text = self._stream.feed(ids[self._num_decoded:])
+        if n == self._num_decoded + 1:  # (a decode step)
+            new_text = self._stream.feed_one(ids[-1])
+        else:
+            new_text = self._stream.feed(ids[self._num_decoded:])
         self._num_decoded = n
         if not new_text:
             return None

@@ -317,14 +317,16 @@ class LLMEngine:
     def _record(self, out) -> None:
         sched = self.scheduler
         running = [r.request_id for r in sched.running]
-        present = [*out.num_scheduled_tokens, *running]
         if sched.config.batching == "static":
             # a request keeps the batch it was first seen in: with async scheduling the next batch may already have
             # formed (schedule() of step N+1 ran) when step N is recorded
             seen = self._static_batch
-            self._static_batch = batch_ids = {rid: seen.get(rid, sched.static_batch_id) for rid in present}
+            self._static_batch = {rid: seen.get(rid, sched.static_batch_id)
+                                  for rid in (*out.num_scheduled_tokens, *running)}
+            batch_ids = dict(self._static_batch)
         else:
-            batch_ids = dict.fromkeys(present)
+            batch_ids = dict.fromkeys(out.num_scheduled_tokens)
+            batch_ids.update(dict.fromkeys(running))
         self.step_stats.append(StepStats(
             time=time.monotonic(),
             num_scheduled_tokens=out.total_num_scheduled_tokens,
@@ -336,6 +338,6 @@ class LLMEngine:
             num_preempted=len(out.preempted_req_ids),
             scheduled_req_ids=list(out.num_scheduled_tokens),
             running_req_ids=running,
-            prefill_req_ids=[rid for rid, prefill in out.is_prefill.items() if prefill],
-            batch_ids=dict(batch_ids),
+            prefill_req_ids=[rid for rid, prefill in out.is_prefill.items() if prefill] if out.num_prefill_tokens else [],
+            batch_ids=batch_ids,
         ))

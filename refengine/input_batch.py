@@ -52,6 +52,8 @@ class InputBatch:
         self.row_of: dict[str, int] = {}
         self.free_rows = list(range(max_num_reqs - 1, -1, -1))
         self.num_row_writes = 0  # rows written whole (admissions and resumptions); the rest of the work is appends
+        self._rows_cache: tuple[int, list[str], np.ndarray] | None = None  # (layout version, ids, their rows)
+        self._layout_version = 0  # changes whenever a request gains or loses its row
 
     def add_request(self, request_id: str, token_ids: list[int], num_prompt_tokens: int, block_ids: list[int],
                     num_computed_tokens: int, params: SamplingParams, eos_token_ids: frozenset[int]) -> int:
@@ -61,6 +63,7 @@ class InputBatch:
             row = self.free_rows.pop()
             self.row_of[request_id] = row
             self.req_ids[row] = request_id
+            self._layout_version += 1
         n, b = len(token_ids), len(block_ids)
         self.token_ids[row, :n] = token_ids
         self.block_table[row, :b] = block_ids
@@ -87,6 +90,19 @@ class InputBatch:
         self.min_p_dev[row] = float(sp.min_p) if self.min_p_on[row] else 0.0
         self.seeds_dev[row] = max(int(self.seeds[row]), 0)
         self.penalties.set_row(row, sp)  # (the row's tokens are (re)counted at its next sample)
+
+    def rows_of(self, request_ids: list[str]) -> np.ndarray:
+        """[len(request_ids)] int64 rows, read-only. A decode step asks for the same ids as the step before, so
+        the last answer is kept while no row has changed hands (comparing the lists costs far less than 256
+        dict lookups)."""
+        cache = self._rows_cache
+        if cache is not None and cache[0] == self._layout_version and cache[1] == request_ids:
+            return cache[2]
+        row_of = self.row_of
+        rows = np.fromiter((row_of[r] for r in request_ids), dtype=np.int64, count=len(request_ids))
+        rows.flags.writeable = False
+        self._rows_cache = (self._layout_version, list(request_ids), rows)
+        return rows
 
     def token_ids_of(self, request_id: str) -> list[int]:
         row = self.row_of[request_id]
@@ -117,6 +133,7 @@ class InputBatch:
     def remove(self, request_id: str) -> None:
         row = self.row_of.pop(request_id, None)
         if row is not None:
+            self._layout_version += 1
             self.num_tokens[row] = self.num_blocks[row] = 0
             self.req_ids[row] = None
             self.penalties.release(row)

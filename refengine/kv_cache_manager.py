@@ -67,6 +67,18 @@ class KVCacheManager:
         self.num_cached_blocks[request.request_id] = num_full
 
     # ---- allocation -----------------------------------------------------------------------------------------
+    def has_room(self, request: Request, num_new_tokens: int) -> bool:
+        """True when allocate_slots(request, num_new_tokens) would change nothing: the blocks held already have room
+        for the new tokens, and none of them becomes full and cacheable (the common decode step), so the
+        scheduler need not call it."""
+        rid = request.request_id
+        blocks = self.req_to_blocks.get(rid)
+        total = request.num_computed_tokens + num_new_tokens
+        if blocks is None or total > len(blocks) * self.block_size:
+            return False
+        return not self.enable_caching or (
+            min(total, request.num_tokens) // self.block_size <= self.num_cached_blocks.get(rid, 0))
+
     def allocate_slots(
         self,
         request: Request,

@@ -13,6 +13,7 @@ token ids (`_to_host`).
 """
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
 
 import numpy as np
@@ -25,7 +26,7 @@ from refengine.kv_cache_manager import cdiv
 from refengine.penalties import PenaltyStep
 from refengine.sampler import SamplingMetadata, sample
 from refengine.sampling_params import SamplingParams
-from refengine.scheduler_output import ModelRunnerOutput, SchedulerOutput
+from refengine.scheduler_output import CachedRequestData, ModelRunnerOutput, SchedulerOutput
 
 
 @dataclass
@@ -74,6 +75,8 @@ class ModelRunner:
         # eager runs padded as graphs would be (CPU tests of the padding; None: no padding)
         self.decode_pad_sizes: list[int] | None = None
         self.num_host_syncs = 0  # device -> host transfers made by execute_model (one per step that samples)
+        self._arange = np.arange(max_num_seqs + 1, dtype=np.int64)  # a decode step's query_start_loc (read-only)
+        self._arange.flags.writeable = False
 
     # ---- state ----------------------------------------------------------------------------------------------
     def _swap(self, plan: list[tuple[int, int]], to_host: bool) -> None:
@@ -109,7 +112,21 @@ class ModelRunner:
         if not cached.req_ids:
             return
         row_of, resumed, all_tokens = batch.row_of, cached.resumed_req_ids, cached.all_token_ids
-        for i, (rid, blocks) in enumerate(zip(cached.req_ids, cached.new_block_ids)):  # (every running request)
+        if not resumed and row_of.keys() >= set(cached.req_ids):  # (the common step: every row is in place)
+            for i in itertools.compress(range(len(cached.req_ids)), cached.new_block_ids):  # (those with new blocks)
+                batch.append_blocks(cached.req_ids[i], cached.new_block_ids[i])
+        else:
+            self._place_rows(cached)
+        for rid, tokens in all_tokens.items():
+            if rid not in resumed:
+                batch.set_token_ids(rid, tokens)
+        batch.num_computed_tokens[batch.rows_of(cached.req_ids)] = cached.num_computed_tokens
+
+    def _place_rows(self, cached: CachedRequestData) -> None:
+        """Write the rows of resumed requests (and of any the batch lacks), append the others' new blocks."""
+        batch = self.input_batch
+        row_of, resumed, all_tokens = batch.row_of, cached.resumed_req_ids, cached.all_token_ids
+        for i, (rid, blocks) in enumerate(zip(cached.req_ids, cached.new_block_ids)):
             if rid in resumed or rid not in row_of:
                 state = self.requests[rid]
                 tokens = all_tokens.get(rid) or state.parked_token_ids or batch.token_ids_of(rid)
@@ -118,11 +135,6 @@ class ModelRunner:
                                   state.sampling_params, state.eos_token_ids)
             elif blocks:
                 batch.append_blocks(rid, blocks)
-        for rid, tokens in all_tokens.items():
-            if rid not in resumed:
-                batch.set_token_ids(rid, tokens)
-        rows = np.fromiter((row_of[r] for r in cached.req_ids), dtype=np.int64, count=len(cached.req_ids))
-        batch.num_computed_tokens[rows] = cached.num_computed_tokens
 
     # ---- one step -------------------------------------------------------------------------------------------
     @torch.inference_mode()
@@ -135,20 +147,24 @@ class ModelRunner:
             return ModelRunnerOutput()
         batch, bs = self.input_batch, self.block_size
         num_seqs = len(req_ids)
-        rows = np.fromiter((batch.row_of[r] for r in req_ids), dtype=np.int64, count=num_seqs)  # [S]
-        ns = np.fromiter(out.num_scheduled_tokens.values(), dtype=np.int64, count=num_seqs)  # [S]
+        rows = batch.rows_of(req_ids)  # [S]
         starts = batch.num_computed_tokens[rows]  # [S] tokens already in the cache
-        ends = starts + ns  # [S] seq_lens: context including this step's tokens
-        batch.num_computed_tokens[rows] = ends
-        qsl = np.zeros(num_seqs + 1, dtype=np.int64)
-        np.cumsum(ns, out=qsl[1:])
-        num_tokens = int(qsl[-1])
+        num_tokens = out.total_num_scheduled_tokens
         if num_tokens == num_seqs:  # decode-only: one token per sequence
+            ends = starts + 1  # [S] seq_lens: context including this step's tokens
+            qsl = self._arange[: num_seqs + 1]
+            max_query_len = 1
             positions, token_rows = starts, rows
         else:
+            ns = np.fromiter(out.num_scheduled_tokens.values(), dtype=np.int64, count=num_seqs)  # [S]
+            ends = starts + ns
+            qsl = np.zeros(num_seqs + 1, dtype=np.int64)
+            np.cumsum(ns, out=qsl[1:])
+            max_query_len = int(ns.max())
             seq_idx = np.repeat(np.arange(num_seqs), ns)  # [T]
             positions = starts[seq_idx] + np.arange(num_tokens) - qsl[seq_idx]  # [T]
             token_rows = rows[seq_idx]
+        batch.num_computed_tokens[rows] = ends
         input_ids = batch.token_ids[token_rows, positions]  # [T]
         slot_mapping = batch.block_table[token_rows, positions // bs].astype(np.int64) * bs + positions % bs  # [T]
         max_seq_len = int(ends.max())
@@ -170,20 +186,26 @@ class ModelRunner:
             i32 = torch.int32  # the metadata's dtype, as the kernels were warmed up with (a device-side cast)
             meta = AttentionMetadata(
                 slot_mapping=slot_d, query_start_loc=qsl_d.to(i32), seq_lens=lens_d.to(i32),
-                block_table=table_d.to(i32), max_query_len=int(ns.max()), max_seq_len=max_seq_len,
+                block_table=table_d.to(i32), max_query_len=max_query_len, max_seq_len=max_seq_len,
                 query_start_loc_cpu=step[3].tolist(), seq_lens_cpu=step[4].tolist(),  # (numpy: host, no sync)
             )
             hidden = self.model(ids_d, pos_d, self.kv_caches, meta)  # [T, hidden]
+        index = dict(zip(req_ids, range(num_seqs)))
         if not len(samples):
-            return ModelRunnerOutput(req_ids, {r: i for i, r in enumerate(req_ids)}, [[] for _ in req_ids])
-        logits = self.model.compute_logits(hidden[logits_idx_d])  # [n, vocab] float32
+            return ModelRunnerOutput(req_ids, index, [[] for _ in req_ids])
+        # the hidden rows that sample: all of them, in order, in a decode step (no gather needed)
+        sample_hidden = hidden[:num_seqs] if len(samples) == num_tokens == num_seqs else hidden[logits_idx_d]
+        logits = self.model.compute_logits(sample_hidden)  # [n, vocab] float32
         md = self._sampling_metadata(sampling, views[7:])
         tokens = self._to_host(sample(logits, md, self.generator))  # the step's one device -> host transfer
         batch.append_tokens(sample_rows, tokens)
-        sampled: list[list[int]] = [[] for _ in req_ids]
-        for i, tok in zip(samples.tolist(), tokens):
-            sampled[i] = [tok]
-        return ModelRunnerOutput(req_ids, {r: i for i, r in enumerate(req_ids)}, sampled)
+        if len(tokens) == num_seqs:  # every request samples (a decode step)
+            sampled = [[tok] for tok in tokens]
+        else:
+            sampled = [[] for _ in req_ids]
+            for i, tok in zip(samples.tolist(), tokens):
+                sampled[i] = [tok]
+        return ModelRunnerOutput(req_ids, index, sampled)
 
     def _graphs_live(self) -> bool:
         # (a model swapped in after capture, e.g. bench-step's stub, is not what the graphs replay: run it eagerly)

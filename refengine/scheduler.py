@@ -155,33 +155,49 @@ class Scheduler:
         return min(req.num_prompt_tokens + req.max_tokens, self.config.max_model_len) - 1
 
     def _schedule_running(self, out: SchedulerOutput, prefill_only: bool = False) -> None:
-        """Running requests in admission order; `prefill_only` (sequence mode) skips those that would decode."""
-        kv = self.kv_cache_manager
+        """Running requests in admission order; `prefill_only` (sequence mode) skips those that would decode.
+        (This loop runs for every running request every step: _num_new_tokens and _schedule are inlined, and the
+        KV manager is asked only when the request may need a block or has a block to cache.)"""
+        kv, c = self.kv_cache_manager, self.config
+        running, scheduled, is_prefill = self.running, out.num_scheduled_tokens, out.is_prefill
+        threshold, last_pos, chunked = self._threshold, c.max_model_len - 1, c.enable_chunked_prefill
+        budget = self._budget
         i = 0
-        while i < len(self.running) and self._budget > 0:
-            req = self.running[i]
-            if req.num_output_placeholders and req.num_computed_tokens + 2 - req.num_output_placeholders >= (
-                    req.num_prompt_tokens + req.max_tokens):
+        while i < len(running) and budget > 0:
+            req = running[i]
+            computed, placeholders = req.num_computed_tokens, req.num_output_placeholders
+            if placeholders and computed + 2 - placeholders >= req.num_prompt_tokens + req.sampling_params.max_tokens:
                 i += 1  # async: the token in flight is its last (max_tokens); no step after it is needed
                 continue
-            full = self._num_new_tokens(req, req.num_computed_tokens)
-            n = min(full, self._budget)
-            if n <= 0 or (n < full and not self.config.enable_chunked_prefill) or (prefill_only and not self._in_prefill(req)):
+            full = req.num_tokens + placeholders - computed
+            if 0 < threshold < full:
+                full = threshold
+            if full > last_pos - computed:  # the token at max_model_len - 1 is the last one; its KV is never needed
+                full = last_pos - computed
+            n = full if full < budget else budget
+            in_prefill = computed < max(req.num_prompt_tokens, req.num_tokens - 1)
+            if n <= 0 or (n < full and not chunked) or (prefill_only and not in_prefill):
                 i += 1  # nothing to do, a prefill that may not be split and does not fit, or not this kind of step
                 continue
-            while kv.allocate_slots(req, n) is None:
-                victim = self._pick_victim()
-                if self.running.index(victim) < i:
-                    i -= 1  # (priority policy) an earlier, already scheduled request gave way
-                self._preempt(victim, out)
-                if victim is req:
-                    break
-            if req.status != RequestStatus.RUNNING:
-                if self.config.policy == "priority":
-                    continue  # it was the least urgent: the (more urgent) ones after it may still fit
-                break  # FCFS: it was the last admitted, so nobody follows it
-            self._schedule(out, req, n)
+            if not kv.has_room(req, n):
+                self._budget = budget
+                while kv.allocate_slots(req, n) is None:
+                    victim = self._pick_victim()
+                    if running.index(victim) < i:
+                        i -= 1  # (priority policy) an earlier, already scheduled request gave way
+                    self._preempt(victim, out)
+                    if victim is req:
+                        break
+                budget = self._budget  # (a preempted victim that was scheduled gave its tokens back)
+                if req.status != RequestStatus.RUNNING:
+                    if c.policy == "priority":
+                        continue  # it was the least urgent: the (more urgent) ones after it may still fit
+                    break  # FCFS: it was the last admitted, so nobody follows it
+            scheduled[req.request_id] = n
+            is_prefill[req.request_id] = in_prefill
+            budget -= n
             i += 1
+        self._budget = budget
 
     def _pick_victim(self) -> Request:
         if self.config.policy == "priority":
@@ -289,19 +305,21 @@ class Scheduler:
         self.runner_view.fill(out, self.requests, self.kv_cache_manager.req_to_blocks)
         now = time.monotonic()
         async_sched = self.config.async_scheduling
+        requests, is_prefill = self.requests, out.is_prefill
+        num_prefill = 0
         for rid, n in out.num_scheduled_tokens.items():
-            req = self.requests[rid]
+            req = requests[rid]
             req.num_computed_tokens += n
             req.num_in_flight_tokens += n
             if async_sched and req.num_computed_tokens >= req.num_tokens + req.num_output_placeholders:
                 req.num_output_placeholders += 1  # not a prefill chunk: it samples a token this step
             if req.first_scheduled_time is None:
                 req.first_scheduled_time = now
-            if out.is_prefill[rid]:
-                out.num_prefill_tokens += n
-            else:
-                out.num_decode_tokens += n
+            if is_prefill[rid]:
+                num_prefill += n
         out.total_num_scheduled_tokens = sum(out.num_scheduled_tokens.values())
+        out.num_prefill_tokens = num_prefill
+        out.num_decode_tokens = out.total_num_scheduled_tokens - num_prefill
         self.num_steps += 1
 
     # ---- after the forward ----------------------------------------------------------------------------------
@@ -312,8 +330,9 @@ class Scheduler:
         now = time.monotonic()
         finished: list[Request] = []
         sync = not self.config.async_scheduling
+        requests, check_stop = self.requests, self._check_stop
         for rid, n in out.num_scheduled_tokens.items():
-            req = self.requests.get(rid)
+            req = requests.get(rid)
             if req is None:
                 continue  # finished (aborted, stopped) since schedule(): its output is dropped
             req.num_in_flight_tokens -= n
@@ -326,12 +345,18 @@ class Scheduler:
             status_before = req.status
             had_placeholders = req.num_output_placeholders > 0
             stop = None
-            for tok in toks:
-                req.append_output_token_ids([tok])
+            if req.first_token_time is None:
+                req.first_token_time = now
+            for tok in toks:  # (Request.append_output_token_ids, inlined: this runs for every request every step)
+                req.output_token_ids.append(tok)
+                req.all_token_ids.append(tok)
+                req.num_tokens += 1
                 req.token_times.append(now)
-                if req.first_token_time is None:
-                    req.first_token_time = now
-                stop = self._check_stop_or_abort(req)
+                try:  # a stop check that raises fails its own request (aborted, with `error` set), not the step
+                    stop = check_stop(req)
+                except Exception as exc:  # noqa: BLE001
+                    req.error = f"stop check failed: {type(exc).__name__}: {exc}"
+                    stop = RequestStatus.FINISHED_ABORTED
                 if stop is not None:
                     break
             if not stale and had_placeholders:
@@ -349,25 +374,18 @@ class Scheduler:
             self.running = [r for r in self.running if r.status == RequestStatus.RUNNING]
         return finished
 
-    def _check_stop_or_abort(self, req: Request) -> RequestStatus | None:
-        """A stop check that raises fails its own request (aborted, with `error` set), not the whole step."""
-        try:
-            return self._check_stop(req)
-        except Exception as exc:  # noqa: BLE001
-            req.error = f"stop check failed: {type(exc).__name__}: {exc}"
-            return RequestStatus.FINISHED_ABORTED
-
     def _check_stop(self, req: Request) -> RequestStatus | None:
         sp = req.sampling_params
-        if req.num_output_tokens >= sp.min_tokens:
+        num_output = len(req.output_token_ids)
+        if num_output >= sp.min_tokens:
             last = req.output_token_ids[-1]
             if not sp.ignore_eos and last in req.eos_token_ids:
                 req.stop_reason = None
                 return RequestStatus.FINISHED_STOPPED
-            if last in sp.stop_token_ids:
+            if sp.stop_token_ids and last in sp.stop_token_ids:
                 req.stop_reason = last
                 return RequestStatus.FINISHED_STOPPED
-        if req.num_output_tokens >= sp.max_tokens or req.num_tokens >= self.config.max_model_len:
+        if num_output >= sp.max_tokens or req.num_tokens >= self.config.max_model_len:
             return RequestStatus.FINISHED_LENGTH_CAPPED
         return None
 
