@@ -293,3 +293,10 @@ def test_staging_buffer_packs_aligned_views_and_grows():
     assert all(v.data_ptr() % 16 == 0 for v in views)  # Triton specializes pointers on 16-byte alignment
     again = buf.pack(np.array([4, 5]))
     assert again[0].tolist() == [4, 5]
+    # int32 arrays (the attention metadata) cross as int32, odd lengths included, and stay aligned
+    mixed = [np.array([1, 2, 3], dtype=np.int32), np.arange(4), np.array([2**31 - 1], dtype=np.int32),
+             np.arange(6, dtype=np.int32).reshape(2, 3).ravel()]
+    views = buf.pack(*mixed)
+    assert [v.dtype for v in views] == [torch.int32, torch.int64, torch.int32, torch.int32]
+    assert [v.tolist() for v in views] == [a.tolist() for a in mixed]
+    assert all(v.data_ptr() % 16 == 0 for v in views)

@@ -159,18 +159,28 @@ class StagingBuffer:
         self._copied: torch.cuda.Event | None = None  # the last copy in; the host buffer is not rewritten before it
 
     def pack(self, *arrays: np.ndarray) -> list[torch.Tensor]:
-        """Copy `arrays` (1-D) in; return device views of them, in order."""
-        # every array starts 16-byte aligned (an even int64 offset), as Triton specializes pointers on alignment
-        offsets = np.cumsum([0] + [a.size + (a.size & 1) for a in arrays])
-        total = int(offsets[-1])
+        """Copy `arrays` (1-D; int32 arrays stay int32, anything else is stored as int64) in; return device views
+        of them, in order, of the same dtypes. (The attention metadata is int32 on the device: packing it as int32
+        saves a cast per tensor per step.)"""
+        # every array starts 16-byte aligned (an even int64 offset), as Triton specializes pointers on alignment;
+        # an int32 array of n entries takes ceil(n / 2) int64 slots
+        slots = [-(-a.size // 2) if a.dtype == np.int32 else a.size for a in arrays]
+        offsets = np.cumsum([0] + [n + (n & 1) for n in slots]).tolist()
+        total = offsets[-1]
         if total > self.host.numel():  # (rare: the buffer grows to the largest step seen)
             self._alloc(max(total, 2 * self.host.numel()))
         if self._copied is not None:  # (a step that samples has synced already; one that does not may not have)
             self._copied.synchronize()
-        for a, o in zip(arrays, offsets):
-            self.host_np[o : o + a.size] = a
+        host, views = self.host_np, []
+        for a, o, n in zip(arrays, offsets, slots):
+            if a.dtype == np.int32:
+                host[o : o + n].view(np.int32)[: a.size] = a
+                views.append(self.dev[o : o + n].view(torch.int32)[: a.size])
+            else:
+                host[o : o + a.size] = a
+                views.append(self.dev[o : o + a.size])
         if self.dev is not self.host:
             self.dev[:total].copy_(self.host[:total], non_blocking=True)
             self._copied = torch.cuda.Event()
             self._copied.record()
-        return [self.dev[o : o + a.size] for a, o in zip(arrays, offsets)]
+        return views

@@ -177,16 +177,18 @@ class ModelRunner:
         if size is not None:  # padded as a captured graph's batch; the real rows come first
             step = pad_decode_inputs(*step, size)
         sampling, extra = self._sampling_arrays(sample_rows)
-        views = self.staging.pack(*step[:5], step[5].ravel(), qsl[1:][samples] - 1, *extra)
+        # the attention metadata crosses as int32 (the kernels' dtype; the block table is int32 already)
+        i32 = np.int32
+        views = self.staging.pack(*step[:3], step[3].astype(i32), step[4].astype(i32), step[5].ravel(),
+                                  qsl[1:][samples] - 1, *extra)
         ids_d, pos_d, slot_d, qsl_d, lens_d, table_d, logits_idx_d = views[:7]
         table_d = table_d.view(-1, width)
         if size is not None and self._graphs_live():  # [size, hidden], replayed on the graph's static inputs
             hidden = self.cuda_graphs.run(ids_d, pos_d, slot_d, qsl_d, lens_d, table_d)
         else:
-            i32 = torch.int32  # the metadata's dtype, as the kernels were warmed up with (a device-side cast)
-            meta = AttentionMetadata(
-                slot_mapping=slot_d, query_start_loc=qsl_d.to(i32), seq_lens=lens_d.to(i32),
-                block_table=table_d.to(i32), max_query_len=max_query_len, max_seq_len=max_seq_len,
+            meta = AttentionMetadata(  # (int32 metadata, as the kernels were warmed up with)
+                slot_mapping=slot_d, query_start_loc=qsl_d, seq_lens=lens_d,
+                block_table=table_d, max_query_len=max_query_len, max_seq_len=max_seq_len,
                 query_start_loc_cpu=step[3].tolist(), seq_lens_cpu=step[4].tolist(),  # (numpy: host, no sync)
             )
             hidden = self.model(ids_d, pos_d, self.kv_caches, meta)  # [T, hidden]
