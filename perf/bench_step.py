@@ -13,8 +13,8 @@ tokens and common merges), so the detokenizer sees realistic text, including UTF
 
 Device stand-in time. On this CPU the stub's tensors and the sampler's kernels still execute on the host thread
 (an argmax over 256 x 2048 floats alone is ~1 ms here); on a GPU they are a few asynchronous kernel launches. The
-table therefore also shows "device us", the CPU time spent inside the stub's forward / compute_logits and the
-sampler (`refengine.model_runner.sample`), and "host us" = CPU time of the step - device, the engine's own host
+table therefore also shows "device us", the CPU time spent inside the model's (the stub's, or with
+--real-model the real one's) forward / compute_logits and the sampler (`refengine.model_runner.sample`), and "host us" = CPU time of the step - device, the engine's own host
 work, which is what the target is read against. (CPU time, this thread's, not wall time: on a shared machine the
 wall time also counts waiting for a core. The sampler's own few microseconds of launch overhead fall into
 "device".)
@@ -154,15 +154,12 @@ class _DeviceClock:
     """This thread's CPU seconds spent inside the work a GPU would run asynchronously: the stub's forward and
     compute_logits, and the sampler (see the module docstring). Installed for the timed steps only."""
 
-    def __init__(self, stub: StubModel | None) -> None:
+    def __init__(self, model: torch.nn.Module) -> None:
         import refengine.model_runner as runner_module
 
         self.spent = 0.0
         self._undo = []
-        targets = [(runner_module, "sample")]
-        if stub is not None:
-            targets += [(stub, "forward"), (stub, "compute_logits")]
-        for owner, name in targets:
+        for owner, name in [(runner_module, "sample"), (model, "forward"), (model, "compute_logits")]:
             fn = getattr(owner, name)
 
             def timed(*args, _fn=fn, **kwargs):
@@ -172,7 +169,7 @@ class _DeviceClock:
                 finally:
                     self.spent += time.thread_time() - t
 
-            self._undo.append((owner, name, fn, owner is stub))
+            self._undo.append((owner, name, fn, owner is model))
             setattr(owner, name, timed)
 
     def close(self) -> None:
@@ -189,15 +186,15 @@ def bench_engine_step_us(num_running: int, iters: int = 100, warmup: int = 5, *,
                          detokenizer: str = "incremental") -> dict:
     """Microseconds per engine.step() (median, p90, min) over `iters` decode steps at `num_running` requests;
     with `breakdown`, also the median CPU microseconds of each of PHASES and of the rest ("outputs")."""
-    engine, stub_model = make_decoding_engine(num_running, iters + warmup, model=model, device=device, stub=stub,
-                                              vocab=vocab, stop=stop, detokenizer=detokenizer)
+    engine, _ = make_decoding_engine(num_running, iters + warmup, model=model, device=device, stub=stub,
+                                     vocab=vocab, stop=stop, detokenizer=detokenizer)
     sync = torch.cuda.synchronize if torch.device(device).type == "cuda" else (lambda: None)
     for _ in range(warmup):
         engine.step()
     spent = _time_phases(engine) if breakdown else {}
     times, cpu, device_us = [], [], []
     per_step: dict[str, list[float]] = {k: [] for k in spent}
-    clock = _DeviceClock(stub_model)
+    clock = _DeviceClock(engine.model_runner.model)
     try:
         for _ in range(iters):
             marks = {k: len(v) for k, v in spent.items()}

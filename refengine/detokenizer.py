@@ -139,16 +139,14 @@ class IncrementalDetokenizer:
 
     def update(self) -> str | None:
         """Decode the tokens new since the last call; returns the stop string that ended the request, if one did."""
-        if self.stopped_by is not None or self._stream is None:
-            return None
         ids = self.request.output_token_ids
-        n = len(ids)
-        if n == self._num_decoded:
+        n, done = len(ids), self._num_decoded
+        if n == done or self.stopped_by is not None or self._stream is None:
             return None
-        if n == self._num_decoded + 1:  # (a decode step)
+        if n == done + 1:  # (a decode step)
             new_text = self._stream.feed_one(ids[-1])
         else:
-            new_text = self._stream.feed(ids[self._num_decoded:])
+            new_text = self._stream.feed(ids[done:])
         self._num_decoded = n
         if not new_text:
             return None

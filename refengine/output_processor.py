@@ -56,7 +56,7 @@ class OutputProcessor:
     def process_outputs(self, req_ids: Iterable[str], finished: set[str]) -> list[RequestOutput]:
         """Outputs of the requests that got tokens this step (`finished`: those the scheduler finished by them)."""
         outputs = []
-        states = self.states
+        states, make_output, append = self.states, self.make_output, outputs.append
         for rid in req_ids:
             state = states.get(rid)
             if state is None:
@@ -69,7 +69,7 @@ class OutputProcessor:
                     stop = state.detokenizer.update()
                     if stop is not None:
                         self._stopped_by_string(req, stop, rid in finished)
-                outputs.append(self.make_output(state))
+                append(make_output(state))
             except Exception as exc:  # noqa: BLE001 (whatever failed, the other requests must not be lost)
                 outputs.append(self.fail_request(state.request, exc))
         return outputs
