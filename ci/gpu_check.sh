@@ -7,11 +7,13 @@
 # Steps, each under its own time limit (so one that hangs cannot eat the others' time; all run even if one fails),
 # and never past the whole script's deadline (TOTAL_S, default 470 s):
 #   setup         python3 with CUDA torch + a --system-site-packages venv (ci/gpu_env.sh)   (~60 s, counted)
-#   gpu-tests     pytest -m gpu conformance/ perf/tests/  -> OUTDIR/gpu-tests.xml               (150 s)
+#   gpu-tests     pytest -m gpu conformance/ perf/tests/  -> OUTDIR/gpu-tests.xml               (130 s)
 #   kernels       cbbench kernels --quick                  -> OUTDIR/kernels.csv                 ( 60 s)
 #   perf          cbbench perf, GPU_PERF_ARGS of ci/gpu_env.sh (sharegpt, qwen2.5-0.5b, refengine continuous /
 #                 static at up to 256 running, HF static)   -> OUTDIR/*.csv, *.json               (160 s)
 #   baseline      the perf CSV, checked by perf.results.read_csv -> results/baselines/<gpu>.csv   ( 10 s)
+#   bench-step    cbbench bench-step --stub-model on CUDA at 64 / 256 running (host time per step, issue 11's
+#                 1.5 ms target)                                -> OUTDIR/bench-step.log            ( 30 s)
 # --dry-run: print the plan (python found, steps, limits, commands) and run nothing; works on a CPU machine.
 # Env: PYTHON (a python3 with CUDA torch), WHEELHOUSE (wheels of missing packages), VENV (default .venv-gpu-check),
 #      MODEL, NUM_PROMPTS, TOTAL_S. Exit: 0 when every step passed, 1 when one failed, 2 when setup failed.
@@ -70,7 +72,7 @@ step() {  # step NAME SECONDS CMD...: run under min(SECONDS, time left before th
   return "$rc"
 }
 
-step gpu-tests 150 "$PY" -m pytest -m gpu conformance/ perf/tests/ -q --junitxml "$OUT/gpu-tests.xml"
+step gpu-tests 130 "$PY" -m pytest -m gpu conformance/ perf/tests/ -q --junitxml "$OUT/gpu-tests.xml"
 step kernels 60 "${CB[@]}" kernels --out "$OUT/kernels.csv" --quick
 PERF_DIR="$OUT/perf"
 [[ $DRY_RUN == 1 ]] || rm -rf "$PERF_DIR"
@@ -81,6 +83,8 @@ if step perf 160 "${CB[@]}" perf "${GPU_PERF_ARGS[@]}" --result-dir "$PERF_DIR" 
 assert len(df), 'empty perf CSV'; shutil.copyfile(sys.argv[1], sys.argv[2]); print(f'wrote {sys.argv[2]}: {len(df)} rows')" \
     "${NEW:-missing.csv}" "$BASELINE"
 fi
+
+step bench-step 30 "${CB[@]}" bench-step --stub-model --device cuda --running 64,256 --iters 100
 
 [[ $DRY_RUN == 1 ]] && { echo "dry run: nothing was run"; exit 0; }
 cat "$OUT/summary.txt"

@@ -52,7 +52,7 @@ def test_gpu_check_dry_run_plan() -> None:
     res = bash("ci/gpu_check.sh", "--dry-run", "results/x")
     assert res.returncode == 0, res.stderr
     steps = _steps(res.stdout)
-    assert list(steps) == ["gpu-tests", "kernels", "perf", "baseline"]
+    assert list(steps) == ["gpu-tests", "kernels", "perf", "baseline", "bench-step"]
     assert SETUP_LIMIT_S + sum(limit for limit, _ in steps.values()) <= BUDGET_S
     for _, argv in steps.values():
         assert argv[0] == sys.executable  # the python setup found (here: $PYTHON), by path: never a bare `python`
@@ -63,6 +63,8 @@ def test_gpu_check_dry_run_plan() -> None:
                         ("--model", "qwen2.5-0.5b")):
         assert perf[perf.index(flag) + 1] == value
     assert steps["baseline"][1][-1] == "results/baselines/h200.csv"
+    bench = steps["bench-step"][1]
+    assert bench[bench.index("bench-step") + 1:][:3] == ["--stub-model", "--device", "cuda"]
 
 
 def test_perf_arguments_are_accepted_by_the_cli_and_shared_by_both_scripts(tmp_path: Path) -> None:
