@@ -184,10 +184,9 @@ def test_finished_request_frees_its_row_for_the_next(reference):
     assert "a" not in runner.requests and runner.input_batch.row_of == {"b": 0}
 
 
-def test_one_device_to_host_transfer_per_step(monkeypatch):
-    """Every read of a tensor's value on the host (tolist, item, cpu, numpy, bool/int/float/index) is counted
-    while execute_model runs: on a GPU each would be a sync. Only the sampled ids may cross."""
-    runner, hs = make_runner(), HandScheduler()
+def count_host_reads(monkeypatch) -> list[str]:
+    """From now on, every read of a tensor's value on the host (tolist, item, cpu, numpy, bool/int/float/index) is
+    appended to the returned list: on a GPU each would be a sync."""
     calls: list[str] = []
     for name in ("tolist", "item", "cpu", "numpy", "__bool__", "__int__", "__float__", "__index__"):
         orig = getattr(torch.Tensor, name)
@@ -197,6 +196,13 @@ def test_one_device_to_host_transfer_per_step(monkeypatch):
             return _orig(self, *a, **kw)
 
         monkeypatch.setattr(torch.Tensor, name, counted)
+    return calls
+
+
+def test_one_device_to_host_transfer_per_step(monkeypatch):
+    """Every host read of a tensor is counted while execute_model runs. Only the sampled ids may cross."""
+    runner, hs = make_runner(), HandScheduler()
+    calls = count_host_reads(monkeypatch)
     out = SchedulerOutput()
     hs.new(out, "a", PROMPTS[0], len(PROMPTS[0]))
     hs.new(out, "b", PROMPTS[2], 6)  # a partial prefill beside a full one: a mixed step

@@ -192,18 +192,10 @@ def test_a_strong_frequency_penalty_stops_the_repetition(crowd):
 def test_penalised_steps_still_make_one_device_to_host_transfer(monkeypatch):
     """The runner with penalised rows (greedy and random, a mixed step with a partial prefill, then decodes): every
     host read of a tensor is counted while execute_model runs, and only the sampled ids may cross."""
-    from conformance.test_model_runner import PROMPTS, HandScheduler, make_runner
+    from conformance.test_model_runner import PROMPTS, HandScheduler, count_host_reads, make_runner
 
     runner, hs = make_runner(), HandScheduler()
-    calls: list[str] = []
-    for name in ("tolist", "item", "cpu", "numpy", "__bool__", "__int__", "__float__", "__index__"):
-        orig = getattr(torch.Tensor, name)
-
-        def counted(self, *a, _orig=orig, _name=name, **kw):
-            calls.append(_name)
-            return _orig(self, *a, **kw)
-
-        monkeypatch.setattr(torch.Tensor, name, counted)
+    calls = count_host_reads(monkeypatch)
     out = SchedulerOutput()
     hs.new(out, "a", PROMPTS[0], len(PROMPTS[0]))
     hs.new(out, "b", PROMPTS[2], 6)  # a partial prefill beside a full one
