@@ -232,7 +232,7 @@ def test_bad_values_raise_value_error_naming_the_field(field, value):
 NOT_DEFAULT = {
     "best_of": 2, "logprobs": 1, "prompt_logprobs": 0, "prompt_logprob_token_ids": [3], "prompt_logprob_start": 1,
     "logprob_token_ids": [3], "flat_logprobs": True, "detokenize": False, "skip_special_tokens": False,
-    "spaces_between_special_tokens": False, "output_kind": RequestOutputKind.DELTA, "stream_interval": 2,
+    "spaces_between_special_tokens": False, "stream_interval": 2,
     "structured_outputs": {"regex": "a+"}, "guided_decoding": {"regex": "a+"}, "logit_bias": {3: 1.0},
     "allowed_token_ids": [3], "bad_words": ["x"], "logits_processors": [lambda ids, x: x],
     "truncate_prompt_tokens": 8, "thinking_token_budget": 16, "repetition_detection": {"min_count": 3},

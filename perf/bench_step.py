@@ -11,13 +11,16 @@ Logits width. The stub's logits row is STUB_VOCAB wide instead of the model's 15
 swamp the host work being measured. The sampled ids therefore lie in [0, STUB_VOCAB): real Qwen BPE tokens (byte
 tokens and common merges), so the detokenizer sees realistic text, including UTF-8 characters split across tokens.
 
-Device stand-in time. On this CPU the stub's tensors and the sampler's kernels still execute on the host thread
-(an argmax over 256 x 2048 floats alone is ~1 ms here); on a GPU they are a few asynchronous kernel launches. The
-table therefore also shows "device us", the CPU time spent inside the model's (the stub's, or with
---real-model the real one's) forward / compute_logits and the sampler (`refengine.model_runner.sample`), and "host us" = CPU time of the step - device, the engine's own host
-work, which is what the target is read against. (CPU time, this thread's, not wall time: on a shared machine the
-wall time also counts waiting for a core. The sampler's own few microseconds of launch overhead fall into
-"device".)
+Device stand-in time. On this CPU the stub's tensors and the sampler's kernels would still execute on the host
+thread (an argmax over 256 x 2048 floats alone is ~1 ms here, and its 2 MB of logits evict the host's caches);
+on a GPU they are a few asynchronous kernel launches and the host never touches the logits. So while timed, the
+stub also stands in for the sampler's kernels (`StubModel.sample`: the ids it made the argmax of; every request is
+greedy with nothing masked, so that is exactly what `refengine.model_runner.sample` returns) and its logits are a
+placeholder. The table shows "device us", the CPU time inside the model's forward / compute_logits and the
+sampler (the stub's, or with --real-model the real ones), and "host us" = CPU time of the step - device: the
+engine's own host work, which the target is read against. (This thread's CPU time, not wall time: on a shared
+machine the wall time also counts waiting for a core. The real sampler's few kernel launches, some 10-20 us of
+host time on a GPU, are not counted.)
 """
 
 from __future__ import annotations
@@ -44,6 +47,8 @@ class StubModel(torch.nn.Module):
         # mostly merges (ids >= 256), with some raw byte tokens, which split multi-byte UTF-8 characters
         self.pattern = torch.randint(0, vocab, (_PATTERN_LEN,), generator=gen)
         self.num_calls = 0  # compute_logits calls: one per step that samples
+        self.one_hot = True  # compute_logits makes real one-hot logits; False: a placeholder (with `sample`)
+        self.last_ids: torch.Tensor | None = None  # [n] the argmax of the last logits
 
     def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, kv_caches, attn_metadata) -> torch.Tensor:
         return torch.zeros(input_ids.shape[0], self.hidden_size, device=input_ids.device)  # [T, hidden]
@@ -53,9 +58,18 @@ class StubModel(torch.nn.Module):
         rows = torch.arange(n)
         ids = self.pattern[(7 * rows + self.num_calls) % _PATTERN_LEN]
         self.num_calls += 1
+        self.last_ids = ids = ids.to(hidden.device)
+        if not self.one_hot:
+            return hidden[:, :1]  # [n, 1] placeholder: `sample` knows the answer
         logits = torch.zeros(n, self.vocab, device=hidden.device)  # [n, vocab] float32
-        logits[rows.to(hidden.device), ids.to(hidden.device)] = 1.0
+        logits[rows.to(hidden.device), ids] = 1.0
         return logits
+
+    def sample(self, logits: torch.Tensor, md, generator) -> torch.Tensor:
+        """Stands in for refengine.model_runner.sample on the stub's logits: the greedy argmax, known already."""
+        if not md.all_greedy or md.banned_rows is not None:
+            raise RuntimeError("StubModel.sample stands in for greedy sampling with nothing masked only")
+        return self.last_ids
 
 
 class FullRedecodeDetokenizer:
@@ -80,6 +94,7 @@ class FullRedecodeDetokenizer:
 
 
 DETOKENIZERS = ("incremental", "full-redecode")
+OUTPUT_KINDS = ("delta", "cumulative", "final_only")  # SamplingParams.output_kind, by RequestOutputKind's names
 
 
 def install_stub_model(engine, vocab: int = STUB_VOCAB) -> StubModel:
@@ -92,21 +107,25 @@ def install_stub_model(engine, vocab: int = STUB_VOCAB) -> StubModel:
 
 def make_decoding_engine(num_running: int, max_steps: int, *, model: str = "tiny-qwen2", device: str = "cpu",
                          stub: bool = True, vocab: int = STUB_VOCAB, stop: list[str] | None = None,
-                         detokenizer: str = "incremental"):
+                         detokenizer: str = "incremental", output_kind: str = "delta"):
     """An LLMEngine with `num_running` requests past their prefill, each with room for `max_steps` more decode
     steps, and (`stub`) the stub model in place of the real one; returns (engine, stub model or None)."""
+    import refengine.output_processor as output_module
     from refengine import LLMEngine, SamplingParams
+    from refengine.sampling_params import RequestOutputKind
 
+    if detokenizer not in DETOKENIZERS:
+        raise ValueError(f"detokenizer must be one of {DETOKENIZERS}, got {detokenizer!r}")
+    if output_kind not in OUTPUT_KINDS:
+        raise ValueError(f"output_kind must be one of {OUTPUT_KINDS}, got {output_kind!r}")
     block_size = 16
     per_req = -(-(PROMPT_LEN + max_steps + 4) // block_size)
     engine = LLMEngine(model, device=device, max_num_seqs=num_running, block_size=block_size,
                        num_gpu_blocks=num_running * per_req + 1, max_model_len=_MAX_MODEL_LEN,
                        max_num_batched_tokens=max(8192, num_running * PROMPT_LEN), enable_prefix_caching=False)
     stub_model = install_stub_model(engine, vocab) if stub else None
-    params = SamplingParams(max_tokens=max_steps + 2, temperature=0.0, ignore_eos=True, stop=stop)
-    if detokenizer not in DETOKENIZERS:
-        raise ValueError(f"detokenizer must be one of {DETOKENIZERS}, got {detokenizer!r}")
-    import refengine.output_processor as output_module
+    params = SamplingParams(max_tokens=max_steps + 2, temperature=0.0, ignore_eos=True, stop=stop,
+                            output_kind=RequestOutputKind[output_kind.upper()])
 
     made = output_module.IncrementalDetokenizer
     if detokenizer == "full-redecode":  # (the engine's output processor makes one per request in add_request)
@@ -159,8 +178,14 @@ class _DeviceClock:
 
         self.spent = 0.0
         self._undo = []
+        self._stub = model if isinstance(model, StubModel) else None
+        self._real_sample = runner_module.sample
+        if self._stub is not None:
+            self._stub.one_hot = False  # (its `sample` replaces the real sampler below)
         for owner, name in [(runner_module, "sample"), (model, "forward"), (model, "compute_logits")]:
             fn = getattr(owner, name)
+            if owner is runner_module and self._stub is not None:
+                fn = self._stub.sample
 
             def timed(*args, _fn=fn, **kwargs):
                 t = time.thread_time()
@@ -173,21 +198,28 @@ class _DeviceClock:
             setattr(owner, name, timed)
 
     def close(self) -> None:
+        import refengine.model_runner as runner_module
+
         for owner, name, fn, instance in self._undo:
             if instance:
                 delattr(owner, name)  # (the bound method was an instance attribute only while timed)
+            elif owner is runner_module:
+                setattr(owner, name, self._real_sample)
             else:
                 setattr(owner, name, fn)
+        if self._stub is not None:
+            self._stub.one_hot = True
 
 
 def bench_engine_step_us(num_running: int, iters: int = 100, warmup: int = 5, *, model: str = "tiny-qwen2",
                          device: str = "cpu", stub: bool = True, vocab: int = STUB_VOCAB,
                          stop: list[str] | None = None, breakdown: bool = False,
-                         detokenizer: str = "incremental") -> dict:
+                         detokenizer: str = "incremental", output_kind: str = "delta") -> dict:
     """Microseconds per engine.step() (median, p90, min) over `iters` decode steps at `num_running` requests;
     with `breakdown`, also the median CPU microseconds of each of PHASES and of the rest ("outputs")."""
     engine, _ = make_decoding_engine(num_running, iters + warmup, model=model, device=device, stub=stub,
-                                     vocab=vocab, stop=stop, detokenizer=detokenizer)
+                                     vocab=vocab, stop=stop, detokenizer=detokenizer, output_kind=output_kind)
+    expected = 0 if output_kind == "final_only" else num_running  # (nothing finishes while timed)
     sync = torch.cuda.synchronize if torch.device(device).type == "cuda" else (lambda: None)
     for _ in range(warmup):
         engine.step()
@@ -208,8 +240,8 @@ def bench_engine_step_us(num_running: int, iters: int = 100, warmup: int = 5, *,
             device_us.append(clock.spent * 1e6)
             for k, v in spent.items():  # a phase may run more than once in a step: its calls are summed
                 per_step[k].append(sum(v[marks[k]:]))
-            if len(outs) != num_running:  # every request decodes every step: nothing finished, nothing preempted
-                raise RuntimeError(f"bench-step: a step returned {len(outs)} outputs, expected {num_running}")
+            if len(outs) != expected:  # every request decodes every step: nothing finished, nothing preempted
+                raise RuntimeError(f"bench-step: a step returned {len(outs)} outputs, expected {expected}")
     finally:
         clock.close()
     host = [c - d for c, d in zip(cpu, device_us)]

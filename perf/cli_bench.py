@@ -49,6 +49,9 @@ def bench_step(
                                         "the rest (outputs)")] = False,
     detokenizer: Annotated[str, Opt(help="incremental (the engine's), or full-redecode (the whole output decoded "
                                           "every step, as before issue 11: the before/after comparison)")] = "incremental",
+    output_kind: Annotated[str, Opt(help="what step() returns per request (SamplingParams.output_kind): delta (every "
+                                         "step's new tokens and text, as a streaming server needs), cumulative, or "
+                                         "final_only (nothing until a request finishes, as LLM.generate)")] = "delta",
 ) -> None:
     """Microseconds per whole engine step (schedule, forward, sampling, update, outputs) at N running decodes.
 
@@ -64,9 +67,10 @@ def bench_step(
     if not sizes or min(sizes) < 1 or iters < 1 or warmup < 0:
         raise CliError("running must list positive counts, iters must be >= 1 and warmup >= 0")
     rows = [bench_engine_step_us(n, iters=iters, warmup=warmup, model=model, device=device, stub=stub_model,
-                                 stop=stop, breakdown=breakdown, detokenizer=detokenizer) for n in sizes]
+                                 stop=stop, breakdown=breakdown, detokenizer=detokenizer, output_kind=output_kind)
+            for n in sizes]
     typer.echo(f"engine step, {'stub' if stub_model else 'real'} model {model} on {device}, {detokenizer} "
-               f"detokenizer, {iters} timed steps each")
+               f"detokenizer, {output_kind} outputs, {iters} timed steps each")
     typer.echo(format_table(rows))  # plain text: a table must not wrap at a narrow terminal's width
     if breakdown:
         typer.echo("median CPU us per step, by phase (outputs: stop strings, detokenisation, RequestOutputs, stats):")

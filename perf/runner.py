@@ -138,8 +138,10 @@ def run_refengine(workload: Any, *, model: str, device: str, dtype: str | None, 
                          if k.source == "SchedulerConfig" and k.name in SWEEP_KNOBS})
     result.knobs["attention_backend"] = engine.attention_backend
 
-    def params(n: int) -> SamplingParams:
-        return SamplingParams(max_tokens=n, temperature=0.0, ignore_eos=True)
+    from refengine.sampling_params import RequestOutputKind
+
+    def params(n: int) -> SamplingParams:  # (only finished outputs are read: FINAL_ONLY, as vLLM's offline runs)
+        return SamplingParams(max_tokens=n, temperature=0.0, ignore_eos=True, output_kind=RequestOutputKind.FINAL_ONLY)
 
     for i, prompt in enumerate(warmup_prompts(warmup, seed)):
         engine.add_request(f"warmup-{i}", prompt, params(WARMUP_OUTPUT_LEN + i))

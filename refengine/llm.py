@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from refengine.engine import LLMEngine
 from refengine.outputs import CompletionOutput, RequestOutput
-from refengine.sampling_params import SamplingParams
+from refengine.sampling_params import RequestOutputKind, SamplingParams
 
 
 class LLM:
@@ -67,7 +67,8 @@ class LLM:
             except ValueError as e:
                 raise ValueError(f"prompt {i}: {e}" if len(prompts) > 1 else str(e)) from None
         self._counter += len(built)
-        for req, text in built:
+        for req, text in built:  # (the request's private params: as vLLM's LLM, only whole completions come back)
+            req.sampling_params.output_kind = RequestOutputKind.FINAL_ONLY
             engine._queue(req, text)
         ids = [req.request_id for req, _ in built]
         merged: dict[str, RequestOutput] = {}

@@ -6,6 +6,11 @@ strings in the new text), finishes a request whose stop string appeared, and bui
 token ids and text new since the last one. This runs for every running request every step, so the common path
 (a decode step, nothing finished, no stop strings) is kept to a few attribute reads and the two output objects.
 
+What a step returns follows the request's `SamplingParams.output_kind` (vLLM's RequestOutputKind): DELTA (the
+default here, SPEC's incremental outputs), CUMULATIVE (everything so far, each step), FINAL_ONLY (no output until
+the request finishes, then the whole completion; LLM.generate uses it, and so skips building a RequestOutput per
+request per step, as vLLM's LLM does).
+
 A failure tied to one request (its stop check, detokenisation, output) finishes that request alone, as aborted,
 with the message in `CompletionOutput.error`; the others are not touched.
 """
@@ -17,6 +22,7 @@ from collections.abc import Iterable
 from refengine.detokenizer import IncrementalDetokenizer
 from refengine.outputs import CompletionOutput, RequestOutput
 from refengine.request import Request, RequestStatus
+from refengine.sampling_params import RequestOutputKind
 
 logger = logging.getLogger(__name__)
 
@@ -27,13 +33,17 @@ _FINISH_REASON = {s: RequestStatus.finish_reason(s) for s in RequestStatus}
 class RequestState:
     """What the output side keeps of one request until its final output."""
 
-    __slots__ = ("request", "detokenizer", "prompt", "num_sent_tokens")
+    __slots__ = ("request", "detokenizer", "prompt", "num_sent_tokens", "final_only", "cumulative_text")
 
     def __init__(self, request: Request, detokenizer: IncrementalDetokenizer, prompt: str | None) -> None:
         self.request = request
         self.detokenizer = detokenizer
         self.prompt = prompt
         self.num_sent_tokens = 0  # output tokens already returned
+        kind = request.sampling_params.output_kind
+        self.final_only = kind is RequestOutputKind.FINAL_ONLY
+        # CUMULATIVE: the text returned so far, which each output repeats (None: DELTA or FINAL_ONLY)
+        self.cumulative_text = "" if kind is RequestOutputKind.CUMULATIVE else None
 
 
 class OutputProcessor:
@@ -69,7 +79,8 @@ class OutputProcessor:
                     stop = state.detokenizer.update()
                     if stop is not None:
                         self._stopped_by_string(req, stop, rid in finished)
-                append(make_output(state))
+                if not state.final_only or req.status > _FINISHED_AFTER:
+                    append(make_output(state))
             except Exception as exc:  # noqa: BLE001 (whatever failed, the other requests must not be lost)
                 outputs.append(self.fail_request(state.request, exc))
         return outputs
@@ -91,7 +102,11 @@ class OutputProcessor:
         finished = status > _FINISHED_AFTER
         if text is None:
             text = state.detokenizer.take_delta(finished)
-        state.num_sent_tokens = len(ids)
+        if state.cumulative_text is not None:  # CUMULATIVE: everything so far (FINAL_ONLY's one output is whole)
+            state.cumulative_text = text = state.cumulative_text + text
+            new_ids = list(ids)
+        else:
+            state.num_sent_tokens = len(ids)
         completion = CompletionOutput(0, text, new_ids, _FINISH_REASON[status], req.stop_reason, req.error)
         output = RequestOutput(req.request_id, state.prompt, req.prompt_token_ids, [completion], finished)
         if finished:

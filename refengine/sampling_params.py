@@ -23,7 +23,9 @@ PENALTY_LIMIT = 2.0  # presence / frequency penalties lie in [-2, 2] (OpenAI's a
 
 
 class RequestOutputKind(enum.Enum):
-    """vLLM's enum, so that `output_kind=RequestOutputKind.CUMULATIVE` (its default) is accepted."""
+    """vLLM's enum: what LLMEngine.step() returns for a request. DELTA: the tokens and text new since its last
+    output (refengine's default, SPEC's incremental outputs); CUMULATIVE: everything so far (vLLM's default);
+    FINAL_ONLY: nothing until it finishes, then the whole completion (what LLM.generate uses)."""
 
     CUMULATIVE = 0
     DELTA = 1
@@ -64,7 +66,7 @@ class SamplingParams:
     detokenize: bool = _unsupported(True)
     skip_special_tokens: bool = _unsupported(True)
     spaces_between_special_tokens: bool = _unsupported(True)
-    output_kind: RequestOutputKind = _unsupported(RequestOutputKind.CUMULATIVE)
+    output_kind: RequestOutputKind | None = None  # None: DELTA, the engine's incremental outputs (see the enum)
     stream_interval: int | None = _unsupported()
     structured_outputs: object | None = _unsupported()
     guided_decoding: object | None = _unsupported()
@@ -109,6 +111,9 @@ class SamplingParams:
         if self.extra_args is not None and not isinstance(self.extra_args, dict):
             raise ValueError(f"extra_args must be a dict or None, got {self.extra_args!r}")
         self.skip_clone = check_bool("skip_clone", self.skip_clone)
+        if self.output_kind is not None and not isinstance(self.output_kind, RequestOutputKind):
+            raise ValueError(f"output_kind must be a RequestOutputKind (CUMULATIVE, DELTA or FINAL_ONLY) or None, "
+                             f"got {self.output_kind!r}")
         for f in _UNSUPPORTED:
             if not _at_default(f.name, getattr(self, f.name), f.default):
                 raise ValueError(f"{f.name} is not supported by refengine (only its default, {f.default!r}), "

@@ -70,3 +70,28 @@ def test_full_redecode_detokenizer_gives_the_same_text() -> None:
     res = CliRunner().invoke(app, ["bench-step", "--stub-model", "--running", "2", "--iters", "2",
                                    "--detokenizer", "nope"])
     assert res.exit_code == 2 and "detokenizer must be one of" in res.output
+
+
+def test_stub_sampler_returns_what_the_real_sampler_would() -> None:
+    """While timed, StubModel.sample stands in for the sampler's kernels: on the stub's one-hot logits the real
+    greedy sampler gives exactly its ids; and the bench puts the real sampler back afterwards."""
+    import refengine.model_runner as runner_module
+    from cbbench.perf.bench_step import bench_engine_step_us
+    from refengine.sampler import SamplingMetadata, sample
+
+    stub = StubModel(hidden_size=8)
+    for _ in range(3):
+        logits = stub.compute_logits(torch.zeros(5, 8))
+        md = SamplingMetadata(all_greedy=True)
+        assert sample(logits, md, None).tolist() == stub.sample(logits, md, None).tolist()
+    real = runner_module.sample
+    row = bench_engine_step_us(3, iters=2, warmup=1)
+    assert runner_module.sample is real and 0 < row["host_median_us"] < row["cpu_median_us"]
+
+
+def test_bench_step_final_only_outputs() -> None:
+    res = CliRunner().invoke(app, ["bench-step", "--stub-model", "--running", "2", "--iters", "2", "--warmup", "1",
+                                   "--output-kind", "final_only"])
+    assert res.exit_code == 0 and "final_only outputs" in res.output, res.output
+    res = CliRunner().invoke(app, ["bench-step", "--stub-model", "--running", "2", "--output-kind", "nope"])
+    assert res.exit_code == 2 and "output_kind must be one of" in res.output
