@@ -178,3 +178,27 @@ def test_chat_template_from_the_folder_else_chatml(tmp_path: Path):
     assert kind == "chatml" and render is chatml
     assert chatml(msgs, True) == ("<|im_start|>system\nS<|im_end|>\n<|im_start|>user\nU<|im_end|>\n"
                                   "<|im_start|>assistant\n")
+
+
+def test_tokenize_and_detokenize_as_vllm(client, served_engine):
+    """vLLM's /tokenize and /detokenize (what `vllm bench serve` and other vLLM clients call): the ids are the
+    engine's own, chat messages render as /v1/chat/completions renders them, and bad input is a 400."""
+    tok = served_engine.tokenizer
+    r = _post(client, "/tokenize", prompt="Hello world")
+    assert r.status_code == 200, r.text
+    body = r.json()
+    assert body["tokens"] == tok.encode("Hello world") and body["count"] == len(body["tokens"])
+    assert body["max_model_len"] == served_engine.max_model_len
+    messages = [{"role": "user", "content": "Hi"}]
+    chat = _post(client, "/tokenize", messages=messages).json()
+    assert chat["tokens"] == tok.encode(chatml(messages))
+    back = _post(client, "/detokenize", tokens=body["tokens"])
+    assert back.status_code == 200 and back.json()["prompt"] == "Hello world"
+    for path, fields, param in (("/tokenize", {}, "prompt"), ("/tokenize", {"prompt": "a", "messages": messages},
+                                                              "prompt"),
+                                ("/tokenize", {"prompt": "a", "return_token_strs": True}, "return_token_strs"),
+                                ("/detokenize", {"tokens": [-1]}, "tokens"), ("/detokenize", {"tokens": "x"}, "tokens")):
+        bad = _post(client, path, **fields)
+        assert bad.status_code == 400 and bad.json()["error"]["param"] == param, (path, fields, bad.text)
+    assert client.post("/tokenize", json={"model": "nope", "prompt": "a"}).status_code == 404
+    assert client.get("/version").json()["version"]

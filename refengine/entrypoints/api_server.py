@@ -1,7 +1,7 @@
 """`cbbench serve`: refengine behind an OpenAI-compatible HTTP API (FastAPI + uvicorn), shaped as vLLM's server.
 
 Routes: POST /v1/completions, POST /v1/chat/completions (both streaming over SSE or not), GET /v1/models, /health,
-/metrics (Prometheus text, vLLM's metric names). Errors are OpenAI-shaped, `{"error": {"message", "type", "param",
+/metrics (Prometheus text, vLLM's metric names), and vLLM's POST /tokenize, POST /detokenize, GET /version. Errors are OpenAI-shaped, `{"error": {"message", "type", "param",
 "code"}}`: client input that the server refuses is a 400 naming the field (request-body validation included, which
 FastAPI would answer with 422), an unknown model a 404. Only a failure of the engine itself is a 500; it fails the
 requests in flight at that step and the server goes on serving.
@@ -22,7 +22,8 @@ from refengine.engine import LLMEngine
 from refengine.entrypoints.async_engine import AsyncLLMEngine, EngineError
 from refengine.entrypoints.chat import chat_renderer
 from refengine.entrypoints.metrics import CONTENT_TYPE
-from refengine.entrypoints.protocol import BadRequest, ChatCompletionRequest, CompletionRequest, error_body, now
+from refengine.entrypoints.protocol import (BadRequest, ChatCompletionRequest, CompletionRequest, DetokenizeRequest,
+                                            TokenizeRequest, error_body, now)
 from refengine.entrypoints.serving import Call, OpenAIServing
 
 log = logging.getLogger("refengine.server")
@@ -134,6 +135,25 @@ def build_app(engine: LLMEngine, model_name: str | None = None, model_path: str 
         return {"object": "list", "data": [{
             "id": name, "object": "model", "created": now(), "owned_by": "refengine", "root": engine.config.model,
             "parent": None, "max_model_len": engine.max_model_len}]}
+
+    @app.post("/tokenize")
+    async def tokenize(req: TokenizeRequest) -> dict:
+        check_model(req.model)
+        return serving.tokenize(req)
+
+    @app.post("/detokenize")
+    async def detokenize(req: DetokenizeRequest) -> dict:
+        check_model(req.model)
+        return serving.detokenize(req)
+
+    @app.get("/version")
+    async def version() -> dict:
+        from importlib.metadata import PackageNotFoundError, version as dist_version
+
+        try:
+            return {"version": dist_version("cbbench")}
+        except PackageNotFoundError:  # (run from a source tree that was never installed)
+            return {"version": "unknown"}
 
     @app.get("/health")
     async def health() -> Response:

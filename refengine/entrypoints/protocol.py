@@ -179,3 +179,33 @@ def now() -> int:
 def usage(prompt_tokens: int, completion_tokens: int) -> dict:
     return {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
             "total_tokens": prompt_tokens + completion_tokens}
+
+
+class TokenizeRequest(BaseModel):
+    """vLLM's POST /tokenize: a completion `prompt`, or chat `messages` (rendered with the chat template as
+    /v1/chat/completions renders them); the tokens are the ones the engine would get."""
+
+    model_config = ConfigDict(extra="allow")
+
+    model: Optional[str] = None
+    prompt: Optional[str] = None
+    messages: Optional[list[ChatMessage]] = None
+    add_special_tokens: bool = True  # (the engine's tokenizer adds what it always adds; accepted for vLLM clients)
+    add_generation_prompt: bool = True
+    return_token_strs: Optional[bool] = False
+
+    def check(self) -> None:
+        if (self.prompt is None) == (self.messages is None):
+            raise BadRequest("give exactly one of prompt and messages", "prompt")
+        if self.return_token_strs:
+            raise BadRequest("return_token_strs is not supported", "return_token_strs")
+
+
+class DetokenizeRequest(BaseModel):
+    """vLLM's POST /detokenize: token ids -> text, as the engine decodes its outputs."""
+
+    model_config = ConfigDict(extra="allow")
+
+    model: Optional[str] = None
+    tokens: list[int]
+

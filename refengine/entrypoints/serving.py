@@ -16,8 +16,8 @@ from typing import AsyncIterator, Callable
 
 from refengine.entrypoints.async_engine import AsyncLLMEngine, EngineError
 from refengine.entrypoints.chat import render_messages
-from refengine.entrypoints.protocol import (BadRequest, ChatCompletionRequest, CompletionRequest, new_id, now,
-                                            usage)
+from refengine.entrypoints.protocol import (BadRequest, ChatCompletionRequest, CompletionRequest, DetokenizeRequest,
+                                            TokenizeRequest, new_id, now, usage)
 from refengine.outputs import RequestOutput
 from refengine.sampling_params import SamplingParams
 
@@ -86,6 +86,23 @@ class OpenAIServing:
         name = "max_completion_tokens" if req.max_completion_tokens is not None else "max_tokens"
         params = self._params(req, max_tokens, name, {"max_tokens": name})
         return Call("chat", new_id("chatcmpl"), self.model_name, now(), [ids], params, req.include_usage)
+
+    def tokenize(self, req: TokenizeRequest) -> dict:
+        """vLLM's /tokenize answer: the ids the engine would get for this prompt (or these chat messages)."""
+        req.check()
+        if req.messages is not None:
+            ids = self._tokenize(render_messages(self.chat_render, req.messages, req.add_generation_prompt),
+                                 "messages")
+        else:
+            ids = self._tokenize(req.prompt, "prompt")
+        return {"count": len(ids), "max_model_len": self.max_model_len, "tokens": ids, "token_strs": None}
+
+    def detokenize(self, req: DetokenizeRequest) -> dict:
+        vocab = self.engine.engine.model_config.vocab_size
+        bad = [t for t in req.tokens if not 0 <= t < vocab]
+        if bad:
+            raise BadRequest(f"tokens: ids outside the vocabulary [0, {vocab}): {bad[:5]}", "tokens")
+        return {"prompt": self.tokenizer.decode(req.tokens)}
 
     def _params(self, req, max_tokens: int | None, name: str, renames: dict[str, str]) -> SamplingParams:
         if max_tokens is None:
