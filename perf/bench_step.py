@@ -170,43 +170,36 @@ def _time_phases(engine) -> dict[str, list[float]]:
 
 
 class _DeviceClock:
-    """This thread's CPU seconds spent inside the work a GPU would run asynchronously: the stub's forward and
-    compute_logits, and the sampler (see the module docstring). Installed for the timed steps only."""
+    """This thread's CPU seconds spent inside the work a GPU would run asynchronously: the model's forward and
+    compute_logits, and the sampler, which for the stub is its own `sample` (see the module docstring).
+    Installed for the timed steps only; close() puts everything back."""
 
     def __init__(self, model: torch.nn.Module) -> None:
         import refengine.model_runner as runner_module
 
         self.spent = 0.0
-        self._undo = []
+        self._runner_module, self._model, self._real_sample = runner_module, model, runner_module.sample
         self._stub = model if isinstance(model, StubModel) else None
-        self._real_sample = runner_module.sample
         if self._stub is not None:
-            self._stub.one_hot = False  # (its `sample` replaces the real sampler below)
-        for owner, name in [(runner_module, "sample"), (model, "forward"), (model, "compute_logits")]:
-            fn = getattr(owner, name)
-            if owner is runner_module and self._stub is not None:
-                fn = self._stub.sample
+            self._stub.one_hot = False  # (its `sample` replaces the real sampler)
+        runner_module.sample = self._timed(self._stub.sample if self._stub is not None else self._real_sample)
+        for name in ("forward", "compute_logits"):  # (instance attributes, shadowing the methods while timed)
+            setattr(model, name, self._timed(getattr(model, name)))
 
-            def timed(*args, _fn=fn, **kwargs):
-                t = time.thread_time()
-                try:
-                    return _fn(*args, **kwargs)
-                finally:
-                    self.spent += time.thread_time() - t
+    def _timed(self, fn):
+        def timed(*args, **kwargs):
+            t = time.thread_time()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                self.spent += time.thread_time() - t
 
-            self._undo.append((owner, name, fn, owner is model))
-            setattr(owner, name, timed)
+        return timed
 
     def close(self) -> None:
-        import refengine.model_runner as runner_module
-
-        for owner, name, fn, instance in self._undo:
-            if instance:
-                delattr(owner, name)  # (the bound method was an instance attribute only while timed)
-            elif owner is runner_module:
-                setattr(owner, name, self._real_sample)
-            else:
-                setattr(owner, name, fn)
+        self._runner_module.sample = self._real_sample
+        for name in ("forward", "compute_logits"):
+            delattr(self._model, name)
         if self._stub is not None:
             self._stub.one_hot = True
 

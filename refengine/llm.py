@@ -3,7 +3,7 @@ whole RequestOutput per prompt, in order. `with LLM(...) as llm:` shuts the engi
 from __future__ import annotations
 
 from refengine.engine import LLMEngine
-from refengine.outputs import CompletionOutput, RequestOutput
+from refengine.outputs import RequestOutput
 from refengine.sampling_params import RequestOutputKind, SamplingParams
 
 
@@ -71,17 +71,8 @@ class LLM:
             req.sampling_params.output_kind = RequestOutputKind.FINAL_ONLY
             engine._queue(req, text)
         ids = [req.request_id for req, _ in built]
-        merged: dict[str, RequestOutput] = {}
+        final: dict[str, RequestOutput] = {}  # (FINAL_ONLY: one output per request, the whole completion)
         while engine.has_unfinished_requests():
             for out in engine.step():
-                delta = out.outputs[0]
-                prev = merged.setdefault(
-                    out.request_id,
-                    RequestOutput(out.request_id, out.prompt, out.prompt_token_ids, [CompletionOutput(0, "", [])], False),
-                )
-                whole = prev.outputs[0]
-                whole.text += delta.text
-                whole.token_ids.extend(delta.token_ids)
-                whole.finish_reason, whole.stop_reason, whole.error = delta.finish_reason, delta.stop_reason, delta.error
-                prev.finished, prev.metrics = out.finished, out.metrics
-        return [merged[rid] for rid in ids]
+                final[out.request_id] = out
+        return [final[rid] for rid in ids]

@@ -156,8 +156,10 @@ class Scheduler:
 
     def _schedule_running(self, out: SchedulerOutput, prefill_only: bool = False) -> None:
         """Running requests in admission order; `prefill_only` (sequence mode) skips those that would decode.
-        (This loop runs for every running request every step: _num_new_tokens and _schedule are inlined, and the
-        KV manager is asked only when the request may need a block or has a block to cache.)"""
+        This loop runs for every running request every step, so _num_new_tokens, _in_prefill and _schedule are
+        inlined here (the same rules; keep them in step: `cbbench bench-scheduler` measured the calls at ~140 us
+        per step at 256 running), and the KV manager is asked for slots only when the request may need a block or
+        has one to cache (`has_room`)."""
         kv, c = self.kv_cache_manager, self.config
         running, scheduled, is_prefill = self.running, out.num_scheduled_tokens, out.is_prefill
         threshold, last_pos, chunked = self._threshold, c.max_model_len - 1, c.enable_chunked_prefill
@@ -347,10 +349,8 @@ class Scheduler:
             stop = None
             if req.first_token_time is None:
                 req.first_token_time = now
-            for tok in toks:  # (Request.append_output_token_ids, inlined: this runs for every request every step)
-                req.output_token_ids.append(tok)
-                req.all_token_ids.append(tok)
-                req.num_tokens += 1
+            for tok in toks:
+                req.append_output_token_ids((tok,))
                 req.token_times.append(now)
                 try:  # a stop check that raises fails its own request (aborted, with `error` set), not the step
                     stop = check_stop(req)

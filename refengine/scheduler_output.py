@@ -136,12 +136,6 @@ class RunnerView:
             blocks = req_to_blocks.get(rid, ())
             known = sent.get(rid)
             num_blocks, preemptions = len(blocks), req.num_preemptions
-            if known is not None and known[0] == num_blocks and known[1] == preemptions and rid in prev:
-                req_ids.append(rid)  # the common decode step: no new blocks, nothing to resync
-                new_block_ids.append(None)
-                num_computed.append(req.num_computed_tokens)
-                num_output.append(len(req.output_token_ids))
-                continue
             if known is None:
                 new_reqs.append(NewRequestData.from_request(req, [b.block_id for b in blocks]))
             else:
@@ -155,5 +149,7 @@ class RunnerView:
                 new_block_ids.append([b.block_id for b in blocks[have:]] if num_blocks > have else None)
                 num_computed.append(req.num_computed_tokens)
                 num_output.append(len(req.output_token_ids))
+                if num_blocks == have and known[1] == preemptions:
+                    continue  # nothing to record anew (the common decode step)
             sent[rid] = (num_blocks, preemptions)
         self._prev_scheduled = set(out.num_scheduled_tokens)
