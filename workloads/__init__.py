@@ -1,7 +1,8 @@
 """Named, seeded workloads for `cbbench perf` (imported as `cbbench.workloads`).
 
 Code map: `base.py` (WorkloadRequest, Workload), `registry.py` (get_workload), `sharegpt.py` (the ShareGPT V3
-sampler and its truncation-tolerant loader), `synthetic.py` (fixed, random, lognormal, prefix), `arrivals.py`
+sampler and its truncation-tolerant loader), `synthetic.py` (fixed, random, lognormal, prefix), `local_datasets.py`
+(custom JSONL, local Hugging Face datasets), `trace.py` (Azure / Mooncake / plain trace replay), `arrivals.py`
 (offline, Poisson, gamma).
 """
 

@@ -13,8 +13,10 @@ from typing import Any, Callable
 
 from .arrivals import arrival_times
 from .base import Tokenizer, Workload, WorkloadRequest
+from .local_datasets import sample_custom, sample_hf
 from .sharegpt import sample_sharegpt
 from .synthetic import sample_fixed, sample_lognormal, sample_prefix, sample_random
+from .trace import sample_trace
 
 Sampler = Callable[..., tuple[list[WorkloadRequest], dict[str, Any]]]
 
@@ -24,7 +26,15 @@ WORKLOADS: dict[str, Sampler] = {
     "random": sample_random,
     "lognormal": sample_lognormal,
     "prefix": sample_prefix,
+    "custom": sample_custom,
+    "hf": sample_hf,
+    "trace": sample_trace,
 }
+
+# The most requests one workload may hold. Every request is materialised (token ids and all) before the run, so an
+# absurd --num-prompts must be refused at once rather than grow memory for minutes; 1M ShareGPT-sized prompts is
+# already ~2 GB of token ids, far beyond any run this harness measures.
+MAX_NUM_PROMPTS = 1_000_000
 
 # params that a sampler writes for the record but does not take back as input
 _PROVENANCE = {"dataset", "num_dataset_records", "dataset_truncated", "num_conversations", "num_tokenized"}
@@ -60,8 +70,12 @@ def get_workload(name: str, *, tokenizer: Tokenizer | None = None, num_prompts: 
     """
     sampler = _sampler(name)
     request_rate, burstiness = float(request_rate), float(burstiness)   # "inf" as read back from a result JSON
+    if isinstance(num_prompts, bool) or not isinstance(num_prompts, int):
+        raise ValueError(f"num_prompts must be an integer, got {num_prompts!r}")
     if num_prompts < 1:
         raise ValueError(f"num_prompts must be >= 1, got {num_prompts}")
+    if num_prompts > MAX_NUM_PROMPTS:
+        raise ValueError(f"num_prompts must be <= {MAX_NUM_PROMPTS} (MAX_NUM_PROMPTS), got {num_prompts}")
     if seed < 0:
         raise ValueError(f"seed must be >= 0, got {seed}")
     if max_concurrency is not None and not (isinstance(max_concurrency, int) and max_concurrency >= 1):
@@ -74,8 +88,12 @@ def get_workload(name: str, *, tokenizer: Tokenizer | None = None, num_prompts: 
                          f"(known: {', '.join(sorted(accepted - {'tokenizer', 'num_prompts', 'seed'}))})")
     if "tokenizer" in accepted:
         params["tokenizer"] = tokenizer
+    own_arrivals = getattr(sampler, "replays_arrivals", False)
+    if own_arrivals and (math.isfinite(request_rate) or burstiness != 1.0):
+        raise ValueError(f"request_rate: workload {name!r} replays its own timestamps (scale them with time_scale)")
     requests, used = sampler(num_prompts=num_prompts, seed=seed, **params)
-    times = arrival_times(len(requests), request_rate, burstiness, seed)
+    times = ([r.arrival_time for r in requests] if own_arrivals
+             else arrival_times(len(requests), request_rate, burstiness, seed))
     requests = [WorkloadRequest(r.prompt_token_ids, r.output_len, t, r.prompt_text) for r, t in zip(requests, times)]
     full = {"num_prompts": num_prompts, "seed": seed, "request_rate": request_rate, "burstiness": burstiness,
             **({"max_concurrency": max_concurrency} if max_concurrency is not None else {}), **used}
