@@ -27,12 +27,17 @@ class WorkloadRequest:
     `arrival_time` is seconds from the start of the run (0.0 for every request in an offline run);
     `prompt_text` is the source text when the token ids are its exact encoding, else None (synthetic ids, or a
     prompt truncated to a cap).
+    `conversation_id` / `turn`: set on the turns of a multi-turn workload (see `multiturn.py`). Turn k > 0 holds only
+    the new user message: it is sent after turn k - 1's answer returns, with the conversation so far (every earlier
+    user message and the tokens actually generated for it) as its prefix.
     """
 
     prompt_token_ids: list[int]
     output_len: int
     arrival_time: float = 0.0
     prompt_text: str | None = None
+    conversation_id: int | None = None
+    turn: int = 0
 
     def __post_init__(self) -> None:
         if len(self.prompt_token_ids) < 1:
@@ -41,6 +46,8 @@ class WorkloadRequest:
             raise ValueError(f"output_len must be >= 1, got {self.output_len}")
         if not (self.arrival_time >= 0.0 and math.isfinite(self.arrival_time)):
             raise ValueError(f"arrival_time must be finite and >= 0, got {self.arrival_time}")
+        if self.turn < 0 or (self.turn > 0 and self.conversation_id is None):
+            raise ValueError(f"turn must be >= 0, and a turn > 0 needs a conversation_id, got {self.turn}")
 
     @property
     def prompt_len(self) -> int:
@@ -71,6 +78,10 @@ class Workload:
         return [r.arrival_time for r in self.requests]
 
     @property
+    def is_multi_turn(self) -> bool:
+        return any(r.conversation_id is not None for r in self.requests)
+
+    @property
     def is_offline(self) -> bool:
         """True when every request arrives at t = 0 (an offline throughput run)."""
         return all(r.arrival_time == 0.0 for r in self.requests)
@@ -96,7 +107,8 @@ class Workload:
         out: dict[str, Any] = {"name": self.name, "params": dict(self.params), "summary": self.summary()}
         if with_requests:
             out["requests"] = [
-                {"prompt_token_ids": r.prompt_token_ids, "output_len": r.output_len, "arrival_time": r.arrival_time}
+                {"prompt_token_ids": r.prompt_token_ids, "output_len": r.output_len, "arrival_time": r.arrival_time,
+                 **({"conversation_id": r.conversation_id, "turn": r.turn} if r.conversation_id is not None else {})}
                 for r in self.requests
             ]
         return out

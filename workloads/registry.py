@@ -7,6 +7,7 @@ provenance counts, so `get_workload(w.name, tokenizer=..., **w.params)` rebuilds
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import math
 from typing import Any, Callable
@@ -14,6 +15,7 @@ from typing import Any, Callable
 from .arrivals import arrival_times
 from .base import Tokenizer, Workload, WorkloadRequest
 from .local_datasets import sample_custom, sample_hf
+from .multiturn import sample_multiturn, sample_sharegpt_multiturn
 from .sharegpt import sample_sharegpt
 from .synthetic import sample_fixed, sample_lognormal, sample_prefix, sample_random
 from .trace import sample_trace
@@ -29,6 +31,8 @@ WORKLOADS: dict[str, Sampler] = {
     "custom": sample_custom,
     "hf": sample_hf,
     "trace": sample_trace,
+    "multiturn": sample_multiturn,
+    "sharegpt-multiturn": sample_sharegpt_multiturn,
 }
 
 # The most requests one workload may hold. Every request is materialised (token ids and all) before the run, so an
@@ -92,9 +96,14 @@ def get_workload(name: str, *, tokenizer: Tokenizer | None = None, num_prompts: 
     if own_arrivals and (math.isfinite(request_rate) or burstiness != 1.0):
         raise ValueError(f"request_rate: workload {name!r} replays its own timestamps (scale them with time_scale)")
     requests, used = sampler(num_prompts=num_prompts, seed=seed, **params)
-    times = ([r.arrival_time for r in requests] if own_arrivals
-             else arrival_times(len(requests), request_rate, burstiness, seed))
-    requests = [WorkloadRequest(r.prompt_token_ids, r.output_len, t, r.prompt_text) for r, t in zip(requests, times)]
+    if own_arrivals:
+        times = [r.arrival_time for r in requests]
+    elif getattr(sampler, "conversations", False):     # one arrival per conversation, shared by its turns
+        starts = arrival_times(num_prompts, request_rate, burstiness, seed)
+        times = [starts[r.conversation_id] for r in requests]
+    else:
+        times = arrival_times(len(requests), request_rate, burstiness, seed)
+    requests = [dataclasses.replace(r, arrival_time=t) for r, t in zip(requests, times)]
     full = {"num_prompts": num_prompts, "seed": seed, "request_rate": request_rate, "burstiness": burstiness,
             **({"max_concurrency": max_concurrency} if max_concurrency is not None else {}), **used}
     return Workload(name=name, params=full, requests=requests)

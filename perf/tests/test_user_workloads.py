@@ -162,3 +162,44 @@ def test_plain_trace_and_bad_columns(tmp_path):
 def test_num_prompts_beyond_the_cap_is_refused_at_once():
     with pytest.raises(ValueError, match=f"num_prompts must be <= {MAX_NUM_PROMPTS}"):
         get_workload("fixed", num_prompts=10**12)
+
+
+# ---------------------------------------------------------------- multi-turn
+
+def test_synthetic_multiturn_shares_one_arrival_per_conversation():
+    w = get_workload("multiturn", num_prompts=3, num_turns=2, user_len=5, output_len=4, request_rate=10.0)
+    assert [(r.conversation_id, r.turn) for r in w.requests] == [(0, 0), (0, 1), (1, 0), (1, 1), (2, 0), (2, 1)]
+    assert w.is_multi_turn and w.prompt_lens == [5] * 6 and w.output_lens == [4] * 6
+    starts = [w.requests[i].arrival_time for i in (0, 2, 4)]
+    assert starts[0] == 0.0 < starts[1] < starts[2]
+    assert all(w.requests[i].arrival_time == w.requests[i + 1].arrival_time for i in (0, 2, 4))
+
+
+def _sharegpt_file(tmp_path: Path, convs: list[list[tuple[int, int]]]) -> str:
+    """A ShareGPT file whose conversations have the given (human words, gpt words) exchanges."""
+    recs = [{"id": str(i), "conversations": [t for h, g in c for t in
+                                             ({"from": "human", "value": " ".join(["h"] * h)},
+                                              {"from": "gpt", "value": " ".join(["g"] * g)})]}
+            for i, c in enumerate(convs)]
+    (tmp_path / "sg.json").write_text(json.dumps(recs))
+    return str(tmp_path / "sg.json")
+
+
+def test_sharegpt_multiturn_keeps_the_turns_and_cuts_at_the_context_limit(tmp_path):
+    f = _sharegpt_file(tmp_path, [[(3, 4), (5, 6), (7, 8)],        # 3 turns: 7 + 11 + 15 = 33 tokens
+                                  [(2, 2)],                          # one turn only: dropped (min_turns 2)
+                                  [(10, 10), (10, 10)]])            # 2 turns: 40 tokens
+    def shapes(w) -> list[list[tuple[int, int]]]:
+        by_conv: dict[int, list[tuple[int, int]]] = {}
+        for r in w.requests:
+            by_conv.setdefault(r.conversation_id, []).append((r.prompt_len, r.output_len))
+            assert r.turn == len(by_conv[r.conversation_id]) - 1
+        return sorted(by_conv.values())
+
+    w = get_workload("sharegpt-multiturn", tokenizer=TOK, num_prompts=2, dataset_path=f, max_context_len=40)
+    assert shapes(w) == [[(3, 4), (5, 6), (7, 8)], [(10, 10), (10, 10)]]
+    # at 30 the 3-turn conversation is cut before its third turn (18 + 15 > 30), the 40-token one keeps only 1 turn
+    w = get_workload("sharegpt-multiturn", tokenizer=TOK, num_prompts=1, dataset_path=f, max_context_len=30)
+    assert shapes(w) == [[(3, 4), (5, 6)]]
+    with pytest.raises(ValueError, match="only 1 conversations"):
+        get_workload("sharegpt-multiturn", tokenizer=TOK, num_prompts=2, dataset_path=f, max_context_len=30)

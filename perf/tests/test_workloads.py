@@ -159,7 +159,8 @@ def test_seeds_are_reproducible_and_differ(name, tiny_sharegpt):
 
 
 def test_registry_lists_every_workload():
-    assert set(list_workloads()) == {"sharegpt", "fixed", "random", "lognormal", "prefix", "custom", "hf", "trace"}
+    assert set(list_workloads()) == {"sharegpt", "fixed", "random", "lognormal", "prefix", "custom", "hf", "trace",
+                                   "multiturn", "sharegpt-multiturn"}
     with pytest.raises(ValueError, match="workload"):
         get_workload("nope", num_prompts=1)
 
