@@ -1,9 +1,9 @@
 """Interpolation in the measured kernel tables of data/<gpu>.npz (extracted by ci/extract_sim_tables.py).
 
 Three tables per GPU, all latencies in milliseconds as measured under vLLM:
-- GEMM: a full grid over (m, n, k) per dtype. Between grid points, log(latency / (n * k)) is interpolated in
-  log m, log n and log k: at small m a GEMM streams its n * k weights and at large m it computes m * n * k, so the
-  normalised value varies slowly and the interpolation is nearly exact at both ends.
+- GEMM: a full grid over (m, n, k) per dtype. Between grid points, log latency is interpolated linearly in log m,
+  log n and log k: exact wherever latency follows a power of each (a small-m GEMM streams its n * k weights, a
+  large-m one computes m * n * k), and close in between.
 - Decode attention: per (num_heads, num_kv_heads, head_dim), latency over (batch, kv length).
 - Prefill attention: per (num_heads, num_kv_heads, head_dim), latency over (batch, prompt length), no prefix.
 Past the last measured point a table is extended by its cost law (GEMM linear in m, n and k; decode linear in
@@ -29,21 +29,23 @@ class GemmGrid:
     log_m: np.ndarray  # (M,)
     log_n: np.ndarray  # (N,)
     log_k: np.ndarray  # (K,)
-    norm: np.ndarray  # (M, N, K): log(ms / (n * k)), gaps filled along m
+    log_ms: np.ndarray  # (M, N, K), gaps filled along m
 
 
 def make_gemm_grid(m: np.ndarray, n: np.ndarray, k: np.ndarray, ms: np.ndarray) -> GemmGrid:
     log_m, log_n, log_k = (np.log(a.astype(np.float64)) for a in (m, n, k))
-    norm = np.log(ms.astype(np.float64)) - log_n[None, :, None] - log_k[None, None, :]
+    norm = np.log(ms.astype(np.float64))
     for j in range(norm.shape[1]):  # a few (m, n, k) points were not measured: fill them along log m
         for i in range(norm.shape[2]):
             col = norm[:, j, i]
             ok = np.isfinite(col)
             if not ok.all() and ok.sum() >= 2:
                 norm[~ok, j, i] = np.interp(log_m[~ok], log_m[ok], col[ok])
-    # a weight shape never measured at all (h100: 65536 x 65536) takes its neighbours' normalised curve
+    # a weight shape never measured at all (h100: 65536 x 65536): the mean of its neighbours' curves, each moved
+    # to this shape by the weight-streaming law (latency proportional to n * k)
     for j, i in zip(*np.nonzero(~np.isfinite(norm).any(axis=0))):
-        near = [norm[:, jj, ii] for jj, ii in ((j - 1, i), (j + 1, i), (j, i - 1), (j, i + 1))
+        near = [norm[:, jj, ii] + log_n[j] - log_n[jj] + log_k[i] - log_k[ii]
+                for jj, ii in ((j - 1, i), (j + 1, i), (j, i - 1), (j, i + 1))
                 if 0 <= jj < norm.shape[1] and 0 <= ii < norm.shape[2] and np.isfinite(norm[:, jj, ii]).all()]
         if near:
             norm[:, j, i] = np.mean(near, axis=0)
@@ -66,15 +68,14 @@ class GemmCurve:
     def __init__(self, grid: GemmGrid, n: int, k: int) -> None:
         n0, n1, wn = _bracket(grid.log_n, math.log(n))
         k0, k1, wk = _bracket(grid.log_k, math.log(k))
-        g = grid.norm
+        g = grid.log_ms
         plane = ((1 - wn) * ((1 - wk) * g[:, n0, k0] + wk * g[:, n0, k1])
-                 + wn * ((1 - wk) * g[:, n1, k0] + wk * g[:, n1, k1]))  # (M,) log(ms / (n k)) along m
+                 + wn * ((1 - wk) * g[:, n1, k0] + wk * g[:, n1, k1]))  # (M,) log ms along m
         n_in = min(max(n, math.exp(grid.log_n[0])), math.exp(grid.log_n[-1]))
         k_in = min(max(k, math.exp(grid.log_k[0])), math.exp(grid.log_k[-1]))
         # beyond the grid a wider or deeper GEMM costs proportionally more; below it the smallest one's time
-        self._scale = max(n / n_in, 1.0) * max(k / k_in, 1.0)
         self._log_m = grid.log_m
-        self._ms = np.exp(plane) * n_in * k_in * self._scale
+        self._ms = np.exp(plane) * max(n / n_in, 1.0) * max(k / k_in, 1.0)
         self._m_max = math.exp(grid.log_m[-1])
         self._cache: dict[int, float] = {}
         self.valid = bool(np.isfinite(self._ms).all())

@@ -21,27 +21,29 @@ LLAMA_HEADS = (32, 8, 128)
 
 
 def gemm_errors(gpu: str, dtype: str, axis: str) -> list[float]:
-    """Leave out each interior n (axis="n") or k (axis="k") value; predict every (m, k) or (m, n) at it."""
-    tables = load_tables(gpu)
-    a = tables._arrays  # the raw grid; the interpolation under test only sees it with one line removed
-    m, n, k, ms = (a[f"gemm_{dtype}_{x}"] for x in ("m", "n", "k", "ms"))
-    axis_vals = n if axis == "n" else k
+    """Leave out each interior m, n or k value (axis) in turn; predict the grid points on it."""
+    a = load_tables(gpu)._arrays  # the raw grid; the interpolation under test sees it with one line removed
+    axes = {x: a[f"gemm_{dtype}_{x}"] for x in ("m", "n", "k")}
+    ms = a[f"gemm_{dtype}_ms"]
+    dim = "mnk".index(axis)
     errors: list[float] = []
-    for idx in range(1, len(axis_vals) - 1):
-        held = int(axis_vals[idx])
-        if held < MIN_NK:
+    for idx in range(1, len(axes[axis]) - 1):
+        if axis == "m" and axes["m"][idx] > MAX_M or axis != "m" and axes[axis][idx] < MIN_NK:
             continue
-        rest = np.delete(ms, idx, axis=1 if axis == "n" else 2)
-        grid = make_gemm_grid(m, np.delete(n, idx) if axis == "n" else n, np.delete(k, idx) if axis == "k" else k,
-                              rest)
-        for j, other in enumerate(k if axis == "n" else n):
-            if other < MIN_NK:
-                continue
-            curve = GemmCurve(grid, held, int(other)) if axis == "n" else GemmCurve(grid, int(other), held)
-            measured = ms[:, idx, j] if axis == "n" else ms[:, j, idx]
-            for mi, mv in enumerate(m):
-                if mv <= MAX_M and np.isfinite(measured[mi]):
-                    errors.append(abs(curve.ms(int(mv)) / float(measured[mi]) - 1))
+        rest = {x: np.delete(v, idx) if x == axis else v for x, v in axes.items()}
+        grid = make_gemm_grid(rest["m"], rest["n"], rest["k"], np.delete(ms, idx, axis=dim))
+        measured = np.take(ms, idx, axis=dim)  # the held-out plane
+        for j, n in enumerate(axes["n"]):
+            for i, k in enumerate(axes["k"]):
+                if n < MIN_NK or k < MIN_NK or (axis == "n" and j != idx) or (axis == "k" and i != idx):
+                    continue
+                curve = GemmCurve(grid, int(n), int(k))
+                for mi, m in enumerate(axes["m"]):
+                    if axis == "m" and mi != idx or m > MAX_M:
+                        continue
+                    value = measured[j, i] if axis == "m" else measured[mi, i] if axis == "n" else measured[mi, j]
+                    if np.isfinite(value):
+                        errors.append(abs(curve.ms(int(m)) / float(value) - 1))
     return errors
 
 
@@ -75,7 +77,7 @@ def summary() -> list[tuple[str, int, float, float, float]]:
     for gpu in ("h100", "h200", "a100"):
         dtypes = ("bfloat16", "fp8") if load_tables(gpu).has_gemm("fp8") else ("bfloat16",)
         for dtype in dtypes:
-            for axis in ("n", "k"):
+            for axis in ("m", "n", "k"):
                 e = gemm_errors(gpu, dtype, axis)
                 out.append((f"{gpu} gemm {dtype}, held-out {axis}", len(e), statistics.median(e), p90(e), max(e)))
         for kind in ("decode", "prefill"):

@@ -11,21 +11,32 @@ from refengine.sim.kernel_tables import load_tables
 from refengine.tests.sim.held_out import LLAMA_HEADS, attention_errors, gemm_errors, p90
 
 # Leaving a grid line out doubles the gap the interpolation bridges, so these errors bound the in-use ones from
-# above. Measured (python -m refengine.tests.sim.held_out): GEMM medians 2.0-5.1%, p90 7.5-18.2%; attention
-# medians 2.1-4.9%, p90 10.1-14.9%. The bounds sit a little above, so that a worse interpolation fails.
-GEMM_MEDIAN_MAX = 0.06
-GEMM_P90_MAX = 0.20
-ATTENTION_MEDIAN_MAX = 0.06
-ATTENTION_P90_MAX = 0.17
+# above. Each bound is today's error (python -m refengine.tests.sim.held_out, in the comment) plus about 15%, so
+# that a worse interpolation fails: snapping m to the grid point below, for one, gives h100 bf16 held-out m a
+# median of 4.3% and a p90 of 17.9%.
+GEMM_BOUNDS = {  # (gpu, dtype, held-out axis): (median max, p90 max)
+    # the fp8 kernels switch tile shapes at m = 17, 33, 65, ... (the grid measures both sides of each jump, 16/17,
+    # 32/33), so a held-out m is often predicted across a jump: hence the wide p90
+    ("h200", "fp8", "m"): (0.048, 0.40),  # 4.1%, 35.3%
+    ("h200", "fp8", "n"): (0.025, 0.105),  # 2.0%, 9.1%
+    ("h200", "fp8", "k"): (0.026, 0.087),  # 2.2%, 7.5%
+    ("h100", "bfloat16", "m"): (0.040, 0.16),  # 3.4%, 13.8%
+    ("h100", "bfloat16", "n"): (0.043, 0.145),  # 3.7%, 12.5%
+    ("a100", "bfloat16", "n"): (0.059, 0.21),  # 5.1%, 18.2%
+}
+ATTENTION_BOUNDS = {  # kind: (median max, p90 max), over h100, h200, a100
+    "decode": (0.03, 0.14),  # 2.1-2.4%, 10.1-12.0%
+    "prefill": (0.057, 0.17),  # 4.0-4.9%, 13.6-14.9%
+}
 
 
-@pytest.mark.parametrize("gpu,dtype,axis", [("h200", "fp8", "n"), ("h200", "fp8", "k"), ("h100", "bfloat16", "n"),
-                                            ("a100", "bfloat16", "n")])
+@pytest.mark.parametrize("gpu,dtype,axis", list(GEMM_BOUNDS))
 def test_gemm_held_out_error(gpu: str, dtype: str, axis: str) -> None:
     errors = gemm_errors(gpu, dtype, axis)
     assert len(errors) > 1000 and all(np.isfinite(errors))
-    assert statistics.median(errors) <= GEMM_MEDIAN_MAX
-    assert p90(errors) <= GEMM_P90_MAX
+    median_max, p90_max = GEMM_BOUNDS[(gpu, dtype, axis)]
+    assert statistics.median(errors) <= median_max
+    assert p90(errors) <= p90_max
 
 
 @pytest.mark.parametrize("gpu", ["h100", "h200", "a100"])
@@ -33,8 +44,9 @@ def test_gemm_held_out_error(gpu: str, dtype: str, axis: str) -> None:
 def test_attention_held_out_error(gpu: str, kind: str) -> None:
     errors = attention_errors(gpu, kind)
     assert len(errors) > 50
-    assert statistics.median(errors) <= ATTENTION_MEDIAN_MAX
-    assert p90(errors) <= ATTENTION_P90_MAX
+    median_max, p90_max = ATTENTION_BOUNDS[kind]
+    assert statistics.median(errors) <= median_max
+    assert p90(errors) <= p90_max
 
 
 def test_measured_points_come_back_exactly() -> None:
