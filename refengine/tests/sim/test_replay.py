@@ -40,11 +40,12 @@ def test_one_client_waits_one_step_for_its_first_token() -> None:
 
 def test_prompts_are_chunked_to_the_token_budget() -> None:
     stub = StubCost()
-    result = replay_fixed_lengths(stub, isl=10, osl=2, concurrency=2, num_requests=2, max_num_batched_tokens=8)
-    assert [s.new_tokens for s in stub.steps] == [(8,), (2, 6), (1, 4), (1,)]
-    assert [s.context_tokens for s in stub.steps] == [(0,), (8, 0), (10, 6), (10,)]
-    assert [s.num_sampling_rows for s in stub.steps] == [0, 1, 2, 1]
-    assert (result.mean_ttft_s, result.mean_tpot_s) == (2.5, 1.0)
+    result = replay_fixed_lengths(stub, isl=20, osl=2, concurrency=2, num_requests=2, max_num_batched_tokens=8)
+    # the running prompt is chunked first, the waiting one joins with what is left, decodes go before prefills
+    assert [s.new_tokens for s in stub.steps] == [(8,), (8,), (4, 4), (1, 7), (8,), (1,), (1,)]
+    assert [s.context_tokens for s in stub.steps] == [(0,), (8,), (16, 0), (20, 4), (11,), (19,), (20,)]
+    assert [s.num_sampling_rows for s in stub.steps] == [0, 0, 1, 1, 0, 1, 1]
+    assert (result.mean_ttft_s, result.mean_tpot_s, result.num_steps) == (4.5, 1.0, 7)
 
 
 def test_bad_lengths_name_the_field() -> None:
