@@ -146,6 +146,8 @@ class CostModel:
                        for n, k in shape.linear_shapes().values()]
         # vLLM keeps lm_head in bf16 in fp8 checkpoints
         self._lm_head = self._gemm_fn(tables, "bfloat16", shape.vocab_size, shape.hidden_size, 2)
+        self._by_tokens: dict[int, tuple[float, float]] = {}  # M -> (gemm, non_gemm) over all layers
+        self._by_rows: dict[int, float] = {}  # sampling rows -> lm_head + sampler
         h, kvh, d = shape.num_heads, shape.num_kv_heads, shape.head_dim
         self._decode = tables.attention("decode", dtype, h, kvh, d) if tables else None
         self._prefill = tables.attention("prefill", dtype, h, kvh, d) if tables else None
@@ -181,7 +183,7 @@ class CostModel:
         tokens = sum(new)
         # a request with one new token decodes (a one-token prompt too: attention over one key either way); the
         # rest are prefill chunks, few per step, so only they are looped over (this runs once per engine step)
-        chunks = [i for i, q in enumerate(new) if q != 1]
+        chunks = [] if new.count(1) == len(new) else [i for i, q in enumerate(new) if q != 1]
         n_dec = len(new) - len(chunks)
         dec_kv = sum(ctx) - sum(ctx[i] for i in chunks) + n_dec  # each decode attends over c + 1 keys
         n_pre = pre_work = 0  # pre_work: sum over chunks of q * (2c + q), twice the causal query-key pairs
@@ -193,9 +195,13 @@ class CostModel:
         layers = self.shape.num_layers
         out = dict.fromkeys(("gemm", "decode_attention", "prefill_attention", "non_gemm", "lm_head"), 0.0)
         if tokens:
-            out["gemm"] = layers * sum(fn(tokens) for fn in self._gemms)
-            out["non_gemm"] = layers * (NON_GEMM_KERNELS_PER_LAYER * KERNEL_FLOOR_S
-                                        + tokens * self._non_gemm_bytes_per_token / self._hbm)
+            per_m = self._by_tokens.get(tokens)
+            if per_m is None:
+                per_m = self._by_tokens[tokens] = (
+                    layers * sum(fn(tokens) for fn in self._gemms),
+                    layers * (NON_GEMM_KERNELS_PER_LAYER * KERNEL_FLOOR_S
+                              + tokens * self._non_gemm_bytes_per_token / self._hbm))
+            out["gemm"], out["non_gemm"] = per_m
         if n_dec:
             out["decode_attention"] = layers * self._decode_s(n_dec, round(dec_kv / n_dec))
         if n_pre:
@@ -203,8 +209,11 @@ class CostModel:
             out["prefill_attention"] = layers * self._prefill_s(n_pre, isl, pre_work / 2)
         rows = step.num_sampling_rows
         if rows:
-            sampler = rows * self.shape.vocab_size * 4 * SAMPLER_LOGIT_PASSES / self._hbm + KERNEL_FLOOR_S
-            out["lm_head"] = self._lm_head(rows) + sampler
+            head = self._by_rows.get(rows)
+            if head is None:
+                sampler = rows * self.shape.vocab_size * 4 * SAMPLER_LOGIT_PASSES / self._hbm + KERNEL_FLOOR_S
+                head = self._by_rows[rows] = self._lm_head(rows) + sampler
+            out["lm_head"] = head
         gpu = sum(out.values())
         cpu = self.host.seconds(len(step.new_tokens))
         out.update(gpu=gpu, cpu=cpu, step=max(cpu, gpu) if self.async_scheduling else cpu + gpu)
