@@ -67,6 +67,7 @@ class ModelShape:
     vocab_size: int
     gated_mlp: bool = True  # Llama / Qwen2 / Mistral: gate_up + down; OPT: fc1 + fc2
     tie_word_embeddings: bool = False  # the embedding doubles as lm_head (no second copy in memory)
+    extra_params: int = 0  # kept in bf16 beside the linears: biases (Qwen2's qkv, all of OPT's), learned positions
 
     def __post_init__(self) -> None:
         for name in ("num_layers", "hidden_size", "num_heads", "num_kv_heads", "head_dim", "intermediate_size",
@@ -82,12 +83,19 @@ class ModelShape:
         is_opt = cfg.get("model_type") == "opt"
         heads = int(cfg["num_attention_heads"])
         hidden = int(cfg["hidden_size"])
-        return cls(num_layers=int(cfg["num_hidden_layers"]), hidden_size=hidden, num_heads=heads,
-                   num_kv_heads=int(cfg.get("num_key_value_heads") or heads),
-                   head_dim=int(cfg.get("head_dim") or hidden // heads),
-                   intermediate_size=int(cfg["ffn_dim"] if is_opt else cfg["intermediate_size"]),
-                   vocab_size=int(cfg["vocab_size"]), gated_mlp=not is_opt,
-                   tie_word_embeddings=bool(cfg.get("tie_word_embeddings", is_opt)))
+        layers = int(cfg["num_hidden_layers"])
+        kv_heads = int(cfg.get("num_key_value_heads") or heads)
+        head_dim = int(cfg.get("head_dim") or hidden // heads)
+        inter = int(cfg["ffn_dim"] if is_opt else cfg["intermediate_size"])
+        extra = 0
+        if cfg.get("model_type") == "qwen2":  # q, k and v projections carry biases
+            extra = layers * (heads + 2 * kv_heads) * head_dim
+        elif is_opt:  # biases of q, k, v, o, fc1, fc2 and both LayerNorms; learned positions (offset by 2)
+            positions = int(cfg.get("max_position_embeddings", 2048)) + 2
+            extra = layers * (7 * hidden + inter) + hidden + positions * hidden
+        return cls(num_layers=layers, hidden_size=hidden, num_heads=heads, num_kv_heads=kv_heads, head_dim=head_dim,
+                   intermediate_size=inter, vocab_size=int(cfg["vocab_size"]), gated_mlp=not is_opt,
+                   tie_word_embeddings=bool(cfg.get("tie_word_embeddings", is_opt)), extra_params=extra)
 
     def linear_shapes(self) -> dict[str, tuple[int, int]]:
         """(n, k) of each per-layer GEMM, y[M, n] = x[M, k] @ W[k, n]."""
@@ -103,7 +111,7 @@ class ModelShape:
         linear = sum(n * k for n, k in self.linear_shapes().values()) * self.num_layers
         embeddings = self.vocab_size * self.hidden_size * (1 if self.tie_word_embeddings else 2)
         norms = (2 * self.num_layers + 1) * self.hidden_size
-        return linear * DTYPE_BYTES[dtype] + (embeddings + norms) * 2
+        return linear * DTYPE_BYTES[dtype] + (embeddings + norms + self.extra_params) * 2
 
     def kv_bytes_per_token(self, dtype: str) -> int:
         """K and V of every layer for one token; dtype "fp8" also means an fp8 KV cache (an assumption: NVIDIA's

@@ -20,6 +20,7 @@ BATCH_256_OVER_1_MAX = 2.0
 # Llama-3.1-8B's published parameter count and KV bytes per token (32 layers x 8 KV heads x 128 x K,V x bf16)
 LLAMA_31_8B_PARAMS = 8_030_261_248
 LLAMA_31_8B_KV_BYTES = 131_072
+QWEN25_05B_PARAMS = 494_032_768  # Qwen2.5-0.5B's published count (tied embeddings, qkv biases)
 
 
 def decode_step(batch: int, context: int) -> StepShape:
@@ -44,6 +45,12 @@ def test_llama_shape_from_hf_config_matches_published_sizes() -> None:
     # fp8 quantises the decoder linears only; embedding and lm_head stay bf16
     bf16_params = 2 * 128256 * 4096 + 65 * 4096  # embedding, lm_head, 65 RMSNorm weights
     assert shape.weight_bytes("fp8") == (LLAMA_31_8B_PARAMS - bf16_params) + 2 * bf16_params
+
+
+def test_qwen2_shapes_count_their_qkv_biases() -> None:
+    cfg = {"model_type": "qwen2", "num_hidden_layers": 24, "hidden_size": 896, "num_attention_heads": 14,
+           "num_key_value_heads": 2, "intermediate_size": 4864, "vocab_size": 151936, "tie_word_embeddings": True}
+    assert ModelShape.from_hf_config(cfg).weight_bytes("bfloat16") == 2 * QWEN25_05B_PARAMS
 
 
 def test_opt_shape_has_an_ungated_mlp_and_tied_embeddings() -> None:
