@@ -5,7 +5,7 @@ is 114 MB (plus pyarrow and scipy), so the repo commits a compact extract instea
 compressed .npz with the bf16 / fp8 GEMM grid and the FlashAttention decode and prefill tables for head_dim 64 and
 128, plus the ten silicon rows the serving-level validation replays. Run it after a version bump:
 
-    pip install aiconfigurator-core==0.12.0
+    pip install aiconfigurator-core==0.12.0     # or: pip install -e '.[sim-extract]'
     python ci/extract_sim_tables.py
 """
 

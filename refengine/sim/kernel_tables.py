@@ -145,15 +145,15 @@ class KernelTables:
     def __init__(self, gpu: str) -> None:
         path = DATA_DIR / f"{gpu}.npz"
         with np.load(path) as z:
-            self._arrays = {key: z[key] for key in z.files}
-        self.vllm_version = str(self._arrays["vllm_version"])
+            self.arrays = {key: z[key] for key in z.files}  # the raw extract, as data/SOURCE.md describes it
+        self.vllm_version = str(self.arrays["vllm_version"])
 
     def has_gemm(self, dtype: str) -> bool:
-        return f"gemm_{dtype}_ms" in self._arrays
+        return f"gemm_{dtype}_ms" in self.arrays
 
     @functools.cache
     def gemm_grid(self, dtype: str) -> GemmGrid:
-        a = self._arrays
+        a = self.arrays
         return make_gemm_grid(a[f"gemm_{dtype}_m"], a[f"gemm_{dtype}_n"], a[f"gemm_{dtype}_k"],
                               a[f"gemm_{dtype}_ms"])
 
@@ -167,7 +167,7 @@ class KernelTables:
     @functools.cache
     def attention(self, kind: str, kv_dtype: str, h: int, kvh: int, d: int) -> AttentionTable | None:
         """kind is "decode" (length = kv tokens) or "prefill" (length = prompt tokens, no prefix)."""
-        rows = self._arrays.get(f"{kind}_{kv_dtype}")
+        rows = self.arrays.get(f"{kind}_{kv_dtype}")
         if rows is None:
             return None
         rows = rows[rows[:, _ATTN_COLS["d"]] == d].astype(np.float64)

@@ -22,7 +22,7 @@ LLAMA_HEADS = (32, 8, 128)
 
 def gemm_errors(gpu: str, dtype: str, axis: str) -> list[float]:
     """Leave out each interior m, n or k value (axis) in turn; predict the grid points on it."""
-    a = load_tables(gpu)._arrays  # the raw grid; the interpolation under test sees it with one line removed
+    a = load_tables(gpu).arrays  # the raw grid; the interpolation under test sees it with one line removed
     axes = {x: a[f"gemm_{dtype}_{x}"] for x in ("m", "n", "k")}
     ms = a[f"gemm_{dtype}_ms"]
     dim = "mnk".index(axis)
@@ -49,7 +49,7 @@ def gemm_errors(gpu: str, dtype: str, axis: str) -> list[float]:
 
 def attention_errors(gpu: str, kind: str, kv_dtype: str = "bfloat16") -> list[float]:
     """Leave out each interior length of the Llama head shape's table; predict it at every batch size."""
-    rows = load_tables(gpu)._arrays[f"{kind}_{kv_dtype}"].astype(np.float64)
+    rows = load_tables(gpu).arrays[f"{kind}_{kv_dtype}"].astype(np.float64)
     h, kvh, d = LLAMA_HEADS
     rows = rows[(rows[:, 0] == h) & (rows[:, 1] == kvh) & (rows[:, 2] == d)]
     batch, ms = rows[:, 3], rows[:, 6]

@@ -51,7 +51,7 @@ def test_attention_held_out_error(gpu: str, kind: str) -> None:
 
 def test_measured_points_come_back_exactly() -> None:
     tables = load_tables("h100")
-    a = tables._arrays
+    a = tables.arrays
     m, n, k, ms = (a[f"gemm_bfloat16_{x}"] for x in ("m", "n", "k", "ms"))
     j, i = list(n).index(4096), list(k).index(4096)
     curve = tables.gemm("bfloat16", 4096, 4096)
