@@ -96,19 +96,22 @@ class AttentionTable:
 
     Each measured batch size is a row interpolated in log length; past its last measured length it grows by
     length ** length_power (1 for decode, which streams KV; 2 for prefill, which is quadratic). Between batch rows
-    the log latency is interpolated in log batch; past the largest batch it grows linearly.
+    the log latency is interpolated in log batch; past the largest batch it grows linearly. A head shape other than
+    the measured one is looked up at the length with the same work (length_scale): small calls keep the measured
+    fixed cost, large ones scale with the work.
     """
 
     def __init__(self, batch: np.ndarray, length: np.ndarray, ms: np.ndarray, length_power: float,
-                 scale: float) -> None:
+                 length_scale: float = 1.0) -> None:
         self._rows: list[tuple[np.ndarray, np.ndarray]] = []
         bs = np.unique(batch)
         for b in bs:
             sel = batch == b
             order = np.argsort(length[sel])
-            self._rows.append((np.log(length[sel][order]), np.log(ms[sel][order] * scale)))
+            self._rows.append((np.log(length[sel][order]), np.log(ms[sel][order])))
         self._log_b = np.log(bs.astype(np.float64))
         self._power = length_power
+        self._log_length_scale = math.log(length_scale)
         self._cache: dict[tuple[int, int], float] = {}
 
     def _row_log_ms(self, row: int, log_len: float) -> float:
@@ -121,7 +124,7 @@ class AttentionTable:
         key = (batch, length)
         hit = self._cache.get(key)
         if hit is None:
-            log_len = math.log(max(length, 1))
+            log_len = math.log(max(length, 1)) + self._log_length_scale
             log_b = math.log(batch)
             lo, hi, w = _bracket(self._log_b, log_b)
             y = (1 - w) * self._row_log_ms(lo, log_len) + w * self._row_log_ms(hi, log_len)
@@ -168,20 +171,23 @@ class KernelTables:
     def attention(self, kind: str, kv_dtype: str, h: int, kvh: int, d: int) -> AttentionTable | None:
         """kind is "decode" (length = kv tokens) or "prefill" (length = prompt tokens, no prefix)."""
         rows = self.arrays.get(f"{kind}_{kv_dtype}")
-        if rows is None:
-            return None
-        rows = rows[rows[:, _ATTN_COLS["d"]] == d].astype(np.float64)
-        if len(rows) == 0:
-            return None
-        pairs = sorted({(int(r[0]), int(r[1])) for r in rows})
-        h_e, kvh_e = _pick_heads(pairs, h, kvh)
-        rows = rows[(rows[:, 0] == h_e) & (rows[:, 1] == kvh_e)]
-        c = _ATTN_COLS
-        if kind == "decode":  # the kernel attends over isl + step cached tokens; cost follows the KV read
-            length, power, scale = rows[:, c["isl"]] + rows[:, c["step"]], 1.0, kvh / kvh_e
-        else:  # prefill cost follows the query heads' FLOPs
-            length, power, scale = rows[:, c["isl"]], 2.0, h / h_e
-        return AttentionTable(rows[:, c["b"]], length, rows[:, c["ms"]], power, scale)
+        return None if rows is None else attention_table(rows, kind, h, kvh, d)
+
+
+def attention_table(rows: np.ndarray, kind: str, h: int, kvh: int, d: int) -> AttentionTable | None:
+    """The table for heads (h, kvh, d) from measured rows (data/SOURCE.md's layout), or None without head_dim d."""
+    rows = rows[rows[:, _ATTN_COLS["d"]] == d].astype(np.float64)
+    if len(rows) == 0:
+        return None
+    pairs = sorted({(int(r[0]), int(r[1])) for r in rows})
+    h_e, kvh_e = _pick_heads(pairs, h, kvh)
+    rows = rows[(rows[:, 0] == h_e) & (rows[:, 1] == kvh_e)]
+    c = _ATTN_COLS
+    if kind == "decode":  # the kernel attends over isl + step cached tokens; its work is the KV read: kvh * length
+        length, power, scale = rows[:, c["isl"]] + rows[:, c["step"]], 1.0, kvh / kvh_e
+    else:  # prefill's work is the query heads' FLOPs: h * length ** 2
+        length, power, scale = rows[:, c["isl"]], 2.0, math.sqrt(h / h_e)
+    return AttentionTable(rows[:, c["b"]], length, rows[:, c["ms"]], power, scale)
 
 
 @functools.cache

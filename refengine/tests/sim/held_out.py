@@ -11,7 +11,7 @@ import statistics
 
 import numpy as np
 
-from refengine.sim.kernel_tables import AttentionTable, GemmCurve, load_tables, make_gemm_grid
+from refengine.sim.kernel_tables import AttentionTable, GemmCurve, attention_table, load_tables, make_gemm_grid
 
 # the GEMM region the presets use: every linear of Qwen2.5-0.5B .. OPT-13B has n and k in [512, 65536]
 MIN_NK = 512
@@ -67,6 +67,21 @@ def attention_errors(gpu: str, kind: str, kv_dtype: str = "bfloat16") -> list[fl
     return errors
 
 
+def head_shape_errors(gpu: str, kind: str, kv_dtype: str = "bfloat16") -> list[float]:
+    """Leave out each measured (num_heads, num_kv_heads) at head_dim 128 in turn; predict its rows from the nearest
+    remaining head shape, scaled as the cost model scales it (decode by KV heads, prefill by query heads)."""
+    rows = load_tables(gpu).arrays[f"{kind}_{kv_dtype}"].astype(np.float64)
+    rows = rows[rows[:, 2] == 128]
+    errors: list[float] = []
+    for h, kvh in sorted({(int(r[0]), int(r[1])) for r in rows}):
+        held = (rows[:, 0] == h) & (rows[:, 1] == kvh)
+        table = attention_table(rows[~held], kind, h, kvh, 128)
+        for r in rows[held]:
+            length = r[4] + r[5] if kind == "decode" else r[4]
+            errors.append(abs(table.ms(int(r[3]), int(length)) / r[6] - 1))
+    return errors
+
+
 def p90(errors: list[float]) -> float:
     return float(np.quantile(errors, 0.9))
 
@@ -83,6 +98,8 @@ def summary() -> list[tuple[str, int, float, float, float]]:
         for kind in ("decode", "prefill"):
             e = attention_errors(gpu, kind)
             out.append((f"{gpu} {kind} attention, held-out length", len(e), statistics.median(e), p90(e), max(e)))
+            e = head_shape_errors(gpu, kind)
+            out.append((f"{gpu} {kind} attention, held-out head shape", len(e), statistics.median(e), p90(e), max(e)))
     return out
 
 
