@@ -114,3 +114,15 @@ def test_roofline_stands_in_where_no_table_exists() -> None:
     only_roofline = CostModel(custom, LLAMA_31_8B)
     assert "roofline-only" in only_roofline.version
     assert 0 < only_roofline.step_seconds(decode_step(1, 10)) < cost.step_seconds(decode_step(1, 10))
+
+
+def test_same_steps_give_the_same_seconds_bit_for_bit() -> None:
+    # the simulated gate compares runs with tight tolerances: a cache hit must return what the miss computed
+    steps = [StepShape((1,) * b + (q,), tuple(range(50, 50 + b)) + (c,), b + 1)
+             for b, q, c in ((3, 700, 0), (40, 2000, 100), (3, 700, 0), (255, 1, 9000), (40, 2000, 100))]
+    first = CostModel("h200", LLAMA_31_8B, "fp8")
+    cold = [first.step_seconds(s) for s in steps]
+    warm = [first.step_seconds(s) for s in steps]
+    fresh = [CostModel("h200", LLAMA_31_8B, "fp8").step_seconds(s) for s in reversed(steps)][::-1]
+    assert cold == warm == fresh
+    assert cold[0] == cold[2] and cold[1] == cold[4]
