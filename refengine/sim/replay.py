@@ -17,7 +17,8 @@ from dataclasses import dataclass
 
 from refengine.sim.cost_model import CostModel, StepShape
 
-# vLLM's defaults for the OpenAI server on GPUs with at least 70 GiB (H100 / H200): 8192 tokens, 1024 sequences
+# vLLM's defaults for the OpenAI server on GPUs with at least 70 GiB other than the A100 (H100, H200): 8192
+# tokens and 1024 sequences; on the A100 and smaller GPUs 2048 tokens and 256 sequences
 VLLM_SERVER_MAX_NUM_BATCHED_TOKENS = 8192
 VLLM_SERVER_MAX_NUM_SEQS = 1024
 
