@@ -18,10 +18,11 @@ max(flops / (peak * ROOFLINE_FLOPS_EFF), bytes / (hbm * ROOFLINE_HBM_EFF)) + KER
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from refengine.sim.gpus import GpuSpec, get_gpu
-from refengine.sim.kernel_tables import load_tables
+from refengine.sim.kernel_tables import KernelTables, load_tables
 
 COST_MODEL_VERSION = "sim-1 (aiconfigurator-core 0.12.0 vllm 0.24.0 tables; a100: vllm 0.14.0)"
 DTYPES = ("bfloat16", "fp8")
@@ -30,8 +31,8 @@ DTYPE_BYTES = {"bfloat16": 2, "fp8": 1}
 # 0.8, mem_empirical_constant_latency 3 us); reused for the roofline fallback and the non-GEMM term
 ROOFLINE_HBM_EFF = 0.8
 KERNEL_FLOOR_S = 3e-6
-# dense GEMMs on Hopper / Ampere reach about 70% of the tensor-core peak at large M in the measured tables
-# (e.g. h100 bf16 32768 x 65536 x 12288: 60.3 ms measured, 53.4 ms at peak = 0.88; mid shapes 0.6-0.8)
+# the share of the tensor-core peak the measured tables reach on Llama-3.1-8B's four linears at M = 1024 and 8192:
+# h100 bf16 0.81 / 0.75, h100 fp8 0.56 / 0.58, a100 bf16 0.82 / 0.84
 ROOFLINE_FLOPS_EFF = 0.7
 # per layer outside the GEMMs and attention: fused add+RMSNorm twice, rotary embedding, the KV cache write and
 # SiLU-and-mul; five kernels, each at least KERNEL_FLOOR_S (vLLM runs decode in CUDA graphs, so no launch gap)
@@ -144,7 +145,7 @@ class CostModel:
             raise ValueError(f"dtype: {self.gpu.name} has no {dtype} tensor cores")
         self.shape, self.dtype, self.async_scheduling = shape, dtype, async_scheduling
         self.host = host_seconds or DEFAULT_HOST
-        self._peak, self._hbm = peak, self.gpu.hbm_bytes_per_s * ROOFLINE_HBM_EFF
+        self._hbm = self.gpu.hbm_bytes_per_s * ROOFLINE_HBM_EFF
         try:
             tables = load_tables(self.gpu.name)
         except FileNotFoundError:  # a GpuSpec of the caller's own, with no measured tables: roofline only
@@ -164,7 +165,9 @@ class CostModel:
                + (3 if shape.gated_mlp else 2) * shape.intermediate_size)
         self._non_gemm_bytes_per_token = 2 * act  # bf16 activations, each read or written once per pass
 
-    def _gemm_fn(self, tables, dtype: str, n: int, k: int, weight_bytes: int):
+    def _gemm_fn(self, tables: KernelTables | None, dtype: str, n: int, k: int,
+                 weight_bytes: int) -> Callable[[int], float]:
+        """Seconds of the GEMM y[M, n] = x[M, k] @ W[k, n] as a function of M: the table, else the roofline."""
         curve = tables.gemm(dtype, n, k) if tables is not None and tables.has_gemm(dtype) else None
         if curve is not None:
             return lambda m: curve.ms(m) * 1e-3
