@@ -1,7 +1,9 @@
-"""The simulated GPUs: memory, HBM bandwidth and tensor-core peaks, and which measured tables each one uses.
+"""The simulated GPUs: memory, HBM bandwidth and tensor-core peaks; a GPU's name also names its tables
+(data/<name>.npz).
 
 Every number is the one NVIDIA's aiconfigurator-core 0.12.0 uses for the GPU (its systems/<gpu>.yaml, copied beside
-the tables as data/<gpu>_system.yaml); the data sheet figures are the same.
+the tables as data/<gpu>_system.yaml); the data sheets give the same figures (the H200's "141 GB" is read as GiB
+there, as here).
 """
 
 from __future__ import annotations
