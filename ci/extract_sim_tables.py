@@ -2,8 +2,8 @@
 
 The simulated GPU times its kernels from vLLM latencies that aiconfigurator-core measured on real GPUs. The package
 installs to 114 MB (plus pyarrow and scipy), so the repo commits a compact extract instead of depending on it: per
-GPU one compressed .npz with the bf16 / fp8 GEMM grid and the FlashAttention decode and prefill tables for head_dim 64 and
-128, plus the ten silicon rows the serving-level validation replays. Run it after a version bump:
+GPU one compressed .npz with the bf16 / fp8 GEMM grid and the FlashAttention decode and prefill tables for head_dim
+64 and 128, plus the ten silicon rows the serving-level validation replays. Run it after a version bump:
 
     pip install aiconfigurator-core==0.12.0     # or: pip install -e '.[sim-extract]'
     python ci/extract_sim_tables.py
