@@ -97,3 +97,15 @@ def test_same_inputs_give_bit_identical_timestamps(async_scheduling):
 
     first, second = run(), run()
     assert first == second  # exact: floats compared bit for bit
+
+
+def test_step_shapes_given_to_the_cost_model():
+    """A chunked prefill samples only at its last chunk; a decode step is one token per request over its context."""
+    engine = LLMEngine("llama-3.1-8b", device="sim:h100", max_num_batched_tokens=128)
+    engine.add_request("long", list(range(1000, 1300)), params(2))
+    shapes = []
+    while engine.has_unfinished_requests():
+        engine.step()
+        shapes.append(engine.model_runner.last_step)
+    assert [(s.new_tokens, s.context_tokens, s.num_sampling_rows) for s in shapes] == [
+        ((128,), (0,), 0), ((128,), (128,), 0), ((44,), (256,), 1), ((1,), (300,), 1)]
