@@ -122,8 +122,7 @@ class LLMEngine:
             self.attention_backend = get_attention_backend(backend).name
             self.tokenizer = load_tokenizer(model)
         else:
-            self.device, dtype, self.model, self.attention_backend = torch.device("cpu"), self.sim.torch_dtype, None, "sim"
-            self.model_config, self.tokenizer = self.sim.model_config, self.sim.tokenizer
+            self.device, dtype, self.model, self.attention_backend, self.model_config, self.tokenizer = self.sim.parts()
         self.dtype = dtype
         self.device_label = self.sim.device_label if self.sim else str(self.device)
         mc = self.model_config
@@ -136,14 +135,12 @@ class LLMEngine:
         kv_field = ("num_gpu_blocks" if "num_gpu_blocks" in sched_kw else "kv_cache_memory_gb"
                     if cfg.kv_cache_memory_gb is not None or self.device.type != "cuda" else "gpu_memory_utilization")
         if "num_gpu_blocks" not in sched_kw:
-            sched_kw["num_gpu_blocks"] = (self.sim.num_gpu_blocks(block_size, cfg.gpu_memory_utilization) if self.sim
-                                          else self._sized_num_blocks(block_size))
+            sched_kw["num_gpu_blocks"] = self._sized_num_blocks(block_size)
         sc = SchedulerConfig(max_model_len=self.max_model_len, **sched_kw)
         # Every running request owns at least one KV block of its own (the one holding its last token is never a
         # prefix-cache hit), so no more than num_gpu_blocks requests ever need an input-batch row at once.
         num_rows = min(sc.max_num_seqs, sc.num_gpu_blocks)
-        if self.sim is None:  # (a simulated GPU allocates nothing)
-            self._check_memory(sc, num_rows, kv_field)
+        self._check_memory(sc, num_rows, kv_field)
         self.scheduler = Scheduler(eos_token_id=mc.eos_token_id, max_model_len=self.max_model_len, **sched_kw)
         self.scheduler.clock = self.clock.now
         self.model_runner = self.sim.make_runner(sc.async_scheduling) if self.sim else ModelRunner(
@@ -171,6 +168,9 @@ class LLMEngine:
         """Before anything is allocated: the KV caches and the input batch must fit in the memory free now."""
         from refengine.loader import check_memory
 
+        if self.sim is not None:  # (a simulated GPU allocates nothing)
+            return
+
         per_block = _kv_bytes_per_block(self.model_config, sc.block_size, self.dtype)
         host = torch.device("cpu")
         batch_row = (self.max_model_len + cdiv(self.max_model_len, sc.block_size)) * 4  # int32 token ids + block table
@@ -181,6 +181,8 @@ class LLMEngine:
     def _sized_num_blocks(self, block_size: int) -> int:
         """_default_num_blocks, with its failures told as the knob that caused them."""
         cfg = self.config
+        if self.sim is not None:
+            return self.sim.num_gpu_blocks(block_size, cfg.gpu_memory_utilization)
         per_block = _kv_bytes_per_block(self.model_config, block_size, self.dtype)
         if cfg.kv_cache_memory_gb is not None and cfg.kv_cache_memory_gb * 2**30 < per_block:
             raise ValueError(f"kv_cache_memory_gb={cfg.kv_cache_memory_gb} holds no KV block of {block_size} tokens "

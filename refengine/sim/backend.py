@@ -82,6 +82,11 @@ class SimBackend:
         """What reports put in titles and rows, e.g. "simulated H200 (cost model roofline-placeholder-0, bfloat16)"."""
         return f"simulated {self.gpu.name} (cost model {COST_MODEL_VERSION}, {self.dtype})"
 
+    def parts(self) -> tuple:
+        """(device, dtype, model, attention_backend, model_config, tokenizer) for LLMEngine: the scheduler's data
+        lives on the host, and there is no model."""
+        return torch.device("cpu"), self.torch_dtype, None, "sim", self.model_config, self.tokenizer
+
     def num_gpu_blocks(self, block_size: int, gpu_memory_utilization: float) -> int:
         return num_sim_blocks(self.gpu, self.shape, self.dtype, block_size, gpu_memory_utilization)
 
