@@ -98,8 +98,6 @@ def _load_model_cached(model: str, device: torch.device, dtype: torch.dtype, see
 
 class LLMEngine:
     def __init__(self, model: str = "tiny-qwen2", **kwargs) -> None:
-        from refengine.loader import check_attention_backend, load_tokenizer, resolve_device, resolve_dtype
-
         model = os.fspath(model) if isinstance(model, os.PathLike) else model
         unknown = set(kwargs) - _ENGINE_KEYS - set(SchedulerConfig.__dataclass_fields__)
         if unknown:
@@ -113,16 +111,8 @@ class LLMEngine:
         # device="sim:<gpu>": no model and no forward; a simulated runner on a virtual clock (refengine/sim/)
         self.sim = SimBackend.create(cfg.device, model, cfg.dtype) if is_sim_device(cfg.device) else None
         self.clock = self.sim.clock if self.sim else WALL_CLOCK
-        if self.sim is None:
-            self.device = resolve_device(cfg.device)
-            dtype = resolve_dtype(cfg.dtype, self.device)
-            backend = cfg.attention_backend or default_backend_name(self.device)
-            check_attention_backend(backend, self.device)
-            self.model, self.model_config = _load_model_cached(model, self.device, dtype, cfg.seed, backend)
-            self.attention_backend = get_attention_backend(backend).name
-            self.tokenizer = load_tokenizer(model)
-        else:
-            self.device, dtype, self.model, self.attention_backend, self.model_config, self.tokenizer = self.sim.parts()
+        (self.device, dtype, self.model, self.attention_backend, self.model_config,
+         self.tokenizer) = self.sim.parts() if self.sim else self._load(model)
         self.dtype = dtype
         self.device_label = self.sim.device_label if self.sim else str(self.device)
         mc = self.model_config
@@ -163,6 +153,18 @@ class LLMEngine:
         self._static_batch: dict[str, int] = {}  # static batching: the batch of each request in the last step
         self.finished_requests: collections.deque[Request] = collections.deque(maxlen=cfg.stats_log_size)
         self.output_processor = OutputProcessor(self.tokenizer, self.scheduler, self.finished_requests)
+
+    def _load(self, model: str) -> tuple:
+        """(device, dtype, model, attention_backend, model_config, tokenizer) on a real device."""
+        from refengine.loader import check_attention_backend, load_tokenizer, resolve_device, resolve_dtype
+
+        cfg = self.config
+        device = resolve_device(cfg.device)
+        dtype = resolve_dtype(cfg.dtype, device)
+        backend = cfg.attention_backend or default_backend_name(device)
+        check_attention_backend(backend, device)
+        module, model_config = _load_model_cached(model, device, dtype, cfg.seed, backend)
+        return device, dtype, module, get_attention_backend(backend).name, model_config, load_tokenizer(model)
 
     def _check_memory(self, sc: SchedulerConfig, num_rows: int, kv_field: str) -> None:
         """Before anything is allocated: the KV caches and the input batch must fit in the memory free now."""
