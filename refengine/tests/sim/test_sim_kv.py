@@ -61,3 +61,13 @@ def test_a_small_pool_preempts_and_a_full_one_does_not():
     assert sum(m["num_preemptions"] for m in full_metrics) == 0
     # the small pool also costs time: recomputed prefills and fewer requests per step
     assert max(m["finish_time"] for m in small_metrics) > max(m["finish_time"] for m in full_metrics)
+
+
+def test_swap_preemption_and_async_scheduling_complete_every_request():
+    reqs = workload(24, seed=2, prompt_len=(100, 300), out_len=(100, 200))
+    for kw in ({"preemption_mode": "swap", "num_cpu_blocks": 200}, {"async_scheduling": True}):
+        engine = LLMEngine("llama-3.1-8b", device="sim:h100", num_gpu_blocks=60, **kw)
+        metrics = replay(engine, reqs)
+        assert sum(m["num_preemptions"] for m in metrics) > 0
+        assert [m["output_len"] for m in metrics] == [n for _, n, _ in reqs]
+    assert engine.scheduler.num_preemptions > 0 and engine.batch_queue is not None
