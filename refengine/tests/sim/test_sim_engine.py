@@ -4,6 +4,7 @@ from __future__ import annotations
 import pytest
 
 from refengine import LLM, LLMEngine
+from refengine.sim.cost_model import COST_MODEL_VERSION
 from refengine.sim.gpus import GPUS
 from refengine.sim.runner import SIM_TOKEN_ID
 from refengine.tests.sim.helpers import params, replay, workload
@@ -15,7 +16,13 @@ def test_bad_sim_device_names_device_and_known_gpus(device):
         LLMEngine("qwen2.5-0.5b", device=device)
     if device.startswith("sim:"):
         for gpu in GPUS:
-            assert f"sim:{gpu}" in str(exc.value)
+            assert f"sim:{gpu.lower()}" in str(exc.value)
+
+
+def test_sim_device_names_ignore_case():
+    from refengine.sim.device import parse_sim_device
+
+    assert parse_sim_device("SIM:H100 ") == parse_sim_device("sim:h100") != parse_sim_device("sim:h200")
 
 
 def test_bad_sim_dtype_and_model_are_refused():
@@ -31,7 +38,8 @@ def test_bad_sim_dtype_and_model_are_refused():
 def test_presets_run_with_fixed_tokens_to_max_tokens(gpu, model):
     with LLM(model, device=f"sim:{gpu}", gpu_memory_utilization=0.5) as llm:
         engine = llm.llm_engine
-        assert engine.model is None and engine.device_label.startswith(f"simulated {GPUS[gpu].name}")
+        assert engine.model is None and engine.device_label.startswith(f"simulated {engine.sim.gpu.name}")
+        assert COST_MODEL_VERSION in engine.device_label
         outs = llm.generate(["Hello there", [5, 6, 7]], [params(3), params(7)])
     assert [len(o.outputs[0].token_ids) for o in outs] == [3, 7]
     assert all(t == SIM_TOKEN_ID for o in outs for t in o.outputs[0].token_ids)
