@@ -11,7 +11,6 @@ import collections
 import functools
 import logging
 import os
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 
@@ -30,6 +29,9 @@ from refengine.request import Request, RequestStatus
 from refengine.sampling_params import SamplingParams
 from refengine.scheduler import Scheduler
 from refengine.scheduler_output import ModelRunnerOutput, SchedulerOutput
+from refengine.sim.backend import SimBackend
+from refengine.sim.clock import WALL_CLOCK
+from refengine.sim.device import is_sim_device
 
 logger = logging.getLogger(__name__)
 
@@ -96,8 +98,6 @@ def _load_model_cached(model: str, device: torch.device, dtype: torch.dtype, see
 
 class LLMEngine:
     def __init__(self, model: str = "tiny-qwen2", **kwargs) -> None:
-        from refengine.loader import check_attention_backend, load_tokenizer, resolve_device, resolve_dtype
-
         model = os.fspath(model) if isinstance(model, os.PathLike) else model
         unknown = set(kwargs) - _ENGINE_KEYS - set(SchedulerConfig.__dataclass_fields__)
         if unknown:
@@ -108,14 +108,13 @@ class LLMEngine:
         self.config = EngineConfig(model=model, scheduler=sched_kw, **eng_kw)
         cfg = self.config
         SchedulerConfig(**sched_kw)  # bad knobs fail here, before a model is loaded
-        self.device = resolve_device(cfg.device)
-        dtype = resolve_dtype(cfg.dtype, self.device)
+        # device="sim:<gpu>": no model and no forward; a simulated runner on a virtual clock (refengine/sim/)
+        self.sim = SimBackend.create(cfg.device, model, cfg.dtype) if is_sim_device(cfg.device) else None
+        self.clock = self.sim.clock if self.sim else WALL_CLOCK
+        (self.device, dtype, self.model, self.attention_backend, self.model_config,
+         self.tokenizer) = self.sim.parts() if self.sim else self._load(model)
         self.dtype = dtype
-        backend = cfg.attention_backend or default_backend_name(self.device)
-        check_attention_backend(backend, self.device)
-        self.model, self.model_config = _load_model_cached(model, self.device, dtype, cfg.seed, backend)
-        self.attention_backend = get_attention_backend(backend).name
-        self.tokenizer = load_tokenizer(model)
+        self.device_label = self.sim.device_label if self.sim else str(self.device)
         mc = self.model_config
         self.max_model_len = mc.max_position_embeddings if cfg.max_model_len is None else cfg.max_model_len
         if not 2 <= self.max_model_len <= mc.max_position_embeddings:
@@ -133,7 +132,8 @@ class LLMEngine:
         num_rows = min(sc.max_num_seqs, sc.num_gpu_blocks)
         self._check_memory(sc, num_rows, kv_field)
         self.scheduler = Scheduler(eos_token_id=mc.eos_token_id, max_model_len=self.max_model_len, **sched_kw)
-        self.model_runner = ModelRunner(
+        self.scheduler.clock = self.clock.now
+        self.model_runner = self.sim.make_runner(sc.async_scheduling) if self.sim else ModelRunner(
             self.model, mc, num_gpu_blocks=sc.num_gpu_blocks, num_cpu_blocks=sc.num_cpu_blocks,
             block_size=sc.block_size, max_num_seqs=num_rows, max_model_len=self.max_model_len,
             device=self.device, dtype=dtype, seed=cfg.seed, enforce_eager=cfg.enforce_eager,
@@ -145,7 +145,8 @@ class LLMEngine:
                                      dtype, self.max_model_len, self.device)
         self.processor = Processor(self.tokenizer, mc, sc, self.max_model_len)
         self._pending: list[RequestOutput] = []  # outputs of requests aborted between steps
-        self.batch_queue = BatchQueue(self.model_runner.execute_model) if sc.async_scheduling else None
+        queue_type = self.sim.batch_queue if self.sim else BatchQueue
+        self.batch_queue = queue_type(self.model_runner.execute_model) if sc.async_scheduling else None
         self._shut_down = False
         # the newest stats_log_size steps and finished requests, for metrics; the caller may clear them
         self.step_stats: collections.deque[StepStats] = collections.deque(maxlen=cfg.stats_log_size)
@@ -153,9 +154,24 @@ class LLMEngine:
         self.finished_requests: collections.deque[Request] = collections.deque(maxlen=cfg.stats_log_size)
         self.output_processor = OutputProcessor(self.tokenizer, self.scheduler, self.finished_requests)
 
+    def _load(self, model: str) -> tuple:
+        """(device, dtype, model, attention_backend, model_config, tokenizer) on a real device."""
+        from refengine.loader import check_attention_backend, load_tokenizer, resolve_device, resolve_dtype
+
+        cfg = self.config
+        device = resolve_device(cfg.device)
+        dtype = resolve_dtype(cfg.dtype, device)
+        backend = cfg.attention_backend or default_backend_name(device)
+        check_attention_backend(backend, device)
+        module, model_config = _load_model_cached(model, device, dtype, cfg.seed, backend)
+        return device, dtype, module, get_attention_backend(backend).name, model_config, load_tokenizer(model)
+
     def _check_memory(self, sc: SchedulerConfig, num_rows: int, kv_field: str) -> None:
         """Before anything is allocated: the KV caches and the input batch must fit in the memory free now."""
         from refengine.loader import check_memory
+
+        if self.sim is not None:  # (a simulated GPU allocates nothing)
+            return
 
         per_block = _kv_bytes_per_block(self.model_config, sc.block_size, self.dtype)
         host = torch.device("cpu")
@@ -167,6 +183,8 @@ class LLMEngine:
     def _sized_num_blocks(self, block_size: int) -> int:
         """_default_num_blocks, with its failures told as the knob that caused them."""
         cfg = self.config
+        if self.sim is not None:
+            return self.sim.num_gpu_blocks(block_size, cfg.gpu_memory_utilization)
         per_block = _kv_bytes_per_block(self.model_config, block_size, self.dtype)
         if cfg.kv_cache_memory_gb is not None and cfg.kv_cache_memory_gb * 2**30 < per_block:
             raise ValueError(f"kv_cache_memory_gb={cfg.kv_cache_memory_gb} holds no KV block of {block_size} tokens "
@@ -208,6 +226,7 @@ class LLMEngine:
         if isinstance(request_id, str) and (request_id in self.scheduler.requests or request_id in self.output_processor
                                           or (self.batch_queue is not None and self.batch_queue.holds(request_id))):
             raise ValueError(f"request_id {request_id!r} is already in use")
+        arrival_time = self.clock.now() if arrival_time is None else arrival_time
         return self.processor.process(request_id, prompt, params, arrival_time, priority)
 
     def _queue(self, req: Request, prompt_text: str | None) -> None:
@@ -328,7 +347,7 @@ class LLMEngine:
             batch_ids = dict.fromkeys(out.num_scheduled_tokens)
             batch_ids.update(dict.fromkeys(running))
         self.step_stats.append(StepStats(
-            time=time.monotonic(),
+            time=self.clock.now(),
             num_scheduled_tokens=out.total_num_scheduled_tokens,
             num_prefill_tokens=out.num_prefill_tokens,
             num_decode_tokens=out.num_decode_tokens,

@@ -18,6 +18,7 @@ is not re-admitted before that output is back; a step's output for a request tha
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 
 from refengine.config import SchedulerConfig
 from refengine.kv_cache_manager import KVCacheManager, cdiv
@@ -47,6 +48,8 @@ class Scheduler:
         self.num_steps = 0
         self.static_batch_id = 0  # static / none: the batch now running (1, 2, ...); the engine's StepStats report it
         self.runner_view = RunnerView()  # what the model runner has been told (builds each output's request data)
+        # every timestamp the scheduler sets; the engine swaps in its clock (a virtual one on a simulated GPU)
+        self.clock: Callable[[], float] = time.monotonic
 
     # ---- requests -------------------------------------------------------------------------------------------
     def add_request(self, request: Request) -> None:
@@ -73,7 +76,7 @@ class Scheduler:
 
     def _finish(self, req: Request, status: RequestStatus) -> None:
         req.status = status
-        req.finish_time = time.monotonic()
+        req.finish_time = self.clock()
         self.kv_cache_manager.remove(req)
         self.finished_req_ids.add(req.request_id)
         del self.requests[req.request_id]
@@ -305,7 +308,7 @@ class Scheduler:
 
     def _update_after_schedule(self, out: SchedulerOutput) -> None:
         self.runner_view.fill(out, self.requests, self.kv_cache_manager.req_to_blocks)
-        now = time.monotonic()
+        now = self.clock()
         async_sched = self.config.async_scheduling
         requests, is_prefill = self.requests, out.is_prefill
         num_prefill = 0
@@ -329,7 +332,7 @@ class Scheduler:
         """Append each request's sampled tokens (a partial prefill samples nothing) and finish those that hit
         EOS, a stop token id or their length limit. Returns the requests finished by this call. Under async
         scheduling `out` is the oldest step whose output has not come back yet (outputs come back in order)."""
-        now = time.monotonic()
+        now = self.clock()
         finished: list[Request] = []
         sync = not self.config.async_scheduling
         requests, check_stop = self.requests, self._check_stop

@@ -14,7 +14,6 @@ import asyncio
 import concurrent.futures
 import logging
 import threading
-import time
 import traceback
 from dataclasses import dataclass
 
@@ -22,6 +21,7 @@ from refengine.engine import LLMEngine
 from refengine.entrypoints.metrics import ServerMetrics
 from refengine.outputs import RequestOutput
 from refengine.sampling_params import SamplingParams
+from refengine.sim.pacing import pacer_for
 
 log = logging.getLogger("refengine.server")
 SHUTDOWN_TIMEOUT_S = 30.0  # server stop waits this long for the engine thread (its step in flight, the drain)
@@ -40,8 +40,11 @@ class _Stream:
 
 
 class AsyncLLMEngine:
-    def __init__(self, engine: LLMEngine, model_name: str) -> None:
+    def __init__(self, engine: LLMEngine, model_name: str, pace_sim: bool = True) -> None:
         self.engine = engine
+        # a simulated GPU (device="sim:<gpu>") is paced to real time: each step takes its simulated seconds
+        self.pacer = pacer_for(engine, pace_sim)
+        self._clock = self.pacer.now if self.pacer else engine.clock.now
         self.metrics = ServerMetrics(model_name, engine.scheduler.config.num_gpu_blocks)
         self._lock = threading.Lock()
         self._commands: list[tuple] = []
@@ -76,7 +79,7 @@ class AsyncLLMEngine:
         """Queue a request; raises the engine's ValueError for bad input. Outputs go to `queue` as
         (tag, RequestOutput) and, if the engine fails, (tag, EngineError)."""
         fut: concurrent.futures.Future = concurrent.futures.Future()
-        arrival = time.monotonic() if arrival_time is None else arrival_time
+        arrival = self._clock() if arrival_time is None else arrival_time
         self._send(("add", request_id, prompt, params, queue, tag, priority, arrival, fut))
         await asyncio.wrap_future(fut)
 
@@ -126,7 +129,7 @@ class AsyncLLMEngine:
                 self._wake.clear()
                 continue
             try:
-                outputs = engine.step()
+                outputs = self.pacer.step() if self.pacer else engine.step()
             except Exception as e:  # an engine bug must not take the server down: fail what was in flight
                 log.error("engine step failed: %s", traceback.format_exc())
                 self._fail_all(EngineError(f"engine step failed: {type(e).__name__}: {e}"))

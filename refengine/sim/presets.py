@@ -1,0 +1,70 @@
+"""The models a simulated GPU runs: shapes only, no weights, no forward.
+
+`sim_model(model)` resolves a name or a folder to (ModelConfig, ModelShape, Tokenizer):
+- the engine's presets at real shapes (qwen2.5-0.5b, qwen2.5-7b, llama-3.1-8b; the toy ones work too);
+- `opt-13b`, which exists only here (the engine has no OPT forward): facebook/opt-13b's config.json fields;
+- a local folder's config.json, of any architecture `ModelShape.from_hf_config` reads (no weights are read).
+The ModelConfig is the engine's bookkeeping (vocabulary, EOS ids, context length); the ModelShape feeds the cost
+model. Preset text goes through the Qwen BPE (ids folded into a smaller vocabulary, as the engine's presets do).
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from refengine.model import ModelConfig
+from refengine.sim.cost_model import ModelShape
+from refengine.tokenizer import HFTokenizer, NoTokenizer, QwenTokenizer, Tokenizer
+
+# facebook/opt-13b config.json (the fields the shape needs): MHA, a two-GEMM ReLU MLP of ffn_dim, learned positions
+OPT_13B = {"model_type": "opt", "hidden_size": 5120, "num_attention_heads": 40, "num_hidden_layers": 40,
+           "ffn_dim": 20480, "vocab_size": 50272, "max_position_embeddings": 2048, "bos_token_id": 2,
+           "eos_token_id": 2}
+SIM_ONLY_PRESETS: dict[str, dict] = {"opt-13b": OPT_13B}
+# the architectures loader.config_from_hf also reads (their tokenizer rules are the loader's)
+_ENGINE_TYPES = ("qwen2", "llama", "mistral")
+
+
+def _hf_fields(mc: ModelConfig) -> dict:
+    return {"model_type": "llama", "num_hidden_layers": mc.num_hidden_layers, "hidden_size": mc.hidden_size,
+            "num_attention_heads": mc.num_attention_heads, "num_key_value_heads": mc.num_key_value_heads,
+            "head_dim": mc.head_dim, "intermediate_size": mc.intermediate_size, "vocab_size": mc.vocab_size}
+
+
+def _bookkeeping_config(shape: ModelShape, cfg: dict) -> ModelConfig:
+    """A ModelConfig for an architecture the engine cannot run (it is never built into a model)."""
+    eos = cfg.get("eos_token_id")
+    return ModelConfig(
+        vocab_size=shape.vocab_size, hidden_size=shape.hidden_size, num_hidden_layers=shape.num_layers,
+        num_attention_heads=shape.num_heads, num_key_value_heads=shape.num_kv_heads, head_dim=shape.head_dim,
+        intermediate_size=shape.intermediate_size, max_position_embeddings=cfg.get("max_position_embeddings", 4096),
+        bos_token_id=cfg.get("bos_token_id"), eos_token_id=tuple(eos) if isinstance(eos, list) else eos,
+    )
+
+
+def sim_model(model: str) -> tuple[ModelConfig, ModelShape, Tokenizer]:
+    from refengine.loader import PRESETS, config_from_hf, load_tokenizer
+
+    if model in PRESETS:
+        mc = PRESETS[model]
+        return mc, ModelShape.from_hf_config(_hf_fields(mc)), load_tokenizer(model)
+    if model in SIM_ONLY_PRESETS:
+        cfg = SIM_ONLY_PRESETS[model]
+        shape = ModelShape.from_hf_config(cfg)
+        return _bookkeeping_config(shape, cfg), shape, QwenTokenizer(cfg["eos_token_id"], cfg["vocab_size"])
+    path = Path(model) / "config.json"
+    if not path.is_file():
+        known = ", ".join([*PRESETS, *SIM_ONLY_PRESETS])
+        raise ValueError(f"model {model!r} is neither a preset ({known}) nor a local folder with a config.json")
+    cfg = json.loads(path.read_text())
+    try:
+        shape = ModelShape.from_hf_config(cfg)
+    except (KeyError, TypeError) as exc:
+        raise ValueError(f"model {model!r}: config.json lacks a field the simulated shape needs: {exc}") from None
+    if cfg.get("model_type") in _ENGINE_TYPES:
+        return config_from_hf(cfg), shape, load_tokenizer(model)
+    mc = _bookkeeping_config(shape, cfg)
+    eos = mc.eos_token_ids[0] if mc.eos_token_ids else None
+    tok_json = Path(model) / "tokenizer.json"
+    tok = HFTokenizer(tok_json, eos) if tok_json.is_file() else NoTokenizer(model, eos, mc.vocab_size)
+    return mc, shape, tok
