@@ -13,6 +13,7 @@ server process itself (port checks, uvicorn's limits, the graceful stop) is laun
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 from contextlib import asynccontextmanager
 from typing import Any
@@ -52,6 +53,28 @@ def _validation_error(exc: RequestValidationError) -> JSONResponse:
     if first.get("type") == "missing" and not loc:
         return _error("the request body must be a JSON object", 400)
     return _error(f"{param}: {msg}" if param else msg, 400, param)
+
+
+# json.dumps holds the GIL for its whole call (~1 s for a million ids on a busy CPU), stalling the engine thread
+# even from a worker thread; id lists are encoded this many at a time, so other threads run in between.
+_IDS_PER_SLICE = 20_000
+
+
+def _dumps_in_slices(body: dict) -> bytes:
+    parts = []
+    for key, value in body.items():
+        if isinstance(value, list) and len(value) > _IDS_PER_SLICE and all(type(v) is int for v in value[:1]):
+            encoded = "[" + ",".join(",".join(map(str, value[i:i + _IDS_PER_SLICE]))
+                                     for i in range(0, len(value), _IDS_PER_SLICE)) + "]"
+        else:
+            encoded = json.dumps(value, ensure_ascii=False)
+        parts.append(f"{json.dumps(key)}:{encoded}")
+    return ("{" + ",".join(parts) + "}").encode()
+
+
+async def _json_off_loop(body: dict) -> Response:
+    """A large answer (a /tokenize of megabytes) is encoded in a worker thread: FastAPI would walk it on the loop."""
+    return Response(await asyncio.to_thread(_dumps_in_slices, body), media_type="application/json")
 
 
 async def _until_disconnect(request: Request) -> None:
@@ -152,14 +175,14 @@ def build_app(engine: LLMEngine, model_name: str | None = None, model_path: str 
             "parent": None, "max_model_len": engine.max_model_len}]}
 
     @app.post("/tokenize")
-    async def tokenize(req: TokenizeRequest) -> dict:
+    async def tokenize(req: TokenizeRequest) -> Response:
         check_model(req.model)
-        return await serving.tokenize(req)
+        return await _json_off_loop(await serving.tokenize(req))
 
     @app.post("/detokenize")
-    async def detokenize(req: DetokenizeRequest) -> dict:
+    async def detokenize(req: DetokenizeRequest) -> Response:
         check_model(req.model)
-        return await serving.detokenize(req)
+        return await _json_off_loop(await serving.detokenize(req))
 
     @app.get("/version")
     async def version() -> dict:
