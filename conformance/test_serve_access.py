@@ -114,3 +114,27 @@ def test_port_in_use_is_one_line_and_exit_2_before_the_model_loads():
         r = _serve("--host", "127.0.0.1", "--port", str(busy.getsockname()[1]))
     lines = r.stderr.strip().splitlines()
     assert r.returncode == 2 and len(lines) == 1 and "in use" in lines[0], r.stderr
+
+
+def test_the_api_key_defaults_to_vllm_api_key(monkeypatch):
+    from conformance.http.client import free_port
+    from refengine.entrypoints import launch
+
+    class Built(Exception):
+        pass
+
+    seen: dict = {}
+
+    def build(engine, name, **kwargs):
+        seen.update(kwargs)
+        raise Built
+
+    monkeypatch.setenv("VLLM_API_KEY", "from-env")
+    monkeypatch.setattr(launch, "LLMEngine", lambda **kw: object())
+    monkeypatch.setattr(launch, "build_app", build)
+    with pytest.raises(Built):
+        launch.run_server({"model": MODEL}, port=free_port())
+    assert seen["api_key"] == "from-env"
+    with pytest.raises(Built):
+        launch.run_server({"model": MODEL}, port=free_port(), api_key="flag")
+    assert seen["api_key"] == "flag"

@@ -184,3 +184,23 @@ def test_slowloris_connections_are_closed(live, monkeypatch):
     for c in conns:
         c.close()
     assert not open_, f"{len(open_)} of 50 slow connections still open after 20 s"
+
+
+def test_a_body_that_trickles_is_refused_after_the_read_timeout():
+    import asyncio
+
+    sent: list[dict] = []
+
+    async def never(*_):  # the app must not be reached
+        raise AssertionError("the app ran before the body was complete")
+
+    async def trickle() -> dict:
+        await asyncio.sleep(0.1)
+        return {"type": "http.request", "body": b" ", "more_body": True}
+
+    async def send(message: dict) -> None:
+        sent.append(message)
+
+    scope = {"type": "http", "headers": [], "path": "/v1/completions", "method": "POST"}
+    asyncio.run(asyncio.wait_for(limits.BodyLimit(never, timeout_s=0.5)(scope, trickle, send), 10))
+    assert sent[0]["status"] == 408 and b"RequestTimeoutError" in sent[1]["body"]
