@@ -82,30 +82,8 @@ async def _until_disconnect(request: Request) -> None:
         pass
 
 
-def build_app(engine: LLMEngine, model_name: str | None = None, model_path: str | None = None,
-              api_key: str | None = None, disable_docs: bool = False) -> FastAPI:
-    """The ASGI app over `engine`. `model_name` is what clients put in "model" (default: the model argument);
-    `api_key`: required as a Bearer token on all routes but /health and /metrics; `disable_docs`: no /docs and
-    no /openapi.json (vLLM's --disable-fastapi-docs)."""
-    name = model_name or engine.config.model
-    async_engine = AsyncLLMEngine(engine, name)
-    render, _ = chat_renderer(model_path or engine.config.model)
-    serving = OpenAIServing(async_engine, name, render)
-
-    @asynccontextmanager
-    async def lifespan(app: FastAPI):
-        async_engine.start()
-        try:
-            yield
-        finally:  # server stop: the streams still open end aborted, the engine's worker thread exits
-            await async_engine.shutdown()
-
-    app = FastAPI(title="refengine", lifespan=lifespan, docs_url=None, redoc_url=None,
-                  openapi_url=None if disable_docs else "/openapi.json")
-    app.state.engine, app.state.serving, app.state.drain = async_engine, serving, Drain()
-    app.add_middleware(BodyLimit)
-    app.add_middleware(Gate, drain=app.state.drain, api_key=api_key)  # outermost: before any body is read
-
+def _install_error_handlers(app: FastAPI) -> None:
+    """Every error OpenAI-shaped, typed by status; a server-side failure logged, never echoed to the client."""
     @app.exception_handler(RequestValidationError)
     async def on_validation(_: Request, exc: RequestValidationError) -> JSONResponse:
         return _validation_error(exc)
@@ -135,6 +113,70 @@ def build_app(engine: LLMEngine, model_name: str | None = None, model_path: str 
     async def on_bug(_: Request, exc: Exception) -> JSONResponse:
         log.exception("unhandled error")
         return _error("internal server error (see the server log)", 500)
+
+
+def _add_service_routes(app: FastAPI, serving: OpenAIServing, check_model: Any, disable_docs: bool) -> None:
+    """vLLM's /tokenize, /detokenize, /version; /health, /metrics; the offline /docs page."""
+    async_engine = serving.engine
+
+    @app.post("/tokenize")
+    async def tokenize(req: TokenizeRequest) -> Response:
+        check_model(req.model)
+        return await _json_off_loop(await serving.tokenize(req))
+
+    @app.post("/detokenize")
+    async def detokenize(req: DetokenizeRequest) -> Response:
+        check_model(req.model)
+        return await _json_off_loop(await serving.detokenize(req))
+
+    @app.get("/version")
+    async def version() -> dict:
+        from importlib.metadata import PackageNotFoundError, version as dist_version
+
+        try:
+            return {"version": dist_version("cbbench")}
+        except PackageNotFoundError:  # (run from a source tree that was never installed)
+            return {"version": "unknown"}
+
+    @app.get("/health")
+    async def health() -> Response:
+        return Response(status_code=200)
+
+    @app.get("/metrics")
+    async def metrics() -> Response:
+        return Response(async_engine.metrics.render(), media_type=CONTENT_TYPE)
+
+    if not disable_docs:
+        @app.get("/docs", include_in_schema=False)
+        async def docs() -> HTMLResponse:
+            return HTMLResponse(render_docs(app.openapi()))
+
+
+def build_app(engine: LLMEngine, model_name: str | None = None, model_path: str | None = None,
+              api_key: str | None = None, disable_docs: bool = False) -> FastAPI:
+    """The ASGI app over `engine`. `model_name` is what clients put in "model" (default: the model argument);
+    `api_key`: required as a Bearer token on all routes but /health and /metrics; `disable_docs`: no /docs and
+    no /openapi.json (vLLM's --disable-fastapi-docs)."""
+    name = model_name or engine.config.model
+    async_engine = AsyncLLMEngine(engine, name)
+    render, _ = chat_renderer(model_path or engine.config.model)
+    serving = OpenAIServing(async_engine, name, render)
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI):
+        async_engine.start()
+        try:
+            yield
+        finally:  # server stop: the streams still open end aborted, the engine's worker thread exits
+            await async_engine.shutdown()
+
+    app = FastAPI(title="refengine", lifespan=lifespan, docs_url=None, redoc_url=None,
+                  openapi_url=None if disable_docs else "/openapi.json")
+    app.state.engine, app.state.serving, app.state.drain = async_engine, serving, Drain()
+    app.add_middleware(BodyLimit)
+    app.add_middleware(Gate, drain=app.state.drain, api_key=api_key)  # outermost: before any body is read
+
+    _install_error_handlers(app)
 
     def check_model(requested: str | None) -> None:
         if requested is not None and requested != name:
@@ -174,38 +216,7 @@ def build_app(engine: LLMEngine, model_name: str | None = None, model_path: str 
             "id": name, "object": "model", "created": now(), "owned_by": "refengine", "root": engine.config.model,
             "parent": None, "max_model_len": engine.max_model_len}]}
 
-    @app.post("/tokenize")
-    async def tokenize(req: TokenizeRequest) -> Response:
-        check_model(req.model)
-        return await _json_off_loop(await serving.tokenize(req))
-
-    @app.post("/detokenize")
-    async def detokenize(req: DetokenizeRequest) -> Response:
-        check_model(req.model)
-        return await _json_off_loop(await serving.detokenize(req))
-
-    @app.get("/version")
-    async def version() -> dict:
-        from importlib.metadata import PackageNotFoundError, version as dist_version
-
-        try:
-            return {"version": dist_version("cbbench")}
-        except PackageNotFoundError:  # (run from a source tree that was never installed)
-            return {"version": "unknown"}
-
-    @app.get("/health")
-    async def health() -> Response:
-        return Response(status_code=200)
-
-    @app.get("/metrics")
-    async def metrics() -> Response:
-        return Response(async_engine.metrics.render(), media_type=CONTENT_TYPE)
-
-    if not disable_docs:
-        @app.get("/docs", include_in_schema=False)
-        async def docs() -> HTMLResponse:
-            return HTMLResponse(render_docs(app.openapi()))
-
+    _add_service_routes(app, serving, check_model, disable_docs)
     return app
 
 

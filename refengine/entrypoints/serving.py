@@ -61,7 +61,6 @@ class Call:
     queue: asyncio.Queue = field(default_factory=asyncio.Queue)
     request_ids: list[str] = field(default_factory=list)
     done: set[int] = field(default_factory=set)
-    aborted: str | None = None  # why the server aborted the call (shutdown), else None
 
     @property
     def object(self) -> str:
@@ -75,6 +74,7 @@ class OpenAIServing:
         self.max_model_len = engine.engine.max_model_len
         self.vocab_size = engine.engine.model_config.vocab_size
         self.live: dict[str, Call] = {}  # calls submitted and not yet ended, by id: what a shutdown aborts
+        self.closed: str | None = None  # set by abort_all: a call still being built is refused with it
 
     # ---- building calls -------------------------------------------------------------------------------------
     def _encode_all(self, prompts: list, param: str) -> list[list[int]]:
@@ -147,6 +147,8 @@ class OpenAIServing:
 
     async def submit(self, call: Call, priority: int) -> None:
         """Queue every prompt of the call at once, all or nothing; a refused one is a 400 naming its field."""
+        if self.closed:  # it was still tokenising when the server aborted everything
+            raise ShutdownAbort(self.closed)
         prompt_param = "prompt" if call.kind == "completion" else "messages"
         items = [(f"{call.id}-{i}", ids, i) for i, ids in enumerate(call.prompt_ids)]
         try:
@@ -165,9 +167,9 @@ class OpenAIServing:
 
     def abort_all(self, reason: str) -> int:
         """Server stop: end every live call now (its requests aborted, its stream closed with `reason`)."""
+        self.closed = reason
         calls = list(self.live.values())
         for call in calls:
-            call.aborted = reason
             call.queue.put_nowait((None, ShutdownAbort(reason)))
             self.abort(call)
         return len(calls)
