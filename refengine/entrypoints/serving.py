@@ -8,9 +8,9 @@ stop string, or an incomplete UTF-8 character) are not sent. If the client goes 
 aborted, which frees its KV blocks at the engine's next step.
 
 A call's prompts reach the engine together, all or nothing (one command to the engine thread), so a many-prompt
-call costs one engine step to admit, not one step per prompt. Tokenising and detokenising run in a worker thread,
-never on the event loop, and list lengths are checked before anything walks a list. Error texts say what the client
-sent wrong; an engine failure is logged and reported without its internals.
+call costs one engine step to admit, not one step per prompt. Chat rendering, tokenising and detokenising run in a
+worker thread, never on the event loop, and list lengths are checked before anything walks a list. Error texts say
+what the client sent wrong; an engine failure is logged and reported without its internals.
 """
 from __future__ import annotations
 
@@ -107,7 +107,7 @@ class OpenAIServing:
 
     async def chat_call(self, req: ChatCompletionRequest) -> Call:
         req.check()
-        text = render_messages(self.chat_render, req.messages, req.add_generation_prompt)
+        text = await asyncio.to_thread(render_messages, self.chat_render, req.messages, req.add_generation_prompt)
         [ids] = await self._tokenize([text], "messages")
         requested = req.requested_max_tokens()
         # OpenAI's default for chat: as many tokens as the context leaves
@@ -120,7 +120,7 @@ class OpenAIServing:
         """vLLM's /tokenize answer: the ids the engine would get for this prompt (or these chat messages)."""
         req.check()
         if req.messages is not None:
-            text = render_messages(self.chat_render, req.messages, req.add_generation_prompt)
+            text = await asyncio.to_thread(render_messages, self.chat_render, req.messages, req.add_generation_prompt)
             [ids] = await self._tokenize([text], "messages")
         else:
             [ids] = await self._tokenize([req.prompt], "prompt")
