@@ -152,7 +152,7 @@ def test_types_are_strict_and_ranges_are_vllms(live, field, value):
     r = httpx.post(live.url + "/v1/completions", json={**GREEDY, "prompt": "Hi", "max_tokens": 2, field: value},
                    timeout=60)
     err = r.json()["error"]
-    assert r.status_code == 400 and err["param"] and err["param"].startswith(field), (field, value, r.text)
+    assert r.status_code == 400 and err["param"] == field, (field, value, r.text)
 
 
 def test_an_int_is_still_a_float(live):

@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import re
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -42,16 +43,27 @@ def _error(message: str, status: int, param: str | None = None) -> JSONResponse:
     return JSONResponse(error_body(message, status, param), status_code=status)
 
 
+_UNION_TAG = re.compile(r"^(str|int|float|bool|(list|dict)\[.*\])$")  # how pydantic names a union's branches
+
+
 def _validation_error(exc: RequestValidationError) -> JSONResponse:
-    """Pydantic's first complaint, as OpenAI reports it: the field's dotted path as `param`."""
-    first = exc.errors()[0] if exc.errors() else {}
+    """Pydantic's first complaint, as OpenAI reports it: the field's dotted path as `param`. A field of several
+    accepted types (prompt, stop) is reported once, with the types, not as its first branch's complaint."""
+    errors = exc.errors()
+    first = errors[0] if errors else {}
     loc = [str(p) for p in first.get("loc", ()) if p != "body"]
-    param = ".".join(loc) or None
     msg = first.get("msg", "invalid request")
     if first.get("type") == "json_invalid":
         return _error(f"the request body is not valid JSON: {msg}", 400)
     if first.get("type") == "missing" and not loc:
         return _error("the request body must be a JSON object", 400)
+    tag = next((i for i, part in enumerate(loc) if _UNION_TAG.match(part)), None)
+    if tag is not None:
+        param = ".".join(loc[:tag])
+        kinds = dict.fromkeys(str(e["loc"][tag + 1]) for e in errors
+                              if [str(p) for p in e["loc"][1:tag + 1]] == loc[:tag] and len(e["loc"]) > tag + 1)
+        return _error(f"{param}: the value is none of the accepted types ({', '.join(kinds)})", 400, param)
+    param = ".".join(loc) or None
     return _error(f"{param}: {msg}" if param else msg, 400, param)
 
 
