@@ -30,7 +30,7 @@ class Live:
         """One vLLM metric from /metrics, summed over its label sets."""
         text = httpx.get(self.url + "/metrics", timeout=10).text
         return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
-                   if line.startswith(name + "{") or line.startswith(name + " "))
+                   if line.startswith((name + "{", name + " ")))
 
 
 @contextlib.contextmanager

@@ -176,7 +176,7 @@ def test_slowloris_connections_are_closed(live, monkeypatch):
                 c.sendall(b"X-a: b\r\n")  # a header line now and then: never a complete head
                 if c.recv(1024) == b"":
                     open_.remove(c)
-            except socket.timeout:
+            except TimeoutError:
                 pass
             except OSError:
                 open_.remove(c)

@@ -29,10 +29,11 @@ def _fields(schema: dict, components: dict) -> list[tuple[str, str, bool]]:
 def render_docs(openapi: dict[str, Any]) -> str:
     components = openapi.get("components", {}).get("schemas", {})
     info = openapi.get("info", {})
-    parts = [f"<!doctype html><html><head><meta charset='utf-8'><title>{escape(info.get('title', 'API'))}</title>"
-             f"<style>{_STYLE}</style></head><body><h1>{escape(info.get('title', 'API'))} "
-             f"{escape(str(info.get('version', '')))}</h1><p>The machine-readable schema is at "
-             f"<a href='/openapi.json'>/openapi.json</a>.</p>"]
+    title = escape(info.get("title", "API"))
+    head = (f"<!doctype html><html><head><meta charset='utf-8'><title>{title}</title><style>{_STYLE}</style>"
+            f"</head><body><h1>{title} {escape(str(info.get('version', '')))}</h1><p>The machine-readable schema "
+            f"is at <a href='/openapi.json'>/openapi.json</a>.</p>")
+    parts = [head]
     for path, methods in openapi.get("paths", {}).items():
         for method, op in methods.items():
             parts.append(f"<h2><code>{escape(method.upper())} {escape(path)}</code></h2>")
