@@ -88,3 +88,26 @@ def test_sigterm_drains_finishes_in_flight_and_aborts_the_rest(tmp_path):
         assert "Traceback" not in (tmp_path / "serve.log").read_text()
     finally:
         stop_process(proc)
+
+
+def test_a_second_stop_ends_the_grace_period_at_once():
+    from conformance.live_server import live_server
+    from refengine.engine import LLMEngine
+
+    engine = LLMEngine("tiny-qwen2", max_num_seqs=4, stats_log_size=1)
+    with live_server(engine, grace_s=600.0) as live:
+        ev = Events()
+        body = {"model": "tiny-qwen2", "prompt": "Hello", "temperature": 0.0, "ignore_eos": True,
+                "max_tokens": LONG_TOKENS}
+        reader = threading.Thread(target=read_stream, args=(live.url, body, ev), daemon=True)
+        reader.start()
+        _wait(lambda: bool(ev.chunks), FIRST_CHUNK_TIMEOUT_S, "the stream's first chunk")
+        live.server.request_stop()
+        _wait(lambda: live.app.state.drain.draining, 10.0, "the drain")
+        assert httpx.get(live.url + "/health", timeout=30).status_code == 503
+        stopped = time.monotonic()
+        live.server.request_stop()  # the grace period (600 s) is cut short
+        reader.join(timeout=60)
+        assert not reader.is_alive() and time.monotonic() - stopped < 60
+        assert ev.failure is None and ev.done and ev.finish_reasons() == ["abort"], ev
+        assert [e["error"]["type"] for e in ev.errors] == ["ServiceUnavailableError"]

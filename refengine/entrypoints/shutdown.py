@@ -40,11 +40,12 @@ class DrainingServer(uvicorn.Server):
         if self._loop is None or self.should_exit:  # not serving yet, or already past the drain: uvicorn's way
             return super().handle_exit(sig, frame)
         self._captured_signals.append(sig)
-        self._loop.call_soon_threadsafe(self._begin_drain)
+        self.request_stop()
 
-    def begin_drain(self) -> None:
-        """Start the drain from the event loop's thread (what a signal does; tests call it directly)."""
-        self._begin_drain()
+    def request_stop(self) -> None:
+        """What SIGTERM does, from any thread: the first call starts the drain, a second ends its grace period."""
+        assert self._loop is not None, "the server has not started"
+        self._loop.call_soon_threadsafe(self._begin_drain)
 
     def _begin_drain(self) -> None:
         if self._drain is None:
