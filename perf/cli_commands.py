@@ -20,7 +20,7 @@ from .knobs import engine_knob_options, knob, list_metavar, validate_knobs
 @engine_knob_options(sweep=False)
 def serve(
     model: Annotated[str, Opt(help="a preset name or a local Hugging Face folder")] = "tiny-qwen2",
-    host: Annotated[str, Opt()] = "127.0.0.1",
+    host: Annotated[str, Opt(help="127.0.0.1: this machine only; 0.0.0.0 exposes the server")] = "127.0.0.1",
     port: Annotated[int, Opt()] = 8000,
     served_model_name: Annotated[Optional[str], Opt(help="the name clients send as \"model\" (default: --model)")] = None,
     device: Annotated[str, Opt()] = "cpu",
@@ -28,6 +28,11 @@ def serve(
     seed: Annotated[int, Opt()] = 0,
     cpu_threads: Annotated[Optional[int], Opt(help="torch threads on CPU (default: torch's)")] = None,
     log_level: Annotated[str, Opt(help="uvicorn's: critical | error | warning | info | debug")] = "info",
+    api_key: Annotated[Optional[str], Opt(help="require `Authorization: Bearer KEY` (default: $VLLM_API_KEY); "
+                                               "/health and /metrics stay open")] = None,
+    disable_fastapi_docs: Annotated[bool, Opt(help="no /docs and no /openapi.json")] = False,
+    shutdown_timeout: Annotated[float, Opt(help="on SIGTERM, seconds the requests in flight get to finish "
+                                                "before they are aborted")] = 5.0,
     knobs: Optional[dict] = None,
 ) -> None:
     """Serve the engine over an OpenAI-compatible HTTP API (/v1/completions, /v1/chat/completions, /metrics)."""
@@ -40,7 +45,8 @@ def serve(
         import torch
 
         torch.set_num_threads(cpu_threads)
-    run_server(engine_kwargs, host=host, port=port, served_model_name=served_model_name, log_level=log_level)
+    run_server(engine_kwargs, host=host, port=port, served_model_name=served_model_name, log_level=log_level,
+               api_key=api_key, disable_docs=disable_fastapi_docs, shutdown_timeout=shutdown_timeout)
 
 
 @one_line_errors("timeline")

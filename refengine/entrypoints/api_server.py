@@ -3,51 +3,90 @@
 Routes: POST /v1/completions, POST /v1/chat/completions (both streaming over SSE or not), GET /v1/models, /health,
 /metrics (Prometheus text, vLLM's metric names), and vLLM's POST /tokenize, POST /detokenize, GET /version. Errors are OpenAI-shaped, `{"error": {"message", "type", "param",
 "code"}}`: client input that the server refuses is a 400 naming the field (request-body validation included, which
-FastAPI would answer with 422), an unknown model a 404. Only a failure of the engine itself is a 500; it fails the
-requests in flight at that step and the server goes on serving.
+FastAPI would answer with 422), an unknown model a 404, every other 4xx a client-error type. Only a failure of the
+engine itself is a 500; it fails the requests in flight at that step and the server goes on serving. Error messages
+say what the client sent wrong, never a server exception's text (that goes to the log).
+
+In front of the routes: `Gate` (API key, the drain on shutdown; access.py), then `BodyLimit` (limits.py). The
+server process itself (port checks, uvicorn's limits, the graceful stop) is launch.py's.
 """
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
+import re
 from contextlib import asynccontextmanager
 from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse, Response, StreamingResponse
+from fastapi.responses import HTMLResponse, JSONResponse, Response, StreamingResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from refengine.engine import LLMEngine
+from refengine.entrypoints.access import Drain, Gate
 from refengine.entrypoints.async_engine import AsyncLLMEngine, EngineError
 from refengine.entrypoints.chat import chat_renderer
+from refengine.entrypoints.docs_page import render_docs
+from refengine.entrypoints.limits import BodyLimit
 from refengine.entrypoints.metrics import CONTENT_TYPE
 from refengine.entrypoints.protocol import (BadRequest, ChatCompletionRequest, CompletionRequest, DetokenizeRequest,
                                             TokenizeRequest, error_body, now)
-from refengine.entrypoints.serving import Call, OpenAIServing
+from refengine.entrypoints.serving import ENGINE_FAILED, Call, OpenAIServing, ShutdownAbort
 
 log = logging.getLogger("refengine.server")
 _SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
-# Server stop (Ctrl-C, SIGTERM): open connections get this long to finish, then they are cancelled (their
-# requests aborted, as vLLM's server cancels them at once) and the lifespan shuts the engine down.
-GRACEFUL_SHUTDOWN_S = 5
 
 
 def _error(message: str, status: int, param: str | None = None) -> JSONResponse:
     return JSONResponse(error_body(message, status, param), status_code=status)
 
 
+_UNION_TAG = re.compile(r"^(str|int|float|bool|(list|dict)\[.*\])$")  # how pydantic names a union's branches
+
+
 def _validation_error(exc: RequestValidationError) -> JSONResponse:
-    """Pydantic's first complaint, as OpenAI reports it: the field's dotted path as `param`."""
-    first = exc.errors()[0] if exc.errors() else {}
+    """Pydantic's first complaint, as OpenAI reports it: the field's dotted path as `param`. A field of several
+    accepted types (prompt, stop) is reported once, with the types, not as its first branch's complaint."""
+    errors = exc.errors()
+    first = errors[0] if errors else {}
     loc = [str(p) for p in first.get("loc", ()) if p != "body"]
-    param = ".".join(loc) or None
     msg = first.get("msg", "invalid request")
     if first.get("type") == "json_invalid":
         return _error(f"the request body is not valid JSON: {msg}", 400)
     if first.get("type") == "missing" and not loc:
         return _error("the request body must be a JSON object", 400)
+    tag = next((i for i, part in enumerate(loc) if _UNION_TAG.match(part)), None)
+    if tag is not None:
+        param = ".".join(loc[:tag])
+        kinds = dict.fromkeys(str(e["loc"][tag + 1]) for e in errors
+                              if [str(p) for p in e["loc"][1:tag + 1]] == loc[:tag] and len(e["loc"]) > tag + 1)
+        return _error(f"{param}: the value is none of the accepted types ({', '.join(kinds)})", 400, param)
+    param = ".".join(loc) or None
     return _error(f"{param}: {msg}" if param else msg, 400, param)
+
+
+# json.dumps holds the GIL for its whole call (~1 s for a million ids on a busy CPU), stalling the engine thread
+# even from a worker thread; id lists are encoded this many at a time, so other threads run in between.
+_IDS_PER_SLICE = 20_000
+
+
+def _dumps_in_slices(body: dict) -> bytes:
+    parts = []
+    for key, value in body.items():
+        if isinstance(value, list) and len(value) > _IDS_PER_SLICE and all(type(v) is int for v in value[:1]):
+            encoded = "[" + ",".join(",".join(map(str, value[i:i + _IDS_PER_SLICE]))
+                                     for i in range(0, len(value), _IDS_PER_SLICE)) + "]"
+        else:
+            encoded = json.dumps(value, ensure_ascii=False)
+        parts.append(f"{json.dumps(key)}:{encoded}")
+    return ("{" + ",".join(parts) + "}").encode()
+
+
+async def _json_off_loop(body: dict) -> Response:
+    """A large answer (a /tokenize of megabytes) is encoded in a worker thread: FastAPI would walk it on the loop."""
+    return Response(await asyncio.to_thread(_dumps_in_slices, body), media_type="application/json")
 
 
 async def _until_disconnect(request: Request) -> None:
@@ -55,24 +94,8 @@ async def _until_disconnect(request: Request) -> None:
         pass
 
 
-def build_app(engine: LLMEngine, model_name: str | None = None, model_path: str | None = None) -> FastAPI:
-    """The ASGI app over `engine`. `model_name` is what clients put in "model" (default: the model argument)."""
-    name = model_name or engine.config.model
-    async_engine = AsyncLLMEngine(engine, name)
-    render, _ = chat_renderer(model_path or engine.config.model)
-    serving = OpenAIServing(async_engine, name, render)
-
-    @asynccontextmanager
-    async def lifespan(app: FastAPI):
-        async_engine.start()
-        try:
-            yield
-        finally:  # server stop: the streams still open end aborted, the engine's worker thread exits
-            await async_engine.shutdown()
-
-    app = FastAPI(title="refengine", lifespan=lifespan)
-    app.state.engine = async_engine
-
+def _install_error_handlers(app: FastAPI) -> None:
+    """Every error OpenAI-shaped, typed by status; a server-side failure logged, never echoed to the client."""
     @app.exception_handler(RequestValidationError)
     async def on_validation(_: Request, exc: RequestValidationError) -> JSONResponse:
         return _validation_error(exc)
@@ -91,12 +114,81 @@ def build_app(engine: LLMEngine, model_name: str | None = None, model_path: str 
 
     @app.exception_handler(EngineError)
     async def on_engine(_: Request, exc: EngineError) -> JSONResponse:
-        return _error(str(exc), 500)
+        log.error("engine error: %s", exc)
+        return _error(ENGINE_FAILED, 500)
+
+    @app.exception_handler(ShutdownAbort)
+    async def on_shutdown(_: Request, exc: ShutdownAbort) -> JSONResponse:
+        return _error(str(exc), 503)
 
     @app.exception_handler(Exception)
     async def on_bug(_: Request, exc: Exception) -> JSONResponse:
         log.exception("unhandled error")
-        return _error(f"internal error: {type(exc).__name__}: {exc}", 500)
+        return _error("internal server error (see the server log)", 500)
+
+
+def _add_service_routes(app: FastAPI, serving: OpenAIServing, check_model: Any, disable_docs: bool) -> None:
+    """vLLM's /tokenize, /detokenize, /version; /health, /metrics; the offline /docs page."""
+    async_engine = serving.engine
+
+    @app.post("/tokenize")
+    async def tokenize(req: TokenizeRequest) -> Response:
+        check_model(req.model)
+        return await _json_off_loop(await serving.tokenize(req))
+
+    @app.post("/detokenize")
+    async def detokenize(req: DetokenizeRequest) -> Response:
+        check_model(req.model)
+        return await _json_off_loop(await serving.detokenize(req))
+
+    @app.get("/version")
+    async def version() -> dict:
+        from importlib.metadata import PackageNotFoundError, version as dist_version
+
+        try:
+            return {"version": dist_version("cbbench")}
+        except PackageNotFoundError:  # (run from a source tree that was never installed)
+            return {"version": "unknown"}
+
+    @app.get("/health")
+    async def health() -> Response:
+        return Response(status_code=200)
+
+    @app.get("/metrics")
+    async def metrics() -> Response:
+        return Response(async_engine.metrics.render(), media_type=CONTENT_TYPE)
+
+    if not disable_docs:
+        @app.get("/docs", include_in_schema=False)
+        async def docs() -> HTMLResponse:
+            return HTMLResponse(render_docs(app.openapi()))
+
+
+def build_app(engine: LLMEngine, model_name: str | None = None, model_path: str | None = None,
+              api_key: str | None = None, disable_docs: bool = False) -> FastAPI:
+    """The ASGI app over `engine`. `model_name` is what clients put in "model" (default: the model argument);
+    `api_key`: required as a Bearer token on all routes but /health and /metrics; `disable_docs`: no /docs and
+    no /openapi.json (vLLM's --disable-fastapi-docs)."""
+    name = model_name or engine.config.model
+    async_engine = AsyncLLMEngine(engine, name)
+    render, _ = chat_renderer(model_path or engine.config.model)
+    serving = OpenAIServing(async_engine, name, render)
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI):
+        async_engine.start()
+        try:
+            yield
+        finally:  # server stop: the streams still open end aborted, the engine's worker thread exits
+            await async_engine.shutdown()
+
+    app = FastAPI(title="refengine", lifespan=lifespan, docs_url=None, redoc_url=None,
+                  openapi_url=None if disable_docs else "/openapi.json")
+    app.state.engine, app.state.serving, app.state.drain = async_engine, serving, Drain()
+    app.add_middleware(BodyLimit)
+    app.add_middleware(Gate, drain=app.state.drain, api_key=api_key)  # outermost: before any body is read
+
+    _install_error_handlers(app)
 
     def check_model(requested: str | None) -> None:
         if requested is not None and requested != name:
@@ -123,12 +215,12 @@ def build_app(engine: LLMEngine, model_name: str | None = None, model_path: str 
     @app.post("/v1/completions")
     async def completions(req: CompletionRequest, request: Request) -> Any:
         check_model(req.model)
-        return await respond(request, serving.completion_call(req), req.stream, req.priority)
+        return await respond(request, await serving.completion_call(req), req.stream, req.priority)
 
     @app.post("/v1/chat/completions")
     async def chat_completions(req: ChatCompletionRequest, request: Request) -> Any:
         check_model(req.model)
-        return await respond(request, serving.chat_call(req), req.stream, req.priority)
+        return await respond(request, await serving.chat_call(req), req.stream, req.priority)
 
     @app.get("/v1/models")
     async def models() -> dict:
@@ -136,50 +228,12 @@ def build_app(engine: LLMEngine, model_name: str | None = None, model_path: str 
             "id": name, "object": "model", "created": now(), "owned_by": "refengine", "root": engine.config.model,
             "parent": None, "max_model_len": engine.max_model_len}]}
 
-    @app.post("/tokenize")
-    async def tokenize(req: TokenizeRequest) -> dict:
-        check_model(req.model)
-        return serving.tokenize(req)
-
-    @app.post("/detokenize")
-    async def detokenize(req: DetokenizeRequest) -> dict:
-        check_model(req.model)
-        return serving.detokenize(req)
-
-    @app.get("/version")
-    async def version() -> dict:
-        from importlib.metadata import PackageNotFoundError, version as dist_version
-
-        try:
-            return {"version": dist_version("cbbench")}
-        except PackageNotFoundError:  # (run from a source tree that was never installed)
-            return {"version": "unknown"}
-
-    @app.get("/health")
-    async def health() -> Response:
-        return Response(status_code=200)
-
-    @app.get("/metrics")
-    async def metrics() -> Response:
-        return Response(async_engine.metrics.render(), media_type=CONTENT_TYPE)
-
+    _add_service_routes(app, serving, check_model, disable_docs)
     return app
 
 
-def run_server(engine_kwargs: dict, host: str = "127.0.0.1", port: int = 8000, served_model_name: str | None = None,
-               log_level: str = "info") -> None:
-    """Load the engine (bad knobs raise ValueError before the port is bound), then serve until interrupted."""
-    import uvicorn
+def run_server(engine_kwargs: dict, **kwargs: Any) -> None:
+    """`cbbench serve`'s entry point (launch.run_server: the port checked first, the limits, the graceful stop)."""
+    from refengine.entrypoints.launch import run_server as run  # (launch imports this module)
 
-    # The server reads each step's stats once and drops them; keeping one is enough (see AsyncLLMEngine).
-    engine = LLMEngine(**{"stats_log_size": 1, **engine_kwargs})
-    app = build_app(engine, served_model_name)
-    logging.basicConfig(level=log_level.upper(), format="%(levelname)s %(name)s: %(message)s")
-    log.info("serving %s on http://%s:%d (num_gpu_blocks=%d)", served_model_name or engine.config.model, host,
-             port, engine.scheduler.config.num_gpu_blocks)
-    try:
-        uvicorn.run(app, host=host, port=port, log_level=log_level, timeout_keep_alive=30,
-                    timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S)
-    finally:  # the lifespan has normally shut it down already (idempotent); never while its thread may step it
-        if not app.state.engine.is_running():
-            engine.shutdown()
+    run(engine_kwargs, **kwargs)

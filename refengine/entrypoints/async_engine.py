@@ -27,6 +27,14 @@ log = logging.getLogger("refengine.server")
 SHUTDOWN_TIMEOUT_S = 30.0  # server stop waits this long for the engine thread (its step in flight, the drain)
 
 
+class BatchRefused(ValueError):
+    """One request of an all-or-nothing batch was refused: `index` is its position, `error` the engine's."""
+
+    def __init__(self, index: int, error: Exception) -> None:
+        super().__init__(f"prompt {index}: {error}")
+        self.index, self.error = index, error
+
+
 class EngineError(RuntimeError):
     """A request the engine failed (its output carries `error`, e.g. a forward that raised), or engine.step()
     itself raised (every request in flight fails): HTTP 500 or an error event; the server keeps serving."""
@@ -45,7 +53,8 @@ class AsyncLLMEngine:
         # a simulated GPU (device="sim:<gpu>") is paced to real time: each step takes its simulated seconds
         self.pacer = pacer_for(engine, pace_sim)
         self._clock = self.pacer.now if self.pacer else engine.clock.now
-        self.metrics = ServerMetrics(model_name, engine.scheduler.config.num_gpu_blocks)
+        config = engine.scheduler.config
+        self.metrics = ServerMetrics(model_name, config.num_gpu_blocks, config.block_size)
         self._lock = threading.Lock()
         self._commands: list[tuple] = []
         self._wake = threading.Event()
@@ -78,9 +87,16 @@ class AsyncLLMEngine:
                           arrival_time: float | None = None) -> None:
         """Queue a request; raises the engine's ValueError for bad input. Outputs go to `queue` as
         (tag, RequestOutput) and, if the engine fails, (tag, EngineError)."""
+        await self.add_requests([(request_id, prompt, tag)], params, queue, priority, arrival_time)
+
+    async def add_requests(self, items: list[tuple[str, str | list[int], object]], params: SamplingParams,
+                           queue: asyncio.Queue, priority: int = 0, arrival_time: float | None = None) -> None:
+        """Queue several requests (request_id, prompt, tag) at once, all or nothing: the engine thread adds them
+        between two steps, and if one is refused it aborts those of the batch already added and raises
+        `BatchRefused` (the index and the engine's ValueError)."""
         fut: concurrent.futures.Future = concurrent.futures.Future()
         arrival = self._clock() if arrival_time is None else arrival_time
-        self._send(("add", request_id, prompt, params, queue, tag, priority, arrival, fut))
+        self._send(("add", list(items), params, queue, priority, arrival, fut))
         await asyncio.wrap_future(fut)
 
     def abort(self, request_ids: list[str]) -> None:
@@ -146,14 +162,24 @@ class AsyncLLMEngine:
                 if live:
                     self.engine.abort_request(live)
                 continue
-            _, rid, prompt, params, queue, tag, priority, arrival, fut = cmd
+            self._add_batch(*cmd[1:])
+
+    def _add_batch(self, items: list, params: SamplingParams, queue: asyncio.Queue, priority: int, arrival: float,
+                   fut: concurrent.futures.Future) -> None:
+        added: list[str] = []
+        for index, (rid, prompt, tag) in enumerate(items):
             try:
                 self.engine.add_request(rid, prompt, params, arrival_time=arrival, priority=priority)
             except Exception as e:  # ValueError for bad input; anything else is reported the same way
-                fut.set_exception(e)
-                continue
+                if added:  # all or nothing: no step has run since, so none of them has produced anything
+                    self.engine.abort_request(added)
+                    for done in added:
+                        del self._streams[done]
+                fut.set_exception(e if len(items) == 1 else BatchRefused(index, e))
+                return
             self._streams[rid] = _Stream(queue, tag)
-            fut.set_result(None)
+            added.append(rid)
+        fut.set_result(None)
 
     def _after_step(self, outputs: list[RequestOutput]) -> None:
         engine, m = self.engine, self.metrics

@@ -3,7 +3,8 @@ written for vLLM (`vllm:num_requests_running`, `vllm:kv_cache_usage_perc`, ...) 
 
 vLLM 0.10 renamed `vllm:gpu_cache_usage_perc` to `vllm:kv_cache_usage_perc` and later dropped the old name; only the
 new one is exported. Gauges are set after every engine step, counters grow per step, histograms are observed once
-per finished request (as vLLM's frontend does).
+per finished request (as vLLM's frontend does). `vllm:cache_config_info` carries the KV cache's shape as labels
+(num_gpu_blocks, block_size), value 1, as vLLM exports it: an HTTP benchmark reads the pool size from it.
 """
 from __future__ import annotations
 
@@ -23,7 +24,7 @@ CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
 
 class ServerMetrics:
-    def __init__(self, model_name: str, num_gpu_blocks: int) -> None:
+    def __init__(self, model_name: str, num_gpu_blocks: int, block_size: int | None = None) -> None:
         self.registry = CollectorRegistry()
         self._num_gpu_blocks = num_gpu_blocks
         labels = ("model_name", "engine")
@@ -38,6 +39,11 @@ class ServerMetrics:
         def histogram(name: str, doc: str, buckets: tuple) -> Histogram:
             return Histogram(name, doc, labels, buckets=buckets, registry=self.registry).labels(**self._labels)
 
+        info = {"engine": "0", "num_gpu_blocks": str(num_gpu_blocks)}
+        if block_size is not None:
+            info["block_size"] = str(block_size)
+        Gauge("vllm:cache_config_info", "Information of the LLMEngine CacheConfig", tuple(info),
+              registry=self.registry).labels(**info).set(1)
         self.running = gauge("vllm:num_requests_running", "Number of requests in model execution batches.")
         self.waiting = gauge("vllm:num_requests_waiting", "Number of requests waiting to be processed.")
         self.kv_usage = gauge("vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.")

@@ -6,6 +6,9 @@ cannot honour (n > 1, logprobs, echo, suffix, best_of > 1, tools, and vLLM's log
 than their defaults) are rejected with a 400 naming the field rather than silently ignored, so that a client never
 mistakes an unsupported answer for a real one. The penalties and min_p pass through to SamplingParams, whose
 ValueError (naming the field) is the 400.
+
+Types are strict, as the Python API has them: "5" is not an int, "no" not a bool, true not a token id (pydantic's
+strict mode; an int is still a float). Ranges are SamplingParams' own, which are vLLM's.
 """
 from __future__ import annotations
 
@@ -26,12 +29,25 @@ class BadRequest(ValueError):
         self.param, self.status = param, status
 
 
+# The error `type` per status: the OpenAI SDK's exception names where it has one, so a client can tell its own
+# mistake (4xx) from the server's (5xx) by the type alone.
+_ERROR_TYPES = {400: "BadRequestError", 401: "AuthenticationError", 403: "PermissionDeniedError",
+                404: "NotFoundError", 405: "MethodNotAllowedError", 408: "RequestTimeoutError", 409: "ConflictError",
+                413: "RequestTooLargeError", 422: "UnprocessableEntityError", 429: "RateLimitError",
+                503: "ServiceUnavailableError"}
+
+
+def error_type(status: int) -> str:
+    return _ERROR_TYPES.get(status, "BadRequestError" if 400 <= status < 500 else "InternalServerError")
+
+
 def error_body(message: str, status: int, param: str | None = None) -> dict:
-    kind = {400: "BadRequestError", 404: "NotFoundError"}.get(status, "InternalServerError")
-    return {"error": {"message": message, "type": kind, "param": param, "code": status}}
+    return {"error": {"message": message, "type": error_type(status), "param": param, "code": status}}
 
 
 class StreamOptions(BaseModel):
+    model_config = ConfigDict(strict=True)
+
     include_usage: bool = False
     continuous_usage_stats: bool = False
 
@@ -39,7 +55,7 @@ class StreamOptions(BaseModel):
 class _SamplingFields(BaseModel):
     """Fields both endpoints share: OpenAI's and vLLM's extra sampling parameters."""
 
-    model_config = ConfigDict(extra="allow")
+    model_config = ConfigDict(extra="allow", strict=True)
 
     model: Optional[str] = None
     temperature: Optional[float] = None
@@ -124,13 +140,13 @@ class CompletionRequest(_SamplingFields):
             return [p]
         if not p:
             raise BadRequest("prompt must not be empty", "prompt")
-        if all(isinstance(x, int) for x in p):
-            return [list(p)]
+        if isinstance(p[0], int):  # pydantic has checked the list is all ids: one look, not a walk
+            return [p]
         return list(p)
 
 
 class ChatMessage(BaseModel):
-    model_config = ConfigDict(extra="allow")
+    model_config = ConfigDict(extra="allow", strict=True)
 
     role: Literal["system", "user", "assistant", "developer", "tool"]
     content: Optional[Union[str, list[dict[str, Any]]]] = None
@@ -185,7 +201,7 @@ class TokenizeRequest(BaseModel):
     """vLLM's POST /tokenize: a completion `prompt`, or chat `messages` (rendered with the chat template as
     /v1/chat/completions renders them); the tokens are the ones the engine would get."""
 
-    model_config = ConfigDict(extra="allow")
+    model_config = ConfigDict(extra="allow", strict=True)
 
     model: Optional[str] = None
     prompt: Optional[str] = None
@@ -204,7 +220,7 @@ class TokenizeRequest(BaseModel):
 class DetokenizeRequest(BaseModel):
     """vLLM's POST /detokenize: token ids -> text, as the engine decodes its outputs."""
 
-    model_config = ConfigDict(extra="allow")
+    model_config = ConfigDict(extra="allow", strict=True)
 
     model: Optional[str] = None
     tokens: list[int]

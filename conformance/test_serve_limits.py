@@ -1,0 +1,206 @@
+"""`cbbench serve` under hostile input, against a real server on 127.0.0.1 with real clients: a many-prompt call is
+admitted at once (all or nothing), capped, and aborted whole when its client leaves (seen through /metrics); bodies
+are bounded before parsing; a huge prompt or tokenize call does not stall a concurrent stream; types are strict;
+slowloris connections are closed."""
+from __future__ import annotations
+
+import json
+import socket
+import statistics
+import threading
+import time
+
+import httpx
+import pytest
+
+pytest.importorskip("fastapi", reason="cbbench serve needs fastapi (pip install -e .)")
+
+from conformance.live_server import Events, live_server, read_stream  # noqa: E402
+from refengine.engine import LLMEngine  # noqa: E402
+from refengine.entrypoints import limits  # noqa: E402
+from refengine.entrypoints.limits import MAX_BODY_BYTES, MAX_PROMPTS_PER_CALL  # noqa: E402
+
+MODEL = "tiny-qwen2"
+GREEDY = {"model": MODEL, "temperature": 0.0, "ignore_eos": True}
+# A call's prompts go to the engine together; a handful of steps run them (max_num_seqs 32 -> 200 prompts need
+# ceil(200/32) = 7 prefill rounds). One step per prompt, as before, would be 200.
+MAX_STEPS_FOR_200 = 40
+# After a client hangs up, its requests are gone from the engine within this long (one step and the abort's own
+# step on a busy 2-core machine, with margin); one step per remaining prompt would take far longer.
+ABORT_WITHIN_S = 10.0
+# A refused oversized body answers within this long (it is never read, let alone parsed).
+REFUSED_WITHIN_S = 3.0
+# While hostile requests are handled, a concurrent stream's largest inter-chunk gap stays under this multiple of
+# its median gap (the same run, same machine), plus an absolute slack for scheduler noise on a shared CPU.
+ITL_STALL_FACTOR, ITL_SLACK_S = 4.0, 0.5
+
+
+@pytest.fixture(scope="module")
+def engine() -> LLMEngine:
+    return LLMEngine(MODEL, max_num_seqs=32, stats_log_size=1)
+
+
+@pytest.fixture(scope="module")
+def live(engine):
+    with live_server(engine) as server:
+        yield server
+
+
+def _in_engine(live) -> float:
+    return live.metric("vllm:num_requests_running") + live.metric("vllm:num_requests_waiting")
+
+
+def test_many_prompts_are_admitted_at_once(live):
+    steps = live.app.state.engine.num_steps
+    r = httpx.post(live.url + "/v1/completions", json={**GREEDY, "prompt": [[11, 12]] * 200, "max_tokens": 1},
+                   timeout=300)
+    assert r.status_code == 200 and len(r.json()["choices"]) == 200, r.text[:300]
+    assert live.app.state.engine.num_steps - steps <= MAX_STEPS_FOR_200
+
+
+def test_a_refused_prompt_refuses_the_whole_call(live, engine):
+    before = live.metric("vllm:prompt_tokens")
+    r = httpx.post(live.url + "/v1/completions", json={**GREEDY, "prompt": [[11, 12], [13], [10**9]],
+                                                         "max_tokens": 4}, timeout=60)
+    assert r.status_code == 400 and r.json()["error"]["param"] == "prompt", r.text
+    time.sleep(0.5)
+    assert live.metric("vllm:prompt_tokens") == before  # none of the call's prompts ran
+    assert not engine.scheduler.running and not engine.scheduler.waiting
+
+
+def test_prompts_per_call_are_capped(live):
+    r = httpx.post(live.url + "/v1/completions",
+                   json={**GREEDY, "prompt": [[11]] * (MAX_PROMPTS_PER_CALL + 1), "max_tokens": 1}, timeout=60)
+    assert r.status_code == 400 and r.json()["error"]["param"] == "prompt" and str(MAX_PROMPTS_PER_CALL) in r.text
+
+
+def test_a_many_prompt_call_is_aborted_whole_when_its_client_leaves(live):
+    body = httpx.Request("POST", live.url + "/v1/completions",
+                         json={**GREEDY, "prompt": [[11, 12]] * 200, "max_tokens": 3000}).read()
+    head = (f"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            f"Content-Length: {len(body)}\r\n\r\n").encode()
+    port = int(live.url.rsplit(":", 1)[1])
+    with socket.create_connection(("127.0.0.1", port)) as s:
+        s.sendall(head + body)
+        deadline = time.monotonic() + 60
+        while _in_engine(live) < 32:  # running (max_num_seqs) + waiting: the call is in the engine
+            assert time.monotonic() < deadline, "the call never reached the engine"
+            time.sleep(0.1)
+    left = time.monotonic()
+    while _in_engine(live) > 0:
+        assert time.monotonic() - left < ABORT_WITHIN_S, f"{_in_engine(live)} requests still in the engine"
+        time.sleep(0.1)
+
+
+def test_an_oversized_body_is_refused_before_it_is_read(live):
+    huge = {**GREEDY, "prompt": [151000] * 1_000_000}  # ~7 MB of JSON
+    t0 = time.monotonic()
+    r = httpx.post(live.url + "/v1/completions", json=huge, timeout=60)
+    assert r.status_code == 413 and r.json()["error"]["type"] == "RequestTooLargeError", r.text[:300]
+    assert time.monotonic() - t0 < REFUSED_WITHIN_S
+
+    def chunks():  # no Content-Length: the limit holds while reading
+        for _ in range(MAX_BODY_BYTES // 65536 + 2):
+            yield b" " * 65536
+
+    try:
+        r = httpx.post(live.url + "/tokenize", content=chunks(), timeout=60)
+        assert r.status_code == 413, r.text[:300]
+    except httpx.TransportError:
+        pass  # the server answered and closed while the client was still sending: refused all the same
+    assert httpx.get(live.url + "/health").status_code == 200
+
+
+def test_hostile_requests_do_not_stall_a_concurrent_stream(live, engine):
+    vocab = engine.model_config.vocab_size
+    text = "hello world, 123 " * (MAX_BODY_BYTES // 20)  # just under the body limit: accepted, tokenised
+    hostile = [("/tokenize", {"model": MODEL, "prompt": text}, 200),
+               ("/detokenize", {"model": MODEL, "tokens": [i % vocab for i in range(450_000)]}, 200),
+               ("/v1/completions", {**GREEDY, "prompt": [11] * 450_000}, 400),  # too long: refused
+               ("/v1/completions", {**GREEDY, "prompt": [151000] * 1_000_000}, 413)]
+    # encoded before the stream starts: the client's own json.dumps would hold this process's GIL (the server's too)
+    hostile = [(path, json.dumps(body).encode(), status) for path, body, status in hostile]
+    ev = Events()
+    reader = threading.Thread(target=read_stream, args=(live.url, {**GREEDY, "prompt": "Hi", "max_tokens": 400}, ev))
+    reader.start()
+    deadline = time.monotonic() + 60
+    while len(ev.times) < 20:
+        assert time.monotonic() < deadline and reader.is_alive(), ev
+        time.sleep(0.05)
+    calm = len(ev.times)
+    t0 = time.monotonic()
+    for path, body, status in hostile:
+        r = httpx.post(live.url + path, content=body, headers={"content-type": "application/json"}, timeout=120)
+        assert r.status_code == status, (path, r.text[:300])
+    busy = time.monotonic() - t0
+    n_busy = len(ev.times)
+    reader.join(timeout=300)
+    assert ev.done and ev.failure is None, ev
+    gaps = [b - a for a, b in zip(ev.times, ev.times[1:])]
+    median = statistics.median(gaps[:calm - 1])
+    worst = max(gaps[calm - 1:n_busy])
+    print(f"hostile requests took {busy:.2f} s; stream gaps: median {median * 1000:.1f} ms before, "
+          f"worst {worst * 1000:.1f} ms during")
+    assert n_busy - calm >= 3, "the hostile requests were too quick to overlap the stream: nothing was measured"
+    assert worst <= ITL_STALL_FACTOR * median + ITL_SLACK_S
+
+
+@pytest.mark.parametrize("field, value", [("max_tokens", "5"), ("ignore_eos", "no"), ("prompt", [True, False]),
+                                          ("temperature", "0.5"), ("temperature", -1.0), ("top_p", 1.5),
+                                          ("stream", 1), ("stop", 5)])
+def test_types_are_strict_and_ranges_are_vllms(live, field, value):
+    r = httpx.post(live.url + "/v1/completions", json={**GREEDY, "prompt": "Hi", "max_tokens": 2, field: value},
+                   timeout=60)
+    err = r.json()["error"]
+    assert r.status_code == 400 and err["param"] == field, (field, value, r.text)
+
+
+def test_an_int_is_still_a_float(live):
+    r = httpx.post(live.url + "/v1/completions", json={**GREEDY, "prompt": "Hi", "max_tokens": 2, "temperature": 0},
+                   timeout=60)
+    assert r.status_code == 200, r.text
+
+
+def test_slowloris_connections_are_closed(live, monkeypatch):
+    monkeypatch.setattr(limits.GuardedH11Protocol, "head_timeout_s", 2.0)  # the mechanism, quickly
+    port = int(live.url.rsplit(":", 1)[1])
+    conns = [socket.create_connection(("127.0.0.1", port)) for _ in range(50)]
+    for c in conns:
+        c.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\n")
+        c.settimeout(0.2)
+    t0 = time.monotonic()
+    open_ = list(conns)
+    while open_ and time.monotonic() - t0 < 20:
+        for c in list(open_):
+            try:
+                c.sendall(b"X-a: b\r\n")  # a header line now and then: never a complete head
+                if c.recv(1024) == b"":
+                    open_.remove(c)
+            except TimeoutError:
+                pass
+            except OSError:
+                open_.remove(c)
+        assert httpx.get(live.url + "/health", timeout=10).status_code == 200
+    for c in conns:
+        c.close()
+    assert not open_, f"{len(open_)} of 50 slow connections still open after 20 s"
+
+
+def test_a_body_that_trickles_is_refused_after_the_read_timeout():
+    import asyncio
+
+    sent: list[dict] = []
+
+    async def never(*_):  # the app must not be reached
+        raise AssertionError("the app ran before the body was complete")
+
+    async def trickle() -> dict:
+        await asyncio.sleep(0.1)
+        return {"type": "http.request", "body": b" ", "more_body": True}
+
+    async def send(message: dict) -> None:
+        sent.append(message)
+
+    scope = {"type": "http", "headers": [], "path": "/v1/completions", "method": "POST"}
+    asyncio.run(asyncio.wait_for(limits.BodyLimit(never, timeout_s=0.5)(scope, trickle, send), 10))
+    assert sent[0]["status"] == 408 and b"RequestTimeoutError" in sent[1]["body"]

@@ -1,0 +1,113 @@
+"""SIGTERM drains `cbbench serve` as vLLM and uvicorn do, checked with real streaming clients against a real server
+process: new requests are a 503 at once, the streams in flight that can finish within the grace period end with
+their final chunk and [DONE], the rest end with finish_reason "abort", an error event and [DONE]; nothing is a 500
+and no connection is cut mid-stream."""
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+
+import httpx
+import pytest
+
+from conformance.http.client import free_port, start_process, stop_process, wait_healthy
+from conformance.http.conftest import cbbench_command
+from conformance.live_server import Events, read_stream
+
+pytest.importorskip("fastapi", reason="cbbench serve needs fastapi (pip install -e .)")
+
+# Long enough that the short streams (SHORT_TOKENS steps after their first token, a few seconds even on a busy
+# 2-core machine) finish inside it, and far too short for the long ones (LONG_TOKENS steps).
+GRACE_S = 15
+SHORT_TOKENS, LONG_TOKENS = 12, 3000
+FIRST_CHUNK_TIMEOUT_S = 180.0  # every stream has started (model load excluded: the server is healthy by then)
+EXIT_TIMEOUT_S = GRACE_S + 60.0  # drain, aborts, uvicorn's last wait, engine stop
+
+
+def _wait(cond, timeout_s: float, what: str) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not cond():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.05)
+
+
+def test_sigterm_drains_finishes_in_flight_and_aborts_the_rest(tmp_path):
+    port = free_port()
+    args = ["serve", "--model", "tiny-qwen2", "--max-num-seqs", "16", "--cpu-threads", "1", "--log-level", "warning",
+            "--port", str(port), "--shutdown-timeout", str(GRACE_S)]
+    proc = start_process([*cbbench_command(), *args], tmp_path / "serve.log", env={"OMP_NUM_THREADS": "1"})
+    url = f"http://127.0.0.1:{port}"
+    try:
+        wait_healthy(url, proc)
+        body = {"model": "tiny-qwen2", "prompt": "Hello", "temperature": 0.0, "ignore_eos": True}
+        short = [Events() for _ in range(3)]
+        long = [Events() for _ in range(3)]
+        plain: dict = {}
+
+        def call_plain() -> None:
+            try:
+                r = httpx.post(url + "/v1/completions", json={**body, "max_tokens": LONG_TOKENS}, timeout=300)
+                plain.update(status=r.status_code, body=r.json())
+            except Exception as e:  # noqa: BLE001 - recorded; asserted below
+                plain.update(failure=f"{type(e).__name__}: {e}")
+
+        threads = [threading.Thread(target=read_stream, args=(url, {**body, "max_tokens": n}, ev), daemon=True)
+                   for n, evs in ((SHORT_TOKENS, short), (LONG_TOKENS, long)) for ev in evs]
+        threads.append(threading.Thread(target=call_plain, daemon=True))
+        for t in threads:
+            t.start()
+        _wait(lambda: all(ev.chunks for ev in short + long), FIRST_CHUNK_TIMEOUT_S, "every stream's first chunk")
+        in_flight_short = sum(not ev.done for ev in short)
+        os.kill(proc.pid, signal.SIGTERM)
+        sent = time.monotonic()
+        time.sleep(0.5)  # the signal handler runs on the server's next bytecode; the drain starts from it
+
+        refused = httpx.post(url + "/v1/completions", json={**body, "max_tokens": 2}, timeout=30)
+        assert refused.status_code == 503, refused.text
+        assert refused.json()["error"]["type"] == "ServiceUnavailableError"
+        assert httpx.get(url + "/health", timeout=30).status_code == 503  # a load balancer stops routing here
+
+        for t in threads:
+            t.join(timeout=EXIT_TIMEOUT_S)
+        assert not any(t.is_alive() for t in threads), "a client was still waiting after the drain"
+        assert in_flight_short, "every short stream finished before SIGTERM: the test checked nothing"
+        for ev in short:
+            assert ev.failure is None and ev.done and ev.finish_reasons() == ["length"] and not ev.errors, ev
+        for ev in long:
+            assert ev.failure is None, ev.failure
+            assert ev.finish_reasons() == ["abort"] and ev.done, ev
+            assert [e["error"]["type"] for e in ev.errors] == ["ServiceUnavailableError"], ev.errors
+            assert "shutting down" in ev.errors[0]["error"]["message"]
+            assert ev.times[-1] - sent >= GRACE_S - 1.0, "aborted before the grace period was over"
+        assert "failure" not in plain and plain["status"] == 503, plain
+        assert plain["body"]["error"]["type"] == "ServiceUnavailableError"
+        proc.wait(timeout=EXIT_TIMEOUT_S)
+        assert proc.returncode in (0, -signal.SIGTERM), proc.returncode  # uvicorn re-raises the signal it caught
+        assert "Traceback" not in (tmp_path / "serve.log").read_text()
+    finally:
+        stop_process(proc)
+
+
+def test_a_second_stop_ends_the_grace_period_at_once():
+    from conformance.live_server import live_server
+    from refengine.engine import LLMEngine
+
+    engine = LLMEngine("tiny-qwen2", max_num_seqs=4, stats_log_size=1)
+    with live_server(engine, grace_s=600.0) as live:
+        ev = Events()
+        body = {"model": "tiny-qwen2", "prompt": "Hello", "temperature": 0.0, "ignore_eos": True,
+                "max_tokens": LONG_TOKENS}
+        reader = threading.Thread(target=read_stream, args=(live.url, body, ev), daemon=True)
+        reader.start()
+        _wait(lambda: bool(ev.chunks), FIRST_CHUNK_TIMEOUT_S, "the stream's first chunk")
+        live.server.request_stop()
+        _wait(lambda: live.app.state.drain.draining, 10.0, "the drain")
+        assert httpx.get(live.url + "/health", timeout=30).status_code == 503
+        stopped = time.monotonic()
+        live.server.request_stop()  # the grace period (600 s) is cut short
+        reader.join(timeout=60)
+        assert not reader.is_alive() and time.monotonic() - stopped < 60
+        assert ev.failure is None and ev.done and ev.finish_reasons() == ["abort"], ev
+        assert [e["error"]["type"] for e in ev.errors] == ["ServiceUnavailableError"]
