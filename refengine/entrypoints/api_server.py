@@ -176,7 +176,7 @@ def run_server(engine_kwargs: dict, host: str = "127.0.0.1", port: int = 8000, s
     app = build_app(engine, served_model_name)
     logging.basicConfig(level=log_level.upper(), format="%(levelname)s %(name)s: %(message)s")
     log.info("serving %s on http://%s:%d (num_gpu_blocks=%d)", served_model_name or engine.config.model, host,
-             port, engine.scheduler.config.num_gpu_blocks)
+             port, engine.config.scheduler.num_gpu_blocks)
     try:
         uvicorn.run(app, host=host, port=port, log_level=log_level, timeout_keep_alive=30,
                     timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S)

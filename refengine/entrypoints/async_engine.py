@@ -42,7 +42,7 @@ class _Stream:
 class AsyncLLMEngine:
     def __init__(self, engine: LLMEngine, model_name: str) -> None:
         self.engine = engine
-        self.metrics = ServerMetrics(model_name, engine.scheduler.config.num_gpu_blocks)
+        self.metrics = ServerMetrics(model_name, engine.config.scheduler.num_gpu_blocks)
         self._lock = threading.Lock()
         self._commands: list[tuple] = []
         self._wake = threading.Event()
@@ -178,9 +178,8 @@ class AsyncLLMEngine:
             self._deliver(deliveries)
 
     def _publish_idle(self) -> None:
-        sched = self.engine.scheduler
-        self.metrics.on_step(len(sched.running), len(sched.waiting),
-                             sched.kv_cache_manager.block_pool.num_used_blocks, 0)
+        stats = self.engine.scheduler.make_stats()
+        self.metrics.on_step(stats.num_running_reqs, stats.num_waiting_reqs, stats.num_used_blocks, 0)
 
     def _fail_all(self, error: Exception) -> None:
         ids = list(self._streams)
