@@ -72,8 +72,10 @@ class ModelRunner:
         self.staging = StagingBuffer(device)
         self.generator = torch.Generator(device=device)
         self.generator.manual_seed(seed)
-        # CUDA graphs for decode-only steps: CUDA only, and not with enforce_eager
-        use_graphs = device.type == "cuda" and not enforce_eager and not model.attn_backend.takes_host_lens
+        # CUDA graphs for decode-only steps: CUDA only, not with enforce_eager, and of refengine's own model only (a
+        # stand-in without an attention backend, such as bench-step's stub, runs eagerly)
+        backend = getattr(model, "attn_backend", None)
+        use_graphs = device.type == "cuda" and not enforce_eager and backend is not None and not backend.takes_host_lens
         self.cuda_graphs = CudaGraphRunner(model, self.kv_caches, max_num_seqs, max_blocks, device) if use_graphs else None
         if self.cuda_graphs is not None:
             self.cuda_graphs.capture()
