@@ -22,7 +22,6 @@ class ContinuousBatching:
 
     mode = BatchingMode.CONTINUOUS
     reserves_full_length = False  # blocks are allocated as tokens are computed; running out preempts
-    admits_without_budget = False
 
     def __init__(self, config: SchedulerConfig) -> None:
         self.max_num_seqs = config.max_num_seqs
@@ -70,7 +69,6 @@ class StaticBatching(ContinuousBatching):
 
     mode = BatchingMode.STATIC
     reserves_full_length = True
-    admits_without_budget = True  # a member that does not fit this step's budget joins now and prefills later
 
     def __init__(self, config: SchedulerConfig) -> None:
         super().__init__(config)
@@ -83,7 +81,7 @@ class StaticBatching(ContinuousBatching):
             return
         self._batch_id += 1
         self.batch_of = {rid: b for rid, b in self.batch_of.items() if b == self._batch_id - 1}
-        sched._schedule_waiting(out, admit_without_budget=True)
+        sched._schedule_waiting(out, admit_without_budget=True)  # a member that does not fit prefills later
 
     def on_admit(self, request_id: str) -> None:
         self.batch_of[request_id] = self._batch_id

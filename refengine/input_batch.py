@@ -116,9 +116,6 @@ class InputBatch:
         self.num_tokens[row] = len(token_ids)
         self.penalties.recount(row)
 
-    def blocks_held(self, request_id: str) -> int:
-        return int(self.num_blocks[self.row_of[request_id]])
-
     def append_blocks(self, request_id: str, new_block_ids: list[int]) -> None:
         """Write block ids after those the row already has."""
         row = self.row_of[request_id]

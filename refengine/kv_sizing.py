@@ -61,11 +61,6 @@ class KVBudget:
     non_torch_increase: int
     available: int  # for the KV cache: requested - the three above
 
-    def describe(self) -> str:
-        return (f"requested {self.requested / GiB:.2f} GiB = weights {self.weights / GiB:.2f} + activations "
-                f"{self.torch_peak_increase / GiB:.2f} + non-torch {self.non_torch_increase / GiB:.2f} + KV cache "
-                f"{self.available / GiB:.2f} GiB")
-
 
 def kv_cache_budget(before: MemorySnapshot, after: MemorySnapshot, torch_peak: int, weights: int,
                     gpu_memory_utilization: float) -> KVBudget:

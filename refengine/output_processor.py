@@ -8,7 +8,7 @@ scheduler sets `Request.status`), then asks for its output (`outputs_of`). This 
 (a decode step, nothing finished, no stop strings) is kept to a few attribute reads and the two output objects.
 
 What a step returns follows the request's `SamplingParams.output_kind` (vLLM's RequestOutputKind): DELTA (the
-default here, SPEC's incremental outputs), CUMULATIVE (everything so far, each step), FINAL_ONLY (no output until
+default here: incremental outputs), CUMULATIVE (everything so far, each step), FINAL_ONLY (no output until
 the request finishes, then the whole completion; LLM.generate uses it, and so skips building a RequestOutput per
 request per step, as vLLM's LLM does).
 

@@ -28,7 +28,6 @@ from refengine.scheduler_invariants import check_scheduler_invariants
 from refengine.scheduler_output import (  # noqa: F401  (re-exported: the contract's names, as vLLM's)
     CachedRequestData, ModelRunnerOutput, NewRequestData, RunnerView, SchedulerOutput,
 )
-from refengine.scheduler_stats import SchedulerStats
 from refengine.scheduler_update import SchedulerUpdate
 
 
@@ -85,15 +84,6 @@ class Scheduler(SchedulerUpdate):
                 self.waiting.remove(req)
             self._finish(req, status)
 
-    def set_finished_status(self, requests: list[Request], status: RequestStatus) -> None:
-        """Give requests finished already (their blocks freed) another finish status: a stop string found in the
-        step that also ended the request by EOS or its length decides the reason (as in vLLM), and a request whose
-        output failed is reported aborted."""
-        for req in requests:
-            if not req.is_finished():
-                raise ValueError(f"request {req.request_id!r} is not finished: use finish_requests")
-            req.status = status
-
     def has_unfinished_requests(self) -> bool:
         return bool(self.running) or bool(self.waiting)
 
@@ -103,20 +93,6 @@ class Scheduler(SchedulerUpdate):
     @property
     def num_free_blocks(self) -> int:
         return self.kv_cache_manager.num_free_blocks
-
-    def make_stats(self, scheduler_output: SchedulerOutput | None = None) -> SchedulerStats:
-        """The scheduler's state now (vLLM's name); with `scheduler_output`, also the batch of each request it
-        scheduled and of each running one."""
-        kv, mode = self.kv_cache_manager, self.batching
-        running = [r.request_id for r in self.running]
-        scheduled = list(scheduler_output.num_scheduled_tokens) if scheduler_output is not None else []
-        return SchedulerStats(
-            num_running_reqs=len(running), num_waiting_reqs=len(self.waiting), running_req_ids=running,
-            num_used_blocks=kv.num_used_blocks, num_free_blocks=kv.num_free_blocks, kv_cache_usage=kv.usage,
-            num_preemptions=self.num_preemptions, num_swap_outs=self.num_swap_outs,
-            prefix_cache_queries=self.num_prefix_cache_queries, prefix_cache_hits=self.num_prefix_cache_hits,
-            static_batch_id=mode.batch_id, batch_ids=mode.batch_ids(scheduled, running),
-        )
 
     # ---- schedule -------------------------------------------------------------------------------------------
     def schedule(self) -> SchedulerOutput:

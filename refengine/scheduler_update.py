@@ -1,9 +1,10 @@
-"""SchedulerUpdate: the scheduler's bookkeeping around the forward pass, as a base of `Scheduler`.
+"""SchedulerUpdate: the scheduler's bookkeeping around the forward pass and its reports, as a base of `Scheduler`.
 
 `_update_after_schedule` ends schedule(): it describes the step to the runner (RunnerView), then advances
 `num_computed_tokens` (vLLM's order; under async scheduling a sampling step leaves an output placeholder).
 `update_from_output` takes a step's sampled tokens back: it appends them, runs the stop checks (EOS, stop token
-ids, length; stop strings are the output processor's) and finishes the requests they end.
+ids, length; stop strings are the output processor's) and finishes the requests they end. `make_stats` reports
+the state (vLLM's name), so that no caller reaches into the KV manager or the batching mode.
 """
 from __future__ import annotations
 
@@ -12,8 +13,10 @@ from typing import TYPE_CHECKING
 
 from refengine.request import Request, RequestStatus
 from refengine.scheduler_output import SchedulerOutput
+from refengine.scheduler_stats import SchedulerStats
 
 if TYPE_CHECKING:
+    from refengine.batching import ContinuousBatching
     from refengine.config import SchedulerConfig
     from refengine.kv_cache_manager import KVCacheManager
     from refengine.request_queue import FCFSQueue, PriorityQueue
@@ -30,6 +33,11 @@ class SchedulerUpdate:
     waiting: FCFSQueue | PriorityQueue
     num_steps: int
     finished_req_ids: set[str]
+    batching: ContinuousBatching
+    num_preemptions: int
+    num_swap_outs: int
+    num_prefix_cache_queries: int
+    num_prefix_cache_hits: int
 
     def _finish(self, req: Request, status: RequestStatus) -> None:
         req.status = status
@@ -122,3 +130,26 @@ class SchedulerUpdate:
         if num_output >= sp.max_tokens or req.num_tokens >= self.config.max_model_len:
             return RequestStatus.FINISHED_LENGTH_CAPPED
         return None
+
+    def set_finished_status(self, requests: list[Request], status: RequestStatus) -> None:
+        """Give requests finished already (their blocks freed) another finish status: a stop string found in the
+        step that also ended the request by EOS or its length decides the reason (as in vLLM), and a request whose
+        output failed is reported aborted."""
+        for req in requests:
+            if not req.is_finished():
+                raise ValueError(f"request {req.request_id!r} is not finished: use finish_requests")
+            req.status = status
+
+    def make_stats(self, scheduler_output: SchedulerOutput | None = None) -> SchedulerStats:
+        """The scheduler's state now (vLLM's name); with `scheduler_output`, also the batch of each request it
+        scheduled and of each running one."""
+        kv, mode = self.kv_cache_manager, self.batching
+        running = [r.request_id for r in self.running]
+        scheduled = list(scheduler_output.num_scheduled_tokens) if scheduler_output is not None else []
+        return SchedulerStats(
+            num_running_reqs=len(running), num_waiting_reqs=len(self.waiting), running_req_ids=running,
+            num_used_blocks=kv.num_used_blocks, num_free_blocks=kv.num_free_blocks, kv_cache_usage=kv.usage,
+            num_preemptions=self.num_preemptions, num_swap_outs=self.num_swap_outs,
+            prefix_cache_queries=self.num_prefix_cache_queries, prefix_cache_hits=self.num_prefix_cache_hits,
+            static_batch_id=mode.batch_id, batch_ids=mode.batch_ids(scheduled, running),
+        )
