@@ -22,6 +22,7 @@ import torch
 from refengine.attention import default_backend_name, get_attention_backend
 from refengine.batch_queue import BatchQueue
 from refengine.config import EngineConfig  # noqa: F401  (re-exported)
+from refengine.detokenizer import IncrementalDetokenizer
 from refengine.engine_args import EngineArgs, with_resolved
 from refengine.engine_setup import _load_model_cached, check_engine_memory, sized_num_blocks  # noqa: F401
 from refengine.model_runner import ModelRunner, Sampler
@@ -111,8 +112,7 @@ class LLMEngine:
         self.step_stats: collections.deque[StepStats] = collections.deque(maxlen=cfg.stats_log_size)
         self.finished_requests: collections.deque[Request] = collections.deque(maxlen=cfg.stats_log_size)
         self.output_processor = OutputProcessor(self.tokenizer, self.scheduler, self.finished_requests,
-                                                **({"detokenizer_factory": detokenizer_factory}
-                                                   if detokenizer_factory is not None else {}))
+                                                detokenizer_factory or IncrementalDetokenizer)
 
     # ---- requests -------------------------------------------------------------------------------------------
     def add_request(
