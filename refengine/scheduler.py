@@ -137,8 +137,8 @@ class Scheduler(SchedulerUpdate):
     def _schedule_running(self, out: SchedulerOutput, prefill_only: bool = False) -> None:
         """Running requests in admission order; `prefill_only` (sequence mode) skips those that would decode.
         This loop runs for every running request every step, so _num_new_tokens, _in_prefill and _schedule are
-        inlined here (the same rules; keep them in step: `cbbench bench-scheduler` measured the calls at ~140 us
-        per step at 256 running), and the KV manager is asked for slots only when the request may need a block or
+        inlined here (the same rules, kept in step by refengine/tests/test_hot_loop.py; `cbbench bench-scheduler`
+        measured the calls at ~140 us per step at 256 running), and the KV manager is asked for slots only when the request may need a block or
         has one to cache (`has_room`)."""
         kv, c = self.kv_cache_manager, self.config
         running, scheduled, is_prefill = self.running, out.num_scheduled_tokens, out.is_prefill
