@@ -121,6 +121,43 @@ def plan_unified_attention(
     return AttentionPlan(block_m, block_m // group, tile_n, num_kv_segments, interpreted, upcast)
 
 
+def _check_inputs(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, out: torch.Tensor,
+                  query_start_loc: torch.Tensor, seq_lens: torch.Tensor, block_table: torch.Tensor) -> None:
+    """unified_attention's shape, dtype, stride and device checks (ValueError naming what is wrong)."""
+    _check(q.dim() == 3 and out.shape == q.shape, f"q/out must be [num_tokens, num_heads, head_dim], got {q.shape} / {out.shape}")
+    _check(k_cache.dim() == 4 and v_cache.shape == k_cache.shape,
+           f"k_cache/v_cache must both be [num_blocks, block_size, num_kv_heads, head_dim], got {k_cache.shape} / {v_cache.shape}")
+    _, num_heads, head_dim = q.shape
+    num_kv_heads, cache_head_dim = k_cache.shape[2:]
+    _check(cache_head_dim == head_dim, f"cache head_dim {cache_head_dim} != q head_dim {head_dim}")
+    _check(num_heads % num_kv_heads == 0, f"num_heads {num_heads} is not a multiple of num_kv_heads {num_kv_heads}")
+    _check(q.dtype == k_cache.dtype == v_cache.dtype, f"q/k_cache/v_cache dtypes differ: {q.dtype}/{k_cache.dtype}/{v_cache.dtype}")
+    _check(q.dtype in (torch.float32, torch.float16, torch.bfloat16), f"unsupported dtype {q.dtype}")
+    _check(out.dtype.is_floating_point, f"out must be floating point, got {out.dtype}")
+    for name, t in (("q", q), ("out", out), ("k_cache", k_cache), ("v_cache", v_cache)):
+        _check(t.stride(-1) == 1, f"{name} must be contiguous in head_dim, got strides {t.stride()}")
+    num_seqs = seq_lens.shape[0]
+    _check(query_start_loc.shape == (num_seqs + 1,), f"query_start_loc must be [{num_seqs + 1}], got {tuple(query_start_loc.shape)}")
+    _check(block_table.dim() == 2 and block_table.shape[0] == num_seqs,
+           f"block_table must be [{num_seqs}, max_blocks], got {tuple(block_table.shape)}")
+    _check(block_table.stride(1) == 1, f"block_table rows must be contiguous, got strides {block_table.stride()}")
+    for name, t in (("query_start_loc", query_start_loc), ("seq_lens", seq_lens), ("block_table", block_table)):
+        _check(t.dtype in (torch.int32, torch.int64), f"{name} must be int32/int64, got {t.dtype}")
+    devices = {t.device for t in (q, k_cache, v_cache, out, query_start_loc, seq_lens, block_table)}
+    _check(len(devices) == 1, f"all tensors must be on one device, got {devices}")
+
+
+def _segment_buffers(out: torch.Tensor, num_segments: int, head_dim_pad: int) -> tuple[torch.Tensor, ...]:
+    """Split-KV partials (acc [T, H, S, D_pad], running max and sum [T, H, S], fp32); `out` stands in for all three
+    when there is one segment (the kernel does not touch them then)."""
+    if num_segments == 1:
+        return out, out, out
+    num_tokens, num_heads = out.shape[:2]
+    segm_out = torch.empty(num_tokens, num_heads, num_segments, head_dim_pad, dtype=torch.float32, device=out.device)
+    segm_max = torch.empty(num_tokens, num_heads, num_segments, dtype=torch.float32, device=out.device)
+    return segm_out, segm_max, torch.empty_like(segm_max)
+
+
 def unified_attention(
     q: torch.Tensor,
     k_cache: torch.Tensor,
@@ -141,27 +178,10 @@ def unified_attention(
     `block_m` the query-tile rows, `max_seqlen_k` tightens the split heuristic's context bound.
     Rows of `out` past query_start_loc[-1] (padding tokens) are left untouched.
     """
-    _check(q.dim() == 3 and out.shape == q.shape, f"q/out must be [num_tokens, num_heads, head_dim], got {q.shape} / {out.shape}")
-    _check(k_cache.dim() == 4 and v_cache.shape == k_cache.shape,
-           f"k_cache/v_cache must both be [num_blocks, block_size, num_kv_heads, head_dim], got {k_cache.shape} / {v_cache.shape}")
+    _check_inputs(q, k_cache, v_cache, out, query_start_loc, seq_lens, block_table)
     num_tokens, num_heads, head_dim = q.shape
-    _, block_size, num_kv_heads, cache_head_dim = k_cache.shape
-    _check(cache_head_dim == head_dim, f"cache head_dim {cache_head_dim} != q head_dim {head_dim}")
-    _check(num_heads % num_kv_heads == 0, f"num_heads {num_heads} is not a multiple of num_kv_heads {num_kv_heads}")
-    _check(q.dtype == k_cache.dtype == v_cache.dtype, f"q/k_cache/v_cache dtypes differ: {q.dtype}/{k_cache.dtype}/{v_cache.dtype}")
-    _check(q.dtype in (torch.float32, torch.float16, torch.bfloat16), f"unsupported dtype {q.dtype}")
-    _check(out.dtype.is_floating_point, f"out must be floating point, got {out.dtype}")
-    for name, t in (("q", q), ("out", out), ("k_cache", k_cache), ("v_cache", v_cache)):
-        _check(t.stride(-1) == 1, f"{name} must be contiguous in head_dim, got strides {t.stride()}")
+    _, block_size, num_kv_heads, _ = k_cache.shape
     num_seqs = seq_lens.shape[0]
-    _check(query_start_loc.shape == (num_seqs + 1,), f"query_start_loc must be [{num_seqs + 1}], got {tuple(query_start_loc.shape)}")
-    _check(block_table.dim() == 2 and block_table.shape[0] == num_seqs,
-           f"block_table must be [{num_seqs}, max_blocks], got {tuple(block_table.shape)}")
-    _check(block_table.stride(1) == 1, f"block_table rows must be contiguous, got strides {block_table.stride()}")
-    for name, t in (("query_start_loc", query_start_loc), ("seq_lens", seq_lens), ("block_table", block_table)):
-        _check(t.dtype in (torch.int32, torch.int64), f"{name} must be int32/int64, got {t.dtype}")
-    devices = {t.device for t in (q, k_cache, v_cache, out, query_start_loc, seq_lens, block_table)}
-    _check(len(devices) == 1, f"all tensors must be on one device, got {devices}")
     if num_tokens == 0 or num_seqs == 0:
         return out
     check_launchable(_unified_attention_kernel, q.device)
@@ -175,12 +195,7 @@ def unified_attention(
     num_q_blocks = num_tokens // plan.block_q + num_seqs
     grid = (num_q_blocks, num_kv_heads, plan.num_kv_segments)
     split = plan.num_kv_segments > 1
-    if split:
-        segm_out = torch.empty(num_tokens, num_heads, plan.num_kv_segments, head_dim_pad, dtype=torch.float32, device=q.device)
-        segm_max = torch.empty(num_tokens, num_heads, plan.num_kv_segments, dtype=torch.float32, device=q.device)
-        segm_sum = torch.empty_like(segm_max)
-    else:
-        segm_out = segm_max = segm_sum = out  # not touched when NUM_SEGMENTS == 1
+    segm_out, segm_max, segm_sum = _segment_buffers(out, plan.num_kv_segments, head_dim_pad)
     _unified_attention_kernel[grid](
         q, k_cache, v_cache, out, segm_out, segm_max, segm_sum,
         query_start_loc, seq_lens, block_table,
