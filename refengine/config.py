@@ -75,11 +75,6 @@ class SchedulerConfig:
         if self.priority_preemption and self.policy is not SchedulingPolicy.PRIORITY:
             raise ValueError("priority_preemption needs policy='priority'")
 
-    @property
-    def reserves_full_length(self) -> bool:
-        """Sequence, static and none modes reserve blocks for prompt + max_tokens at admission (no preemption)."""
-        return self.batching is not BatchingMode.CONTINUOUS
-
 
 SCHEDULER_FIELDS = tuple(f.name for f in fields(SchedulerConfig))
 
