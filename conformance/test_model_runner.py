@@ -10,7 +10,7 @@ import torch
 from conformance.engine_helpers import greedy, make_prompts, run_llm
 from refengine.engine import _load_model_cached
 from refengine.model_runner import ModelRunner
-from refengine.scheduler_output import CachedRequestData, NewRequestData, SchedulerOutput
+from refengine.scheduler_output import NewRequestData, SchedulerOutput
 
 BLOCK = 4
 PROMPTS = make_prompts((9, 3, 14), seed=21)
@@ -67,7 +67,6 @@ class HandScheduler:
             new = list(self.blocks[rid])
         c.new_block_ids.append(new or None)
         c.num_computed_tokens.append(self.computed[rid])
-        c.num_output_tokens.append(0)
         self._schedule(out, rid, n)
 
     def _schedule(self, out: SchedulerOutput, rid: str, n: int) -> None:
@@ -241,13 +240,6 @@ def test_decode_batches_padded_as_for_cuda_graphs_give_the_same_tokens(reference
     for (k1, v1), (k2, v2) in zip(padded.kv_caches, plain.kv_caches):
         torch.testing.assert_close(k1, k2, rtol=0, atol=PAD_KV_ATOL)
         torch.testing.assert_close(v1, v2, rtol=0, atol=PAD_KV_ATOL)
-
-
-def test_cached_request_data_resumed_flags():
-    c = CachedRequestData.make_empty()
-    c.req_ids += ["x", "y"]
-    c.resumed_req_ids.add("y")
-    assert c.num_reqs == 2 and c.resumed_from_preemption == [False, True]
 
 
 class _EagerReplay:

@@ -52,10 +52,11 @@ def _run_once(engine: LLMEngine, prompts: list[list[int]], max_tokens: int, tag:
     return time.perf_counter() - start, [tokens[rid] for rid in ids]
 
 
-def _install_sleeping_stub(engine: LLMEngine, device_ms: float) -> None:
-    from cbbench.perf.bench_step import install_stub_model
+def _sleeping_stub(model: str, device_ms: float):
+    from cbbench.perf.bench_step import StubModel
+    from refengine.loader import load_model_config
 
-    stub = install_stub_model(engine)
+    stub = StubModel(load_model_config(model).hidden_size)
     forward = stub.forward
 
     def slept(*args, **kwargs):
@@ -63,6 +64,7 @@ def _install_sleeping_stub(engine: LLMEngine, device_ms: float) -> None:
         return forward(*args, **kwargs)
 
     stub.forward = slept
+    return stub
 
 
 def bench_async(num_requests: int = 32, prompt_len: int = 64, max_tokens: int = 64, repeats: int = 3,
@@ -73,10 +75,10 @@ def bench_async(num_requests: int = 32, prompt_len: int = 64, max_tokens: int = 
     # KV for the whole workload at once, not the CPU default (1 GiB of zeros per engine, most of the start-up)
     bs = knobs.get("block_size", 16)
     knobs.setdefault("num_gpu_blocks", num_requests * -(-(prompt_len + max_tokens) // bs) + 8)
-    engines = {mode: LLMEngine(model, device=device, async_scheduling=mode, **knobs) for mode in (False, True)}
-    if device_ms is not None:
-        for engine in engines.values():
-            _install_sleeping_stub(engine, device_ms)
+    stubs = {mode: {"model_impl": _sleeping_stub(model, device_ms)} if device_ms is not None else {}
+             for mode in (False, True)}
+    engines = {mode: LLMEngine(model, device=device, async_scheduling=mode, **knobs, **stubs[mode])
+               for mode in (False, True)}
     for mode, engine in engines.items():  # warm-up: first-use kernel selection, allocator growth
         _run_once(engine, prompts[: max(1, num_requests // 4)], 4, f"warm{int(mode)}")
     rows = {mode: AsyncBenchRow(mode, [], 0) for mode in engines}

@@ -97,21 +97,15 @@ DETOKENIZERS = ("incremental", "full-redecode")
 OUTPUT_KINDS = ("delta", "cumulative", "final_only")  # SamplingParams.output_kind, by RequestOutputKind's names
 
 
-def install_stub_model(engine, vocab: int = STUB_VOCAB) -> StubModel:
-    """Replace the engine's model (and its runner's) with a StubModel; returns the stub."""
-    stub = StubModel(engine.model_config.hidden_size, vocab)
-    engine.model = stub
-    engine.model_runner.model = stub
-    return stub
-
-
 def make_decoding_engine(num_running: int, max_steps: int, *, model: str = "tiny-qwen2", device: str = "cpu",
                          stub: bool = True, vocab: int = STUB_VOCAB, stop: list[str] | None = None,
-                         detokenizer: str = "incremental", output_kind: str = "delta"):
+                         detokenizer: str = "incremental", output_kind: str = "delta",
+                         clock: "_DeviceClock | None" = None):
     """An LLMEngine with `num_running` requests past their prefill, each with room for `max_steps` more decode
-    steps, and (`stub`) the stub model in place of the real one; returns (engine, stub model or None)."""
-    import refengine.output_processor as output_module
+    steps, and (`stub`) the stub model in place of the real one; returns (engine, stub model or None). `clock`
+    becomes the engine's sampler, so that it can time it (and stand in for it with the stub's)."""
     from refengine import LLMEngine, SamplingParams
+    from refengine.loader import load_model_config
     from refengine.sampling_params import RequestOutputKind
 
     if detokenizer not in DETOKENIZERS:
@@ -120,21 +114,19 @@ def make_decoding_engine(num_running: int, max_steps: int, *, model: str = "tiny
         raise ValueError(f"output_kind must be one of {OUTPUT_KINDS}, got {output_kind!r}")
     block_size = 16
     per_req = -(-(PROMPT_LEN + max_steps + 4) // block_size)
+    stub_model = StubModel(load_model_config(model).hidden_size, vocab) if stub else None
+    seams = {"model_impl": stub_model, "sampler": clock.sample if clock is not None else None,
+             "detokenizer_factory": FullRedecodeDetokenizer if detokenizer == "full-redecode" else None}
     engine = LLMEngine(model, device=device, max_num_seqs=num_running, block_size=block_size,
                        num_gpu_blocks=num_running * per_req + 1, max_model_len=_MAX_MODEL_LEN,
-                       max_num_batched_tokens=max(8192, num_running * PROMPT_LEN), enable_prefix_caching=False)
-    stub_model = install_stub_model(engine, vocab) if stub else None
+                       max_num_batched_tokens=max(8192, num_running * PROMPT_LEN), enable_prefix_caching=False,
+                       **{k: v for k, v in seams.items() if v is not None})
+    if clock is not None:
+        clock.stub = stub_model
     params = SamplingParams(max_tokens=max_steps + 2, temperature=0.0, ignore_eos=True, stop=stop,
                             output_kind=RequestOutputKind[output_kind.upper()])
-
-    made = output_module.IncrementalDetokenizer
-    if detokenizer == "full-redecode":  # (the engine's output processor makes one per request in add_request)
-        output_module.IncrementalDetokenizer = FullRedecodeDetokenizer
-    try:
-        for i in range(num_running):
-            engine.add_request(f"r{i}", [1000 + i] + [100 + (i + j) % 5000 for j in range(PROMPT_LEN - 1)], params)
-    finally:
-        output_module.IncrementalDetokenizer = made
+    for i in range(num_running):
+        engine.add_request(f"r{i}", [1000 + i] + [100 + (i + j) % 5000 for j in range(PROMPT_LEN - 1)], params)
     engine.step()  # the whole batch prefills in one step and samples its first token
     running = len(engine.scheduler.running)
     if running != num_running:
@@ -172,17 +164,24 @@ def _time_phases(engine) -> dict[str, list[float]]:
 class _DeviceClock:
     """This thread's CPU seconds spent inside the work a GPU would run asynchronously: the model's forward and
     compute_logits, and the sampler, which for the stub is its own `sample` (see the module docstring).
-    Installed for the timed steps only; close() puts everything back."""
+    `sample` is the engine's sampler throughout; the timing is on between start() and close()."""
 
-    def __init__(self, model: torch.nn.Module) -> None:
-        import refengine.model_runner as runner_module
+    def __init__(self) -> None:
+        from refengine.sampler import sample
 
         self.spent = 0.0
-        self._runner_module, self._model, self._real_sample = runner_module, model, runner_module.sample
-        self._stub = model if isinstance(model, StubModel) else None
-        if self._stub is not None:
-            self._stub.one_hot = False  # (its `sample` replaces the real sampler)
-        runner_module.sample = self._timed(self._stub.sample if self._stub is not None else self._real_sample)
+        self.stub: StubModel | None = None  # (set once the engine is made)
+        self._real_sample, self._sample = sample, sample
+        self._model: torch.nn.Module | None = None
+
+    def sample(self, logits, md, generator) -> torch.Tensor:
+        return self._sample(logits, md, generator)
+
+    def start(self, model: torch.nn.Module) -> None:
+        self._model = model
+        if self.stub is not None:
+            self.stub.one_hot = False  # (its `sample` replaces the real sampler)
+        self._sample = self._timed(self.stub.sample if self.stub is not None else self._real_sample)
         for name in ("forward", "compute_logits"):  # (instance attributes, shadowing the methods while timed)
             setattr(model, name, self._timed(getattr(model, name)))
 
@@ -197,11 +196,12 @@ class _DeviceClock:
         return timed
 
     def close(self) -> None:
-        self._runner_module.sample = self._real_sample
-        for name in ("forward", "compute_logits"):
-            delattr(self._model, name)
-        if self._stub is not None:
-            self._stub.one_hot = True
+        self._sample = self._real_sample
+        if self._model is not None:
+            for name in ("forward", "compute_logits"):
+                delattr(self._model, name)
+        if self.stub is not None:
+            self.stub.one_hot = True
 
 
 def bench_engine_step_us(num_running: int, iters: int = 100, warmup: int = 5, *, model: str = "tiny-qwen2",
@@ -210,8 +210,10 @@ def bench_engine_step_us(num_running: int, iters: int = 100, warmup: int = 5, *,
                          detokenizer: str = "incremental", output_kind: str = "delta") -> dict:
     """Microseconds per engine.step() (median, p90, min) over `iters` decode steps at `num_running` requests;
     with `breakdown`, also the median CPU microseconds of each of PHASES and of the rest ("outputs")."""
+    clock = _DeviceClock()
     engine, _ = make_decoding_engine(num_running, iters + warmup, model=model, device=device, stub=stub,
-                                     vocab=vocab, stop=stop, detokenizer=detokenizer, output_kind=output_kind)
+                                     vocab=vocab, stop=stop, detokenizer=detokenizer, output_kind=output_kind,
+                                     clock=clock)
     expected = 0 if output_kind == "final_only" else num_running  # (nothing finishes while timed)
     sync = torch.cuda.synchronize if torch.device(device).type == "cuda" else (lambda: None)
     for _ in range(warmup):
@@ -219,7 +221,7 @@ def bench_engine_step_us(num_running: int, iters: int = 100, warmup: int = 5, *,
     spent = _time_phases(engine) if breakdown else {}
     times, cpu, device_us = [], [], []
     per_step: dict[str, list[float]] = {k: [] for k in spent}
-    clock = _DeviceClock(engine.model_runner.model)
+    clock.start(engine.model)
     try:
         for _ in range(iters):
             marks = {k: len(v) for k, v in spent.items()}

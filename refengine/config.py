@@ -1,15 +1,37 @@
-"""Frozen configs. Keyword arguments of LLM / LLMEngine / Scheduler and the CLI's options map one to one onto
-these fields; a bad value fails in __post_init__ with a message that names the field."""
+"""Frozen configs and the enums of their choices. Keyword arguments of LLM / LLMEngine / Scheduler and the CLI's
+options map one to one onto these fields; a bad value fails in __post_init__ with a message that names the field.
+`EngineArgs` (refengine/engine_args.py) sorts an engine's keyword arguments into them."""
 from __future__ import annotations
 
+import enum
 from dataclasses import dataclass, field, fields
 
 from refengine.checks import INT64_MAX, INT64_MIN, check_bool, check_choice, check_int, check_real
 from refengine.kv_sizing import DEFAULT_GPU_MEMORY_UTILIZATION, check_gpu_memory_utilization
 
-BATCHING_MODES = ("continuous", "sequence", "static", "none")
-PREEMPTION_MODES = ("recompute", "swap")
-POLICIES = ("fcfs", "priority")
+
+# StrEnums: the API and the command line keep taking (and printing) the plain strings, and a member still equals
+# its string, while the scheduler dispatches on members.
+class BatchingMode(enum.StrEnum):
+    CONTINUOUS = "continuous"  # iteration-level: requests join and leave at every step
+    SEQUENCE = "sequence"  # TGI-like: a step is all prefill or all decode; admission reserves the whole length
+    STATIC = "static"  # a batch enters and leaves together
+    NONE = "none"  # one request at a time
+
+
+class SchedulingPolicy(enum.StrEnum):  # (vLLM's name)
+    FCFS = "fcfs"
+    PRIORITY = "priority"
+
+
+class PreemptionMode(enum.StrEnum):
+    RECOMPUTE = "recompute"
+    SWAP = "swap"
+
+
+BATCHING_MODES = tuple(m.value for m in BatchingMode)
+PREEMPTION_MODES = tuple(m.value for m in PreemptionMode)
+POLICIES = tuple(p.value for p in SchedulingPolicy)
 
 
 # A bound on slots that no real deployment reaches (vLLM's defaults are 256-1024); beyond it a typo such as 10**6
@@ -27,6 +49,8 @@ class SchedulerConfig:
     enable_chunked_prefill: bool = True
     long_prefill_token_threshold: int = 0  # 0: no per-request cap on a step's prefill tokens
     enable_prefix_caching: bool = True
+    # the three below are given as strings and held as their enum members (PreemptionMode, SchedulingPolicy,
+    # BatchingMode), which are strings too
     preemption_mode: str = "recompute"
     policy: str = "fcfs"
     batching: str = "continuous"
@@ -41,18 +65,15 @@ class SchedulerConfig:
                              ("block_size", 1, None), ("num_gpu_blocks", 1, None), ("num_cpu_blocks", 0, None),
                              ("long_prefill_token_threshold", 0, None), ("max_model_len", 2, None)):
             object.__setattr__(self, name, check_int(name, getattr(self, name), lo, hi))  # (numpy ints -> int)
-        check_choice("preemption_mode", self.preemption_mode, PREEMPTION_MODES)
-        check_choice("policy", self.policy, POLICIES)
-        check_choice("batching", self.batching, BATCHING_MODES)
+        for name, choices in (("preemption_mode", PreemptionMode), ("policy", SchedulingPolicy),
+                              ("batching", BatchingMode)):
+            value = getattr(self, name)
+            check_choice(name, value, tuple(m.value for m in choices))
+            object.__setattr__(self, name, choices(value))
         for name in ("enable_chunked_prefill", "enable_prefix_caching", "priority_preemption", "async_scheduling"):
             check_bool(name, getattr(self, name))
-        if self.priority_preemption and self.policy != "priority":
+        if self.priority_preemption and self.policy is not SchedulingPolicy.PRIORITY:
             raise ValueError("priority_preemption needs policy='priority'")
-
-    @property
-    def reserves_full_length(self) -> bool:
-        """Sequence, static and none modes reserve blocks for prompt + max_tokens at admission (no preemption)."""
-        return self.batching != "continuous"
 
 
 SCHEDULER_FIELDS = tuple(f.name for f in fields(SchedulerConfig))
@@ -60,8 +81,8 @@ SCHEDULER_FIELDS = tuple(f.name for f in fields(SchedulerConfig))
 
 @dataclass(frozen=True)
 class EngineConfig:
-    """LLMEngine's own knobs (the scheduler's go in `scheduler`); device availability, the model's context and
-    memory are checked by the engine, which knows them."""
+    """LLMEngine's own knobs, and the scheduler's config in `scheduler`; device availability, the model's context
+    and memory are checked by the engine, which knows them."""
 
     model: str = "tiny-qwen2"
     device: str = "cpu"
@@ -78,7 +99,7 @@ class EngineConfig:
     # suite asks), so that a long-lived engine does not grow without bound
     stats_log_size: int | None = 10_000
     enforce_eager: bool = False  # True: never replay CUDA graphs for decode steps (graphs are CUDA-only anyway)
-    scheduler: dict = field(default_factory=dict)  # SchedulerConfig fields
+    scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)
 
     def __post_init__(self) -> None:
         import torch  # (here, so that importing the scheduler's config stays light)
@@ -102,5 +123,5 @@ class EngineConfig:
         if self.stats_log_size is not None:
             check_int("stats_log_size", self.stats_log_size, 0)
         check_bool("enforce_eager", self.enforce_eager)
-        if not isinstance(self.scheduler, dict):
-            raise ValueError(f"scheduler must be a dict of SchedulerConfig fields, got {self.scheduler!r}")
+        if not isinstance(self.scheduler, SchedulerConfig):
+            raise ValueError(f"scheduler must be a SchedulerConfig, got {type(self.scheduler).__name__}")

@@ -1,77 +1,49 @@
-"""LLMEngine: add_request / step / abort_request over the scheduler, the model runner and the detokenizer.
+"""LLMEngine: add_request / step / abort_request over the scheduler, the model runner and the output processor.
 
-Each step(): schedule -> forward + sample -> update_from_output (EOS, stop ids, length) -> stop strings ->
-incremental outputs (the tokens new since the last step) with per-request timestamps for TTFT / TPOT / ITL.
+Each step(): schedule -> forward + sample -> update_from_output (EOS, stop ids, length) -> stop strings (the
+output processor finds them, the scheduler finishes them) -> incremental outputs (the tokens new since the last
+step) with per-request timestamps for TTFT / TPOT / ITL, and the step's StepStats.
 With async_scheduling=True the forward runs in a worker thread and step() schedules and launches step N+1 before
 it processes step N's output (refengine/batch_queue.py): outputs come back one step later, tokens are the same.
+
+The layers are passed in through the constructors: the model (loaded from `model`, or `model_impl`), the sampler
+and the detokenizer factory (refengine's own by default), so a benchmark or a test swaps one without patching.
 """
 from __future__ import annotations
 
 import collections
 import functools
 import logging
-import os
-from collections.abc import Callable
-from dataclasses import dataclass, field, fields
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import torch
 
 from refengine.attention import default_backend_name, get_attention_backend
 from refengine.batch_queue import BatchQueue
-from refengine.config import EngineConfig, SchedulerConfig
-from refengine.kv_cache_manager import cdiv
-from refengine.kv_sizing import default_num_gpu_blocks
-from refengine.model_runner import ModelRunner
-from refengine.output_processor import OutputProcessor, request_metrics  # noqa: F401  (re-exported)
+from refengine.config import EngineConfig  # noqa: F401  (re-exported)
+from refengine.detokenizer import IncrementalDetokenizer
+from refengine.engine_args import EngineArgs, with_resolved
+from refengine.engine_setup import _load_model_cached, check_engine_memory, sized_num_blocks  # noqa: F401
+from refengine.model_runner import ModelRunner, Sampler
+from refengine.output_processor import DetokenizerFactory, OutputProcessor, request_metrics  # noqa: F401
 from refengine.outputs import RequestOutput
 from refengine.processor import Processor
 from refengine.request import Request, RequestStatus
+from refengine.sampler import sample
 from refengine.sampling_params import SamplingParams
 from refengine.scheduler import Scheduler
 from refengine.scheduler_output import ModelRunnerOutput, SchedulerOutput
 from refengine.sim.backend import SimBackend
 from refengine.sim.clock import WALL_CLOCK
 from refengine.sim.device import is_sim_device
+from refengine.step_stats import StepStats  # noqa: F401  (re-exported)
+
+# add_requests' entries: add_request's arguments (request_id, prompt, params, arrival_time, priority), the last
+# three optional
+NewRequest = tuple[Any, ...]
 
 logger = logging.getLogger(__name__)
-
-
-@dataclass
-class StepStats:
-    """What one step did; the perf suite turns these into utilisation figures and slot timelines, from these
-    fields alone (it never looks inside the scheduler)."""
-
-    time: float
-    num_scheduled_tokens: int
-    num_prefill_tokens: int
-    num_decode_tokens: int
-    num_running: int
-    num_waiting: int
-    kv_blocks_used: int
-    num_preempted: int
-    scheduled_req_ids: list[str]
-    running_req_ids: list[str]
-    # the scheduled requests whose tokens this step are prompt tokens (or recomputed ones after a preemption)
-    prefill_req_ids: list[str] = field(default_factory=list)
-    # static batching: the batch (1, 2, ...) of every scheduled or running request, which holds its slot until the
-    # whole batch has left; None in the other modes, where a finished request frees its slot at once
-    batch_ids: dict[str, int | None] = field(default_factory=dict)
-
-
-_ENGINE_KEYS = {f.name for f in fields(EngineConfig)} - {"scheduler"}
-
-
-def _kv_bytes_per_block(mc, block_size: int, dtype: torch.dtype) -> int:
-    elem = torch.tensor([], dtype=dtype).element_size()
-    return 2 * mc.num_hidden_layers * block_size * mc.num_key_value_heads * mc.head_dim * elem
-
-
-@functools.lru_cache(maxsize=2)
-def _preset_model(model: str, device: torch.device, dtype: torch.dtype, seed: int, backend: str):
-    from refengine.loader import load_model
-
-    return load_model(model, device=device, dtype=dtype, seed=seed, attention_backend=backend)
-
 
 _SHUT_DOWN = "this LLMEngine has been shut down (shutdown(), or the end of its `with` block); create a new one"
 
@@ -86,57 +58,46 @@ def _while_open(method: Callable) -> Callable:
     return guarded
 
 
-def _load_model_cached(model: str, device: torch.device, dtype: torch.dtype, seed: int, backend: str):
-    """Presets are pure functions of (name, seed, ...), so engines in one process share their weights (inference
-    only); a folder is read afresh each time."""
-    from refengine.loader import PRESETS, load_model
-
-    if model in PRESETS:
-        return _preset_model(model, device, dtype, seed, backend)
-    return load_model(model, device=device, dtype=dtype, seed=seed, attention_backend=backend)
-
-
 class LLMEngine:
-    def __init__(self, model: str = "tiny-qwen2", **kwargs) -> None:
-        model = os.fspath(model) if isinstance(model, os.PathLike) else model
-        unknown = set(kwargs) - _ENGINE_KEYS - set(SchedulerConfig.__dataclass_fields__)
-        if unknown:
-            raise ValueError(f"unknown engine option(s): {sorted(unknown)}")
-        sched_kw = {k: v for k, v in kwargs.items()
-                    if k in SchedulerConfig.__dataclass_fields__ and k not in _ENGINE_KEYS and v is not None}
-        eng_kw = {k: v for k, v in kwargs.items() if k in _ENGINE_KEYS}
-        self.config = EngineConfig(model=model, scheduler=sched_kw, **eng_kw)
-        cfg = self.config
-        SchedulerConfig(**sched_kw)  # bad knobs fail here, before a model is loaded
-        # device="sim:<gpu>": no model and no forward; a simulated runner on a virtual clock (refengine/sim/)
-        self.sim = SimBackend.create(cfg.device, model, cfg.dtype) if is_sim_device(cfg.device) else None
+    def __init__(self, model: str = "tiny-qwen2", *, model_impl: torch.nn.Module | None = None,
+                 sampler: Sampler = sample, detokenizer_factory: DetokenizerFactory | None = None,
+                 **kwargs) -> None:
+        """`model`: a preset name or a local Hugging Face folder; `kwargs`: the engine knobs (EngineConfig and
+        SchedulerConfig fields). `model_impl` replaces the loaded weights with a module of the same interface
+        (forward, compute_logits), for `model`'s config; `sampler` and `detokenizer_factory` replace refengine's."""
+        args = EngineArgs.from_kwargs(model, **kwargs)
+        cfg = args.create_configs()  # bad knobs fail here, before a model is loaded
+        # device="sim:<gpu>": no weights and no forward; a simulated runner on a virtual clock (refengine/sim/)
+        self.sim = SimBackend.create(cfg.device, cfg.model, cfg.dtype) if is_sim_device(cfg.device) else None
         self.clock = self.sim.clock if self.sim else WALL_CLOCK
-        (self.device, dtype, self.model, self.attention_backend, self.model_config,
-         self.tokenizer) = self.sim.parts() if self.sim else self._load(model)
-        self.dtype = dtype
+        (self.device, self.dtype, self.model, self.attention_backend, self.model_config,
+         self.tokenizer) = self.sim.parts() if self.sim else self._load(cfg, model_impl)
         self.device_label = self.sim.device_label if self.sim else str(self.device)
+        dtype = self.dtype
         mc = self.model_config
         self.max_model_len = mc.max_position_embeddings if cfg.max_model_len is None else cfg.max_model_len
         if not 2 <= self.max_model_len <= mc.max_position_embeddings:
             raise ValueError(
                 f"max_model_len must be in [2, {mc.max_position_embeddings}] for this model, got {self.max_model_len}"
             )
-        block_size = sched_kw.get("block_size", SchedulerConfig.block_size)
-        kv_field = ("num_gpu_blocks" if "num_gpu_blocks" in sched_kw else "kv_cache_memory_gb"
+        kv_field = ("num_gpu_blocks" if args.num_gpu_blocks_given else "kv_cache_memory_gb"
                     if cfg.kv_cache_memory_gb is not None or self.device.type != "cuda" else "gpu_memory_utilization")
-        if "num_gpu_blocks" not in sched_kw:
-            sched_kw["num_gpu_blocks"] = self._sized_num_blocks(block_size)
-        sc = SchedulerConfig(max_model_len=self.max_model_len, **sched_kw)
+        num_blocks = cfg.scheduler.num_gpu_blocks if args.num_gpu_blocks_given else (
+            self.sim.num_gpu_blocks(cfg.scheduler.block_size, cfg.gpu_memory_utilization) if self.sim else
+            sized_num_blocks(self.model, mc, cfg, device=self.device, dtype=dtype, max_model_len=self.max_model_len))
+        self.config = cfg = with_resolved(cfg, max_model_len=self.max_model_len, num_gpu_blocks=num_blocks)
+        sc = cfg.scheduler
         # Every running request owns at least one KV block of its own (the one holding its last token is never a
         # prefix-cache hit), so no more than num_gpu_blocks requests ever need an input-batch row at once.
         num_rows = min(sc.max_num_seqs, sc.num_gpu_blocks)
-        self._check_memory(sc, num_rows, kv_field)
-        self.scheduler = Scheduler(eos_token_id=mc.eos_token_id, max_model_len=self.max_model_len, **sched_kw)
+        if self.sim is None:  # (a simulated GPU allocates nothing)
+            check_engine_memory(mc, sc, num_rows=num_rows, kv_field=kv_field, device=self.device, dtype=dtype)
+        self.scheduler = Scheduler(sc, eos_token_id=mc.eos_token_id)
         self.scheduler.clock = self.clock.now
         self.model_runner = self.sim.make_runner(sc.async_scheduling) if self.sim else ModelRunner(
             self.model, mc, num_gpu_blocks=sc.num_gpu_blocks, num_cpu_blocks=sc.num_cpu_blocks,
             block_size=sc.block_size, max_num_seqs=num_rows, max_model_len=self.max_model_len,
-            device=self.device, dtype=dtype, seed=cfg.seed, enforce_eager=cfg.enforce_eager,
+            device=self.device, dtype=dtype, seed=cfg.seed, enforce_eager=cfg.enforce_eager, sampler=sampler,
         )
         if self.attention_backend == "triton" and self.device.type == "cuda":  # compile now, not in a measured step
             from cbbench.kernels import warmup_attention_kernels
@@ -150,62 +111,24 @@ class LLMEngine:
         self._shut_down = False
         # the newest stats_log_size steps and finished requests, for metrics; the caller may clear them
         self.step_stats: collections.deque[StepStats] = collections.deque(maxlen=cfg.stats_log_size)
-        self._static_batch: dict[str, int] = {}  # static batching: the batch of each request in the last step
         self.finished_requests: collections.deque[Request] = collections.deque(maxlen=cfg.stats_log_size)
-        self.output_processor = OutputProcessor(self.tokenizer, self.scheduler, self.finished_requests)
+        self.output_processor = OutputProcessor(self.tokenizer, self.scheduler, self.finished_requests,
+                                                detokenizer_factory or IncrementalDetokenizer)
 
-    def _load(self, model: str) -> tuple:
+    def _load(self, cfg: EngineConfig, model_impl: torch.nn.Module | None) -> tuple:
         """(device, dtype, model, attention_backend, model_config, tokenizer) on a real device."""
-        from refengine.loader import check_attention_backend, load_tokenizer, resolve_device, resolve_dtype
+        from refengine.loader import check_attention_backend, load_model_config, load_tokenizer
+        from refengine.loader import resolve_device, resolve_dtype
 
-        cfg = self.config
         device = resolve_device(cfg.device)
         dtype = resolve_dtype(cfg.dtype, device)
         backend = cfg.attention_backend or default_backend_name(device)
         check_attention_backend(backend, device)
-        module, model_config = _load_model_cached(model, device, dtype, cfg.seed, backend)
-        return device, dtype, module, get_attention_backend(backend).name, model_config, load_tokenizer(model)
-
-    def _check_memory(self, sc: SchedulerConfig, num_rows: int, kv_field: str) -> None:
-        """Before anything is allocated: the KV caches and the input batch must fit in the memory free now."""
-        from refengine.loader import check_memory
-
-        if self.sim is not None:  # (a simulated GPU allocates nothing)
-            return
-
-        per_block = _kv_bytes_per_block(self.model_config, sc.block_size, self.dtype)
-        host = torch.device("cpu")
-        batch_row = (self.max_model_len + cdiv(self.max_model_len, sc.block_size)) * 4  # int32 token ids + block table
-        check_memory(self.device, [(kv_field, sc.num_gpu_blocks * per_block, self.device),
-                                   ("num_cpu_blocks", sc.num_cpu_blocks * per_block, host),
-                                   ("max_num_seqs", num_rows * batch_row, host)])
-
-    def _sized_num_blocks(self, block_size: int) -> int:
-        """_default_num_blocks, with its failures told as the knob that caused them."""
-        cfg = self.config
-        if self.sim is not None:
-            return self.sim.num_gpu_blocks(block_size, cfg.gpu_memory_utilization)
-        per_block = _kv_bytes_per_block(self.model_config, block_size, self.dtype)
-        if cfg.kv_cache_memory_gb is not None and cfg.kv_cache_memory_gb * 2**30 < per_block:
-            raise ValueError(f"kv_cache_memory_gb={cfg.kv_cache_memory_gb} holds no KV block of {block_size} tokens "
-                             f"({per_block} bytes)")
-        try:
-            return self._default_num_blocks(block_size)
-        except torch.cuda.OutOfMemoryError as exc:  # the profiling forward of max_num_batched_tokens tokens
-            budget = cfg.scheduler.get("max_num_batched_tokens", SchedulerConfig.max_num_batched_tokens)
-            raise ValueError(f"max_num_batched_tokens={budget}: one step of that many tokens does not fit in "
-                             f"device memory ({exc}); lower it") from None
-
-    def _default_num_blocks(self, block_size: int) -> int:
-        cfg, sched_kw = self.config, self.config.scheduler
-        return default_num_gpu_blocks(
-            self.model, self.model_config, device=self.device, dtype=self.dtype, block_size=block_size,
-            bytes_per_block=_kv_bytes_per_block(self.model_config, block_size, self.dtype),
-            max_model_len=self.max_model_len, kv_cache_memory_gb=cfg.kv_cache_memory_gb,
-            gpu_memory_utilization=cfg.gpu_memory_utilization,
-            max_num_batched_tokens=sched_kw.get("max_num_batched_tokens", SchedulerConfig.max_num_batched_tokens),
-            max_num_seqs=sched_kw.get("max_num_seqs", SchedulerConfig.max_num_seqs),
-        )
+        if model_impl is None:
+            module, model_config = _load_model_cached(cfg.model, device, dtype, cfg.seed, backend)
+        else:
+            module, model_config = model_impl, load_model_config(cfg.model)
+        return device, dtype, module, get_attention_backend(backend).name, model_config, load_tokenizer(cfg.model)
 
     # ---- requests -------------------------------------------------------------------------------------------
     def add_request(
@@ -217,10 +140,30 @@ class LLMEngine:
         priority: int = 0,
     ) -> None:
         """Validate and queue a request; bad input raises ValueError naming the field and changes nothing."""
-        self._queue(*self._process(request_id, prompt, params, arrival_time, priority))
+        self._queue(self._process(request_id, prompt, params, arrival_time, priority))
 
-    def _process(self, request_id: str, prompt, params, arrival_time, priority) -> tuple[Request, str | None]:
-        """Build the request without queuing it (LLM.generate builds a whole batch first, so that it is atomic)."""
+    def add_requests(self, requests: Sequence[NewRequest]) -> list[Request]:
+        """All or nothing: validate every request, then queue them all; on an invalid one raise ValueError naming
+        it ("request i: ...") and queue none. Each entry holds add_request's arguments: (request_id, prompt,
+        params, arrival_time, priority), the last three optional. Returns the queued requests, in order."""
+        built: list[tuple[Request, str | None]] = []
+        seen: set[str] = set()
+        for i, entry in enumerate(requests):
+            try:
+                req = self._process(*entry)
+                if req[0].request_id in seen:
+                    raise ValueError(f"request_id {req[0].request_id!r} is already in use")
+            except ValueError as e:
+                raise ValueError(f"request {i}: {e}" if len(requests) > 1 else str(e)) from None
+            seen.add(req[0].request_id)
+            built.append(req)
+        for req in built:
+            self._queue(req)
+        return [req for req, _ in built]
+
+    def _process(self, request_id: str, prompt, params=None, arrival_time=None,
+                 priority: int = 0) -> tuple[Request, str | None]:
+        """Build the request without queuing it."""
         if self._shut_down:
             raise RuntimeError(f"add_request(): {_SHUT_DOWN}")
         if isinstance(request_id, str) and (request_id in self.scheduler.requests or request_id in self.output_processor
@@ -229,7 +172,8 @@ class LLMEngine:
         arrival_time = self.clock.now() if arrival_time is None else arrival_time
         return self.processor.process(request_id, prompt, params, arrival_time, priority)
 
-    def _queue(self, req: Request, prompt_text: str | None) -> None:
+    def _queue(self, built: tuple[Request, str | None]) -> None:
+        req, prompt_text = built
         self.scheduler.add_request(req)
         self.output_processor.add_request(req, prompt_text)
 
@@ -315,12 +259,18 @@ class LLMEngine:
         sched = self.scheduler
         try:
             sampled = model_output().by_request()
-            finished = {r.request_id for r in sched.update_from_output(out, sampled)}
+            sched.update_from_output(out, sampled)
         except Exception as exc:  # noqa: BLE001 (whatever failed, the other requests must not be lost)
             self._record(out)
             return self._abort_step(out, exc)
         self._record(out)
-        return self.output_processor.process_outputs(sampled, finished)
+        outputs, stopped = self.output_processor.process_outputs(sampled)
+        if stopped:  # by a stop string: it decides the reason, also of a request that EOS or its length ended now
+            sched.finish_requests([r.request_id for r in stopped], RequestStatus.FINISHED_STOPPED)
+            sched.set_finished_status([r for r in stopped if r.status != RequestStatus.FINISHED_STOPPED],
+                                      RequestStatus.FINISHED_STOPPED)
+            outputs += self.output_processor.outputs_of(stopped)
+        return outputs
 
     def _abort_step(self, out, exc: BaseException) -> list[RequestOutput]:
         """The forward or the batched sampling failed: no request of this step can be trusted to have its KV and
@@ -333,30 +283,5 @@ class LLMEngine:
         reqs = [op.request_of(rid) for rid in dict.fromkeys(ids) if rid in op]
         return [op.fail_request(req, exc, "step") for req in reqs]
 
-    def _record(self, out) -> None:
-        sched = self.scheduler
-        running = [r.request_id for r in sched.running]
-        if sched.config.batching == "static":
-            # a request keeps the batch it was first seen in: with async scheduling the next batch may already have
-            # formed (schedule() of step N+1 ran) when step N is recorded
-            seen = self._static_batch
-            self._static_batch = {rid: seen.get(rid, sched.static_batch_id)
-                                  for rid in (*out.num_scheduled_tokens, *running)}
-            batch_ids = dict(self._static_batch)
-        else:
-            batch_ids = dict.fromkeys(out.num_scheduled_tokens)
-            batch_ids.update(dict.fromkeys(running))
-        self.step_stats.append(StepStats(
-            time=self.clock.now(),
-            num_scheduled_tokens=out.total_num_scheduled_tokens,
-            num_prefill_tokens=out.num_prefill_tokens,
-            num_decode_tokens=out.num_decode_tokens,
-            num_running=len(sched.running),
-            num_waiting=len(sched.waiting),
-            kv_blocks_used=sched.kv_cache_manager.block_pool.num_used_blocks,
-            num_preempted=len(out.preempted_req_ids),
-            scheduled_req_ids=list(out.num_scheduled_tokens),
-            running_req_ids=running,
-            prefill_req_ids=[rid for rid, prefill in out.is_prefill.items() if prefill] if out.num_prefill_tokens else [],
-            batch_ids=batch_ids,
-        ))
+    def _record(self, out: SchedulerOutput) -> None:
+        self.step_stats.append(StepStats.of_step(out, self.scheduler.make_stats(out), self.clock.now()))

@@ -16,6 +16,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from refengine.limits import cdiv
 from refengine.penalties import PenaltyTables
 from refengine.sampling_params import SamplingParams
 
@@ -115,9 +116,6 @@ class InputBatch:
         self.num_tokens[row] = len(token_ids)
         self.penalties.recount(row)
 
-    def blocks_held(self, request_id: str) -> int:
-        return int(self.num_blocks[self.row_of[request_id]])
-
     def append_blocks(self, request_id: str, new_block_ids: list[int]) -> None:
         """Write block ids after those the row already has."""
         row = self.row_of[request_id]
@@ -164,7 +162,7 @@ class StagingBuffer:
         saves a cast per tensor per step.)"""
         # every array starts 16-byte aligned (an even int64 offset), as Triton specializes pointers on alignment;
         # an int32 array of n entries takes ceil(n / 2) int64 slots
-        slots = [-(-a.size // 2) if a.dtype == np.int32 else a.size for a in arrays]
+        slots = [cdiv(a.size, 2) if a.dtype == np.int32 else a.size for a in arrays]
         offsets = np.cumsum([0] + [n + (n & 1) for n in slots]).tolist()
         total = offsets[-1]
         if total > self.host.numel():  # (rare: the buffer grows to the largest step seen)

@@ -10,11 +10,8 @@ A request's KV, block by block (block_size 4, 10 tokens computed, prefix hit on 
 from __future__ import annotations
 
 from refengine.block_pool import BlockHash, BlockPool, KVCacheBlock, hash_block_tokens
+from refengine.limits import cdiv
 from refengine.request import Request
-
-
-def cdiv(a: int, b: int) -> int:
-    return -(-a // b)
 
 
 class KVCacheManager:
@@ -27,6 +24,19 @@ class KVCacheManager:
         self.req_to_block_hashes: dict[str, list[BlockHash]] = {}
         self.num_cached_blocks: dict[str, int] = {}  # leading blocks of the request already in the hash map
         self.swapped: dict[str, list[KVCacheBlock]] = {}  # request id -> host blocks holding its KV
+
+    @property
+    def num_free_blocks(self) -> int:
+        return self.block_pool.num_free_blocks
+
+    @property
+    def num_used_blocks(self) -> int:
+        return self.block_pool.num_used_blocks
+
+    @property
+    def usage(self) -> float:
+        """The share of device blocks held by requests, in [0, 1] (vLLM's kv_cache_usage)."""
+        return self.block_pool.num_used_blocks / self.block_pool.num_blocks
 
     # ---- prefix caching -------------------------------------------------------------------------------------
     def block_hashes(self, request: Request) -> list[BlockHash]:
@@ -95,11 +105,11 @@ class KVCacheManager:
         held = self.req_to_blocks.get(rid, [])
         bs = self.block_size
         total = request.num_computed_tokens + len(hits) * bs + num_new_tokens
-        need = -(-total // bs) - len(held) - len(hits)
+        need = cdiv(total, bs) - len(held) - len(hits)
         if need <= 0 and not hits and num_tokens_to_fit <= total:  # the common decode step: room in the tail block
             self.cache_blocks(request, total)
             return []
-        need_fit = -(-max(total, num_tokens_to_fit) // bs) - len(held) - len(hits)
+        need_fit = cdiv(max(total, num_tokens_to_fit), bs) - len(held) - len(hits)
         free_hits = sum(1 for b in hits if b.ref_cnt == 0)  # a hit on a free block takes it off the free queue
         if max(need, need_fit) > self.block_pool.num_free_blocks - free_hits:
             return None

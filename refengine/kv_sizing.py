@@ -26,6 +26,8 @@ from dataclasses import dataclass, fields
 
 import torch
 
+from refengine.limits import cdiv
+
 GiB = 2**30
 DEFAULT_GPU_MEMORY_UTILIZATION = 0.9  # vLLM's default
 DEFAULT_CPU_KV_GB = 1.0  # the CPU cache is allocated up front; 1 GiB holds 262k tokens of tiny-qwen2
@@ -59,11 +61,6 @@ class KVBudget:
     non_torch_increase: int
     available: int  # for the KV cache: requested - the three above
 
-    def describe(self) -> str:
-        return (f"requested {self.requested / GiB:.2f} GiB = weights {self.weights / GiB:.2f} + activations "
-                f"{self.torch_peak_increase / GiB:.2f} + non-torch {self.non_torch_increase / GiB:.2f} + KV cache "
-                f"{self.available / GiB:.2f} GiB")
-
 
 def kv_cache_budget(before: MemorySnapshot, after: MemorySnapshot, torch_peak: int, weights: int,
                     gpu_memory_utilization: float) -> KVBudget:
@@ -90,7 +87,7 @@ def num_blocks_for_budget(available: int, bytes_per_block: int, block_size: int,
     """KV blocks that fit `available` bytes; ValueError when they cannot hold one request of max_model_len tokens
     (vLLM's check_enough_kv_cache_memory)."""
     num_blocks = max(0, available) // bytes_per_block
-    need = -(-max_model_len // block_size)
+    need = cdiv(max_model_len, block_size)
     if num_blocks < need:
         knob = f"raise gpu_memory_utilization (now {gpu_memory_utilization}), " if gpu_memory_utilization else ""
         raise ValueError(
@@ -138,7 +135,7 @@ def profile_run(model, model_config, *, device: torch.device, dtype: torch.dtype
         slot_mapping=torch.full((num_tokens,), -1, dtype=torch.int64, device=device),
         query_start_loc=torch.tensor(qsl, dtype=torch.int32, device=device),
         seq_lens=torch.tensor(lens, dtype=torch.int32, device=device),
-        block_table=torch.zeros(num_seqs, -(-max(lens) // block_size), dtype=torch.int32, device=device),
+        block_table=torch.zeros(num_seqs, cdiv(max(lens), block_size), dtype=torch.int32, device=device),
         max_query_len=max(lens), max_seq_len=max(lens),
     )
     names = {f.name for f in fields(AttentionMetadata)}

@@ -2,6 +2,9 @@
 whole RequestOutput per prompt, in order. `with LLM(...) as llm:` shuts the engine down at the end of the block."""
 from __future__ import annotations
 
+import dataclasses
+import re
+
 from refengine.engine import LLMEngine
 from refengine.outputs import RequestOutput
 from refengine.sampling_params import RequestOutputKind, SamplingParams
@@ -58,21 +61,24 @@ class LLM:
         if priority is not None and (not isinstance(priority, (list, tuple)) or len(priority) != len(prompts)):
             raise ValueError(f"priority must be a list with one entry per prompt ({len(prompts)}), got {priority!r}")
         engine = self.llm_engine
-        # Build every request before queuing any: a bad prompt or params anywhere leaves nothing queued.
-        built = []
+        batch = []
         for i, (prompt, sp) in enumerate(zip(prompts, params)):
-            try:
-                built.append(engine._process(f"llm-{self._counter + i}", prompt, sp, None,
-                                             priority[i] if priority else 0))
-            except ValueError as e:
-                raise ValueError(f"prompt {i}: {e}" if len(prompts) > 1 else str(e)) from None
-        self._counter += len(built)
-        for req, text in built:  # (the request's private params: as vLLM's LLM, only whole completions come back)
-            req.sampling_params.output_kind = RequestOutputKind.FINAL_ONLY
-            engine._queue(req, text)
-        ids = [req.request_id for req, _ in built]
+            try:  # as vLLM's LLM, only whole completions come back: a private copy of the params asks for those
+                final_only = dataclasses.replace(sp, output_kind=RequestOutputKind.FINAL_ONLY)
+            except (TypeError, ValueError) as e:  # (not a SamplingParams, or one mutated into a bad state)
+                final_only = sp if isinstance(e, TypeError) else _raise_for_prompt(i, len(prompts), e)
+            batch.append((f"llm-{self._counter + i}", prompt, final_only, None, priority[i] if priority else 0))
+        try:
+            ids = [req.request_id for req in engine.add_requests(batch)]  # all or nothing
+        except ValueError as e:  # add_requests says "request i: ..."; the caller knows them as prompts
+            raise ValueError(re.sub(r"^request (\d+): ", r"prompt \1: ", str(e))) from None
+        self._counter += len(ids)
         final: dict[str, RequestOutput] = {}  # (FINAL_ONLY: one output per request, the whole completion)
         while engine.has_unfinished_requests():
             for out in engine.step():
                 final[out.request_id] = out
         return [final[rid] for rid in ids]
+
+
+def _raise_for_prompt(i: int, num_prompts: int, e: ValueError):
+    raise ValueError(f"prompt {i}: {e}" if num_prompts > 1 else str(e)) from None

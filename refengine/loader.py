@@ -2,8 +2,8 @@
 
 Nothing here touches the network. A preset is a `ModelConfig` at a real or toy shape whose weights are drawn
 from a seeded generator; a folder is config.json + *.safetensors (sharded or not) of the Llama / Qwen2 /
-Mistral families. `to_hf_model` builds the equivalent transformers model with identical weights, for the
-conformance tests and for the Hugging Face perf peers.
+Mistral families. `to_hf_model` (refengine/hf_twin.py, re-exported here) builds the equivalent transformers model
+with identical weights, for the conformance tests and for the Hugging Face perf peers.
 
 Model and tokenizer are resolved the same way: a preset name wins over a folder of the same name.
 """
@@ -19,13 +19,14 @@ from pathlib import Path
 import torch
 
 from refengine.attention import ATTENTION_BACKENDS, default_backend_name, get_attention_backend
+from refengine.hf_twin import hf_config_for, to_hf_model  # noqa: F401  (re-exported)
 from refengine.model import ARCHITECTURES, CausalLM, ModelConfig, RopeScaling
 from refengine.tokenizer import QWEN_EOS, QWEN_VOCAB, HFTokenizer, NoTokenizer, QwenTokenizer, Tokenizer
 
 _LLAMA31_ROPE = RopeScaling(factor=8.0, low_freq_factor=1.0, high_freq_factor=4.0, original_max_position_embeddings=8192)
 
 PRESETS: dict[str, ModelConfig] = {
-    # SPEC §3's default: a Qwen2 small enough for CPU tests that still uses the real Qwen vocabulary.
+    # the default model: a Qwen2 small enough for CPU tests that still uses the real Qwen vocabulary.
     "tiny-qwen2": ModelConfig(
         vocab_size=QWEN_VOCAB, hidden_size=256, num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=2,
         head_dim=64, intermediate_size=768, rope_theta=1e6, rms_norm_eps=1e-6, max_position_embeddings=4096,
@@ -173,14 +174,20 @@ def load_model(
     model: str, *, device="cpu", dtype=None, seed: int = 0, attention_backend: str | None = None
 ) -> tuple[CausalLM, ModelConfig]:
     """A preset name (random weights from `seed`) or a local HF folder (config.json + *.safetensors)."""
+    config = load_model_config(model)
     if model in PRESETS:
-        config = PRESETS[model]
         return build_random_model(config, device=device, dtype=dtype, seed=seed, attention_backend=attention_backend), config
-    folder = _folder(model)
-    config = config_from_hf(json.loads((folder / "config.json").read_text()), _generation_config(folder))
     lm = _empty_model(config, device, resolve_dtype(dtype, device), attention_backend)
-    _load_safetensors(lm, folder)
+    _load_safetensors(lm, _folder(model))
     return lm, config
+
+
+def load_model_config(model: str) -> ModelConfig:
+    """The ModelConfig of a preset name or a local HF folder, without its weights."""
+    if model in PRESETS:
+        return PRESETS[model]
+    folder = _folder(model)
+    return config_from_hf(json.loads((folder / "config.json").read_text()), _generation_config(folder))
 
 
 def _folder(model: str) -> Path:
@@ -272,57 +279,12 @@ def _load_safetensors(model: CausalLM, folder: Path) -> None:
         raise ValueError(f"model folder {str(folder)!r} lacks weights: {missing[:5]}{' ...' if len(missing) > 5 else ''}")
 
 
-# ---------------------------------------------------------------------------------------------- HF twin
-
-
-def hf_config_for(config: ModelConfig):
-    """The transformers config (Qwen2Config / LlamaConfig / MistralConfig) that describes the same model."""
-    import transformers
-
-    kw = dict(
-        vocab_size=config.vocab_size, hidden_size=config.hidden_size, intermediate_size=config.intermediate_size,
-        num_hidden_layers=config.num_hidden_layers, num_attention_heads=config.num_attention_heads,
-        num_key_value_heads=config.num_key_value_heads, head_dim=config.head_dim, hidden_act="silu",
-        max_position_embeddings=config.max_position_embeddings, rms_norm_eps=config.rms_norm_eps,
-        rope_theta=config.rope_theta, tie_word_embeddings=config.tie_word_embeddings,
-        bos_token_id=config.bos_token_id, eos_token_id=list(config.eos_token_ids) or None,
-        architectures=[config.architecture],
-    )
-    if config.rope_scaling is not None:
-        rs = config.rope_scaling
-        kw["rope_scaling"] = dict(rope_type="llama3", factor=rs.factor, low_freq_factor=rs.low_freq_factor,
-                                  high_freq_factor=rs.high_freq_factor,
-                                  original_max_position_embeddings=rs.original_max_position_embeddings)
-    if config.architecture == "LlamaForCausalLM":
-        return transformers.LlamaConfig(**kw, attention_bias=config.attention_bias, mlp_bias=False)
-    # HF's Qwen2 always has a q/k/v bias and Mistral never does.
-    want_bias = config.architecture == "Qwen2ForCausalLM"
-    if config.attention_bias != want_bias:
-        raise ValueError(f"{config.architecture} in transformers requires attention_bias={want_bias}")
-    if want_bias:
-        return transformers.Qwen2Config(**kw, use_sliding_window=False)
-    return transformers.MistralConfig(**kw, sliding_window=None)
-
-
-def to_hf_model(model: CausalLM, config: ModelConfig, *, attn_implementation: str = "eager"):
-    """A transformers `*ForCausalLM` on `model`'s device and dtype holding a copy of its weights."""
-    import transformers
-
-    p = model.model.embed_tokens.weight
-    cls = getattr(transformers, config.architecture)
-    with torch.device(p.device):
-        hf = cls._from_config(hf_config_for(config), attn_implementation=attn_implementation, dtype=p.dtype)
-    hf.load_state_dict(model.state_dict(), strict=True)
-    return hf.eval().requires_grad_(False)
-
-
 def load_tokenizer(model: str) -> Tokenizer:
     """Presets: the Qwen BPE. Folders: tokenizer.json, else the Qwen BPE for a Qwen-sized vocab, else none."""
+    config = load_model_config(model)
     if model in PRESETS:
-        config = PRESETS[model]
         return QwenTokenizer(config.eos_token_ids[0], config.vocab_size)
     folder = _folder(model)
-    config = config_from_hf(json.loads((folder / "config.json").read_text()), _generation_config(folder))
     eos = config.eos_token_ids[0] if config.eos_token_ids else None
     if (folder / "tokenizer.json").is_file():
         return HFTokenizer(folder / "tokenizer.json", eos)

@@ -101,15 +101,6 @@ class ModelConfig:
             return ()
         return (self.eos_token_id,) if isinstance(self.eos_token_id, int) else tuple(self.eos_token_id)
 
-    @property
-    def num_params(self) -> int:
-        h, kv = self.hidden_size, self.num_key_value_heads * self.head_dim
-        q = self.num_attention_heads * self.head_dim
-        attn = h * q + 2 * h * kv + q * h + (q + 2 * kv if self.attention_bias else 0)
-        layer = attn + 3 * h * self.intermediate_size + 2 * h
-        emb = self.vocab_size * h * (1 if self.tie_word_embeddings else 2)
-        return self.num_hidden_layers * layer + emb + h
-
     def replace(self, **changes) -> "ModelConfig":
         values = {f.name: getattr(self, f.name) for f in fields(self)}
         values.update(changes)

@@ -14,6 +14,7 @@ token ids (`_to_host`).
 from __future__ import annotations
 
 import itertools
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -22,11 +23,14 @@ import torch
 from refengine.attention import AttentionMetadata
 from refengine.cuda_graphs import CudaGraphRunner, pad_decode_inputs, padded_size
 from refengine.input_batch import NO_SEED, InputBatch, StagingBuffer
-from refengine.kv_cache_manager import cdiv
+from refengine.limits import cdiv
 from refengine.penalties import PenaltyStep
 from refengine.sampler import SamplingMetadata, sample
 from refengine.sampling_params import SamplingParams
 from refengine.scheduler_output import CachedRequestData, ModelRunnerOutput, SchedulerOutput
+
+# (logits [n, vocab], metadata, the engine's generator) -> sampled token ids [n] on the device
+Sampler = Callable[[torch.Tensor, SamplingMetadata, "torch.Generator | None"], torch.Tensor]
 
 
 @dataclass
@@ -43,8 +47,9 @@ class CachedRequestState:
 class ModelRunner:
     def __init__(self, model: torch.nn.Module, model_config, *, num_gpu_blocks: int, num_cpu_blocks: int,
                  block_size: int, max_num_seqs: int, max_model_len: int, device: torch.device, dtype: torch.dtype,
-                 seed: int, enforce_eager: bool = False) -> None:
+                 seed: int, enforce_eager: bool = False, sampler: Sampler = sample) -> None:
         self.model = model
+        self.sampler = sampler
         self.block_size = block_size
         self.device = device
         self.vocab_size = model_config.vocab_size
@@ -67,8 +72,10 @@ class ModelRunner:
         self.staging = StagingBuffer(device)
         self.generator = torch.Generator(device=device)
         self.generator.manual_seed(seed)
-        # CUDA graphs for decode-only steps: CUDA only, and not with enforce_eager
-        use_graphs = device.type == "cuda" and not enforce_eager and not model.attn_backend.takes_host_lens
+        # CUDA graphs for decode-only steps: CUDA only, not with enforce_eager, and of refengine's own model only (a
+        # stand-in without an attention backend, such as bench-step's stub, runs eagerly)
+        backend = getattr(model, "attn_backend", None)
+        use_graphs = device.type == "cuda" and not enforce_eager and backend is not None and not backend.takes_host_lens
         self.cuda_graphs = CudaGraphRunner(model, self.kv_caches, max_num_seqs, max_blocks, device) if use_graphs else None
         if self.cuda_graphs is not None:
             self.cuda_graphs.capture()
@@ -183,7 +190,7 @@ class ModelRunner:
                                   qsl[1:][samples] - 1, *extra)
         ids_d, pos_d, slot_d, qsl_d, lens_d, table_d, logits_idx_d = views[:7]
         table_d = table_d.view(-1, width)
-        if size is not None and self._graphs_live():  # [size, hidden], replayed on the graph's static inputs
+        if size is not None and self.cuda_graphs is not None:  # [size, hidden], replayed on the graph's static inputs
             hidden = self.cuda_graphs.run(ids_d, pos_d, slot_d, qsl_d, lens_d, table_d)
         else:
             meta = AttentionMetadata(  # (int32 metadata, as the kernels were warmed up with)
@@ -199,7 +206,7 @@ class ModelRunner:
         sample_hidden = hidden[:num_seqs] if len(samples) == num_tokens == num_seqs else hidden[logits_idx_d]
         logits = self.model.compute_logits(sample_hidden)  # [n, vocab] float32
         md = self._sampling_metadata(sampling, views[7:])
-        tokens = self._to_host(sample(logits, md, self.generator))  # the step's one device -> host transfer
+        tokens = self._to_host(self.sampler(logits, md, self.generator))  # the step's one device -> host transfer
         batch.append_tokens(sample_rows, tokens)
         if len(tokens) == num_seqs:  # every request samples (a decode step)
             sampled = [[tok] for tok in tokens]
@@ -209,12 +216,8 @@ class ModelRunner:
                 sampled[i] = [tok]
         return ModelRunnerOutput(req_ids, index, sampled)
 
-    def _graphs_live(self) -> bool:
-        # (a model swapped in after capture, e.g. bench-step's stub, is not what the graphs replay: run it eagerly)
-        return self.cuda_graphs is not None and self.cuda_graphs.model is self.model
-
     def _decode_padded_size(self, num_seqs: int) -> int | None:
-        if self._graphs_live():
+        if self.cuda_graphs is not None:
             return self.cuda_graphs.lookup(num_seqs)
         if self.decode_pad_sizes is not None:
             return padded_size(self.decode_pad_sizes, num_seqs)

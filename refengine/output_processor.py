@@ -2,12 +2,13 @@
 
 Per request it keeps a RequestState (the live Request, its incremental detokenizer, the prompt text, how many
 output tokens have been returned). Each step it feeds the new tokens to the detokenizer (which looks for stop
-strings in the new text), finishes a request whose stop string appeared, and builds the incremental output: the
-token ids and text new since the last one. This runs for every running request every step, so the common path
+strings in the new text) and builds the incremental output: the token ids and text new since the last one. A
+request whose stop string appeared is handed back instead: the engine finishes it through the scheduler (only the
+scheduler sets `Request.status`), then asks for its output (`outputs_of`). This runs for every running request every step, so the common path
 (a decode step, nothing finished, no stop strings) is kept to a few attribute reads and the two output objects.
 
 What a step returns follows the request's `SamplingParams.output_kind` (vLLM's RequestOutputKind): DELTA (the
-default here, SPEC's incremental outputs), CUMULATIVE (everything so far, each step), FINAL_ONLY (no output until
+default here: incremental outputs), CUMULATIVE (everything so far, each step), FINAL_ONLY (no output until
 the request finishes, then the whole completion; LLM.generate uses it, and so skips building a RequestOutput per
 request per step, as vLLM's LLM does).
 
@@ -17,7 +18,7 @@ with the message in `CompletionOutput.error`; the others are not touched.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 from refengine.detokenizer import IncrementalDetokenizer
 from refengine.outputs import CompletionOutput, RequestOutput
@@ -46,15 +47,20 @@ class RequestState:
         self.cumulative_text = "" if kind is RequestOutputKind.CUMULATIVE else None
 
 
+DetokenizerFactory = Callable[..., IncrementalDetokenizer]  # (tokenizer, request) -> its detokenizer
+
+
 class OutputProcessor:
-    def __init__(self, tokenizer, scheduler, finished_requests) -> None:
+    def __init__(self, tokenizer, scheduler, finished_requests,
+                 detokenizer_factory: DetokenizerFactory = IncrementalDetokenizer) -> None:
         self.tokenizer = tokenizer
-        self.scheduler = scheduler
+        self.scheduler = scheduler  # (its finish_requests / set_finished_status only: a failed request is aborted)
         self.finished_requests = finished_requests  # the engine's bounded deque of finished Requests
+        self.detokenizer_factory = detokenizer_factory
         self.states: dict[str, RequestState] = {}
 
     def add_request(self, req: Request, prompt: str | None) -> None:
-        self.states[req.request_id] = RequestState(req, IncrementalDetokenizer(self.tokenizer, req), prompt)
+        self.states[req.request_id] = RequestState(req, self.detokenizer_factory(self.tokenizer, req), prompt)
 
     def __contains__(self, request_id: str) -> bool:
         return request_id in self.states
@@ -63,9 +69,11 @@ class OutputProcessor:
         state = self.states.get(request_id)
         return None if state is None else state.request
 
-    def process_outputs(self, req_ids: Iterable[str], finished: set[str]) -> list[RequestOutput]:
-        """Outputs of the requests that got tokens this step (`finished`: those the scheduler finished by them)."""
-        outputs = []
+    def process_outputs(self, req_ids: Iterable[str]) -> tuple[list[RequestOutput], list[Request]]:
+        """Outputs of the requests that got tokens this step, and the requests a stop string finished, whose outputs
+        wait until the engine has finished them (`outputs_of`)."""
+        outputs: list[RequestOutput] = []
+        stopped: list[Request] = []
         states, make_output, append = self.states, self.make_output, outputs.append
         for rid in req_ids:
             state = states.get(rid)
@@ -78,19 +86,24 @@ class OutputProcessor:
                 else:
                     stop = state.detokenizer.update()
                     if stop is not None:
-                        self._stopped_by_string(req, stop, rid in finished)
+                        req.stop_reason = stop
+                        stopped.append(req)
+                        continue
                 if not state.final_only or req.status > _FINISHED_AFTER:
                     append(make_output(state))
             except Exception as exc:  # noqa: BLE001 (whatever failed, the other requests must not be lost)
                 outputs.append(self.fail_request(state.request, exc))
-        return outputs
+        return outputs, stopped
 
-    def _stopped_by_string(self, req: Request, stop: str, finished: bool) -> None:
-        req.stop_reason = stop
-        if finished:  # (by EOS or length in the same step: the stop string decides the status)
-            req.status = RequestStatus.FINISHED_STOPPED
-        else:
-            self.scheduler.finish_requests([req.request_id], RequestStatus.FINISHED_STOPPED)
+    def outputs_of(self, requests: list[Request]) -> list[RequestOutput]:
+        """The outputs of requests `process_outputs` handed back, once the engine has finished them."""
+        outputs = []
+        for req in requests:
+            try:
+                outputs.append(self.make_output(self.states[req.request_id]))
+            except Exception as exc:  # noqa: BLE001 (whatever failed, the other requests must not be lost)
+                outputs.append(self.fail_request(req, exc))
+        return outputs
 
     def make_output(self, state: RequestState, text: str | None = None) -> RequestOutput:
         """The tokens and text new since the last output; the final one carries the request's metrics and drops
@@ -123,7 +136,7 @@ class OutputProcessor:
         logger.error("%s %r failed; aborting it", what, req.request_id, exc_info=exc)
         req.error = req.error or f"{what} failed: {type(exc).__name__}: {exc}"
         if req.is_finished():  # (already finished by this step's stop check: its blocks are freed)
-            req.status = RequestStatus.FINISHED_ABORTED
+            self.scheduler.set_finished_status([req], RequestStatus.FINISHED_ABORTED)
         else:
             self.scheduler.finish_requests([req.request_id], RequestStatus.FINISHED_ABORTED)
         state = self.states[req.request_id]

@@ -13,7 +13,7 @@ import numbers
 from typing import Any
 
 from refengine.config import SchedulerConfig
-from refengine.kv_cache_manager import cdiv
+from refengine.limits import check_request_fits
 from refengine.request import Request
 from refengine.sampling_params import SamplingParams
 from refengine.tokenizer import NoTokenizer, Tokenizer
@@ -90,20 +90,6 @@ class Processor:
         bad = [t for t in ids if not 0 <= t < vocab]
         if bad:
             raise ValueError(f"prompt_token_ids holds token id {bad[0]} outside the vocabulary [0, {vocab})")
-        if len(ids) >= self.max_model_len:
-            raise ValueError(
-                f"prompt_token_ids has {len(ids)} tokens; the model's context (max_model_len) is {self.max_model_len},"
-                " which leaves no room for output"
-            )
-        kv_tokens = min(len(ids) + params.max_tokens, self.max_model_len) - 1
-        need = cdiv(kv_tokens, sc.block_size)
-        if need > sc.num_gpu_blocks:
-            raise ValueError(
-                f"prompt ({len(ids)} tokens) + max_tokens ({params.max_tokens}) needs {need} KV blocks of "
-                f"{sc.block_size} tokens, but the KV cache has only num_gpu_blocks={sc.num_gpu_blocks}: it can never fit"
-            )
-        if not sc.enable_chunked_prefill and kv_tokens + 1 > sc.max_num_batched_tokens:
-            raise ValueError(
-                f"prompt ({len(ids)} tokens) + max_tokens ({params.max_tokens}) exceeds max_num_batched_tokens="
-                f"{sc.max_num_batched_tokens} with enable_chunked_prefill=False: it could not be (re)prefilled in one step"
-            )
+        check_request_fits(len(ids), params.max_tokens, max_model_len=self.max_model_len, block_size=sc.block_size,
+                           num_gpu_blocks=sc.num_gpu_blocks, enable_chunked_prefill=sc.enable_chunked_prefill,
+                           max_num_batched_tokens=sc.max_num_batched_tokens)

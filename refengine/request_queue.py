@@ -7,7 +7,7 @@ import bisect
 from collections import deque
 from collections.abc import Iterator
 
-from refengine.config import POLICIES
+from refengine.config import POLICIES, SchedulingPolicy
 from refengine.request import Request
 
 
@@ -77,8 +77,6 @@ class PriorityQueue:
 
 
 def create_request_queue(policy: str) -> FCFSQueue | PriorityQueue:
-    if policy == "fcfs":
-        return FCFSQueue()
-    if policy == "priority":
-        return PriorityQueue()
-    raise ValueError(f"policy must be one of {POLICIES}, got {policy!r}")
+    if policy not in POLICIES:
+        raise ValueError(f"policy must be one of {POLICIES}, got {policy!r}")
+    return PriorityQueue() if SchedulingPolicy(policy) is SchedulingPolicy.PRIORITY else FCFSQueue()

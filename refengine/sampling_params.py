@@ -24,7 +24,7 @@ PENALTY_LIMIT = 2.0  # presence / frequency penalties lie in [-2, 2] (OpenAI's a
 
 class RequestOutputKind(enum.Enum):
     """vLLM's enum: what LLMEngine.step() returns for a request. DELTA: the tokens and text new since its last
-    output (refengine's default, SPEC's incremental outputs); CUMULATIVE: everything so far (vLLM's default);
+    output (refengine's default: incremental outputs); CUMULATIVE: everything so far (vLLM's default);
     FINAL_ONLY: nothing until it finishes, then the whole completion (what LLM.generate uses)."""
 
     CUMULATIVE = 0

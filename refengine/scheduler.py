@@ -1,12 +1,11 @@
-"""Scheduler: token-level, iteration-level scheduling as in vLLM V1, plus the three modes the seed compares it to.
+"""Scheduler: token-level, iteration-level scheduling as in vLLM V1, and the three modes the engine compares it to.
 
-One schedule() call (continuous mode):
-  1. running requests, in admission order, each get min(tokens left, long_prefill_token_threshold, budget);
-     a request that cannot get a block preempts the policy's victim until it can (or is itself the victim);
-  2. only if nothing was preempted: waiting requests from the head of the queue, each admitted only when blocks
-     for its whole prompt (plus generated tokens) can be had, while budget and max_num_seqs allow.
-`num_computed_tokens` advances at the end of schedule(); update_from_output() appends the sampled tokens and
-finishes requests. The batching modes differ only in who may be scheduled together (see _schedule_*).
+The rules it follows are written out in docs/scheduling.md. One schedule() call asks the batching mode object
+(refengine/batching.py) to run the two passes in its order: the running requests (`_schedule_running`: each gets
+min(tokens left, long_prefill_token_threshold, budget), preempting the policy's victim when a block cannot be had)
+and the waiting ones (`_schedule_waiting`: admitted only when blocks for the whole prompt can be had).
+`num_computed_tokens` advances at the end of schedule(); update_from_output() (refengine/scheduler_update.py)
+appends the sampled tokens and finishes requests. Only the scheduler sets `Request.status`.
 
 Async scheduling (`async_scheduling=True`, vLLM's AsyncScheduler): schedule() for step N+1 runs before step N's
 output is back. A step that samples leaves a placeholder (`num_output_placeholders`) that the next schedule()
@@ -20,23 +19,36 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-from refengine.config import SchedulerConfig
-from refengine.kv_cache_manager import KVCacheManager, cdiv
+from refengine.batching import make_batching
+from refengine.config import PreemptionMode, SchedulerConfig, SchedulingPolicy
+from refengine.kv_cache_manager import KVCacheManager
+from refengine.limits import max_kv_tokens
 from refengine.request import Request, RequestStatus
 from refengine.request_queue import create_request_queue
+from refengine.scheduler_invariants import check_scheduler_invariants
 from refengine.scheduler_output import (  # noqa: F401  (re-exported: the contract's names, as vLLM's)
     CachedRequestData, ModelRunnerOutput, NewRequestData, RunnerView, SchedulerOutput,
 )
+from refengine.scheduler_update import SchedulerUpdate
 
 
-class Scheduler:
-    def __init__(self, eos_token_id: int | list[int] | None = None, **knobs) -> None:
-        unknown = set(knobs) - set(SchedulerConfig.__dataclass_fields__)
-        if unknown:
-            raise ValueError(f"unknown scheduler option(s): {sorted(unknown)}")
-        self.config = SchedulerConfig(**knobs)
-        c = self.config
+class Scheduler(SchedulerUpdate):
+    def __init__(self, config: SchedulerConfig | None = None, *, eos_token_id: int | list[int] | None = None,
+                 **knobs: object) -> None:
+        """`Scheduler(config)` with a SchedulerConfig, or `Scheduler(**knobs)` with its fields by keyword."""
+        if config is not None and knobs:
+            raise ValueError("give the scheduler either a SchedulerConfig or its fields by keyword, not both")
+        if config is None:
+            unknown = set(knobs) - set(SchedulerConfig.__dataclass_fields__)
+            if unknown:
+                raise ValueError(f"unknown scheduler option(s): {sorted(unknown)}")
+            config = SchedulerConfig(**knobs)  # type: ignore[arg-type]
+        elif not isinstance(config, SchedulerConfig):
+            raise ValueError(f"config must be a SchedulerConfig, got {type(config).__name__}")
+        self.config = c = config
         self.eos_token_id = eos_token_id
+        self.batching = make_batching(c)
+        self.policy = SchedulingPolicy(c.policy)
         self.kv_cache_manager = KVCacheManager(c.num_gpu_blocks, c.block_size, c.enable_prefix_caching, c.num_cpu_blocks)
         self.waiting = create_request_queue(c.policy)
         self.running: list[Request] = []
@@ -46,7 +58,8 @@ class Scheduler:
         self.num_preemptions = 0
         self.num_swap_outs = 0  # preemptions that went to the host pool rather than recompute
         self.num_steps = 0
-        self.static_batch_id = 0  # static / none: the batch now running (1, 2, ...); the engine's StepStats report it
+        self.num_prefix_cache_queries = 0  # tokens of admitted requests (vLLM's PrefixCacheStats.queries)
+        self.num_prefix_cache_hits = 0  # of those, tokens found in the prefix cache
         self.runner_view = RunnerView()  # what the model runner has been told (builds each output's request data)
         # every timestamp the scheduler sets; the engine swaps in its clock (a virtual one on a simulated GPU)
         self.clock: Callable[[], float] = time.monotonic
@@ -74,13 +87,6 @@ class Scheduler:
                 self.waiting.remove(req)
             self._finish(req, status)
 
-    def _finish(self, req: Request, status: RequestStatus) -> None:
-        req.status = status
-        req.finish_time = self.clock()
-        self.kv_cache_manager.remove(req)
-        self.finished_req_ids.add(req.request_id)
-        del self.requests[req.request_id]
-
     def has_unfinished_requests(self) -> bool:
         return bool(self.running) or bool(self.waiting)
 
@@ -89,24 +95,12 @@ class Scheduler:
 
     @property
     def num_free_blocks(self) -> int:
-        return self.kv_cache_manager.block_pool.num_free_blocks
+        return self.kv_cache_manager.num_free_blocks
 
     # ---- schedule -------------------------------------------------------------------------------------------
     def schedule(self) -> SchedulerOutput:
         out = self._begin_step()
-        mode = self.config.batching
-        if mode == "continuous":
-            self._schedule_running(out)
-            if not out.preempted_req_ids:
-                self._schedule_waiting(out)
-        elif mode == "sequence":
-            self._schedule_sequence(out)
-        else:  # static / none: a new batch forms only once the previous one has wholly finished
-            if not self.running:
-                self.static_batch_id += 1
-                self._schedule_waiting(out, admit_without_budget=True)
-            else:
-                self._schedule_running(out)
+        self.batching.step(self, out)
         self._update_after_schedule(out)
         return out
 
@@ -124,16 +118,6 @@ class Scheduler:
         self._threshold = 0 if lone else self.config.long_prefill_token_threshold
         return out
 
-    def _schedule_sequence(self, out: SchedulerOutput) -> None:
-        """TGI-style: a step is all prefill (unfinished prefills, then newly admitted requests) or all decode."""
-        if any(self._in_prefill(r) for r in self.running):
-            self._schedule_running(out, prefill_only=True)
-            self._schedule_waiting(out)
-            return
-        self._schedule_waiting(out)
-        if not out.num_scheduled_tokens:
-            self._schedule_running(out)
-
     @staticmethod
     def _in_prefill(req: Request) -> bool:
         """True while tokens of the prompt (or, after recompute, of prompt + output) remain to be computed."""
@@ -149,24 +133,20 @@ class Scheduler:
     def _tokens_to_fit(self, req: Request) -> int:
         """Tokens whose KV must be placeable for admission: the whole prompt (+ generated tokens), or the whole
         request up to max_tokens in the modes that reserve at admission."""
-        if self.config.reserves_full_length:
-            return self._max_kv_tokens(req)
+        if self.batching.reserves_full_length:
+            return max_kv_tokens(req.num_prompt_tokens, req.max_tokens, self.config.max_model_len)
         return req.num_tokens
-
-    def _max_kv_tokens(self, req: Request) -> int:
-        # the last sampled token never needs KV
-        return min(req.num_prompt_tokens + req.max_tokens, self.config.max_model_len) - 1
 
     def _schedule_running(self, out: SchedulerOutput, prefill_only: bool = False) -> None:
         """Running requests in admission order; `prefill_only` (sequence mode) skips those that would decode.
         This loop runs for every running request every step, so _num_new_tokens, _in_prefill and _schedule are
-        inlined here (the same rules; keep them in step: `cbbench bench-scheduler` measured the calls at ~140 us
-        per step at 256 running), and the KV manager is asked for slots only when the request may need a block or
+        inlined here (the same rules, kept in step by refengine/tests/test_hot_loop.py; `cbbench bench-scheduler`
+        measured the calls at ~140 us per step at 256 running), and the KV manager is asked for slots only when the request may need a block or
         has one to cache (`has_room`)."""
         kv, c = self.kv_cache_manager, self.config
         running, scheduled, is_prefill = self.running, out.num_scheduled_tokens, out.is_prefill
         threshold, last_pos, chunked = self._threshold, c.max_model_len - 1, c.enable_chunked_prefill
-        budget = self._budget
+        budget, priority = self._budget, self.policy is SchedulingPolicy.PRIORITY
         i = 0
         while i < len(running) and budget > 0:
             req = running[i]
@@ -195,7 +175,7 @@ class Scheduler:
                         break
                 budget = self._budget  # (a preempted victim that was scheduled gave its tokens back)
                 if req.status != RequestStatus.RUNNING:
-                    if c.policy == "priority":
+                    if priority:
                         continue  # it was the least urgent: the (more urgent) ones after it may still fit
                     break  # FCFS: it was the last admitted, so nobody follows it
             scheduled[req.request_id] = n
@@ -205,7 +185,7 @@ class Scheduler:
         self._budget = budget
 
     def _pick_victim(self) -> Request:
-        if self.config.policy == "priority":
+        if self.policy is SchedulingPolicy.PRIORITY:
             return max(self.running, key=lambda r: (r.priority, r.arrival_time))
         return self.running[-1]
 
@@ -218,8 +198,8 @@ class Scheduler:
                 self.waiting.prepend(req)
 
     def _admit_waiting(self, out: SchedulerOutput, admit_without_budget: bool, skipped: list[Request]) -> None:
-        kv, c = self.kv_cache_manager, self.config
-        max_seqs = 1 if c.batching == "none" else c.max_num_seqs
+        kv, c, mode = self.kv_cache_manager, self.config, self.batching
+        max_seqs, reserve = mode.max_num_seqs, mode.reserves_full_length
         while self.waiting and (self._budget > 0 or admit_without_budget):
             req = self.waiting.peek()
             if req.num_stale_output_tokens:
@@ -241,13 +221,13 @@ class Scheduler:
             n = min(n, self._budget)
             fit = self._tokens_to_fit(req)
             if swapped:
-                res = kv.swap_in(req, n, fit, c.reserves_full_length)
+                res = kv.swap_in(req, n, fit, reserve)
                 ok = res is not None
                 if ok:
                     out.blocks_to_swap_in.extend(res[0])
                     self._host_blocks_to_free.append(res[1])
             else:
-                ok = kv.allocate_slots(req, n, hits, fit, c.reserves_full_length) is not None
+                ok = kv.allocate_slots(req, n, hits, fit, reserve) is not None
             if not ok:
                 if self._preempt_for(req, out):
                     continue
@@ -259,15 +239,18 @@ class Scheduler:
                 req.num_computed_tokens = num_computed
                 if req.num_cached_tokens < 0:
                     req.num_cached_tokens = num_computed
+                self.num_prefix_cache_queries += req.num_tokens
+                self.num_prefix_cache_hits += num_computed
             req.status = RequestStatus.RUNNING
             self.running.append(req)
+            mode.on_admit(req.request_id)
             if n > 0:
                 self._schedule(out, req, n)
 
     def _preempt_for(self, req: Request, out: SchedulerOutput) -> bool:
         """Beyond vLLM (option priority_preemption): a waiting request strictly more urgent than the least urgent
         running one preempts it to get in."""
-        if not self.config.priority_preemption or not self.running or self.config.reserves_full_length:
+        if not self.config.priority_preemption or not self.running or self.batching.reserves_full_length:
             return False  # the reserving modes (sequence / static / none) never preempt
         victim = self._pick_victim()
         if victim.priority <= req.priority:
@@ -288,7 +271,7 @@ class Scheduler:
         if n is not None:  # scheduled earlier in this step: give its tokens back
             self._budget += n
             out.is_prefill.pop(req.request_id)
-        plan = kv.swap_out(req) if self.config.preemption_mode == "swap" else None
+        plan = kv.swap_out(req) if self.config.preemption_mode is PreemptionMode.SWAP else None
         if plan is not None:
             out.blocks_to_swap_out.extend(plan)
             self.num_swap_outs += 1
@@ -306,114 +289,7 @@ class Scheduler:
         out.preempted_req_ids.append(req.request_id)
         self.waiting.prepend(req)
 
-    def _update_after_schedule(self, out: SchedulerOutput) -> None:
-        self.runner_view.fill(out, self.requests, self.kv_cache_manager.req_to_blocks)
-        now = self.clock()
-        async_sched = self.config.async_scheduling
-        requests, is_prefill = self.requests, out.is_prefill
-        num_prefill = 0
-        for rid, n in out.num_scheduled_tokens.items():
-            req = requests[rid]
-            req.num_computed_tokens += n
-            req.num_in_flight_tokens += n
-            if async_sched and req.num_computed_tokens >= req.num_tokens + req.num_output_placeholders:
-                req.num_output_placeholders += 1  # not a prefill chunk: it samples a token this step
-            if req.first_scheduled_time is None:
-                req.first_scheduled_time = now
-            if is_prefill[rid]:
-                num_prefill += n
-        out.total_num_scheduled_tokens = sum(out.num_scheduled_tokens.values())
-        out.num_prefill_tokens = num_prefill
-        out.num_decode_tokens = out.total_num_scheduled_tokens - num_prefill
-        self.num_steps += 1
-
-    # ---- after the forward ----------------------------------------------------------------------------------
-    def update_from_output(self, out: SchedulerOutput, sampled_token_ids: dict[str, list[int]]) -> list[Request]:
-        """Append each request's sampled tokens (a partial prefill samples nothing) and finish those that hit
-        EOS, a stop token id or their length limit. Returns the requests finished by this call. Under async
-        scheduling `out` is the oldest step whose output has not come back yet (outputs come back in order)."""
-        now = self.clock()
-        finished: list[Request] = []
-        sync = not self.config.async_scheduling
-        requests, check_stop = self.requests, self._check_stop
-        for rid, n in out.num_scheduled_tokens.items():
-            req = requests.get(rid)
-            if req is None:
-                continue  # finished (aborted, stopped) since schedule(): its output is dropped
-            req.num_in_flight_tokens -= n
-            stale = req.num_stale_output_tokens > 0
-            if stale:  # (preempted since): delivered, but it resolves no placeholder
-                req.num_stale_output_tokens -= n
-            toks = sampled_token_ids.get(rid)
-            if not toks or (sync and req.num_computed_tokens < req.num_tokens):
-                continue  # partial prefill: whatever was sampled is discarded
-            status_before = req.status
-            had_placeholders = req.num_output_placeholders > 0
-            stop = None
-            if req.first_token_time is None:
-                req.first_token_time = now
-            for tok in toks:
-                req.append_output_token_ids((tok,))
-                req.token_times.append(now)
-                try:  # a stop check that raises fails its own request (aborted, with `error` set), not the step
-                    stop = check_stop(req)
-                except Exception as exc:  # noqa: BLE001
-                    req.error = f"stop check failed: {type(exc).__name__}: {exc}"
-                    stop = RequestStatus.FINISHED_ABORTED
-                if stop is not None:
-                    break
-            if not stale and had_placeholders:
-                req.num_output_placeholders -= len(toks)
-                if status_before == RequestStatus.RUNNING:
-                    # the blocks filled by tokens now known and computed become prefix-cache hits (vLLM's
-                    # AsyncScheduler caches here; in sync mode the next allocate_slots() does)
-                    self.kv_cache_manager.cache_blocks(req, req.num_computed_tokens - req.num_in_flight_tokens)
-            if stop is not None:
-                if status_before != RequestStatus.RUNNING:
-                    self.waiting.remove(req)  # preempted meanwhile, finished by its stale output
-                self._finish(req, stop)
-                finished.append(req)
-        if finished:
-            self.running = [r for r in self.running if r.status == RequestStatus.RUNNING]
-        return finished
-
-    def _check_stop(self, req: Request) -> RequestStatus | None:
-        sp = req.sampling_params
-        num_output = len(req.output_token_ids)
-        if num_output >= sp.min_tokens:
-            last = req.output_token_ids[-1]
-            if not sp.ignore_eos and last in req.eos_token_ids:
-                req.stop_reason = None
-                return RequestStatus.FINISHED_STOPPED
-            if sp.stop_token_ids and last in sp.stop_token_ids:
-                req.stop_reason = last
-                return RequestStatus.FINISHED_STOPPED
-        if num_output >= sp.max_tokens or req.num_tokens >= self.config.max_model_len:
-            return RequestStatus.FINISHED_LENGTH_CAPPED
-        return None
-
     # ---- self-check -----------------------------------------------------------------------------------------
     def check_invariants(self) -> None:
         """The state every step must leave behind; the conformance suite calls this after every step."""
-        c, kv = self.config, self.kv_cache_manager
-        kv.check_invariants()
-        assert len(self.running) <= c.max_num_seqs, f"{len(self.running)} running > max_num_seqs {c.max_num_seqs}"
-        waiting = list(self.waiting)
-        assert not set(map(id, waiting)) & set(map(id, self.running)), "a request is both waiting and running"
-        for r in self.running:
-            assert r.status == RequestStatus.RUNNING, r
-            held = len(kv.req_to_blocks.get(r.request_id, []))
-            need = cdiv(r.num_computed_tokens, c.block_size)
-            if c.reserves_full_length:
-                assert held >= need, f"{r} holds {held} blocks, needs {need}"
-            else:
-                assert held == need, f"{r} holds {held} blocks, its computed tokens need {need}"
-        for r in self.running + waiting:
-            p, f, st = r.num_output_placeholders, r.num_in_flight_tokens, r.num_stale_output_tokens
-            assert p >= 0 and 0 <= st <= f, f"{r}: placeholders {p}, in flight {f}, stale {st}"
-            assert c.async_scheduling or not p, f"{r} has {p} output placeholders without async scheduling"
-        for r in waiting:
-            assert not r.num_output_placeholders, f"waiting {r} has output placeholders"
-            assert r.status in (RequestStatus.WAITING, RequestStatus.PREEMPTED), r
-            assert r.request_id not in kv.req_to_blocks or not kv.req_to_blocks[r.request_id], f"waiting {r} holds blocks"
-            assert (r.request_id in kv.swapped) == (r.num_computed_tokens > 0), f"waiting {r} computed tokens vs swap"
+        check_scheduler_invariants(self)

@@ -50,28 +50,13 @@ class NewRequestData:
 class CachedRequestData:
     """Requests the runner already holds, as parallel lists (vLLM's layout)."""
 
-    req_ids: list[str]
+    req_ids: list[str] = field(default_factory=list)
     # for ids in resumed_req_ids, new_block_ids replaces the request's block ids; for the others it is appended
-    resumed_req_ids: set[str]
-    new_token_ids: list[list[int]]  # (vLLM: pipeline parallelism only; always empty here)
+    resumed_req_ids: set[str] = field(default_factory=set)
     # every token of the requests that were not scheduled in the previous step (the runner resyncs its row)
-    all_token_ids: dict[str, list[int]]
-    new_block_ids: list[list[int] | None]  # None: no new blocks
-    num_computed_tokens: list[int]  # before this step's tokens
-    num_output_tokens: list[int]
-
-    @property
-    def num_reqs(self) -> int:
-        return len(self.req_ids)
-
-    @property
-    def resumed_from_preemption(self) -> list[bool]:
-        """The older vLLM spelling of resumed_req_ids, one flag per req_ids entry."""
-        return [rid in self.resumed_req_ids for rid in self.req_ids]
-
-    @classmethod
-    def make_empty(cls) -> "CachedRequestData":
-        return cls([], set(), [], {}, [], [], [])
+    all_token_ids: dict[str, list[int]] = field(default_factory=dict)
+    new_block_ids: list[list[int] | None] = field(default_factory=list)  # None: no new blocks
+    num_computed_tokens: list[int] = field(default_factory=list)  # before this step's tokens
 
 
 @dataclass
@@ -79,7 +64,7 @@ class SchedulerOutput:
     """One step: who runs how many tokens, and what the runner must learn or forget first."""
 
     scheduled_new_reqs: list[NewRequestData] = field(default_factory=list)
-    scheduled_cached_reqs: CachedRequestData = field(default_factory=CachedRequestData.make_empty)
+    scheduled_cached_reqs: CachedRequestData = field(default_factory=CachedRequestData)
     num_scheduled_tokens: dict[str, int] = field(default_factory=dict)  # in scheduling order
     total_num_scheduled_tokens: int = 0
     is_prefill: dict[str, bool] = field(default_factory=dict)  # per scheduled request: prefill chunk or decode
@@ -89,10 +74,6 @@ class SchedulerOutput:
     blocks_to_swap_in: list[tuple[int, int]] = field(default_factory=list)  # (host block, device block)
     num_prefill_tokens: int = 0
     num_decode_tokens: int = 0
-
-    @classmethod
-    def make_empty(cls) -> "SchedulerOutput":
-        return cls()
 
 
 @dataclass
@@ -105,12 +86,9 @@ class ModelRunnerOutput:
     sampled_token_ids: list[list[int]] = field(default_factory=list)
 
     def by_request(self) -> dict[str, list[int]]:
-        """{request_id: sampled ids} for Scheduler.update_from_output (SPEC §2's form); requests that sampled
+        """{request_id: sampled ids} for Scheduler.update_from_output; requests that sampled
         nothing are left out."""
         return {rid: toks for rid, toks in zip(self.req_ids, self.sampled_token_ids) if toks}
-
-
-EMPTY_MODEL_RUNNER_OUTPUT = ModelRunnerOutput()
 
 
 class RunnerView:
@@ -130,7 +108,7 @@ class RunnerView:
         sent, prev = self._sent, self._prev_scheduled
         # (this loop runs for every scheduled request every step: locals instead of attribute lookups)
         new_reqs, req_ids, new_block_ids = out.scheduled_new_reqs, cached.req_ids, cached.new_block_ids
-        num_computed, num_output = cached.num_computed_tokens, cached.num_output_tokens
+        num_computed = cached.num_computed_tokens
         for rid in out.num_scheduled_tokens:
             req = requests[rid]
             blocks = req_to_blocks.get(rid, ())
@@ -148,7 +126,6 @@ class RunnerView:
                     cached.all_token_ids[rid] = list(req.all_token_ids)
                 new_block_ids.append([b.block_id for b in blocks[have:]] if num_blocks > have else None)
                 num_computed.append(req.num_computed_tokens)
-                num_output.append(len(req.output_token_ids))
                 if num_blocks == have and known[1] == preemptions:
                     continue  # nothing to record anew (the common decode step)
             sent[rid] = (num_blocks, preemptions)

@@ -53,7 +53,7 @@ class AsyncLLMEngine:
         # a simulated GPU (device="sim:<gpu>") is paced to real time: each step takes its simulated seconds
         self.pacer = pacer_for(engine, pace_sim)
         self._clock = self.pacer.now if self.pacer else engine.clock.now
-        config = engine.scheduler.config
+        config = engine.config.scheduler
         self.metrics = ServerMetrics(model_name, config.num_gpu_blocks, config.block_size)
         self._lock = threading.Lock()
         self._commands: list[tuple] = []
@@ -207,9 +207,8 @@ class AsyncLLMEngine:
             self._deliver(deliveries)
 
     def _publish_idle(self) -> None:
-        sched = self.engine.scheduler
-        self.metrics.on_step(len(sched.running), len(sched.waiting),
-                             sched.kv_cache_manager.block_pool.num_used_blocks, 0)
+        stats = self.engine.scheduler.make_stats()
+        self.metrics.on_step(stats.num_running_reqs, stats.num_waiting_reqs, stats.num_used_blocks, 0)
 
     def _fail_all(self, error: Exception) -> None:
         ids = list(self._streams)

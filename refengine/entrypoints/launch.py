@@ -75,7 +75,7 @@ def run_server(engine_kwargs: dict, host: str = "127.0.0.1", port: int = 8000, s
         app = build_app(engine, served_model_name, api_key=api_key, disable_docs=disable_docs)
         logging.basicConfig(level=log_level.upper(), format="%(levelname)s %(name)s: %(message)s")
         log.info("serving %s on http://%s:%d (num_gpu_blocks=%d, api key %s)", served_model_name or
-                 engine.config.model, host, port, engine.scheduler.config.num_gpu_blocks,
+                 engine.config.model, host, port, engine.config.scheduler.num_gpu_blocks,
                  "required" if api_key else "off")
         try:
             make_server(app, sock, log_level, shutdown_timeout).run(sockets=[sock])
