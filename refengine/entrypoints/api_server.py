@@ -151,9 +151,12 @@ def build_app(engine: LLMEngine, model_name: str | None = None, model_path: str 
         from importlib.metadata import PackageNotFoundError, version as dist_version
 
         try:
-            return {"version": dist_version("cbbench")}
+            out = {"version": dist_version("cbbench")}
         except PackageNotFoundError:  # (run from a source tree that was never installed)
-            return {"version": "unknown"}
+            out = {"version": "unknown"}
+        if engine.sim is not None:  # clients (and the HTTP suite) must know the tokens and times are simulated
+            out["simulated"] = engine.device_label
+        return out
 
     @app.get("/health")
     async def health() -> Response:
