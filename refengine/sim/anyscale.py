@@ -58,7 +58,7 @@ def output_lengths(num_prompts: int, cap: int, seed: int = 0) -> list[int]:
     return [min(cap, max(1, round(rng.expovariate(1 / MEAN_OUTPUT_LEN)))) for _ in range(num_prompts)]
 
 
-def engine_throughput(outputs: list[int], **engine_kwargs) -> float:
+def engine_throughput(outputs: list[int], **engine_kwargs: object) -> float:
     """(prompt + output tokens) / simulated seconds for all requests present at t = 0 on a fresh simulated engine."""
     from refengine import LLMEngine
     from refengine.sim.engine_replay import replay

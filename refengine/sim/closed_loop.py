@@ -9,10 +9,13 @@ the scheduling for this one case; running both on the same rows checks one again
 from __future__ import annotations
 
 import statistics
-from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from refengine.sim.engine_replay import replay_params
 from refengine.sim.replay import ReplayResult
+
+if TYPE_CHECKING:
+    from refengine.engine import LLMEngine
 
 # the first token id of the distinct prompts: above every preset's special ids, below every vocabulary
 _PROMPT_ID_BASE = 1000
@@ -25,7 +28,7 @@ def distinct_prompt(index: int, isl: int, vocab_size: int) -> list[int]:
     return [_PROMPT_ID_BASE + (index + 7 * j) % span for j in range(isl)]
 
 
-def run_closed_loop(engine, isl: int, osl: int, concurrency: int, num_requests: int | None = None) -> list[dict]:
+def run_closed_loop(engine: LLMEngine, isl: int, osl: int, concurrency: int, num_requests: int | None = None) -> list[dict]:
     """Send num_requests (default 6 x concurrency) requests from `concurrency` closed-loop clients; returns every
     request's metrics (engine-clock times) in sending order."""
     for name, value in (("isl", isl), ("osl", osl), ("concurrency", concurrency)):
@@ -63,7 +66,7 @@ def steady_state(metrics: list[dict], concurrency: int, osl: int, duration_s: fl
 
 def closed_loop_on_engine(isl: int, osl: int, concurrency: int, num_requests: int | None = None,
                           model: str = "llama-3.1-8b", device: str = "sim:h200", dtype: str = "fp8",
-                          **engine_kwargs) -> ReplayResult:
+                          **engine_kwargs: object) -> ReplayResult:
     """A fresh engine with vLLM's server defaults on an H100 / H200 (8192 batched tokens, 1024 sequences, chunked
     prefill on) and prefix caching off (the prompts are distinct anyway), driven by run_closed_loop."""
     from refengine import LLMEngine

@@ -80,6 +80,11 @@ def simulate_hf_static(cost: CostModel, requests: Sequence[HfStaticRequest], bat
     return res
 
 
+def workload_requests(workload: object) -> list[HfStaticRequest]:
+    """(prompt length, output length, arrival) of each request of a cbbench workload, in its order."""
+    return [(len(r.prompt_token_ids), r.output_len, r.arrival_time) for r in workload.requests]
+
+
 def simulate_hf_static_on(device: str, model: str, requests: Sequence[HfStaticRequest], batch_size: int,
                           dtype: str = "bfloat16") -> HfStaticResult:
     """simulate_hf_static on `device` ("sim:<gpu>") for a model preset or folder, with the engine's cost model."""

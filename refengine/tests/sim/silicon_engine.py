@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import csv
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from refengine.sim.closed_loop import closed_loop_on_engine
@@ -49,7 +50,8 @@ def silicon_rows() -> list[tuple[int, int, int, float, float]]:
                  float(r["silicon_tpot_ms"])) for r in csv.DictReader(f)]
 
 
-def engine_rows(waves: int = DEFAULT_WAVES, select=None) -> list[EngineRow]:
+def engine_rows(waves: int = DEFAULT_WAVES,
+                select: Callable[[int, int, int], bool] | None = None) -> list[EngineRow]:
     """Replay the rows `select(isl, osl, concurrency)` keeps (all by default) with waves x concurrency requests."""
     cost = CostModel("h200", LLAMA_31_8B, "fp8")
     out = []

@@ -72,3 +72,13 @@ def test_bad_input_names_the_field(h200) -> None:
         simulate_hf_static(h200, [(10, 1, 0.0)], 0)
     with pytest.raises(ValueError, match="output_lens"):
         batch_steps([10], [0])
+
+
+def test_a_workload_maps_to_prompt_and_output_lengths_with_arrivals() -> None:
+    from types import SimpleNamespace
+
+    from refengine.sim.hf_static import workload_requests
+
+    reqs = [SimpleNamespace(prompt_token_ids=[5] * n, output_len=o, arrival_time=a) for n, o, a in ((3, 2, 0.5),
+                                                                                                  (7, 9, 0.0))]
+    assert workload_requests(SimpleNamespace(requests=reqs)) == [(3, 2, 0.5), (7, 9, 0.0)]
