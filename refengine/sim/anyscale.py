@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import random
+import sys
 import time
 from dataclasses import dataclass
 
@@ -88,15 +89,18 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--caps", default=",".join(map(str, STATIC_BATCH)))
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args(argv)
-    caps = [int(c) for c in args.caps.split(",")]
-    bad = [c for c in caps if c not in STATIC_BATCH]
-    if bad:
-        raise SystemExit(f"--caps: {bad} not among the benchmark's caps {list(STATIC_BATCH)}")
+    caps = [c.strip() for c in args.caps.split(",")]
+    bad = [c for c in caps if not c.isdigit() or int(c) not in STATIC_BATCH]
+    problem = (f"--caps: {', '.join(bad)} not among the benchmark's caps {list(STATIC_BATCH)}" if bad else
+               f"--num-prompts: must be >= 1, got {args.num_prompts}" if args.num_prompts < 1 else None)
+    if problem:  # bad input: one line on stderr, exit 2
+        print(f"error: {problem}", file=sys.stderr)
+        sys.exit(2)
     print(f"simulated A100, opt-13b bf16, {args.num_prompts} prompts of {PROMPT_LEN} tokens, outputs exp(mean "
           f"{MEAN_OUTPUT_LEN}) capped; throughput = (prompt + output tokens) / simulated s; published: {PUBLISHED}")
     print("| output cap | static batch | continuous tok/s | static tok/s | hf-static tok/s | continuous / static "
           "| continuous / hf-static | wall s |\n|---|---|---|---|---|---|---|---|")
-    for cap in caps:
+    for cap in map(int, caps):
         r = run_cap(cap, args.num_prompts, args.seed)
         print(f"| {r.cap} | {r.batch} | {r.continuous_tok_s:.0f} | {r.static_tok_s:.0f} | {r.hf_static_tok_s:.0f} "
               f"| {r.continuous_over_static:.1f}x | {r.continuous_over_hf_static:.1f}x | {r.wall_s:.0f} |")

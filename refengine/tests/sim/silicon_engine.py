@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -70,6 +71,9 @@ def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description="serving-level validation through the simulated engine")
     ap.add_argument("--waves", type=int, default=DEFAULT_WAVES, help="requests per row = waves x concurrency")
     args = ap.parse_args(argv)
+    if args.waves < 1:  # bad input: one line on stderr, exit 2
+        print(f"error: --waves: must be >= 1, got {args.waves}", file=sys.stderr)
+        sys.exit(2)
     rows = engine_rows(args.waves)
     print("| isl / osl | concurrency | TTFT measured / engine / replay (ms) | TTFT error | TPOT measured / engine / "
           "replay (ms) | TPOT error | engine steps | wall s |\n|---|---|---|---|---|---|---|---|")

@@ -38,3 +38,13 @@ def test_continuous_gains_more_the_longer_the_tail(rows) -> None:
     # the HF-static peer at the same batch is static batching too: the same order as refengine's static mode
     for r in (r32, r1536):
         assert 0.9 < r.static_tok_s / r.hf_static_tok_s < 1.1
+
+
+@pytest.mark.parametrize("argv, field", [(["--caps", "32,64"], "--caps"), (["--num-prompts", "0"], "--num-prompts")])
+def test_bad_cli_input_is_one_line_and_exit_2(argv, field, capsys) -> None:
+    from refengine.sim.anyscale import main
+
+    with pytest.raises(SystemExit) as exc:
+        main(argv)
+    err = capsys.readouterr().err
+    assert exc.value.code == 2 and err.count("\n") == 1 and field in err
