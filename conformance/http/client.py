@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
+import pytest
 
 REQUEST_TIMEOUT_S = 120.0  # one request on a shared 2-core CPU, queued behind up to 64 others
 STARTUP_TIMEOUT_S = 240.0  # imports + model load of a server on a busy 2-core CPU
@@ -84,6 +85,20 @@ class Server:
         that then meets an early EOS fails, which is what such a server does to a benchmark."""
         r = self.http.post("/v1/completions", json=self.body(prompt="probe", max_tokens=1, ignore_eos=True))
         return r.status_code == 200
+
+    @functools.cached_property
+    def simulated(self) -> str | None:
+        """What the server says it simulates (refengine's `cbbench serve --device sim:<gpu>` puts a label in
+        GET /version), or None: a real model, or a server with no such field or no /version."""
+        r = self.http.get("/version")
+        label = r.json().get("simulated") if r.status_code == 200 else None
+        return str(label) if label else None
+
+    def skip_if_simulated(self, what: str) -> None:
+        """A simulated server samples one fixed token whatever the request asks: tests of sampling semantics
+        have nothing to observe there."""
+        if self.simulated:
+            pytest.skip(f"{what}: the server is simulated ({self.simulated}); every sampled token is fixed")
 
     @property
     def greedy(self) -> dict:

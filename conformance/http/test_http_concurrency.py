@@ -53,6 +53,7 @@ async def _stream_all(srv: Server, bodies: list[dict]) -> list[Streamed]:
 
 
 def test_seeded_sampling_is_repeatable(srv):
+    srv.skip_if_simulated("seeded sampling")
     first = srv.complete(prompt=_prompt(0), seed=1234, **_sampled(srv))["choices"][0]["text"]
     again = srv.complete(prompt=_prompt(0), seed=1234, **_sampled(srv))["choices"][0]["text"]
     other = srv.complete(prompt=_prompt(0), seed=4321, **_sampled(srv))["choices"][0]["text"]
@@ -63,6 +64,7 @@ def test_seeded_sampling_is_repeatable(srv):
 
 
 def test_seeded_sampling_does_not_depend_on_the_batch(srv):
+    srv.skip_if_simulated("seeded sampling")
     alone = srv.complete(prompt=_prompt(3), seed=77, **_sampled(srv))["choices"][0]["text"]
     bodies = [dict(prompt=_prompt(3), seed=77, **_sampled(srv))] + [
         dict(prompt=_prompt(i), seed=i, **_sampled(srv)) for i in range(1, 8)]

@@ -146,9 +146,13 @@ def _add_service_routes(app: FastAPI, serving: OpenAIServing, check_model: Any, 
         from importlib.metadata import PackageNotFoundError, version as dist_version
 
         try:
-            return {"version": dist_version("cbbench")}
+            out = {"version": dist_version("cbbench")}
         except PackageNotFoundError:  # (run from a source tree that was never installed)
-            return {"version": "unknown"}
+            out = {"version": "unknown"}
+        engine = async_engine.engine
+        if engine.sim is not None:  # clients (and the HTTP suite) must know the tokens and times are simulated
+            out["simulated"] = engine.device_label
+        return out
 
     @app.get("/health")
     async def health() -> Response:
