@@ -41,7 +41,7 @@ class Scheduler:
         self.running: list[Request] = []
         self.requests: dict[str, Request] = {}
         self.finished_req_ids: set[str] = set()
-        self._host_blocks_to_free: list = []  # freed one step late: the swap-in copy reads them first
+        self._host_blocks_to_free: list = []  # swap-in sources of this schedule(), freed as it returns
         self.num_preemptions = 0
         self.num_swap_outs = 0  # preemptions that went to the host pool rather than recompute
         self.num_steps = 0
@@ -105,13 +105,21 @@ class Scheduler:
             else:
                 self._schedule_running(out)
         self._update_after_schedule(out)
+        self._free_swapped_in_host_blocks()
         return out
 
-    def _begin_step(self) -> SchedulerOutput:
-        """Per-step state: host blocks whose swap-in copy was issued last step, the budget, the prefill cap."""
+    def _free_swapped_in_host_blocks(self) -> None:
+        """The host blocks this step swaps in from go back to the host pool as schedule() returns, not a step later:
+        held until the next schedule(), they stayed held for good once the engine went idle. Not earlier: a victim
+        preempted later in the same schedule() could be swapped out into them, and the runner issues a step's
+        swap-out copies before its swap-in copies. A later step's swap-out is copied after this step's swap-in,
+        because the runner executes steps in order (async scheduling too: one worker thread)."""
         for host in self._host_blocks_to_free:
             self.kv_cache_manager.host_pool.free_blocks(reversed(host))
         self._host_blocks_to_free = []
+
+    def _begin_step(self) -> SchedulerOutput:
+        """Per-step state: the budget, the prefill cap."""
         out = SchedulerOutput(finished_req_ids=self.finished_req_ids)
         self.finished_req_ids = set()
         self._budget = self.config.max_num_batched_tokens
