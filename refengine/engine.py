@@ -295,13 +295,18 @@ class LLMEngine:
         forward failed), then stop strings and the incremental outputs."""
         sched = self.scheduler
         try:
-            sampled = model_output().by_request()
+            runner_output = model_output()
+            sampled = runner_output.by_request()
             finished = {r.request_id for r in sched.update_from_output(out, sampled)}
         except Exception as exc:  # noqa: BLE001 (whatever failed, the other requests must not be lost)
             self._record(out)
             return self._abort_step(out, exc)
         self._record(out)
-        return self.output_processor.process_outputs(sampled, finished)
+        op = self.output_processor
+        # requests whose own values failed their row or the sampler: they sampled nothing; abort them alone
+        failed = [op.fail_request(op.request_of(rid), exc, "sampling")
+                  for rid, exc in runner_output.failed.items() if rid in op and rid not in finished]
+        return failed + op.process_outputs(sampled, finished)
 
     def _abort_step(self, out, exc: BaseException) -> list[RequestOutput]:
         """The forward or the batched sampling failed: no request of this step can be trusted to have its KV and

@@ -4,6 +4,14 @@ Every field is checked in __post_init__ (ValueError naming it), so that nothing 
 a step. What depends on the model (stop_token_ids inside the vocabulary, top_k beyond it) is checked, and the
 params copied, by LLMEngine.add_request.
 
+Numbers are refused when the sampler cannot represent them, so that no accepted value can fail a batched step: the
+float fields (temperature, top_p, min_p, the penalties) must be finite and, once rounded to the sampler's float32,
+still in range (at most FLOAT32_MAX, and a field that must be > 0 must not round to 0); the int fields (max_tokens,
+min_tokens, top_k, seed, each stop_token_ids entry) must fit in int64. A max_tokens (or min_tokens) beyond the
+model's context is accepted, as in vLLM's LLMEngine: the request ends with finish_reason "length" when it reaches
+max_model_len, whatever it asked for. (vLLM's OpenAI server instead refuses a prompt + max_tokens above
+max_model_len; that is the server's check, not this one's.)
+
 vLLM's other SamplingParams fields (logprobs, logit_bias, bad_words, ...) are accepted as keywords so that vLLM
 code runs unchanged; at their defaults they mean nothing, any other value is a ValueError "<field> is not supported
 by refengine" rather than being silently ignored. A keyword neither refengine nor vLLM knows is a ValueError too.
@@ -16,10 +24,23 @@ import enum
 import functools
 from dataclasses import dataclass, field, fields
 
+import numpy as np
+
 from refengine.checks import INT64_MAX, INT64_MIN, check_bool, check_int, check_real
 
 _GREEDY_EPS = 1e-5  # temperatures below this are treated as greedy, as vLLM does
 PENALTY_LIMIT = 2.0  # presence / frequency penalties lie in [-2, 2] (OpenAI's and vLLM's range)
+FLOAT32_MAX = float(np.finfo(np.float32).max)  # the sampler's dtype: a larger value overflows its tensors
+
+
+def _sampler_real(name: str, value: object, minimum: float, maximum: float = FLOAT32_MAX, *,
+                  min_open: bool = False) -> float:
+    """check_real, and the value must keep its range once the sampler rounds it to float32."""
+    value = check_real(name, value, minimum, maximum, min_open=min_open)
+    if min_open and float(np.float32(value)) <= minimum:
+        raise ValueError(f"{name} must be > {minimum} in float32 (the sampler's dtype), got {value!r}, "
+                         f"which rounds to {minimum}")
+    return value
 
 
 class RequestOutputKind(enum.Enum):
@@ -85,13 +106,13 @@ class SamplingParams:
     skip_clone: bool = field(default=False, repr=False)
 
     def __post_init__(self) -> None:
-        self.max_tokens = check_int("max_tokens", self.max_tokens, 1)
-        self.min_tokens = check_int("min_tokens", self.min_tokens, 0)
+        self.max_tokens = check_int("max_tokens", self.max_tokens, 1, INT64_MAX)
+        self.min_tokens = check_int("min_tokens", self.min_tokens, 0, INT64_MAX)
         if self.min_tokens > self.max_tokens:
             raise ValueError(f"min_tokens ({self.min_tokens}) must be <= max_tokens ({self.max_tokens})")
-        self.temperature = check_real("temperature", self.temperature, 0.0)
-        self.top_p = check_real("top_p", self.top_p, 0.0, 1.0, min_open=True)
-        self.top_k = check_int("top_k", self.top_k, -1)
+        self.temperature = _sampler_real("temperature", self.temperature, 0.0)
+        self.top_p = _sampler_real("top_p", self.top_p, 0.0, 1.0, min_open=True)
+        self.top_k = check_int("top_k", self.top_k, -1, INT64_MAX)
         if self.seed is not None:
             self.seed = check_int("seed", self.seed, INT64_MIN, INT64_MAX)
             if self.seed == -1:  # vLLM's (and its server's) spelling of "no seed"
@@ -105,9 +126,9 @@ class SamplingParams:
         if not isinstance(self.extra, dict):
             raise ValueError(f"extra must be a dict, got {self.extra!r}")
         for name in ("presence_penalty", "frequency_penalty"):
-            setattr(self, name, check_real(name, getattr(self, name), -PENALTY_LIMIT, PENALTY_LIMIT))
-        self.repetition_penalty = check_real("repetition_penalty", self.repetition_penalty, 0.0, min_open=True)
-        self.min_p = check_real("min_p", self.min_p, 0.0, 1.0)
+            setattr(self, name, _sampler_real(name, getattr(self, name), -PENALTY_LIMIT, PENALTY_LIMIT))
+        self.repetition_penalty = _sampler_real("repetition_penalty", self.repetition_penalty, 0.0, min_open=True)
+        self.min_p = _sampler_real("min_p", self.min_p, 0.0, 1.0)
         if self.extra_args is not None and not isinstance(self.extra_args, dict):
             raise ValueError(f"extra_args must be a dict or None, got {self.extra_args!r}")
         self.skip_clone = check_bool("skip_clone", self.skip_clone)
