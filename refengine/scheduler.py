@@ -14,6 +14,8 @@ treats as a known token (a decode schedules it as its input); the real token rep
 where the stop checks run. A request whose in-flight token reaches max_tokens is not scheduled again; one preempted
 while a step is in flight still gets that step's output appended (its "stale" output; it may even finish by it) and
 is not re-admitted before that output is back; a step's output for a request that has finished since is dropped.
+The sync scheduler may likewise be driven with two schedule() calls outstanding (vLLM's base Scheduler allows it):
+a request preempted between them still gets the earlier step's token, unless that step was a partial prefill.
 """
 from __future__ import annotations
 
@@ -288,6 +290,9 @@ class Scheduler:
 
     def _preempt(self, req: Request, out: SchedulerOutput) -> None:
         kv = self.kv_cache_manager
+        # (sync, no placeholders: a step in flight samples iff it reached the last known token; decided before a
+        # recompute forgets num_computed_tokens, so that its token is not mistaken for a partial prefill's)
+        req.stale_output_samples = bool(req.num_in_flight_tokens) and req.num_computed_tokens >= req.num_tokens
         self.running.remove(req)
         n = out.num_scheduled_tokens.pop(req.request_id, None)
         if n is not None:  # scheduled earlier in this step: give its tokens back
@@ -350,7 +355,7 @@ class Scheduler:
             if stale:  # (preempted since): delivered, but it resolves no placeholder
                 req.num_stale_output_tokens -= n
             toks = sampled_token_ids.get(rid)
-            if not toks or (sync and req.num_computed_tokens < req.num_tokens):
+            if not toks or (sync and not self._step_samples(req, stale)):
                 continue  # partial prefill: whatever was sampled is discarded
             status_before = req.status
             had_placeholders = req.num_output_placeholders > 0
@@ -382,6 +387,15 @@ class Scheduler:
             self.running = [r for r in self.running if r.status == RequestStatus.RUNNING]
         return finished
 
+    @staticmethod
+    def _step_samples(req: Request, stale: bool) -> bool:
+        """Sync: whether the step whose output is being delivered (the oldest in flight) reached the request's last
+        known token, i.e. sampled rather than computed part of a prefill. Its tokens end where the later steps in
+        flight begin; of the steps in flight when it was preempted, only the last can have sampled."""
+        if stale:
+            return req.stale_output_samples and not req.num_stale_output_tokens
+        return req.num_computed_tokens - req.num_in_flight_tokens >= req.num_tokens
+
     def _check_stop(self, req: Request) -> RequestStatus | None:
         sp = req.sampling_params
         num_output = len(req.output_token_ids)
@@ -390,7 +404,7 @@ class Scheduler:
             if not sp.ignore_eos and last in req.eos_token_ids:
                 req.stop_reason = None
                 return RequestStatus.FINISHED_STOPPED
-            if sp.stop_token_ids and last in sp.stop_token_ids:
+            if last in req.stop_token_ids:
                 req.stop_reason = last
                 return RequestStatus.FINISHED_STOPPED
         if num_output >= sp.max_tokens or req.num_tokens >= self.config.max_model_len:
