@@ -271,8 +271,9 @@ class LLMEngine:
     @_while_open
     def step(self) -> list[RequestOutput]:
         """One iteration. It never raises for a request's sake: a failure tied to one request (its stop check,
-        detokenisation, output) finishes that request alone with finish_reason "abort" and `error` set; a failure
-        of the batched forward + sampling aborts the requests of this step the same way; the engine goes on."""
+        detokenisation, output, or its own values failing its row or the sampler: refengine/step_isolation.py)
+        finishes that request alone with finish_reason "abort" and `error` set; any other failure of the batched
+        forward + sampling aborts the requests of this step the same way; the engine goes on."""
         outputs, self._pending = self._pending, []
         sched = self.scheduler
         if self.batch_queue is None:
