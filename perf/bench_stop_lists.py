@@ -58,7 +58,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3, help="cases are interleaved, median of the rounds")
     args = parser.parse_args()
     cases = {"baseline": {}, f"stop: {args.stops} strings": {"stop": _stops(args.stops, args.stop_len)},
-             f"stop_token_ids: {args.stop_ids}": {"stop_token_ids": list(range(STOP_ID_BASE, STOP_ID_BASE + args.stop_ids))}}
+             f"stop_token_ids: {args.stop_ids}": {"stop_token_ids": [STOP_ID_BASE + i for i in range(args.stop_ids)]}}
     got: dict[str, list[float]] = {name: [] for name in cases}
     for _ in range(args.rounds):
         for name, hostile in cases.items():

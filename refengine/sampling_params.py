@@ -8,9 +8,9 @@ Numbers are refused when the sampler cannot represent them, so that no accepted 
 float fields (temperature, top_p, min_p, the penalties) must be finite and, once rounded to the sampler's float32,
 still in range (at most FLOAT32_MAX, and a field that must be > 0 must not round to 0); the int fields (max_tokens,
 min_tokens, seed, each stop_token_ids entry) must fit in int64. top_k may be any size, as in vLLM: add_request
-turns one at or above the vocabulary size into 0 (disabled), which is what it means. A max_tokens (or min_tokens) beyond the
-model's context is accepted, as in vLLM's LLMEngine: the request ends with finish_reason "length" when it reaches
-max_model_len, whatever it asked for. (vLLM's OpenAI server instead refuses a prompt + max_tokens above
+turns one at or above the vocabulary size into 0 (disabled), which is what it means. A max_tokens (or min_tokens)
+beyond the model's context is accepted, as in vLLM's LLMEngine: the request ends with finish_reason "length" when
+it reaches max_model_len, whatever it asked for. (vLLM's OpenAI server instead refuses a prompt + max_tokens above
 max_model_len; that is the server's check, not this one's.)
 
 vLLM's other SamplingParams fields (logprobs, logit_bias, bad_words, ...) are accepted as keywords so that vLLM
