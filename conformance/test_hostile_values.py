@@ -14,7 +14,7 @@ from refengine import LLMEngine, SamplingParams
 from refengine.checks import INT64_MAX, INT64_MIN
 from refengine.input_batch import InputBatch
 
-MAX_MODEL_LEN = 24  # a max_tokens of 2**63 - 1 ends at the context: keeps each example to ~20 steps
+MAX_MODEL_LEN = 16  # a max_tokens of 2**63 - 1 ends at the context: keeps each example to ~10 steps
 INNOCENT_MAX_TOKENS = 6
 FLOAT32_MAX = float(np.finfo(np.float32).max)  # the sampler's dtype: the largest value it can hold
 FLOAT32_TINY = float(np.finfo(np.float32).tiny)  # the smallest normal float32: still > 0 in the sampler
@@ -123,7 +123,7 @@ def hostile_params(draw) -> SamplingParams:
     return SamplingParams(**kept)
 
 
-@settings(max_examples=30)  # each example is ~20 engine steps
+@settings(max_examples=30)  # each example is ~10 engine steps
 @given(params=hostile_params())
 def test_extreme_accepted_values_do_not_hurt_the_request_beside_them(prompts, alone, shared_engine, params):
     done = _run(shared_engine, {"hostile": (prompts[0], params),
