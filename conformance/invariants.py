@@ -269,9 +269,10 @@ def check_block_sharing(cfg: dict, snap: Snapshot, tokens: dict[str, list[int]])
                   snaps=[("state", snap)])
 
 
-def check_host_blocks(cfg: dict, snap: Snapshot, in_flight: Iterable[int]) -> None:
-    """Host pool: ref counts 0/1; the used host blocks are exactly those held by swapped-out (waiting) requests plus
-    those whose swap-in copy was issued this step (freed once the copy has been read); running requests hold none."""
+def check_host_blocks(cfg: dict, snap: Snapshot, in_flight: Iterable[int] = ()) -> None:
+    """Host pool: ref counts 0/1; the used host blocks are exactly those held by swapped-out (waiting) requests,
+    plus `in_flight` for an adapter that frees a swap-in's source blocks only after the copy (refengine frees them
+    as schedule() returns, so its suites pass none); running requests hold none. So the pool is empty when idle."""
     if snap.host_ref_counts is None:
         return
     used = {b for b, r in snap.host_ref_counts.items() if r > 0}
@@ -516,7 +517,7 @@ STEP_CHECKS = (
 
 
 def check_state(cfg: dict, snap: Snapshot, tokens: dict[str, list[int]], num_gpu_blocks: int,
-                in_flight: Iterable[int]) -> None:
+                in_flight: Iterable[int] = ()) -> None:
     """The checks that read one state at rest (after schedule() and after update())."""
     check_max_num_seqs(cfg, snap)
     check_block_accounting(cfg, snap, num_gpu_blocks)

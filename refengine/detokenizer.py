@@ -124,6 +124,14 @@ class IncrementalDetokenizer:
         self._min_tokens = sp.min_tokens  # stop strings are not looked for before min_tokens (vLLM)
         self._stops = list(sp.stop or [])
         self._hold = max(map(len, self._stops)) - 1 if self._stops else 0
+        # stop string -> its place in the list (the first listed match wins, as in vLLM); last character -> the
+        # distinct lengths of the stops ending in it: the search probes those at each new character, whatever the
+        # number of stop strings (most characters end none)
+        self._stop_rank = {stop: i for i, stop in reversed(list(enumerate(self._stops)))}
+        by_last: dict[str, set[int]] = {}
+        for stop in self._stops:
+            by_last.setdefault(stop[-1], set()).add(len(stop))
+        self._stop_lengths = {ch: sorted(lengths) for ch, lengths in by_last.items()}
         table = getattr(tokenizer, "token_bytes_table", lambda: None)()
         if tokenizer is None:
             self._stream = None
@@ -159,15 +167,29 @@ class IncrementalDetokenizer:
         before = len(self._unsent)
         self._unsent += new_text
         if check_stops and self._stops:
-            for stop in self._stops:
+            stop = self._first_listed_stop(before)
+            if stop is not None:
                 # the held-back tail keeps len(stop) - 1 characters before the new text: a stop can span the two
                 idx = self._unsent.find(stop, max(0, before - len(stop) + 1))
-                if idx >= 0:
-                    cut = idx + len(stop) if self.request.sampling_params.include_stop_str_in_output else idx
-                    self._unsent = self._unsent[:cut]
-                    self.stopped_by = stop
-                    return stop
+                cut = idx + len(stop) if self.request.sampling_params.include_stop_str_in_output else idx
+                self._unsent = self._unsent[:cut]
+                self.stopped_by = stop
+                return stop
         return None
+
+    def _first_listed_stop(self, before: int) -> str | None:
+        """The earliest-listed stop string that ends in the new text (from `before` on), or None: at each new
+        character, one dict probe per length of the stops that end in it, so O(new text x longest stop) at worst,
+        not O(the stop list)."""
+        text, rank, by_last, best = self._unsent, self._stop_rank, self._stop_lengths, None
+        for end in range(before + 1, len(text) + 1):
+            for length in by_last.get(text[end - 1], ()):
+                if length > end:
+                    break
+                i = rank.get(text[end - length : end])
+                if i is not None and (best is None or i < best):
+                    best = i
+        return None if best is None else self._stops[best]
 
     def take_delta(self, finished: bool) -> str:
         """Text not yet returned; all of it when `finished` (after flushing what the stream still holds)."""

@@ -234,8 +234,9 @@ class LLMEngine:
     @_while_open
     def step(self) -> list[RequestOutput]:
         """One iteration. It never raises for a request's sake: a failure tied to one request (its stop check,
-        detokenisation, output) finishes that request alone with finish_reason "abort" and `error` set; a failure
-        of the batched forward + sampling aborts the requests of this step the same way; the engine goes on."""
+        detokenisation, output, or its own values failing its row or the sampler: refengine/step_isolation.py)
+        finishes that request alone with finish_reason "abort" and `error` set; any other failure of the batched
+        forward + sampling aborts the requests of this step the same way; the engine goes on."""
         outputs, self._pending = self._pending, []
         sched = self.scheduler
         if self.batch_queue is None:
@@ -258,19 +259,24 @@ class LLMEngine:
         forward failed), then stop strings and the incremental outputs."""
         sched = self.scheduler
         try:
-            sampled = model_output().by_request()
-            sched.update_from_output(out, sampled)
+            runner_output = model_output()
+            sampled = runner_output.by_request()
+            finished = {r.request_id for r in sched.update_from_output(out, sampled)}
         except Exception as exc:  # noqa: BLE001 (whatever failed, the other requests must not be lost)
             self._record(out)
             return self._abort_step(out, exc)
         self._record(out)
-        outputs, stopped = self.output_processor.process_outputs(sampled)
+        op = self.output_processor
+        # requests whose own values failed their row or the sampler: they sampled nothing; abort them alone
+        failed = [op.fail_request(op.request_of(rid), exc, "sampling")
+                  for rid, exc in runner_output.failed.items() if rid in op and rid not in finished]
+        outputs, stopped = op.process_outputs(sampled)
         if stopped:  # by a stop string: it decides the reason, also of a request that EOS or its length ended now
             sched.finish_requests([r.request_id for r in stopped], RequestStatus.FINISHED_STOPPED)
             sched.set_finished_status([r for r in stopped if r.status != RequestStatus.FINISHED_STOPPED],
                                       RequestStatus.FINISHED_STOPPED)
-            outputs += self.output_processor.outputs_of(stopped)
-        return outputs
+            outputs += op.outputs_of(stopped)
+        return failed + outputs
 
     def _abort_step(self, out, exc: BaseException) -> list[RequestOutput]:
         """The forward or the batched sampling failed: no request of this step can be trusted to have its KV and

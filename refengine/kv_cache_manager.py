@@ -179,5 +179,7 @@ class KVCacheManager:
                 held[b.block_id] = held.get(b.block_id, 0) + 1
         for b in self.block_pool.blocks:
             assert b.ref_cnt == held.get(b.block_id, 0), f"ref count {b.ref_cnt} != holders {held.get(b.block_id, 0)}: {b}"
+        # the host pool holds the KV of swapped-out requests and nothing else (so it is empty when idle)
         host_held = sum(len(h) for h in self.swapped.values())
-        assert host_held <= self.host_pool.num_used_blocks
+        assert host_held == self.host_pool.num_used_blocks, (
+            f"{self.host_pool.num_used_blocks} host blocks used, {host_held} held by swapped-out requests")

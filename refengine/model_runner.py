@@ -28,6 +28,7 @@ from refengine.penalties import PenaltyStep
 from refengine.sampler import SamplingMetadata, sample
 from refengine.sampling_params import SamplingParams
 from refengine.scheduler_output import CachedRequestData, ModelRunnerOutput, SchedulerOutput
+from refengine.step_isolation import add_row_isolated, sample_rows_apart
 
 # (logits [n, vocab], metadata, the engine's generator) -> sampled token ids [n] on the device
 Sampler = Callable[[torch.Tensor, SamplingMetadata, "torch.Generator | None"], torch.Tensor]
@@ -81,6 +82,7 @@ class ModelRunner:
             self.cuda_graphs.capture()
         # eager runs padded as graphs would be (CPU tests of the padding; None: no padding)
         self.decode_pad_sizes: list[int] | None = None
+        self.failed_rows: dict[str, BaseException] = {}  # this step's requests whose own values failed them
         self.num_host_syncs = 0  # device -> host transfers made by execute_model (one per step that samples)
         self._arange = np.arange(max_num_seqs + 1, dtype=np.int64)  # a decode step's query_start_loc (read-only)
         self._arange.flags.writeable = False
@@ -113,8 +115,8 @@ class ModelRunner:
             tokens = new.all_token_ids
             state = self.requests[new.req_id] = CachedRequestState(
                 new.req_id, len(new.prompt_token_ids), new.sampling_params, new.eos_token_ids)
-            batch.add_request(new.req_id, tokens, state.num_prompt_tokens, new.block_ids, new.num_computed_tokens,
-                              state.sampling_params, state.eos_token_ids)
+            add_row_isolated(batch, self.failed_rows, new.req_id, tokens, state.num_prompt_tokens, new.block_ids,
+                             new.num_computed_tokens, state.sampling_params, state.eos_token_ids)
         cached = out.scheduled_cached_reqs
         if not cached.req_ids:
             return
@@ -138,16 +140,19 @@ class ModelRunner:
                 state = self.requests[rid]
                 tokens = all_tokens.get(rid) or state.parked_token_ids or batch.token_ids_of(rid)
                 state.parked_token_ids = None
-                batch.add_request(rid, tokens, state.num_prompt_tokens, blocks or [], cached.num_computed_tokens[i],
-                                  state.sampling_params, state.eos_token_ids)
+                add_row_isolated(batch, self.failed_rows, rid, tokens, state.num_prompt_tokens, blocks or [],
+                                 cached.num_computed_tokens[i], state.sampling_params, state.eos_token_ids)
             elif blocks:
                 batch.append_blocks(rid, blocks)
 
     # ---- one step -------------------------------------------------------------------------------------------
     @torch.inference_mode()
     def execute_model(self, out: SchedulerOutput) -> ModelRunnerOutput:
+        """One step's forward and sampling (refengine/step_isolation.py: a request whose values fail its row or the
+        batched sampler is reported in `failed`, without a token, and the others keep theirs)."""
         self._swap(out.blocks_to_swap_out, to_host=True)
         self._swap(out.blocks_to_swap_in, to_host=False)
+        self.failed_rows = {}
         self._update_states(out)
         req_ids = list(out.num_scheduled_tokens)
         if not req_ids:
@@ -201,12 +206,17 @@ class ModelRunner:
             hidden = self.model(ids_d, pos_d, self.kv_caches, meta)  # [T, hidden]
         index = dict(zip(req_ids, range(num_seqs)))
         if not len(samples):
-            return ModelRunnerOutput(req_ids, index, [[] for _ in req_ids])
+            return ModelRunnerOutput(req_ids, index, [[] for _ in req_ids], failed=self.failed_rows)
         # the hidden rows that sample: all of them, in order, in a decode step (no gather needed)
         sample_hidden = hidden[:num_seqs] if len(samples) == num_tokens == num_seqs else hidden[logits_idx_d]
         logits = self.model.compute_logits(sample_hidden)  # [n, vocab] float32
         md = self._sampling_metadata(sampling, views[7:])
-        tokens = self._to_host(self.sampler(logits, md, self.generator))  # the step's one device -> host transfer
+        try:
+            tokens = self._to_host(self.sampler(logits, md, self.generator))  # the step's one device -> host transfer
+        except Exception:  # noqa: BLE001 (one request's values: find it, keep the others' tokens)
+            logits = self.model.compute_logits(sample_hidden)
+            tokens, bad = sample_rows_apart(self.sampler, logits, md, self.generator)
+            self.failed_rows.update({req_ids[samples[i]]: exc for i, exc in bad.items()})
         batch.append_tokens(sample_rows, tokens)
         if len(tokens) == num_seqs:  # every request samples (a decode step)
             sampled = [[tok] for tok in tokens]
@@ -214,7 +224,10 @@ class ModelRunner:
             sampled = [[] for _ in req_ids]
             for i, tok in zip(samples.tolist(), tokens):
                 sampled[i] = [tok]
-        return ModelRunnerOutput(req_ids, index, sampled)
+        for rid in self.failed_rows:
+            if rid in index:
+                sampled[index[rid]] = []
+        return ModelRunnerOutput(req_ids, index, sampled, failed=self.failed_rows)
 
     def _decode_padded_size(self, num_seqs: int) -> int | None:
         if self.cuda_graphs is not None:

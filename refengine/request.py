@@ -49,6 +49,7 @@ class Request:
         self.request_id = request_id
         self.prompt_token_ids = list(prompt_token_ids)
         self.sampling_params = sampling_params if sampling_params is not None else SamplingParams()
+        self.stop_token_ids = frozenset(self.sampling_params.stop_token_ids)  # O(1) per sampled token
         # checked here, so that a bad value never reaches the waiting queue's sort keys
         self.priority = check_int("priority", priority, INT64_MIN, INT64_MAX)
         self.arrival_time = time.monotonic() if arrival_time is None else check_real("arrival_time", arrival_time)
@@ -73,6 +74,9 @@ class Request:
         self.num_output_placeholders = 0
         self.num_in_flight_tokens = 0
         self.num_stale_output_tokens = 0
+        # sync scheduling, driven with two steps outstanding: whether the step in flight when the request was
+        # preempted samples a token (it reached the last known token), which is then still appended, as in vLLM
+        self.stale_output_samples = False
         self.num_cached_tokens = -1  # prefix-cache hit at first admission (-1: not admitted yet)
         self.stop_reason: int | str | None = None
         self.error: str | None = None  # set when the engine aborts the request because handling it failed

@@ -4,6 +4,15 @@ Every field is checked in __post_init__ (ValueError naming it), so that nothing 
 a step. What depends on the model (stop_token_ids inside the vocabulary, top_k beyond it) is checked, and the
 params copied, by LLMEngine.add_request.
 
+Numbers are refused when the sampler cannot represent them, so that no accepted value can fail a batched step: the
+float fields (temperature, top_p, min_p, the penalties) must be finite and, once rounded to the sampler's float32,
+still in range (at most FLOAT32_MAX, and a field that must be > 0 must not round to 0); the int fields (max_tokens,
+min_tokens, seed, each stop_token_ids entry) must fit in int64. top_k may be any size, as in vLLM: add_request
+turns one at or above the vocabulary size into 0 (disabled), which is what it means. A max_tokens (or min_tokens)
+beyond the model's context is accepted, as in vLLM's LLMEngine: the request ends with finish_reason "length" when
+it reaches max_model_len, whatever it asked for. (vLLM's OpenAI server instead refuses a prompt + max_tokens above
+max_model_len; that is the server's check, not this one's.)
+
 vLLM's other SamplingParams fields (logprobs, logit_bias, bad_words, ...) are accepted as keywords so that vLLM
 code runs unchanged; at their defaults they mean nothing, any other value is a ValueError "<field> is not supported
 by refengine" rather than being silently ignored. A keyword neither refengine nor vLLM knows is a ValueError too.
@@ -16,10 +25,30 @@ import enum
 import functools
 from dataclasses import dataclass, field, fields
 
+import numpy as np
+
 from refengine.checks import INT64_MAX, INT64_MIN, check_bool, check_int, check_real
 
 _GREEDY_EPS = 1e-5  # temperatures below this are treated as greedy, as vLLM does
 PENALTY_LIMIT = 2.0  # presence / frequency penalties lie in [-2, 2] (OpenAI's and vLLM's range)
+FLOAT32_MAX = float(np.finfo(np.float32).max)  # the sampler's dtype: a larger value overflows its tensors
+# Stop lists are bounded so that one request's list cannot slow the steps of everyone batched with it (the engine's
+# host work is serial): the stop check costs O(new characters x distinct stop lengths) per request and step (see
+# refengine/detokenizer.py), the stop-id check O(1), and a request still short of min_tokens masks its stop ids in
+# the sampler every step. vLLM sets no limits; these are far above what clients send (OpenAI's API allows 4 stops).
+MAX_STOP_STRINGS = 128  # entries of `stop`
+MAX_STOP_STRING_CHARS = 128  # characters of each stop string (also what a stream holds back while it runs)
+MAX_STOP_TOKEN_IDS = 1024  # entries of `stop_token_ids`
+
+
+def _sampler_real(name: str, value: object, minimum: float, maximum: float = FLOAT32_MAX, *,
+                  min_open: bool = False) -> float:
+    """check_real, and the value must keep its range once the sampler rounds it to float32."""
+    value = check_real(name, value, minimum, maximum, min_open=min_open)
+    if min_open and float(np.float32(value)) <= minimum:
+        raise ValueError(f"{name} must be > {minimum} in float32 (the sampler's dtype), got {value!r}, "
+                         f"which rounds to {minimum}")
+    return value
 
 
 class RequestOutputKind(enum.Enum):
@@ -85,13 +114,13 @@ class SamplingParams:
     skip_clone: bool = field(default=False, repr=False)
 
     def __post_init__(self) -> None:
-        self.max_tokens = check_int("max_tokens", self.max_tokens, 1)
-        self.min_tokens = check_int("min_tokens", self.min_tokens, 0)
+        self.max_tokens = check_int("max_tokens", self.max_tokens, 1, INT64_MAX)
+        self.min_tokens = check_int("min_tokens", self.min_tokens, 0, INT64_MAX)
         if self.min_tokens > self.max_tokens:
             raise ValueError(f"min_tokens ({self.min_tokens}) must be <= max_tokens ({self.max_tokens})")
-        self.temperature = check_real("temperature", self.temperature, 0.0)
-        self.top_p = check_real("top_p", self.top_p, 0.0, 1.0, min_open=True)
-        self.top_k = check_int("top_k", self.top_k, -1)
+        self.temperature = _sampler_real("temperature", self.temperature, 0.0)
+        self.top_p = _sampler_real("top_p", self.top_p, 0.0, 1.0, min_open=True)
+        self.top_k = check_int("top_k", self.top_k, -1)  # any size: add_request turns >= vocabulary into 0
         if self.seed is not None:
             self.seed = check_int("seed", self.seed, INT64_MIN, INT64_MAX)
             if self.seed == -1:  # vLLM's (and its server's) spelling of "no seed"
@@ -105,9 +134,9 @@ class SamplingParams:
         if not isinstance(self.extra, dict):
             raise ValueError(f"extra must be a dict, got {self.extra!r}")
         for name in ("presence_penalty", "frequency_penalty"):
-            setattr(self, name, check_real(name, getattr(self, name), -PENALTY_LIMIT, PENALTY_LIMIT))
-        self.repetition_penalty = check_real("repetition_penalty", self.repetition_penalty, 0.0, min_open=True)
-        self.min_p = check_real("min_p", self.min_p, 0.0, 1.0)
+            setattr(self, name, _sampler_real(name, getattr(self, name), -PENALTY_LIMIT, PENALTY_LIMIT))
+        self.repetition_penalty = _sampler_real("repetition_penalty", self.repetition_penalty, 0.0, min_open=True)
+        self.min_p = _sampler_real("min_p", self.min_p, 0.0, 1.0)
         if self.extra_args is not None and not isinstance(self.extra_args, dict):
             raise ValueError(f"extra_args must be a dict or None, got {self.extra_args!r}")
         self.skip_clone = check_bool("skip_clone", self.skip_clone)
@@ -126,7 +155,13 @@ class SamplingParams:
         if isinstance(stop, str):
             stop = [stop]
         if not isinstance(stop, (list, tuple)) or not all(isinstance(s, str) and s for s in stop):
-            raise ValueError(f"stop must be a non-empty string or a list of non-empty strings, got {stop!r}")
+            raise ValueError(f"stop must be a non-empty string or a list of non-empty strings, got {stop!r:.200}")
+        if len(stop) > MAX_STOP_STRINGS:
+            raise ValueError(f"stop holds {len(stop)} strings; at most {MAX_STOP_STRINGS} (MAX_STOP_STRINGS)")
+        longest = max(map(len, stop), default=0)
+        if longest > MAX_STOP_STRING_CHARS:
+            raise ValueError(f"stop holds a string of {longest} characters; at most {MAX_STOP_STRING_CHARS} "
+                             "(MAX_STOP_STRING_CHARS)")
         return list(stop)
 
     @staticmethod
@@ -134,7 +169,9 @@ class SamplingParams:
         if ids is None:
             return []
         if not isinstance(ids, (list, tuple, set, frozenset)):
-            raise ValueError(f"stop_token_ids must be a list of token ids, got {ids!r}")
+            raise ValueError(f"stop_token_ids must be a list of token ids, got {ids!r:.200}")
+        if len(ids) > MAX_STOP_TOKEN_IDS:
+            raise ValueError(f"stop_token_ids holds {len(ids)} ids; at most {MAX_STOP_TOKEN_IDS} (MAX_STOP_TOKEN_IDS)")
         try:
             return [check_int("stop_token_ids", t, 0, INT64_MAX) for t in ids]
         except ValueError:

@@ -13,6 +13,8 @@ treats as a known token (a decode schedules it as its input); the real token rep
 where the stop checks run. A request whose in-flight token reaches max_tokens is not scheduled again; one preempted
 while a step is in flight still gets that step's output appended (its "stale" output; it may even finish by it) and
 is not re-admitted before that output is back; a step's output for a request that has finished since is dropped.
+The sync scheduler may likewise be driven with two schedule() calls outstanding (vLLM's base Scheduler allows it):
+a request preempted between them still gets the earlier step's token, unless that step was a partial prefill.
 """
 from __future__ import annotations
 
@@ -54,7 +56,7 @@ class Scheduler(SchedulerUpdate):
         self.running: list[Request] = []
         self.requests: dict[str, Request] = {}
         self.finished_req_ids: set[str] = set()
-        self._host_blocks_to_free: list = []  # freed one step late: the swap-in copy reads them first
+        self._host_blocks_to_free: list = []  # swap-in sources of this schedule(), freed as it returns
         self.num_preemptions = 0
         self.num_swap_outs = 0  # preemptions that went to the host pool rather than recompute
         self.num_steps = 0
@@ -102,13 +104,21 @@ class Scheduler(SchedulerUpdate):
         out = self._begin_step()
         self.batching.step(self, out)
         self._update_after_schedule(out)
+        self._free_swapped_in_host_blocks()
         return out
 
-    def _begin_step(self) -> SchedulerOutput:
-        """Per-step state: host blocks whose swap-in copy was issued last step, the budget, the prefill cap."""
+    def _free_swapped_in_host_blocks(self) -> None:
+        """The host blocks this step swaps in from go back to the host pool as schedule() returns, not a step later:
+        held until the next schedule(), they stayed held for good once the engine went idle. Not earlier: a victim
+        preempted later in the same schedule() could be swapped out into them, and the runner issues a step's
+        swap-out copies before its swap-in copies. A later step's swap-out is copied after this step's swap-in,
+        because the runner executes steps in order (async scheduling too: one worker thread)."""
         for host in self._host_blocks_to_free:
             self.kv_cache_manager.host_pool.free_blocks(reversed(host))
         self._host_blocks_to_free = []
+
+    def _begin_step(self) -> SchedulerOutput:
+        """Per-step state: the budget, the prefill cap."""
         out = SchedulerOutput(finished_req_ids=self.finished_req_ids)
         self.finished_req_ids = set()
         self._budget = self.config.max_num_batched_tokens
@@ -266,6 +276,9 @@ class Scheduler(SchedulerUpdate):
 
     def _preempt(self, req: Request, out: SchedulerOutput) -> None:
         kv = self.kv_cache_manager
+        # (sync, no placeholders: a step in flight samples iff it reached the last known token; decided before a
+        # recompute forgets num_computed_tokens, so that its token is not mistaken for a partial prefill's)
+        req.stale_output_samples = bool(req.num_in_flight_tokens) and req.num_computed_tokens >= req.num_tokens
         self.running.remove(req)
         n = out.num_scheduled_tokens.pop(req.request_id, None)
         if n is not None:  # scheduled earlier in this step: give its tokens back

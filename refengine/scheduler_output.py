@@ -84,6 +84,9 @@ class ModelRunnerOutput:
     req_ids: list[str] = field(default_factory=list)
     req_id_to_index: dict[str, int] = field(default_factory=dict)
     sampled_token_ids: list[list[int]] = field(default_factory=list)
+    # requests whose own values failed their row or the sampler (refengine/step_isolation.py): no token; the engine
+    # aborts them alone
+    failed: dict[str, BaseException] = field(default_factory=dict)
 
     def by_request(self) -> dict[str, list[int]]:
         """{request_id: sampled ids} for Scheduler.update_from_output; requests that sampled

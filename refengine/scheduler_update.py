@@ -85,7 +85,7 @@ class SchedulerUpdate:
             if stale:  # (preempted since): delivered, but it resolves no placeholder
                 req.num_stale_output_tokens -= n
             toks = sampled_token_ids.get(rid)
-            if not toks or (sync and req.num_computed_tokens < req.num_tokens):
+            if not toks or (sync and not self._step_samples(req, stale)):
                 continue  # partial prefill: whatever was sampled is discarded
             status_before = req.status
             had_placeholders = req.num_output_placeholders > 0
@@ -117,6 +117,15 @@ class SchedulerUpdate:
             self.running = [r for r in self.running if r.status == RequestStatus.RUNNING]
         return finished
 
+    @staticmethod
+    def _step_samples(req: Request, stale: bool) -> bool:
+        """Sync: whether the step whose output is being delivered (the oldest in flight) reached the request's last
+        known token, i.e. sampled rather than computed part of a prefill. Its tokens end where the later steps in
+        flight begin; of the steps in flight when it was preempted, only the last can have sampled."""
+        if stale:
+            return req.stale_output_samples and not req.num_stale_output_tokens
+        return req.num_computed_tokens - req.num_in_flight_tokens >= req.num_tokens
+
     def _check_stop(self, req: Request) -> RequestStatus | None:
         sp = req.sampling_params
         num_output = len(req.output_token_ids)
@@ -125,7 +134,7 @@ class SchedulerUpdate:
             if not sp.ignore_eos and last in req.eos_token_ids:
                 req.stop_reason = None
                 return RequestStatus.FINISHED_STOPPED
-            if sp.stop_token_ids and last in sp.stop_token_ids:
+            if last in req.stop_token_ids:
                 req.stop_reason = last
                 return RequestStatus.FINISHED_STOPPED
         if num_output >= sp.max_tokens or req.num_tokens >= self.config.max_model_len:
