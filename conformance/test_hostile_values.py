@@ -44,9 +44,9 @@ def test_the_extremes_that_fit_are_accepted():
     assert sp.max_tokens == sp.min_tokens == INT64_MAX and sp.temperature == FLOAT32_MAX
 
 
-def _engine(async_scheduling: bool = False) -> LLMEngine:
+def _engine(async_scheduling: bool = False, **seams) -> LLMEngine:
     return LLMEngine("tiny-qwen2", num_gpu_blocks=32, block_size=4, max_model_len=MAX_MODEL_LEN,
-                     async_scheduling=async_scheduling)
+                     async_scheduling=async_scheduling, **seams)
 
 
 def _run(engine: LLMEngine, requests: dict[str, tuple[list[int], SamplingParams]]) -> dict[str, tuple]:
@@ -146,18 +146,15 @@ def _check_only_the_victim_failed(done, alone, injected: str):
 
 
 @pytest.mark.parametrize("async_scheduling", [False, True], ids=["sync", "async"])
-def test_a_sampler_failure_costs_only_the_failing_request(prompts, alone, monkeypatch, async_scheduling):
-    import refengine.model_runner as model_runner
-
-    real = model_runner.sample
+def test_a_sampler_failure_costs_only_the_failing_request(prompts, alone, async_scheduling):
+    from refengine.sampler import sample as real
 
     def sample(logits, md, generator):
         if md.temperature is not None and bool((md.temperature == MARK).any()):
             raise RuntimeError("injected sampler failure")
         return real(logits, md, generator)
 
-    monkeypatch.setattr(model_runner, "sample", sample)
-    done = _run(_engine(async_scheduling), _victim_and_innocents(prompts))
+    done = _run(_engine(async_scheduling, sampler=sample), _victim_and_innocents(prompts))
     _check_only_the_victim_failed(done, alone, "injected sampler failure")
 
 
