@@ -1,6 +1,6 @@
 """Mutation score: plant each bug of conformance/mutants.py, one at a time, and see whether the fast suite notices.
 
-    python -m conformance.mutate [--only NAME ...] [--timeout S] [--markdown PATH]
+    python -m conformance.mutate [--only NAME ...] [--tests FILE ...] [--timeout S] [--markdown PATH]
 
 Never edits the working tree: the tracked (and untracked, not ignored) files are copied once into a temporary
 directory, and each mutant patches that copy, runs its subset of the suite there (pytest -x, the default Hypothesis
@@ -14,8 +14,10 @@ The unmutated subsets must pass first, or nothing is scored. Exit status: 0 if n
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -104,6 +106,8 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m conformance.mutate", description=__doc__.split("\n\n")[0])
     ap.add_argument("--only", nargs="*", default=None, help="mutant names (default: all)")
     ap.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT_S, help="seconds per mutant's test run")
+    ap.add_argument("--tests", nargs="*", default=None,
+                    help="run these test files for every chosen mutant instead of each mutant's own subset")
     ap.add_argument("--markdown", type=Path, default=None, help="write the score table here")
     args = ap.parse_args(argv)
     names = {m.name for m in MUTANTS}
@@ -112,6 +116,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"--only: unknown mutant(s) {sorted(unknown)}", file=sys.stderr)
         return 2
     chosen = [m for m in MUTANTS if args.only is None or m.name in args.only]
+    if args.tests:
+        chosen = [dataclasses.replace(m, tests=tuple(args.tests)) for m in chosen]
+    # killed (a CI timeout): unwind, so that the running pytest is killed and the temporary copy removed
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     results = score(chosen, args.timeout, log=lambda s: print(s, flush=True))
     table = markdown(results)
     print(table)
