@@ -14,11 +14,14 @@ from __future__ import annotations
 
 import gzip
 import json
+import re
 
 import pytest
 
+from conformance.adapters.refengine_adapter import RefEngineAdapter
 from conformance.record_traces import CORPUS
 from conformance.sched_traces import TraceDivergence, replay
+from refengine.scheduler import Scheduler
 
 MIN_TRACES = 200  # the corpus must stay at least this large: a re-record with fewer is a mistake
 
@@ -51,3 +54,26 @@ def test_replay_matches_vllm(adapter_cls, row):
         replay(adapter_cls, row, HEADER["recorded_with"])
     except TraceDivergence as e:  # the message is the report: the trace, its first diverging step, both views
         pytest.fail(str(e), pytrace=False)
+
+
+class _PreemptedToBack(RefEngineAdapter):
+    """A planted bug: a preempted request re-enters the waiting queue at its back (FCFS), not its front."""
+
+    class scheduler_cls(Scheduler):
+        def _preempt(self, req, out) -> None:
+            super()._preempt(req, out)
+            if self.config.policy == "fcfs":
+                self.waiting.remove(req)
+                self.waiting.add(req)
+
+
+def test_replay_catches_a_waiting_order_bug_after_preemption():
+    """The corpus bites: the planted bug diverges from vLLM on some trace, and the report names the first step."""
+    failures = []
+    for row in ROWS:
+        try:
+            replay(_PreemptedToBack, row, HEADER["recorded_with"])
+        except TraceDivergence as e:
+            failures.append(str(e))
+    assert failures, "no recorded trace tells a preempted request sent to the back of the queue"
+    assert re.match(r"trace \S+ \(recorded with vllm .*\): first divergence at step \d+: ", failures[0]), failures[0]
