@@ -45,10 +45,12 @@ def _m(name: str, path: str, old: str, new: str, tests: list[str], what: str) ->
 
 MUTANTS = [
     # ---- scheduler ----
-    _m("sched-preempted-to-back", SCHED, "        out.preempted_req_ids.append(req.request_id)\n        self.waiting.prepend(req)",
+    _m("sched-preempted-to-back", SCHED,
+       "        out.preempted_req_ids.append(req.request_id)\n        self.waiting.prepend(req)",
        "        out.preempted_req_ids.append(req.request_id)\n        self.waiting.add(req)", SCHED_TESTS,
        "a preempted request re-enters the waiting queue at its back, not its front"),
-    _m("sched-fcfs-victim-first", SCHED, "        return self.running[-1]", "        return self.running[0]", SCHED_TESTS,
+    _m("sched-fcfs-victim-first", SCHED, "        return self.running[-1]", "        return self.running[0]",
+       SCHED_TESTS,
        "FCFS preempts the earliest admitted request instead of the last"),
     _m("sched-priority-victim-min", SCHED, "return max(self.running, key=lambda r: (r.priority, r.arrival_time))",
        "return min(self.running, key=lambda r: (r.priority, r.arrival_time))", SCHED_TESTS,
