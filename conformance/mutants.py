@@ -87,7 +87,7 @@ MUTANTS = [
        'key = (request.priority, request.arrival_time, "")', SCHED_TESTS,
        "exact (priority, arrival_time) ties keep insertion order instead of falling to the request id"),
     # ---- block pool ----
-    _m("pool-hashless-to-tail", POOL, "            self.free_queue.move_to_end(block.block_id, last=False)\n", "",
+    _m("pool-hashless-to-tail", POOL, "            self.free_queue.move_to_end(block.block_id, last=False)\n", "            pass\n",
        SCHED_TESTS, "freed blocks without a hash are not reused first (cached blocks get evicted sooner)"),
     _m("pool-mru-eviction", POOL, "_, block = self.free_queue.popitem(last=False)",
        "_, block = self.free_queue.popitem(last=True)", SCHED_TESTS,
