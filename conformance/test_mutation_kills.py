@@ -2,9 +2,9 @@
 table itself: every mutant that applies leaves a file that still compiles, so a kill is the suite's, not a
 SyntaxError's.
 
-The traces cannot see these: their fake sampler masks EOS until min_tokens (as vLLM's does), never sets ignore_eos,
-and their records do not carry the recompute metric. Each test drives refengine's Scheduler directly, feeding the
-tokens a caller of update_from_output may feed.
+The traces cannot see the scheduler ones: their fake sampler masks EOS until min_tokens (as vLLM's does), never sets
+ignore_eos, and their records do not carry the recompute metric. Those tests drive refengine's Scheduler directly,
+feeding the tokens a caller of update_from_output may feed; the last drives the detokenizer alone.
 """
 from __future__ import annotations
 
@@ -13,9 +13,11 @@ from pathlib import Path
 import pytest
 
 from conformance.mutants import MUTANTS
+from refengine.detokenizer import IncrementalDetokenizer
 from refengine.request import Request, RequestStatus
 from refengine.sampling_params import SamplingParams
 from refengine.scheduler import Scheduler
+from refengine.tokenizer import QwenTokenizer
 
 ROOT = Path(__file__).resolve().parent.parent
 EOS = 0
@@ -86,3 +88,18 @@ def test_recompute_preemption_counts_the_recomputed_tokens():
             break
     assert sched.num_preemptions > 0 and lost > 0, "the pool was sized to force a recompute preemption"
     assert sum(r.num_recomputed_tokens for r in reqs) == lost
+
+
+def test_stop_string_before_min_tokens_does_not_stop():
+    """vLLM looks for stop strings only once min_tokens are out: "fox" in the first tokens, with min_tokens the
+    whole output, leaves the request running and the text whole."""
+    body = "The fox ran home."
+    ids = QwenTokenizer().encode(body)
+    req = Request("r0", [1, 2, 3], SamplingParams(max_tokens=len(ids), min_tokens=len(ids), stop=["fox"]))
+    detok = IncrementalDetokenizer(QwenTokenizer(), req)
+    text = []
+    for i, tok in enumerate(ids):
+        req.append_output_token_ids([tok])
+        assert detok.update() is None, f"stopped at output {i + 1} of min_tokens {len(ids)}"
+        text.append(detok.take_delta(finished=i == len(ids) - 1))
+    assert "".join(text) == body and detok.stopped_by is None
