@@ -1,26 +1,17 @@
 """Shared pytest setup for the conformance suite: the `--engine` option and its adapter fixture, `--base-url` (the
-server the HTTP suite in conformance/http talks to), and the Hypothesis profiles (`ci`, the default, and
-`thorough`, for nightly runs), chosen by CBBENCH_HYPOTHESIS_PROFILE.
+server the HTTP suite in conformance/http talks to), and the Hypothesis profile (conformance/hypothesis_profiles.py:
+`fast`, the default, `ci`, and `thorough`, for nightly runs), chosen by CBBENCH_HYPOTHESIS_PROFILE.
 
 Profiles only set defaults: a test's own `@settings(max_examples=...)` still wins, so the kernel tests keep theirs.
 """
 import conformance._triton_env  # noqa: F401  (must run before anything imports the Triton kernels)
 
-import os
-
 import pytest
-from hypothesis import HealthCheck, settings
 
+from conformance import hypothesis_profiles
 from conformance.adapters import ADAPTERS, load_adapter
 
-PROFILE_ENV = "CBBENCH_HYPOTHESIS_PROFILE"
-
-# Stateful scheduler runs are many small steps each; `deadline=None` because a shared 2-core CI box makes per-example
-# timing meaningless, and too_slow is suppressed for the same reason.
-_COMMON = dict(deadline=None, print_blob=True, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
-settings.register_profile("ci", max_examples=100, stateful_step_count=40, **_COMMON)
-settings.register_profile("thorough", max_examples=1500, stateful_step_count=80, **_COMMON)
-settings.load_profile(os.environ.get(PROFILE_ENV, "ci"))
+hypothesis_profiles.load()  # fast (the default) / ci / thorough, by CBBENCH_HYPOTHESIS_PROFILE
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:

@@ -10,6 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from conformance.hypothesis_profiles import scaled
 from refengine.detokenizer import IncrementalDetokenizer
 from refengine.request import Request
 from refengine.sampling_params import SamplingParams
@@ -86,7 +87,7 @@ token_ids = st.lists(
 
 
 @pytest.mark.parametrize("kind", sorted(TOKENIZERS))
-@settings(max_examples=150)
+@settings(max_examples=scaled(150))
 @given(ids=token_ids, chunks=st.lists(st.integers(1, 3), min_size=1, max_size=4))
 def test_text_equals_full_decode(kind: str, ids: list[int], chunks: list[int]) -> None:
     tok = TOKENIZERS[kind]()
@@ -128,7 +129,7 @@ def test_stop_string_spanning_tokens(kind: str, include: bool) -> None:
 
 
 @pytest.mark.parametrize("kind", sorted(TOKENIZERS))
-@settings(max_examples=100)
+@settings(max_examples=scaled(100))
 @given(data=st.data(), ids=st.lists(st.sampled_from(QWEN.encode("abc abd xyz 世界 ab" * 2)), min_size=1, max_size=40))
 def test_stop_string_hypothesis(kind: str, data, ids: list[int]) -> None:
     """A stop string taken from the text itself: the text ends right before (or after) its first occurrence."""

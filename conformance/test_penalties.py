@@ -21,6 +21,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from conformance.engine_helpers import _hf_for, greedy, make_prompts
+from conformance.hypothesis_profiles import scaled
 from refengine import LLM, SamplingParams
 from refengine.penalties import PenaltyTables
 from refengine.sampler import SamplingMetadata, sample
@@ -51,7 +52,7 @@ _penalty = st.one_of(st.just(0.0), st.floats(-2.0, 2.0, width=32))
 _repetition = st.one_of(st.just(1.0), st.floats(0.0625, 4.0, width=32))
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=scaled(60), deadline=None)
 @given(data=st.data())
 def test_penalised_logits_and_tokens_equal_the_per_row_reference(data):
     vocab = data.draw(st.integers(2, 20), label="vocab")

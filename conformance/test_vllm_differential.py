@@ -28,8 +28,6 @@ Skipped unless vLLM is importable; it lives in its own environment (`bash ci/set
 from __future__ import annotations
 
 import os
-import random
-from dataclasses import dataclass, field
 
 import pytest
 
@@ -37,55 +35,13 @@ os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")  # before vllm's first impo
 pytest.importorskip("vllm", reason="vLLM is not installed (see ci/setup_vllm_env.sh)")
 
 from hypothesis import given, note, settings  # noqa: E402
-from hypothesis import strategies as st  # noqa: E402
 
 from conformance.adapters.refengine_adapter import RefEngineAdapter  # noqa: E402
 from conformance.adapters.vllm_adapter import VLLMAdapter  # noqa: E402
+from conformance.sched_traces import (EOS, MAX_MODEL_LEN, MAX_STEPS, Req, Trace, drive,  # noqa: E402
+                                      final_outputs, first_difference, traces)
 
 pytestmark = pytest.mark.vllm
-
-EOS = 0
-VOCAB = range(1, 50)
-MAX_MODEL_LEN = 4096  # far above any trace's length: neither engine may stop a request on it
-PREFIXES = [[random.Random(p).randrange(1000, 2000) for _ in range(48)] for p in range(3)]
-MAX_STEPS = 400
-
-
-@dataclass
-class Req:
-    rid: str
-    arrive: int  # step before whose schedule() it is added
-    prompt: list[int]
-    max_tokens: int
-    min_tokens: int = 0
-    priority: int = 0
-    arrival_time: float = 0.0
-
-
-@dataclass
-class Trace:
-    knobs: dict
-    reqs: list[Req]
-    aborts: list[tuple[int, str]] = field(default_factory=list)  # (step, request id)
-    seed: int = 0
-    eos_prob: float = 0.0
-
-    def __repr__(self) -> str:  # short enough to read in a failure report
-        lines = [f"knobs={self.knobs}", f"seed={self.seed} eos_prob={self.eos_prob} aborts={self.aborts}"]
-        for r in self.reqs:
-            lines.append(f"  {r.rid}: arrive@{r.arrive} t={r.arrival_time} prompt_len={len(r.prompt)} "
-                         f"max_tokens={r.max_tokens} min_tokens={r.min_tokens} prio={r.priority} "
-                         f"prompt={r.prompt}")
-        return "\n".join(lines)
-
-
-def sample(trace: Trace, rid: str, n: int, min_tokens: int) -> int:
-    """The token a request samples as its output #n+1: a pure function of (seed, request, position), so both engines
-    get the same one whatever order they schedule in. EOS is masked until min_tokens, as the sampler does."""
-    rng = random.Random(f"{trace.seed}:{rid}:{n}")
-    if n + 1 > min_tokens and rng.random() < trace.eos_prob:
-        return EOS
-    return rng.choice(VOCAB)
 
 
 class Mismatch(AssertionError):
@@ -96,133 +52,31 @@ def run(trace: Trace, max_steps: int = MAX_STEPS) -> list[str]:
     """Drive refengine and vLLM in lockstep; raise Mismatch at the first step they disagree. Returns the step log."""
     ref = RefEngineAdapter(eos_token_id=EOS, **trace.knobs)
     vl = VLLMAdapter(eos_token_id=EOS, **trace.knobs)
-    by_step: dict[int, list[Req]] = {}
-    for r in trace.reqs:
-        by_step.setdefault(r.arrive, []).append(r)
-    aborts: dict[int, list[str]] = {}
-    for step, rid in trace.aborts:
-        aborts.setdefault(step, []).append(rid)
-    last_arrival = max([r.arrive for r in trace.reqs] + [s for s, _ in trace.aborts] + [0])
-    spec = {r.rid: r for r in trace.reqs}
     log: list[str] = []
-    # Async scheduling, as vLLM's engine core drives it: step N's output is fed after step N+1's schedule().
-    in_flight = trace.knobs.get("async_scheduling", False)
-    pending: dict[str, list[int]] | None = None
-
-    def fail(what: str, a, b) -> None:
-        raise Mismatch(f"step {step}: {what} differ\n  refengine: {a}\n  vllm:      {b}\n"
-                       f"trace:\n{trace!r}\nlog (refengine's view):\n" + "\n".join(log[-30:]))
-
-    for step in range(max_steps):
-        for r in by_step.get(step, []):
-            for eng in (ref, vl):
-                eng.add_request(r.rid, r.prompt, max_tokens=r.max_tokens, min_tokens=r.min_tokens,
-                                priority=r.priority, arrival_time=r.arrival_time)
-        for rid in aborts.get(step, []):
-            ref.abort([rid])
-            vl.abort([rid])
-        a, b = ref.schedule(), vl.schedule()
-        log.append(f"step {step}: sched={a.num_scheduled_tokens} preempted={a.preempted_req_ids} "
-                   f"new={a.new_req_ids} free={ref.num_free_blocks()} | vllm sched={b.num_scheduled_tokens} "
-                   f"preempted={b.preempted_req_ids} free={vl.num_free_blocks()}")
-        if list(a.num_scheduled_tokens.items()) != list(b.num_scheduled_tokens.items()):
-            fail("num_scheduled_tokens", a.num_scheduled_tokens, b.num_scheduled_tokens)
-        if a.preempted_req_ids != b.preempted_req_ids:
-            fail("preempted ids", a.preempted_req_ids, b.preempted_req_ids)
-        # as sets: their order is already in num_scheduled_tokens, and RefEngineAdapter lists new before resumed
-        if sorted(a.new_req_ids) != sorted(b.new_req_ids):
-            fail("admitted ids", a.new_req_ids, b.new_req_ids)
-        if ref.num_free_blocks() != vl.num_free_blocks():
-            fail("free device blocks", ref.num_free_blocks(), vl.num_free_blocks())
-        held_a = [(v.request_id, v.num_computed_tokens, v.num_output_placeholders, v.block_ids) for v in ref.running()]
-        held_b = [(v.request_id, v.num_computed_tokens, v.num_output_placeholders, v.block_ids) for v in vl.running()]
-        if held_a != held_b:
-            fail("running (id, computed tokens, output placeholders, block ids)", held_a, held_b)
-        waiting_a = [(v.request_id, v.num_output_tokens) for v in ref.waiting()]
-        waiting_b = [(v.request_id, v.num_output_tokens) for v in vl.waiting()]
-        if sorted(waiting_a) != sorted(waiting_b):  # (as sets: vLLM keeps two waiting queues)
-            fail("waiting (id, output tokens)", waiting_a, waiting_b)
-        sampled = {}
-        for rid in a.num_scheduled_tokens:
-            v = ref.request(rid)
-            if v.samples_now():  # prompt + outputs (+ tokens in flight) wholly computed: it samples
-                sampled[rid] = [sample(trace, rid, v.sample_index, spec[rid].min_tokens)]
-        to_feed, pending = (pending, sampled) if in_flight else (sampled, None)
-        if to_feed is not None:
-            fa, fb = ref.update(to_feed), vl.update(to_feed)
-            if sorted(fa) != sorted(fb):
-                fail("finished ids", sorted(fa), sorted(fb))
-        ref.check_invariants()
-        vl.check_invariants()
-        if step >= last_arrival and not ref.running() and not ref.waiting():
-            if pending is not None:  # the last step's output, for requests that have all finished meanwhile
-                fa, fb = ref.update(pending), vl.update(pending)
-                if fa or fb:
-                    fail("finished ids (last output)", fa, fb)
-            if vl.running() or vl.waiting():
-                fail("unfinished requests", [], [v.request_id for v in vl.running() + vl.waiting()])
+    steps_a, steps_b = drive(ref, trace, max_steps), drive(vl, trace, max_steps)
+    for step in range(max_steps + 1):
+        try:
+            a = next(steps_a, None)
+            b = next(steps_b, None)
+        except RuntimeError as e:  # not done after max_steps
+            raise Mismatch(f"{e} (both engines agreed throughout)\ntrace:\n{trace!r}\nlog:\n" + "\n".join(log[-30:]))
+        if a is None and b is None:
             break
-    else:
-        raise Mismatch(f"not done after {max_steps} steps (both engines agreed throughout)\ntrace:\n{trace!r}\nlog:\n"
-                       + "\n".join(log[-30:]))
-    for rid in spec:
-        va, vb = ref.request(rid), vl.request(rid)
-        if (va.num_output_tokens, va.finish_reason) != (vb.num_output_tokens, vb.finish_reason):
-            raise Mismatch(f"{rid} ended differently: refengine {va} vs vllm {vb}\ntrace:\n{trace!r}")
-        assert va.status == vb.status == "finished", (va, vb)
+        if a is not None:
+            log.append(f"step {step}: {a.line()} | vllm {b.line() if b else 'done'}")
+        diff = ("steps", "done" if a is None else a.line(), "done" if b is None else b.line()) \
+            if a is None or b is None else first_difference(a, b)
+        if diff is not None:
+            what, va, vb = diff
+            raise Mismatch(f"step {step}: {what} differ\n  refengine: {va}\n  vllm:      {vb}\n"
+                           f"trace:\n{trace!r}\nlog (refengine's view):\n" + "\n".join(log[-30:]))
+    for rid, (va, vb) in zip([r.rid for r in trace.reqs], zip(final_outputs(ref, trace).values(),
+                                                                final_outputs(vl, trace).values())):
+        if va != vb:
+            raise Mismatch(f"{rid} ended differently: refengine {ref.request(rid)} vs vllm {vl.request(rid)}\n"
+                           f"trace:\n{trace!r}")
+        assert va[2] == "finished", (va, vb)
     return log
-
-
-# ---- drawing traces ---------------------------------------------------------------------------------------------
-
-@st.composite
-def traces(draw, policy: str, prefix_caching: bool, chunked: bool, async_scheduling: bool = False) -> Trace:
-    block_size = draw(st.sampled_from([2, 4, 8]), label="block_size")
-    num_gpu_blocks = draw(st.integers(3, 24), label="num_gpu_blocks")
-    max_num_seqs = draw(st.integers(1, 6), label="max_num_seqs")
-    budget = draw(st.integers(max(max_num_seqs, 4), 48), label="max_num_batched_tokens")  # vLLM: budget >= seqs
-    thr = draw(st.one_of(st.just(0), st.integers(1, 12)), label="long_prefill_token_threshold")
-    knobs = dict(max_num_batched_tokens=budget, max_num_seqs=max_num_seqs, block_size=block_size,
-                 num_gpu_blocks=num_gpu_blocks, enable_chunked_prefill=chunked, long_prefill_token_threshold=thr,
-                 enable_prefix_caching=prefix_caching, policy=policy, max_model_len=MAX_MODEL_LEN,
-                 async_scheduling=async_scheduling)
-    seed = draw(st.integers(0, 2**16), label="seed")
-    rng = random.Random(seed)
-    kv_cap = num_gpu_blocks * block_size
-    n = draw(st.integers(1, 8), label="num_requests")
-    # Ids drawn from r0..r12, so that string order ("r10" < "r2") differs from arrival order: ties fall to the id.
-    ids = draw(st.lists(st.integers(0, 12), min_size=n, max_size=n, unique=True), label="ids")
-    reqs = []
-    for i in ids:
-        pfx = draw(st.integers(0, len(PREFIXES) - 1))
-        pfx_len = draw(st.integers(0, 24))
-        tail = draw(st.integers(0, 10))
-        prompt = PREFIXES[pfx][:pfx_len] + [rng.randrange(2000, 3000) for _ in range(tail)]
-        prompt = prompt or [rng.randrange(2000, 3000)]
-        max_tokens = draw(st.integers(1, 12))
-        # Only requests that fit alone, as an engine's API would insist: prompt + max_tokens - 1 tokens of KV fit the
-        # device; without chunked prefill the whole sequence (a recompute re-prefills prompt + outputs) fits a step.
-        prompt = prompt[: kv_cap if chunked else min(kv_cap, budget - 1)]
-        max_tokens = min(max_tokens, kv_cap - len(prompt) + 1)
-        if not chunked:
-            max_tokens = min(max_tokens, budget - len(prompt))
-        max_tokens = max(1, max_tokens)
-        min_tokens = min(draw(st.integers(0, 2)), max_tokens)
-        priority = draw(st.integers(0, 2)) if policy == "priority" else 0
-        arrive = draw(st.integers(0, 8))
-        reqs.append(Req(f"r{i}", arrive, prompt, max_tokens, min_tokens, priority))
-    # Arrival times non-decreasing in arrival-step order, often exactly equal to the previous one's: equal
-    # (priority, arrival_time) keys are then ordered by request id in both engines.
-    t = 0.0
-    for r in sorted(reqs, key=lambda r: r.arrive):
-        if not draw(st.booleans(), label="tie"):
-            t += 1.0
-        r.arrival_time = t
-    aborts = []
-    for _ in range(draw(st.integers(0, 2), label="num_aborts")):
-        aborts.append((draw(st.integers(0, 20)), reqs[draw(st.integers(0, n - 1))].rid))
-    eos_prob = draw(st.sampled_from([0.0, 0.1, 0.3]), label="eos_prob")
-    return Trace(knobs, reqs, aborts, seed, eos_prob)
 
 
 # ---- the property ------------------------------------------------------------------------------------------------

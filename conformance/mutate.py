@@ -1,0 +1,132 @@
+"""Mutation score: plant each bug of conformance/mutants.py, one at a time, and see whether the fast suite notices.
+
+    python -m conformance.mutate [--only NAME ...] [--tests FILE ...] [--timeout S] [--markdown PATH]
+
+Never edits the working tree: the tracked (and untracked, not ignored) files are copied once into a temporary
+directory, and each mutant patches that copy, runs its subset of the suite there (pytest -x, the default Hypothesis
+profile, a per-mutant timeout), and restores the file. The copy is imported first (PYTHONPATH; an editable install's
+finder comes after it on sys.meta_path), which is checked before any mutant runs. A mutant is
+  killed    the subset failed (or ran past the timeout: a hang it caused);
+  survived  the subset passed: the suite misses that bug;
+  stale     its snippet is not in the file any more (code refactored): neither, update the snippet.
+The unmutated subsets must pass first, or nothing is scored. Exit status: 0 if nothing survived, 1 otherwise.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from conformance.mutants import MUTANTS, Mutant
+
+ROOT = Path(__file__).resolve().parent.parent
+DEFAULT_TIMEOUT_S = 600  # a subset takes well under this on a quiet machine; past it the mutant made something hang
+
+
+def copy_tree(dest: Path) -> None:
+    files = subprocess.run(["git", "ls-files", "--cached", "--others", "--exclude-standard"], cwd=ROOT, check=True,
+                           capture_output=True, text=True).stdout.split("\n")
+    for rel in filter(None, files):
+        src = ROOT / rel
+        if src.is_file() and not rel.startswith(("results/", "docs/")):
+            (dest / rel).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(src, dest / rel)
+
+
+def run_tests(tree: Path, tests: tuple[str, ...], timeout: float) -> tuple[str, float, str]:
+    """('pass' | 'fail' | 'timeout', seconds, last lines of the output) of one pytest run inside the copy."""
+    env = {**os.environ, "PYTHONPATH": str(tree), "PYTHONDONTWRITEBYTECODE": "1"}
+    cmd = [sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", *tests]
+    start = time.monotonic()
+    try:
+        p = subprocess.run(cmd, cwd=tree, env=env, capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return "timeout", time.monotonic() - start, ""
+    tail = "\n".join((p.stdout + p.stderr).strip().splitlines()[-3:])
+    return ("pass" if p.returncode == 0 else "fail"), time.monotonic() - start, tail
+
+
+def check_copy_is_imported(tree: Path) -> None:
+    env = {**os.environ, "PYTHONPATH": str(tree)}
+    code = "import refengine.scheduler as s, conformance; print(s.__file__)"
+    where = subprocess.run([sys.executable, "-c", code], cwd=tree, env=env, capture_output=True, text=True,
+                           check=True).stdout.strip()
+    if not Path(where).resolve().is_relative_to(tree.resolve()):
+        raise SystemExit(f"the copy is not what gets imported (refengine from {where}): refusing to score")
+
+
+def score(mutants: list[Mutant], timeout: float, log=print) -> list[tuple[Mutant, str, float]]:
+    """[(mutant, 'killed' | 'survived' | 'stale', seconds)] for each mutant, run one at a time in a copy."""
+    results = []
+    with tempfile.TemporaryDirectory(prefix="cbbench-mutate-") as tmp:
+        tree = Path(tmp)
+        copy_tree(tree)
+        check_copy_is_imported(tree)
+        for tests in sorted({m.tests for m in mutants}):
+            outcome, secs, tail = run_tests(tree, tests, timeout)
+            log(f"baseline {' '.join(tests)}: {outcome} in {secs:.0f}s")
+            if outcome != "pass":
+                raise SystemExit(f"the unmutated subset does not pass; fix it first:\n{tail}")
+        for m in mutants:
+            target = tree / m.path
+            original = target.read_text()
+            if original.count(m.old) != 1:
+                results.append((m, "stale", 0.0))
+                log(f"{m.name}: stale (snippet found {original.count(m.old)} times in {m.path})")
+                continue
+            target.write_text(original.replace(m.old, m.new))
+            try:
+                outcome, secs, tail = run_tests(tree, m.tests, timeout)
+            finally:
+                target.write_text(original)
+            verdict = "survived" if outcome == "pass" else "killed"
+            results.append((m, verdict, secs))
+            log(f"{m.name}: {verdict} ({outcome}, {secs:.0f}s) {tail.splitlines()[-1] if tail else ''}")
+    return results
+
+
+def markdown(results: list[tuple[Mutant, str, float]]) -> str:
+    scored = [r for r in results if r[1] != "stale"]
+    killed = sum(r[1] == "killed" for r in scored)
+    lines = [f"Score: {killed}/{len(scored)} killed ({len(results) - len(scored)} stale).", "",
+             "| mutant | file | bug | result | seconds |", "|---|---|---|---|---|"]
+    for m, verdict, secs in results:
+        lines.append(f"| `{m.name}` | {m.path} | {m.what} | {verdict} | {secs:.0f} |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m conformance.mutate", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--only", nargs="*", default=None, help="mutant names (default: all)")
+    ap.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT_S, help="seconds per mutant's test run")
+    ap.add_argument("--tests", nargs="*", default=None,
+                    help="run these test files for every chosen mutant instead of each mutant's own subset")
+    ap.add_argument("--markdown", type=Path, default=None, help="write the score table here")
+    args = ap.parse_args(argv)
+    names = {m.name for m in MUTANTS}
+    unknown = set(args.only or []) - names
+    if unknown:
+        print(f"--only: unknown mutant(s) {sorted(unknown)}", file=sys.stderr)
+        return 2
+    chosen = [m for m in MUTANTS if args.only is None or m.name in args.only]
+    if args.tests:
+        chosen = [dataclasses.replace(m, tests=tuple(args.tests)) for m in chosen]
+    # killed (a CI timeout): unwind, so that the running pytest is killed and the temporary copy removed
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    results = score(chosen, args.timeout, log=lambda s: print(s, flush=True))
+    table = markdown(results)
+    print(table)
+    if args.markdown:
+        args.markdown.write_text(table)
+    return 1 if any(v == "survived" for _, v, _ in results) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,105 @@
+"""Tests written for mutants that the recorded vLLM traces let survive (docs/mutation.md), and a check of the mutant
+table itself: every mutant that applies leaves a file that still compiles, so a kill is the suite's, not a
+SyntaxError's.
+
+The traces cannot see the scheduler ones: their fake sampler masks EOS until min_tokens (as vLLM's does), never sets
+ignore_eos, and their records do not carry the recompute metric. Those tests drive refengine's Scheduler directly,
+feeding the tokens a caller of update_from_output may feed; the last drives the detokenizer alone.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from conformance.mutants import MUTANTS
+from refengine.detokenizer import IncrementalDetokenizer
+from refengine.request import Request, RequestStatus
+from refengine.sampling_params import SamplingParams
+from refengine.scheduler import Scheduler
+from refengine.tokenizer import QwenTokenizer
+
+ROOT = Path(__file__).resolve().parent.parent
+EOS = 0
+
+
+@pytest.mark.parametrize("mutant", MUTANTS, ids=[m.name for m in MUTANTS])
+def test_mutant_applies_cleanly_or_is_stale(mutant):
+    source = (ROOT / mutant.path).read_text()
+    if source.count(mutant.old) != 1:
+        pytest.skip(f"stale: snippet found {source.count(mutant.old)} times (update it in conformance/mutants.py)")
+    compile(source.replace(mutant.old, mutant.new), mutant.path, "exec")
+
+
+def test_mutant_names_are_unique():
+    names = [m.name for m in MUTANTS]
+    assert len(names) == len(set(names)) and len(names) >= 25
+
+
+def _step(sched: Scheduler, token: int) -> list[str]:
+    """One schedule() + update_from_output() feeding `token` to every request that samples."""
+    out = sched.schedule()
+    sampled = {rid: [token] for rid in out.num_scheduled_tokens
+               if sched.requests[rid].num_computed_tokens >= sched.requests[rid].num_tokens}
+    return [r.request_id for r in sched.update_from_output(out, sampled)]
+
+
+def _request(rid: str, prompt: list[int], **sp) -> Request:
+    return Request(rid, prompt, SamplingParams(temperature=0.0, **sp))
+
+
+def test_eos_as_the_min_tokens_th_output_stops():
+    """min_tokens=2: the second output may be EOS and stops the request (vLLM's check_stop counts the outputs so
+    far, EOS included, against min_tokens)."""
+    sched = Scheduler(eos_token_id=EOS, block_size=4, num_gpu_blocks=8)
+    req = _request("r0", [5, 6, 7], max_tokens=8, min_tokens=2)
+    sched.add_request(req)
+    assert _step(sched, 9) == []
+    assert _step(sched, EOS) == ["r0"]
+    assert (req.num_output_tokens, req.status) == (2, RequestStatus.FINISHED_STOPPED)
+
+
+def test_ignore_eos_runs_to_max_tokens():
+    sched = Scheduler(eos_token_id=EOS, block_size=4, num_gpu_blocks=8)
+    req = _request("r0", [5, 6, 7], max_tokens=3, ignore_eos=True)
+    sched.add_request(req)
+    finished = [_step(sched, EOS) for _ in range(3)]
+    assert finished == [[], [], ["r0"]]
+    assert (req.num_output_tokens, req.status) == (3, RequestStatus.FINISHED_LENGTH_CAPPED)
+
+
+def test_recompute_preemption_counts_the_recomputed_tokens():
+    """Without prefix caching, a request preempted by recompute computes again every token it had computed: the
+    perf suite's num_recomputed_tokens must count them."""
+    sched = Scheduler(eos_token_id=EOS, block_size=2, num_gpu_blocks=3, enable_prefix_caching=False,
+                      max_num_batched_tokens=16)
+    reqs = [_request(f"r{i}", [10 + i, 20 + i], max_tokens=3) for i in range(2)]
+    for r in reqs:
+        sched.add_request(r)
+    lost = 0
+    for _ in range(30):
+        before = {r.request_id: r.num_computed_tokens for r in reqs}
+        out = sched.schedule()
+        lost += sum(before[rid] for rid in out.preempted_req_ids)
+        sampled = {rid: [7] for rid in out.num_scheduled_tokens
+                   if sched.requests[rid].num_computed_tokens >= sched.requests[rid].num_tokens}
+        sched.update_from_output(out, sampled)
+        if not sched.has_unfinished_requests():
+            break
+    assert sched.num_preemptions > 0 and lost > 0, "the pool was sized to force a recompute preemption"
+    assert sum(r.num_recomputed_tokens for r in reqs) == lost
+
+
+def test_stop_string_before_min_tokens_does_not_stop():
+    """vLLM looks for stop strings only once min_tokens are out: "fox" in the first tokens, with min_tokens the
+    whole output, leaves the request running and the text whole."""
+    body = "The fox ran home."
+    ids = QwenTokenizer().encode(body)
+    req = Request("r0", [1, 2, 3], SamplingParams(max_tokens=len(ids), min_tokens=len(ids), stop=["fox"]))
+    detok = IncrementalDetokenizer(QwenTokenizer(), req)
+    text = []
+    for i, tok in enumerate(ids):
+        req.append_output_token_ids([tok])
+        assert detok.update() is None, f"stopped at output {i + 1} of min_tokens {len(ids)}"
+        text.append(detok.take_delta(finished=i == len(ids) - 1))
+    assert "".join(text) == body and detok.stopped_by is None
