@@ -10,6 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 SCHED = "refengine/scheduler.py"
+SCHED_UPDATE = "refengine/scheduler_update.py"
+BATCHING = "refengine/batching.py"
 POOL = "refengine/block_pool.py"
 KV = "refengine/kv_cache_manager.py"
 QUEUE = "refengine/request_queue.py"
@@ -59,25 +61,25 @@ MUTANTS = [
        "a running request is scheduled past the token budget"),
     _m("sched-threshold-when-alone", SCHED, "lone = len(self.running) + len(self.waiting) <= 1", "lone = False",
        SCHED_TESTS, "a lone request is held to the long-prefill threshold"),
-    _m("sched-admit-after-preemption", SCHED, "            if not out.preempted_req_ids:\n",
-       "            if True:\n", SCHED_TESTS, "waiting requests are admitted in a step that preempted"),
+    _m("sched-admit-after-preemption", BATCHING, "        if not out.preempted_req_ids:\n",
+       "        if True:\n", SCHED_TESTS, "waiting requests are admitted in a step that preempted"),
     _m("sched-max-num-seqs-off-by-one", SCHED, "if len(self.running) >= max_seqs:", "if len(self.running) > max_seqs:",
        SCHED_TESTS, "one request more than max_num_seqs may run"),
     _m("sched-unchunked-prefill-split", SCHED, "if not c.enable_chunked_prefill and n > self._budget:",
        "if not c.enable_chunked_prefill and n > self._budget + 1:", SCHED_TESTS,
        "without chunked prefill a prompt one token over the budget is split"),
     _m("sched-priority-self-preempt-stops", SCHED,
-       '                    if c.policy == "priority":\n                        continue',
-       '                    if c.policy == "priority":\n                        break', SCHED_TESTS,
+       "                    if priority:\n                        continue",
+       "                    if priority:\n                        break", SCHED_TESTS,
        "priority: a request that preempted itself ends the running pass"),
     _m("sched-async-last-token", SCHED, "if placeholders and computed + 2 - placeholders >=",
        "if placeholders and computed + 1 - placeholders >=", SCHED_TESTS,
        "async: a request whose in-flight token is not its last is skipped"),
-    _m("sched-min-tokens-eos", SCHED, "if num_output >= sp.min_tokens:", "if num_output > sp.min_tokens:",
+    _m("sched-min-tokens-eos", SCHED_UPDATE, "if num_output >= sp.min_tokens:", "if num_output > sp.min_tokens:",
        SCHED_TESTS + RUNNER_TESTS, "EOS at exactly min_tokens does not stop the request"),
-    _m("sched-max-tokens-off-by-one", SCHED, "if num_output >= sp.max_tokens or", "if num_output > sp.max_tokens or",
+    _m("sched-max-tokens-off-by-one", SCHED_UPDATE, "if num_output >= sp.max_tokens or", "if num_output > sp.max_tokens or",
        SCHED_TESTS, "a request generates max_tokens + 1 tokens"),
-    _m("sched-ignore-eos-ignored", SCHED, "if not sp.ignore_eos and last in req.eos_token_ids:",
+    _m("sched-ignore-eos-ignored", SCHED_UPDATE, "if not sp.ignore_eos and last in req.eos_token_ids:",
        "if last in req.eos_token_ids:", SCHED_TESTS + RUNNER_TESTS, "ignore_eos=True still stops at EOS"),
     _m("sched-lost-tokens-metric", SCHED, "req.num_lost_tokens = req.num_computed_tokens",
        "req.num_lost_tokens = 0", SCHED_TESTS + RUNNER_TESTS,
