@@ -42,6 +42,7 @@ class PhaseClock:
         self.spent: dict[str, float] = defaultdict(float)
         self.calls: dict[str, int] = defaultdict(int)
         self.steps = 0  # calls of the method that makes one engine step
+        self.on_first_step: Callable[[], None] | None = None  # e.g. start torch.profiler after the model is loaded
         self._local = threading.local()
 
     def enter(self, name: str) -> None:
@@ -65,6 +66,8 @@ class PhaseClock:
     def timed(self, fn: Callable, name: str, is_step: bool = False) -> Callable:
         def wrapper(*args, **kwargs):
             self.steps += is_step
+            if is_step and self.steps == 1 and self.on_first_step is not None:
+                self.on_first_step()
             self.enter(name)
             try:
                 return fn(*args, **kwargs)
@@ -173,25 +176,113 @@ def profile_run(engine: str, workload: Any, *, model: str, max_num_seqs: int, se
     vocab = _vocab_size(model)
     clock = PhaseClock()
     targets = _refengine_targets() if engine == "refengine" else _hf_cb_targets()
+    prof = None
+    if ops:  # started at the first step (not while the model loads), in whichever thread steps; all threads
+        from torch._C._profiler import _ExperimentalConfig
+
+        prof = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU],
+                                      experimental_config=_ExperimentalConfig(profile_all_threads=True))
+        clock.on_first_step = prof.start
     with ExitStack() as stack:
         stack.enter_context(_patched(clock, targets))
         stack.enter_context(_module_hooks(clock, vocab))
-        prof = stack.enter_context(torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU])) \
-            if ops else None
         if engine == "refengine":
             res = run_refengine(workload, model=model, device="cpu", dtype=None, seed=seed, batching="continuous",
                                 knobs={"max_num_seqs": max_num_seqs}, warmup=0)
         else:
             res = run_hf_cb(workload, model, device="cpu", dtype=None, max_num_seqs=max_num_seqs,
                             max_num_batched_tokens=None, warmup=0, seed=seed)
+        if prof is not None and clock.steps:
+            prof.stop()
     if res.error:
         raise RuntimeError(f"{engine}: {res.error}")
     steps = clock.steps
     out_tokens = sum(r["output_len"] for r in res.records)
     result = {"engine": engine, "max_num_seqs": max_num_seqs, "steps": steps, "duration_s": res.duration,
+              "out_tokens": out_tokens,
               "out_tok_s": out_tokens / res.duration, "cpu_s": sum(clock.spent.values()),
               "phase_ms": {p: 1e3 * clock.spent.get(p, 0.0) / max(steps, 1) for p in PHASES}}
-    if prof is not None:
+    if prof is not None and clock.steps:
         result["ops"] = [(e.key, e.self_cpu_time_total / 1e3 / max(steps, 1), e.count / max(steps, 1))
                          for e in sorted(prof.key_averages(), key=lambda e: -e.self_cpu_time_total)[:8]]
     return result
+
+
+def _gemm_floor_s(model: torch.nn.Module, m: int) -> float:
+    """CPU seconds of the decode step's GEMMs alone at M = m rows: every layer's MLP (gate, up, down) and the
+    lm_head as the model computes it (`compute_logits`), on random activations of the model's dtype."""
+    cfg = model.config
+    x = torch.randn(m, cfg.hidden_size, dtype=model.lm_head.weight.dtype)
+    xi = torch.randn(m, cfg.intermediate_size, dtype=x.dtype)
+    t = time.thread_time()
+    for layer in model.model.layers:
+        F.linear(x, layer.mlp.gate_proj.weight)
+        F.linear(x, layer.mlp.up_proj.weight)
+        F.linear(xi, layer.mlp.down_proj.weight)
+    model.compute_logits(x)
+    return time.thread_time() - t
+
+
+def step_vs_floor(num_running: int, iters: int = 20, warmup: int = 3, model: str = "tiny-qwen2") -> dict[str, float]:
+    """Median CPU ms of a real decode step at `num_running` (bench_step's engine: short prompts, greedy) and of its
+    GEMM floor, measured alternately in this thread, and the ratio of the medians."""
+    from .bench_step import make_decoding_engine
+
+    engine, _ = make_decoding_engine(num_running, iters + warmup, model=model, stub=False)
+    lm = engine.model_runner.model
+    steps, floors = [], []
+    with torch.inference_mode():
+        for i in range(warmup + iters):
+            t = time.thread_time()
+            engine.step()
+            step = time.thread_time() - t
+            floor = _gemm_floor_s(lm, num_running)
+            if i >= warmup:
+                steps.append(step)
+                floors.append(floor)
+    step_ms, floor_ms = 1e3 * statistics.median(steps), 1e3 * statistics.median(floors)
+    return {"num_running": num_running, "step_ms": step_ms, "floor_ms": floor_ms, "ratio": step_ms / floor_ms,
+            "step_ms_min": 1e3 * min(steps), "step_ms_max": 1e3 * max(steps),
+            "floor_ms_min": 1e3 * min(floors), "floor_ms_max": 1e3 * max(floors)}
+
+
+def format_markdown(runs: list[dict[str, Any]], floors: list[dict[str, float]]) -> str:
+    """The profile as markdown: one column per (engine, in flight), one row per phase (mean CPU ms per step)."""
+    head = [f"{r['engine']} @ {r['max_num_seqs']}" for r in runs]
+    lines = ["| CPU ms per step | " + " | ".join(head) + " |", "|---" * (len(runs) + 1) + "|"]
+    for p in PHASES:
+        lines.append(f"| {p} | " + " | ".join(f"{r['phase_ms'][p]:.2f}" for r in runs) + " |")
+    lines.append("| **total** | " + " | ".join(f"**{sum(r['phase_ms'].values()):.2f}**" for r in runs) + " |")
+    lines.append("| steps | " + " | ".join(str(r["steps"]) for r in runs) + " |")
+    lines.append("| CPU s in steps | " + " | ".join(f"{r['cpu_s']:.1f}" for r in runs) + " |")
+    lines.append("| wall s (loaded machine) | " + " | ".join(f"{r['duration_s']:.1f}" for r in runs) + " |")
+    lines.append("| output tok per CPU s | " + " | ".join(f"{r['out_tokens'] / r['cpu_s']:.1f}" for r in runs) + " |")
+    if any("ops" in r for r in runs):
+        for r in runs:
+            lines += ["", f"Top ops of {r['engine']} @ {r['max_num_seqs']} (torch.profiler, self CPU ms per step "
+                      "(wall clock), calls per step):", ""]
+            lines += [f"    {name:<52} {ms:9.2f} ms {calls:7.1f}" for name, ms, calls in r["ops"]]
+    if floors:
+        lines += ["", "| decode step at M running | step CPU ms (median) | GEMM floor CPU ms (median) | step / floor |",
+                  "|---|---|---|---|"]
+        lines += [f"| {f['num_running']} | {f['step_ms']:.1f} ({f['step_ms_min']:.1f}-{f['step_ms_max']:.1f}) | "
+                  f"{f['floor_ms']:.1f} ({f['floor_ms_min']:.1f}-{f['floor_ms_max']:.1f}) | {f['ratio']:.2f}x |"
+                  for f in floors]
+    return "\n".join(lines)
+
+
+def bench_profile(running: list[int], *, num_prompts: int = 64, max_prompt_len: int = 512,
+                  max_output_len: int = 256, engines: tuple[str, ...] = ("refengine", "hf-cb"),
+                  model: str = "tiny-qwen2", seed: int = 0, ops: bool = False,
+                  floor_iters: int = 20) -> str:
+    """The whole profile (each concurrency: the engines one after the other, then the step-vs-floor check) as
+    markdown. Torch threads are the caller's (one for both engines: the generation thread inherits them)."""
+    from cbbench.workloads import get_workload
+
+    from .backends import resolve_tokenizer
+
+    workload = get_workload("sharegpt", tokenizer=resolve_tokenizer(model, None), num_prompts=num_prompts,
+                            seed=seed, max_prompt_len=max_prompt_len, max_output_len=max_output_len)
+    runs = [profile_run(e, workload, model=model, max_num_seqs=n, seed=seed, ops=ops) for n in running for e in engines]
+    floors = [step_vs_floor(n, iters=floor_iters, model=model) for n in running] if floor_iters else []
+    return format_markdown(runs, floors)
