@@ -9,11 +9,15 @@ row left unwritten, shows up as NaN.
 from __future__ import annotations
 
 import torch
+from cbbench.kernels.reference import unified_attention_ref
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from cbbench.kernels.reference import unified_attention_ref
-from refengine.attention import DECODE_CHUNK_TOKENS, get_attention_backend, unified_attention_cpu
+from refengine.attention import (
+    DECODE_CHUNK_TOKENS,
+    get_attention_backend,
+    unified_attention_cpu,
+)
 
 # max |backend - oracle| / max |oracle|: both compute in float32 and differ only in summation order (the online
 # softmax across chunks), measured ~3e-7 here; a wrong mask or gather is off by far more than 1e-4.

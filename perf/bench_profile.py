@@ -23,8 +23,9 @@ import statistics
 import threading
 import time
 from collections import defaultdict
+from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
-from typing import Any, Callable, Iterator
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -147,7 +148,11 @@ def _refengine_targets() -> list[tuple[Any, str, str]]:
 
 
 def _hf_cb_targets() -> list[tuple[Any, str, str]]:
-    from transformers.generation.continuous_batching import continuous_api, model_runner, scheduler
+    from transformers.generation.continuous_batching import (
+        continuous_api,
+        model_runner,
+        scheduler,
+    )
 
     cbp = continuous_api.ContinuousBatchProcessor
     return [(cbp, "_generation_step", "input prep"), (cbp, "prepare_next_batch", "input prep"),

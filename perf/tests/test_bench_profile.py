@@ -5,7 +5,6 @@ from __future__ import annotations
 import time
 
 import torch
-
 from cbbench.perf.bench_profile import PHASES, PhaseClock, format_markdown, profile_run
 
 
@@ -25,8 +24,9 @@ def test_phase_clock_charges_nested_time_to_the_inner_phase_only():
 
 
 def test_refengine_profile_fills_the_step_phases_and_removes_its_instrument():
-    from cbbench.workloads import get_workload
     from cbbench.perf.backends import resolve_tokenizer
+    from cbbench.workloads import get_workload
+
     from refengine.engine import LLMEngine
     from refengine.scheduler import Scheduler
 
