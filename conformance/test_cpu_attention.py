@@ -55,7 +55,7 @@ def make_batch(seqs: list[tuple[int, int]], *, kv_heads: int, group: int, head_d
 def run(fn, batch: tuple, host_lens: bool) -> torch.Tensor:
     q, k_cache, v_cache, qsl, seq_lens, table, scale = batch
     out = torch.full_like(q, float("nan"))  # poison: an unwritten element stays NaN
-    kw = dict(query_start_loc_cpu=qsl.tolist(), seq_lens_cpu=seq_lens.tolist()) if host_lens else {}
+    kw = {"query_start_loc_cpu": qsl.tolist(), "seq_lens_cpu": seq_lens.tolist()} if host_lens else {}
     fn(q, k_cache, v_cache, out, qsl, seq_lens, table, scale, **kw)
     return out
 

@@ -156,7 +156,8 @@ def _hf_cb_targets() -> list[tuple[Any, str, str]]:
 
     cbp = continuous_api.ContinuousBatchProcessor
     return [(cbp, "_generation_step", "input prep"), (cbp, "prepare_next_batch", "input prep"),
-            (scheduler.FIFOScheduler, "schedule_batch", "schedule"), (model_runner.ModelRunner, "_sample", "sampling other"),
+            (scheduler.FIFOScheduler, "schedule_batch", "schedule"),
+            (model_runner.ModelRunner, "_sample", "sampling other"),
             (cbp, "update_batch", "update")]
 
 
