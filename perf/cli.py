@@ -20,6 +20,7 @@ from rich.console import Console
 
 from .cli_app import DEBUG_ENV, LIKE_MAY_SET, CliError, Opt, app, command_line, explicit_params, one_line_errors
 from .cli_bench import bench_async, bench_scheduler, bench_step
+from .cli_profile import bench_profile
 from .cli_commands import compare, generate, kernels, plot, report, serve, timeline
 from .knobs import engine_knob_options, list_metavar
 from .perf_cmd import run_perf
@@ -124,6 +125,7 @@ app.command()(compare)
 app.command()(generate)
 app.command()(kernels)
 app.command("bench-scheduler")(bench_scheduler)
+app.command("bench-profile")(bench_profile)
 app.command("bench-step")(bench_step)
 app.command("bench-async")(bench_async)
 
