@@ -81,14 +81,18 @@ class PhaseClock:
 def _patched(clock: PhaseClock, targets: list[tuple[Any, str, str]]) -> Iterator[None]:
     """Wrap each (owner, attribute) in the clock as `phase` while inside; put them back after. The first target is
     the method that makes one step (its calls count the steps)."""
-    saved = [(owner, attr, owner.__dict__[attr]) for owner, attr, _ in targets]
+    # (None: the attribute is inherited, e.g. Scheduler.update_from_output from SchedulerUpdate; delete the wrap)
+    saved = [(owner, attr, owner.__dict__.get(attr)) for owner, attr, _ in targets]
     try:
         for i, (owner, attr, phase) in enumerate(targets):
             setattr(owner, attr, clock.timed(getattr(owner, attr), phase, is_step=i == 0))
         yield
     finally:
         for owner, attr, fn in saved:
-            setattr(owner, attr, fn)
+            if fn is None:
+                delattr(owner, attr)
+            else:
+                setattr(owner, attr, fn)
 
 
 def _module_phase(module: torch.nn.Module, vocab_size: int) -> str | None:
@@ -131,7 +135,6 @@ def _module_hooks(clock: PhaseClock, vocab_size: int) -> Iterator[None]:
 
 
 def _refengine_targets() -> list[tuple[Any, str, str]]:
-    import refengine.model_runner as runner_module
     import refengine.sampler as sampler_module
     from refengine.engine import LLMEngine
     from refengine.model import CausalLM
@@ -141,7 +144,7 @@ def _refengine_targets() -> list[tuple[Any, str, str]]:
 
     return [(LLMEngine, "step", "outputs"), (Scheduler, "schedule", "schedule"),
             (Scheduler, "update_from_output", "update"), (ModelRunner, "execute_model", "input prep"),
-            (CausalLM, "compute_logits", "lm_head"), (runner_module, "sample", "sampling other"),
+            (CausalLM, "compute_logits", "lm_head"), (sampler_module, "sample", "sampling other"),
             (PenaltyTables, "update_and_gather", "penalties"), (sampler_module, "apply_penalties", "penalties"),
             (sampler_module, "seeded_exponential", "seeded noise"),
             (sampler_module, "_mask_top_k_top_p", "top-k/top-p")]

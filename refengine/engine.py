@@ -30,7 +30,7 @@ from refengine.output_processor import DetokenizerFactory, OutputProcessor, requ
 from refengine.outputs import RequestOutput
 from refengine.processor import Processor
 from refengine.request import Request, RequestStatus
-from refengine.sampler import sample
+import refengine.sampler as sampler_module
 from refengine.sampling_params import SamplingParams
 from refengine.scheduler import Scheduler
 from refengine.scheduler_output import ModelRunnerOutput, SchedulerOutput
@@ -60,7 +60,7 @@ def _while_open(method: Callable) -> Callable:
 
 class LLMEngine:
     def __init__(self, model: str = "tiny-qwen2", *, model_impl: torch.nn.Module | None = None,
-                 sampler: Sampler = sample, detokenizer_factory: DetokenizerFactory | None = None,
+                 sampler: Sampler | None = None, detokenizer_factory: DetokenizerFactory | None = None,
                  **kwargs) -> None:
         """`model`: a preset name or a local Hugging Face folder; `kwargs`: the engine knobs (EngineConfig and
         SchedulerConfig fields). `model_impl` replaces the loaded weights with a module of the same interface
@@ -97,7 +97,8 @@ class LLMEngine:
         self.model_runner = self.sim.make_runner(sc.async_scheduling) if self.sim else ModelRunner(
             self.model, mc, num_gpu_blocks=sc.num_gpu_blocks, num_cpu_blocks=sc.num_cpu_blocks,
             block_size=sc.block_size, max_num_seqs=num_rows, max_model_len=self.max_model_len,
-            device=self.device, dtype=dtype, seed=cfg.seed, enforce_eager=cfg.enforce_eager, sampler=sampler,
+            device=self.device, dtype=dtype, seed=cfg.seed, enforce_eager=cfg.enforce_eager,
+            sampler=sampler or sampler_module.sample,  # (looked up now: a profiler may have wrapped it)
         )
         if self.attention_backend == "triton" and self.device.type == "cuda":  # compile now, not in a measured step
             from cbbench.kernels import warmup_attention_kernels
