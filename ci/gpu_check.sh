@@ -79,7 +79,7 @@ PERF_DIR="$OUT/perf"
 if step perf 160 "${CB[@]}" perf "${GPU_PERF_ARGS[@]}" --result-dir "$PERF_DIR" --quiet; then
   NEW=$(ls -t "$PERF_DIR"/*.csv 2>/dev/null | head -n 1)
   [[ $DRY_RUN == 1 ]] && NEW="$PERF_DIR/<newest>.csv"
-  step baseline 10 "$PY" -c "import shutil, sys; from cbbench.perf.results import read_csv; df = read_csv(sys.argv[1]); \
+  step baseline 10 "$PY" -c "import shutil, sys; from cbbench.perf.results.schema import read_csv; df = read_csv(sys.argv[1]); \
 assert len(df), 'empty perf CSV'; shutil.copyfile(sys.argv[1], sys.argv[2]); print(f'wrote {sys.argv[2]}: {len(df)} rows')" \
     "${NEW:-missing.csv}" "$BASELINE"
 fi

@@ -20,9 +20,9 @@ import pytest
 from typer.testing import CliRunner
 
 from cbbench.perf.cli import app
-from cbbench.perf.http_client import HttpTarget
-from cbbench.perf.http_runner import run_http
-from cbbench.perf.results import read_csv
+from cbbench.perf.backends.http_client import HttpTarget
+from cbbench.perf.backends.openai import run_http
+from cbbench.perf.results.schema import read_csv
 from cbbench.workloads.base import Workload, WorkloadRequest
 
 MAX_NUM_SEQS = 64

@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from cbbench.perf import perf_cmd
+from cbbench.perf import sweep as perf_cmd
 from cbbench.perf.cli import app
-from cbbench.perf.like import load_like
-from cbbench.perf.results import config_key, read_csv
+from cbbench.perf.results.like import load_like
+from cbbench.perf.results.schema import config_key, read_csv
 
 ROOT = Path(__file__).resolve().parents[2]
 BASELINE = ROOT / "results" / "baselines" / "cpu.csv"

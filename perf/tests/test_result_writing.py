@@ -8,9 +8,10 @@ import pandas as pd
 import pytest
 from typer.testing import CliRunner
 
-from cbbench.perf import perf_cmd, results
+from cbbench.perf import sweep as perf_cmd
+from cbbench.perf.results import schema as results
 from cbbench.perf.cli import app
-from cbbench.perf.results import read_csv, write_csv
+from cbbench.perf.results.schema import read_csv, write_csv
 
 TINY = ["--workload", "fixed", "--workload-param", "input_len=8,output_len=4", "--num-prompts", "3",
         "--max-num-seqs", "2", "--warmup", "1", "--cpu-threads", "0", "--quiet", "--peers", "none",
@@ -108,7 +109,7 @@ def test_atomic_write_keeps_the_old_file_when_writing_fails(tmp_path, monkeypatc
 
 
 def test_two_runs_in_one_second_get_two_files(tmp_path):
-    from cbbench.perf.perf_cmd import _fresh
+    from cbbench.perf.sweep import _fresh
 
     first = _fresh(tmp_path, "fixed-20250101-000000")
     write_csv(first, [])

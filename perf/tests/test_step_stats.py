@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 
 from cbbench.perf.metrics import compute_metrics
-from cbbench.perf.runner import step_dicts
-from cbbench.perf.timeline import TIMELINE_OUTPUT_LENS, TIMELINE_PROMPT_LENS, Cell, assign_slots, utilisation
+from cbbench.perf.backends.in_process import step_dicts
+from cbbench.perf.report.timeline import TIMELINE_OUTPUT_LENS, TIMELINE_PROMPT_LENS, Cell, assign_slots, utilisation
 
 MAX_NUM_SEQS = 3
 NUM_REQUESTS = 8

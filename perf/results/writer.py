@@ -15,7 +15,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from .results import _jsonable, read_csv, workload_params_key, write_csv, write_run_json
+from cbbench.perf.results.schema import _jsonable, read_csv, workload_params_key, write_csv, write_run_json
 
 
 def plan_id(engine: str, batching: str, knobs: Mapping[str, Any], load: str, repeat: int) -> str:

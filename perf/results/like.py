@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .knobs import knob, knob_names
-from .results import CONFIG_KEY_COLUMNS, config_key, read_csv
+from cbbench.perf.knobs import knob, knob_names
+from cbbench.perf.results.schema import CONFIG_KEY_COLUMNS, config_key, read_csv
 
 _LOAD_PARAMS = ("num_prompts", "seed", "request_rate", "burstiness", "max_concurrency")
 IN_PROCESS_ENGINES = ("refengine", "hf-static", "hf-cb")

@@ -12,8 +12,8 @@ from typing import Annotated, Optional
 import typer
 from rich.console import Console
 
-from .cli_app import CliError, Opt, err, one_line_errors
-from .knobs import engine_knob_options, knob, list_metavar, validate_knobs
+from cbbench.perf.cli.app import CliError, Opt, err, one_line_errors
+from cbbench.perf.knobs import engine_knob_options, knob, list_metavar, validate_knobs
 
 
 @one_line_errors("serve")
@@ -55,7 +55,7 @@ def timeline(
                                  metavar=list_metavar("str"))] = "continuous,sequence,static,none",
 ) -> None:
     """The seed's picture from a real run: which request holds which slot at each step, per batching mode."""
-    from .timeline import run_timeline
+    from cbbench.perf.report.timeline import run_timeline
 
     modes = knob("batching").parse_list(batching)
     path, util = run_timeline(out, model=model, device=device, num_requests=num_requests,
@@ -75,7 +75,7 @@ def plot(
     out: Annotated[Optional[Path], Opt(help="PNG, or a folder (default: next to the first CSV)")] = None,
 ) -> None:
     """Result CSVs as curves with error bars from repeats: latency against throughput, or against a swept knob."""
-    from .plot import plot_results
+    from cbbench.perf.report.plot import plot_results
 
     Console().print(f"wrote {plot_results(result_csvs, labels=label, kind=kind, knob=knob, out=out)}", markup=False)
 
@@ -86,7 +86,7 @@ def report(
     out: Annotated[Optional[Path], Opt("--out", "-o", help="HTML file or folder (default: beside the JSON)")] = None,
 ) -> None:
     """One self-contained HTML page: results table, TTFT / ITL CDFs, slot timelines, environment."""
-    from .html_report import write_report
+    from cbbench.perf.report.html import write_report
 
     Console().print(f"wrote {write_report(run_json, out)}", markup=False)
 
@@ -109,7 +109,7 @@ def compare(
 
     A regression is a median worse than the baseline's by more than the tolerance AND every new repeat worse
     than every baseline repeat (see perf/compare.py)."""
-    from .compare import main_compare, parse_tolerances
+    from cbbench.perf.results.compare import main_compare, parse_tolerances
 
     tol = parse_tolerances(tolerance or [])
     code = main_compare(baseline, new, tol, fail_on_missing=not allow_missing, only_changes=only_changes,
@@ -144,7 +144,7 @@ def kernels(
 ) -> None:
     """Attention kernels against the HBM floor and torch SDPA (needs a CUDA GPU, or --allow-cpu)."""
     try:
-        from .kernel_bench import run_kernel_bench
+        from cbbench.perf.bench.kernels import run_kernel_bench
     except ImportError as e:
         raise CliError(f"the kernel bench is not available ({e})") from None
     try:

@@ -13,8 +13,8 @@ from typing import Any
 
 from refengine.config import BATCHING_MODES
 
-from .backends import LoadPoint, parse_load_points, resolve_tokenizer
-from .knobs import parse_knobs as _parse_knob_lists, validate_knobs
+from cbbench.perf.plan.load import LoadPoint, parse_load_points, resolve_tokenizer
+from cbbench.perf.knobs import parse_knobs as _parse_knob_lists, validate_knobs
 
 PEERS = ("hf-static", "hf-cb")
 # CPU-sized defaults: the default run (4 modes + 2 peers, tiny-qwen2, 1 torch thread) takes about two minutes on a

@@ -26,8 +26,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from .environment import environment_info, git_revision
-from .metrics import stat_keys
+from cbbench.perf.results.environment import environment_info, git_revision
+from cbbench.perf.metrics import stat_keys
 
 SCHEMA_VERSION = 2
 

@@ -1,7 +1,7 @@
 """The server's overhead over in-process generation: output throughput of `cbbench perf --backend openai` against
 `cbbench serve` divided by that of the in-process engine, same workload, same knobs, same concurrency, in one run.
 
-    python -m cbbench.perf.http_overhead [--concurrency 16] [--num-prompts 64] [--input-len 64] [--output-len 64]
+    python -m cbbench.perf.bench.http_overhead [--concurrency 16] [--num-prompts 64] [--input-len 64] [--output-len 64]
                                          [--repeats 3] [--model tiny-qwen2] [--device cpu] [--profile OUT.prof]
 
 One `cbbench serve` subprocess (max_num_seqs = the concurrency, one torch thread on the CPU) serves every HTTP run;
@@ -83,9 +83,9 @@ def main(argv: list[str] | None = None) -> None:
     from cbbench.workloads import get_workload
     from refengine.loader import load_tokenizer
 
-    from .http_client import HttpTarget
-    from .http_runner import run_http
-    from .runner import run_refengine
+    from cbbench.perf.backends.http_client import HttpTarget
+    from cbbench.perf.backends.openai import run_http
+    from cbbench.perf.backends.in_process import run_refengine
 
     if a.device == "cpu":
         torch.set_num_threads(a.threads)

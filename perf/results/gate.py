@@ -26,7 +26,7 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
-from .tolerances import parse_tolerances
+from cbbench.perf.results.tolerances import parse_tolerances
 
 if sys.version_info >= (3, 11):
     import tomllib

@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from .knobs import engine_knobs, knob_names
+from cbbench.perf.knobs import engine_knobs, knob_names
 
 # Synthetic warm-up prompts: short, and drawn far from the workloads' token ids so they never seed the prefix cache
 WARMUP_PROMPT_LEN = 16
@@ -51,7 +51,7 @@ class RunResult:
     error: str | None = None
 
     def metrics(self, *, metric_percentiles: Sequence[float], goodput: Mapping[str, float] | None) -> dict[str, Any]:
-        from .metrics import compute_metrics
+        from cbbench.perf.metrics import compute_metrics
 
         return compute_metrics(self.records, self.duration, steps=self.steps, max_num_seqs=self.max_num_seqs,
                                max_num_batched_tokens=self.max_num_batched_tokens,

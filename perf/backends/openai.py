@@ -13,9 +13,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from .http_client import HttpTarget, make_session, replay, run_duration
-from .runner import WARMUP_OUTPUT_LEN, ProgressFn, RunResult, warmup_prompts
-from .server_metrics import ServerMetrics, scrape
+from cbbench.perf.backends.http_client import HttpTarget, make_session, replay, run_duration
+from cbbench.perf.backends.in_process import WARMUP_OUTPUT_LEN, ProgressFn, RunResult, warmup_prompts
+from cbbench.perf.backends.server_metrics import ServerMetrics, scrape
 
 # text warm-up prompts for a tokenizer smaller than the warm-up's id range use ids from here up (past the specials)
 WARMUP_VOCAB_FLOOR = 16

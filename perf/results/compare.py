@@ -42,10 +42,10 @@ import pandas as pd
 from rich.console import Console
 from rich.text import Text
 
-from .gate import FORMATS, gate_tolerances, render_json, render_markdown, render_table
-from .results import KEY_NAMES, aggregate_repeats, config_key, extra_metrics, read_csv
+from cbbench.perf.results.gate import FORMATS, gate_tolerances, render_json, render_markdown, render_table
+from cbbench.perf.results.schema import KEY_NAMES, aggregate_repeats, config_key, extra_metrics, read_csv
 # (the tolerance rules are tolerances.py's; importable from here too, as they always were)
-from .tolerances import (DEFAULT_TOLERANCES, DIRECTIONS, HIGHER, LATENCY_TOLERANCE, LOWER, THROUGHPUT_TOLERANCE,
+from cbbench.perf.results.tolerances import (DEFAULT_TOLERANCES, DIRECTIONS, HIGHER, LATENCY_TOLERANCE, LOWER, THROUGHPUT_TOLERANCE,
                          direction, parse_tolerances, resolve_tolerances)
 
 __all__ = ["DEFAULT_TOLERANCES", "DIRECTIONS", "HIGHER", "LATENCY_TOLERANCE", "LOWER", "NoCommonConfigs",

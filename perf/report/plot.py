@@ -20,7 +20,7 @@ from typing import Any
 
 import pandas as pd
 
-from .results import CONFIG_KEY_COLUMNS, aggregate_repeats, read_csv
+from cbbench.perf.results.schema import CONFIG_KEY_COLUMNS, aggregate_repeats, read_csv
 
 PLOT_METRICS = ("mean_ttft_ms", "p99_ttft_ms", "mean_tpot_ms", "p99_tpot_ms", "mean_e2el_ms", "p99_e2el_ms",
                 "output_throughput", "request_throughput")

@@ -18,12 +18,12 @@ from typing import Annotated, Optional
 import typer
 from rich.console import Console
 
-from .cli_app import DEBUG_ENV, LIKE_MAY_SET, CliError, Opt, app, command_line, explicit_params, one_line_errors
-from .cli_bench import bench_async, bench_scheduler, bench_step
-from .cli_commands import compare, generate, kernels, plot, report, serve, timeline
-from .knobs import engine_knob_options, list_metavar
-from .perf_cmd import run_perf
-from .perf_options import CPU_DEFAULTS, PerfOptions
+from cbbench.perf.cli.app import DEBUG_ENV, LIKE_MAY_SET, CliError, Opt, app, command_line, explicit_params, one_line_errors
+from cbbench.perf.cli.bench import bench_async, bench_scheduler, bench_step
+from cbbench.perf.cli.commands import compare, generate, kernels, plot, report, serve, timeline
+from cbbench.perf.knobs import engine_knob_options, list_metavar
+from cbbench.perf.sweep import run_perf
+from cbbench.perf.plan.options import CPU_DEFAULTS, PerfOptions
 
 __all__ = ["app", "main", "DEBUG_ENV", "CliError", "run_perf"]
 
@@ -128,9 +128,7 @@ app.command("bench-step")(bench_step)
 app.command("bench-async")(bench_async)
 
 
+
+
 def main() -> None:  # pragma: no cover
     app()
-
-
-if __name__ == "__main__":  # pragma: no cover
-    sys.exit(app())

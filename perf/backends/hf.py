@@ -25,7 +25,7 @@ from typing import Any
 
 import torch
 
-from .runner import ProgressFn, RunResult, warmup_prompts
+from cbbench.perf.backends.in_process import ProgressFn, RunResult, warmup_prompts
 
 PEERS = ("hf-static", "hf-cb")
 HF_CB_PAGE_SIZE = 16  # tokens per page; refengine's default block size, so the cache granularity is alike

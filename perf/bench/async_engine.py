@@ -53,7 +53,7 @@ def _run_once(engine: LLMEngine, prompts: list[list[int]], max_tokens: int, tag:
 
 
 def _install_sleeping_stub(engine: LLMEngine, device_ms: float) -> None:
-    from cbbench.perf.bench_step import install_stub_model
+    from cbbench.perf.bench.step import install_stub_model
 
     stub = install_stub_model(engine)
     forward = stub.forward

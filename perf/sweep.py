@@ -19,22 +19,22 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from refengine.config import BATCHING_MODES
 
-from .backends import BACKENDS, LoadPoint, parse_load_points, resolve_tokenizer
-from .knobs import knob
-from .perf_options import PEERS, PerfOptions, build_workload, knob_label, parse_knobs, split_list, validate_configs
-from .plan import check_feasible, check_options, check_writable
-from .runner import RunResult, run_refengine, warmup_lengths
+from cbbench.perf.plan.load import BACKENDS, LoadPoint, parse_load_points, resolve_tokenizer
+from cbbench.perf.knobs import knob
+from cbbench.perf.plan.options import PEERS, PerfOptions, build_workload, knob_label, parse_knobs, split_list, validate_configs
+from cbbench.perf.plan.checks import check_feasible, check_options, check_writable
+from cbbench.perf.backends.in_process import RunResult, run_refengine, warmup_lengths
 
 
 def run_perf(o: PerfOptions, console: Console) -> list[dict[str, Any]]:
     """The whole `cbbench perf` job; returns the CSV rows."""
     import torch
 
-    from .metrics import parse_goodput, parse_metric_percentiles
-    from .results import STORED_PERCENTILES, environment_info, make_row
-    from .writer import ResultWriter, plan_id
+    from cbbench.perf.metrics import parse_goodput, parse_metric_percentiles
+    from cbbench.perf.results.schema import STORED_PERCENTILES, environment_info, make_row
+    from cbbench.perf.results.writer import ResultWriter, plan_id
 
-    from .like import apply_like
+    from cbbench.perf.results.like import apply_like
 
     like_entries = apply_like(o) if o.like is not None else None
     o.repeats = 1 if o.repeats is None else o.repeats
@@ -68,7 +68,7 @@ def run_perf(o: PerfOptions, console: Console) -> list[dict[str, Any]]:
         if peers and any(p.max_concurrency for p in loads):
             raise ValueError("max_concurrency: the Hugging Face peers do not take it; add --peers none")
     else:  # the server's knobs, modes and peers are its own: one run per load point
-        from .http_runner import failure_notes, http_target
+        from cbbench.perf.backends.openai import failure_notes, http_target
 
         target, knob_sets, modes, peers = http_target(o.backend, o.base_url, o.model, o.prompt_format,
                                                        o.knobs, o.ignore_eos, o.request_timeout), [{}], [""], []
@@ -156,7 +156,7 @@ def run_perf(o: PerfOptions, console: Console) -> list[dict[str, Any]]:
                                 f"to finish") from None
     if not writer.rows:
         writer.flush()
-    from .report import print_perf_table
+    from cbbench.perf.report.table import print_perf_table
 
     print_perf_table(console, entries, workload, goodput=goodput)
     for line in notes:
@@ -181,15 +181,15 @@ def _run_one(o: PerfOptions, engine: str, mode: str, ks: dict[str, Any], load: L
         return run_refengine(workload, model=o.model, batching=mode, knobs=ks, max_concurrency=load.max_concurrency,
                              **common)
     if engine in BACKENDS:
-        from .http_runner import run_http
+        from cbbench.perf.backends.openai import run_http
 
         return run_http(workload, target, tokenizer=tokenizer, max_concurrency=load.max_concurrency,
                         warmup=o.warmup, seed=o.seed, progress=advance)
     if engine == "hf-static":
-        from .peers import run_hf_static
+        from cbbench.perf.backends.hf import run_hf_static
 
         return run_hf_static(workload, o.model, max_num_seqs=ks["max_num_seqs"], **common)
-    from .peers import run_hf_cb
+    from cbbench.perf.backends.hf import run_hf_cb
 
     return run_hf_cb(workload, o.model, max_num_seqs=ks["max_num_seqs"],
                      max_num_batched_tokens=ks.get("max_num_batched_tokens"), **common)

@@ -20,9 +20,9 @@ from typing import Any
 
 import numpy as np
 
-from .report import Entry, fit_columns, summary_lines, table_columns, table_title
-from .report_assets import CSS, JS
-from .timeline import assign_slots, utilisation
+from cbbench.perf.report.table import Entry, fit_columns, summary_lines, table_columns, table_title
+from cbbench.perf.report.assets import CSS, JS
+from cbbench.perf.report.timeline import assign_slots, utilisation
 
 CDF_POINTS = 400  # each CDF is drawn through this many quantiles: exact enough to read, small enough to embed
 
@@ -177,7 +177,7 @@ def _kv_table(d: Mapping[str, Any]) -> str:
 def render_html(doc: Mapping[str, Any], source: str = "") -> str:
     runs = runs_of(doc)
     entries: list[Entry] = [(r["key"], r["row"], None) for r in runs if r["row"] is not None]
-    from .metrics import parse_goodput
+    from cbbench.perf.metrics import parse_goodput
 
     cfg = doc.get("config") or {}
     goodput = parse_goodput([g for item in cfg.get("goodput") or [] for g in str(item).replace(",", " ").split()])

@@ -8,8 +8,8 @@ from typing import Annotated, Optional
 import typer
 from rich.console import Console
 
-from .cli_app import CliError, Opt, one_line_errors
-from .knobs import list_metavar
+from cbbench.perf.cli.app import CliError, Opt, one_line_errors
+from cbbench.perf.knobs import list_metavar
 
 
 @one_line_errors("bench-scheduler")
@@ -18,7 +18,7 @@ def bench_scheduler(
     iters: Annotated[int, Opt(help="timed steps per size")] = 200,
 ) -> None:
     """Microseconds per schedule() + update_from_output() step with N running decodes (model-free)."""
-    from .bench_scheduler import bench_step_us
+    from cbbench.perf.bench.scheduler import bench_step_us
 
     sizes = _ints("running", running)
     if not sizes or min(sizes) < 1:
@@ -59,7 +59,7 @@ def bench_step(
     --stub-model the forward costs nothing, so this is the engine's host time."""
     import torch
 
-    from .bench_step import bench_engine_step_us, format_breakdown, format_table
+    from cbbench.perf.bench.step import bench_engine_step_us, format_breakdown, format_table
 
     if cpu_threads:
         torch.set_num_threads(cpu_threads)
@@ -94,7 +94,7 @@ def bench_async(
     """Throughput of one workload with async scheduling off and on, same process, and the ratio on / off."""
     import torch
 
-    from .bench_async import bench_async as run, format_table
+    from cbbench.perf.bench.async_engine import bench_async as run, format_table
 
     if cpu_threads:
         torch.set_num_threads(cpu_threads)
