@@ -22,7 +22,12 @@ _NO_ARGS_IS_HELP = getattr(_exc, "NoArgsIsHelpError", ())
 
 
 class OneLineErrorsTyper(typer.Typer):
-    """Usage errors (unknown option, bad integer) as one line on stderr, exit code 2, instead of a boxed panel."""
+    """Usage errors (unknown option, bad integer) as one line on stderr, exit code 2, instead of a boxed panel; and
+    every command built as `_Command` (flags show no type in --help)."""
+
+    def command(self, *args: Any, **kwargs: Any) -> Callable:
+        kwargs.setdefault("cls", _Command)
+        return super().command(*args, **kwargs)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         command = typer.main.get_command(self)
@@ -43,22 +48,36 @@ class OneLineErrorsTyper(typer.Typer):
         sys.exit(rv if isinstance(rv, int) else 0)
 
 
-def _hide_flag_types() -> None:
-    """typer 0.2x labels every option with its type in --help, flags too (`--help <bool>`, `--quiet/--no-quiet
-    <bool>`), though a flag takes no value: show no type for flags, as click and earlier typer releases do."""
-    option_cls = getattr(typer.core, "TyperOption", None)
-    shown = getattr(option_cls, "display_type_rich", None)
-    if shown is None or getattr(shown, "hides_flags", False):
-        return
+class _FlagOption(typer.core.TyperOption):
+    """An option whose --help row names no type when it is a flag: typer 0.2x labels every option with its type,
+    flags too (`--help <bool>`, `--quiet/--no-quiet <bool>`), though a flag takes no value."""
 
-    def display_type_rich(self: Any, ctx: Any) -> str | None:
-        return None if self.is_flag else shown(self, ctx)
-    display_type_rich.hides_flags = True  # type: ignore[attr-defined]
-    option_cls.display_type_rich = display_type_rich
+    def display_type_rich(self, ctx: Any) -> str | None:
+        return None if self.is_flag else super().display_type_rich(ctx)
 
 
-_hide_flag_types()
-app = OneLineErrorsTyper(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
+def _flags_untyped(params: list[Any]) -> list[Any]:
+    for p in params:
+        if type(p) is typer.core.TyperOption and p.is_flag:
+            p.__class__ = _FlagOption  # a subclass that adds no state: only how its help row reads changes
+    return params
+
+
+class _Command(typer.core.TyperCommand):
+    """Every cbbench command: its flags' --help rows name no type (`_FlagOption`)."""
+
+    def get_params(self, ctx: Any) -> list[Any]:
+        return _flags_untyped(super().get_params(ctx))
+
+
+class _Group(typer.core.TyperGroup):
+    """The `cbbench` group: its own --help row names no type either."""
+
+    def get_params(self, ctx: Any) -> list[Any]:
+        return _flags_untyped(super().get_params(ctx))
+
+
+app = OneLineErrorsTyper(cls=_Group, add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="cbbench: continuous-batching benchmark and conformance harness.")
 err = Console(stderr=True, highlight=False, soft_wrap=True)
 
