@@ -12,7 +12,8 @@
   Per-token timestamps come from `record_timestamps=True` (time.perf_counter, the same clock as monotonic on Linux;
   the run keeps to perf_counter throughout anyway).
 
-Both return `runner.RunResult`; a peer that fails returns one with `error` set instead of raising.
+Both return `base.RunResult`; a peer that fails returns one with `error` set instead of raising. Each is a "peer"
+backend (`HfStaticBackend`, `HfCbBackend`), run beside refengine when `--peers` names it.
 """
 
 from __future__ import annotations
@@ -21,13 +22,16 @@ import logging
 import math
 import time
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
-from cbbench.perf.backends.in_process import ProgressFn, RunResult, warmup_prompts
+from cbbench.perf.backends.base import Backend, ProgressFn, RunResult, warmup_prompts
+from cbbench.perf.records import PEER_STEP_KEYS, RequestRecord, StepRecord
 
-PEERS = ("hf-static", "hf-cb")
+if TYPE_CHECKING:
+    from cbbench.perf.plan.spec import RunSpec
+
 HF_CB_PAGE_SIZE = 16  # tokens per page; refengine's default block size, so the cache granularity is alike
 HF_CB_TIMEOUT_S = 600.0  # no result for this long: the generation thread is taken as hung
 # on a CPU it logs an ERROR for the missing optional psutil; a real failure reaches us as a result's error
@@ -44,10 +48,9 @@ def hf_model(model: str, *, device: str, dtype: str | None, seed: int, attn_impl
 
 
 def _record(rid: str, r: Any, arrival: float, token_times: list[float], finish: float,
-            first_scheduled: float | None) -> dict[str, Any]:
-    return {"request_id": rid, "prompt_len": r.prompt_len, "output_len": r.output_len, "arrival_time": arrival,
-            "first_scheduled_time": first_scheduled, "first_token_time": token_times[0], "token_times": token_times,
-            "finish_time": finish, "num_preemptions": 0, "num_cached_tokens": None, "finish_reason": "length"}
+            first_scheduled: float | None) -> RequestRecord:
+    return RequestRecord(rid, r.prompt_len, r.output_len, arrival, first_scheduled, token_times[0], token_times,
+                         finish, num_preemptions=0, num_cached_tokens=None, finish_reason="length")
 
 
 class _StampStreamer:
@@ -106,13 +109,12 @@ def run_hf_static(workload: Any, model: str, *, device: str, dtype: str | None, 
                 end = time.perf_counter()
                 for i, r in zip(idx, reqs):
                     res.records.append(_record(str(i), r, t0 + r.arrival_time, times[:r.output_len], end, start))
-                res.steps.extend({"time": t, "num_scheduled_tokens": len(reqs), "num_waiting": 0,
-                                  "num_running": sum(r.output_len > k for r in reqs), "slots_held": len(reqs),
-                                  "num_prefill_tokens": None, "num_decode_tokens": None, "kv_blocks_used": None}
+                res.steps.extend(StepRecord(t, len(reqs), sum(r.output_len > k for r in reqs), 0, None, None, None,
+                                            slots_held=len(reqs), layout=PEER_STEP_KEYS)
                                  for k, t in enumerate(times))
                 if progress:
                     progress(len(reqs))
-        res.records.sort(key=lambda r: int(r["request_id"]))
+        res.records.sort(key=lambda r: int(r.request_id))
         res.duration = end - t0
     except Exception as e:  # a peer's failure is a row in the table, not the end of the run
         return RunResult("hf-static", "static", res.knobs, error=f"{type(e).__name__}: {e}")
@@ -164,8 +166,8 @@ def run_hf_cb(workload: Any, model: str, *, device: str, dtype: str | None, max_
                 progress(1)
 
         _collect(manager, len(reqs), done)
-        res.records.sort(key=lambda r: int(r["request_id"]))
-        res.duration = max(r["finish_time"] for r in res.records) - t0
+        res.records.sort(key=lambda r: int(r.request_id))
+        res.duration = max(r.finish_time for r in res.records) - t0
     except Exception as e:
         return RunResult("hf-cb", "continuous", knobs, error=f"{type(e).__name__}: {e}"[:300])
     finally:
@@ -184,3 +186,26 @@ def _collect(manager: Any, n: int, on_finished) -> None:
         if out.is_finished():
             on_finished(out)
             got += 1
+
+
+@Backend.register("hf-static", kind="peer")
+class HfStaticBackend(Backend):
+    """Hugging Face `generate`, static batches of `max_num_seqs`."""
+
+    def run(self, spec: RunSpec, progress: ProgressFn | None = None) -> RunResult:
+        st = self.settings
+        return run_hf_static(spec.workload, st.model, device=st.device, dtype=st.dtype,
+                             max_num_seqs=spec.knobs["max_num_seqs"], warmup=st.warmup, seed=st.seed,
+                             progress=progress)
+
+
+@Backend.register("hf-cb", kind="peer")
+class HfCbBackend(Backend):
+    """transformers' continuous batching (`generate_batch`'s manager)."""
+
+    def run(self, spec: RunSpec, progress: ProgressFn | None = None) -> RunResult:
+        st = self.settings
+        return run_hf_cb(spec.workload, st.model, device=st.device, dtype=st.dtype,
+                         max_num_seqs=spec.knobs["max_num_seqs"],
+                         max_num_batched_tokens=spec.knobs.get("max_num_batched_tokens"), warmup=st.warmup,
+                         seed=st.seed, progress=progress)

@@ -35,6 +35,8 @@ from typing import Any
 
 import aiohttp
 
+from cbbench.perf.records import HTTP_ERROR_KEYS, HTTP_REQUEST_KEYS, RequestRecord
+
 ENDPOINTS = {"openai": "/v1/completions", "openai-chat": "/v1/chat/completions"}
 PROMPT_FORMATS = ("ids", "text")
 ERROR_TEXT_CHARS = 300   # how much of a failed response body a record keeps
@@ -101,16 +103,15 @@ def chunk_content(backend: str, choice: dict[str, Any]) -> str | None:
     return text if text else None  # an empty chat delta is the role announcement or the finish marker
 
 
-def error_record(request_id: str, prompt_len: int, output_len: int, arrival: float, error: str) -> dict[str, Any]:
-    return {"request_id": request_id, "prompt_len": prompt_len, "output_len": 0, "requested_output_len": output_len,
-            "arrival_time": arrival, "first_scheduled_time": None, "first_token_time": None, "token_times": None,
-            "chunk_times": [], "finish_time": None, "num_preemptions": None, "num_cached_tokens": None,
-            "finish_reason": "error", "error": error[:ERROR_TEXT_CHARS]}
+def error_record(request_id: str, prompt_len: int, output_len: int, arrival: float, error: str) -> RequestRecord:
+    return RequestRecord(request_id, prompt_len, 0, arrival, None, None, None, None, None, None, "error",
+                         requested_output_len=output_len, chunk_times=[], error=error[:ERROR_TEXT_CHARS],
+                         layout=HTTP_ERROR_KEYS)
 
 
 async def stream_request(session: aiohttp.ClientSession, target: HttpTarget, request_id: str,
                          prompt: str | list[int], prompt_len: int, output_len: int,
-                         tokenizer: Any = None) -> dict[str, Any]:
+                         tokenizer: Any = None) -> RequestRecord:
     """Send one streaming request and return its record (never raises for a failed request)."""
     payload = build_payload(target, prompt, output_len)
     st = time.perf_counter()
@@ -154,12 +155,10 @@ async def stream_request(session: aiohttp.ClientSession, target: HttpTarget, req
     elif not n_out:  # nor a tokenizer: one token per content chunk
         n_out, source = len(chunk_times), "chunks"
     cached = (usage.get("prompt_tokens_details") or {}).get("cached_tokens")
-    return {"request_id": request_id, "prompt_len": int(usage.get("prompt_tokens") or prompt_len),
-            "output_len": int(n_out), "requested_output_len": output_len, "output_len_source": source,
-            "arrival_time": st, "first_scheduled_time": None, "first_token_time": chunk_times[0],
-            "token_times": None, "chunk_times": chunk_times, "finish_time": chunk_times[-1],
-            "num_preemptions": None, "num_cached_tokens": cached, "finish_reason": finish_reason or "unknown",
-            "error": None, "text": text}
+    return RequestRecord(request_id, int(usage.get("prompt_tokens") or prompt_len), int(n_out), st, None,
+                         chunk_times[0], None, chunk_times[-1], None, cached, finish_reason or "unknown",
+                         requested_output_len=output_len, output_len_source=source, chunk_times=chunk_times,
+                         text=text, layout=HTTP_REQUEST_KEYS)
 
 
 def make_session(max_concurrency: int | None, timeout_s: float) -> aiohttp.ClientSession:
@@ -172,7 +171,7 @@ def make_session(max_concurrency: int | None, timeout_s: float) -> aiohttp.Clien
 async def replay(target: HttpTarget, prompts: Sequence[str | list[int]], prompt_lens: Sequence[int],
                  output_lens: Sequence[int], arrivals: Sequence[float], *, max_concurrency: int | None = None,
                  tokenizer: Any = None, progress: Any = None, ids: Sequence[str] | None = None,
-                 session: aiohttp.ClientSession | None = None) -> tuple[list[dict[str, Any]], float, float]:
+                 session: aiohttp.ClientSession | None = None) -> tuple[list[RequestRecord], float, float]:
     """Send request i at t0 + arrivals[i] (waiting for a free slot under `max_concurrency`);
     returns (records in request order, t0, the time the last request ended)."""
     own = session is None
@@ -180,7 +179,7 @@ async def replay(target: HttpTarget, prompts: Sequence[str | list[int]], prompt_
     sem = asyncio.Semaphore(max_concurrency) if max_concurrency else None
     ids = list(ids) if ids is not None else [str(i) for i in range(len(prompts))]
 
-    async def one(i: int) -> dict[str, Any]:
+    async def one(i: int) -> RequestRecord:
         if sem is None:
             rec = await stream_request(session, target, ids[i], prompts[i], prompt_lens[i], output_lens[i], tokenizer)
         else:
@@ -208,8 +207,8 @@ async def replay(target: HttpTarget, prompts: Sequence[str | list[int]], prompt_
     return records, t0, end
 
 
-def run_duration(records: Sequence[dict[str, Any]], t0: float, end: float) -> float:
+def run_duration(records: Sequence[RequestRecord], t0: float, end: float) -> float:
     """First send to the last finish (as the in-process runner); the whole wall time if nothing completed."""
-    finishes = [r["finish_time"] for r in records if r["finish_reason"] != "error"]
+    finishes = [r.finish_time for r in records if r.finish_reason != "error" and r.finish_time is not None]
     d = (max(finishes) if finishes else end) - t0
     return d if d > 0 else math.ulp(1.0)

@@ -1,7 +1,8 @@
 """Replays a workload through one engine configuration and returns what `compute_metrics` needs.
 
-`run_refengine` drives `refengine.LLMEngine` for one batching mode and knob set; the peers (Hugging Face static
-`generate`, transformers' continuous batching) live in `peers.py` and return the same `RunResult`.
+`run_refengine` drives `refengine.LLMEngine` for one batching mode and knob set; `RefengineBackend` is it registered
+as the "refengine" backend. The peers (Hugging Face static `generate`, transformers' continuous batching) are
+hf.py's and return the same `RunResult`.
 
 Replay rules, the same for every engine so the rows compare:
 - every request is greedy (temperature 0), `ignore_eos`, and generates exactly its own `output_len` tokens;
@@ -14,62 +15,19 @@ Replay rules, the same for every engine so the rows compare:
 
 from __future__ import annotations
 
-import math
 import time
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import Any
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
-import numpy as np
-
+from cbbench.perf.backends.base import WARMUP_OUTPUT_LEN, Backend, ProgressFn, RunResult, warmup_prompts
 from cbbench.perf.knobs import engine_knobs, knob_names
+from cbbench.perf.records import ENGINE_STEP_KEYS, RequestRecord, StepRecord
 
-# Synthetic warm-up prompts: short, and drawn far from the workloads' token ids so they never seed the prefix cache
-WARMUP_PROMPT_LEN = 16
-WARMUP_OUTPUT_LEN = 4
-_WARMUP_TOKEN_RANGE = (50_000, 60_000)
+if TYPE_CHECKING:
+    from cbbench.perf.plan.spec import RunSpec
 
 # the knobs a configuration may set (batching is a run's own column); generated from the config fields
 SWEEP_KNOBS = knob_names(exclude=("batching",))
-
-ProgressFn = Callable[[int], None]  # called with the number of requests that finished since the last call
-
-
-@dataclass
-class RunResult:
-    """One measured run of one configuration (`error` set, and nothing else, when it could not run)."""
-
-    engine: str                          # "refengine" | "hf-static" | "hf-cb"
-    batching: str
-    knobs: dict[str, Any]                # the knobs that define this configuration (CSV config columns)
-    records: list[dict[str, Any]] = field(default_factory=list)
-    steps: list[dict[str, Any]] = field(default_factory=list)
-    duration: float = math.nan
-    max_num_seqs: int | None = None
-    max_num_batched_tokens: int | None = None
-    num_gpu_blocks: int | None = None
-    error: str | None = None
-
-    def metrics(self, *, metric_percentiles: Sequence[float], goodput: Mapping[str, float] | None) -> dict[str, Any]:
-        from cbbench.perf.metrics import compute_metrics
-
-        return compute_metrics(self.records, self.duration, steps=self.steps, max_num_seqs=self.max_num_seqs,
-                               max_num_batched_tokens=self.max_num_batched_tokens,
-                               num_gpu_blocks=self.num_gpu_blocks, metric_percentiles=metric_percentiles,
-                               goodput=goodput)
-
-
-def warmup_prompts(n: int, seed: int) -> list[list[int]]:
-    """Prompts of 1-4 x WARMUP_PROMPT_LEN tokens: with staggered output lengths (WARMUP_OUTPUT_LEN + i) the warm-up
-    meets every decode batch size from n down to 1 and several prefill shapes, so that the first measured run does
-    not pay for first-use kernel selection (measured here: without it, whichever mode ran first was ~10% slower)."""
-    rng = np.random.default_rng(seed + 7919)
-    return [rng.integers(*_WARMUP_TOKEN_RANGE, size=WARMUP_PROMPT_LEN * (1 + i % 4)).tolist() for i in range(n)]
-
-
-def warmup_lengths(n: int, seed: int) -> list[tuple[int, int]]:
-    """(prompt_len, output_len) of each warm-up request, for the checks made before a sweep runs."""
-    return [(len(p), WARMUP_OUTPUT_LEN + i) for i, p in enumerate(warmup_prompts(n, seed))]
 
 
 def engine_kwargs(*, device: str, dtype: str | None, seed: int, batching: str,
@@ -80,8 +38,8 @@ def engine_kwargs(*, device: str, dtype: str | None, seed: int, batching: str,
     return {"device": device, "dtype": dtype, "seed": seed, "batching": batching, "stats_log_size": None, **kw}
 
 
-def step_dicts(step_stats: Sequence[Any]) -> list[dict[str, Any]]:
-    """StepStats -> the step dicts of `perf.metrics`.
+def step_records(step_stats: Sequence[Any]) -> list[StepRecord]:
+    """The engine's StepStats -> `StepRecord`s.
 
     Static batching (steps whose requests carry a batch id): a batch holds all its slots from the step it is
     admitted until its last member finishes, while only the members scheduled in a step produce work; so
@@ -97,20 +55,18 @@ def step_dicts(step_stats: Sequence[Any]) -> list[dict[str, Any]]:
         for rid, b in s.batch_ids.items():
             if b is not None:
                 batch_size.setdefault(b, set()).add(rid)
-    out: list[dict[str, Any]] = []
+    out: list[StepRecord] = []
     for s in step_stats:
-        d = {"time": s.time, "num_scheduled_tokens": s.num_scheduled_tokens, "num_running": s.num_running,
-             "num_waiting": s.num_waiting, "num_prefill_tokens": s.num_prefill_tokens,
-             "num_decode_tokens": s.num_decode_tokens, "kv_blocks_used": s.kv_blocks_used,
-             "num_preempted": s.num_preempted, "slots_held": None,
-             "scheduled_req_ids": list(s.scheduled_req_ids), "running_req_ids": list(s.running_req_ids),
-             "prefill_req_ids": list(s.prefill_req_ids), "batch_id": None}
+        d = StepRecord(s.time, s.num_scheduled_tokens, s.num_running, s.num_waiting, s.num_prefill_tokens,
+                       s.num_decode_tokens, s.kv_blocks_used, num_preempted=s.num_preempted,
+                       scheduled_req_ids=list(s.scheduled_req_ids), running_req_ids=list(s.running_req_ids),
+                       prefill_req_ids=list(s.prefill_req_ids), layout=ENGINE_STEP_KEYS)
         batches = {b for b in s.batch_ids.values() if b is not None}
         if len(batches) == 1:  # static batching runs one batch at a time
-            d["batch_id"] = next(iter(batches))
+            d.batch_id = next(iter(batches))
         if batches:
-            d["slots_held"] = sum(len(batch_size[b]) for b in batches)
-            d["num_running"] = len(s.scheduled_req_ids)
+            d.slots_held = sum(len(batch_size[b]) for b in batches)
+            d.num_running = len(s.scheduled_req_ids)
         out.append(d)
     return out
 
@@ -152,7 +108,7 @@ def run_refengine(workload: Any, *, model: str, device: str, dtype: str | None, 
 
     reqs = list(enumerate(workload.requests))
     reqs.sort(key=lambda x: x[1].arrival_time)  # stable: arrival order, then workload order
-    records: list[dict[str, Any]] = []
+    records: list[RequestRecord] = []
     cap = max_concurrency or len(reqs)
     t0 = time.monotonic()
     nxt, slot_freed = 0, t0
@@ -166,13 +122,25 @@ def run_refengine(workload: Any, *, model: str, device: str, dtype: str | None, 
         if not engine.has_unfinished_requests():
             _wait_until(t0 + reqs[nxt][1].arrival_time)
             continue
-        done = [o.metrics for o in engine.step() if o.finished]
+        # the engine's per-request dict (`output_processor.request_metrics`) becomes a record here, at perf's edge
+        done = [RequestRecord.from_dict(o.metrics) for o in engine.step() if o.finished]
         if done and nxt - len(records) >= cap:
             slot_freed = time.monotonic()
         records.extend(done)
         if progress and done:
             progress(len(done))
-    result.records = sorted(records, key=lambda r: int(r["request_id"]))
-    result.duration = max(r["finish_time"] for r in records) - t0
-    result.steps = step_dicts(engine.step_stats)
+    result.records = sorted(records, key=lambda r: int(r.request_id))
+    result.duration = max(r.finish_time for r in records if r.finish_time is not None) - t0
+    result.steps = step_records(engine.step_stats)
     return result
+
+
+@Backend.register("refengine", kind="engine")
+class RefengineBackend(Backend):
+    """refengine's `LLMEngine`, in this process: one fresh engine per run."""
+
+    def run(self, spec: RunSpec, progress: ProgressFn | None = None) -> RunResult:
+        st = self.settings
+        return run_refengine(spec.workload, model=st.model, device=st.device, dtype=st.dtype, seed=st.seed,
+                             batching=spec.batching, knobs=spec.knobs, warmup=st.warmup, progress=progress,
+                             max_concurrency=spec.load.max_concurrency)

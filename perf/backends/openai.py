@@ -1,5 +1,6 @@
 """One measured HTTP run: warm the server up, scrape /metrics, replay the workload, scrape again.
 
+`OpenAIBackend` ("openai", /v1/completions) and `OpenAIChatBackend` ("openai-chat") are the "server" backends.
 Returns the same `RunResult` the in-process runner does, so the metrics, the CSV row and the table are the same
 code for both. What only the engine sees is NaN unless the server's /metrics tells it (`server_metrics.py`):
 queueing time, recomputed tokens, slot and token-budget utilisation, static slot waste, the step count.
@@ -11,11 +12,15 @@ import asyncio
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from cbbench.perf.backends.base import WARMUP_OUTPUT_LEN, Backend, ProgressFn, RunResult, warmup_prompts
 from cbbench.perf.backends.http_client import HttpTarget, make_session, replay, run_duration
-from cbbench.perf.backends.in_process import WARMUP_OUTPUT_LEN, ProgressFn, RunResult, warmup_prompts
 from cbbench.perf.backends.server_metrics import ServerMetrics, scrape
+from cbbench.perf.records import RequestRecord
+
+if TYPE_CHECKING:
+    from cbbench.perf.plan.spec import RunSettings, RunSpec
 
 # text warm-up prompts for a tokenizer smaller than the warm-up's id range use ids from here up (past the specials)
 WARMUP_VOCAB_FLOOR = 16
@@ -40,8 +45,8 @@ class HttpRunResult(RunResult):
         return m
 
     @property
-    def failures(self) -> list[dict[str, Any]]:
-        return [r for r in self.records if r["finish_reason"] == "error"]
+    def failures(self) -> list[RequestRecord]:
+        return [r for r in self.records if r.finish_reason == "error"]
 
 
 def http_target(backend: str, base_url: str | None, model: str, prompt_format: str,
@@ -58,17 +63,17 @@ def http_target(backend: str, base_url: str | None, model: str, prompt_format: s
                       timeout_s=timeout_s)
 
 
-def failure_notes(key: tuple[str, str, str], records: list[dict[str, Any]]) -> list[str]:
+def failure_notes(key: tuple[str, str, str], records: list[RequestRecord]) -> list[str]:
     """One line per run with failed requests (as vLLM's "Failed requests"), with the first error."""
-    bad = [r for r in records if r["finish_reason"] == "error"]
-    short = [r for r in records if r["finish_reason"] != "error" and r["output_len"] != r["requested_output_len"]]
+    bad = [r for r in records if r.finish_reason == "error"]
+    short = [r for r in records if r.finish_reason != "error" and r.output_len != r.requested_output_len]
     out = []
     if bad:
-        out.append(f"{key[0]} {key[2]}: failed requests: {len(bad)} of {len(records)}; first: {bad[0]['error']}")
+        out.append(f"{key[0]} {key[2]}: failed requests: {len(bad)} of {len(records)}; first: {bad[0].error}")
     if short:
         out.append(f"{key[0]} {key[2]}: {len(short)} requests generated other than max_tokens tokens (the server "
-                   f"stopped at EOS: it ignores ignore_eos, or --no-ignore-eos); e.g. request {short[0]['request_id']}: {short[0]['output_len']} of "
-                   f"{short[0]['requested_output_len']}")
+                   f"stopped at EOS: it ignores ignore_eos, or --no-ignore-eos); e.g. request {short[0].request_id}: {short[0].output_len} of "
+                   f"{short[0].requested_output_len}")
     return out
 
 
@@ -99,9 +104,9 @@ async def _run(workload: Any, target: HttpTarget, *, tokenizer: Any, max_concurr
                                       [WARMUP_OUTPUT_LEN + i for i in range(len(wp))], [0.0] * len(wp),
                                       max_concurrency=max_concurrency, tokenizer=tokenizer, session=session,
                                       ids=[f"warmup-{i}" for i in range(len(wp))])
-            bad = [r for r in recs if r["finish_reason"] == "error"]
+            bad = [r for r in recs if r.finish_reason == "error"]
             if len(bad) == len(recs):  # one answered warm-up request is enough (an early EOS is not the server's fault)
-                res.error = f"every warm-up request failed: {bad[0]['error']}"
+                res.error = f"every warm-up request failed: {bad[0].error}"
                 return res
         sm = ServerMetrics(target.root + "/metrics")
         sm.before = await scrape(session, sm.url)
@@ -132,3 +137,36 @@ def run_http(workload: Any, target: HttpTarget, *, tokenizer: Any = None, max_co
                                 warmup=warmup, seed=seed, progress=progress))
     except (OSError, asyncio.TimeoutError) as e:
         return HttpRunResult(target.backend, "", {}, error=f"{type(e).__name__}: {e}")
+
+
+class HttpBackend(Backend):
+    """An OpenAI-compatible server at `--base-url`; the endpoint is the registered name's (`http_client.ENDPOINTS`).
+    Its engine knobs are the server's own: given here, they are refused while the plan is built."""
+
+    def __init__(self, settings: RunSettings) -> None:
+        super().__init__(settings)
+        self.target = http_target(self.name, settings.base_url, settings.model, settings.prompt_format,
+                                  settings.engine_knobs, settings.ignore_eos, settings.request_timeout)
+
+    def run(self, spec: RunSpec, progress: ProgressFn | None = None) -> RunResult:
+        return run_http(spec.workload, self.target, tokenizer=self.settings.tokenizer,
+                        max_concurrency=spec.load.max_concurrency, warmup=self.settings.warmup,
+                        seed=self.settings.seed, progress=progress)
+
+    def row_config(self, result: RunResult) -> tuple[dict[str, Any], str]:
+        # device, dtype and knobs are the server's: left empty; where it was reached goes into `extra`
+        t = self.target
+        return {"base_url": t.base_url, "prompt_format": t.prompt_format, "ignore_eos": t.ignore_eos}, ""
+
+    def notes(self, key: tuple[str, str, str], result: RunResult) -> list[str]:
+        return failure_notes(key, result.records)
+
+
+@Backend.register("openai", kind="server")
+class OpenAIBackend(HttpBackend):
+    """/v1/completions."""
+
+
+@Backend.register("openai-chat", kind="server")
+class OpenAIChatBackend(HttpBackend):
+    """/v1/chat/completions."""

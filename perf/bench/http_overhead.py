@@ -65,7 +65,7 @@ def _proc_cpu_s(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def main(argv: list[str] | None = None) -> None:
+def _args(argv: list[str] | None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--concurrency", type=int, default=16)
     ap.add_argument("--num-prompts", type=int, default=64)
@@ -76,7 +76,26 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--threads", type=int, default=1, help="torch threads of each side on the CPU")
     ap.add_argument("--profile", default=None, help="write a cProfile of the client's HTTP runs here")
-    a = ap.parse_args(argv)
+    return ap.parse_args(argv)
+
+
+def _warm_up(a: argparse.Namespace, short: Any, knobs: dict[str, Any]) -> float:
+    """Not measured: a first short run (first-use costs of this process: imports, allocator, kernels selection;
+    the first in-process run here took 2x the CPU of the next), and the engine's construction, which every
+    run_refengine repeats: returns its CPU seconds (timed on a second construction, the first pays for first use)."""
+    from refengine import LLMEngine
+
+    from cbbench.perf.backends.in_process import run_refengine
+
+    run_refengine(short, model=a.model, device=a.device, dtype=None, seed=0, batching="continuous", knobs=knobs)
+    LLMEngine(a.model, device=a.device, seed=0, **knobs)
+    c0 = time.process_time()
+    LLMEngine(a.model, device=a.device, seed=0, **knobs)
+    return time.process_time() - c0
+
+
+def main(argv: list[str] | None = None) -> None:
+    a = _args(argv)
 
     import torch
 
@@ -98,17 +117,8 @@ def main(argv: list[str] | None = None) -> None:
         import cProfile
 
         prof = cProfile.Profile()
-    from refengine import LLMEngine
-
-    # Not measured: a first short run on each side (first-use costs of this process: imports, allocator, kernels
-    # selection; the first in-process run here took 2x the CPU of the next), and the engine's construction, which
-    # every run_refengine repeats (timed on a second construction, the first pays for first use).
     short = get_workload("fixed", num_prompts=a.concurrency, seed=1, input_len=a.input_len, output_len=4)
-    run_refengine(short, model=a.model, device=a.device, dtype=None, seed=0, batching="continuous", knobs=knobs)
-    LLMEngine(a.model, device=a.device, seed=0, **knobs)
-    c0 = time.process_time()
-    LLMEngine(a.model, device=a.device, seed=0, **knobs)
-    build_cpu = time.process_time() - c0
+    build_cpu = _warm_up(a, short, knobs)
     res: dict[str, list[dict[str, float]]] = {"in-process": [], "http": []}
     try:
         run_http(short, HttpTarget("openai", url, a.model))
@@ -127,7 +137,7 @@ def main(argv: list[str] | None = None) -> None:
             if prof:
                 prof.disable()
             if h.error or h.failures:
-                raise RuntimeError(f"HTTP run failed: {h.error or h.failures[0]['error']}")
+                raise RuntimeError(f"HTTP run failed: {h.error or h.failures[0].error}")
             m = h.metrics(metric_percentiles=[50], goodput=None)
             m["cpu_s_per_1k"] = cpu / m["total_output_tokens"] * 1000
             res["http"].append(m)
@@ -137,6 +147,13 @@ def main(argv: list[str] | None = None) -> None:
     finally:
         proc.terminate()
         proc.wait(30)
+    _print_medians(a, res)
+    if prof:
+        prof.dump_stats(a.profile)
+        print(f"  client profile: {a.profile}")
+
+
+def _print_medians(a: argparse.Namespace, res: dict[str, list[dict[str, float]]]) -> None:
     med = {side: {k: statistics.median(m[k] for m in runs) for k in
                   ("output_throughput", "mean_ttft_ms", "mean_tpot_ms", "mean_itl_ms", "cpu_s_per_1k")}
            for side, runs in res.items()}
@@ -149,9 +166,6 @@ def main(argv: list[str] | None = None) -> None:
     print(f"  throughput ratio http / in-process: {ratio:.3f} ({(1 - ratio):+.1%} lost)")
     cpu_ratio = med["http"]["cpu_s_per_1k"] / med["in-process"]["cpu_s_per_1k"]
     print(f"  CPU cost ratio http (server + client) / in-process: {cpu_ratio:.3f}")
-    if prof:
-        prof.dump_stats(a.profile)
-        print(f"  client profile: {a.profile}")
 
 
 if __name__ == "__main__":

@@ -11,9 +11,8 @@ in cli_commands.py and cli_bench.py.
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated, Any, Optional
 
 import typer
 from rich.console import Console
@@ -22,7 +21,7 @@ from cbbench.perf.cli.app import DEBUG_ENV, LIKE_MAY_SET, CliError, Opt, app, co
 from cbbench.perf.cli.bench import bench_async, bench_scheduler, bench_step
 from cbbench.perf.cli.commands import compare, generate, kernels, plot, report, serve, timeline
 from cbbench.perf.knobs import engine_knob_options, list_metavar
-from cbbench.perf.sweep import run_perf
+from cbbench.perf.sweep import run_perf, show_plan
 from cbbench.perf.plan.options import CPU_DEFAULTS, PerfOptions
 
 __all__ = ["app", "main", "DEBUG_ENV", "CliError", "run_perf"]
@@ -82,10 +81,23 @@ def perf(
     resume: Annotated[bool, Opt(help="complete --output: skip the runs it already holds")] = False,
     like: Annotated[Optional[Path], Opt(help="rerun exactly the configurations of this results CSV (a "
                                              "baseline): its workload, engines, modes, knobs and repeats")] = None,
+    dry_run: Annotated[bool, Opt("--dry-run", help="print the plan, one line per run, and stop: nothing runs")] = False,
     knobs: Optional[dict] = None,
 ) -> None:
     """Replay a workload through every batching mode (and the peers); print the table, write CSV + JSON."""
-    goodput, workload_param = list(goodput or []), list(workload_param or [])
+    opts = _perf_options(ctx, dict(locals()))  # every option by its name
+    if dry_run:
+        show_plan(opts, Console())
+    else:
+        run_perf(opts, Console())  # the table fits the terminal (report/table.py)
+
+
+_NOT_FIELDS = ("ctx", "dry_run", "goodput", "workload_param", "knobs")  # options that PerfOptions takes otherwise
+
+
+def _perf_options(ctx: typer.Context, p: dict[str, Any]) -> PerfOptions:
+    """The `PerfOptions` of a `cbbench perf` command line (`p`: its parameters by name)."""
+    goodput, workload_param = list(p["goodput"] or []), list(p["workload_param"] or [])
     for extra in ctx.args:  # `--goodput ttft:500 tpot:50` / `--workload-param a=1 b=2`, as vLLM's nargs options
         if "=" in extra:
             workload_param.append(extra)
@@ -93,25 +105,18 @@ def perf(
             goodput.append(extra)
         else:
             raise CliError(f"unexpected argument {extra!r}")
-    opts = PerfOptions(
-        workload=workload, model=model, device=device, dtype=dtype, num_prompts=num_prompts, seed=seed,
-        dataset_path=dataset_path, max_prompt_len=max_prompt_len, max_output_len=max_output_len,
-        request_rate=request_rate, burstiness=burstiness, batching=batching, repeats=repeats, warmup=warmup,
-        max_concurrency=max_concurrency, backend=backend, base_url=base_url, tokenizer=tokenizer,
-        prompt_format=prompt_format, ignore_eos=ignore_eos, request_timeout=request_timeout, peers=peers,
-        metric_percentiles=metric_percentiles, goodput=goodput, result_dir=result_dir,
-        workload_params=workload_param, cpu_threads=cpu_threads, quiet=quiet,
-        knobs=dict(knobs or {}), output=output, label=label, resume=resume, like=like, command=command_line(ctx),
-    )
-    if like is not None:  # the configurations are the baseline's; only how to run them may be given
-        given = [p for p in explicit_params(ctx) if p not in LIKE_MAY_SET]
-        if given:
-            raise CliError(f"--like takes the configurations from {like}; leave out --{given[0].replace('_', '-')}")
+    opts = PerfOptions(**{k: v for k, v in p.items() if k not in _NOT_FIELDS}, goodput=goodput,
+                       workload_params=workload_param, knobs=dict(p["knobs"] or {}), command=command_line(ctx))
+    if p["like"] is not None:  # the configurations are the baseline's; only how to run them may be given
         explicit = explicit_params(ctx)
-        opts.repeats = repeats if "repeats" in explicit else None
-        opts.warmup = warmup if "warmup" in explicit else None
-        opts.cpu_threads = cpu_threads if "cpu_threads" in explicit else None
-    run_perf(opts, Console())  # the table fits the terminal (perf/report.py)
+        given = [name for name in explicit if name not in LIKE_MAY_SET]
+        if given:
+            raise CliError(f"--like takes the configurations from {p['like']}; leave out "
+                           f"--{given[0].replace('_', '-')}")
+        opts.repeats = p["repeats"] if "repeats" in explicit else None
+        opts.warmup = p["warmup"] if "warmup" in explicit else None
+        opts.cpu_threads = p["cpu_threads"] if "cpu_threads" in explicit else None
+    return opts
 
 
 # The command table, in --help order. perf stays here, where it finds `run_perf` (tests replace it on this module).

@@ -1,7 +1,5 @@
-"""Which backend a `cbbench perf` run drives, the load points it sweeps, and the tokenizer of its workloads.
+"""The load points a `cbbench perf` run sweeps, and the tokenizer of its workloads.
 
-- `--backend refengine` (the default): the in-process engine (and the Hugging Face peers);
-  `--backend openai | openai-chat --base-url URL --model NAME`: any OpenAI-compatible server (`http_client.py`).
 - Load points: the product of `--request-rate`, `--burstiness` and `--max-concurrency` comma lists, one run per
   point; each is part of the workload's params, so it is part of the result row's configuration key.
 - Tokenizer (turns the workload's text into token ids, and text prompts back): `--tokenizer` (a preset, a
@@ -16,9 +14,6 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-
-BACKENDS = ("refengine", "openai", "openai-chat")  # the last two: http_client.ENDPOINTS (aiohttp loads lazily)
-
 
 @dataclass(frozen=True)
 class LoadPoint:

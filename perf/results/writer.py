@@ -15,6 +15,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from cbbench.perf.records import RequestRecord, StepRecord
 from cbbench.perf.results.schema import _jsonable, read_csv, workload_params_key, write_csv, write_run_json
 
 
@@ -66,11 +67,12 @@ class ResultWriter:
     def num_done(self) -> int:
         return len(self._done)
 
-    def add(self, row: Mapping[str, Any], label: str, records: Sequence[Any], steps: Sequence[Any]) -> None:
+    def add(self, row: Mapping[str, Any], label: str, records: Sequence[RequestRecord],
+            steps: Sequence[StepRecord]) -> None:
         """One finished run: JSON first, then CSV, so an interrupt between the two leaves a JSON with one run more
         than the CSV (harmless: --resume reruns it), never a CSV row without its records."""
         self.rows.append(dict(row))
-        self.records[label], self.steps[label] = list(records), list(steps)
+        self.records[label], self.steps[label] = [r.to_dict() for r in records], [s.to_dict() for s in steps]
         opts = json.loads(row["run_options"]) if row.get("run_options") else {}
         if opts.get("plan_id"):
             self._done.add(opts["plan_id"])

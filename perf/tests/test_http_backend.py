@@ -116,7 +116,7 @@ def test_failed_requests_are_counted_not_fatal(server):
     assert r.error is None
     m = r.metrics(metric_percentiles=[50], goodput=None)
     assert m["completed"] == 3 and m["failed"] == 2 and m["total_output_tokens"] == 12
-    assert all("HTTP 400" in f["error"] and "prompt" in f["error"] for f in r.failures)
+    assert all("HTTP 400" in f.error and "prompt" in f.error for f in r.failures)
 
 
 def test_unreachable_server_is_a_failed_row(tmp_path):
@@ -160,8 +160,8 @@ def test_in_process_max_concurrency_caps_requests_in_flight():
     w = _workload([[7 + i] * 8 for i in range(5)], output_len=4)
     r = run_refengine(w, model="tiny-qwen2", device="cpu", dtype=None, seed=0, batching="continuous",
                       knobs={"max_num_seqs": 4}, warmup=0, max_concurrency=cap)
-    assert [rec["output_len"] for rec in r.records] == [4] * 5
-    assert max(s["num_running"] + s["num_waiting"] for s in r.steps) == cap
+    assert [rec.output_len for rec in r.records] == [4] * 5
+    assert max(s.num_running + s.num_waiting for s in r.steps) == cap
 
 
 def test_compare_in_process_against_http(server, tmp_path):
@@ -210,5 +210,5 @@ def test_without_usage_counts_fall_back_to_the_tokenizer_then_chunks():
     with FakeOpenAIServer(with_usage=False) as s:
         by_tok = run_http(w, HttpTarget("openai", s.base_url, "fake-model"), tokenizer=_WordTokenizer(), warmup=0)
         by_chunk = run_http(w, HttpTarget("openai", s.base_url, "fake-model"), tokenizer=None, warmup=0)
-    assert {(r["output_len"], r["output_len_source"]) for r in by_tok.records} == {(4, "tokenizer")}
-    assert {(r["output_len"], r["output_len_source"]) for r in by_chunk.records} == {(n, "chunks")}
+    assert {(r.output_len, r.output_len_source) for r in by_tok.records} == {(4, "tokenizer")}
+    assert {(r.output_len, r.output_len_source) for r in by_chunk.records} == {(n, "chunks")}
