@@ -1,1 +1,1 @@
-"""The backends a perf run drives (one `Backend` each, registered by name): refengine in process, the Hugging Face peers, OpenAI-compatible servers."""
+"""The backends a perf run drives, one `Backend` each, registered by name (`base.py`, `registry.py`)."""

@@ -1,5 +1,5 @@
 """The `cbbench bench-*` commands: the scheduler's, the engine step's and async scheduling's benchmarks, printed
-as plain-text tables (perf/bench_scheduler.py, bench_step.py, bench_async.py do the measuring)."""
+as plain-text tables (perf/bench/scheduler.py, step.py, async_engine.py do the measuring)."""
 
 from __future__ import annotations
 

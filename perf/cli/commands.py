@@ -1,6 +1,6 @@
 """The `cbbench` commands around perf: serve, timeline, plot, report, compare, generate, kernels.
 
-Each is a plain function wrapped by `one_line_errors`; perf/cli.py registers them on the app, in --help order.
+Each is a plain function wrapped by `one_line_errors`; cli/main.py registers them on the app, in --help order.
 Heavy modules (the engine, matplotlib, the server) are imported inside the command that needs them.
 """
 
@@ -108,7 +108,7 @@ def compare(
     """Per configuration and metric: change, direction, tolerance. Exit 1 on a regression, 2 on bad input.
 
     A regression is a median worse than the baseline's by more than the tolerance AND every new repeat worse
-    than every baseline repeat (see perf/compare.py)."""
+    than every baseline repeat (see perf/results/compare.py)."""
     from cbbench.perf.results.compare import main_compare, parse_tolerances
 
     tol = parse_tolerances(tolerance or [])

@@ -5,8 +5,8 @@ Every engine knob of `cbbench perf` maps one to one onto a `SchedulerConfig` / `
 list to sweep (`--max-num-batched-tokens 512,2048`). Bad input (unknown workload, batching mode, knob value) ends
 the command with one line on stderr and exit code 2; a regression found by `compare` exits 1.
 
-This file holds `perf` and the command table; the app and its error handling are in cli_app.py, the other commands
-in cli_commands.py and cli_bench.py.
+This file holds `perf` and the command table; the app and its error handling are in app.py, the other commands
+in commands.py and bench.py. `perf` only turns its options into `PerfOptions`: sweep.py does the work.
 """
 
 from __future__ import annotations
@@ -17,12 +17,13 @@ from typing import Annotated, Any, Optional
 import typer
 from rich.console import Console
 
-from cbbench.perf.cli.app import DEBUG_ENV, LIKE_MAY_SET, CliError, Opt, app, command_line, explicit_params, one_line_errors
+from cbbench.perf.cli.app import (DEBUG_ENV, LIKE_MAY_SET, CliError, Opt, app, command_line, explicit_params,
+                                  one_line_errors)
 from cbbench.perf.cli.bench import bench_async, bench_scheduler, bench_step
 from cbbench.perf.cli.commands import compare, generate, kernels, plot, report, serve, timeline
 from cbbench.perf.knobs import engine_knob_options, list_metavar
-from cbbench.perf.sweep import run_perf, show_plan
 from cbbench.perf.plan.options import CPU_DEFAULTS, PerfOptions
+from cbbench.perf.sweep import run_perf, show_plan
 
 __all__ = ["app", "main", "DEBUG_ENV", "CliError", "run_perf"]
 

@@ -1,6 +1,6 @@
 """What `cbbench perf` is asked to run: `PerfOptions` (one field per command-line option), the CPU-sized defaults,
 and turning the options into the sweep's knob sets and the workload (its params checked against the workload's
-own defaults, so an int param takes no "abc"). perf_cmd.py runs what this describes.
+own defaults, so an int param takes no "abc"). plan/build.py turns them into the run plan.
 """
 
 from __future__ import annotations
