@@ -20,6 +20,8 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
+from cbbench.perf.records import RequestRecord, StepRecord
+
 if TYPE_CHECKING:
     from cbbench.perf.plan.spec import RunSettings, RunSpec
 
@@ -39,8 +41,8 @@ class RunResult:
     engine: str                          # the backend's name: "refengine" | "hf-static" | "hf-cb" | "openai" ...
     batching: str
     knobs: dict[str, Any]                # the knobs that define this configuration (CSV config columns)
-    records: list[Any] = field(default_factory=list)   # RequestRecord (perf/records.py)
-    steps: list[Any] = field(default_factory=list)     # StepRecord
+    records: list[RequestRecord] = field(default_factory=list)
+    steps: list[StepRecord] = field(default_factory=list)  # empty where the engine's steps cannot be seen
     duration: float = math.nan
     max_num_seqs: int | None = None
     max_num_batched_tokens: int | None = None
