@@ -113,7 +113,7 @@ def test_64_concurrent_streams_all_finish(served):
     assert r.error is None, r.error
     m = r.metrics(metric_percentiles=[50], goodput=None)
     assert m["completed"] == NUM_STREAMS and m["failed"] == 0
-    assert [rec["output_len"] for rec in r.records] == [8] * NUM_STREAMS
+    assert [rec.output_len for rec in r.records] == [8] * NUM_STREAMS
     assert m["num_preemptions"] == 0 and 0 < m["peak_kv_usage"] <= 1  # read from the server's /metrics
     assert not math.isnan(m["mean_itl_ms"])
 
