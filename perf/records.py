@@ -61,9 +61,11 @@ class RequestRecord:
         return {k: getattr(self, k) for k in self.layout}
 
     @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> RequestRecord:
-        """A record from its JSON entry (or refengine's `request_metrics` dict); its keys become the layout."""
-        return _from_dict(cls, d, REQUEST_KEYS, f"record {d.get('request_id')!r}")
+    def from_dict(cls, d: Mapping[str, Any], layout: tuple[str, ...] | None = None) -> RequestRecord:
+        """A record from its JSON entry (or refengine's `request_metrics` dict); its keys become the layout unless
+        `layout` is given (refengine's records keep perf's own, whatever the engine's dict holds besides)."""
+        rec = _from_dict(cls, d, REQUEST_KEYS, f"record {d.get('request_id')!r}")
+        return rec if layout is None else dataclasses.replace(rec, layout=layout)
 
 
 @dataclass

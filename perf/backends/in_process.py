@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from cbbench.perf.backends.base import WARMUP_OUTPUT_LEN, Backend, ProgressFn, RunResult, warmup_prompts
 from cbbench.perf.knobs import engine_knobs, knob_names
-from cbbench.perf.records import ENGINE_STEP_KEYS, RequestRecord, StepRecord
+from cbbench.perf.records import ENGINE_REQUEST_KEYS, ENGINE_STEP_KEYS, RequestRecord, StepRecord
 
 if TYPE_CHECKING:
     from cbbench.perf.plan.spec import RunSpec
@@ -123,7 +123,7 @@ def run_refengine(workload: Any, *, model: str, device: str, dtype: str | None, 
             _wait_until(t0 + reqs[nxt][1].arrival_time)
             continue
         # the engine's per-request dict (`output_processor.request_metrics`) becomes a record here, at perf's edge
-        done = [RequestRecord.from_dict(o.metrics) for o in engine.step() if o.finished]
+        done = [RequestRecord.from_dict(o.metrics, ENGINE_REQUEST_KEYS) for o in engine.step() if o.finished]
         if done and nxt - len(records) >= cap:
             slot_freed = time.monotonic()
         records.extend(done)
