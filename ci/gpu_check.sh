@@ -11,7 +11,7 @@
 #   kernels       cbbench kernels --quick                  -> OUTDIR/kernels.csv                 ( 60 s)
 #   perf          cbbench perf, GPU_PERF_ARGS of ci/gpu_env.sh (sharegpt, qwen2.5-0.5b, refengine continuous /
 #                 static at up to 256 running, HF static)   -> OUTDIR/*.csv, *.json               (160 s)
-#   baseline      the perf CSV, checked by perf.results.read_csv -> results/baselines/<gpu>.csv   ( 10 s)
+#   baseline      the perf CSV, checked by perf.results.schema.read_csv -> results/baselines/<gpu>.csv   ( 10 s)
 #   bench-step    cbbench bench-step --stub-model on CUDA at 64 / 256 running (host time per step, issue 11's
 #                 1.5 ms target)                                -> OUTDIR/bench-step.log            ( 30 s)
 # --dry-run: print the plan (python found, steps, limits, commands) and run nothing; works on a CPU machine.
@@ -79,7 +79,7 @@ PERF_DIR="$OUT/perf"
 if step perf 160 "${CB[@]}" perf "${GPU_PERF_ARGS[@]}" --result-dir "$PERF_DIR" --quiet; then
   NEW=$(ls -t "$PERF_DIR"/*.csv 2>/dev/null | head -n 1)
   [[ $DRY_RUN == 1 ]] && NEW="$PERF_DIR/<newest>.csv"
-  step baseline 10 "$PY" -c "import shutil, sys; from cbbench.perf.results import read_csv; df = read_csv(sys.argv[1]); \
+  step baseline 10 "$PY" -c "import shutil, sys; from cbbench.perf.results.schema import read_csv; df = read_csv(sys.argv[1]); \
 assert len(df), 'empty perf CSV'; shutil.copyfile(sys.argv[1], sys.argv[2]); print(f'wrote {sys.argv[2]}: {len(df)} rows')" \
     "${NEW:-missing.csv}" "$BASELINE"
 fi

@@ -286,7 +286,7 @@ def test_gpu_reshape_and_cache_bf16_large():
 
 
 def test_kernel_bench_smoke_csv(tmp_path):
-    from cbbench.perf.kernel_bench import BenchShape, attention_bytes, run_kernel_bench
+    from cbbench.perf.bench.kernels import BenchShape, attention_bytes, run_kernel_bench
 
     shape = BenchShape("toy", "mixed", num_heads=4, num_kv_heads=2, head_dim=64, batch=3, context=40, prefill_len=8)
     # 2 decodes (seq_len 41) + a chunk of 8 on a context of 40 (seq_len 48): K and V of 2 * 41 + 48 positions;

@@ -1,17 +1,10 @@
 """Benchmark metrics, with vLLM `bench serve`'s definitions and key names, plus what only the engine can see.
 
-Input: one record per request (times in seconds on one clock; `None` where a peer engine cannot observe a time)
-
-    {"request_id", "prompt_len", "output_len", "arrival_time", "first_scheduled_time", "first_token_time",
-     "token_times",  # time of each output token, the first included: len == output_len (or None)
-     "finish_time", "num_preemptions", "num_cached_tokens", "finish_reason"}
-    optional: "num_recomputed_tokens"; "chunk_times" (an HTTP client: the time of each streamed content chunk,
-    used for ITL where token_times is None, since a chunk may carry several tokens)
-
-and, for the engine-side metrics, one dict per engine step
-
-    {"num_scheduled_tokens", "num_running", "num_waiting", "num_prefill_tokens", "num_decode_tokens",
-     "kv_blocks_used", "slots_held", "time"}   # slots_held: static mode only (see slot_waste)
+Input: one `RequestRecord` per request and, for the engine-side metrics, one `StepRecord` per engine step
+(perf/records.py; a mapping with the same keys is converted). Times are seconds on one clock, `None` where a source
+cannot observe a time; `token_times` holds each output token's time (len == output_len) or is None, and then
+`chunk_times` (an HTTP client: each streamed content chunk) gives ITL, since a chunk may carry several tokens;
+a step's `slots_held` is set in static mode only (see slot_waste).
 
 Client-side metrics (as vLLM `benchmarks/serve.py::calculate_metrics`):
 - completed: requests whose finish_reason is not "abort" or "error" (a failed HTTP request); only these enter
@@ -56,15 +49,14 @@ from typing import Any
 
 import numpy as np
 
+from cbbench.perf.records import REQUEST_KEYS, RequestRecord, StepRecord, as_request_record, as_step_record
+
 DEFAULT_PERCENTILES = (50.0, 90.0, 99.0)
 LATENCY_METRICS = ("ttft", "tpot", "itl", "e2el", "queue")
 GOODPUT_METRICS = ("ttft", "tpot", "e2el")
 
 NOT_COMPLETED = ("abort", "error")
-RECORD_KEYS = ("request_id", "prompt_len", "output_len", "arrival_time", "first_scheduled_time", "first_token_time",
-               "token_times", "finish_time", "num_preemptions", "num_cached_tokens", "finish_reason")
-STEP_KEYS = ("num_scheduled_tokens", "num_running", "num_waiting", "num_prefill_tokens", "num_decode_tokens",
-             "kv_blocks_used", "slots_held", "time")
+RECORD_KEYS = REQUEST_KEYS  # what every record holds
 
 
 def percentile_key(p: float) -> str:
@@ -111,30 +103,26 @@ def _stats(values_s: Sequence[float], metric: str, percentiles: Sequence[float])
     return out
 
 
-def _check_record(r: Mapping[str, Any]) -> None:
-    missing = [k for k in RECORD_KEYS if k not in r]
-    if missing:
-        raise ValueError(f"record {r.get('request_id')!r}: missing key {missing[0]!r}")
-    tt = r["token_times"]
-    if tt is not None and len(tt) != r["output_len"]:
-        raise ValueError(f"record {r['request_id']!r}: token_times holds {len(tt)} times, output_len is "
-                         f"{r['output_len']}")
+def _check_record(r: RequestRecord) -> None:
+    tt = r.token_times
+    if tt is not None and len(tt) != r.output_len:
+        raise ValueError(f"record {r.request_id!r}: token_times holds {len(tt)} times, output_len is {r.output_len}")
 
 
-def request_latencies(r: Mapping[str, Any]) -> dict[str, Any]:
+def request_latencies(r: RequestRecord) -> dict[str, Any]:
     """One request's latencies in seconds (None where a time is missing); `itl` is a list."""
-    arrival, n = r["arrival_time"], r["output_len"]
-    ttft = None if r["first_token_time"] is None else r["first_token_time"] - arrival
-    e2el = None if r["finish_time"] is None else r["finish_time"] - arrival
+    arrival, n = r.arrival_time, r.output_len
+    ttft = None if r.first_token_time is None else r.first_token_time - arrival
+    e2el = None if r.finish_time is None else r.finish_time - arrival
     tpot = (e2el - ttft) / (n - 1) if (ttft is not None and e2el is not None and n > 1) else None
-    queue = None if r["first_scheduled_time"] is None else r["first_scheduled_time"] - arrival
-    tt = r["token_times"] if r["token_times"] is not None else r.get("chunk_times")
+    queue = None if r.first_scheduled_time is None else r.first_scheduled_time - arrival
+    tt = r.token_times if r.token_times is not None else r.chunk_times
     itl = [b - a for a, b in zip(tt, tt[1:])] if tt else []
     return {"ttft": ttft, "tpot": tpot, "e2el": e2el, "queue": queue, "itl": itl}
 
 
-def compute_metrics(records: Sequence[Mapping[str, Any]], duration: float, *,
-                    steps: Sequence[Mapping[str, Any]] | None = None,
+def compute_metrics(records: Sequence[RequestRecord | Mapping[str, Any]], duration: float, *,
+                    steps: Sequence[StepRecord | Mapping[str, Any]] | None = None,
                     max_num_seqs: int | None = None, max_num_batched_tokens: int | None = None,
                     num_gpu_blocks: int | None = None,
                     metric_percentiles: Sequence[float] = DEFAULT_PERCENTILES,
@@ -143,9 +131,10 @@ def compute_metrics(records: Sequence[Mapping[str, Any]], duration: float, *,
     """Aggregate metrics of one run (see the module docstring for every definition)."""
     if not duration > 0:
         raise ValueError(f"duration must be > 0 s, got {duration}")
+    records = [as_request_record(r) for r in records]
     for r in records:
         _check_record(r)
-    done = [r for r in records if r["finish_reason"] not in NOT_COMPLETED]
+    done = [r for r in records if r.finish_reason not in NOT_COMPLETED]
     lat = [request_latencies(r) for r in done]
     pooled: dict[str, list[float]] = {m: [] for m in LATENCY_METRICS}
     for d in lat:
@@ -153,8 +142,8 @@ def compute_metrics(records: Sequence[Mapping[str, Any]], duration: float, *,
         for m in ("ttft", "tpot", "e2el", "queue"):
             if d[m] is not None:
                 pooled[m].append(d[m])
-    total_in = sum(r["prompt_len"] for r in done)
-    total_out = sum(r["output_len"] for r in done)
+    total_in = sum(r.prompt_len for r in done)
+    total_out = sum(r.output_len for r in done)
     out: dict[str, float] = {
         "completed": len(done), "failed": len(records) - len(done), "duration": float(duration),
         "total_input_tokens": total_in, "total_output_tokens": total_out,
@@ -164,18 +153,18 @@ def compute_metrics(records: Sequence[Mapping[str, Any]], duration: float, *,
     }
     for m in LATENCY_METRICS:
         out.update(_stats(pooled[m], m, metric_percentiles))
-    out["num_preemptions"] = sum(int(r["num_preemptions"] or 0) for r in done)
-    if recomputed_tokens is None and done and all("num_recomputed_tokens" in r for r in done):
-        recomputed_tokens = sum(int(r["num_recomputed_tokens"]) for r in done)
+    out["num_preemptions"] = sum(int(r.num_preemptions or 0) for r in done)
+    if recomputed_tokens is None and done and all(r.num_recomputed_tokens is not None for r in done):
+        recomputed_tokens = sum(int(r.num_recomputed_tokens or 0) for r in done)
     out["recomputed_tokens"] = math.nan if recomputed_tokens is None else recomputed_tokens
-    cached = [r["num_cached_tokens"] for r in done]
+    cached = [r.num_cached_tokens for r in done]
     out["prefix_cache_hit_rate"] = (sum(cached) / total_in if total_in and None not in cached else math.nan)
-    out.update(step_metrics(steps or [], max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens,
+    out.update(step_metrics([as_step_record(s) for s in steps or []], max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens,
                             num_gpu_blocks=num_gpu_blocks))
     return out
 
 
-def _goodput(done: Sequence[Mapping[str, Any]], lat: Sequence[dict[str, Any]],
+def _goodput(done: Sequence[RequestRecord], lat: Sequence[dict[str, Any]],
              slo_ms: Mapping[str, float] | None, duration: float) -> float:
     if not slo_ms:
         return math.nan
@@ -184,43 +173,37 @@ def _goodput(done: Sequence[Mapping[str, Any]], lat: Sequence[dict[str, Any]],
         raise ValueError(f"goodput: unknown metric {bad[0]!r}; expected one of {GOODPUT_METRICS}")
     good = 0
     for r, d in zip(done, lat):
-        values = {"ttft": d["ttft"], "e2el": d["e2el"], "tpot": d["tpot"] if r["output_len"] > 1 else 0.0}
+        values = {"ttft": d["ttft"], "e2el": d["e2el"], "tpot": d["tpot"] if r.output_len > 1 else 0.0}
         if all(values[k] is not None and values[k] * 1000.0 <= limit for k, limit in slo_ms.items()):
             good += 1
     return good / duration
 
 
-def step_metrics(steps: Sequence[Mapping[str, Any]], *, max_num_seqs: int | None = None,
+def step_metrics(steps: Sequence[StepRecord | Mapping[str, Any]], *, max_num_seqs: int | None = None,
                  max_num_batched_tokens: int | None = None, num_gpu_blocks: int | None = None) -> dict[str, float]:
     """The per-step aggregates: peak KV, slot and token-budget utilisation, static slot waste."""
     nan = math.nan
-    kv = [s["kv_blocks_used"] for s in steps if s.get("kv_blocks_used") is not None]
+    steps = [as_step_record(s) for s in steps]
+    kv = [s.kv_blocks_used for s in steps if s.kv_blocks_used is not None]
     peak = max(kv) if kv else nan
     out = {"num_steps": len(steps), "peak_kv_blocks": peak,
            "peak_kv_usage": peak / num_gpu_blocks if (kv and num_gpu_blocks) else nan}
-    out["mean_slot_utilisation"] = (float(np.mean([s["num_running"] / max_num_seqs for s in steps]))
+    out["mean_slot_utilisation"] = (float(np.mean([s.num_running / max_num_seqs for s in steps]))
                                     if steps and max_num_seqs else nan)
     out["mean_token_budget_utilisation"] = (
-        float(np.mean([s["num_scheduled_tokens"] / max_num_batched_tokens for s in steps]))
+        float(np.mean([s.num_scheduled_tokens / max_num_batched_tokens for s in steps]))
         if steps and max_num_batched_tokens else nan)
-    held = [s for s in steps if s.get("slots_held") is not None]
-    useful = sum(s["num_running"] for s in held)
-    out["slot_waste"] = sum(s["slots_held"] for s in held) / useful if useful else nan
+    held = [s for s in steps if s.slots_held is not None]
+    useful = sum(s.num_running for s in held)
+    out["slot_waste"] = sum(s.slots_held or 0 for s in held) / useful if useful else nan
     return out
 
 
-def step_utilisation(steps: Sequence[Mapping[str, Any]], max_num_seqs: int,
-                     max_num_batched_tokens: int) -> list[dict[str, float]]:
-    """Per step: time, slot utilisation and token-budget utilisation (for timelines and plots)."""
-    return [{"time": s.get("time", math.nan), "slot_utilisation": s["num_running"] / max_num_seqs,
-             "token_budget_utilisation": s["num_scheduled_tokens"] / max_num_batched_tokens} for s in steps]
-
-
-def per_request_metrics(records: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+def per_request_metrics(records: Sequence[RequestRecord | Mapping[str, Any]]) -> list[dict[str, Any]]:
     """Per-request latencies in ms, for the JSON result (one dict per record, in order)."""
     out = []
-    for r in records:
+    for r in map(as_request_record, records):
         d = request_latencies(r)
         ms = {f"{m}_ms": (None if d[m] is None else d[m] * 1000.0) for m in ("ttft", "tpot", "e2el", "queue")}
-        out.append({"request_id": r["request_id"], **ms, "itl_ms": [x * 1000.0 for x in d["itl"]]})
+        out.append({"request_id": r.request_id, **ms, "itl_ms": [x * 1000.0 for x in d["itl"]]})
     return out

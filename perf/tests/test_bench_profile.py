@@ -1,11 +1,11 @@
-"""`cbbench bench-profile`'s measuring (perf/bench_profile.py): the phase clock charges nested time exclusively, a
+"""`cbbench bench-profile`'s measuring (perf/bench/profile.py): the phase clock charges nested time exclusively, a
 real refengine run fills the phases a step has, and the instrument is gone afterwards."""
 from __future__ import annotations
 
 import time
 
 import torch
-from cbbench.perf.bench_profile import PHASES, PhaseClock, format_markdown, profile_run
+from cbbench.perf.bench.profile import PHASES, PhaseClock, format_markdown, profile_run
 
 
 def _spin(seconds: float) -> None:

@@ -10,7 +10,7 @@ import re
 import torch
 from typer.testing import CliRunner
 
-from cbbench.perf.bench_step import STUB_VOCAB, StubModel, make_decoding_engine
+from cbbench.perf.bench.step import STUB_VOCAB, StubModel, make_decoding_engine
 from cbbench.perf.cli import app
 
 
@@ -76,7 +76,7 @@ def test_stub_sampler_returns_what_the_real_sampler_would() -> None:
     """While timed, StubModel.sample stands in for the sampler's kernels: on the stub's one-hot logits the real
     greedy sampler gives exactly its ids; and the bench puts the real sampler back afterwards."""
     import refengine.model_runner as runner_module
-    from cbbench.perf.bench_step import bench_engine_step_us
+    from cbbench.perf.bench.step import bench_engine_step_us
     from refengine.sampler import SamplingMetadata, sample
 
     stub = StubModel(hidden_size=8)

@@ -9,7 +9,7 @@ import sys
 import pytest
 from typer.testing import CliRunner
 
-from cbbench.perf import cli
+from cbbench.perf.cli import main as cli
 
 TINY = ["--workload", "fixed", "--workload-param", "input_len=8,output_len=4", "--num-prompts", "3",
         "--max-num-seqs", "2", "--warmup", "1", "--cpu-threads", "0", "--quiet", "--peers", "none",
@@ -39,11 +39,11 @@ def one_line(res) -> str:
     (["--max-model-len", "64,8"], "under max_model_len=8"),
 ])
 def test_perf_bad_input_is_one_line_exit_2_and_nothing_runs(tmp_path, monkeypatch, args, needle):
-    from cbbench.perf import perf_cmd
+    from cbbench.perf.backends import in_process
 
     def never(*a, **k):
         raise AssertionError("a run started")
-    monkeypatch.setattr(perf_cmd, "run_refengine", never)
+    monkeypatch.setattr(in_process, "run_refengine", never)
     res = invoke("perf", *TINY, "--result-dir", str(tmp_path), *args)
     assert res.exit_code == 2, res.output
     assert needle in one_line(res)
@@ -51,9 +51,9 @@ def test_perf_bad_input_is_one_line_exit_2_and_nothing_runs(tmp_path, monkeypatc
 
 
 def test_unwritable_result_dir_fails_before_the_run(tmp_path, monkeypatch):
-    from cbbench.perf import perf_cmd
+    from cbbench.perf.backends import in_process
 
-    monkeypatch.setattr(perf_cmd, "run_refengine", lambda *a, **k: pytest.fail("a run started"))
+    monkeypatch.setattr(in_process, "run_refengine", lambda *a, **k: pytest.fail("a run started"))
     blocker = tmp_path / "a-file"
     blocker.write_text("")
     res = invoke("perf", *TINY, "--result-dir", str(blocker / "sub"))

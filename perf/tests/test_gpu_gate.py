@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from cbbench.perf.compare import DIRECTIONS
-from cbbench.perf.gate import read_tolerance_file
+from cbbench.perf.results.compare import DIRECTIONS
+from cbbench.perf.results.gate import read_tolerance_file
 
 REPO = Path(__file__).resolve().parents[2]
 GATE = "ci/gpu_gate.sh"

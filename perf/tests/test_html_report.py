@@ -19,7 +19,7 @@ import pytest
 from typer.testing import CliRunner
 
 from cbbench.perf.cli import app
-from cbbench.perf.html_report import latency_values, load_run, render_html
+from cbbench.perf.report.html import latency_values, load_run, render_html
 
 TINY = ["--workload", "fixed", "--workload-param", "input_len=8,output_len=4", "--num-prompts", "3",
         "--max-num-seqs", "2", "--warmup", "1", "--cpu-threads", "0", "--quiet", "--peers", "none",

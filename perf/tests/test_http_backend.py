@@ -14,11 +14,11 @@ import pytest
 from typer.testing import CliRunner
 
 from cbbench.perf.cli import app
-from cbbench.perf.fake_openai_server import BAD_PROMPT_TOKEN, NUM_GPU_BLOCKS, FakeOpenAIServer
-from cbbench.perf.http_client import HttpTarget, build_payload, chunk_content
-from cbbench.perf.http_runner import run_http
-from cbbench.perf.results import read_csv
-from cbbench.perf.server_metrics import kv_usage, parse_prometheus
+from cbbench.perf.backends.fake_openai_server import BAD_PROMPT_TOKEN, NUM_GPU_BLOCKS, FakeOpenAIServer
+from cbbench.perf.backends.http_client import HttpTarget, build_payload, chunk_content
+from cbbench.perf.backends.openai import run_http
+from cbbench.perf.results.schema import read_csv
+from cbbench.perf.backends.server_metrics import kv_usage, parse_prometheus
 from cbbench.workloads.base import Workload, WorkloadRequest
 
 INPUT_LEN, OUTPUT_LEN, NUM_PROMPTS = 8, 5, 6
@@ -116,7 +116,7 @@ def test_failed_requests_are_counted_not_fatal(server):
     assert r.error is None
     m = r.metrics(metric_percentiles=[50], goodput=None)
     assert m["completed"] == 3 and m["failed"] == 2 and m["total_output_tokens"] == 12
-    assert all("HTTP 400" in f["error"] and "prompt" in f["error"] for f in r.failures)
+    assert all("HTTP 400" in f.error and "prompt" in f.error for f in r.failures)
 
 
 def test_unreachable_server_is_a_failed_row(tmp_path):
@@ -154,20 +154,20 @@ def test_engine_knobs_are_refused_with_an_http_backend(server, tmp_path):
 
 def test_in_process_max_concurrency_caps_requests_in_flight():
     """The same --max-concurrency in-process: never more than `cap` requests in the engine, all finish."""
-    from cbbench.perf.runner import run_refengine
+    from cbbench.perf.backends.in_process import run_refengine
 
     cap = 2
     w = _workload([[7 + i] * 8 for i in range(5)], output_len=4)
     r = run_refengine(w, model="tiny-qwen2", device="cpu", dtype=None, seed=0, batching="continuous",
                       knobs={"max_num_seqs": 4}, warmup=0, max_concurrency=cap)
-    assert [rec["output_len"] for rec in r.records] == [4] * 5
-    assert max(s["num_running"] + s["num_waiting"] for s in r.steps) == cap
+    assert [rec.output_len for rec in r.records] == [4] * 5
+    assert max(s.num_running + s.num_waiting for s in r.steps) == cap
 
 
 def test_compare_in_process_against_http(server, tmp_path):
     """The server's overhead is a `compare` of an in-process run and an HTTP run of the same workload: with
     `--ignore-key server` their rows match on the model and the load; without it they are different configs."""
-    from cbbench.perf.compare import compare
+    from cbbench.perf.results.compare import compare
 
     inproc_dir, http_dir = tmp_path / "inproc", tmp_path / "http"
     common = [*FIXED, "--model", "tiny-qwen2", "--max-concurrency", "3"]
@@ -182,7 +182,7 @@ def test_compare_in_process_against_http(server, tmp_path):
     rows, _ = compare(inproc[inproc.batching == "continuous"], read_csv(http_csv), ignore_key=["server"])
     assert rows and {r["status"] for r in rows} <= {"ok", "improved", "regressed", "n/a"}
     assert {r["metric"] for r in rows} >= {"output_throughput", "mean_ttft_ms"}
-    from cbbench.perf.compare import NoCommonConfigs
+    from cbbench.perf.results.compare import NoCommonConfigs
 
     with pytest.raises(NoCommonConfigs, match="0 configurations in common"):  # the full key: nothing matches
         compare(inproc_csv, http_csv)
@@ -210,5 +210,5 @@ def test_without_usage_counts_fall_back_to_the_tokenizer_then_chunks():
     with FakeOpenAIServer(with_usage=False) as s:
         by_tok = run_http(w, HttpTarget("openai", s.base_url, "fake-model"), tokenizer=_WordTokenizer(), warmup=0)
         by_chunk = run_http(w, HttpTarget("openai", s.base_url, "fake-model"), tokenizer=None, warmup=0)
-    assert {(r["output_len"], r["output_len_source"]) for r in by_tok.records} == {(4, "tokenizer")}
-    assert {(r["output_len"], r["output_len_source"]) for r in by_chunk.records} == {(n, "chunks")}
+    assert {(r.output_len, r.output_len_source) for r in by_tok.records} == {(4, "tokenizer")}
+    assert {(r.output_len, r.output_len_source) for r in by_chunk.records} == {(n, "chunks")}

@@ -20,9 +20,9 @@ import pytest
 from typer.testing import CliRunner
 
 from cbbench.perf.cli import app
-from cbbench.perf.http_client import HttpTarget
-from cbbench.perf.http_runner import run_http
-from cbbench.perf.results import read_csv
+from cbbench.perf.backends.http_client import HttpTarget
+from cbbench.perf.backends.openai import run_http
+from cbbench.perf.results.schema import read_csv
 from cbbench.workloads.base import Workload, WorkloadRequest
 
 MAX_NUM_SEQS = 64
@@ -113,7 +113,7 @@ def test_64_concurrent_streams_all_finish(served):
     assert r.error is None, r.error
     m = r.metrics(metric_percentiles=[50], goodput=None)
     assert m["completed"] == NUM_STREAMS and m["failed"] == 0
-    assert [rec["output_len"] for rec in r.records] == [8] * NUM_STREAMS
+    assert [rec.output_len for rec in r.records] == [8] * NUM_STREAMS
     assert m["num_preemptions"] == 0 and 0 < m["peak_kv_usage"] <= 1  # read from the server's /metrics
     assert not math.isnan(m["mean_itl_ms"])
 

@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from cbbench.perf import perf_cmd
+from cbbench.perf.backends import in_process
 from cbbench.perf.cli import app
-from cbbench.perf.like import load_like
-from cbbench.perf.results import config_key, read_csv
+from cbbench.perf.results.like import load_like
+from cbbench.perf.results.schema import config_key, read_csv
 
 ROOT = Path(__file__).resolve().parents[2]
 BASELINE = ROOT / "results" / "baselines" / "cpu.csv"
@@ -70,8 +70,8 @@ def test_like_on_a_sweep_with_peers(tmp_path, monkeypatch):
     assert sorted((e, m, k.get("max_num_batched_tokens")) for e, m, k in plan.entries) == [
         ("hf-static", "static", None), ("refengine", "continuous", 16), ("refengine", "continuous", 64)]
     seen = []
-    real = perf_cmd.run_refengine
-    monkeypatch.setattr(perf_cmd, "run_refengine", lambda *a, **k: seen.append(k["knobs"]) or real(*a, **k))
+    real = in_process.run_refengine
+    monkeypatch.setattr(in_process, "run_refengine", lambda *a, **k: seen.append(k["knobs"]) or real(*a, **k))
     again = tmp_path / "again.csv"
     assert invoke("perf", "--like", str(made), "--output", str(again), "--quiet").exit_code == 0
     assert sorted(k["max_num_batched_tokens"] for k in seen) == [16, 64] and seen[0]["num_gpu_blocks"]

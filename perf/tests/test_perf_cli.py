@@ -11,7 +11,7 @@ import pytest
 from typer.testing import CliRunner
 
 from cbbench.perf.cli import app
-from cbbench.perf.results import COLUMNS, read_csv
+from cbbench.perf.results.schema import COLUMNS, read_csv
 
 TINY = ["--workload", "fixed", "--workload-param", "input_len=8,output_len=4", "--num-prompts", "3",
         "--max-num-seqs", "2", "--warmup", "1", "--cpu-threads", "0", "--quiet"]

@@ -9,7 +9,7 @@ import math
 import pytest
 from rich.console import Console
 
-from cbbench.perf.report import COLUMNS, print_perf_table
+from cbbench.perf.report.table import COLUMNS, print_perf_table
 from cbbench.workloads.base import Workload, WorkloadRequest
 
 NARROW, WIDE = 80, 200

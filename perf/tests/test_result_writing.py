@@ -8,9 +8,10 @@ import pandas as pd
 import pytest
 from typer.testing import CliRunner
 
-from cbbench.perf import perf_cmd, results
+from cbbench.perf.backends import in_process
+from cbbench.perf.results import schema as results
 from cbbench.perf.cli import app
-from cbbench.perf.results import read_csv, write_csv
+from cbbench.perf.results.schema import read_csv, write_csv
 
 TINY = ["--workload", "fixed", "--workload-param", "input_len=8,output_len=4", "--num-prompts", "3",
         "--max-num-seqs", "2", "--warmup", "1", "--cpu-threads", "0", "--quiet", "--peers", "none",
@@ -23,7 +24,7 @@ def invoke(*args):
 
 def test_interrupt_keeps_finished_runs_and_resume_completes(tmp_path, monkeypatch):
     out = tmp_path / "run.csv"
-    real = perf_cmd.run_refengine
+    real = in_process.run_refengine
     calls = []
 
     def second_run_interrupted(*a, **k):
@@ -31,7 +32,7 @@ def test_interrupt_keeps_finished_runs_and_resume_completes(tmp_path, monkeypatc
         if len(calls) == 2:
             raise KeyboardInterrupt
         return real(*a, **k)
-    monkeypatch.setattr(perf_cmd, "run_refengine", second_run_interrupted)
+    monkeypatch.setattr(in_process, "run_refengine", second_run_interrupted)
     res = invoke("perf", *TINY, "--output", str(out), "--label", "try1")
     assert res.exit_code == 130
     line = res.stderr.strip().splitlines()
@@ -62,7 +63,7 @@ def test_interrupt_keeps_finished_runs_and_resume_completes(tmp_path, monkeypatc
 
 def test_output_is_not_overwritten_and_resume_checks_the_workload(tmp_path, monkeypatch):
     out = tmp_path / "run.csv"
-    monkeypatch.setattr(perf_cmd, "run_refengine", lambda *a, **k: pytest.fail("a run started"))
+    monkeypatch.setattr(in_process, "run_refengine", lambda *a, **k: pytest.fail("a run started"))
     write_csv(out, [])
     res = invoke("perf", *TINY, "--output", str(out))
     assert res.exit_code == 2 and "exists; add --resume" in res.stderr
@@ -108,7 +109,7 @@ def test_atomic_write_keeps_the_old_file_when_writing_fails(tmp_path, monkeypatc
 
 
 def test_two_runs_in_one_second_get_two_files(tmp_path):
-    from cbbench.perf.perf_cmd import _fresh
+    from cbbench.perf.plan.build import _fresh
 
     first = _fresh(tmp_path, "fixed-20250101-000000")
     write_csv(first, [])

@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 
 from cbbench.perf.metrics import compute_metrics
-from cbbench.perf.runner import step_dicts
-from cbbench.perf.timeline import TIMELINE_OUTPUT_LENS, TIMELINE_PROMPT_LENS, Cell, assign_slots, utilisation
+from cbbench.perf.backends.in_process import step_records
+from cbbench.perf.report.timeline import TIMELINE_OUTPUT_LENS, TIMELINE_PROMPT_LENS, Cell, assign_slots, utilisation
 
 MAX_NUM_SEQS = 3
 NUM_REQUESTS = 8
@@ -80,7 +80,7 @@ def _old_assign_slots(steps, prefills, batching: str) -> list[Cell]:
 
 
 def _old_slots_held(steps, batching: str) -> list[tuple[int | None, int]]:
-    """perf/runner.py's step_dicts before: (slots_held, num_running) per step."""
+    """perf/runner.py's step_dicts (now step_records) before: (slots_held, num_running) per step."""
     out, batch = [], set()
     for s in steps:
         if batching != "static":
@@ -120,7 +120,7 @@ def test_step_dicts_carry_the_timeline(runs, mode):
     import json
 
     steps, _ = runs[mode]
-    dicts = json.loads(json.dumps(step_dicts(steps)))
+    dicts = json.loads(json.dumps([s.to_dict() for s in step_records(steps)]))
     assert assign_slots(dicts, MAX_NUM_SEQS) == assign_slots(steps, MAX_NUM_SEQS)
     assert all((d["batch_id"] is None) == (mode != "static") for d in dicts)
 
@@ -128,9 +128,9 @@ def test_step_dicts_carry_the_timeline(runs, mode):
 @pytest.mark.parametrize("mode", MODES)
 def test_slot_waste_equals_the_old_way(runs, mode):
     steps, _ = runs[mode]
-    dicts = step_dicts(steps)
-    assert [(d["slots_held"], d["num_running"]) for d in dicts] == _old_slots_held(steps, mode)
-    m = compute_metrics([], 1.0, steps=dicts, max_num_seqs=MAX_NUM_SEQS, max_num_batched_tokens=64)
+    records = step_records(steps)
+    assert [(d.slots_held, d.num_running) for d in records] == _old_slots_held(steps, mode)
+    m = compute_metrics([], 1.0, steps=records, max_num_seqs=MAX_NUM_SEQS, max_num_batched_tokens=64)
     if mode == "static":
         old = _old_slots_held(steps, mode)
         assert m["slot_waste"] == pytest.approx(sum(h for h, _ in old) / sum(n for _, n in old))

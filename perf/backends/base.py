@@ -1,0 +1,116 @@
+"""The `Backend` protocol every perf backend implements, the `RunResult` it returns, and the registry by name.
+
+A backend is a class with `run(spec, progress) -> RunResult`, registered with `Backend.register(name, kind)` (as
+GuideLLM's `Backend.register`); `cbbench perf --backend NAME` (kinds "engine" and "server") and `--peers NAME`
+(kind "peer") find it here. Adding a backend is one new module in backends/ that registers its class, plus its
+import in backends/registry.py. What each kind means to the plan:
+- "engine": in process, swept over batching modes x engine knob sets; the peers may run beside it;
+- "server": a server reached over HTTP; its knobs and modes are its own, so one run per load point;
+- "peer": another engine on refengine's weights, run beside an "engine" backend (`--peers`).
+Replay rules the same for every backend, so the rows compare: greedy, `ignore_eos`, each request generating its own
+`output_len`; a warm-up of short synthetic requests (`warmup_prompts`) first, left out of every record and step.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, ClassVar
+
+import numpy as np
+
+from cbbench.perf.records import RequestRecord, StepRecord
+
+if TYPE_CHECKING:
+    from cbbench.perf.plan.spec import RunSettings, RunSpec
+
+# Synthetic warm-up prompts: short, and drawn far from the workloads' token ids so they never seed the prefix cache
+WARMUP_PROMPT_LEN = 16
+WARMUP_OUTPUT_LEN = 4
+_WARMUP_TOKEN_RANGE = (50_000, 60_000)
+KINDS = ("engine", "server", "peer")
+
+ProgressFn = Callable[[int], None]  # called with the number of requests that finished since the last call
+
+
+@dataclass
+class RunResult:
+    """One measured run of one configuration (`error` set, and nothing else, when it could not run)."""
+
+    engine: str                          # the backend's name: "refengine" | "hf-static" | "hf-cb" | "openai" ...
+    batching: str
+    knobs: dict[str, Any]                # the knobs that define this configuration (CSV config columns)
+    records: list[RequestRecord] = field(default_factory=list)
+    steps: list[StepRecord] = field(default_factory=list)  # empty where the engine's steps cannot be seen
+    duration: float = math.nan
+    max_num_seqs: int | None = None
+    max_num_batched_tokens: int | None = None
+    num_gpu_blocks: int | None = None
+    error: str | None = None
+
+    def metrics(self, *, metric_percentiles: Sequence[float], goodput: Mapping[str, float] | None) -> dict[str, Any]:
+        from cbbench.perf.metrics import compute_metrics
+
+        return compute_metrics(self.records, self.duration, steps=self.steps, max_num_seqs=self.max_num_seqs,
+                               max_num_batched_tokens=self.max_num_batched_tokens,
+                               num_gpu_blocks=self.num_gpu_blocks, metric_percentiles=metric_percentiles,
+                               goodput=goodput)
+
+
+class Backend:
+    """What drives one run of a plan. Subclasses set `name` and `kind` through `Backend.register` and implement
+    `run`; the constructor takes the plan's `RunSettings` and raises ValueError for settings it cannot serve (so a
+    bad option fails while the plan is built, before anything runs)."""
+
+    name: ClassVar[str] = ""
+    kind: ClassVar[str] = "engine"
+    _registry: ClassVar[dict[str, type[Backend]]] = {}
+
+    def __init__(self, settings: RunSettings) -> None:
+        self.settings = settings
+
+    @classmethod
+    def register(cls, name: str, kind: str = "engine") -> Callable[[type[Backend]], type[Backend]]:
+        """Class decorator: `@Backend.register("openai", kind="server")`."""
+        if kind not in KINDS:
+            raise ValueError(f"kind: expected one of {', '.join(KINDS)}, got {kind!r}")
+
+        def add(backend: type[Backend]) -> type[Backend]:
+            backend.name, backend.kind = name, kind
+            cls._registry[name] = backend
+            return backend
+        return add
+
+    @classmethod
+    def names(cls, *kinds: str) -> list[str]:
+        """The registered names of these kinds, in registration order."""
+        return [n for n, b in cls._registry.items() if b.kind in kinds]
+
+    @classmethod
+    def get(cls, name: str) -> type[Backend]:
+        return cls._registry[name]
+
+    def run(self, spec: RunSpec, progress: ProgressFn | None = None) -> RunResult:
+        raise NotImplementedError
+
+    def row_config(self, result: RunResult) -> tuple[dict[str, Any], str]:
+        """The CSV's configuration cells of a result (knobs and dtype) and its device column."""
+        return {**result.knobs, "dtype": self.settings.dtype_name}, self.settings.device
+
+    def notes(self, key: tuple[str, str, str], result: RunResult) -> list[str]:
+        """Lines printed under the table about this run (failed requests, ...)."""
+        return []
+
+
+def warmup_prompts(n: int, seed: int) -> list[list[int]]:
+    """Prompts of 1-4 x WARMUP_PROMPT_LEN tokens: with staggered output lengths (WARMUP_OUTPUT_LEN + i) the warm-up
+    meets every decode batch size from n down to 1 and several prefill shapes, so that the first measured run does
+    not pay for first-use kernel selection (measured here: without it, whichever mode ran first was ~10% slower)."""
+    rng = np.random.default_rng(seed + 7919)
+    return [rng.integers(*_WARMUP_TOKEN_RANGE, size=WARMUP_PROMPT_LEN * (1 + i % 4)).tolist() for i in range(n)]
+
+
+def warmup_lengths(n: int, seed: int) -> list[tuple[int, int]]:
+    """(prompt_len, output_len) of each warm-up request, for the checks made before a sweep runs."""
+    return [(len(p), WARMUP_OUTPUT_LEN + i) for i, p in enumerate(warmup_prompts(n, seed))]

@@ -1,0 +1,211 @@
+"""The peers of a perf run, on refengine's own weights (`to_hf_model`), prompts, output lengths and concurrency.
+
+- `hf-static`: Hugging Face `model.generate` on batches of `max_num_seqs` prompts in arrival order, left-padded,
+  greedy, every member generating the batch's longest output (`min_new_tokens == max_new_tokens`, no EOS), so
+  nobody stops early. Only each request's own `output_len` tokens count as output; the rest is static batching's
+  waste, reported as `slot_waste` from synthetic per-step records (slots held = batch size, running = members whose
+  own output is not yet complete). A streamer stamps every generated position (all members of a batch get their
+  n-th token at the same time); a request finishes, as its caller sees it, when its batch returns.
+- `hf-cb`: transformers' continuous batching (`init_continuous_batching`, one `add_request` per request with its
+  own `max_new_tokens`, EOS disabled); `max_requests_per_batch = max_num_seqs`, `max_batch_tokens =
+  max_num_batched_tokens`, and an explicit `num_blocks` / `page_size` (its default sizing takes ~10 GB on a CPU).
+  Per-token timestamps come from `record_timestamps=True` (time.perf_counter, the same clock as monotonic on Linux;
+  the run keeps to perf_counter throughout anyway).
+
+Both return `base.RunResult`; a peer that fails returns one with `error` set instead of raising. Each is a "peer"
+backend (`HfStaticBackend`, `HfCbBackend`), run beside refengine when `--peers` names it.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from cbbench.perf.backends.base import Backend, ProgressFn, RunResult, warmup_prompts
+from cbbench.perf.records import PEER_STEP_KEYS, RequestRecord, StepRecord
+
+if TYPE_CHECKING:
+    from cbbench.perf.plan.spec import RunSpec
+
+HF_CB_PAGE_SIZE = 16  # tokens per page; refengine's default block size, so the cache granularity is alike
+HF_CB_TIMEOUT_S = 600.0  # no result for this long: the generation thread is taken as hung
+# on a CPU it logs an ERROR for the missing optional psutil; a real failure reaches us as a result's error
+_CB_LOGGER = "ContinuousBatchingLogger"
+
+
+def hf_model(model: str, *, device: str, dtype: str | None, seed: int, attn_implementation: str = "sdpa"):
+    """A transformers model holding the weights refengine loads for (model, dtype, seed): a preset's random draw
+    is a pure function of its seed, a folder is read again."""
+    from refengine.loader import load_model, to_hf_model
+
+    ref, config = load_model(model, device=device, dtype=dtype, seed=seed)
+    return to_hf_model(ref, config, attn_implementation=attn_implementation)
+
+
+def _record(rid: str, r: Any, arrival: float, token_times: list[float], finish: float,
+            first_scheduled: float | None) -> RequestRecord:
+    return RequestRecord(rid, r.prompt_len, r.output_len, arrival, first_scheduled, token_times[0], token_times,
+                         finish, num_preemptions=0, num_cached_tokens=None, finish_reason="length")
+
+
+class _StampStreamer:
+    """`generate(streamer=...)`: put() is called once with the prompt, then once per generated position."""
+
+    def __init__(self) -> None:
+        self.times: list[float] = []
+        self._prompt_seen = False
+
+    def put(self, value: torch.Tensor) -> None:
+        if not self._prompt_seen:
+            self._prompt_seen = True
+            return
+        self.times.append(time.perf_counter())
+
+    def end(self) -> None:
+        pass
+
+
+def _generate_batch(model: Any, prompts: Sequence[list[int]], new_tokens: int, pad_id: int) -> list[float]:
+    width = max(len(p) for p in prompts)
+    dev = model.device
+    ids = torch.tensor([[pad_id] * (width - len(p)) + p for p in prompts], device=dev)
+    mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts], device=dev)
+    streamer = _StampStreamer()
+    # streamers take batch size 1 only through TextStreamer's checks; ours accepts any batch
+    model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=new_tokens, min_new_tokens=new_tokens,
+                   do_sample=False, eos_token_id=None, pad_token_id=pad_id, streamer=streamer)
+    if dev.type == "cuda":
+        torch.cuda.synchronize(dev)
+    return streamer.times
+
+
+def run_hf_static(workload: Any, model: str, *, device: str, dtype: str | None, max_num_seqs: int,
+                  warmup: int = 2, seed: int = 0, progress: ProgressFn | None = None) -> RunResult:
+    res = RunResult("hf-static", "static", {"max_num_seqs": max_num_seqs}, max_num_seqs=max_num_seqs)
+    try:
+        hf = hf_model(model, device=device, dtype=dtype, seed=seed)
+        hf.generation_config.eos_token_id = None
+        pad_id = 0
+        with torch.inference_mode():
+            if warmup:
+                _generate_batch(hf, warmup_prompts(min(warmup, max_num_seqs), seed), 4, pad_id)
+            order = sorted(range(len(workload.requests)), key=lambda i: workload.requests[i].arrival_time)
+            t0 = time.perf_counter()
+            end = t0
+            for b in range(0, len(order), max_num_seqs):
+                idx = order[b:b + max_num_seqs]
+                reqs = [workload.requests[i] for i in idx]
+                # a batch starts once its last member has arrived and the previous batch has returned
+                start = max(end, t0 + max(r.arrival_time for r in reqs))
+                time.sleep(max(0.0, start - time.perf_counter()))
+                start = time.perf_counter()
+                longest = max(r.output_len for r in reqs)
+                times = _generate_batch(hf, [r.prompt_token_ids for r in reqs], longest, pad_id)
+                end = time.perf_counter()
+                for i, r in zip(idx, reqs):
+                    res.records.append(_record(str(i), r, t0 + r.arrival_time, times[:r.output_len], end, start))
+                res.steps.extend(StepRecord(t, len(reqs), sum(r.output_len > k for r in reqs), 0, None, None, None,
+                                            slots_held=len(reqs), layout=PEER_STEP_KEYS)
+                                 for k, t in enumerate(times))
+                if progress:
+                    progress(len(reqs))
+        res.records.sort(key=lambda r: int(r.request_id))
+        res.duration = end - t0
+    except Exception as e:  # a peer's failure is a row in the table, not the end of the run
+        return RunResult("hf-static", "static", res.knobs, error=f"{type(e).__name__}: {e}")
+    return res
+
+
+def run_hf_cb(workload: Any, model: str, *, device: str, dtype: str | None, max_num_seqs: int,
+              max_num_batched_tokens: int | None, warmup: int = 2, seed: int = 0, progress: ProgressFn | None = None) -> RunResult:
+    knobs = {"max_num_seqs": max_num_seqs, "max_num_batched_tokens": max_num_batched_tokens}
+    res = RunResult("hf-cb", "continuous", knobs, max_num_seqs=max_num_seqs)
+    manager = None
+    try:
+        from transformers import GenerationConfig
+        from transformers.generation.configuration_utils import ContinuousBatchingConfig
+
+        reqs = workload.requests
+        max_len = max(r.prompt_len + r.output_len for r in reqs)
+        batch_tokens = max_num_batched_tokens or 2048
+        # enough pages for every request in flight at its full length, plus one page each of slack
+        num_blocks = max_num_seqs * (math.ceil(max_len / HF_CB_PAGE_SIZE) + 1)
+        gen = GenerationConfig(do_sample=False, max_new_tokens=max(r.output_len for r in reqs), eos_token_id=-1,
+                               pad_token_id=0)
+        cb = ContinuousBatchingConfig(num_blocks=num_blocks, max_batch_tokens=batch_tokens, page_size=HF_CB_PAGE_SIZE,
+                                      max_requests_per_batch=max_num_seqs, seed=seed)
+        hf = hf_model(model, device=device, dtype=dtype, seed=seed)
+        logging.getLogger(_CB_LOGGER).setLevel(logging.CRITICAL)
+        manager = hf.init_continuous_batching(generation_config=gen, continuous_batching_config=cb)
+        manager.start()
+        if warmup:
+            for j, p in enumerate(warmup_prompts(warmup, seed)):
+                manager.add_request(p, request_id=f"warmup-{j}", max_new_tokens=4)
+            _collect(manager, warmup, lambda out: None)
+        order = sorted(range(len(reqs)), key=lambda i: reqs[i].arrival_time)
+        t0 = time.perf_counter()
+        for i in order:  # the generation thread runs meanwhile
+            time.sleep(max(0.0, t0 + reqs[i].arrival_time - time.perf_counter()))
+            manager.add_request(reqs[i].prompt_token_ids, request_id=str(i), max_new_tokens=reqs[i].output_len,
+                                record_timestamps=True)
+
+        def done(out: Any) -> None:
+            r, i = reqs[int(out.request_id)], out.request_id
+            if out.error is not None:
+                raise RuntimeError(f"request {i}: {out.error}")
+            if len(out.generated_tokens) != r.output_len:
+                raise RuntimeError(f"request {i}: {len(out.generated_tokens)} tokens, asked for {r.output_len}")
+            times = list(out.timestamps)
+            res.records.append(_record(i, r, t0 + r.arrival_time, times, times[-1], out.lifespan[0]))
+            if progress:
+                progress(1)
+
+        _collect(manager, len(reqs), done)
+        res.records.sort(key=lambda r: int(r.request_id))
+        res.duration = max(r.finish_time for r in res.records) - t0
+    except Exception as e:
+        return RunResult("hf-cb", "continuous", knobs, error=f"{type(e).__name__}: {e}"[:300])
+    finally:
+        if manager is not None:
+            manager.stop(block=True, timeout=10)
+            manager.destroy()
+    return res
+
+
+def _collect(manager: Any, n: int, on_finished) -> None:
+    got = 0
+    while got < n:
+        out = manager.get_result(timeout=HF_CB_TIMEOUT_S)
+        if out is None:
+            raise RuntimeError("transformers' continuous batching returned no result (generation thread stopped)")
+        if out.is_finished():
+            on_finished(out)
+            got += 1
+
+
+@Backend.register("hf-static", kind="peer")
+class HfStaticBackend(Backend):
+    """Hugging Face `generate`, static batches of `max_num_seqs`."""
+
+    def run(self, spec: RunSpec, progress: ProgressFn | None = None) -> RunResult:
+        st = self.settings
+        return run_hf_static(spec.workload, st.model, device=st.device, dtype=st.dtype,
+                             max_num_seqs=spec.knobs["max_num_seqs"], warmup=st.warmup, seed=st.seed,
+                             progress=progress)
+
+
+@Backend.register("hf-cb", kind="peer")
+class HfCbBackend(Backend):
+    """transformers' continuous batching (`generate_batch`'s manager)."""
+
+    def run(self, spec: RunSpec, progress: ProgressFn | None = None) -> RunResult:
+        st = self.settings
+        return run_hf_cb(spec.workload, st.model, device=st.device, dtype=st.dtype,
+                         max_num_seqs=spec.knobs["max_num_seqs"],
+                         max_num_batched_tokens=spec.knobs.get("max_num_batched_tokens"), warmup=st.warmup,
+                         seed=st.seed, progress=progress)

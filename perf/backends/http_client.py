@@ -1,0 +1,214 @@
+"""`cbbench perf --backend openai|openai-chat`: replay a workload against an OpenAI-compatible HTTP server.
+
+The request shapes are those of vLLM's `bench serve` (`vllm/benchmarks/lib/endpoint_request_func.py`):
+- openai: POST /v1/completions with the prompt as token ids (`--prompt-format ids`, the default: the server sees
+  exactly the in-process run's prompt) or as text, `max_tokens` = the workload's output length;
+- openai-chat: POST /v1/chat/completions, one user message holding the prompt's text, `max_completion_tokens`;
+- both: `stream: true`, `stream_options.include_usage`, `temperature: 0` (greedy) and vLLM's `ignore_eos: true`, so
+  an engine that honours it generates exactly the workload's output lengths; `ignore_eos=False` leaves the field
+  out for servers that refuse unknown fields (transformers serve answers 422), and outputs may then be shorter.
+
+What is measured (one clock, `time.perf_counter()`, per request):
+- arrival_time: when the request is sent (after `--max-concurrency`'s wait, as vLLM measures);
+- a *content chunk* is a streamed choice that carries a token: a non-empty text / delta content, or (completions)
+  an empty text that is not only a finish marker (vLLM: "text could be empty here, e.g. for special tokens");
+  the chat role announcement and a trailing finish-only chunk are not content;
+- first_token_time = the first content chunk (TTFT), `chunk_times` = every content chunk (ITL = their gaps),
+  finish_time = the last content chunk;
+- output_len = the server's `usage.completion_tokens`, else the tokenizer's count of the generated text (vLLM's
+  fallback); prompt_len = `usage.prompt_tokens`, else the workload's; num_cached_tokens =
+  `usage.prompt_tokens_details.cached_tokens` where the server reports it.
+A request that fails (connection error, HTTP error, a stream without content) is a record with finish_reason
+"error" and its message: it is counted in `failed` and left out of every statistic; the run goes on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+import os
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import aiohttp
+
+from cbbench.perf.records import HTTP_ERROR_KEYS, HTTP_REQUEST_KEYS, RequestRecord
+
+ENDPOINTS = {"openai": "/v1/completions", "openai-chat": "/v1/chat/completions"}
+PROMPT_FORMATS = ("ids", "text")
+ERROR_TEXT_CHARS = 300   # how much of a failed response body a record keeps
+
+
+@dataclass(frozen=True)
+class HttpTarget:
+    """Where and how to send requests."""
+
+    backend: str                 # "openai" | "openai-chat"
+    base_url: str                # http://host:port (a trailing /v1 is accepted)
+    model: str                   # the served model name
+    prompt_format: str = "ids"   # "ids" | "text" (openai-chat always sends text)
+    ignore_eos: bool = True      # send vLLM's ignore_eos (exact output lengths)
+    timeout_s: float = 6 * 3600  # per request, as vLLM's AIOHTTP_TIMEOUT
+
+    def __post_init__(self) -> None:
+        if self.backend not in ENDPOINTS:
+            raise ValueError(f"backend: unknown {self.backend!r}; expected refengine, {', '.join(ENDPOINTS)}")
+        if not self.base_url.startswith(("http://", "https://")):
+            raise ValueError(f"base_url: expected http://HOST:PORT, got {self.base_url!r}")
+        if self.prompt_format not in PROMPT_FORMATS:
+            raise ValueError(f"prompt_format: expected one of {PROMPT_FORMATS}, got {self.prompt_format!r}")
+        if self.backend == "openai-chat" and self.prompt_format == "ids":
+            object.__setattr__(self, "prompt_format", "text")  # a chat message has no token-id form
+        if not self.timeout_s > 0:
+            raise ValueError(f"timeout_s must be > 0, got {self.timeout_s}")
+
+    @property
+    def root(self) -> str:
+        return self.base_url.rstrip("/").removesuffix("/v1")
+
+    @property
+    def url(self) -> str:
+        return self.root + ENDPOINTS[self.backend]
+
+
+def build_payload(target: HttpTarget, prompt: str | list[int], output_len: int) -> dict[str, Any]:
+    """One streaming request body, in vLLM `bench serve`'s shape (see the module docstring)."""
+    common = {"model": target.model, "stream": True, "stream_options": {"include_usage": True},
+              "temperature": 0.0, **({"ignore_eos": True} if target.ignore_eos else {})}
+    if target.backend == "openai":
+        return {**common, "prompt": prompt, "max_tokens": output_len}
+    # max_tokens too: servers that predate max_completion_tokens read only that
+    return {**common, "messages": [{"role": "user", "content": prompt}], "max_completion_tokens": output_len,
+            "max_tokens": output_len}
+
+
+def _headers() -> dict[str, str]:
+    key = os.environ.get("OPENAI_API_KEY")
+    return {"Authorization": f"Bearer {key}"} if key else {}
+
+
+def chunk_content(backend: str, choice: dict[str, Any]) -> str | None:
+    """The text of a streamed choice if it is a content chunk (see the module docstring), else None."""
+    finished = choice.get("finish_reason") is not None
+    if backend == "openai":
+        text = choice.get("text")
+        if text is None or (text == "" and finished):
+            return None
+        return text
+    delta = choice.get("delta") or {}
+    text = delta.get("content") or delta.get("reasoning_content") or ""
+    return text if text else None  # an empty chat delta is the role announcement or the finish marker
+
+
+def error_record(request_id: str, prompt_len: int, output_len: int, arrival: float, error: str) -> RequestRecord:
+    return RequestRecord(request_id, prompt_len, 0, arrival, None, None, None, None, None, None, "error",
+                         requested_output_len=output_len, chunk_times=[], error=error[:ERROR_TEXT_CHARS],
+                         layout=HTTP_ERROR_KEYS)
+
+
+async def stream_request(session: aiohttp.ClientSession, target: HttpTarget, request_id: str,
+                         prompt: str | list[int], prompt_len: int, output_len: int,
+                         tokenizer: Any = None) -> RequestRecord:
+    """Send one streaming request and return its record (never raises for a failed request)."""
+    payload = build_payload(target, prompt, output_len)
+    st = time.perf_counter()
+    chunk_times: list[float] = []
+    texts: list[str] = []
+    usage: dict[str, Any] = {}
+    finish_reason = None
+    try:
+        async with session.post(target.url, json=payload, headers=_headers()) as resp:
+            if resp.status != 200:
+                body = (await resp.text()).strip().replace("\n", " ")
+                return error_record(request_id, prompt_len, output_len, st, f"HTTP {resp.status}: {body}")
+            async for raw in resp.content:  # SSE: one `data: ...` line per event, blank lines between
+                line = raw.strip()
+                if not line.startswith(b"data:"):
+                    continue  # a blank separator, a comment / ping (":"), or another field
+                data = line[5:].strip()
+                if data == b"[DONE]":
+                    break
+                event = json.loads(data)
+                now = time.perf_counter()
+                if event.get("error"):
+                    raise RuntimeError(f"server error in stream: {event['error']}")
+                for choice in event.get("choices") or ():
+                    text = chunk_content(target.backend, choice)
+                    if text is not None:
+                        chunk_times.append(now)
+                        texts.append(text)
+                    finish_reason = choice.get("finish_reason") or finish_reason
+                if event.get("usage"):
+                    usage = event["usage"]
+    except Exception as e:  # a failed request is a record, never the end of the run
+        why = str(e) or f"no complete response after {time.perf_counter() - st:.0f} s"  # a timeout says nothing
+        return error_record(request_id, prompt_len, output_len, st, f"{type(e).__name__}: {why}")
+    if not chunk_times:
+        return error_record(request_id, prompt_len, output_len, st, "the stream held no content chunk")
+    text = "".join(texts)
+    n_out, source = usage.get("completion_tokens"), "usage"
+    if not n_out and tokenizer is not None and text:  # no usage: vLLM's fallback, the text re-tokenized
+        n_out, source = len(tokenizer.encode(text)), "tokenizer"
+    elif not n_out:  # nor a tokenizer: one token per content chunk
+        n_out, source = len(chunk_times), "chunks"
+    cached = (usage.get("prompt_tokens_details") or {}).get("cached_tokens")
+    return RequestRecord(request_id, int(usage.get("prompt_tokens") or prompt_len), int(n_out), st, None,
+                         chunk_times[0], None, chunk_times[-1], None, cached, finish_reason or "unknown",
+                         requested_output_len=output_len, output_len_source=source, chunk_times=chunk_times,
+                         text=text, layout=HTTP_REQUEST_KEYS)
+
+
+def make_session(max_concurrency: int | None, timeout_s: float) -> aiohttp.ClientSession:
+    # one connection per in-flight request (keep-alive reuses them); no total cap when concurrency is unbounded
+    connector = aiohttp.TCPConnector(limit=max_concurrency or 0, keepalive_timeout=60)
+    return aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=timeout_s),
+                                 read_bufsize=1 << 16)
+
+
+async def replay(target: HttpTarget, prompts: Sequence[str | list[int]], prompt_lens: Sequence[int],
+                 output_lens: Sequence[int], arrivals: Sequence[float], *, max_concurrency: int | None = None,
+                 tokenizer: Any = None, progress: Any = None, ids: Sequence[str] | None = None,
+                 session: aiohttp.ClientSession | None = None) -> tuple[list[RequestRecord], float, float]:
+    """Send request i at t0 + arrivals[i] (waiting for a free slot under `max_concurrency`);
+    returns (records in request order, t0, the time the last request ended)."""
+    own = session is None
+    session = session or make_session(max_concurrency, target.timeout_s)
+    sem = asyncio.Semaphore(max_concurrency) if max_concurrency else None
+    ids = list(ids) if ids is not None else [str(i) for i in range(len(prompts))]
+
+    async def one(i: int) -> RequestRecord:
+        if sem is None:
+            rec = await stream_request(session, target, ids[i], prompts[i], prompt_lens[i], output_lens[i], tokenizer)
+        else:
+            async with sem:
+                rec = await stream_request(session, target, ids[i], prompts[i], prompt_lens[i], output_lens[i],
+                                           tokenizer)
+        if progress:
+            progress(1)
+        return rec
+
+    try:
+        order = sorted(range(len(prompts)), key=lambda i: arrivals[i])
+        t0 = time.perf_counter()
+        tasks: dict[int, asyncio.Task] = {}
+        for i in order:
+            delay = t0 + arrivals[i] - time.perf_counter()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            tasks[i] = asyncio.create_task(one(i))
+        records = [await tasks[i] for i in range(len(prompts))]
+        end = time.perf_counter()
+    finally:
+        if own:
+            await session.close()
+    return records, t0, end
+
+
+def run_duration(records: Sequence[RequestRecord], t0: float, end: float) -> float:
+    """First send to the last finish (as the in-process runner); the whole wall time if nothing completed."""
+    finishes = [r.finish_time for r in records if r.finish_reason != "error" and r.finish_time is not None]
+    d = (max(finishes) if finishes else end) - t0
+    return d if d > 0 else math.ulp(1.0)

@@ -1,0 +1,146 @@
+"""Replays a workload through one engine configuration and returns what `compute_metrics` needs.
+
+`run_refengine` drives `refengine.LLMEngine` for one batching mode and knob set; `RefengineBackend` is it registered
+as the "refengine" backend. The peers (Hugging Face static `generate`, transformers' continuous batching) are
+hf.py's and return the same `RunResult`.
+
+Replay rules, the same for every engine so the rows compare:
+- every request is greedy (temperature 0), `ignore_eos`, and generates exactly its own `output_len` tokens;
+- offline workloads (every arrival 0) add all requests at t0; Poisson / gamma arrivals add each request when its
+  time comes (its `arrival_time` is t0 + the workload's offset), stepping the engine meanwhile;
+- the run is timed from the first add (t0) to the last finish; a warm-up of a few short synthetic requests runs
+  first, on the same engine, and is left out of every record and step;
+- times are `time.monotonic()` (the engine's clock).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from cbbench.perf.backends.base import WARMUP_OUTPUT_LEN, Backend, ProgressFn, RunResult, warmup_prompts
+from cbbench.perf.knobs import engine_knobs, knob_names
+from cbbench.perf.records import ENGINE_REQUEST_KEYS, ENGINE_STEP_KEYS, RequestRecord, StepRecord
+
+if TYPE_CHECKING:
+    from cbbench.perf.plan.spec import RunSpec
+
+# the knobs a configuration may set (batching is a run's own column); generated from the config fields
+SWEEP_KNOBS = knob_names(exclude=("batching",))
+
+
+def engine_kwargs(*, device: str, dtype: str | None, seed: int, batching: str,
+                  knobs: Mapping[str, Any]) -> dict[str, Any]:
+    """LLMEngine keyword arguments for one configuration (None knobs are left to the engine's defaults)."""
+    kw = {k: v for k, v in knobs.items() if v is not None}
+    # stats_log_size=None: keep every step's stats (the engine keeps only the newest by default)
+    return {"device": device, "dtype": dtype, "seed": seed, "batching": batching, "stats_log_size": None, **kw}
+
+
+def step_records(step_stats: Sequence[Any]) -> list[StepRecord]:
+    """The engine's StepStats -> `StepRecord`s.
+
+    Static batching (steps whose requests carry a batch id): a batch holds all its slots from the step it is
+    admitted until its last member finishes, while only the members scheduled in a step produce work; so
+    `slots_held` is the batch's size and `num_running` counts the scheduled members only (what `slot_waste`
+    divides by).
+
+    Each step also keeps who held a slot (`scheduled_req_ids`, `running_req_ids`, `prefill_req_ids`, and the static
+    `batch_id` shared by all its requests, or None), so that `cbbench report` can draw the slot timeline from the
+    JSON alone.
+    """
+    batch_size: dict[int, set[str]] = {}
+    for s in step_stats:
+        for rid, b in s.batch_ids.items():
+            if b is not None:
+                batch_size.setdefault(b, set()).add(rid)
+    out: list[StepRecord] = []
+    for s in step_stats:
+        d = StepRecord(s.time, s.num_scheduled_tokens, s.num_running, s.num_waiting, s.num_prefill_tokens,
+                       s.num_decode_tokens, s.kv_blocks_used, num_preempted=s.num_preempted,
+                       scheduled_req_ids=list(s.scheduled_req_ids), running_req_ids=list(s.running_req_ids),
+                       prefill_req_ids=list(s.prefill_req_ids), layout=ENGINE_STEP_KEYS)
+        batches = {b for b in s.batch_ids.values() if b is not None}
+        if len(batches) == 1:  # static batching runs one batch at a time
+            d.batch_id = next(iter(batches))
+        if batches:
+            d.slots_held = sum(len(batch_size[b]) for b in batches)
+            d.num_running = len(s.scheduled_req_ids)
+        out.append(d)
+    return out
+
+
+def _wait_until(t: float) -> None:
+    delay = t - time.monotonic()
+    if delay > 0:
+        time.sleep(delay)
+
+
+def run_refengine(workload: Any, *, model: str, device: str, dtype: str | None, seed: int, batching: str,
+                  knobs: Mapping[str, Any], warmup: int = 8, progress: ProgressFn | None = None,
+                  max_concurrency: int | None = None) -> RunResult:
+    """Run `workload` through a fresh LLMEngine for one batching mode and knob set.
+
+    `max_concurrency` caps the requests in flight as `vllm bench serve --max-concurrency` does: a request that is
+    due while the cap is full is added when a slot frees, and its arrival (TTFT's start) is that moment."""
+    from refengine import LLMEngine, SamplingParams
+
+    engine = LLMEngine(model, **engine_kwargs(device=device, dtype=dtype, seed=seed, batching=batching, knobs=knobs))
+    sc = engine.scheduler.config
+    result = RunResult("refengine", batching, dict(knobs), max_num_seqs=sc.max_num_seqs,
+                       max_num_batched_tokens=sc.max_num_batched_tokens, num_gpu_blocks=sc.num_gpu_blocks)
+    result.knobs.update({k.name: getattr(sc, k.name) for k in engine_knobs()
+                         if k.source == "SchedulerConfig" and k.name in SWEEP_KNOBS})
+    result.knobs["attention_backend"] = engine.attention_backend
+
+    from refengine.sampling_params import RequestOutputKind
+
+    def params(n: int) -> SamplingParams:  # (only finished outputs are read: FINAL_ONLY, as vLLM's offline runs)
+        return SamplingParams(max_tokens=n, temperature=0.0, ignore_eos=True, output_kind=RequestOutputKind.FINAL_ONLY)
+
+    for i, prompt in enumerate(warmup_prompts(warmup, seed)):
+        engine.add_request(f"warmup-{i}", prompt, params(WARMUP_OUTPUT_LEN + i))
+    while engine.has_unfinished_requests():
+        engine.step()
+    engine.step_stats.clear()
+    engine.finished_requests.clear()
+
+    reqs = list(enumerate(workload.requests))
+    reqs.sort(key=lambda x: x[1].arrival_time)  # stable: arrival order, then workload order
+    records: list[RequestRecord] = []
+    cap = max_concurrency or len(reqs)
+    t0 = time.monotonic()
+    nxt, slot_freed = 0, t0
+    while nxt < len(reqs) or engine.has_unfinished_requests():
+        now = time.monotonic()
+        while nxt < len(reqs) and t0 + reqs[nxt][1].arrival_time <= now and nxt - len(records) < cap:
+            i, r = reqs[nxt]
+            engine.add_request(str(i), r.prompt_token_ids, params(r.output_len),
+                               arrival_time=max(t0 + r.arrival_time, slot_freed))
+            nxt += 1
+        if not engine.has_unfinished_requests():
+            _wait_until(t0 + reqs[nxt][1].arrival_time)
+            continue
+        # the engine's per-request dict (`output_processor.request_metrics`) becomes a record here, at perf's edge
+        done = [RequestRecord.from_dict(o.metrics, ENGINE_REQUEST_KEYS) for o in engine.step() if o.finished]
+        if done and nxt - len(records) >= cap:
+            slot_freed = time.monotonic()
+        records.extend(done)
+        if progress and done:
+            progress(len(done))
+    result.records = sorted(records, key=lambda r: int(r.request_id))
+    result.duration = max(r.finish_time for r in records if r.finish_time is not None) - t0
+    result.steps = step_records(engine.step_stats)
+    return result
+
+
+@Backend.register("refengine", kind="engine")
+class RefengineBackend(Backend):
+    """refengine's `LLMEngine`, in this process: one fresh engine per run."""
+
+    def run(self, spec: RunSpec, progress: ProgressFn | None = None) -> RunResult:
+        st = self.settings
+        return run_refengine(spec.workload, model=st.model, device=st.device, dtype=st.dtype, seed=st.seed,
+                             batching=spec.batching, knobs=spec.knobs, warmup=st.warmup, progress=progress,
+                             max_concurrency=spec.load.max_concurrency)

@@ -1,0 +1,8 @@
+"""The backends `cbbench perf` knows by name: importing this module registers each (see `base.Backend.register`).
+
+Each module's import is cheap (torch models, transformers and aiohttp load inside `run`)."""
+
+from cbbench.perf.backends import hf, in_process, openai  # noqa: F401 - imported for their registration
+from cbbench.perf.backends.base import Backend
+
+__all__ = ["Backend"]

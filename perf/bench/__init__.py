@@ -1,0 +1,1 @@
+"""Micro-benchmarks: engine step, scheduler, sampler, async engine, attention kernels, HTTP overhead."""

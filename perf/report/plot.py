@@ -1,0 +1,221 @@
+"""`cbbench plot A.csv [B.csv ...]`: result CSVs as pictures, one curve per (CSV label, engine, batching mode, other
+varying knobs), repeats reduced to their median with min-max error bars.
+
+Two kinds, chosen from the data (`kind="auto"`):
+- `latency`, when the CSVs hold a request-rate sweep: the standard latency-against-throughput curve. Panels of
+  TTFT, TPOT and end-to-end latency (mean solid, p99 dashed) against output throughput, one point per request rate,
+  labelled with its rate; a curve that bends up is the engine reaching saturation.
+- `sweep`, otherwise: the seed's max_num_batched_tokens trade-off (§4, self-check 5): TTFT (mean, p99) and output
+  throughput against a swept knob.
+Ticks are plain numbers (no scientific notation, no offset), so the axes read as the table does.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from cbbench.perf.results.schema import CONFIG_KEY_COLUMNS, aggregate_repeats, read_csv
+
+PLOT_METRICS = ("mean_ttft_ms", "p99_ttft_ms", "mean_tpot_ms", "p99_tpot_ms", "mean_e2el_ms", "p99_e2el_ms",
+                "output_throughput", "request_throughput")
+KINDS = ("auto", "latency", "sweep")
+LATENCY_PANELS = (("ttft", "TTFT (ms)"), ("tpot", "TPOT (ms)"), ("e2el", "end-to-end latency (ms)"))
+_NOT_A_CURVE = {"num_prompts", "seed", "model", "device", "dtype", "workload"}  # the same across a comparison
+
+
+def plain_number(v: float, _pos: Any = None) -> str:
+    """A tick label without exponent or offset: 16384, 0.25, 1.5 (matplotlib's default writes 1e4 or +1.2e3)."""
+    if not math.isfinite(v):
+        return ""
+    if float(v).is_integer():
+        return str(int(v))
+    s = f"{v:.6f}".rstrip("0").rstrip(".")
+    return s if s not in ("0", "-0") else f"{v:.2g}"
+
+
+def load_results(csv_paths: Sequence[str | Path], labels: Sequence[str] | None = None) -> pd.DataFrame:
+    """Every CSV, repeats aggregated, with a `label` column: the given label, else the CSV's own `label` column
+    (when it has one), else the file's stem."""
+    if not csv_paths:
+        raise ValueError("csv: give at least one results CSV")
+    labels = list(labels or [])
+    if labels and len(labels) != len(csv_paths):
+        raise ValueError(f"label: {len(labels)} labels for {len(csv_paths)} CSVs; give one per CSV or none")
+    frames = []
+    for i, path in enumerate(csv_paths):
+        df = read_csv(path)
+        if labels:
+            own = pd.Series(labels[i], index=df.index)
+        elif "label" in df.columns and df["label"].notna().any():
+            own = df["label"].fillna(Path(path).stem).astype(str)
+        else:
+            own = pd.Series(Path(path).stem, index=df.index)
+        for lab, g in df.groupby(own, sort=False):
+            agg = aggregate_repeats(g, PLOT_METRICS)
+            agg.insert(0, "label", lab)
+            frames.append(agg)
+    return pd.concat(frames, ignore_index=True)
+
+
+def _rates(df: pd.DataFrame) -> pd.Series:
+    return pd.to_numeric(df["request_rate"], errors="coerce").fillna(math.inf)
+
+
+def choose_kind(df: pd.DataFrame, kind: str = "auto") -> str:
+    if kind not in KINDS:
+        raise ValueError(f"kind: expected one of {', '.join(KINDS)}, got {kind!r}")
+    if kind != "auto":
+        return kind
+    return "latency" if _rates(df).nunique() > 1 else "sweep"
+
+
+def _curves(df: pd.DataFrame, x: str) -> list[tuple[str, pd.DataFrame]]:
+    """Split into curves: every config column that varies (other than x) tells curves apart and names them."""
+    df = df.assign(workload_params=df["workload_params"].map(_sample_params))
+    varying = [c for c in ("label", *CONFIG_KEY_COLUMNS, "workload_params")
+               if c != x and c not in _NOT_A_CURVE and df[c].astype(str).nunique() > 1]
+    if not varying:
+        return [(_name(df.iloc[0], []), df)]
+    params = [json.loads(c) if c else {} for c in df["workload_params"]]
+    wp_varying = sorted(k for k in {k for p in params for k in p} if len({str(p.get(k)) for p in params}) > 1)
+    out = []
+    for _, g in df.groupby([df[c].astype(str) for c in varying], sort=False):
+        p = json.loads(g.iloc[0]["workload_params"] or "{}")
+        out.append((" ".join([_name(g.iloc[0], varying), *(f"{k}={p.get(k)}" for k in wp_varying)]), g))
+    return out
+
+
+def _sample_params(cell: Any) -> str:
+    """A workload_params cell less what has its own column (the request rate of a rate sweep, the seed)."""
+    if not isinstance(cell, str) or not cell:
+        return ""
+    params = json.loads(cell)
+    return json.dumps({k: v for k, v in params.items() if k not in CONFIG_KEY_COLUMNS}, sort_keys=True)
+
+
+def _name(row: pd.Series, varying: Sequence[str]) -> str:
+    parts = [str(row["label"])] if "label" in varying else []
+    parts.append(row["batching"] if row["engine"] == "refengine" else f"{row['engine']} ({row['batching']})")
+    parts += [f"{c}={row[c]}" for c in varying if c not in ("label", "engine", "batching", "workload_params")]
+    return " ".join(parts)
+
+
+def _arr(v: Any) -> Any:
+    import numpy as np
+
+    return np.asarray(pd.to_numeric(pd.Series(v)), dtype=float)
+
+
+def _errorbars(ax, x, y, g: pd.DataFrame, metric: str, xmetric: str | None, **style) -> Any:
+    """A line with min-max error bars when the points have repeats, else a plain line."""
+    x, y = _arr(x), _arr(y)
+    if (g["num_repeats"] > 1).any():
+        yerr = [y - _arr(g[f"{metric}_min"]), _arr(g[f"{metric}_max"]) - y]
+        xerr = [x - _arr(g[f"{xmetric}_min"]), _arr(g[f"{xmetric}_max"]) - x] if xmetric else None
+        return ax.errorbar(x, y, yerr=yerr, xerr=xerr, capsize=3, **style)[0]
+    return ax.plot(x, y, **style)[0]
+
+
+def _plot_latency(df: pd.DataFrame, axes: Sequence[Any]) -> str:
+    df = df.assign(_rate=_rates(df))
+    for name, g in _curves(df, "request_rate"):
+        g = g.sort_values("_rate")
+        x = g["output_throughput"]
+        color = None
+        for ax, (m, _) in zip(axes, LATENCY_PANELS):
+            line = _errorbars(ax, x, g[f"mean_{m}_ms"], g, f"mean_{m}_ms", "output_throughput", marker="o",
+                              label=f"{name} mean", color=color)
+            color = line.get_color()
+            ax.plot(_arr(x), _arr(g[f"p99_{m}_ms"]), marker="x", linestyle="--", color=color, linewidth=1, label=f"{name} p99")
+            for xi, yi, r in zip(x, g[f"mean_{m}_ms"], g["_rate"]):
+                ax.annotate("inf" if math.isinf(r) else f"{plain_number(r)}/s", (xi, yi), fontsize=6,
+                            textcoords="offset points", xytext=(4, 4))
+    for ax, (_, ylabel) in zip(axes, LATENCY_PANELS):
+        ax.set_xlabel("output throughput (tok/s)")
+        ax.set_ylabel(ylabel)
+    return "latency against throughput across request rates"
+
+
+def _plot_sweep(df: pd.DataFrame, axes: Sequence[Any], knob: str) -> str:
+    if knob not in CONFIG_KEY_COLUMNS:
+        raise ValueError(f"knob: {knob!r} is not a config column; expected one of {', '.join(CONFIG_KEY_COLUMNS)}")
+    df = df[pd.to_numeric(df[knob], errors="coerce").notna()].copy()
+    if df.empty:
+        raise ValueError(f"knob: no row has a value for {knob}")
+    df[knob] = pd.to_numeric(df[knob])
+    ax_t, ax_p = axes
+    for name, g in _curves(df, knob):
+        g = g.sort_values(knob)
+        line = _errorbars(ax_t, g[knob], g["mean_ttft_ms"], g, "mean_ttft_ms", None, marker="o", label=f"{name} mean")
+        ax_t.plot(_arr(g[knob]), _arr(g["p99_ttft_ms"]), marker="x", linestyle="--", color=line.get_color(), label=f"{name} p99")
+        _errorbars(ax_p, g[knob], g["output_throughput"], g, "output_throughput", None, marker="o",
+                   color=line.get_color(), label=name)
+    for ax, ylabel in ((ax_t, "TTFT (ms)"), (ax_p, "output throughput (tok/s)")):
+        ax.set_xlabel(knob)
+        ax.set_ylabel(ylabel)
+        if df[knob].nunique() > 1 and df[knob].min() > 0 and df[knob].max() / df[knob].min() >= 8:
+            ax.set_xscale("log", base=2)
+    return f"TTFT and throughput against {knob}"
+
+
+def default_out(csv_path: str | Path, kind: str, knob: str) -> Path:
+    return Path(csv_path).with_suffix(".latency-throughput.png" if kind == "latency" else f".{knob}.png")
+
+
+def make_figure(csv_paths: Sequence[str | Path], *, labels: Sequence[str] | None = None, kind: str = "auto",
+                knob: str = "max_num_batched_tokens") -> tuple[Any, str]:
+    """The figure (the caller closes it) and the kind drawn."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.ticker import FuncFormatter, NullFormatter
+
+    df = load_results(csv_paths, labels)
+    kind = choose_kind(df, kind)
+    npanels = len(LATENCY_PANELS) if kind == "latency" else 2
+    fig, axes = plt.subplots(1, npanels, figsize=(5.2 * npanels, 4.2), squeeze=False)
+    axes = list(axes[0])
+    try:
+        what = _plot_latency(df, axes) if kind == "latency" else _plot_sweep(df, axes, knob)
+    except Exception:
+        plt.close(fig)
+        raise
+    for ax in axes:
+        ax.grid(alpha=0.3)
+        for axis in (ax.xaxis, ax.yaxis):
+            axis.set_major_formatter(FuncFormatter(plain_number))
+            axis.set_minor_formatter(NullFormatter())
+    axes[0].legend(fontsize=7)
+    fig.suptitle(f"{', '.join(Path(p).name for p in csv_paths)}: {what}", fontsize=10)
+    fig.tight_layout()
+    return fig, kind
+
+
+def plot_results(csv_paths: Sequence[str | Path], *, labels: Sequence[str] | None = None, kind: str = "auto",
+                 knob: str = "max_num_batched_tokens", out: str | Path | None = None) -> Path:
+    """Draw the CSVs (see the module docstring); returns the PNG written. `out` may be a folder."""
+    import matplotlib.pyplot as plt
+
+    fig, kind = make_figure(csv_paths, labels=labels, kind=kind, knob=knob)
+    try:
+        default = default_out(csv_paths[0], kind, knob)
+        path = Path(out) if out is not None else default
+        if path.is_dir():
+            path = path / default.name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fig.savefig(path, dpi=110)
+    finally:
+        plt.close(fig)
+    return path
+
+
+def plot_sweep(csv_path: str | Path, *, knob: str = "max_num_batched_tokens", out: str | Path | None = None) -> Path:
+    """One CSV against a swept knob (the original `cbbench plot`)."""
+    return plot_results([csv_path], kind="sweep", knob=knob, out=out)

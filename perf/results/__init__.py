@@ -1,0 +1,1 @@
+"""Result files: the CSV / JSON schema, the writer, `--like`, compare, the gate and its tolerances."""

@@ -1,0 +1,217 @@
+"""Compare two results CSVs: per configuration and metric, the change, its direction and a tolerance.
+
+Rows are matched on `config_key` (engine, model, device, workload and its params, batching, the engine
+knobs); repeats of a configuration are first reduced to their median (`aggregate_repeats`), and the min / max
+spread of both sides is carried into the rows (`baseline_min`, ...) so a reader can see how noisy a metric was.
+
+A metric regresses when BOTH hold:
+- its new median is worse than the baseline's by more than its relative tolerance: higher-is-better (throughputs,
+  goodput): new < baseline * (1 - tol); lower-is-better (latencies, in ms): new > baseline * (1 + tol);
+- and the repeats do not overlap: every new repeat is worse than every baseline repeat (higher-is-better:
+  new_max < baseline_min; lower-is-better: new_min > baseline_max). With one run per side this is implied by the
+  first condition; with repeats, a shift that stays inside the run-to-run spread is reported as "noise", not
+  failed. Improvements are judged the same way.
+A metric the baseline has but the new file lacks (NaN) is "missing in new" and fails; NaN in the baseline is "n/a".
+Metrics in a row's `extra` JSON (a percentile asked for with --metric-percentiles) can be gated too.
+Tolerances come from the defaults, pyproject's [tool.cbbench.tolerances], the baseline's sidecar
+NAME.tolerances.toml and --tolerance, in that order (`gate.py`). Zero configurations in common is an error (exit
+2), with the command the baseline was made with (rerun it with `cbbench perf --like BASELINE.csv`).
+By default the gate covers the throughputs (5 %) and the mean / median / p99 of TTFT, TPOT, ITL and E2EL (10 %);
+other known metrics can be added with a tolerance override. A configuration of the baseline that is missing from
+the new file fails the gate unless `fail_on_missing=False`; one that is new is only reported.
+
+Across backends (an in-process run against an HTTP run of the same workload, i.e. the server's overhead): the
+HTTP row cannot know the server's engine, device, dtype, batching mode or knobs, so `ignore_key=["server"]`
+(`cbbench compare --ignore-key server`) matches rows on the model and the load alone (workload, its params,
+num_prompts, seed, request rate, burstiness, max concurrency). Any key column can be ignored by name; if ignoring
+makes two configurations of one file the same, the comparison is refused (exit 2) rather than guessed.
+
+Exit codes of `main_compare` (for CI): 0 no regression, 1 a regression (or a missing configuration),
+2 the inputs could not be read or are of another schema version.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import pandas as pd
+from rich.console import Console
+from rich.text import Text
+
+from cbbench.perf.results.gate import FORMATS, gate_tolerances, render_json, render_markdown, render_table
+from cbbench.perf.results.schema import KEY_NAMES, aggregate_repeats, config_key, extra_metrics, read_csv
+# (the tolerance rules are tolerances.py's; importable from here too, as they always were)
+from cbbench.perf.results.tolerances import (DEFAULT_TOLERANCES, DIRECTIONS, HIGHER, LATENCY_TOLERANCE, LOWER, THROUGHPUT_TOLERANCE,
+                         direction, parse_tolerances, resolve_tolerances)
+
+__all__ = ["DEFAULT_TOLERANCES", "DIRECTIONS", "HIGHER", "LATENCY_TOLERANCE", "LOWER", "NoCommonConfigs",
+           "THROUGHPUT_TOLERANCE", "compare", "direction", "ignored_key_names", "main_compare", "parse_tolerances",
+           "render_table", "resolve_tolerances"]
+
+# key columns whose value reads without its name in a config label
+_BARE = {"engine", "model", "device", "dtype", "workload", "batching"}
+
+
+def _label(key: tuple[str, ...], keys: Sequence[tuple[str, ...]]) -> str:
+    """engine, workload and batching, then only what tells this configuration from the others."""
+    parts = []
+    for i, name in enumerate(KEY_NAMES):
+        if key[i] == "" or (name not in ("engine", "workload", "batching") and len({k[i] for k in keys}) == 1):
+            continue
+        if name == "workload_params":       # only the params that differ between configurations
+            dicts = [json.loads(k[i]) if k[i] else {} for k in keys]
+            mine = json.loads(key[i])
+            parts += [f"{p}={v}" for p, v in mine.items() if len({json.dumps(d.get(p)) for d in dicts}) > 1]
+        else:
+            parts.append(key[i] if name in _BARE else f"{name}={key[i]}")
+    return " ".join(parts)
+
+
+# what identifies the load a run was measured under; `--ignore-key server` ignores every other key column
+LOAD_KEY_NAMES = ("model", "workload", "num_prompts", "seed", "request_rate", "burstiness", "workload_params")
+SERVER_KEY_NAMES = tuple(k for k in KEY_NAMES if k not in LOAD_KEY_NAMES)
+
+
+def ignored_key_names(names: Sequence[str]) -> set[str]:
+    """`["server"]` / `["engine,batching"]` -> the key columns to leave out of matching (ValueError if unknown)."""
+    out: set[str] = set()
+    for item in names:
+        for name in (x.strip() for x in item.split(",") if x.strip()):
+            if name == "server":
+                out.update(SERVER_KEY_NAMES)
+            elif name in KEY_NAMES:
+                out.add(name)
+            else:
+                raise ValueError(f"ignore-key: {name!r} is not a key column (one of server, {', '.join(KEY_NAMES)})")
+    return out
+
+
+def _keyed(df: pd.DataFrame, metrics: Sequence[str], ignored: set[str], side: str) -> dict[tuple[str, ...], Any]:
+    out: dict[tuple[str, ...], Any] = {}
+    for r in aggregate_repeats(df, metrics).to_dict("records"):
+        key = tuple("" if name in ignored else cell for name, cell in zip(KEY_NAMES, config_key(r)))
+        if key in out:
+            raise ValueError(f"ignore-key: two configurations of the {side} file become one "
+                             f"({r['engine']} {r['batching']}); filter the file or ignore fewer key columns")
+        out[key] = r
+    return out
+
+
+class NoCommonConfigs(ValueError):
+    """The two files share no configuration: nothing was compared, which is never a pass."""
+
+
+def compare(baseline_csv: str | os.PathLike | pd.DataFrame, new_csv: str | os.PathLike | pd.DataFrame,
+            tolerances: Mapping[str, float | None] | None = None, *,
+            fail_on_missing: bool = True, ignore_key: Sequence[str] = ()) -> tuple[list[dict[str, Any]], bool]:
+    """Compare the median of each configuration's repeats; returns (table rows, regressed).
+
+    Each row: config, metric, direction, baseline, new, change (relative, signed), tolerance, baseline_min/max,
+    new_min/max, status ("ok" | "improved" | "regressed" | "n/a" | "missing in new" | "new config").
+    """
+    tol = resolve_tolerances(tolerances)
+    metrics = list(tol)
+    frames = [extra_metrics(read_csv(x) if not isinstance(x, pd.DataFrame) else x)
+              for x in (baseline_csv, new_csv)]
+    for df in frames:  # an override may name a metric only the `extra` column knows; such a metric reads as NaN
+        for m in metrics:
+            if m not in df.columns:
+                df[m] = math.nan
+    ignored = ignored_key_names(ignore_key)
+    base, new = (_keyed(df, metrics, ignored, side) for df, side in zip(frames, ("baseline", "new")))
+    if base and new and not set(base) & set(new):
+        made = frames[0]["command"].dropna() if "command" in frames[0] else pd.Series(dtype=str)
+        how = (f"the baseline was made with: {made.iloc[0]}" if len(made) and str(made.iloc[0]) else
+               "the baseline records no command")
+        raise NoCommonConfigs(f"0 configurations in common; {how} (rerun its configurations with "
+                              f"`cbbench perf --like {baseline_csv if not isinstance(baseline_csv, pd.DataFrame) else 'BASELINE.csv'}`)")
+    keys = list(base) + [k for k in new if k not in base]
+    rows: list[dict[str, Any]] = []
+    regressed = False
+    for key in keys:
+        label = _label(key, keys)
+        if key not in new or key not in base:
+            status = "missing in new" if key not in new else "new config"
+            regressed |= status == "missing in new" and fail_on_missing
+            rows.append({"config": label, "metric": "", "direction": "", "baseline": math.nan, "new": math.nan,
+                         "change": math.nan, "tolerance": math.nan, "status": status})
+            continue
+        b, n = base[key], new[key]
+        for m in metrics:
+            row = _compare_metric(m, b, n, tol[m])
+            row["config"] = label
+            regressed |= row["status"] in ("regressed", "missing in new")
+            rows.append(row)
+    return rows, regressed
+
+
+def _compare_metric(m: str, b: Mapping[str, Any], n: Mapping[str, Any], tol: float) -> dict[str, Any]:
+    bv, nv = float(b[m]), float(n[m])
+    d = direction(m)
+    row = {"metric": m, "direction": d, "baseline": bv, "new": nv, "tolerance": tol,
+           "baseline_min": b[f"{m}_min"], "baseline_max": b[f"{m}_max"],
+           "new_min": n[f"{m}_min"], "new_max": n[f"{m}_max"]}
+    if math.isnan(bv) or math.isnan(nv):
+        row.update(change=math.nan, status="n/a" if math.isnan(bv) else "missing in new")
+        return row
+    row["change"] = (nv - bv) / abs(bv) if bv != 0 else (0.0 if nv == bv else math.copysign(math.inf, nv - bv))
+    worse = nv < bv * (1 - tol) if d == HIGHER else nv > bv * (1 + tol)
+    better = nv > bv * (1 + tol) if d == HIGHER else nv < bv * (1 - tol)
+    bmin, bmax, nmin, nmax = (float(x) for x in (row["baseline_min"], row["baseline_max"], row["new_min"],
+                                                  row["new_max"]))
+    apart_worse = nmax < bmin if d == HIGHER else nmin > bmax   # every new repeat worse than every baseline one
+    apart_better = nmin > bmax if d == HIGHER else nmax < bmin
+    row["status"] = ("regressed" if worse and apart_worse else "improved" if better and apart_better else
+                     "noise" if worse or better else "ok")
+    return row
+
+
+def main_compare(baseline: str | os.PathLike, new: str | os.PathLike,
+                 tolerance_overrides: Mapping[str, float | None] | None = None, *, fail_on_missing: bool = True,
+                 only_changes: bool = False, console: Console | None = None, ignore_key: Sequence[str] = (),
+                 err: Console | None = None, fmt: str = "text", use_tolerance_files: bool = True) -> int:
+    """Print the comparison (`fmt`: text | markdown | json) and return the exit code (0 pass, 1 regression,
+    2 unusable input: one line on `err`, stderr by default)."""
+    console = console or Console()
+    err = err or Console(stderr=True, highlight=False, soft_wrap=True)
+    try:
+        if fmt not in FORMATS:
+            raise ValueError(f"format must be one of {', '.join(FORMATS)}, got {fmt!r}")
+        overrides, sources = (gate_tolerances(baseline, tolerance_overrides) if use_tolerance_files
+                              else (dict(tolerance_overrides or {}), ["--tolerance"] if tolerance_overrides else []))
+        rows, regressed = compare(baseline, new, overrides, fail_on_missing=fail_on_missing, ignore_key=ignore_key)
+    except (OSError, ValueError, pd.errors.ParserError, pd.errors.EmptyDataError) as e:
+        msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        err.print(f"cbbench compare: error: {msg}", markup=False, style="bold red")
+        return 2
+    common = len({r["config"] for r in rows if r["metric"]})
+    n_bad = sum(r["status"] in ("regressed", "missing in new") for r in rows)
+    n_noise = sum(r["status"] == "noise" for r in rows)
+    message = (f"{n_bad} regression(s) beyond tolerance and outside the repeats' spread" if regressed else
+               "no regression beyond tolerance") + f" ({common} configuration(s) in common" + \
+        (f"; {n_noise} change(s) within the spread of the repeats" if n_noise else "") + ")"
+    labels = {side: _labels(path) for side, path in (("baseline", baseline), ("new", new))}
+    names = {side: f"{path} ({labels[side]})" if labels[side] else str(path)
+             for side, path in (("baseline", baseline), ("new", new))}
+    summary = {"baseline": str(baseline), "new": str(new), "baseline_label": labels["baseline"],
+               "new_label": labels["new"], "regressed": regressed, "message": message,
+               "configurations_in_common": common, "tolerance_sources": sources}
+    if fmt == "json":
+        console.file.write(render_json(rows, summary) + "\n")
+    elif fmt == "markdown":
+        console.file.write(render_markdown(rows, summary, only_changes=only_changes))
+    else:
+        console.print(render_table(rows, title=f"{names['baseline']} -> {names['new']}", only_changes=only_changes))
+        if sources:
+            console.print(Text("tolerances from: " + ", ".join(sources), style="dim"))
+        console.print(Text(message, style="bold red" if regressed else "green"))
+    return 1 if regressed else 0
+
+
+def _labels(path: str | os.PathLike) -> str:
+    """The `--label`s of a results file's runs, comma-joined ("" when it has none)."""
+    return ", ".join(x for x in read_csv(path)["label"].dropna().astype(str).unique() if x)

@@ -1,0 +1,99 @@
+"""`cbbench perf --like BASELINE.csv`: rerun exactly the configurations of a results CSV.
+
+Each row of a results CSV holds its whole configuration: the workload (name and params, so the same seeded sample is
+drawn), model, device, dtype, engine, batching mode and every engine knob as the engine resolved it, plus the
+repeat index and `run_options` (warm-up, threads). `load_like` turns those rows back into a plan: one entry per
+distinct configuration, in the file's order, run as many times as the baseline has repeats of it. The new rows
+then have the same `config_key` as the baseline's, so `compare` matches every one of them.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from cbbench.perf.knobs import knob, knob_names
+from cbbench.perf.results.schema import CONFIG_KEY_COLUMNS, config_key, read_csv
+
+_LOAD_PARAMS = ("num_prompts", "seed", "request_rate", "burstiness", "max_concurrency")
+IN_PROCESS_ENGINES = ("refengine", "hf-static", "hf-cb")
+
+
+@dataclass
+class LikePlan:
+    workload: str
+    workload_params: dict[str, Any]   # get_workload's keyword arguments, num_prompts / seed / load included
+    model: str
+    device: str
+    dtype: str | None
+    entries: list[tuple[str, str, dict[str, Any]]]  # (engine, batching, knobs), in the baseline's order
+    repeats: int
+    run_options: dict[str, Any] = field(default_factory=dict)
+    command: str = ""
+
+
+def _cell(v: Any) -> Any:
+    if v is None or (isinstance(v, float) and math.isnan(v)) or v == "":
+        return None
+    return v
+
+
+def _knob_value(name: str, v: Any) -> Any:
+    if isinstance(v, float) and v.is_integer():
+        v = int(v)
+    return knob(name).parse(str(v)) if not isinstance(v, bool) else v
+
+
+def load_like(path: str | Path) -> LikePlan:
+    """The plan that reruns `path`'s configurations (ValueError when it cannot be rerun in one invocation)."""
+    df = read_csv(path)
+    rows = df.astype(object).where(df.notna(), None).to_dict("records")
+    engines = {r["engine"] for r in rows}
+    if engines - set(IN_PROCESS_ENGINES):
+        raise ValueError(f"like: {path} holds runs of {sorted(engines - set(IN_PROCESS_ENGINES))} (an HTTP server); "
+                         "--like reruns in-process engines only")
+    groups = {(r["workload"], r["workload_params"], r["model"], r["device"], r["dtype"]) for r in rows}
+    if len(groups) != 1:
+        raise ValueError(f"like: {path} holds {len(groups)} different workloads / models / devices; --like reruns "
+                         "one (split the file)")
+    workload, wparams, model, device, dtype = groups.pop()
+    params = json.loads(wparams) if wparams else {}
+    for k in ("request_rate", "burstiness"):
+        if isinstance(params.get(k), str):
+            params[k] = float(params[k])  # "inf" as the CSV's JSON spells it
+    sweepable = set(knob_names(exclude=("batching",))) & set(CONFIG_KEY_COLUMNS)
+    entries: dict[tuple[str, ...], tuple[str, str, dict[str, Any]]] = {}
+    repeats = 1
+    for r in rows:
+        knobs = {k: _knob_value(k, r[k]) for k in CONFIG_KEY_COLUMNS if k in sweepable and _cell(r[k]) is not None}
+        entries.setdefault(config_key(r), (r["engine"], r["batching"], knobs))
+        repeats = max(repeats, int(r["repeat"]) + 1)
+    first = rows[0]
+    opts = json.loads(first["run_options"]) if _cell(first.get("run_options")) else {}
+    opts.pop("plan_id", None)
+    return LikePlan(workload=workload, workload_params=params, model=model, device=device or "cpu",
+                    dtype=_cell(dtype), entries=list(entries.values()), repeats=repeats, run_options=opts,
+                    command=_cell(first.get("command")) or "")
+
+
+def apply_like(o: Any) -> list[tuple[str, str, dict[str, Any]]]:
+    """Set the `PerfOptions` `o` from the baseline named by `o.like` (workload, model, device, dtype, load, and
+    the repeats / warm-up / threads left unset); returns its plan entries (engine, batching, knobs)."""
+    plan = load_like(o.like)
+    params = dict(plan.workload_params)
+    o.workload, o.model, o.device, o.dtype = plan.workload, plan.model, plan.device, plan.dtype
+    o.num_prompts, o.seed = int(params.pop("num_prompts")), int(params.pop("seed", 0))
+    o.request_rate, o.burstiness = str(params.pop("request_rate", "inf")), str(params.pop("burstiness", 1.0))
+    mc = params.pop("max_concurrency", None)
+    o.max_concurrency = str(mc) if mc is not None else None
+    o.like_params, o.backend = params, "refengine"
+    o.repeats = plan.repeats if o.repeats is None else o.repeats
+    if o.warmup is None:
+        o.warmup = int(plan.run_options.get("warmup", 8))
+    if o.cpu_threads is None and plan.run_options.get("cpu_threads") is not None:
+        o.cpu_threads = int(plan.run_options["cpu_threads"])
+    return plan.entries
+

@@ -1,0 +1,84 @@
+"""Result files written as the runs finish: Ctrl-C or a crash keeps every finished run, and the CSV never holds a
+row that its JSON lacks.
+
+After each run, `ResultWriter.add` rewrites the JSON (records, steps, rows) and then the CSV, each atomically (a
+temporary file renamed over the old one), so at any moment both files are whole and agree. `--resume` opens an
+existing pair: the rows and records already there are kept, and `done(plan_id)` tells which runs to skip (each row
+carries the id of the plan entry it came from in its `run_options`).
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from cbbench.perf.records import RequestRecord, StepRecord
+from cbbench.perf.results.schema import _jsonable, read_csv, workload_params_key, write_csv, write_run_json
+
+
+def plan_id(engine: str, batching: str, knobs: Mapping[str, Any], load: str, repeat: int) -> str:
+    """What names one run of a plan before it runs (its CSV key is known only after: the engine resolves knobs)."""
+    return json.dumps([engine, batching, {k: knobs[k] for k in sorted(knobs)}, load, repeat], default=str)
+
+
+class ResultWriter:
+    """The CSV + JSON pair of one `cbbench perf` invocation."""
+
+    def __init__(self, csv_path: str | Path, *, config: Mapping[str, Any], environment: Mapping[str, Any],
+                 workload: Any, resume: bool = False) -> None:
+        self.csv_path = Path(csv_path)
+        self.json_path = self.csv_path.with_suffix(".json")
+        self.config, self.environment, self.workload = dict(config), dict(environment), workload
+        self.rows: list[dict[str, Any]] = []
+        self.records: dict[str, Any] = {}
+        self.steps: dict[str, Any] = {}
+        self._done: set[str] = set()
+        if resume:
+            self._load_existing()
+        elif self.csv_path.exists():
+            raise ValueError(f"output: {self.csv_path} exists; add --resume to complete it, or name a new file")
+
+    def _load_existing(self) -> None:
+        if not self.csv_path.exists():
+            return  # nothing to resume: start the file
+        read_csv(self.csv_path, allow_empty=True)  # schema, whole rows, numbers
+        mine = workload_params_key(json.dumps(_jsonable(getattr(self.workload, "params", {}) or {})))
+        with self.csv_path.open(newline="") as f:
+            raw = list(csv.DictReader(f))  # the cells as written, so a resumed file keeps them byte for byte
+        for row in raw:
+            if workload_params_key(row.get("workload_params")) != mine or row.get("workload") != self.workload.name:
+                raise ValueError(f"resume: {self.csv_path} holds runs of another workload ({row.get('workload')} "
+                                 f"{row.get('workload_params')}); resume with the options it was made with")
+            self.rows.append(row)
+            opts = json.loads(row["run_options"]) if row.get("run_options") else {}
+            if opts.get("plan_id"):
+                self._done.add(opts["plan_id"])
+        if self.json_path.exists():
+            doc = json.loads(self.json_path.read_text())
+            self.records, self.steps = dict(doc.get("records") or {}), dict(doc.get("steps") or {})
+
+    def done(self, pid: str) -> bool:
+        return pid in self._done
+
+    @property
+    def num_done(self) -> int:
+        return len(self._done)
+
+    def add(self, row: Mapping[str, Any], label: str, records: Sequence[RequestRecord],
+            steps: Sequence[StepRecord]) -> None:
+        """One finished run: JSON first, then CSV, so an interrupt between the two leaves a JSON with one run more
+        than the CSV (harmless: --resume reruns it), never a CSV row without its records."""
+        self.rows.append(dict(row))
+        self.records[label], self.steps[label] = [r.to_dict() for r in records], [s.to_dict() for s in steps]
+        opts = json.loads(row["run_options"]) if row.get("run_options") else {}
+        if opts.get("plan_id"):
+            self._done.add(opts["plan_id"])
+        self.flush()
+
+    def flush(self) -> None:
+        write_run_json(self.json_path, config=self.config, rows=self.rows, records=self.records,
+                       workload=self.workload, environment=self.environment, steps=self.steps)
+        write_csv(self.csv_path, self.rows)

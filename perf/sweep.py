@@ -1,0 +1,91 @@
+"""`cbbench perf`: build the plan, run it, write the results (CSV + JSON, each run as it finishes), print the table.
+
+`run_perf` is the whole command: `build_plan` (plan/build.py) turns the options into a validated `RunPlan` once,
+`run_plan` runs its specs through their backends, writing each result as it finishes (`results/writer.py`), and
+`report/table.py` prints the table.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from cbbench.perf.plan.build import build_plan
+from cbbench.perf.plan.options import PerfOptions
+from cbbench.perf.plan.spec import RunPlan, RunSpec
+from cbbench.perf.results.schema import environment_info, make_row
+from cbbench.perf.results.writer import ResultWriter
+
+
+def run_perf(o: PerfOptions, console: Console) -> list[dict[str, Any]]:
+    """The whole `cbbench perf` job: plan -> run -> write; returns the CSV rows."""
+    return run_plan(build_plan(o), console)
+
+
+def show_plan(o: PerfOptions, console: Console) -> None:
+    """`cbbench perf --dry-run`: the validated plan, one line per run; nothing runs."""
+    console.print(build_plan(o).describe(), markup=False, highlight=False, soft_wrap=True)
+
+
+def run_plan(plan: RunPlan, console: Console) -> list[dict[str, Any]]:
+    """Run every spec not already in the output (`--resume`), write each result as it finishes, print the table."""
+    from cbbench.perf.report.table import print_perf_table
+
+    _set_threads(plan)
+    st = plan.settings
+    writer = ResultWriter(plan.csv_path, config=plan.config, environment=environment_info(st.device),
+                          workload=plan.workload, resume=plan.resume)
+    todo = [spec for spec in plan.specs if not writer.done(spec.plan_id)]
+    if plan.resume and writer.num_done:
+        console.print(f"resume: {writer.num_done} run(s) already in {plan.csv_path}; {len(todo)} to go", markup=False)
+    entries: list[Any] = []
+    notes: list[str] = []
+    try:
+        with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                      console=console, disable=plan.quiet, transient=False) as bar:
+            task = bar.add_task("perf", total=len(todo) * len(plan.workload))
+            for spec in todo:
+                bar.update(task, description=spec.describe())
+                before = bar.tasks[0].completed
+                result = plan.backends[spec.backend].run(spec, lambda n: bar.advance(task, n))
+                bar.update(task, completed=before + len(spec.workload))
+                entries.append(_record(plan, spec, result, writer, notes))
+    except KeyboardInterrupt:
+        writer.flush()  # also creates the pair when nothing had finished yet
+        raise KeyboardInterrupt(f"{writer.num_done} run(s) kept in {plan.csv_path}; add --output {plan.csv_path} "
+                                f"--resume to finish") from None
+    if not writer.rows:
+        writer.flush()
+    print_perf_table(console, entries, plan.workload, goodput=plan.goodput)
+    for line in notes:
+        console.print(line, markup=False, highlight=False)
+    console.print(f"wrote {plan.csv_path} and {writer.json_path}", markup=False)
+    return writer.rows
+
+
+def _record(plan: RunPlan, spec: RunSpec, result: Any, writer: ResultWriter, notes: list[str]) -> tuple:
+    """One finished run: its row and records written; its entry of the table (key, row or None, error)."""
+    key = (result.engine, result.batching, spec.label_of(result))
+    if result.error:
+        return key, None, result.error
+    backend = plan.backends[spec.backend]
+    config, device = backend.row_config(result)
+    notes += backend.notes(key, result)
+    row = make_row(metrics=result.metrics(metric_percentiles=plan.percentiles, goodput=plan.goodput),
+                   engine=result.engine, workload=spec.workload, batching=result.batching, config=config,
+                   repeat=spec.repeat, model=plan.settings.model, device=device,
+                   git_sha=writer.environment["git_sha"], label=plan.label, command=plan.command,
+                   run_options={**plan.run_options, "plan_id": spec.plan_id})
+    writer.add(row, f"{result.engine}/{result.batching}/{key[2]}/repeat{spec.repeat}", result.records,
+               result.steps)
+    return key, row, None
+
+
+def _set_threads(plan: RunPlan) -> None:
+    st = plan.settings
+    if st.device == "cpu" and st.cpu_threads != 0:
+        import torch
+
+        torch.set_num_threads(st.cpu_threads or 1)  # OpenMP spin-waits on an oversubscribed CPU cost 10x

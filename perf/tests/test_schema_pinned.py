@@ -1,0 +1,69 @@
+"""The result files' schema, pinned: the CSV header and, per engine, the keys (in order) of the JSON's top level,
+its rows, its per-request records and its per-step traces, against fixtures/schema.json. A refactor keeps what
+`compare`, `report` and other readers of old files rely on; a deliberate change regenerates the fixture
+(`python perf/tests/test_schema_pinned.py`) and bumps `SCHEMA_VERSION` if a CSV column changes."""
+from __future__ import annotations
+
+import json
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import pytest
+from typer.testing import CliRunner
+
+from cbbench.perf.cli import app
+from cbbench.perf.backends.fake_openai_server import FakeOpenAIServer
+
+FIXTURE = Path(__file__).parent / "fixtures" / "schema.json"
+TINY = ["--workload", "fixed", "--workload-param", "input_len=8,output_len=4", "--num-prompts", "3",
+        "--warmup", "1", "--cpu-threads", "0", "--quiet"]
+
+
+def _perf(out: Path, *args: str) -> tuple[list[str], dict[str, Any]]:
+    res = CliRunner().invoke(app, ["perf", *TINY, "--output", str(out / "r.csv"), *args])
+    assert res.exit_code == 0, res.output
+    return (out / "r.csv").read_text().splitlines()[0].split(","), json.loads((out / "r.json").read_text())
+
+
+def _layout(doc: dict[str, Any]) -> dict[str, Any]:
+    """The key layout of a results JSON: per engine (the label's first part), its records' and steps' keys."""
+    out: dict[str, Any] = {"top": list(doc), "config": list(doc["config"]), "row": list(doc["rows"][0]),
+                           "workload": list(doc["workload"])}
+    for kind in ("records", "steps"):
+        for label, items in doc[kind].items():
+            for item in items:
+                key = f"{kind}:{label.split('/')[0]}:{'error' if item.get('finish_reason') == 'error' else 'ok'}"
+                out.setdefault(key, list(item))
+                assert out[key] == list(item), key  # every item of one kind has the same keys
+    return out
+
+
+def measure() -> dict[str, Any]:
+    with tempfile.TemporaryDirectory() as d:
+        header, doc = _perf(Path(d), "--batching", "continuous,static", "--peers", "hf-static",
+                            "--max-num-seqs", "2")
+        got = {"csv": header, "in_process": _layout(doc)}
+    with tempfile.TemporaryDirectory() as d, FakeOpenAIServer() as server:
+        _, doc = _perf(Path(d), "--backend", "openai", "--base-url", server.base_url, "--model", "fake-model")
+        got["http"] = _layout(doc)
+    with tempfile.TemporaryDirectory() as d:  # nothing listens on port 9: every request is an error record
+        _, doc = _perf(Path(d), "--backend", "openai", "--base-url", "http://127.0.0.1:9", "--warmup", "0")
+        got["http_failed"] = _layout(doc)
+    return got
+
+
+@pytest.fixture(scope="module")
+def measured() -> dict[str, Any]:
+    return measure()
+
+
+@pytest.mark.parametrize("part", ["csv", "in_process", "http", "http_failed"])
+def test_schema_matches_fixture(measured: dict[str, Any], part: str) -> None:
+    assert measured[part] == json.loads(FIXTURE.read_text())[part]
+
+
+if __name__ == "__main__":  # regenerate the fixture
+    FIXTURE.write_text(json.dumps(measure(), indent=1) + "\n")
+    sys.exit(0)
