@@ -159,7 +159,7 @@ class HttpBackend(Backend):
         return {"base_url": t.base_url, "prompt_format": t.prompt_format, "ignore_eos": t.ignore_eos}, ""
 
     def notes(self, key: tuple[str, str, str], result: RunResult) -> list[str]:
-        return failure_notes(key, result.records)
+        return failure_notes(key, result.records) + super().notes(key, result)
 
 
 @Backend.register("openai", kind="server")
