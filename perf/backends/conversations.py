@@ -83,6 +83,14 @@ class TurnFeeder:
         if i in self._next:
             heapq.heappush(self._heap, (now, self._next[i]))
 
+    def starts(self) -> list[tuple[float, int]]:
+        """(arrival, index) of each plain request and each conversation's first turn, in arrival order."""
+        return sorted(self._heap)
+
+    def next_turn(self, i: int) -> int | None:
+        """The index of the turn after request i in its conversation, or None."""
+        return self._next.get(i)
+
     def abandon(self, i: int) -> list[int]:
         """Request i failed: the indices of its conversation's later turns, which will not be sent."""
         out = []

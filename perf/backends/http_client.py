@@ -74,14 +74,17 @@ class HttpTarget:
         return self.root + ENDPOINTS[self.backend]
 
 
-def build_payload(target: HttpTarget, prompt: str | list[int], output_len: int) -> dict[str, Any]:
+def build_payload(target: HttpTarget, prompt: str | list[int] | list[dict[str, str]], output_len: int) -> dict[str, Any]:
     """One streaming request body, in vLLM `bench serve`'s shape (see the module docstring)."""
     common = {"model": target.model, "stream": True, "stream_options": {"include_usage": True},
               "temperature": 0.0, **({"ignore_eos": True} if target.ignore_eos else {})}
     if target.backend == "openai":
         return {**common, "prompt": prompt, "max_tokens": output_len}
-    # max_tokens too: servers that predate max_completion_tokens read only that
-    return {**common, "messages": [{"role": "user", "content": prompt}], "max_completion_tokens": output_len,
+    # a list of messages is a conversation's history and new turn; max_tokens too: servers that predate
+    # max_completion_tokens read only that
+    messages = prompt if isinstance(prompt, list) and prompt and isinstance(prompt[0], dict) else \
+        [{"role": "user", "content": prompt}]
+    return {**common, "messages": messages, "max_completion_tokens": output_len,
             "max_tokens": output_len}
 
 
