@@ -32,8 +32,7 @@ _NOT_DONE = ("error", "abort")    # turns left out of the turn metrics (no TTFT 
 class _Exchange:
     """One earlier turn of a conversation: the user's message and the answer that came back."""
 
-    user_ids: list[int]
-    user_text: str | None
+    request: Any
     answer_ids: list[int]
     answer_text: str | None
 
@@ -79,7 +78,7 @@ class TurnFeeder:
         if r.conversation_id is None:
             return
         self._history.setdefault(r.conversation_id, []).append(
-            _Exchange(list(r.prompt_token_ids), r.prompt_text, list(answer_ids), answer_text))
+            _Exchange(r, list(answer_ids), answer_text))
         if i in self._next:
             heapq.heappush(self._heap, (now, self._next[i]))
 
@@ -107,27 +106,23 @@ class TurnFeeder:
         """Request i's prompt as token ids: the history's user messages and answers, then its own message."""
         out: list[int] = []
         for ex in self._past(i):
-            out += ex.user_ids + ex.answer_ids
+            out += list(ex.request.prompt_token_ids) + ex.answer_ids
         return out + list(self.requests[i].prompt_token_ids)
 
     def prompt_text(self, i: int, text_of: Callable[[Any], str]) -> str:
         """Request i's prompt as one text (`text_of(request)` gives a request's own message)."""
         parts = []
         for ex in self._past(i):
-            parts += [ex.user_text if ex.user_text is not None else "", ex.answer_text or ""]
+            parts += [text_of(ex.request), ex.answer_text or ""]
         return "".join(parts) + text_of(self.requests[i])
 
     def messages(self, i: int, text_of: Callable[[Any], str]) -> list[dict[str, str]]:
         """Request i's prompt as chat messages: user / assistant pairs of the history, then its own message."""
         out = []
-        for r, ex in zip(self._turn_requests(i), self._past(i)):
-            out += [{"role": "user", "content": text_of(r)}, {"role": "assistant", "content": ex.answer_text or ""}]
+        for ex in self._past(i):
+            out += [{"role": "user", "content": text_of(ex.request)},
+                    {"role": "assistant", "content": ex.answer_text or ""}]
         return out + [{"role": "user", "content": text_of(self.requests[i])}]
-
-    def _turn_requests(self, i: int) -> list[Any]:
-        cid = self.requests[i].conversation_id
-        return sorted((r for r in self.requests if cid is not None and r.conversation_id == cid
-                       and r.turn < self.requests[i].turn), key=lambda r: r.turn)
 
 
 def tag_record(rec: RequestRecord, request: Any) -> RequestRecord:

@@ -131,7 +131,10 @@ def _replay(engine: Any, requests: Sequence[Any], params: Any, max_concurrency: 
                                arrival_time=max(t0 + at, slot_freed))
             in_flight += 1
         if not engine.has_unfinished_requests():
-            _wait_until(t0 + feeder.next_due())
+            due_at = feeder.next_due()
+            if due_at is None:   # nothing running and nothing to come: a request the engine never finished
+                break
+            _wait_until(t0 + due_at)
             continue
         outs = [o for o in engine.step() if o.finished]
         now = time.monotonic()
