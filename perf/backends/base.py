@@ -8,7 +8,8 @@ import in backends/registry.py. What each kind means to the plan:
 - "server": a server reached over HTTP; its knobs and modes are its own, so one run per load point;
 - "peer": another engine on refengine's weights, run beside an "engine" backend (`--peers`).
 Replay rules the same for every backend, so the rows compare: greedy, `ignore_eos`, each request generating its own
-`output_len`; a warm-up of short synthetic requests (`warmup_prompts`) first, left out of every record and step.
+`output_len`; a multi-turn workload's turn sent after the previous answer, with the history as prefix
+(`conversations.py`); a warm-up of short synthetic requests (`warmup_prompts`) first, left out of every record and step.
 """
 
 from __future__ import annotations

@@ -8,6 +8,8 @@ Replay rules, the same for every engine so the rows compare:
 - every request is greedy (temperature 0), `ignore_eos`, and generates exactly its own `output_len` tokens;
 - offline workloads (every arrival 0) add all requests at t0; Poisson / gamma arrivals add each request when its
   time comes (its `arrival_time` is t0 + the workload's offset), stepping the engine meanwhile;
+- a multi-turn workload's turn k is added when turn k - 1 has finished, its prompt the conversation so far with the
+  answers' own token ids (`conversations.TurnFeeder`); its records carry `conversation_id` and `turn`;
 - the run is timed from the first add (t0) to the last finish; a warm-up of a few short synthetic requests runs
   first, on the same engine, and is left out of every record and step;
 - times are `time.monotonic()` (the engine's clock).
