@@ -47,6 +47,7 @@ def test_feeder_holds_each_turn_until_the_previous_answer():
     f.finished(0, 1.5, [7, 8], "a0 ")
     assert f.pop_due(1.5) == (1, 1.5)
     assert f.prompt_ids(1) == [10] * 4 + [7, 8] + [11] * 4
+    assert f.prompt_text(1, lambda r: r.prompt_text) == "c0k0 a0 c0k1 "
     assert f.messages(1, lambda r: r.prompt_text) == [
         {"role": "user", "content": "c0k0 "}, {"role": "assistant", "content": "a0 "},
         {"role": "user", "content": "c0k1 "}]
