@@ -54,6 +54,8 @@ class RequestRecord:
     output_len_source: str | None = None       # HTTP: "usage" | "tokenizer" | "chunks"
     chunk_times: list[float] | None = None
     text: str | None = None
+    conversation_id: int | None = None         # multi-turn: the conversation and the turn (0, 1, ...) of a request
+    turn: int | None = None
     layout: tuple[str, ...] = field(default=REQUEST_KEYS, repr=False, compare=False)
 
     def to_dict(self) -> dict[str, Any]:

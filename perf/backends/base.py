@@ -8,7 +8,8 @@ import in backends/registry.py. What each kind means to the plan:
 - "server": a server reached over HTTP; its knobs and modes are its own, so one run per load point;
 - "peer": another engine on refengine's weights, run beside an "engine" backend (`--peers`).
 Replay rules the same for every backend, so the rows compare: greedy, `ignore_eos`, each request generating its own
-`output_len`; a warm-up of short synthetic requests (`warmup_prompts`) first, left out of every record and step.
+`output_len`; a multi-turn workload's turn sent after the previous answer, with the history as prefix
+(`conversations.py`); a warm-up of short synthetic requests (`warmup_prompts`) first, left out of every record and step.
 """
 
 from __future__ import annotations
@@ -50,12 +51,14 @@ class RunResult:
     error: str | None = None
 
     def metrics(self, *, metric_percentiles: Sequence[float], goodput: Mapping[str, float] | None) -> dict[str, Any]:
+        from cbbench.perf.backends.conversations import conversation_metrics
         from cbbench.perf.metrics import compute_metrics
 
-        return compute_metrics(self.records, self.duration, steps=self.steps, max_num_seqs=self.max_num_seqs,
-                               max_num_batched_tokens=self.max_num_batched_tokens,
-                               num_gpu_blocks=self.num_gpu_blocks, metric_percentiles=metric_percentiles,
-                               goodput=goodput)
+        m = compute_metrics(self.records, self.duration, steps=self.steps, max_num_seqs=self.max_num_seqs,
+                            max_num_batched_tokens=self.max_num_batched_tokens,
+                            num_gpu_blocks=self.num_gpu_blocks, metric_percentiles=metric_percentiles,
+                            goodput=goodput)
+        return {**m, **conversation_metrics(self.records)}
 
 
 class Backend:
@@ -99,8 +102,10 @@ class Backend:
         return {**result.knobs, "dtype": self.settings.dtype_name}, self.settings.device
 
     def notes(self, key: tuple[str, str, str], result: RunResult) -> list[str]:
-        """Lines printed under the table about this run (failed requests, ...)."""
-        return []
+        """Lines printed under the table about this run (failed requests, a multi-turn run's turn metrics, ...)."""
+        from cbbench.perf.backends.conversations import conversation_metrics, conversation_note
+
+        return conversation_note(f"{key[0]} {key[1]} {key[2]}".strip(), conversation_metrics(result.records))
 
 
 def warmup_prompts(n: int, seed: int) -> list[list[int]]:

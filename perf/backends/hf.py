@@ -84,9 +84,16 @@ def _generate_batch(model: Any, prompts: Sequence[list[int]], new_tokens: int, p
     return streamer.times
 
 
+# a static generate() batch cannot hold a turn back until the previous answer returns: the peers refuse the workload
+MULTI_TURN_REFUSED = "multi-turn workloads run on refengine and the HTTP backends only, not on the HF peers"
+
+
 def run_hf_static(workload: Any, model: str, *, device: str, dtype: str | None, max_num_seqs: int,
                   warmup: int = 2, seed: int = 0, progress: ProgressFn | None = None) -> RunResult:
     res = RunResult("hf-static", "static", {"max_num_seqs": max_num_seqs}, max_num_seqs=max_num_seqs)
+    if workload.is_multi_turn:
+        res.error = MULTI_TURN_REFUSED
+        return res
     try:
         hf = hf_model(model, device=device, dtype=dtype, seed=seed)
         hf.generation_config.eos_token_id = None
@@ -125,6 +132,9 @@ def run_hf_cb(workload: Any, model: str, *, device: str, dtype: str | None, max_
               max_num_batched_tokens: int | None, warmup: int = 2, seed: int = 0, progress: ProgressFn | None = None) -> RunResult:
     knobs = {"max_num_seqs": max_num_seqs, "max_num_batched_tokens": max_num_batched_tokens}
     res = RunResult("hf-cb", "continuous", knobs, max_num_seqs=max_num_seqs)
+    if workload.is_multi_turn:
+        res.error = MULTI_TURN_REFUSED
+        return res
     manager = None
     try:
         from transformers import GenerationConfig

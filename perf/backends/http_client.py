@@ -3,7 +3,8 @@
 The request shapes are those of vLLM's `bench serve` (`vllm/benchmarks/lib/endpoint_request_func.py`):
 - openai: POST /v1/completions with the prompt as token ids (`--prompt-format ids`, the default: the server sees
   exactly the in-process run's prompt) or as text, `max_tokens` = the workload's output length;
-- openai-chat: POST /v1/chat/completions, one user message holding the prompt's text, `max_completion_tokens`;
+- openai-chat: POST /v1/chat/completions, one user message holding the prompt's text (a multi-turn run's later
+  turns: the history's user / assistant messages, `http_turns.py`), `max_completion_tokens`;
 - both: `stream: true`, `stream_options.include_usage`, `temperature: 0` (greedy) and vLLM's `ignore_eos: true`, so
   an engine that honours it generates exactly the workload's output lengths; `ignore_eos=False` leaves the field
   out for servers that refuse unknown fields (transformers serve answers 422), and outputs may then be shorter.
@@ -74,14 +75,18 @@ class HttpTarget:
         return self.root + ENDPOINTS[self.backend]
 
 
-def build_payload(target: HttpTarget, prompt: str | list[int], output_len: int) -> dict[str, Any]:
+def build_payload(target: HttpTarget, prompt: str | list[int] | list[dict[str, str]],
+                  output_len: int) -> dict[str, Any]:
     """One streaming request body, in vLLM `bench serve`'s shape (see the module docstring)."""
     common = {"model": target.model, "stream": True, "stream_options": {"include_usage": True},
               "temperature": 0.0, **({"ignore_eos": True} if target.ignore_eos else {})}
     if target.backend == "openai":
         return {**common, "prompt": prompt, "max_tokens": output_len}
-    # max_tokens too: servers that predate max_completion_tokens read only that
-    return {**common, "messages": [{"role": "user", "content": prompt}], "max_completion_tokens": output_len,
+    # a list of messages is a conversation's history and new turn; max_tokens too: servers that predate
+    # max_completion_tokens read only that
+    messages = prompt if isinstance(prompt, list) and prompt and isinstance(prompt[0], dict) else \
+        [{"role": "user", "content": prompt}]
+    return {**common, "messages": messages, "max_completion_tokens": output_len,
             "max_tokens": output_len}
 
 

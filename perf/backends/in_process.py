@@ -8,6 +8,8 @@ Replay rules, the same for every engine so the rows compare:
 - every request is greedy (temperature 0), `ignore_eos`, and generates exactly its own `output_len` tokens;
 - offline workloads (every arrival 0) add all requests at t0; Poisson / gamma arrivals add each request when its
   time comes (its `arrival_time` is t0 + the workload's offset), stepping the engine meanwhile;
+- a multi-turn workload's turn k is added when turn k - 1 has finished, its prompt the conversation so far with the
+  answers' own token ids (`conversations.TurnFeeder`); its records carry `conversation_id` and `turn`;
 - the run is timed from the first add (t0) to the last finish; a warm-up of a few short synthetic requests runs
   first, on the same engine, and is left out of every record and step;
 - times are `time.monotonic()` (the engine's clock).
@@ -19,6 +21,7 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from cbbench.perf.backends.conversations import TurnFeeder, tag_record
 from cbbench.perf.backends.base import WARMUP_OUTPUT_LEN, Backend, ProgressFn, RunResult, warmup_prompts
 from cbbench.perf.knobs import engine_knobs, knob_names
 from cbbench.perf.records import ENGINE_REQUEST_KEYS, ENGINE_STEP_KEYS, RequestRecord, StepRecord
@@ -106,33 +109,49 @@ def run_refengine(workload: Any, *, model: str, device: str, dtype: str | None, 
     engine.step_stats.clear()
     engine.finished_requests.clear()
 
-    reqs = list(enumerate(workload.requests))
-    reqs.sort(key=lambda x: x[1].arrival_time)  # stable: arrival order, then workload order
-    records: list[RequestRecord] = []
-    cap = max_concurrency or len(reqs)
-    t0 = time.monotonic()
-    nxt, slot_freed = 0, t0
-    while nxt < len(reqs) or engine.has_unfinished_requests():
-        now = time.monotonic()
-        while nxt < len(reqs) and t0 + reqs[nxt][1].arrival_time <= now and nxt - len(records) < cap:
-            i, r = reqs[nxt]
-            engine.add_request(str(i), r.prompt_token_ids, params(r.output_len),
-                               arrival_time=max(t0 + r.arrival_time, slot_freed))
-            nxt += 1
-        if not engine.has_unfinished_requests():
-            _wait_until(t0 + reqs[nxt][1].arrival_time)
-            continue
-        # the engine's per-request dict (`output_processor.request_metrics`) becomes a record here, at perf's edge
-        done = [RequestRecord.from_dict(o.metrics, ENGINE_REQUEST_KEYS) for o in engine.step() if o.finished]
-        if done and nxt - len(records) >= cap:
-            slot_freed = time.monotonic()
-        records.extend(done)
-        if progress and done:
-            progress(len(done))
+    records, t0 = _replay(engine, workload.requests, params, max_concurrency, progress)
     result.records = sorted(records, key=lambda r: int(r.request_id))
     result.duration = max(r.finish_time for r in records if r.finish_time is not None) - t0
     result.steps = step_records(engine.step_stats)
     return result
+
+
+def _replay(engine: Any, requests: Sequence[Any], params: Any, max_concurrency: int | None,
+            progress: ProgressFn | None) -> tuple[list[RequestRecord], float]:
+    """Add each request when it is due (`TurnFeeder`: its arrival, or a conversation's previous answer), under the
+    concurrency cap, stepping the engine meanwhile; the records of every request, in finishing order, and t0."""
+    feeder = TurnFeeder(requests)
+    records: list[RequestRecord] = []
+    cap = max_concurrency or len(requests)
+    t0 = time.monotonic()
+    in_flight, slot_freed = 0, t0
+    while len(records) < len(requests):
+        now = time.monotonic()
+        while in_flight < cap and (due := feeder.pop_due(now - t0)) is not None:
+            i, at = due
+            engine.add_request(str(i), feeder.prompt_ids(i), params(requests[i].output_len),
+                               arrival_time=max(t0 + at, slot_freed))
+            in_flight += 1
+        if not engine.has_unfinished_requests():
+            due_at = feeder.next_due()
+            if due_at is None:   # nothing running and nothing to come: a request the engine never finished
+                break
+            _wait_until(t0 + due_at)
+            continue
+        outs = [o for o in engine.step() if o.finished]
+        now = time.monotonic()
+        for o in outs:   # the answer's own token ids are the next turn's history
+            feeder.finished(int(o.request_id), now - t0, o.outputs[0].token_ids if o.outputs else ())
+        # the engine's per-request dict (`output_processor.request_metrics`) becomes a record here, at perf's edge
+        done = [tag_record(RequestRecord.from_dict(o.metrics, ENGINE_REQUEST_KEYS), requests[int(o.request_id)])
+                for o in outs]
+        if done and in_flight >= cap:
+            slot_freed = now
+        in_flight -= len(done)
+        records.extend(done)
+        if progress and done:
+            progress(len(done))
+    return records, t0
 
 
 @Backend.register("refengine", kind="engine")

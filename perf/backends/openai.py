@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from cbbench.perf.backends.base import WARMUP_OUTPUT_LEN, Backend, ProgressFn, RunResult, warmup_prompts
 from cbbench.perf.backends.http_client import HttpTarget, make_session, replay, run_duration
+from cbbench.perf.backends.http_turns import replay_turns
 from cbbench.perf.backends.server_metrics import ServerMetrics, scrape
 from cbbench.perf.records import RequestRecord
 
@@ -113,10 +114,16 @@ async def _run(workload: Any, target: HttpTarget, *, tokenizer: Any, max_concurr
         done = asyncio.Event()
         sampler = asyncio.create_task(sm.sample_until(session, done)) if sm.before is not None else None
         try:
-            records, t0, end = await replay(target, prompts, [r.prompt_len for r in reqs],
-                                            [r.output_len for r in reqs], [r.arrival_time for r in reqs],
-                                            max_concurrency=max_concurrency, tokenizer=tokenizer,
-                                            progress=progress, session=session)
+            texts = {id(r): p for r, p in zip(reqs, prompts)}
+            if workload.is_multi_turn:   # each conversation a chain: turn k after turn k - 1's answer
+                records, t0, end = await replay_turns(target, reqs, text_of=lambda r: texts[id(r)],
+                                                      tokenizer=tokenizer, session=session,
+                                                      max_concurrency=max_concurrency, progress=progress)
+            else:
+                records, t0, end = await replay(target, prompts, [r.prompt_len for r in reqs],
+                                                [r.output_len for r in reqs], [r.arrival_time for r in reqs],
+                                                max_concurrency=max_concurrency, tokenizer=tokenizer,
+                                                progress=progress, session=session)
         finally:
             done.set()
             if sampler is not None:
@@ -159,7 +166,7 @@ class HttpBackend(Backend):
         return {"base_url": t.base_url, "prompt_format": t.prompt_format, "ignore_eos": t.ignore_eos}, ""
 
     def notes(self, key: tuple[str, str, str], result: RunResult) -> list[str]:
-        return failure_notes(key, result.records)
+        return failure_notes(key, result.records) + super().notes(key, result)
 
 
 @Backend.register("openai", kind="server")

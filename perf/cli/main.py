@@ -35,14 +35,28 @@ __all__ = ["app", "main", "DEBUG_ENV", "CliError", "run_perf"]
                     f"(CPU default {CPU_DEFAULTS['max_num_seqs']})"})
 def perf(
     ctx: typer.Context,
-    workload: Annotated[str, Opt(help="sharegpt | fixed | random | lognormal | prefix")] = "sharegpt",
+    workload: Annotated[str, Opt(help="sharegpt | fixed | random | lognormal | prefix | custom | hf | trace | "
+                                      "multiturn | sharegpt-multiturn (docs/workloads.md)")] = "sharegpt",
     model: Annotated[str, Opt(help="a preset name or a local Hugging Face folder")] = "tiny-qwen2",
     device: Annotated[str, Opt(help="in-process device; for --backend openai* it only picks the CPU or GPU "
                                     "workload defaults")] = "cpu",
     dtype: Annotated[Optional[str], Opt(help="default: float32 on CPU, bfloat16 on CUDA")] = None,
     num_prompts: Annotated[Optional[int], Opt(help=f"default: {CPU_DEFAULTS['num_prompts']} on CPU, 500 on GPU")] = None,
     seed: Annotated[int, Opt()] = 0,
-    dataset_path: Annotated[Optional[str], Opt(help="a full ShareGPT_V3 JSON (default: the bundled file)")] = None,
+    dataset_path: Annotated[Optional[str], Opt(help="the workload's file, never fetched: sharegpt / "
+                                                    "sharegpt-multiturn a ShareGPT_V3 JSON (default: the bundled "
+                                                    "file), custom a JSONL of prompts, hf a local datasets folder "
+                                                    "or parquet / arrow / jsonl / csv file, trace an Azure, "
+                                                    "Mooncake or plain trace")] = None,
+    time_scale: Annotated[Optional[float], Opt(help="--workload trace: arrival-time factor (2 = half speed, "
+                                                    "0.5 = double)")] = None,
+    hf_split: Annotated[Optional[str], Opt(help="--workload hf: the split of a datasets folder")] = None,
+    hf_column: Annotated[Optional[str], Opt(help="--workload hf: the prompt column (default: the first of "
+                                                 "prompt, text, question, instruction, input)")] = None,
+    hf_output_column: Annotated[Optional[str], Opt(help="--workload hf: a column holding each request's "
+                                                        "output length")] = None,
+    hf_output_len: Annotated[Optional[int], Opt(help="--workload hf: the output length of every request "
+                                                     "(default 256)")] = None,
     max_prompt_len: Annotated[Optional[int], Opt(help=f"sharegpt prompt cap (CPU default "
                                                       f"{CPU_DEFAULTS['max_prompt_len']}, GPU none)")] = None,
     max_output_len: Annotated[Optional[int], Opt(help=f"sharegpt output cap (CPU default "
@@ -55,8 +69,9 @@ def perf(
                                                        "(comma list; default no cap)", metavar=list_metavar("int"))] = None,
     backend: Annotated[str, Opt(help="refengine (in-process) | openai (/v1/completions) | openai-chat")] = "refengine",
     base_url: Annotated[Optional[str], Opt(help="the server for --backend openai*, e.g. http://127.0.0.1:8000")] = None,
-    tokenizer: Annotated[Optional[str], Opt(help="for the workloads: a preset, a folder or qwen (default: the "
-                                                 "model's own if a preset/folder, else the Qwen BPE)")] = None,
+    tokenizer: Annotated[Optional[str], Opt(help="for the workloads: a preset, a local folder or tokenizer.json, "
+                                                 "or qwen (default: the model's own if a preset/folder, else the "
+                                                 "Qwen BPE); a hub id needs its files in a local folder")] = None,
     prompt_format: Annotated[str, Opt(help="--backend openai: send prompts as token ids or text")] = "ids",
     request_timeout: Annotated[float, Opt(help="--backend openai*: seconds a request may take (vLLM's 6 h)")] = 6 * 3600,
     ignore_eos: Annotated[bool, Opt("--ignore-eos/--no-ignore-eos", help="--backend openai*: send vLLM's ignore_eos "

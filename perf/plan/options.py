@@ -34,6 +34,11 @@ class PerfOptions:
     dataset_path: str | None = None
     max_prompt_len: int | None = None
     max_output_len: int | None = None
+    time_scale: float | None = None             # trace: arrival-time factor
+    hf_split: str | None = None                 # hf: the split, prompt column, output-length column / length
+    hf_column: str | None = None
+    hf_output_column: str | None = None
+    hf_output_len: int | None = None
     request_rate: float | str = math.inf        # a number or a comma list (a sweep, one run per value)
     burstiness: float | str = 1.0
     max_concurrency: int | str | None = None    # requests in flight at most (comma list; None = no cap)
@@ -102,6 +107,11 @@ def _typed_param(key: str, value: Any, accepted: dict[str, Any]) -> Any:
     return type(default)(value)
 
 
+# option -> the workload param it sets
+_FLAG_PARAMS = {"time_scale": "time_scale", "hf_split": "split", "hf_column": "column",
+                "hf_output_column": "output_column", "hf_output_len": "output_len"}
+
+
 def workload_kwargs(o: PerfOptions, on_cpu: bool) -> dict[str, Any]:
     from cbbench.workloads import list_workloads, workload_options
 
@@ -118,10 +128,16 @@ def workload_kwargs(o: PerfOptions, on_cpu: bool) -> dict[str, Any]:
                 raise ValueError(f"workload-param: expected KEY=VALUE, got {part!r}")
             kw[key.strip()] = _typed_param(key.strip(), _value(value), accepted)
     caps = {"max_prompt_len": o.max_prompt_len, "max_output_len": o.max_output_len, "dataset_path": o.dataset_path}
+    for flag, param in _FLAG_PARAMS.items():    # options that are a workload param under vLLM's flag name
+        if getattr(o, flag) is not None:
+            if flag.startswith("hf_") and o.workload != "hf":
+                raise ValueError(f"--{flag.replace('_', '-')} does not apply to workload {o.workload!r}")
+            caps[param] = getattr(o, flag)
+    names = {param: flag for flag, param in _FLAG_PARAMS.items()}
     for k, v in caps.items():
         if v is not None:
             if k not in accepted:
-                raise ValueError(f"--{k.replace('_', '-')} does not apply to workload {o.workload!r}")
+                raise ValueError(f"--{names.get(k, k).replace('_', '-')} does not apply to workload {o.workload!r}")
             kw[k] = v
         elif on_cpu and k in CPU_DEFAULTS and k in accepted:
             kw.setdefault(k, CPU_DEFAULTS[k])
