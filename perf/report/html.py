@@ -8,7 +8,9 @@ drawn from the same colour rule), the environment, and the configuration as the 
 
 from __future__ import annotations
 
+import base64
 import html
+import io
 import json
 import math
 from collections.abc import Mapping, Sequence
@@ -94,6 +96,31 @@ def cdf_data(runs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     return charts
 
 
+def latency_throughput_png(rows: Sequence[Mapping[str, Any]]) -> str | None:
+    """Base64 PNG of `cbbench plot`'s latency-against-throughput panels when the rows sweep the request rate
+    (drawn by the same code from the rows, through a scratch CSV); None for a run at one rate."""
+    if len({str(r.get("request_rate")) for r in rows}) < 2:
+        return None
+    import tempfile
+
+    import matplotlib.pyplot as plt
+
+    from cbbench.perf.report.plot import make_figure
+    from cbbench.perf.results.schema import write_csv
+
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "rows.csv"
+        write_csv(path, list(rows))
+        fig, _ = make_figure([path], kind="latency")
+    try:
+        fig.suptitle("latency against output throughput, one point per request rate", fontsize=10)
+        buf = io.BytesIO()
+        fig.savefig(buf, format="png", dpi=100)
+    finally:
+        plt.close(fig)
+    return base64.b64encode(buf.getvalue()).decode("ascii")
+
+
 def _e(x: Any) -> str:
     return html.escape(str(x), quote=True)
 
@@ -144,6 +171,9 @@ def render_html(doc: Mapping[str, Any], source: str = "") -> str:
                                        'cbbench, or no refengine run)</p>')
     cmd = next((r.get("command") for r in doc["rows"] if r.get("command")), None) or cfg.get("command")
     command = f'<pre id="command">{_e(cmd)}</pre>' if cmd else ""
+    png = latency_throughput_png(doc["rows"])
+    sweep = (f'<section id="latency-throughput"><h2>Latency against throughput</h2><img id="latency-throughput-img"'
+             f' alt="latency against throughput" src="data:image/png;base64,{png}"></section>' if png else "")
     data = json.dumps(cdf_data(runs)).replace("</", "<\\/")  # nothing in the data may close the script tag
     return f"""<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width, initial-scale=1">
@@ -157,6 +187,7 @@ def render_html(doc: Mapping[str, Any], source: str = "") -> str:
 <section id="latency"><h2>Latency distributions</h2><div class="charts">
 <div class="chart" id="ttft-cdf" data-chart="ttft"></div><div class="chart" id="itl-cdf" data-chart="itl"></div>
 </div></section>
+{sweep}
 <section id="timeline" class="timeline"><h2>Slot timeline</h2>{timeline}</section>
 <section id="environment"><h2>Environment</h2>{_kv_table(doc.get("environment") or {})}
 <h2>Configuration</h2><p class="sub">As the engine resolved it, per configuration (the CSV's config columns).</p>

@@ -235,3 +235,19 @@ def test_headless_screenshot(run_page, tmp_path):
     _browse(page, f"--screenshot={shot}", "--window-size=1300,1600")
     img = mpimg.imread(shot)
     assert img.shape[:2] == (1600, 1300) and img[..., :3].std() > 0.05
+
+
+def test_rate_sweep_gets_a_latency_throughput_chart(run_page, tmp_path):
+    import base64
+    import io
+
+    import matplotlib.image as mpimg
+
+    assert "latency-throughput-img" not in run_page[1].read_text()    # one rate: nothing to draw against
+    args = [*TINY[:-1], "continuous"]                                  # TINY ends with --batching's value
+    res = CliRunner().invoke(app, ["perf", *args, "--request-rate", "50,100", "--result-dir", str(tmp_path)])
+    assert res.exit_code == 0, res.output
+    (js,) = tmp_path.glob("*.json")
+    (img,) = Dom(render_html(load_run(js))).find("img", id="latency-throughput-img")
+    png = mpimg.imread(io.BytesIO(base64.b64decode(img[1]["src"].split(",", 1)[1])), format="png")
+    assert png.shape[0] > 300 and png[..., :3].std() > 0.05
