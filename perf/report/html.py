@@ -3,7 +3,9 @@
 The page holds the results table (the terminal table's columns, empty ones left out, ratios and notes), the TTFT
 and ITL CDFs of every configuration (inline SVG drawn by inline JS from embedded data), the slot timeline of each
 measured refengine run (inline SVG from the per-step request ids in the JSON, request ids on hover, the legend
-drawn from the same colour rule), the environment, and the configuration as the engine resolved it. Nothing is fetched: no external script, style sheet, font or image.
+drawn from the same colour rule), for a request-rate sweep `cbbench plot`'s latency-against-throughput panels (a
+base64 PNG), the environment, and the configuration as the engine resolved it. Nothing is fetched: no external
+script, style sheet, font or image.
 """
 
 from __future__ import annotations
