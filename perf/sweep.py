@@ -10,11 +10,11 @@ from __future__ import annotations
 from typing import Any
 
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from cbbench.perf.plan.build import build_plan
 from cbbench.perf.plan.options import PerfOptions
 from cbbench.perf.plan.spec import RunPlan, RunSpec
+from cbbench.perf.report.progress import RunProgress
 from cbbench.perf.results.schema import environment_info, make_row
 from cbbench.perf.results.writer import ResultWriter
 
@@ -43,15 +43,12 @@ def run_plan(plan: RunPlan, console: Console) -> list[dict[str, Any]]:
     entries: list[Any] = []
     notes: list[str] = []
     try:
-        with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                      console=console, disable=plan.quiet, transient=False) as bar:
-            task = bar.add_task("perf", total=len(todo) * len(plan.workload))
+        with RunProgress(console, len(todo), quiet=plan.quiet) as progress:
             for spec in todo:
-                bar.update(task, description=spec.describe())
-                before = bar.tasks[0].completed
-                result = plan.backends[spec.backend].run(spec, lambda n: bar.advance(task, n))
-                bar.update(task, completed=before + len(spec.workload))
+                progress.start(spec.describe(), len(spec.workload))
+                result = plan.backends[spec.backend].run(spec, progress.advance)
                 entries.append(_record(plan, spec, result, writer, notes))
+                progress.finish(entries[-1][1], entries[-1][2])
     except KeyboardInterrupt:
         writer.flush()  # also creates the pair when nothing had finished yet
         raise KeyboardInterrupt(f"{writer.num_done} run(s) kept in {plan.csv_path}; add --output {plan.csv_path} "

@@ -78,7 +78,9 @@ def plot(
     kind: Annotated[str, Opt(help="auto | latency (against throughput, across request rates) | sweep (against "
                                   "--knob); auto picks latency when the CSVs hold several request rates")] = "auto",
     knob: Annotated[str, Opt(help="the swept column on the x axis (sweep)")] = "max_num_batched_tokens",
-    out: Annotated[Optional[Path], Opt(help="PNG, or a folder (default: next to the first CSV)")] = None,
+    # a str, not a Path: Path drops the trailing slash of `--out plots/`, the sign of a folder to make
+    out: Annotated[Optional[str], Opt(help="PNG, or a folder (default: next to the first CSV)",
+                                      metavar="<path>")] = None,
 ) -> None:
     """Result CSVs as curves with error bars from repeats: latency against throughput, or against a swept knob."""
     from cbbench.perf.report.plot import plot_results

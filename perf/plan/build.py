@@ -72,7 +72,8 @@ def build_plan(o: PerfOptions) -> RunPlan:
 
     settings.dtype_name = str(resolve_dtype(o.dtype, o.device)).removeprefix("torch.")
     varying = frozenset(k for ks in sw.knob_sets for k in ks if len({str(x.get(k)) for x in sw.knob_sets}) > 1)
-    specs = [RunSpec(name, mode, ks, load, rep, workloads[load], load.label(sw.load_varying), varying)
+    specs = [RunSpec(name, mode, ks, load, rep, workloads[load], load.label(sw.load_varying), varying,
+                     o.repeats)
              for rep in range(o.repeats) for load in sw.loads for name, mode, ks in sw.entries]
     csv_path = Path(o.output) if o.output is not None else _fresh(
         Path(o.result_dir), f"{workload.name}-{_dt.datetime.now().strftime('%Y%m%d-%H%M%S')}")

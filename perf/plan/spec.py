@@ -52,6 +52,7 @@ class RunSpec:
     workload: Any                     # a `cbbench.workloads.Workload`
     load_label: str = ""              # the load point as the table names it ("" when the sweep has one)
     varying: frozenset[str] = frozenset()  # the knobs that differ between the plan's knob sets
+    num_repeats: int = 1              # how many repeats the plan makes of this configuration
 
     @property
     def plan_id(self) -> str:
@@ -64,9 +65,10 @@ class RunSpec:
         return " ".join(x for x in parts if x and x != "-") or "-"
 
     def describe(self) -> str:
-        parts = (self.backend, self.batching, knob_label(dict(self.knobs), set(self.varying)), self.load_label,
-                 f"(repeat {self.repeat})")
-        return " ".join(x for x in parts if x)
+        """`refengine continuous, max_num_seqs=2, rate=4, repeat 1/2`: what `--dry-run` and the progress print."""
+        parts = (f"{self.backend} {self.batching}", knob_label(dict(self.knobs), set(self.varying)),
+                 self.load_label, f"repeat {self.repeat + 1}/{self.num_repeats}")
+        return ", ".join(x.strip() for x in parts if x.strip() and x.strip() != "-")
 
 
 @dataclass

@@ -23,6 +23,9 @@ tr:hover td { background: #fafbfc; }
 .chart .axis line, .chart .axis path { stroke: #888; } .chart text { font-size: 11px; fill: #333; }
 .chart .grid { stroke: #eee; } .chart .cdf-line { fill: none; stroke-width: 1.8; }
 .timeline img { max-width: 100%; border: 1px solid #eee; }
+.timeline figure { margin: 8px 0 14px; } .timeline figcaption { font-size: 12px; color: #333; }
+.timeline-svg { border: 1px solid #eee; display: block; }
+.legend .swatch { display: inline-block; width: 14px; height: 10px; margin: 0 4px 0 12px; border: 1px solid #bbb; }
 table.env td { text-align: left; white-space: normal; } table.env td:first-child { color: #555; }
 pre { background: #f6f8fa; padding: 10px; overflow-x: auto; font-size: 12px; }
 .empty { color: #777; font-style: italic; }

@@ -2,8 +2,10 @@
 
 The page holds the results table (the terminal table's columns, empty ones left out, ratios and notes), the TTFT
 and ITL CDFs of every configuration (inline SVG drawn by inline JS from embedded data), the slot timeline of each
-measured refengine run (a base64 PNG drawn from the per-step request ids in the JSON), and the environment and
-config. Nothing is fetched: no external script, style sheet, font or image.
+measured refengine run (inline SVG from the per-step request ids in the JSON, request ids on hover, the legend
+drawn from the same colour rule), for a request-rate sweep `cbbench plot`'s latency-against-throughput panels (a
+base64 PNG), the environment, and the configuration as the engine resolved it. Nothing is fetched: no external
+script, style sheet, font or image.
 """
 
 from __future__ import annotations
@@ -13,7 +15,6 @@ import html
 import io
 import json
 import math
-import zlib
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -22,7 +23,8 @@ import numpy as np
 
 from cbbench.perf.report.table import Entry, fit_columns, summary_lines, table_columns, table_title
 from cbbench.perf.report.assets import CSS, JS
-from cbbench.perf.report.timeline import assign_slots, utilisation
+from cbbench.perf.report.timeline_svg import timeline_html
+from cbbench.perf.results.schema import CONFIG_KEY_COLUMNS
 
 CDF_POINTS = 400  # each CDF is drawn through this many quantiles: exact enough to read, small enough to embed
 
@@ -96,61 +98,28 @@ def cdf_data(runs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     return charts
 
 
-def _timeline_rgb(cells: Sequence[Any], num_steps: int, max_num_seqs: int) -> np.ndarray:
-    """slots x steps x RGB: a request's colour, full for prefill, paler for decode and for a request admitted but not
-    scheduled; grey where a finished static-batch member still holds its slot; white where a slot is free."""
-    import matplotlib
-
-    palette = np.asarray(matplotlib.colormaps["tab20"].colors)  # 20 x RGB
-    img = np.ones((max_num_seqs, num_steps, 3))
-    if not cells:
-        return img
-    mix = {"prefill": 1.0, "decode": 0.6, "idle": 0.25, "held": 0.0}
-    colour: dict[str, int] = {}
-    for c in cells:
-        if c.request_id not in colour:
-            rid = c.request_id
-            colour[rid] = (int(rid) if rid.isdigit() else zlib.crc32(rid.encode())) % len(palette)
-    slot = np.fromiter((c.slot for c in cells), int, len(cells))
-    step = np.fromiter((c.step for c in cells), int, len(cells))
-    strength = np.fromiter((mix[c.kind] for c in cells), float, len(cells))[:, None]
-    rgb = palette[np.fromiter((colour[c.request_id] for c in cells), int, len(cells))]
-    img[slot, step] = 1 - strength * (1 - rgb)
-    held = np.fromiter((c.kind == "held" for c in cells), bool, len(cells))
-    img[slot[held], step[held]] = 0.82
-    return img
-
-
-def timeline_png(runs: Sequence[Mapping[str, Any]]) -> str | None:
-    """Base64 PNG of the slot timeline of each refengine run's first repeat whose steps carry request ids."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    from matplotlib.ticker import MaxNLocator
-
-    drawn = [r for r in runs if r["repeat"] == 0 and r["steps"] and "scheduled_req_ids" in r["steps"][0]
-             and r["row"] and _float(r["row"].get("max_num_seqs")) >= 1]
-    if not drawn:
+def latency_throughput_png(rows: Sequence[Mapping[str, Any]]) -> str | None:
+    """Base64 PNG of `cbbench plot`'s latency-against-throughput panels when the rows sweep the request rate
+    (drawn by the same code from the rows, through a scratch CSV); None for a run at one rate."""
+    if len({str(r.get("request_rate")) for r in rows}) < 2:
         return None
-    fig, axes = plt.subplots(len(drawn), 1, figsize=(12, 1.0 + 1.6 * len(drawn)), squeeze=False)
-    for ax, r in zip(axes[:, 0], drawn):
-        seqs = int(_float(r["row"]["max_num_seqs"]))
-        cells = assign_slots(r["steps"], seqs)
-        n = len(r["steps"])
-        seqs = max([seqs, *(c.slot + 1 for c in cells)])
-        ax.imshow(_timeline_rgb(cells, n, seqs), aspect="auto", interpolation="nearest",
-                  extent=(0, n, seqs - 0.5, -0.5))
-        ax.set_title(f"{' '.join(x for x in r['key'] if x != '-')}: {n} steps, slot utilisation "
-                     f"{utilisation(cells, n, seqs):.0%}", fontsize=9, loc="left")
-        ax.set_ylabel("slot", fontsize=8)
-        ax.yaxis.set_major_locator(MaxNLocator(integer=True, nbins=min(seqs, 8)))
-        ax.tick_params(labelsize=7)
-    axes[-1, 0].set_xlabel("engine step (bright: prefill, pale: decode, grey: held by a finished static request)")
-    fig.tight_layout()
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=100)
-    plt.close(fig)
+    import tempfile
+
+    import matplotlib.pyplot as plt
+
+    from cbbench.perf.report.plot import make_figure
+    from cbbench.perf.results.schema import write_csv
+
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "rows.csv"
+        write_csv(path, list(rows))
+        fig, _ = make_figure([path], kind="latency")
+    try:
+        fig.suptitle("latency against output throughput, one point per request rate", fontsize=10)
+        buf = io.BytesIO()
+        fig.savefig(buf, format="png", dpi=100)
+    finally:
+        plt.close(fig)
     return base64.b64encode(buf.getvalue()).decode("ascii")
 
 
@@ -169,6 +138,21 @@ def results_table(entries: Sequence[Entry], goodput: Mapping[str, float] | None)
     return f'<table id="results"><thead><tr>{head}</tr></thead><tbody>{"".join(body)}</tbody></table>'
 
 
+def resolved_config(runs: Sequence[Mapping[str, Any]]) -> str:
+    """One row per configuration (its first repeat): every config column that any of them sets, as the row
+    records it (the knobs the engine resolved, not the options typed)."""
+    rows = {r["key"]: r["row"] for r in sorted(runs, key=lambda r: -r["repeat"]) if r["row"]}
+    cols = [c for c in CONFIG_KEY_COLUMNS if any(_given(row.get(c)) for row in rows.values())]
+    head = "".join(f"<th>{_e(c)}</th>" for c in cols)
+    body = "".join("<tr>" + "".join(f"<td>{_e(row.get(c)) if _given(row.get(c)) else ''}</td>" for c in cols)
+                   + "</tr>" for row in rows.values())
+    return f'<table id="config" class="env"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>'
+
+
+def _given(v: Any) -> bool:
+    return v is not None and str(v) not in ("", "nan", "None")
+
+
 def _kv_table(d: Mapping[str, Any]) -> str:
     rows = "".join(f"<tr><td>{_e(k)}</td><td>{_e(v)}</td></tr>" for k, v in d.items())
     return f'<table class="env">{rows}</table>'
@@ -185,12 +169,13 @@ def render_html(doc: Mapping[str, Any], source: str = "") -> str:
     title = (table_title(wl.get("name", "?"), wl["summary"], wl.get("params") or {}, doc["rows"])
              if wl.get("summary") else source)
     notes = "".join(f"<li>{_e(line)}</li>" for line in summary_lines(entries, goodput))
-    png = timeline_png(runs)
-    timeline = (f'<img id="timeline-img" alt="slot timeline" src="data:image/png;base64,{png}">' if png else
-                '<p class="empty">no per-step request ids in this JSON (made by an older cbbench, or no refengine '
-                'run)</p>')
+    timeline = timeline_html(runs) or ('<p class="empty">no per-step request ids in this JSON (made by an older '
+                                       'cbbench, or no refengine run)</p>')
     cmd = next((r.get("command") for r in doc["rows"] if r.get("command")), None) or cfg.get("command")
     command = f'<pre id="command">{_e(cmd)}</pre>' if cmd else ""
+    png = latency_throughput_png(doc["rows"])
+    sweep = (f'<section id="latency-throughput"><h2>Latency against throughput</h2><img id="latency-throughput-img"'
+             f' alt="latency against throughput" src="data:image/png;base64,{png}"></section>' if png else "")
     data = json.dumps(cdf_data(runs)).replace("</", "<\\/")  # nothing in the data may close the script tag
     return f"""<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width, initial-scale=1">
@@ -204,9 +189,11 @@ def render_html(doc: Mapping[str, Any], source: str = "") -> str:
 <section id="latency"><h2>Latency distributions</h2><div class="charts">
 <div class="chart" id="ttft-cdf" data-chart="ttft"></div><div class="chart" id="itl-cdf" data-chart="itl"></div>
 </div></section>
+{sweep}
 <section id="timeline" class="timeline"><h2>Slot timeline</h2>{timeline}</section>
 <section id="environment"><h2>Environment</h2>{_kv_table(doc.get("environment") or {})}
-<h2>Configuration</h2><pre id="config">{_e(json.dumps(cfg, indent=1, default=str))}</pre></section>
+<h2>Configuration</h2><p class="sub">As the engine resolved it, per configuration (the CSV's config columns).</p>
+<div class="scroll">{resolved_config(runs)}</div></section>
 <script type="application/json" id="cdf-data">{data}</script>
 <script>{JS}</script>
 </body></html>

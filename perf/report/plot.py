@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -75,11 +76,14 @@ def choose_kind(df: pd.DataFrame, kind: str = "auto") -> str:
     return "latency" if _rates(df).nunique() > 1 else "sweep"
 
 
-def _curves(df: pd.DataFrame, x: str) -> list[tuple[str, pd.DataFrame]]:
-    """Split into curves: every config column that varies (other than x) tells curves apart and names them."""
+def _curves(df: pd.DataFrame, x: str, named: bool = False) -> list[tuple[str, pd.DataFrame]]:
+    """Split into curves: every config column that varies (other than x) tells curves apart and names them;
+    `named` (labels given with --label) puts the label in every name, even when there is only one."""
     df = df.assign(workload_params=df["workload_params"].map(_sample_params))
     varying = [c for c in ("label", *CONFIG_KEY_COLUMNS, "workload_params")
                if c != x and c not in _NOT_A_CURVE and df[c].astype(str).nunique() > 1]
+    if named and "label" not in varying:
+        varying.insert(0, "label")
     if not varying:
         return [(_name(df.iloc[0], []), df)]
     params = [json.loads(c) if c else {} for c in df["workload_params"]]
@@ -99,10 +103,19 @@ def _sample_params(cell: Any) -> str:
     return json.dumps({k: v for k, v in params.items() if k not in CONFIG_KEY_COLUMNS}, sort_keys=True)
 
 
+def _given(v: Any) -> bool:
+    """A cell that holds a value (not NaN, None or ''): only those go into a curve's name."""
+    return v is not None and not (isinstance(v, float) and math.isnan(v)) and str(v) not in ("", "nan", "None")
+
+
 def _name(row: pd.Series, varying: Sequence[str]) -> str:
-    parts = [str(row["label"])] if "label" in varying else []
-    parts.append(row["batching"] if row["engine"] == "refengine" else f"{row['engine']} ({row['batching']})")
-    parts += [f"{c}={row[c]}" for c in varying if c not in ("label", "engine", "batching", "workload_params")]
+    parts = [str(row["label"])] if "label" in varying and _given(row["label"]) else []
+    if row["engine"] == "refengine":
+        parts.append(str(row["batching"]))
+    else:
+        parts.append(f"{row['engine']} ({row['batching']})" if _given(row["batching"]) else str(row["engine"]))
+    parts += [f"{c}={row[c]}" for c in varying
+              if c not in ("label", "engine", "batching", "workload_params") and _given(row[c])]
     return " ".join(parts)
 
 
@@ -122,9 +135,9 @@ def _errorbars(ax, x, y, g: pd.DataFrame, metric: str, xmetric: str | None, **st
     return ax.plot(x, y, **style)[0]
 
 
-def _plot_latency(df: pd.DataFrame, axes: Sequence[Any]) -> str:
+def _plot_latency(df: pd.DataFrame, axes: Sequence[Any], named: bool = False) -> str:
     df = df.assign(_rate=_rates(df))
-    for name, g in _curves(df, "request_rate"):
+    for name, g in _curves(df, "request_rate", named):
         g = g.sort_values("_rate")
         x = g["output_throughput"]
         color = None
@@ -142,15 +155,33 @@ def _plot_latency(df: pd.DataFrame, axes: Sequence[Any]) -> str:
     return "latency against throughput across request rates"
 
 
-def _plot_sweep(df: pd.DataFrame, axes: Sequence[Any], knob: str) -> str:
+def _not_a_sweep(df: pd.DataFrame, knob: str) -> ValueError:
+    """Why a CSV whose rows share one x cannot be drawn against it, and what would make a sweep."""
+    others = [c for c in CONFIG_KEY_COLUMNS if c != knob and c not in _NOT_A_CURVE
+              and pd.to_numeric(df[c], errors="coerce").dropna().nunique() > 1]
+    hint = (f"; {', '.join(others)} varies: try --knob {others[0]}" if others else
+            "; sweep a knob (e.g. --max-num-batched-tokens 256,1024) or --request-rate (e.g. 1,2,4)")
+    values = pd.to_numeric(df[knob], errors="coerce").dropna().unique()
+    have = f"every row has {knob}={plain_number(values[0])}" if len(values) else f"no row has a value for {knob}"
+    return ValueError(f"csv: not a sweep ({have}){hint}")
+
+
+def _plot_sweep(df: pd.DataFrame, axes: Sequence[Any], knob: str, named: bool = False) -> str:
     if knob not in CONFIG_KEY_COLUMNS:
         raise ValueError(f"knob: {knob!r} is not a config column; expected one of {', '.join(CONFIG_KEY_COLUMNS)}")
-    df = df[pd.to_numeric(df[knob], errors="coerce").notna()].copy()
-    if df.empty:
-        raise ValueError(f"knob: no row has a value for {knob}")
+    has_x = pd.to_numeric(df[knob], errors="coerce").notna()
+    if pd.to_numeric(df[knob], errors="coerce").nunique() < 2:
+        raise _not_a_sweep(df, knob)
+    df, flat = df[has_x].copy(), df[~has_x]
     df[knob] = pd.to_numeric(df[knob])
     ax_t, ax_p = axes
-    for name, g in _curves(df, knob):
+    for name, g in _curves(flat, knob, named) if not flat.empty else []:
+        # a peer without this knob (HF, another server) is one level across the whole sweep, not left out
+        color = None
+        for ax, metric in ((ax_t, "mean_ttft_ms"), (ax_p, "output_throughput")):
+            color = ax.axhline(float(pd.to_numeric(g[metric]).median()), linestyle=":", color=color,
+                               label=f"{name} (no {knob})").get_color()
+    for name, g in _curves(df, knob, named):
         g = g.sort_values(knob)
         line = _errorbars(ax_t, g[knob], g["mean_ttft_ms"], g, "mean_ttft_ms", None, marker="o", label=f"{name} mean")
         ax_t.plot(_arr(g[knob]), _arr(g["p99_ttft_ms"]), marker="x", linestyle="--", color=line.get_color(), label=f"{name} p99")
@@ -183,7 +214,8 @@ def make_figure(csv_paths: Sequence[str | Path], *, labels: Sequence[str] | None
     fig, axes = plt.subplots(1, npanels, figsize=(5.2 * npanels, 4.2), squeeze=False)
     axes = list(axes[0])
     try:
-        what = _plot_latency(df, axes) if kind == "latency" else _plot_sweep(df, axes, knob)
+        named = bool(labels)
+        what = _plot_latency(df, axes, named) if kind == "latency" else _plot_sweep(df, axes, knob, named)
     except Exception:
         plt.close(fig)
         raise
@@ -207,7 +239,7 @@ def plot_results(csv_paths: Sequence[str | Path], *, labels: Sequence[str] | Non
     try:
         default = default_out(csv_paths[0], kind, knob)
         path = Path(out) if out is not None else default
-        if path.is_dir():
+        if path.is_dir() or str(out).endswith(("/", os.sep)):  # `--out plots/`: a folder, made if missing
             path = path / default.name
         path.parent.mkdir(parents=True, exist_ok=True)
         fig.savefig(path, dpi=110)

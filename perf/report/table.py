@@ -33,6 +33,7 @@ COLUMNS = (
     ("TTFT mean ms", "mean_ttft_ms", "{:.0f}", 2), ("TTFT p99 ms", "p99_ttft_ms", "{:.0f}", 8),
     ("TPOT mean ms", "mean_tpot_ms", "{:.1f}", 3), ("ITL mean ms", "mean_itl_ms", "{:.1f}", 9),
     ("preempt", "num_preemptions", "{:.0f}", 10), ("peak KV blk", "peak_kv_blocks", "{:.0f}", 11),
+    ("peak KV", "peak_kv_usage", "{:.0%}", 12),
     ("slot util", "mean_slot_utilisation", "{:.0%}", 5), ("slot waste", "slot_waste", "{:.2f}x", 4),
 )
 RATIO_PRIORITY = 1  # "÷ static" and "cont ÷ this": the table's point

@@ -5,8 +5,6 @@ with an external image proves the probe sees them)."""
 
 from __future__ import annotations
 
-import base64
-import io
 import json
 import re
 import shutil
@@ -20,6 +18,7 @@ from typer.testing import CliRunner
 
 from cbbench.perf.cli import app
 from cbbench.perf.report.html import latency_values, load_run, render_html
+from cbbench.perf.report.timeline_svg import KINDS, LEGEND_BASE, cell_fill, palette, request_rgb
 
 TINY = ["--workload", "fixed", "--workload-param", "input_len=8,output_len=4", "--num-prompts", "3",
         "--max-num-seqs", "2", "--warmup", "1", "--cpu-threads", "0", "--quiet", "--peers", "none",
@@ -78,15 +77,15 @@ class Dom(HTMLParser):
                 and all(e[1].get(k.rstrip("_").replace("_", "-")) == v for k, v in attrs.items())]
 
 
-def _rows(dom: Dom) -> list[list[str]]:
-    """The results table's body rows, as cell texts (tbody tr td, in order)."""
+def _rows(dom: Dom, table: str = "results") -> list[list[str]]:
+    """A table's body rows (the results table's unless named), as cell texts (tbody tr td, in order)."""
     cells, rows, inside = [], [], False
     for tag, attrs, text in [*dom.elements, ("table", {}, [])]:  # a sentinel table closes the last row
         if tag in ("tr", "table") and inside and cells:
             rows.append(cells)
             cells = []
         if tag == "table":
-            inside = attrs.get("id") == "results"
+            inside = attrs.get("id") == table
         elif inside and tag == "td":
             cells.append("".join(text).strip())
     return rows
@@ -99,7 +98,8 @@ def test_page_is_self_contained(run_page):
     assert "<link" not in text and "@import" not in text and "url(" not in text
     dom = Dom(text)
     srcs = [e[1]["src"] for e in dom.elements if "src" in e[1]]
-    assert srcs and all(s.startswith("data:image/png;base64,") for s in srcs)
+    assert all(s.startswith("data:image/png;base64,") for s in srcs)  # the timeline is inline SVG, not an image
+    assert dom.find("svg", class_="timeline-svg")
 
 
 def test_page_content_matches_the_run(run_page):
@@ -120,11 +120,43 @@ def test_page_content_matches_the_run(run_page):
     assert "".join(cmd[2]) == doc["rows"][0]["command"] and "perf" in doc["rows"][0]["command"]
     env_text = " ".join("".join(e[2]) for e in dom.find("td"))
     assert doc["environment"]["git_sha"] in env_text and doc["environment"]["torch_version"] in env_text
-    import matplotlib.image as mpimg
+    assert len(dom.find("svg", class_="timeline-svg")) == 2   # one per batching mode
 
-    (img,) = dom.find("img", id="timeline-img")
-    png = mpimg.imread(io.BytesIO(base64.b64decode(img[1]["src"].split(",", 1)[1])), format="png")
-    assert png.shape[0] > 150 and png[..., :3].std() > 0.05
+
+def test_timeline_colours_match_its_legend_and_name_requests(run_page):
+    js, page = run_page
+    dom = Dom(page.read_text())
+    legend = {e[1]["data-kind"]: e[1]["style"].removeprefix("background:") for e in dom.find("span", class_="swatch")}
+    assert legend == {k: cell_fill(LEGEND_BASE, k) for k in KINDS}
+    rects = dom.find("rect")
+    titles = {"".join(e[2]) for e in dom.find("title")}
+    colours = palette()
+    kinds = {r[1]["data-kind"] for r in rects}
+    assert {"prefill", "decode"} <= kinds <= set(legend)
+    for _, a, _ in rects:
+        assert a["fill"] == cell_fill(request_rgb(a["data-request"], colours), a["data-kind"])
+        assert any(t.startswith(f"request {a['data-request']}: {KINDS[a['data-kind']][1]}") for t in titles)
+    assert {r[1]["fill"] for r in rects if r[1]["data-kind"] == "held"} <= {legend["held"]}
+    assert {r[1]["data-request"] for r in rects} == {"0", "1", "2"}
+
+
+def test_one_slot_use_figure_and_the_resolved_configuration(run_page):
+    js, page = run_page
+    doc = load_run(js)
+    dom = Dom(page.read_text())
+    headers = ["".join(e[2]).strip() for e in dom.find("th")]
+    util = {row["batching"]: f"slot util {float(row['mean_slot_utilisation']):.0%}" for row in doc["rows"]}
+    captions = ["".join(e[2]) for e in dom.find("figcaption")]
+    assert captions == [f"refengine {m}: {len(doc['steps'][k])} steps, {util[m]}"
+                        for m, k in zip(("continuous", "static"), doc["steps"])]
+    col = headers.index("slot util")
+    assert [r[col] for r in _rows(dom)] == [util[m].removeprefix("slot util ") for m in ("continuous", "static")]
+    assert "peak KV" in headers and doc["rows"][0]["peak_kv_usage"] > 0   # shown because the rows have it
+    start = next(i for i, e in enumerate(dom.elements) if e[0] == "table" and e[1].get("id") == "config")
+    cfg_headers = ["".join(e[2]).strip() for e in dom.elements[start:] if e[0] == "th"]
+    assert "num_gpu_blocks" in cfg_headers and "cpu_threads" not in cfg_headers  # resolved knobs, not options
+    blocks = [r[cfg_headers.index("num_gpu_blocks")] for r in _rows(dom, "config")]
+    assert blocks == [str(doc["rows"][0]["num_gpu_blocks"])] * 2 and doc["config"].get("num_gpu_blocks") is None
 
 
 def test_old_json_without_step_ids_still_renders(run_page):
@@ -135,7 +167,7 @@ def test_old_json_without_step_ids_still_renders(run_page):
             for k in ("scheduled_req_ids", "running_req_ids", "prefill_req_ids", "batch_id"):
                 s.pop(k)
     text = render_html(doc)
-    assert "timeline-img" not in text and "no per-step request ids" in text
+    assert "<svg class=\"timeline-svg\"" not in text and "no per-step request ids" in text
 
 
 def test_bad_json_is_one_line(tmp_path):
@@ -176,6 +208,8 @@ def test_headless_chromium_draws_the_page_and_fetches_nothing(run_page, tmp_path
     assert sorted(p[1]["data-series"] for p in paths) == ["refengine continuous"] * 2 + ["refengine static"] * 2
     assert all(p[1]["d"].count("L") >= 3 for p in paths)                 # 3 requests: at least 3 steps each
     assert len(_rows(dom)) == 2
+    assert len(dom.find("svg", class_="timeline-svg")) == 2               # the timelines survive the script
+    assert {r[1]["data-request"] for r in dom.find("rect") if "data-request" in r[1]} == {"0", "1", "2"}
     (probe,) = dom.find("pre", id="probe-resources")
     assert json.loads("".join(probe[2])) == []                          # no resource was fetched
 
@@ -201,3 +235,19 @@ def test_headless_screenshot(run_page, tmp_path):
     _browse(page, f"--screenshot={shot}", "--window-size=1300,1600")
     img = mpimg.imread(shot)
     assert img.shape[:2] == (1600, 1300) and img[..., :3].std() > 0.05
+
+
+def test_rate_sweep_gets_a_latency_throughput_chart(run_page, tmp_path):
+    import base64
+    import io
+
+    import matplotlib.image as mpimg
+
+    assert "latency-throughput-img" not in run_page[1].read_text()    # one rate: nothing to draw against
+    args = [*TINY[:-1], "continuous"]                                  # TINY ends with --batching's value
+    res = CliRunner().invoke(app, ["perf", *args, "--request-rate", "50,100", "--result-dir", str(tmp_path)])
+    assert res.exit_code == 0, res.output
+    (js,) = tmp_path.glob("*.json")
+    (img,) = Dom(render_html(load_run(js))).find("img", id="latency-throughput-img")
+    png = mpimg.imread(io.BytesIO(base64.b64decode(img[1]["src"].split(",", 1)[1])), format="png")
+    assert png.shape[0] > 300 and png[..., :3].std() > 0.05

@@ -32,6 +32,6 @@ def test_dry_run_prints_the_plan_and_runs_nothing(tmp_path):
     assert res.exit_code == 0, res.output
     lines = res.stdout.strip().splitlines()
     assert lines[0].startswith("workload fixed: 3 requests; 4 run(s)")
-    assert lines[1:] == [f"  refengine {mode} max_num_seqs={n} (repeat 0)" for n in (2, 3)
+    assert lines[1:] == [f"  refengine {mode}, max_num_seqs={n}, repeat 1/1" for n in (2, 3)
                          for mode in ("continuous", "static")]
     assert not list(tmp_path.glob("*.csv")) and not list(tmp_path.glob("*.json"))

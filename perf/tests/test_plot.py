@@ -195,3 +195,38 @@ def test_curves_apart_by_a_workload_param_are_named_by_it(tmp_path):
                                              for s in ("mean", "p99")}
     finally:
         plt.close(fig)
+
+
+def test_not_a_sweep_is_one_line_exit_2(tmp_path):
+    """Every row at one max_num_batched_tokens and one rate: no x to draw against, so say so."""
+    flat = _csv(tmp_path / "flat.csv", rates=(math.inf,), knob_values=(1024,))
+    res = CliRunner().invoke(app, ["plot", flat, "--out", str(tmp_path / "x.png")])
+    assert res.exit_code == 2, res.output
+    assert len(res.output.strip().splitlines()) == 1
+    assert "not a sweep (every row has max_num_batched_tokens=1024)" in res.output
+    assert not (tmp_path / "x.png").exists()
+
+
+def test_peers_without_the_knob_are_drawn_not_dropped(tmp_path):
+    csv = tmp_path / "peers.csv"
+    _csv(csv, rates=(math.inf,), knob_values=(512, 2048), repeats=1)
+    rows = pd.read_csv(csv).to_dict("records")
+    peer = make_row(metrics=_metrics(math.inf, "static", 0, 1.0), engine="hf-static", batching=None, repeat=0,
+                    workload=type("W", (), {"name": "fixed", "params": {"num_prompts": 16, "seed": 0}})(),
+                    config={"max_num_seqs": 4}, model="tiny-qwen2", device="cpu", git_sha="x")
+    write_csv(csv, [*rows, peer])
+    fig, kind = make_figure([csv], labels=["mine"])
+    try:
+        assert kind == "sweep"
+        names = _legend(fig.axes[0])
+        assert "mine hf-static (no max_num_batched_tokens)" in names, names
+        assert not any("nan" in n for n in names), names
+        assert {"mine continuous mean", "mine static mean"} <= set(names)   # --label names a single CSV's curves
+    finally:
+        plt.close(fig)
+
+
+def test_out_with_a_slash_writes_into_a_new_folder(two_csvs, tmp_path):
+    res = CliRunner().invoke(app, ["plot", *two_csvs, "--out", f"{tmp_path / 'new'}/"])
+    assert res.exit_code == 0, res.output
+    assert (tmp_path / "new" / "base.latency-throughput.png").is_file()

@@ -1,0 +1,129 @@
+"""`cbbench perf`'s progress: a live line per run in a terminal, plain lines in a log.
+
+In a terminal (the console is a TTY) one rich line per run shows requests done / total, elapsed, ETA, and the
+output tok/s and TTFT p50 of the last finished run. When stdout is not a TTY (a CI log) nothing is redrawn: one
+plain line per finished run, and a heartbeat line every `heartbeat_s` seconds while a run is going, so a long sweep
+is never silent. `CBBENCH_HEARTBEAT_S` overrides the heartbeat interval.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import threading
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from rich.console import Console
+from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn,
+                           TimeRemainingColumn)
+
+HEARTBEAT_S = 30.0  # a CI log that stays silent longer than this reads as a hang
+HEARTBEAT_ENV = "CBBENCH_HEARTBEAT_S"
+
+
+def heartbeat_interval(default: float = HEARTBEAT_S) -> float:
+    raw = os.environ.get(HEARTBEAT_ENV)
+    if raw is None:
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        raise ValueError(f"{HEARTBEAT_ENV}: expected seconds, got {raw!r}") from None
+    if not value > 0:
+        raise ValueError(f"{HEARTBEAT_ENV}: must be > 0, got {raw!r}")
+    return value
+
+
+def run_summary(row: Mapping[str, Any] | None) -> str:
+    """`812 tok/s, TTFT p50 12.3 ms` from a finished run's CSV row ('' when it has none)."""
+    if not row:
+        return ""
+    tps, ttft = row.get("output_throughput"), row.get("median_ttft_ms")
+    parts = []
+    if isinstance(tps, (int, float)) and math.isfinite(tps):
+        parts.append(f"{tps:.0f} tok/s")
+    if isinstance(ttft, (int, float)) and math.isfinite(ttft):
+        parts.append(f"TTFT p50 {ttft:.1f} ms")
+    return ", ".join(parts)
+
+
+class RunProgress:
+    """Progress of the runs of one plan. Use as a context manager; `start` a run, `advance` it, `finish` it."""
+
+    def __init__(self, console: Console, num_runs: int, *, quiet: bool = False, live: bool | None = None,
+                 heartbeat_s: float | None = None, clock: Callable[[], float] = time.monotonic) -> None:
+        self.console, self.num_runs, self.quiet, self.clock = console, num_runs, quiet, clock
+        self.live = console.is_terminal if live is None else live
+        self.heartbeat_s = heartbeat_interval() if heartbeat_s is None else heartbeat_s
+        self.index, self.label, self.done, self.total, self.started = 0, "", 0, 0, 0.0
+        self.last = ""  # the last finished run's tok/s and TTFT p50
+        self._bar: Progress | None = None
+        self._task: Any = None
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+
+    def __enter__(self) -> RunProgress:
+        if self.quiet:
+            return self
+        if self.live:
+            self._bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                                 TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn(),
+                                 TextColumn("{task.fields[last]}"), console=self.console, transient=False)
+            self._bar.__enter__()
+        else:
+            self._thread = threading.Thread(target=self._beat, name="cbbench-heartbeat", daemon=True)
+            self._thread.start()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+        if self._bar is not None:
+            self._bar.__exit__(*exc)
+
+    def start(self, label: str, total_requests: int) -> None:
+        with self._lock:
+            self.index += 1
+            self.label, self.done, self.total, self.started = label, 0, total_requests, self.clock()
+        if self._bar is not None:  # a line per run: the finished ones stay on screen
+            self._task = self._bar.add_task(f"[{self.index}/{self.num_runs}] {label}", total=total_requests,
+                                            last=self.last)
+
+    def advance(self, n: int) -> None:
+        with self._lock:
+            self.done += n
+        if self._bar is not None:
+            self._bar.advance(self._task, n)
+
+    def finish(self, row: Mapping[str, Any] | None, error: str | None = None) -> None:
+        """The run is over: its line says how it went (the row's tok/s and TTFT p50, or the error)."""
+        with self._lock:
+            elapsed, label, self.label = self.clock() - self.started, self.label, ""
+        summary = f"failed: {error}" if error else run_summary(row)
+        if not error:
+            self.last = summary
+        if self.quiet:
+            return
+        if self._bar is not None:
+            self._bar.update(self._task, completed=self.total, last=summary)
+            return
+        self._print(f"[{self.index}/{self.num_runs}] {label}: {self.done}/{self.total} requests in {elapsed:.1f} s"
+                    + (f", {summary}" if summary else ""))
+
+    def _beat(self) -> None:
+        while not self._stop.wait(self.heartbeat_s):
+            with self._lock:
+                if not self.label:
+                    continue
+                elapsed = self.clock() - self.started
+                eta = elapsed * (self.total - self.done) / self.done if self.done else math.nan
+                line = (f"... [{self.index}/{self.num_runs}] {self.label}: {self.done}/{self.total} requests, "
+                        f"{elapsed:.0f} s elapsed" + (f", ETA {eta:.0f} s" if math.isfinite(eta) else ""))
+            self._print(line)
+
+    def _print(self, line: str) -> None:
+        self.console.print(line, markup=False, highlight=False, soft_wrap=True)

@@ -1,0 +1,114 @@
+"""The HTML report's slot timeline: inline SVG, one rectangle per stretch of a request in a slot, coloured by the
+same rule as its legend (`cell_fill`), with the request id and what it was doing on hover (an SVG `<title>`).
+
+Each run's heading gives the slot use the results table gives (the row's `mean_slot_utilisation`), so the page
+has one slot-use figure, not two that disagree.
+"""
+
+from __future__ import annotations
+
+import html
+import math
+import zlib
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from cbbench.perf.report.timeline import Cell, assign_slots
+
+# kind -> (how much of the request's colour shows, legend text); "held" is drawn in HELD_GREY whatever the request
+KINDS = {"prefill": (1.0, "prefill"), "decode": (0.6, "decode"), "idle": (0.25, "admitted, not scheduled"),
+         "held": (0.0, "slot held by a finished static request")}
+HELD_GREY = 0.82
+LEGEND_BASE = (0.3, 0.3, 0.3)  # the legend shows each shading on a neutral grey, as `cbbench timeline` does
+STEP_PX, SLOT_PX, MAX_WIDTH_PX = 6, 14, 1200  # a step's width shrinks so long runs fit MAX_WIDTH_PX
+
+
+def palette() -> list[tuple[float, float, float]]:
+    import matplotlib
+
+    return [tuple(c) for c in matplotlib.colormaps["tab20"].colors]
+
+
+def request_rgb(request_id: str, colours: Sequence[tuple[float, float, float]]) -> tuple[float, float, float]:
+    n = int(request_id) if request_id.isdigit() else zlib.crc32(request_id.encode())
+    return colours[n % len(colours)]
+
+
+def cell_fill(rgb: Sequence[float], kind: str) -> str:
+    """The `#rrggbb` a cell of this kind is drawn in: the colour mixed with white by the kind's strength."""
+    if kind == "held":
+        mixed = (HELD_GREY,) * 3
+    else:
+        strength = KINDS[kind][0]
+        mixed = tuple(1 - strength * (1 - c) for c in rgb)
+    return "#" + "".join(f"{round(255 * c):02x}" for c in mixed)
+
+
+def _stretches(cells: Sequence[Cell]) -> list[tuple[int, int, int, str, str]]:
+    """(slot, first step, last step + 1, request id, kind): consecutive steps of one request and kind merged."""
+    out: list[list[Any]] = []
+    last: dict[int, list[Any]] = {}
+    for c in sorted(cells, key=lambda c: (c.slot, c.step)):
+        run = last.get(c.slot)
+        if run and run[2] == c.step and run[3] == c.request_id and run[4] == c.kind:
+            run[2] += 1
+        else:
+            last[c.slot] = run = [c.slot, c.step, c.step + 1, c.request_id, c.kind]
+            out.append(run)
+    return [tuple(r) for r in out]
+
+
+def run_svg(run: Mapping[str, Any], max_num_seqs: int, colours: Sequence[tuple[float, float, float]]) -> str:
+    """One run's timeline: slots down, engine steps across."""
+    cells = assign_slots(run["steps"], max_num_seqs)
+    steps = len(run["steps"])
+    seqs = max([max_num_seqs, *(c.slot + 1 for c in cells)])
+    dx = min(STEP_PX, MAX_WIDTH_PX / max(steps, 1))
+    rects = []
+    for slot, a, b, rid, kind in _stretches(cells):
+        what = f"request {rid}: {KINDS[kind][1]}, steps {a}-{b - 1}, slot {slot}"
+        rects.append(f'<rect x="{a * dx:.2f}" y="{slot * SLOT_PX}" width="{(b - a) * dx:.2f}" height="{SLOT_PX - 1}"'
+                     f' fill="{cell_fill(request_rgb(rid, colours), kind)}" data-request="{html.escape(rid)}"'
+                     f' data-kind="{kind}"><title>{html.escape(what)}</title></rect>')
+    width, height = max(steps * dx, 1), seqs * SLOT_PX
+    return (f'<svg class="timeline-svg" width="{width:.0f}" height="{height}" viewBox="0 0 {width:.2f} {height}">'
+            f'{"".join(rects)}</svg>')
+
+
+def slot_use(row: Mapping[str, Any] | None) -> str:
+    """The table's slot-use figure for this run ('' when the row has none)."""
+    try:
+        v = float((row or {}).get("mean_slot_utilisation"))
+    except (TypeError, ValueError):
+        return ""
+    return f"slot util {v:.0%}" if math.isfinite(v) else ""
+
+
+def legend_html() -> str:
+    items = "".join(f'<span class="swatch" data-kind="{kind}" style="background:{cell_fill(LEGEND_BASE, kind)}">'
+                    f'</span>{html.escape(text)}' for kind, (_, text) in KINDS.items())
+    return (f'<p class="legend" id="timeline-legend">{items}; each request has its own colour, its id on hover'
+            '</p>')
+
+
+def timeline_html(runs: Sequence[Mapping[str, Any]]) -> str | None:
+    """Every refengine run's first repeat whose steps carry request ids, with the legend; None if there is none."""
+    drawn = [r for r in runs if r["repeat"] == 0 and r["steps"] and "scheduled_req_ids" in r["steps"][0]
+             and r["row"] and _int(r["row"].get("max_num_seqs")) >= 1]
+    if not drawn:
+        return None
+    colours = palette()
+    parts = [legend_html()]
+    for r in drawn:
+        name = " ".join(x for x in r["key"] if x != "-")
+        heading = ", ".join(x for x in (f"{len(r['steps'])} steps", slot_use(r["row"])) if x)
+        parts.append(f'<figure class="run-timeline"><figcaption>{html.escape(name)}: {heading}</figcaption>'
+                     f'{run_svg(r, _int(r["row"]["max_num_seqs"]), colours)}</figure>')
+    return "".join(parts)
+
+
+def _int(v: Any) -> int:
+    try:
+        return int(float(v))
+    except (TypeError, ValueError):
+        return 0

@@ -1,0 +1,86 @@
+"""`cbbench perf`'s progress: run labels that read as `refengine continuous, repeat 1/2` (with the load point in a
+sweep), a live line per run in a terminal, and plain lines plus a heartbeat when stdout is not a TTY."""
+
+from __future__ import annotations
+
+import io
+import re
+import time
+
+from rich.console import Console
+from typer.testing import CliRunner
+
+from cbbench.perf.cli import app
+from cbbench.perf.report.progress import RunProgress
+
+TINY = ["--workload", "fixed", "--workload-param", "input_len=8,output_len=4", "--num-prompts", "3",
+        "--warmup", "1", "--cpu-threads", "0", "--peers", "none", "--batching", "continuous"]
+BEAT_S = 0.05      # the test's heartbeat: short, so a run of a few tenths of a second must print several
+RUN_S = 0.4        # how long the fake run lasts: 8 heartbeat intervals, so >= 2 beats even on a loaded machine
+ROW = {"output_throughput": 812.4, "median_ttft_ms": 12.34}
+
+
+def test_dry_run_labels_name_repeat_of_total_and_the_load_point(tmp_path):
+    res = CliRunner().invoke(app, ["perf", *TINY, "--repeats", "2", "--request-rate", "2,4", "--dry-run",
+                                   "--result-dir", str(tmp_path)])
+    assert res.exit_code == 0, res.output
+    runs = res.stdout.strip().splitlines()[1:]
+    assert runs == ["  refengine continuous, rate=2, repeat 1/2", "  refengine continuous, rate=4, repeat 1/2",
+                    "  refengine continuous, rate=2, repeat 2/2", "  refengine continuous, rate=4, repeat 2/2"]
+    assert not any(" - " in line or "(repeat" in line for line in runs)
+
+
+def _fake_run(progress: RunProgress, label: str, n: int) -> None:
+    progress.start(label, n)
+    for _ in range(n):
+        time.sleep(RUN_S / n)
+        progress.advance(1)
+    progress.finish(ROW)
+
+
+def test_not_a_tty_prints_a_line_per_run_and_a_heartbeat():
+    out = io.StringIO()
+    console = Console(file=out, force_terminal=False, width=200)
+    with RunProgress(console, 2, heartbeat_s=BEAT_S) as progress:
+        _fake_run(progress, "refengine continuous, repeat 1/2", 4)
+        progress.start("refengine continuous, repeat 2/2", 4)
+        progress.finish(None, error="server unreachable")
+    lines = out.getvalue().splitlines()
+    beats = [x for x in lines if x.startswith("... [1/2] refengine continuous, repeat 1/2: ")]
+    assert len(beats) >= 2, lines
+    assert all(re.search(r": \d/4 requests, \d+ s elapsed", x) for x in beats), beats
+    assert re.fullmatch(r"\[1/2\] refengine continuous, repeat 1/2: 4/4 requests in \d+\.\d s, "
+                        r"812 tok/s, TTFT p50 12\.3 ms", lines[-2]), lines
+    assert lines[-1].startswith("[2/2] refengine continuous, repeat 2/2: 0/4 requests in ")
+    assert lines[-1].endswith("failed: server unreachable")
+    assert "\x1b[" not in out.getvalue()  # no redraws or colours in a log
+
+
+def test_terminal_draws_a_live_line_with_eta_and_the_last_runs_rates():
+    out = io.StringIO()
+    console = Console(file=out, force_terminal=True, width=200)
+    with RunProgress(console, 2, heartbeat_s=BEAT_S) as progress:
+        _fake_run(progress, "refengine continuous, repeat 1/2", 4)
+        _fake_run(progress, "refengine continuous, repeat 2/2", 4)
+    text = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", out.getvalue())
+    assert "[1/2] refengine continuous, repeat 1/2" in text and "[2/2] refengine continuous, repeat 2/2" in text
+    assert "4/4" in text and "ETA" in text and "812 tok/s, TTFT p50 12.3 ms" in text
+    assert "... [" not in text  # the heartbeat is for logs only
+
+
+def test_quiet_prints_nothing():
+    out = io.StringIO()
+    with RunProgress(Console(file=out, force_terminal=False), 1, quiet=True, heartbeat_s=BEAT_S) as progress:
+        _fake_run(progress, "refengine continuous, repeat 1/1", 2)
+    assert out.getvalue() == ""
+
+
+def test_perf_in_a_log_prints_each_finished_run(tmp_path, monkeypatch):
+    monkeypatch.setenv("CBBENCH_HEARTBEAT_S", "0.05")
+    res = CliRunner().invoke(app, ["perf", *TINY, "--repeats", "2", "--result-dir", str(tmp_path)])
+    assert res.exit_code == 0, res.output
+    done = [x for x in res.stdout.splitlines() if x.startswith("[")]
+    assert len(done) == 2, res.stdout
+    assert done[0].startswith("[1/2] refengine continuous, repeat 1/2: 3/3 requests in ")
+    assert done[1].startswith("[2/2] refengine continuous, repeat 2/2: 3/3 requests in ")
+    assert all(re.search(r"\d+ tok/s, TTFT p50 \d+\.\d ms$", x) for x in done), done
