@@ -10,12 +10,12 @@ Replay rules, the same for every engine so the rows compare:
   time comes (its `arrival_time` is t0 + the workload's offset), stepping the engine meanwhile;
 - the run is timed from the first add (t0) to the last finish; a warm-up of a few short synthetic requests runs
   first, on the same engine, and is left out of every record and step;
-- times are `time.monotonic()` (the engine's clock).
+- times are the engine's clock (`engine.clock`): `time.monotonic()` on a real device, simulated GPU seconds on a
+  `sim:<gpu>` device, where waiting for an arrival jumps the virtual clock instead of sleeping.
 """
 
 from __future__ import annotations
 
-import time
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -71,12 +71,6 @@ def step_records(step_stats: Sequence[Any]) -> list[StepRecord]:
     return out
 
 
-def _wait_until(t: float) -> None:
-    delay = t - time.monotonic()
-    if delay > 0:
-        time.sleep(delay)
-
-
 def run_refengine(workload: Any, *, model: str, device: str, dtype: str | None, seed: int, batching: str,
                   knobs: Mapping[str, Any], warmup: int = 8, progress: ProgressFn | None = None,
                   max_concurrency: int | None = None) -> RunResult:
@@ -110,22 +104,23 @@ def run_refengine(workload: Any, *, model: str, device: str, dtype: str | None, 
     reqs.sort(key=lambda x: x[1].arrival_time)  # stable: arrival order, then workload order
     records: list[RequestRecord] = []
     cap = max_concurrency or len(reqs)
-    t0 = time.monotonic()
+    clock = engine.clock  # every time below is the engine's, so a simulated run's are all virtual
+    t0 = clock.now()
     nxt, slot_freed = 0, t0
     while nxt < len(reqs) or engine.has_unfinished_requests():
-        now = time.monotonic()
+        now = clock.now()
         while nxt < len(reqs) and t0 + reqs[nxt][1].arrival_time <= now and nxt - len(records) < cap:
             i, r = reqs[nxt]
             engine.add_request(str(i), r.prompt_token_ids, params(r.output_len),
                                arrival_time=max(t0 + r.arrival_time, slot_freed))
             nxt += 1
         if not engine.has_unfinished_requests():
-            _wait_until(t0 + reqs[nxt][1].arrival_time)
+            clock.sleep_until(t0 + reqs[nxt][1].arrival_time)
             continue
         # the engine's per-request dict (`output_processor.request_metrics`) becomes a record here, at perf's edge
         done = [RequestRecord.from_dict(o.metrics, ENGINE_REQUEST_KEYS) for o in engine.step() if o.finished]
         if done and nxt - len(records) >= cap:
-            slot_freed = time.monotonic()
+            slot_freed = clock.now()
         records.extend(done)
         if progress and done:
             progress(len(done))
