@@ -85,7 +85,7 @@ def sim_label(device: str, dtype: str | None) -> str:
     from refengine.sim.cost_model import COST_MODEL_VERSION
     from refengine.sim.device import parse_sim_device
 
-    return f"simulated {parse_sim_device(device).name} (cost model {COST_MODEL_VERSION}, {sim_dtype(dtype)})"
+    return f"simulated {parse_sim_device(device).name.upper()} (cost model {COST_MODEL_VERSION}, {sim_dtype(dtype)})"
 
 
 def split_list(name: str, text: str) -> list[str]:

@@ -125,7 +125,7 @@ def simulated_heading(rows: Sequence[Mapping[str, Any]]) -> str:
 
     opts = sim.get("run_options") or "{}"
     version = (json.loads(opts) if isinstance(opts, str) else opts).get("cost_model", "?")
-    return f"simulated {parse_sim_device(sim['device']).name} (cost model {version}, {sim.get('dtype')})"
+    return f"simulated {parse_sim_device(sim['device']).name.upper()} (cost model {version}, {sim.get('dtype')})"
 
 
 def table_title(name: str, summary: Mapping[str, Any], params: Mapping[str, Any],
