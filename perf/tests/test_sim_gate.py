@@ -73,6 +73,9 @@ def test_simulated_run_is_deterministic_labelled_and_a_neutral_change_passes(tmp
     assert "simulated H200 (cost model" in first.output and "hf-cb is not simulated" in first.output
     doc = json.loads(a.with_suffix(".json").read_text())
     assert doc["config"]["simulated"].startswith("simulated H200") and doc["config"]["sim_speed"]["wall_s"] > 0
+    html = tmp_path / "a.html"
+    assert invoke("report", str(a.with_suffix(".json")), "--out", str(html)).exit_code == 0
+    assert "simulated H200 (cost model" in html.read_text()
     assert gate(b) == 0
 
 
