@@ -3,6 +3,7 @@
 #
 #   cbbench perf --like results/baselines/cpu.csv --output "$OUT/cpu.csv"   # exactly the baseline's runs
 #   cbbench compare results/baselines/cpu.csv "$OUT/cpu.csv"                # its tolerances: cpu.tolerances.toml
+#   then the same for results/baselines/sim-h200.csv (a simulated H200: deterministic, tightly gated)
 #
 # The baseline records its full configuration (workload, knobs, repeats) and the command it was made with; its
 # tolerances live beside it in results/baselines/cpu.tolerances.toml (see that file for what is gated how tightly).
@@ -49,3 +50,14 @@ if [[ -n "$SUMMARY" ]]; then
   "$BIN/cbbench" compare "$BASELINE" "$OUT/cpu.csv" --format markdown >>"$SUMMARY" || true
 fi
 "$BIN/cbbench" compare "$BASELINE" "$OUT/cpu.csv"
+
+# The simulated gate: the same baseline-rerun-compare on a simulated H200 (no GPU needed). A simulated run is
+# deterministic, so its tolerances (sim-h200.tolerances.toml) are tight enough to catch a scheduler regression.
+SIM_BASELINE=results/baselines/sim-h200.csv
+echo "== perf --like $SIM_BASELINE"
+"$BIN/cbbench" perf --like "$SIM_BASELINE" --output "$OUT/sim-h200.csv" --quiet
+echo "== compare $SIM_BASELINE -> $OUT/sim-h200.csv"
+if [[ -n "$SUMMARY" ]]; then
+  "$BIN/cbbench" compare "$SIM_BASELINE" "$OUT/sim-h200.csv" --format markdown >>"$SUMMARY" || true
+fi
+"$BIN/cbbench" compare "$SIM_BASELINE" "$OUT/sim-h200.csv"

@@ -7,11 +7,13 @@
 # Steps, each under its own time limit (so one that hangs cannot eat the others' time; all run even if one fails),
 # and never past the whole script's deadline (TOTAL_S, default 470 s):
 #   setup         python3 with CUDA torch + a --system-site-packages venv (ci/gpu_env.sh)   (~60 s, counted)
-#   gpu-tests     pytest -m gpu conformance/ perf/tests/  -> OUTDIR/gpu-tests.xml               (130 s)
+#   gpu-tests     pytest -m gpu conformance/ perf/tests/  -> OUTDIR/gpu-tests.xml               (110 s)
 #   kernels       cbbench kernels --quick                  -> OUTDIR/kernels.csv                 ( 60 s)
 #   perf          cbbench perf, GPU_PERF_ARGS of ci/gpu_env.sh (sharegpt, qwen2.5-0.5b, refengine continuous /
 #                 static at up to 256 running, HF static)   -> OUTDIR/*.csv, *.json               (160 s)
 #   baseline      the perf CSV, checked by perf.results.schema.read_csv -> results/baselines/<gpu>.csv   ( 10 s)
+#   calibration   the perf step's workload again on sim:<gpu> (the cost model), and the error per configuration
+#                 and metric, simulated vs real (perf/bench/sim_calibration.py) -> OUTDIR/calibration.csv  ( 20 s)
 #   bench-step    cbbench bench-step --stub-model on CUDA at 64 / 256 running (host time per step, issue 11's
 #                 1.5 ms target)                                -> OUTDIR/bench-step.log            ( 30 s)
 # --dry-run: print the plan (python found, steps, limits, commands) and run nothing; works on a CPU machine.
@@ -72,7 +74,7 @@ step() {  # step NAME SECONDS CMD...: run under min(SECONDS, time left before th
   return "$rc"
 }
 
-step gpu-tests 130 "$PY" -m pytest -m gpu conformance/ perf/tests/ -q --junitxml "$OUT/gpu-tests.xml"
+step gpu-tests 110 "$PY" -m pytest -m gpu conformance/ perf/tests/ -q --junitxml "$OUT/gpu-tests.xml"
 step kernels 60 "${CB[@]}" kernels --out "$OUT/kernels.csv" --quick
 PERF_DIR="$OUT/perf"
 [[ $DRY_RUN == 1 ]] || rm -rf "$PERF_DIR"
@@ -82,6 +84,8 @@ if step perf 160 "${CB[@]}" perf "${GPU_PERF_ARGS[@]}" --result-dir "$PERF_DIR" 
   step baseline 10 "$PY" -c "import shutil, sys; from cbbench.perf.results.schema import read_csv; df = read_csv(sys.argv[1]); \
 assert len(df), 'empty perf CSV'; shutil.copyfile(sys.argv[1], sys.argv[2]); print(f'wrote {sys.argv[2]}: {len(df)} rows')" \
     "${NEW:-missing.csv}" "$BASELINE"
+  SIM_ARGS=("${GPU_PERF_ARGS[@]/#cuda/sim:$GPU}")  # the same workload on the simulated twin of this GPU
+  step calibration 20 "$PY" -m cbbench.perf.bench.sim_calibration "${NEW:-missing.csv}" "$OUT" "${SIM_ARGS[@]}"
 fi
 
 step bench-step 30 "${CB[@]}" bench-step --stub-model --device cuda --running 64,256 --iters 100

@@ -7,6 +7,7 @@
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from rich.console import Console
@@ -42,18 +43,25 @@ def run_plan(plan: RunPlan, console: Console) -> list[dict[str, Any]]:
         console.print(f"resume: {writer.num_done} run(s) already in {plan.csv_path}; {len(todo)} to go", markup=False)
     entries: list[Any] = []
     notes: list[str] = []
+    speed: list[tuple[str, float, float]] = []  # simulated runs: (run, simulated seconds, wall seconds)
     try:
         with RunProgress(console, len(todo), quiet=plan.quiet) as progress:
             for spec in todo:
                 progress.start(spec.describe(), len(spec.workload))
+                wall = time.perf_counter()
                 result = plan.backends[spec.backend].run(spec, progress.advance)
+                wall = time.perf_counter() - wall
                 entries.append(_record(plan, spec, result, writer, notes))
                 progress.finish(entries[-1][1], entries[-1][2])
+                if "simulated" in plan.config and not result.error:
+                    speed.append((spec.describe(), result.duration, wall))
     except KeyboardInterrupt:
         writer.flush()  # also creates the pair when nothing had finished yet
         raise KeyboardInterrupt(f"{writer.num_done} run(s) kept in {plan.csv_path}; add --output {plan.csv_path} "
                                 f"--resume to finish") from None
-    if not writer.rows:
+    if speed:
+        notes.append(_speed_note(speed, writer))
+    if not writer.rows or speed:
         writer.flush()
     print_perf_table(console, entries, plan.workload, goodput=plan.goodput)
     for line in notes:
@@ -78,6 +86,15 @@ def _record(plan: RunPlan, spec: RunSpec, result: Any, writer: ResultWriter, not
     writer.add(row, f"{result.engine}/{result.batching}/{key[2]}/repeat{spec.repeat}", result.records,
                result.steps)
     return key, row, None
+
+
+def _speed_note(speed: list[tuple[str, float, float]], writer: ResultWriter) -> str:
+    """How much faster than real time the simulation ran; also kept in the JSON's config (wall time is the host's,
+    so it is never a CSV metric: a gate would see the machine's load)."""
+    sim, wall = sum(s for _, s, _ in speed), sum(w for _, _, w in speed)
+    writer.config["sim_speed"] = {"simulated_s": sim, "wall_s": wall,
+                                  "runs": {name: {"simulated_s": s, "wall_s": w} for name, s, w in speed}}
+    return f"simulated {sim:.1f} s of GPU time in {wall:.1f} s of wall time ({sim / wall:.2f} simulated s per wall s)"
 
 
 def _set_threads(plan: RunPlan) -> None:

@@ -12,6 +12,9 @@
   Per-token timestamps come from `record_timestamps=True` (time.perf_counter, the same clock as monotonic on Linux;
   the run keeps to perf_counter throughout anyway).
 
+On a simulated GPU (`sim:<gpu>`) hf-static is modelled on the engine's cost model (`run_hf_static_sim`); hf-cb
+is not simulated, and a simulated plan leaves it out.
+
 Both return `base.RunResult`; a peer that fails returns one with `error` set instead of raising. Each is a "peer"
 backend (`HfStaticBackend`, `HfCbBackend`), run beside refengine when `--peers` names it.
 """
@@ -27,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from cbbench.perf.backends.base import Backend, ProgressFn, RunResult, warmup_prompts
-from cbbench.perf.records import PEER_STEP_KEYS, RequestRecord, StepRecord
+from cbbench.perf.records import PEER_STEP_KEYS, REQUEST_KEYS, RequestRecord, StepRecord
 
 if TYPE_CHECKING:
     from cbbench.perf.plan.spec import RunSpec
@@ -88,8 +91,27 @@ def _generate_batch(model: Any, prompts: Sequence[list[int]], new_tokens: int, p
 MULTI_TURN_REFUSED = "multi-turn workloads run on refengine and the HTTP backends only, not on the HF peers"
 
 
+def run_hf_static_sim(workload: Any, model: str, *, device: str, dtype: str | None,
+                      max_num_seqs: int) -> RunResult:
+    """hf-static on a simulated GPU: the same batching on the engine's cost model (refengine/sim/hf_static.py),
+    times in simulated seconds from 0, as the simulated engine's."""
+    from refengine.sim.hf_static import simulate_hf_static_on, workload_requests
+
+    res = RunResult("hf-static", "static", {"max_num_seqs": max_num_seqs}, max_num_seqs=max_num_seqs)
+    sim = simulate_hf_static_on(device, model, workload_requests(workload), max_num_seqs, dtype or "bfloat16")
+    res.records = [RequestRecord.from_dict(r, REQUEST_KEYS) for r in sim.records]  # the CPU peer's keys
+    res.steps = [StepRecord(s["time"], s["num_scheduled_tokens"], s["num_running"], s["num_waiting"], None, None,
+                            None, slots_held=s["slots_held"], layout=PEER_STEP_KEYS) for s in sim.steps]
+    res.duration = sim.duration_s
+    return res
+
+
 def run_hf_static(workload: Any, model: str, *, device: str, dtype: str | None, max_num_seqs: int,
                   warmup: int = 2, seed: int = 0, progress: ProgressFn | None = None) -> RunResult:
+    from refengine.sim.device import is_sim_device
+
+    if is_sim_device(device):
+        return run_hf_static_sim(workload, model, device=device, dtype=dtype, max_num_seqs=max_num_seqs)
     res = RunResult("hf-static", "static", {"max_num_seqs": max_num_seqs}, max_num_seqs=max_num_seqs)
     if workload.is_multi_turn:
         res.error = MULTI_TURN_REFUSED

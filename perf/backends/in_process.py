@@ -12,12 +12,12 @@ Replay rules, the same for every engine so the rows compare:
   answers' own token ids (`conversations.TurnFeeder`); its records carry `conversation_id` and `turn`;
 - the run is timed from the first add (t0) to the last finish; a warm-up of a few short synthetic requests runs
   first, on the same engine, and is left out of every record and step;
-- times are `time.monotonic()` (the engine's clock).
+- times are the engine's clock (`engine.clock`): `time.monotonic()` on a real device, simulated GPU seconds on a
+  `sim:<gpu>` device, where waiting for an arrival jumps the virtual clock instead of sleeping.
 """
 
 from __future__ import annotations
 
-import time
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -74,12 +74,6 @@ def step_records(step_stats: Sequence[Any]) -> list[StepRecord]:
     return out
 
 
-def _wait_until(t: float) -> None:
-    delay = t - time.monotonic()
-    if delay > 0:
-        time.sleep(delay)
-
-
 def run_refengine(workload: Any, *, model: str, device: str, dtype: str | None, seed: int, batching: str,
                   knobs: Mapping[str, Any], warmup: int = 8, progress: ProgressFn | None = None,
                   max_concurrency: int | None = None) -> RunResult:
@@ -123,10 +117,11 @@ def _replay(engine: Any, requests: Sequence[Any], params: Any, max_concurrency: 
     feeder = TurnFeeder(requests)
     records: list[RequestRecord] = []
     cap = max_concurrency or len(requests)
-    t0 = time.monotonic()
+    clock = engine.clock  # every time below is the engine's, so a simulated run's are all virtual
+    t0 = clock.now()
     in_flight, slot_freed = 0, t0
     while len(records) < len(requests):
-        now = time.monotonic()
+        now = clock.now()
         while in_flight < cap and (due := feeder.pop_due(now - t0)) is not None:
             i, at = due
             engine.add_request(str(i), feeder.prompt_ids(i), params(requests[i].output_len),
@@ -136,10 +131,10 @@ def _replay(engine: Any, requests: Sequence[Any], params: Any, max_concurrency: 
             due_at = feeder.next_due()
             if due_at is None:   # nothing running and nothing to come: a request the engine never finished
                 break
-            _wait_until(t0 + due_at)
+            clock.sleep_until(t0 + due_at)
             continue
         outs = [o for o in engine.step() if o.finished]
-        now = time.monotonic()
+        now = clock.now()
         for o in outs:   # the answer's own token ids are the next turn's history
             feeder.finished(int(o.request_id), now - t0, o.outputs[0].token_ids if o.outputs else ())
         # the engine's per-request dict (`output_processor.request_metrics`) becomes a record here, at perf's edge

@@ -37,11 +37,13 @@ def perf(
     ctx: typer.Context,
     workload: Annotated[str, Opt(help="sharegpt | fixed | random | lognormal | prefix | custom | hf | trace | "
                                       "multiturn | sharegpt-multiturn (docs/workloads.md)")] = "sharegpt",
-    model: Annotated[str, Opt(help="a preset name or a local Hugging Face folder")] = "tiny-qwen2",
-    device: Annotated[str, Opt(help="in-process device; for --backend openai* it only picks the CPU or GPU "
-                                    "workload defaults")] = "cpu",
-    dtype: Annotated[Optional[str], Opt(help="default: float32 on CPU, bfloat16 on CUDA")] = None,
-    num_prompts: Annotated[Optional[int], Opt(help=f"default: {CPU_DEFAULTS['num_prompts']} on CPU, 500 on GPU")] = None,
+    model: Annotated[Optional[str], Opt(help="a preset name or a local Hugging Face folder (default: tiny-qwen2; "
+                                             "llama-3.1-8b on sim:<gpu>)")] = None,
+    device: Annotated[str, Opt(help="in-process device (cpu, cuda[:N], or a simulated GPU sim:h100 / sim:h200 / "
+                                    "sim:a100); for --backend openai* it only picks the workload defaults")] = "cpu",
+    dtype: Annotated[Optional[str], Opt(help="default: float32 on CPU, bfloat16 on CUDA and sim:<gpu>")] = None,
+    num_prompts: Annotated[Optional[int], Opt(help=f"default: {CPU_DEFAULTS['num_prompts']} on CPU, 500 on GPU, "
+                                                   "1000 on sim:<gpu>")] = None,
     seed: Annotated[int, Opt()] = 0,
     dataset_path: Annotated[Optional[str], Opt(help="the workload's file, never fetched: sharegpt / "
                                                     "sharegpt-multiturn a ShareGPT_V3 JSON (default: the bundled "

@@ -14,6 +14,8 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from refengine.config import BATCHING_MODES
+from refengine.sim.cost_model import COST_MODEL_VERSION
+from refengine.sim.device import is_sim_device
 
 from cbbench.perf.backends.base import warmup_lengths
 from cbbench.perf.backends.registry import Backend
@@ -21,7 +23,8 @@ from cbbench.perf.knobs import knob
 from cbbench.perf.metrics import parse_goodput, parse_metric_percentiles
 from cbbench.perf.plan.checks import check_feasible, check_options, check_writable
 from cbbench.perf.plan.load import LoadPoint, parse_load_points, resolve_tokenizer
-from cbbench.perf.plan.options import (PerfOptions, build_workload, knob_label, parse_knobs, split_list,
+from cbbench.perf.plan.options import (DEFAULT_MODEL, NOT_SIMULATED, PEERS, SIM_MODEL, PerfOptions, sim_label,
+                                       sim_peers, build_workload, knob_label, parse_knobs, split_list,
                                        validate_configs)
 from cbbench.perf.plan.spec import RunPlan, RunSettings, RunSpec
 from cbbench.perf.results.schema import STORED_PERCENTILES
@@ -47,6 +50,11 @@ def build_plan(o: PerfOptions) -> RunPlan:
     from cbbench.perf.results.like import apply_like
 
     like_entries = apply_like(o) if o.like is not None else None
+    sim = is_sim_device(o.device)
+    if o.model is None:
+        o.model = SIM_MODEL if sim else DEFAULT_MODEL
+    if sim:
+        o.peers = sim_peers(o.peers)
     o.repeats = 1 if o.repeats is None else o.repeats
     o.warmup = 8 if o.warmup is None else o.warmup
     settings = RunSettings(o.model, o.device, o.dtype, o.seed, o.warmup, o.cpu_threads, base_url=o.base_url,
@@ -69,8 +77,9 @@ def build_plan(o: PerfOptions) -> RunPlan:
         for mode, ks in itertools.product(sw.modes, sw.knob_sets):
             check_feasible(lengths, ks, label=f"{mode} {knob_label(ks, set(ks))}".strip())
     from refengine.loader import resolve_dtype
+    from refengine.sim.backend import sim_dtype
 
-    settings.dtype_name = str(resolve_dtype(o.dtype, o.device)).removeprefix("torch.")
+    settings.dtype_name = sim_dtype(o.dtype) if sim else str(resolve_dtype(o.dtype, o.device)).removeprefix("torch.")
     varying = frozenset(k for ks in sw.knob_sets for k in ks if len({str(x.get(k)) for x in sw.knob_sets}) > 1)
     specs = [RunSpec(name, mode, ks, load, rep, workloads[load], load.label(sw.load_varying), varying,
                      o.repeats)
@@ -80,6 +89,9 @@ def build_plan(o: PerfOptions) -> RunPlan:
     config = {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(o).items() if k != "like_params"}
     config.update(knob_sets=sw.knob_sets, dtype_resolved=settings.dtype_name, batching_modes=sw.modes,
                   peers=sw.peers)
+    if sim:  # what the reports name: the simulated GPU and the cost model's version
+        config.update(simulated=sim_label(o.device, o.dtype), cost_model=COST_MODEL_VERSION,
+                      not_simulated=[p for p in PEERS if p not in sw.peers and p in NOT_SIMULATED])
     return RunPlan(settings, specs, backends, workload, csv_path, config, percentiles=sw.percentiles,
                    goodput=sw.goodput, label=o.label, command=o.command, resume=o.resume, quiet=o.quiet)
 

@@ -1,7 +1,7 @@
 """Checks that `cbbench perf` makes before anything runs, so that a bad option or an infeasible configuration
 anywhere in a sweep fails at once with one line, never after an hour of runs.
 
-- `check_options`: device, thread count, prompt count, repeats / warm-up;
+- `check_options`: device (cpu, cuda[:N] or a simulated `sim:<gpu>`), thread count, prompt count, repeats / warm-up;
 - `check_writable`: the result folder (or the output file's folder) can be written;
 - `check_feasible`: every request of the workload can run under one configuration (the same KV and token-budget
   conditions `LLMEngine.add_request` applies, computed without loading a model).
@@ -22,8 +22,13 @@ _DEVICE = re.compile(r"cpu|cuda(:\d+)?")
 
 def check_options(*, device: str, cpu_threads: int | None, num_prompts: int | None, repeats: int,
                   warmup: int) -> None:
-    if not _DEVICE.fullmatch(device):
-        raise ValueError(f"device must be cpu, cuda or cuda:N, got {device!r}")
+    from refengine.sim.device import is_sim_device, known_sim_devices, parse_sim_device
+
+    if is_sim_device(device):
+        parse_sim_device(device)  # ValueError naming device and the known GPUs
+    elif not _DEVICE.fullmatch(device):
+        raise ValueError(f"device must be cpu, cuda, cuda:N or a simulated GPU ({', '.join(known_sim_devices())}), "
+                         f"got {device!r}")
     if cpu_threads is not None and cpu_threads < 0:
         raise ValueError(f"cpu_threads must be >= 0 (0 = torch's default), got {cpu_threads}")
     if num_prompts is not None and num_prompts < 1:

@@ -21,12 +21,18 @@ PEERS = ("hf-static", "hf-cb")
 # shared 2-core CPU. max_num_seqs must stay well below num_prompts, or static batching is one batch and shows no cost.
 CPU_DEFAULTS = {"num_prompts": 16, "max_num_seqs": 4, "max_prompt_len": 256, "max_output_len": 64}
 GPU_NUM_PROMPTS = 500
+DEFAULT_MODEL = "tiny-qwen2"
+# a simulated GPU runs at the scale the issue's headline result needs: `vllm bench serve`'s 1000 ShareGPT prompts
+# on Llama-3.1-8B, no length caps, the engine's (vLLM's) max_num_seqs and token budget
+SIM_MODEL = "llama-3.1-8b"
+SIM_NUM_PROMPTS = 1000
+NOT_SIMULATED = ("hf-cb",)  # transformers' continuous batching has no cost-model twin: a simulated plan drops it
 
 
 @dataclass
 class PerfOptions:
     workload: str = "sharegpt"
-    model: str = "tiny-qwen2"
+    model: str | None = None                    # None: DEFAULT_MODEL, or SIM_MODEL on a simulated GPU
     device: str = "cpu"
     dtype: str | None = None
     num_prompts: int | None = None
@@ -65,6 +71,26 @@ class PerfOptions:
     like: Path | None = None         # rerun exactly this results CSV's configurations (`like.py`)
     command: str = ""                # the command line, recorded in every row
     like_params: dict[str, Any] | None = field(default=None, repr=False)  # set from `like`
+
+
+def sim_peers(text: str) -> str:
+    """The peers of a simulated plan: the default list without hf-cb; naming hf-cb is a ValueError."""
+    if text == ",".join(PEERS):
+        return ",".join(p for p in PEERS if p not in NOT_SIMULATED) or "none"
+    named = [] if text.strip().lower() == "none" else split_list("peers", text)
+    bad = [p for p in named if p in NOT_SIMULATED]
+    if bad:
+        raise ValueError(f"peers: {bad[0]} is not simulated on a sim:<gpu> device; use --peers hf-static or none")
+    return text
+
+
+def sim_label(device: str, dtype: str | None) -> str:
+    """ "simulated H200 (cost model <version>, bfloat16)", as `engine.device_label` reads."""
+    from refengine.sim.backend import sim_dtype
+    from refengine.sim.cost_model import COST_MODEL_VERSION
+    from refengine.sim.device import parse_sim_device
+
+    return f"simulated {parse_sim_device(device).name.upper()} (cost model {COST_MODEL_VERSION}, {sim_dtype(dtype)})"
 
 
 def split_list(name: str, text: str) -> list[str]:
@@ -148,8 +174,10 @@ def build_workload(o: PerfOptions, on_cpu: bool, load: LoadPoint | None = None, 
     from cbbench.workloads import get_workload
 
     load = load or parse_load_points(o.request_rate, o.burstiness, o.max_concurrency)[0][0]
+    from refengine.sim.device import is_sim_device
+
     num_prompts = o.num_prompts if o.num_prompts is not None else (
-        CPU_DEFAULTS["num_prompts"] if on_cpu else GPU_NUM_PROMPTS)
+        CPU_DEFAULTS["num_prompts"] if on_cpu else SIM_NUM_PROMPTS if is_sim_device(o.device) else GPU_NUM_PROMPTS)
     return get_workload(o.workload, tokenizer=tokenizer or resolve_tokenizer(o.model, o.tokenizer),
                         num_prompts=num_prompts, seed=o.seed, request_rate=load.request_rate,
                         burstiness=load.burstiness, max_concurrency=load.max_concurrency, **workload_kwargs(o, on_cpu))

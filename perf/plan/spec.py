@@ -91,7 +91,10 @@ class RunPlan:
     @property
     def run_options(self) -> dict[str, Any]:
         """What shaped the runs without defining their configuration (a row's `run_options`)."""
-        return {"warmup": self.settings.warmup, "cpu_threads": self.settings.cpu_threads}
+        opts = {"warmup": self.settings.warmup, "cpu_threads": self.settings.cpu_threads}
+        if "cost_model" in self.config:  # a simulated run: its numbers are this cost model's (the device column
+            opts["cost_model"] = self.config["cost_model"]  # names the GPU)
+        return opts
 
     def describe(self) -> str:
         """The plan as `--dry-run` prints it: the workload, then one line per run."""

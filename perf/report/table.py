@@ -10,6 +10,7 @@ the table keeps its natural width: a log file does not wrap.
 from __future__ import annotations
 
 import io
+import json
 import math
 import os
 import statistics
@@ -116,10 +117,23 @@ def describe_arrivals(params: Mapping[str, Any], rows: Sequence[Mapping[str, Any
     return f"request rate {rate:g}/s ({kind})"
 
 
+def simulated_heading(rows: Sequence[Mapping[str, Any]]) -> str:
+    """ "simulated H200 (cost model <version>, bfloat16)" when the rows ran on a `sim:<gpu>` device, else ""."""
+    sim = next((r for r in rows if str(r.get("device", "")).startswith("sim:")), None)
+    if sim is None:
+        return ""
+    from refengine.sim.device import parse_sim_device
+
+    opts = sim.get("run_options") or "{}"
+    version = (json.loads(opts) if isinstance(opts, str) else opts).get("cost_model", "?")
+    return f"simulated {parse_sim_device(sim['device']).name.upper()} (cost model {version}, {sim.get('dtype')})"
+
+
 def table_title(name: str, summary: Mapping[str, Any], params: Mapping[str, Any],
                 rows: Sequence[Mapping[str, Any]] = ()) -> str:
     s = summary
-    return (f"cbbench perf: {name}, {s['num_requests']} requests, {describe_arrivals(params, rows)}, prompt mean "
+    sim = simulated_heading(rows)
+    return (f"cbbench perf{' on a ' + sim if sim else ''}: {name}, {s['num_requests']} requests, {describe_arrivals(params, rows)}, prompt mean "
             f"{s['mean_prompt_len']:.0f} (max {s['max_prompt_len']}), output mean {s['mean_output_len']:.0f} "
             f"(max {s['max_output_len']}, cv {s['cv_output_len']:.2f})")
 
@@ -220,6 +234,9 @@ def summary_lines(entries: Sequence[Entry], goodput: Mapping[str, float] | None 
         lines.append(f"refengine continuous / {eng}{'' if label == '-' else ' (' + label + ')'}: {r:.2f}x")
     for key, e in failed.items():
         lines.append(f"{key[0]} {key[1]} failed: {e}")
+    if simulated_heading([row for _, row, _ in entries if row]):
+        lines.append("simulated: every time is the cost model's GPU time; hf-cb is not simulated (transformers' "
+                     "continuous batching has no cost-model twin)")
     return lines
 
 

@@ -65,6 +65,8 @@ def load_like(path: str | Path) -> LikePlan:
         if isinstance(params.get(k), str):
             params[k] = float(params[k])  # "inf" as the CSV's JSON spells it
     sweepable = set(knob_names(exclude=("batching",))) & set(CONFIG_KEY_COLUMNS)
+    if str(device).startswith("sim:"):  # a simulated engine runs no attention kernel: its column reads "sim"
+        sweepable.discard("attention_backend")
     entries: dict[tuple[str, ...], tuple[str, str, dict[str, Any]]] = {}
     repeats = 1
     for r in rows:

@@ -28,7 +28,7 @@ def one_line(res) -> str:
 
 @pytest.mark.parametrize("args, needle", [
     (["--workload-param", "input_len=abc"], "workload-param input_len: expected an integer, got 'abc'"),
-    (["--device", "tpu"], "device must be cpu, cuda or cuda:N, got 'tpu'"),
+    (["--device", "tpu"], "device must be cpu, cuda, cuda:N or a simulated GPU (sim:"),
     (["--cpu-threads", "-1"], "cpu_threads must be >= 0"),
     (["--num-prompts", "0"], "num_prompts must be >= 1, got 0"),
     (["--repeats", "0"], "repeats must be >= 1"),

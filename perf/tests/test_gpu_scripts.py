@@ -52,7 +52,7 @@ def test_gpu_check_dry_run_plan() -> None:
     res = bash("ci/gpu_check.sh", "--dry-run", "results/x")
     assert res.returncode == 0, res.stderr
     steps = _steps(res.stdout)
-    assert list(steps) == ["gpu-tests", "kernels", "perf", "baseline", "bench-step"]
+    assert list(steps) == ["gpu-tests", "kernels", "perf", "baseline", "calibration", "bench-step"]
     assert SETUP_LIMIT_S + sum(limit for limit, _ in steps.values()) <= BUDGET_S
     for _, argv in steps.values():
         assert argv[0] == sys.executable  # the python setup found (here: $PYTHON), by path: never a bare `python`
@@ -63,6 +63,10 @@ def test_gpu_check_dry_run_plan() -> None:
                         ("--model", "qwen2.5-0.5b")):
         assert perf[perf.index(flag) + 1] == value
     assert steps["baseline"][1][-1] == "results/baselines/h200.csv"
+    # the calibration report: the perf step's workload again on the simulated twin of the GPU found
+    calib = steps["calibration"][1]
+    assert calib[1:3] == ["-m", "cbbench.perf.bench.sim_calibration"] and calib[4] == "results/x"
+    assert calib[5:] == [a.replace("cuda", "sim:h200") if a == "cuda" else a for a in steps["perf"][1][4:-3]]
     bench = steps["bench-step"][1]
     assert bench[bench.index("bench-step") + 1:][:3] == ["--stub-model", "--device", "cuda"]
 
