@@ -24,7 +24,6 @@ from cbbench.perf.cli.profile import bench_profile
 from cbbench.perf.cli.commands import compare, generate, kernels, plot, report, serve, timeline
 from cbbench.perf.knobs import engine_knob_options, list_metavar
 from cbbench.perf.plan.options import CPU_DEFAULTS, PerfOptions
-from cbbench.perf.sweep import run_perf, show_plan
 
 __all__ = ["app", "main", "DEBUG_ENV", "CliError", "run_perf"]
 
@@ -89,9 +88,18 @@ def perf(
     """Replay a workload through every batching mode (and the peers); print the table, write CSV + JSON."""
     opts = _perf_options(ctx, dict(locals()))  # every option by its name
     if dry_run:
+        from cbbench.perf.sweep import show_plan
+
         show_plan(opts, Console())
     else:
         run_perf(opts, Console())  # the table fits the terminal (report/table.py)
+
+
+def run_perf(opts: PerfOptions, console: Console) -> None:
+    """sweep.run_perf, imported on first use: the sweep pulls in pandas and the backends, which --help never needs."""
+    from cbbench.perf.sweep import run_perf as run
+
+    run(opts, console)
 
 
 _NOT_FIELDS = ("ctx", "dry_run", "goodput", "workload_param", "knobs")  # options that PerfOptions takes otherwise
