@@ -171,9 +171,11 @@ def make_session(max_concurrency: int | None, timeout_s: float) -> aiohttp.Clien
 async def replay(target: HttpTarget, prompts: Sequence[str | list[int]], prompt_lens: Sequence[int],
                  output_lens: Sequence[int], arrivals: Sequence[float], *, max_concurrency: int | None = None,
                  tokenizer: Any = None, progress: Any = None, ids: Sequence[str] | None = None,
-                 session: aiohttp.ClientSession | None = None) -> tuple[list[RequestRecord], float, float]:
-    """Send request i at t0 + arrivals[i] (waiting for a free slot under `max_concurrency`);
-    returns (records in request order, t0, the time the last request ended)."""
+                 session: aiohttp.ClientSession | None = None,
+                 t0: float | None = None) -> tuple[list[RequestRecord], float, float]:
+    """Send request i at t0 + arrivals[i] (waiting for a free slot under `max_concurrency`); t0 defaults to now
+    (a `time.perf_counter()` value: client workers share one); returns (records in request order, t0, the time
+    the last request ended)."""
     own = session is None
     session = session or make_session(max_concurrency, target.timeout_s)
     sem = asyncio.Semaphore(max_concurrency) if max_concurrency else None
@@ -192,7 +194,7 @@ async def replay(target: HttpTarget, prompts: Sequence[str | list[int]], prompt_
 
     try:
         order = sorted(range(len(prompts)), key=lambda i: arrivals[i])
-        t0 = time.perf_counter()
+        t0 = time.perf_counter() if t0 is None else t0
         tasks: dict[int, asyncio.Task] = {}
         for i in order:
             delay = t0 + arrivals[i] - time.perf_counter()

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from cbbench.perf.backends.base import WARMUP_OUTPUT_LEN, Backend, ProgressFn, RunResult, warmup_prompts
+from cbbench.perf.backends.client_workers import check_client_workers, replay_sharded
 from cbbench.perf.backends.http_client import HttpTarget, make_session, replay, run_duration
 from cbbench.perf.backends.server_metrics import ServerMetrics, scrape
 from cbbench.perf.records import RequestRecord
@@ -88,7 +89,7 @@ def request_prompts(workload: Any, target: HttpTarget, tokenizer: Any) -> list[s
 
 
 async def _run(workload: Any, target: HttpTarget, *, tokenizer: Any, max_concurrency: int | None, warmup: int,
-               seed: int, progress: ProgressFn | None) -> HttpRunResult:
+               seed: int, progress: ProgressFn | None, client_workers: int = 1) -> HttpRunResult:
     res = HttpRunResult(target.backend, "", {})
     prompts = request_prompts(workload, target, tokenizer)
     reqs = workload.requests
@@ -112,11 +113,17 @@ async def _run(workload: Any, target: HttpTarget, *, tokenizer: Any, max_concurr
         sm.before = await scrape(session, sm.url)
         done = asyncio.Event()
         sampler = asyncio.create_task(sm.sample_until(session, done)) if sm.before is not None else None
+        args = (target, prompts, [r.prompt_len for r in reqs], [r.output_len for r in reqs],
+                [r.arrival_time for r in reqs])
         try:
-            records, t0, end = await replay(target, prompts, [r.prompt_len for r in reqs],
-                                            [r.output_len for r in reqs], [r.arrival_time for r in reqs],
-                                            max_concurrency=max_concurrency, tokenizer=tokenizer,
-                                            progress=progress, session=session)
+            if client_workers > 1:  # the parent keeps sampling /metrics while the workers replay
+                records, t0, end = await asyncio.to_thread(replay_sharded, *args, workers=client_workers,
+                                                           max_concurrency=max_concurrency, tokenizer=tokenizer)
+                if progress:
+                    progress(len(records))
+            else:
+                records, t0, end = await replay(*args, max_concurrency=max_concurrency, tokenizer=tokenizer,
+                                                progress=progress, session=session)
         finally:
             done.set()
             if sampler is not None:
@@ -128,14 +135,17 @@ async def _run(workload: Any, target: HttpTarget, *, tokenizer: Any, max_concurr
 
 
 def run_http(workload: Any, target: HttpTarget, *, tokenizer: Any = None, max_concurrency: int | None = None,
-             warmup: int = 8, seed: int = 0, progress: ProgressFn | None = None) -> HttpRunResult:
-    """Replay `workload` against `target`; a server that cannot be reached is a failed run, not an exception."""
+             warmup: int = 8, seed: int = 0, progress: ProgressFn | None = None,
+             client_workers: int = 1) -> HttpRunResult:
+    """Replay `workload` against `target` (over `client_workers` processes, client_workers.py); a server that
+    cannot be reached, or a client worker that fails, is a failed run, not an exception."""
     if max_concurrency is not None and max_concurrency < 1:
         raise ValueError(f"max_concurrency must be >= 1, got {max_concurrency}")
+    check_client_workers(client_workers)
     try:
         return asyncio.run(_run(workload, target, tokenizer=tokenizer, max_concurrency=max_concurrency,
-                                warmup=warmup, seed=seed, progress=progress))
-    except (OSError, asyncio.TimeoutError) as e:
+                                warmup=warmup, seed=seed, progress=progress, client_workers=client_workers))
+    except (OSError, asyncio.TimeoutError, RuntimeError) as e:
         return HttpRunResult(target.backend, "", {}, error=f"{type(e).__name__}: {e}")
 
 
@@ -147,11 +157,13 @@ class HttpBackend(Backend):
         super().__init__(settings)
         self.target = http_target(self.name, settings.base_url, settings.model, settings.prompt_format,
                                   settings.engine_knobs, settings.ignore_eos, settings.request_timeout)
+        check_client_workers(settings.client_workers)
 
     def run(self, spec: RunSpec, progress: ProgressFn | None = None) -> RunResult:
         return run_http(spec.workload, self.target, tokenizer=self.settings.tokenizer,
                         max_concurrency=spec.load.max_concurrency, warmup=self.settings.warmup,
-                        seed=self.settings.seed, progress=progress)
+                        seed=self.settings.seed, progress=progress,
+                        client_workers=self.settings.client_workers)
 
     def row_config(self, result: RunResult) -> tuple[dict[str, Any], str]:
         # device, dtype and knobs are the server's: left empty; where it was reached goes into `extra`

@@ -58,6 +58,8 @@ def perf(
                                                  "model's own if a preset/folder, else the Qwen BPE)")] = None,
     prompt_format: Annotated[str, Opt(help="--backend openai: send prompts as token ids or text")] = "ids",
     request_timeout: Annotated[float, Opt(help="--backend openai*: seconds a request may take (vLLM's 6 h)")] = 6 * 3600,
+    client_workers: Annotated[int, Opt(help="--backend openai*: client processes the requests are sharded over "
+                                           "(one clock; records merged)")] = 1,
     ignore_eos: Annotated[bool, Opt("--ignore-eos/--no-ignore-eos", help="--backend openai*: send vLLM's ignore_eos "
                                     "(off for servers that refuse unknown fields)")] = True,
     batching: Annotated[str, Opt(help="comma list of continuous,sequence,static,none",
