@@ -45,20 +45,21 @@ def shard_concurrency(max_concurrency: int | None, workers: int) -> list[int | N
 
 
 async def _worker_main(conn: Connection, target: HttpTarget, shard: dict[str, list], cap: int | None,
-                       tokenizer: Any) -> None:
+                       tokenizer: Any, send: Any) -> None:
     async with make_session(cap, target.timeout_s) as session:
         conn.send("ready")
         t0 = conn.recv()  # blocking is right: nothing runs on this loop before the start
         records, _, end = await replay(target, shard["prompts"], shard["prompt_lens"], shard["output_lens"],
                                        shard["arrivals"], max_concurrency=cap, tokenizer=tokenizer,
-                                       ids=shard["ids"], session=session, t0=t0)
+                                       ids=shard["ids"], session=session, t0=t0, send=send)
     conn.send((records, end))
 
 
-def _worker(conn: Connection, target: HttpTarget, shard: dict[str, list], cap: int | None, tokenizer: Any) -> None:
+def _worker(conn: Connection, target: HttpTarget, shard: dict[str, list], cap: int | None, tokenizer: Any,
+            send: Any) -> None:
     """A client process's entry point (module level, so that spawn can find it)."""
     try:
-        asyncio.run(_worker_main(conn, target, shard, cap, tokenizer))
+        asyncio.run(_worker_main(conn, target, shard, cap, tokenizer, send))
     except BaseException as e:  # the parent turns this into a failed run, with the reason
         conn.send(RuntimeError(f"client worker failed: {type(e).__name__}: {e}"))
         raise
@@ -68,8 +69,8 @@ def _worker(conn: Connection, target: HttpTarget, shard: dict[str, list], cap: i
 
 def replay_sharded(target: HttpTarget, prompts: Sequence[str | list[int]], prompt_lens: Sequence[int],
                    output_lens: Sequence[int], arrivals: Sequence[float], *, workers: int,
-                   max_concurrency: int | None = None, tokenizer: Any = None, ids: Sequence[str] | None = None
-                   ) -> tuple[list[RequestRecord], float, float]:
+                   max_concurrency: int | None = None, tokenizer: Any = None, ids: Sequence[str] | None = None,
+                   send: Any = None) -> tuple[list[RequestRecord], float, float]:
     """`http_client.replay` over `workers` processes (blocking: call it from a thread inside an event loop);
     returns (records in request order, the shared t0, the time the last worker's last request ended)."""
     ids = list(ids) if ids is not None else [str(i) for i in range(len(prompts))]
@@ -84,7 +85,7 @@ def replay_sharded(target: HttpTarget, prompts: Sequence[str | list[int]], promp
                      "output_lens": [output_lens[i] for i in part], "arrivals": [arrivals[i] for i in part],
                      "ids": [ids[i] for i in part]}
             mine, theirs = ctx.Pipe()
-            p = ctx.Process(target=_worker, args=(theirs, target, shard, cap, tokenizer), daemon=True)
+            p = ctx.Process(target=_worker, args=(theirs, target, shard, cap, tokenizer, send), daemon=True)
             p.start()
             theirs.close()
             procs.append(p)

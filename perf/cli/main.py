@@ -52,7 +52,8 @@ def perf(
                                    metavar=list_metavar("float"))] = "1",
     max_concurrency: Annotated[Optional[str], Opt(help="requests in flight at most, as vllm bench serve's "
                                                        "(comma list; default no cap)", metavar=list_metavar("int"))] = None,
-    backend: Annotated[str, Opt(help="refengine (in-process) | openai (/v1/completions) | openai-chat")] = "refengine",
+    backend: Annotated[str, Opt(help="refengine (in-process) | openai (/v1/completions) | openai-chat | "
+                                     "openai-embeddings (/v1/embeddings)")] = "refengine",
     base_url: Annotated[Optional[str], Opt(help="the server for --backend openai*, e.g. http://127.0.0.1:8000")] = None,
     tokenizer: Annotated[Optional[str], Opt(help="for the workloads: a preset, a folder or qwen (default: the "
                                                  "model's own if a preset/folder, else the Qwen BPE)")] = None,
