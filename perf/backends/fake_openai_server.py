@@ -24,6 +24,7 @@ KV_SLOTS = 8
 NUM_GPU_BLOCKS = 100
 TOKEN_DELAY_S = 0.002
 EMBEDDING_DIM = 8
+BACKLOG = 4096  # pending connections: a wave of 4096 must not wait out SYN retries (Linux caps it at somaxconn)
 
 
 class FakeOpenAIServer:
@@ -121,7 +122,7 @@ class FakeOpenAIServer:
         loop = self._loop = asyncio.new_event_loop()
         runner = web.AppRunner(self._app())
         loop.run_until_complete(runner.setup())
-        site = web.TCPSite(runner, "127.0.0.1", 0)
+        site = web.TCPSite(runner, "127.0.0.1", 0, backlog=BACKLOG)
         loop.run_until_complete(site.start())
         self.port = runner.addresses[0][1]
         self._ready.set()
