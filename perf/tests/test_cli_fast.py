@@ -13,8 +13,9 @@ from typer.testing import CliRunner
 
 from cbbench.perf.cli import app
 
+# a sweep of max_num_seqs, so that `plot` has an x axis
 TINY = ["--workload", "fixed", "--workload-param", "input_len=8,output_len=4", "--num-prompts", "2",
-        "--max-num-seqs", "2", "--warmup", "1", "--cpu-threads", "0", "--quiet", "--peers", "none",
+        "--max-num-seqs", "1,2", "--warmup", "1", "--cpu-threads", "0", "--quiet", "--peers", "none",
         "--batching", "continuous"]
 # Runs the command as the `cbbench` script does, then prints the exit code and whether torch was imported
 PROBE = """
@@ -59,7 +60,7 @@ def test_help_leaves_torch_out():
 
 def test_result_commands_leave_torch_out(run_files):
     out, csv, js = run_files
-    cases = [["compare", str(csv), str(csv)], ["plot", str(csv), "--out", str(out / "p.png")],
+    cases = [["compare", str(csv), str(csv)], ["plot", str(csv), "--knob", "max_num_seqs", "--out", str(out / "p.png")],
              ["report", str(js), "-o", str(out / "r.html")]]
     if "show" in _command_names():  # another change adds it; when it exists it is held to the same rule
         cases.append(["show", str(csv)])
