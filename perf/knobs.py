@@ -50,10 +50,9 @@ _HELP = {
 
 def _choices() -> dict[str, tuple[str, ...]]:
     from refengine import config
-    from refengine.attention import ATTENTION_BACKENDS
 
     return {"batching": config.BATCHING_MODES, "preemption_mode": config.PREEMPTION_MODES,
-            "policy": config.POLICIES, "attention_backend": ATTENTION_BACKENDS}
+            "policy": config.POLICIES, "attention_backend": config.ATTENTION_BACKENDS}
 
 
 @dataclass(frozen=True)
@@ -125,7 +124,7 @@ def _base_type(hint: Any) -> type:
 def engine_knobs() -> tuple[Knob, ...]:
     """Every settable engine knob: SchedulerConfig's fields, then EngineConfig's (field order)."""
     from refengine.config import SchedulerConfig
-    from refengine.engine import EngineConfig
+    from refengine.config import EngineConfig
 
     choices = _choices()
     out: dict[str, Knob] = {}
@@ -227,7 +226,7 @@ def validate_knobs(knobs: Mapping[str, Any], **scheduler_extra: Any) -> None:
     """Build the configs of one knob set, so a bad value fails with the engine's own ValueError (no model is
     loaded)."""
     from refengine.config import SchedulerConfig
-    from refengine.engine import EngineConfig
+    from refengine.config import EngineConfig
 
     sched, eng = split_knobs({k: v for k, v in knobs.items() if v is not None})
     SchedulerConfig(**scheduler_extra, **sched)

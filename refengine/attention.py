@@ -15,13 +15,13 @@ from typing import Callable
 import torch
 
 from cbbench.kernels.reference import prefill_attention_ref, reshape_and_cache_ref
+from refengine.config import ATTENTION_BACKENDS  # noqa: F401  (re-exported)
 
 # Keys per chunk of the CPU decode attention: the chunk's gathered K and V (at 64 decodes, 2 KV heads x 64 dims:
 # 64 x 64 x 512 B = 2 MB each) stay in cache between the gather and the two products that read them, so the KV
 # cache is read from memory once. Measured here (64 decodes, ShareGPT-like lengths to 768): 32 to 128 alike.
 DECODE_CHUNK_TOKENS = 64
 
-ATTENTION_BACKENDS = ("torch", "triton")
 
 
 @dataclass

@@ -9,6 +9,7 @@ import math
 import numbers
 
 INT64_MIN, INT64_MAX = -(1 << 63), (1 << 63) - 1  # what torch's generators and int64 tensors take
+DEFAULT_GPU_MEMORY_UTILIZATION = 0.9  # vLLM's default
 
 
 def check_int(name: str, value: object, minimum: int | None = None, maximum: int | None = None) -> int:
@@ -45,3 +46,8 @@ def check_bool(name: str, value: object) -> bool:
 def check_choice(name: str, value: object, choices: tuple[str, ...]) -> None:
     if not isinstance(value, str) or value not in choices:
         raise ValueError(f"{name} must be one of {choices}, got {value!r}")
+
+
+def check_gpu_memory_utilization(value: object) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= 1:
+        raise ValueError(f"gpu_memory_utilization must be a number in (0, 1], got {value!r}")

@@ -6,8 +6,8 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass, field, fields
 
-from refengine.checks import INT64_MAX, INT64_MIN, check_bool, check_choice, check_int, check_real
-from refengine.kv_sizing import DEFAULT_GPU_MEMORY_UTILIZATION, check_gpu_memory_utilization
+from refengine.checks import (DEFAULT_GPU_MEMORY_UTILIZATION, INT64_MAX, INT64_MIN, check_bool, check_choice,
+                              check_gpu_memory_utilization, check_int, check_real)
 
 
 # StrEnums: the API and the command line keep taking (and printing) the plain strings, and a member still equals
@@ -32,6 +32,7 @@ class PreemptionMode(enum.StrEnum):
 BATCHING_MODES = tuple(m.value for m in BatchingMode)
 PREEMPTION_MODES = tuple(m.value for m in PreemptionMode)
 POLICIES = tuple(p.value for p in SchedulingPolicy)
+ATTENTION_BACKENDS = ("torch", "triton")  # here, not in attention.py, so that the CLI reads it without torch
 
 
 # A bound on slots that no real deployment reaches (vLLM's defaults are 256-1024); beyond it a typo such as 10**6
@@ -103,8 +104,6 @@ class EngineConfig:
 
     def __post_init__(self) -> None:
         import torch  # (here, so that importing the scheduler's config stays light)
-
-        from refengine.attention import ATTENTION_BACKENDS
 
         if not isinstance(self.model, str) or not self.model:
             raise ValueError(f"model must be a preset name or a folder path, got {self.model!r}")

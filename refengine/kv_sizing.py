@@ -26,16 +26,12 @@ from dataclasses import dataclass, fields
 
 import torch
 
+# the two below live in checks.py, so that the configs (and the CLI that reads them) import without torch
+from refengine.checks import DEFAULT_GPU_MEMORY_UTILIZATION, check_gpu_memory_utilization  # noqa: F401
 from refengine.limits import cdiv
 
 GiB = 2**30
-DEFAULT_GPU_MEMORY_UTILIZATION = 0.9  # vLLM's default
 DEFAULT_CPU_KV_GB = 1.0  # the CPU cache is allocated up front; 1 GiB holds 262k tokens of tiny-qwen2
-
-
-def check_gpu_memory_utilization(value: object) -> None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= 1:
-        raise ValueError(f"gpu_memory_utilization must be a number in (0, 1], got {value!r}")
 
 
 @dataclass(frozen=True)

@@ -5,7 +5,8 @@ whose text is "" as a detokenizer that holds back a partial character sends), th
 chunk and `[DONE]`, so the tests see every shape of chunk a real server sends. It keeps what the tests check:
 the peak number of requests in flight and every request body. Its /metrics speaks vLLM's names: one preemption
 per completed request, KV usage = in-flight requests / `KV_SLOTS`, and a `cache_config_info` with num_gpu_blocks.
-A prompt whose first token id is `BAD_PROMPT_TOKEN` gets HTTP 400 with an OpenAI-style error.
+A prompt whose first token id is `BAD_PROMPT_TOKEN` gets HTTP 400 with an OpenAI-style error. /v1/embeddings
+answers after one token delay with an `EMBEDDING_DIM`-long vector that depends on the prompt.
 """
 
 from __future__ import annotations
@@ -22,6 +23,8 @@ BAD_PROMPT_TOKEN = 13
 KV_SLOTS = 8
 NUM_GPU_BLOCKS = 100
 TOKEN_DELAY_S = 0.002
+EMBEDDING_DIM = 8
+BACKLOG = 4096  # pending connections: a wave of 4096 must not wait out SYN retries (Linux caps it at somaxconn)
 
 
 class FakeOpenAIServer:
@@ -45,6 +48,7 @@ class FakeOpenAIServer:
         app = web.Application()
         app.router.add_post("/v1/completions", self._completions)
         app.router.add_post("/v1/chat/completions", self._completions)
+        app.router.add_post("/v1/embeddings", self._embeddings)
         if self.with_metrics:
             app.router.add_get("/metrics", self._metrics)
         return app
@@ -55,6 +59,22 @@ class FakeOpenAIServer:
                 f'vllm:kv_cache_usage_perc{{model_name="{self.model}"}} {self.in_flight / KV_SLOTS}\n'
                 f'vllm:cache_config_info{{block_size="16",num_gpu_blocks="{NUM_GPU_BLOCKS}"}} 1.0\n')
         return web.Response(text=text, content_type="text/plain")
+
+    async def _embeddings(self, request: web.Request) -> web.Response:
+        body = await request.json()
+        self.bodies.append(body)
+        prompt = body["input"]
+        if isinstance(prompt, list) and prompt and prompt[0] == BAD_PROMPT_TOKEN:
+            return web.json_response({"error": {"message": "input: token 13 is not allowed here", "code": 400}},
+                                     status=400)
+        n = len(prompt) if isinstance(prompt, list) else len(prompt.split())
+        await asyncio.sleep(self.token_delay_s)
+        self.completed += 1
+        seed = sum(prompt) if isinstance(prompt, list) else len(prompt)
+        vec = [((seed * (k + 1)) % 97) / 97.0 for k in range(EMBEDDING_DIM)]
+        return web.json_response({"object": "list", "model": self.model,
+                                  "data": [{"object": "embedding", "index": 0, "embedding": vec}],
+                                  "usage": {"prompt_tokens": n, "total_tokens": n}})
 
     async def _completions(self, request: web.Request) -> web.StreamResponse:
         body = await request.json()
@@ -102,7 +122,7 @@ class FakeOpenAIServer:
         loop = self._loop = asyncio.new_event_loop()
         runner = web.AppRunner(self._app())
         loop.run_until_complete(runner.setup())
-        site = web.TCPSite(runner, "127.0.0.1", 0)
+        site = web.TCPSite(runner, "127.0.0.1", 0, backlog=BACKLOG)
         loop.run_until_complete(site.start())
         self.port = runner.addresses[0][1]
         self._ready.set()

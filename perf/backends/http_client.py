@@ -38,7 +38,8 @@ import aiohttp
 
 from cbbench.perf.records import HTTP_ERROR_KEYS, HTTP_REQUEST_KEYS, RequestRecord
 
-ENDPOINTS = {"openai": "/v1/completions", "openai-chat": "/v1/chat/completions"}
+ENDPOINTS = {"openai": "/v1/completions", "openai-chat": "/v1/chat/completions",
+             "openai-embeddings": "/v1/embeddings"}  # the last: openai_embeddings.py sends its own requests
 PROMPT_FORMATS = ("ids", "text")
 ERROR_TEXT_CHARS = 300   # how much of a failed response body a record keeps
 
@@ -176,28 +177,31 @@ def make_session(max_concurrency: int | None, timeout_s: float) -> aiohttp.Clien
 async def replay(target: HttpTarget, prompts: Sequence[str | list[int]], prompt_lens: Sequence[int],
                  output_lens: Sequence[int], arrivals: Sequence[float], *, max_concurrency: int | None = None,
                  tokenizer: Any = None, progress: Any = None, ids: Sequence[str] | None = None,
-                 session: aiohttp.ClientSession | None = None) -> tuple[list[RequestRecord], float, float]:
-    """Send request i at t0 + arrivals[i] (waiting for a free slot under `max_concurrency`);
-    returns (records in request order, t0, the time the last request ended)."""
+                 session: aiohttp.ClientSession | None = None,
+                 t0: float | None = None, send: Any = None) -> tuple[list[RequestRecord], float, float]:
+    """Send request i at t0 + arrivals[i] (waiting for a free slot under `max_concurrency`); t0 defaults to now
+    (a `time.perf_counter()` value: client workers share one); `send` is `stream_request` unless another
+    endpoint's request function (same arguments) is given; returns (records in request order, t0, the time
+    the last request ended)."""
     own = session is None
+    send = send or stream_request
     session = session or make_session(max_concurrency, target.timeout_s)
     sem = asyncio.Semaphore(max_concurrency) if max_concurrency else None
     ids = list(ids) if ids is not None else [str(i) for i in range(len(prompts))]
 
     async def one(i: int) -> RequestRecord:
         if sem is None:
-            rec = await stream_request(session, target, ids[i], prompts[i], prompt_lens[i], output_lens[i], tokenizer)
+            rec = await send(session, target, ids[i], prompts[i], prompt_lens[i], output_lens[i], tokenizer)
         else:
             async with sem:
-                rec = await stream_request(session, target, ids[i], prompts[i], prompt_lens[i], output_lens[i],
-                                           tokenizer)
+                rec = await send(session, target, ids[i], prompts[i], prompt_lens[i], output_lens[i], tokenizer)
         if progress:
             progress(1)
         return rec
 
     try:
         order = sorted(range(len(prompts)), key=lambda i: arrivals[i])
-        t0 = time.perf_counter()
+        t0 = time.perf_counter() if t0 is None else t0
         tasks: dict[int, asyncio.Task] = {}
         for i in order:
             delay = t0 + arrivals[i] - time.perf_counter()

@@ -12,9 +12,10 @@ import asyncio
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from cbbench.perf.backends.base import WARMUP_OUTPUT_LEN, Backend, ProgressFn, RunResult, warmup_prompts
+from cbbench.perf.backends.client_workers import check_client_workers, replay_sharded
 from cbbench.perf.backends.http_client import HttpTarget, make_session, replay, run_duration
 from cbbench.perf.backends.http_turns import replay_turns
 from cbbench.perf.backends.server_metrics import ServerMetrics, scrape
@@ -89,7 +90,7 @@ def request_prompts(workload: Any, target: HttpTarget, tokenizer: Any) -> list[s
 
 
 async def _run(workload: Any, target: HttpTarget, *, tokenizer: Any, max_concurrency: int | None, warmup: int,
-               seed: int, progress: ProgressFn | None) -> HttpRunResult:
+               seed: int, progress: ProgressFn | None, client_workers: int = 1, send: Any = None) -> HttpRunResult:
     res = HttpRunResult(target.backend, "", {})
     prompts = request_prompts(workload, target, tokenizer)
     reqs = workload.requests
@@ -104,7 +105,7 @@ async def _run(workload: Any, target: HttpTarget, *, tokenizer: Any, max_concurr
             recs, _, _ = await replay(target, wprompts, [len(p) for p in wp],
                                       [WARMUP_OUTPUT_LEN + i for i in range(len(wp))], [0.0] * len(wp),
                                       max_concurrency=max_concurrency, tokenizer=tokenizer, session=session,
-                                      ids=[f"warmup-{i}" for i in range(len(wp))])
+                                      ids=[f"warmup-{i}" for i in range(len(wp))], send=send)
             bad = [r for r in recs if r.finish_reason == "error"]
             if len(bad) == len(recs):  # one answered warm-up request is enough (an early EOS is not the server's fault)
                 res.error = f"every warm-up request failed: {bad[0].error}"
@@ -113,17 +114,25 @@ async def _run(workload: Any, target: HttpTarget, *, tokenizer: Any, max_concurr
         sm.before = await scrape(session, sm.url)
         done = asyncio.Event()
         sampler = asyncio.create_task(sm.sample_until(session, done)) if sm.before is not None else None
+        args = (target, prompts, [r.prompt_len for r in reqs], [r.output_len for r in reqs],
+                [r.arrival_time for r in reqs])
         try:
             texts = {id(r): p for r, p in zip(reqs, prompts)}
             if workload.is_multi_turn:   # each conversation a chain: turn k after turn k - 1's answer
+                if client_workers > 1:
+                    raise ValueError("client_workers: multi-turn workloads run on one client process")
                 records, t0, end = await replay_turns(target, reqs, text_of=lambda r: texts[id(r)],
                                                       tokenizer=tokenizer, session=session,
                                                       max_concurrency=max_concurrency, progress=progress)
+            elif client_workers > 1:  # the parent keeps sampling /metrics while the workers replay
+                records, t0, end = await asyncio.to_thread(replay_sharded, *args, workers=client_workers,
+                                                           max_concurrency=max_concurrency, tokenizer=tokenizer,
+                                                           send=send)
+                if progress:
+                    progress(len(records))
             else:
-                records, t0, end = await replay(target, prompts, [r.prompt_len for r in reqs],
-                                                [r.output_len for r in reqs], [r.arrival_time for r in reqs],
-                                                max_concurrency=max_concurrency, tokenizer=tokenizer,
-                                                progress=progress, session=session)
+                records, t0, end = await replay(*args, max_concurrency=max_concurrency, tokenizer=tokenizer,
+                                                progress=progress, session=session, send=send)
         finally:
             done.set()
             if sampler is not None:
@@ -135,14 +144,19 @@ async def _run(workload: Any, target: HttpTarget, *, tokenizer: Any, max_concurr
 
 
 def run_http(workload: Any, target: HttpTarget, *, tokenizer: Any = None, max_concurrency: int | None = None,
-             warmup: int = 8, seed: int = 0, progress: ProgressFn | None = None) -> HttpRunResult:
-    """Replay `workload` against `target`; a server that cannot be reached is a failed run, not an exception."""
+             warmup: int = 8, seed: int = 0, progress: ProgressFn | None = None,
+             client_workers: int = 1, send: Any = None) -> HttpRunResult:
+    """Replay `workload` against `target` (over `client_workers` processes, client_workers.py); a server that
+    cannot be reached, or a client worker that fails, is a failed run, not an exception. `send`: the request
+    function (`http_client.replay`'s), for endpoints that do not stream completions."""
     if max_concurrency is not None and max_concurrency < 1:
         raise ValueError(f"max_concurrency must be >= 1, got {max_concurrency}")
+    check_client_workers(client_workers)
     try:
         return asyncio.run(_run(workload, target, tokenizer=tokenizer, max_concurrency=max_concurrency,
-                                warmup=warmup, seed=seed, progress=progress))
-    except (OSError, asyncio.TimeoutError) as e:
+                                warmup=warmup, seed=seed, progress=progress, client_workers=client_workers,
+                                send=send))
+    except (OSError, asyncio.TimeoutError, RuntimeError) as e:
         return HttpRunResult(target.backend, "", {}, error=f"{type(e).__name__}: {e}")
 
 
@@ -150,15 +164,19 @@ class HttpBackend(Backend):
     """An OpenAI-compatible server at `--base-url`; the endpoint is the registered name's (`http_client.ENDPOINTS`).
     Its engine knobs are the server's own: given here, they are refused while the plan is built."""
 
+    send: ClassVar[Any] = None  # the request function; None: http_client.stream_request
+
     def __init__(self, settings: RunSettings) -> None:
         super().__init__(settings)
         self.target = http_target(self.name, settings.base_url, settings.model, settings.prompt_format,
                                   settings.engine_knobs, settings.ignore_eos, settings.request_timeout)
+        check_client_workers(settings.client_workers)
 
     def run(self, spec: RunSpec, progress: ProgressFn | None = None) -> RunResult:
         return run_http(spec.workload, self.target, tokenizer=self.settings.tokenizer,
                         max_concurrency=spec.load.max_concurrency, warmup=self.settings.warmup,
-                        seed=self.settings.seed, progress=progress)
+                        seed=self.settings.seed, progress=progress,
+                        client_workers=self.settings.client_workers, send=self.send)
 
     def row_config(self, result: RunResult) -> tuple[dict[str, Any], str]:
         # device, dtype and knobs are the server's: left empty; where it was reached goes into `extra`

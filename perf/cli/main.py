@@ -24,7 +24,6 @@ from cbbench.perf.cli.profile import bench_profile
 from cbbench.perf.cli.commands import compare, generate, kernels, plot, report, serve, timeline
 from cbbench.perf.knobs import engine_knob_options, list_metavar
 from cbbench.perf.plan.options import CPU_DEFAULTS, PerfOptions
-from cbbench.perf.sweep import run_perf, show_plan
 
 __all__ = ["app", "main", "DEBUG_ENV", "CliError", "run_perf"]
 
@@ -69,13 +68,16 @@ def perf(
                                    metavar=list_metavar("float"))] = "1",
     max_concurrency: Annotated[Optional[str], Opt(help="requests in flight at most, as vllm bench serve's "
                                                        "(comma list; default no cap)", metavar=list_metavar("int"))] = None,
-    backend: Annotated[str, Opt(help="refengine (in-process) | openai (/v1/completions) | openai-chat")] = "refengine",
+    backend: Annotated[str, Opt(help="refengine (in-process) | openai (/v1/completions) | openai-chat | "
+                                     "openai-embeddings (/v1/embeddings)")] = "refengine",
     base_url: Annotated[Optional[str], Opt(help="the server for --backend openai*, e.g. http://127.0.0.1:8000")] = None,
     tokenizer: Annotated[Optional[str], Opt(help="for the workloads: a preset, a local folder or tokenizer.json, "
                                                  "or qwen (default: the model's own if a preset/folder, else the "
                                                  "Qwen BPE); a hub id needs its files in a local folder")] = None,
     prompt_format: Annotated[str, Opt(help="--backend openai: send prompts as token ids or text")] = "ids",
     request_timeout: Annotated[float, Opt(help="--backend openai*: seconds a request may take (vLLM's 6 h)")] = 6 * 3600,
+    client_workers: Annotated[int, Opt(help="--backend openai*: client processes the requests are sharded over "
+                                           "(one clock; records merged)")] = 1,
     ignore_eos: Annotated[bool, Opt("--ignore-eos/--no-ignore-eos", help="--backend openai*: send vLLM's ignore_eos "
                                     "(off for servers that refuse unknown fields)")] = True,
     batching: Annotated[str, Opt(help="comma list of continuous,sequence,static,none",
@@ -106,9 +108,18 @@ def perf(
     """Replay a workload through every batching mode (and the peers); print the table, write CSV + JSON."""
     opts = _perf_options(ctx, dict(locals()))  # every option by its name
     if dry_run:
+        from cbbench.perf.sweep import show_plan
+
         show_plan(opts, Console())
     else:
         run_perf(opts, Console())  # the table fits the terminal (report/table.py)
+
+
+def run_perf(opts: PerfOptions, console: Console) -> None:
+    """sweep.run_perf, imported on first use: the sweep pulls in pandas and the backends, which --help never needs."""
+    from cbbench.perf.sweep import run_perf as run
+
+    run(opts, console)
 
 
 _NOT_FIELDS = ("ctx", "dry_run", "goodput", "workload_param", "knobs")  # options that PerfOptions takes otherwise

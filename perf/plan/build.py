@@ -59,7 +59,7 @@ def build_plan(o: PerfOptions) -> RunPlan:
     o.warmup = 8 if o.warmup is None else o.warmup
     settings = RunSettings(o.model, o.device, o.dtype, o.seed, o.warmup, o.cpu_threads, base_url=o.base_url,
                            prompt_format=o.prompt_format, ignore_eos=o.ignore_eos, request_timeout=o.request_timeout,
-                           engine_knobs=dict(o.knobs))
+                           client_workers=o.client_workers, engine_knobs=dict(o.knobs))
     sw = _sweep(o, like_entries)
     backends = {name: Backend.get(name)(settings) for name in dict.fromkeys(e for e, _, _ in sw.entries)}
     in_process = Backend.get(o.backend).kind == "engine"

@@ -54,6 +54,7 @@ class PerfOptions:
     prompt_format: str = "ids"                  # openai: send token ids or text
     ignore_eos: bool = True                     # openai*: send vLLM's ignore_eos field
     request_timeout: float = 6 * 3600           # openai*: seconds per request
+    client_workers: int = 1                     # openai*: client processes the requests are sharded over
     batching: str = ",".join(BATCHING_MODES)
     repeats: int | None = 1                     # None (--like): the baseline's
     warmup: int | None = 8

@@ -35,6 +35,7 @@ class RunSettings:
     prompt_format: str = "ids"
     ignore_eos: bool = True
     request_timeout: float = 6 * 3600
+    client_workers: int = 1           # server backends: client processes (backends/client_workers.py)
     engine_knobs: Mapping[str, Any] = field(default_factory=dict)  # as given: a server backend refuses them
     tokenizer: Any = None
     dtype_name: str = ""              # the resolved dtype ("float32", ...), the CSV's dtype column

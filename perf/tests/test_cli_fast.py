@@ -1,0 +1,74 @@
+"""The commands that only read results (`--help`, compare, plot, report, show) never import torch: each runs in a
+fresh interpreter and reports whether `torch` reached `sys.modules`. Timing is perf/bench/cli_startup.py's job."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from cbbench.perf.cli import app
+
+# a sweep of max_num_seqs, so that `plot` has an x axis
+TINY = ["--workload", "fixed", "--workload-param", "input_len=8,output_len=4", "--num-prompts", "2",
+        "--max-num-seqs", "1,2", "--warmup", "1", "--cpu-threads", "0", "--quiet", "--peers", "none",
+        "--batching", "continuous"]
+# Runs the command as the `cbbench` script does, then prints the exit code and whether torch was imported
+PROBE = """
+import json, sys
+from cbbench.perf.cli import app
+code = 0
+try:
+    app(sys.argv[1:], prog_name="cbbench")
+except SystemExit as e:
+    code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+print(json.dumps({"code": code, "torch": "torch" in sys.modules}))
+"""
+SUBPROCESS_TIMEOUT_S = 120  # a cold interpreter on a shared 2-core machine; the commands take ~1 s
+
+
+@pytest.fixture(scope="module")
+def run_files(tmp_path_factory):
+    out = tmp_path_factory.mktemp("fast")
+    res = CliRunner().invoke(app, ["perf", *TINY, "--result-dir", str(out)])
+    assert res.exit_code == 0, res.output
+    (csv,) = out.glob("*.csv")
+    (js,) = out.glob("*.json")
+    return out, csv, js
+
+
+def probe(*args: str) -> dict:
+    done = subprocess.run([sys.executable, "-c", PROBE, *args], capture_output=True, text=True,
+                          timeout=SUBPROCESS_TIMEOUT_S)
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def _command_names() -> set[str]:
+    import typer.main
+
+    return set(typer.main.get_command(app).commands)
+
+
+def test_help_leaves_torch_out():
+    assert probe("--help") == {"code": 0, "torch": False}
+
+
+def test_result_commands_leave_torch_out(run_files):
+    out, csv, js = run_files
+    cases = [["compare", str(csv), str(csv)], ["plot", str(csv), "--knob", "max_num_seqs", "--out", str(out / "p.png")],
+             ["report", str(js), "-o", str(out / "r.html")]]
+    if "show" in _command_names():  # another change adds it; when it exists it is held to the same rule
+        cases.append(["show", str(csv)])
+    for args in cases:
+        assert probe(*args) == {"code": 0, "torch": False}, args
+    assert (out / "r.html").exists() and any(out.glob("p*.png"))
+
+
+def test_probe_sees_torch():
+    """The control: a command that needs the engine does import torch, so a False above means something."""
+    assert probe("generate", "hi", "--max-tokens", "1") == {"code": 0, "torch": True}
