@@ -4,13 +4,12 @@ server the HTTP suite in conformance/http talks to), and the Hypothesis profiles
 
 Profiles only set defaults: a test's own `@settings(max_examples=...)` still wins, so the kernel tests keep theirs.
 """
-import conformance._triton_env  # noqa: F401  (must run before anything imports the Triton kernels)
-
 import os
 
 import pytest
 from hypothesis import HealthCheck, settings
 
+import conformance._triton_env  # noqa: F401  (must run before anything imports the Triton kernels)
 from conformance.adapters import ADAPTERS, load_adapter
 
 PROFILE_ENV = "CBBENCH_HYPOTHESIS_PROFILE"

@@ -17,8 +17,8 @@ import queue
 import threading
 import weakref
 from collections import deque
+from collections.abc import Callable
 from concurrent.futures import Future
-from typing import Callable
 
 from refengine.scheduler_output import ModelRunnerOutput, SchedulerOutput
 

@@ -22,7 +22,7 @@ they may turn out to be the start of a stop string that must not be shown.
 from __future__ import annotations
 
 import codecs
-from typing import Sequence
+from collections.abc import Sequence
 
 from refengine.request import Request
 

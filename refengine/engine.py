@@ -51,7 +51,7 @@ _SHUT_DOWN = "this LLMEngine has been shut down (shutdown(), or the end of its `
 def _while_open(method: Callable) -> Callable:
     """step() after shutdown() raises, rather than stepping an engine whose requests were aborted."""
     @functools.wraps(method)
-    def guarded(self: "LLMEngine", *args, **kwargs):
+    def guarded(self: LLMEngine, *args, **kwargs):
         if self._shut_down:
             raise RuntimeError(f"{method.__name__}(): {_SHUT_DOWN}")
         return method(self, *args, **kwargs)
@@ -117,8 +117,13 @@ class LLMEngine:
 
     def _load(self, cfg: EngineConfig, model_impl: torch.nn.Module | None) -> tuple:
         """(device, dtype, model, attention_backend, model_config, tokenizer) on a real device."""
-        from refengine.loader import check_attention_backend, load_model_config, load_tokenizer
-        from refengine.loader import resolve_device, resolve_dtype
+        from refengine.loader import (
+            check_attention_backend,
+            load_model_config,
+            load_tokenizer,
+            resolve_device,
+            resolve_dtype,
+        )
 
         device = resolve_device(cfg.device)
         dtype = resolve_dtype(cfg.dtype, device)
@@ -224,7 +229,7 @@ class LLMEngine:
                 self.batch_queue.shutdown()
         return outputs
 
-    def __enter__(self) -> "LLMEngine":
+    def __enter__(self) -> LLMEngine:
         return self
 
     def __exit__(self, *exc_info) -> None:

@@ -22,7 +22,7 @@ class LLM:
         """Stop the engine (LLMEngine.shutdown): its worker thread exits; later generate() calls raise."""
         self.llm_engine.shutdown()
 
-    def __enter__(self) -> "LLM":
+    def __enter__(self) -> LLM:
         return self
 
     def __exit__(self, *exc_info) -> None:

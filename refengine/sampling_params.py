@@ -177,7 +177,7 @@ class SamplingParams:
         except ValueError:
             raise ValueError(f"stop_token_ids must be a list of non-negative integers, got {ids!r}") from None
 
-    def clone(self) -> "SamplingParams":
+    def clone(self) -> SamplingParams:
         """A deep copy (vLLM's method), checked again."""
         return dataclasses.replace(self, **{f.name: copy.deepcopy(getattr(self, f.name)) for f in fields(self)})
 

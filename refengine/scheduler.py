@@ -29,7 +29,11 @@ from refengine.request import Request, RequestStatus
 from refengine.request_queue import create_request_queue
 from refengine.scheduler_invariants import check_scheduler_invariants
 from refengine.scheduler_output import (  # noqa: F401  (re-exported: the contract's names, as vLLM's)
-    CachedRequestData, ModelRunnerOutput, NewRequestData, RunnerView, SchedulerOutput,
+    CachedRequestData,
+    ModelRunnerOutput,
+    NewRequestData,
+    RunnerView,
+    SchedulerOutput,
 )
 from refengine.scheduler_update import SchedulerUpdate
 

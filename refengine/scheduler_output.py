@@ -34,7 +34,7 @@ class NewRequestData:
         return self.prefill_token_ids if self.prefill_token_ids is not None else self.prompt_token_ids
 
     @classmethod
-    def from_request(cls, request: Request, block_ids: list[int]) -> "NewRequestData":
+    def from_request(cls, request: Request, block_ids: list[int]) -> NewRequestData:
         return cls(
             req_id=request.request_id,
             prompt_token_ids=request.prompt_token_ids,

@@ -3,8 +3,8 @@ the real Qwen BPE (presets), a folder's tokenizer.json, or none (token-id prompt
 from __future__ import annotations
 
 import functools
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 QWEN_EOS = (151645, 151643)  # Qwen2.5 chat models end a turn with <|im_end|> and a document with <|endoftext|>
 QWEN_VOCAB = 151936  # the Qwen2/2.5 embedding rows (the BPE itself has 151851 ids; the rest are padding)

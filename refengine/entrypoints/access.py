@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import hmac
-from typing import Callable
+from collections.abc import Callable
 
 from refengine.entrypoints.limits import ASGIApp, send_error
 

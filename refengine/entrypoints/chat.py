@@ -9,8 +9,8 @@ the Qwen BPE) get the ChatML template without a default system prompt:
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 from refengine.entrypoints.protocol import BadRequest, ChatMessage
 

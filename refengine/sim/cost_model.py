@@ -79,7 +79,7 @@ class ModelShape:
             raise ValueError(f"num_kv_heads: {self.num_kv_heads} does not divide num_heads {self.num_heads}")
 
     @classmethod
-    def from_hf_config(cls, cfg: dict) -> "ModelShape":
+    def from_hf_config(cls, cfg: dict) -> ModelShape:
         """From a Hugging Face config.json (Llama, Qwen2, Mistral or OPT)."""
         is_opt = cfg.get("model_type") == "opt"
         heads = int(cfg["num_attention_heads"])
