@@ -41,7 +41,7 @@ def error_type(status: int) -> str:
     return _ERROR_TYPES.get(status, "BadRequestError" if 400 <= status < 500 else "InternalServerError")
 
 
-def error_body(message: str, status: int, param: str | None = None) -> dict:
+def error_body(message: str, status: int, param: str | None = None) -> dict[str, Any]:
     return {"error": {"message": message, "type": error_type(status), "param": param, "code": status}}
 
 
@@ -192,7 +192,7 @@ def now() -> int:
     return int(time.time())
 
 
-def usage(prompt_tokens: int, completion_tokens: int) -> dict:
+def usage(prompt_tokens: int, completion_tokens: int) -> dict[str, int]:
     return {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
             "total_tokens": prompt_tokens + completion_tokens}
 
