@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import enum
 import time
+from collections.abc import Sequence
 
 from refengine.checks import INT64_MAX, INT64_MIN, check_int, check_real
 from refengine.sampling_params import SamplingParams
@@ -98,7 +99,7 @@ class Request:
     def max_tokens(self) -> int:
         return self.sampling_params.max_tokens
 
-    def append_output_token_ids(self, token_ids: list[int]) -> None:
+    def append_output_token_ids(self, token_ids: Sequence[int]) -> None:
         self.output_token_ids.extend(token_ids)
         self.all_token_ids.extend(token_ids)
         self.num_tokens = len(self.all_token_ids)
