@@ -34,7 +34,7 @@ def _fmt(v: ReqView) -> str:
 
 
 def _fail(name: str, msg: str, *, cfg: dict | None = None, step: StepView | None = None,
-          snaps: Iterable[tuple[str, "Snapshot"]] = ()) -> None:
+          snaps: Iterable[tuple[str, Snapshot]] = ()) -> None:
     lines = [f"invariant `{name}` violated: {msg}"]
     if cfg is not None:
         lines.append("  config: " + ", ".join(f"{k}={v}" for k, v in sorted(cfg.items())))

@@ -68,7 +68,7 @@ def test_all_blocks_return_after_finish_and_abort(prompts):
     for i, p in enumerate(prompts):
         engine.add_request(str(i), p, greedy(50))
     finished = {}
-    for step in range(6):
+    for _ in range(6):
         for out in engine.step():
             if out.finished:
                 finished[out.request_id] = out.outputs[0].finish_reason

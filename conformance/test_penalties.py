@@ -151,7 +151,7 @@ def test_penalised_greedy_tokens_equal_a_plain_reference_loop(crowd, alone):
         if not sp.greedy or not sp.has_penalties:
             continue
 
-        def penalise(input_ids: torch.Tensor, scores: torch.Tensor, sp=sp, n=len(prompt)) -> torch.Tensor:
+        def penalise(input_ids: torch.Tensor, scores: torch.Tensor, sp=sp, n=len(prompt)) -> torch.Tensor:  # noqa: B008 -- binds this loop's prompt length
             ids = input_ids[0].tolist()
             return reference_penalties(scores[0].float(), ids[:n], ids[n:], *_pfr(sp))[None]
 

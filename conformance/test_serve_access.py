@@ -42,8 +42,8 @@ def test_api_key_is_required_except_on_health_and_metrics(engine):
 
 def test_serve_binds_loopback_by_default():
     import typer
-    from cbbench.perf.cli import app
 
+    from cbbench.perf.cli import app
     from refengine.entrypoints.launch import run_server
 
     serve = typer.main.get_command(app).commands["serve"]

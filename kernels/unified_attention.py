@@ -28,7 +28,9 @@ import triton
 
 from cbbench.kernels.reshape_and_cache import _check, check_launchable, is_interpreted
 from cbbench.kernels.unified_attention_kernels import (  # noqa: F401  (DO_NOT_SPECIALIZE: re-exported)
-    DO_NOT_SPECIALIZE, _reduce_segments_kernel, _unified_attention_kernel,
+    DO_NOT_SPECIALIZE,
+    _reduce_segments_kernel,
+    _unified_attention_kernel,
 )
 
 LOG2E = 1.4426950408889634  # the kernel works in base 2: exp(x * scale) == exp2(x * scale * log2(e))
@@ -39,7 +41,7 @@ MIN_TILES_PER_SEGMENT = 2  # a segment shorter than this is dominated by its fix
 MAX_KV_SEGMENTS = 16  # partial buffers grow with this; 16 already fills an H100/H200 from a single sequence
 INTERPRETER_NUM_SMS = 2  # a pretend SM count under TRITON_INTERPRET, so small CPU tests reach the split path
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _num_sms(device_index: int) -> int:
     return torch.cuda.get_device_properties(device_index).multi_processor_count
 

@@ -198,8 +198,8 @@ def _reduce_segments_kernel(
     part = (token * num_heads + head) * NUM_SEGMENTS + offs_s  # [NUM_SEGMENTS]
     m = tl.load(segm_max_ptr + part)
     w = tl.exp2(m - tl.max(m, axis=0))  # segment 0 always holds key 0, so the max is finite
-    l = tl.sum(tl.load(segm_sum_ptr + part) * w, axis=0)
+    denom = tl.sum(tl.load(segm_sum_ptr + part) * w, axis=0)
     acc = tl.load(segm_out_ptr + part[:, None] * HEAD_DIM_PAD + offs_d[None, :])  # [NUM_SEGMENTS, HEAD_DIM_PAD]
-    o = tl.sum(acc * w[:, None], axis=0) / l
+    o = tl.sum(acc * w[:, None], axis=0) / denom
     o_ptr = out_ptr + token * stride_o_tok + head * stride_o_head + offs_d
     tl.store(o_ptr, _cast_out(o, out_ptr.dtype.element_ty, INTERPRETED), mask=offs_d < HEAD_DIM)

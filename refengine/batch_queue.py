@@ -17,16 +17,20 @@ import queue
 import threading
 import weakref
 from collections import deque
+from collections.abc import Callable
 from concurrent.futures import Future
-from typing import Callable
 
 from refengine.scheduler_output import ModelRunnerOutput, SchedulerOutput
 
 MAX_STEPS_IN_FLIGHT = 2  # step N running, step N+1 launched behind it: as vLLM's batch queue of size 2
 WORKER_JOIN_TIMEOUT_S = 60.0  # how long shutdown waits for a forward still running (a long GPU prefill is seconds)
 
+StepFuture = Future[ModelRunnerOutput]
+# one launched step, or None: the sentinel that stops the worker
+WorkItem = tuple[StepFuture, Callable[[SchedulerOutput], ModelRunnerOutput], SchedulerOutput] | None
 
-def _forward_worker(work: queue.SimpleQueue) -> None:
+
+def _forward_worker(work: queue.SimpleQueue[WorkItem]) -> None:
     """Run the launched (Future, execute_model, SchedulerOutput) items in order until the None sentinel; a failure
     goes to the step's Future. Between steps the thread holds nothing of the engine, not even the runner."""
     while True:
@@ -43,7 +47,8 @@ def _forward_worker(work: queue.SimpleQueue) -> None:
         del future, execute_model, out  # hold no step's tensors while waiting for the next
 
 
-def _stop_worker(work: queue.SimpleQueue, thread: threading.Thread, steps: deque) -> None:
+def _stop_worker(work: queue.SimpleQueue[WorkItem], thread: threading.Thread,
+                 steps: deque[tuple[StepFuture, SchedulerOutput]]) -> None:
     """Cancel the steps not yet started and let the worker exit after the one it runs (called once)."""
     for future in [f for f, _ in steps]:
         future.cancel()
@@ -55,8 +60,8 @@ def _stop_worker(work: queue.SimpleQueue, thread: threading.Thread, steps: deque
 class BatchQueue:
     def __init__(self, execute_model: Callable[[SchedulerOutput], ModelRunnerOutput]) -> None:
         self._execute_model = execute_model
-        self._work: queue.SimpleQueue = queue.SimpleQueue()
-        self._steps: deque[tuple[Future, SchedulerOutput]] = deque()
+        self._work: queue.SimpleQueue[WorkItem] = queue.SimpleQueue()
+        self._steps: deque[tuple[StepFuture, SchedulerOutput]] = deque()
         self._thread = threading.Thread(target=_forward_worker, args=(self._work,), name="refengine-forward",
                                         daemon=True)
         self._thread.start()
@@ -67,7 +72,7 @@ class BatchQueue:
         assert len(self._steps) < MAX_STEPS_IN_FLIGHT, "collect a step before launching another"
         if not self._finalizer.alive:
             raise RuntimeError("the batch queue is shut down")
-        future: Future = Future()
+        future: StepFuture = Future()
         self._steps.append((future, out))
         self._work.put((future, self._execute_model, out))
 

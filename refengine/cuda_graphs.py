@@ -55,7 +55,7 @@ def pad_decode_inputs(input_ids: np.ndarray, positions: np.ndarray, slot_mapping
 class CudaGraphRunner:
     """The captured graphs and their static inputs; `lookup(S)` -> the graph a step of S decodes replays."""
 
-    def __init__(self, model: torch.nn.Module, kv_caches: list, max_num_seqs: int, max_blocks: int,
+    def __init__(self, model: torch.nn.Module, kv_caches: list[tuple[torch.Tensor, torch.Tensor]], max_num_seqs: int, max_blocks: int,
                  device: torch.device) -> None:
         self.model = model
         self.kv_caches = kv_caches
@@ -63,14 +63,14 @@ class CudaGraphRunner:
         self.max_blocks = max_blocks
         self.device = device
         n = self.sizes[-1]
-        i64, i32 = dict(dtype=torch.int64, device=device), dict(dtype=torch.int32, device=device)
-        self.input_ids = torch.zeros(n, **i64)
-        self.positions = torch.zeros(n, **i64)
-        self.slot_mapping = torch.full((n,), -1, **i64)
+        i64, i32 = torch.int64, torch.int32
+        self.input_ids = torch.zeros(n, dtype=i64, device=device)
+        self.positions = torch.zeros(n, dtype=i64, device=device)
+        self.slot_mapping = torch.full((n,), -1, dtype=i64, device=device)
         # int32 metadata, as the eager path passes it (and the kernels were warmed up with)
-        self.query_start_loc = torch.zeros(n + 1, **i32)
-        self.seq_lens = torch.zeros(n, **i32)
-        self.block_table = torch.zeros(n, max_blocks, **i32)
+        self.query_start_loc = torch.zeros(n + 1, dtype=i32, device=device)
+        self.seq_lens = torch.zeros(n, dtype=i32, device=device)
+        self.block_table = torch.zeros(n, max_blocks, dtype=i32, device=device)
         self.graphs: dict[int, tuple[torch.cuda.CUDAGraph, torch.Tensor]] = {}
         self.num_replays = 0
 
@@ -91,7 +91,7 @@ class CudaGraphRunner:
         for size in reversed(self.sizes):
             args = (self.input_ids[:size], self.positions[:size], self.kv_caches, self._meta(size))
             # warm up outside the capture, on a side stream (compiles Triton variants, sets up cuBLAS handles)
-            side = torch.cuda.Stream(self.device)
+            side = torch.cuda.Stream(self.device)  # type: ignore[no-untyped-call]  # torch leaves Stream() unannotated
             side.wait_stream(torch.cuda.current_stream(self.device))
             with torch.cuda.stream(side):
                 for _ in range(2):

@@ -22,7 +22,8 @@ they may turn out to be the start of a stop string that must not be shown.
 from __future__ import annotations
 
 import codecs
-from typing import Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 from refengine.request import Request
 
@@ -81,7 +82,7 @@ class _ByteStream:
 class _WindowStream:
     """ids -> text through `decode` of a short window (vLLM's prefix_offset / read_offset)."""
 
-    def __init__(self, decode) -> None:
+    def __init__(self, decode: Callable[[Sequence[int]], str]) -> None:
         self._decode = decode
         self._window: list[int] = []  # ids[prefix_offset:]
         self._read = 0  # read_offset - prefix_offset: window[:_read] is text already given out
@@ -112,7 +113,7 @@ class _WindowStream:
 
 
 class IncrementalDetokenizer:
-    def __init__(self, tokenizer, request: Request) -> None:
+    def __init__(self, tokenizer: Any, request: Request) -> None:  # Any: a duck-typed HF-style tokenizer or None
         self.tokenizer = tokenizer
         self.request = request
         self.stopped_by: str | None = None
@@ -133,6 +134,7 @@ class IncrementalDetokenizer:
             by_last.setdefault(stop[-1], set()).add(len(stop))
         self._stop_lengths = {ch: sorted(lengths) for ch, lengths in by_last.items()}
         table = getattr(tokenizer, "token_bytes_table", lambda: None)()
+        self._stream: _ByteStream | _WindowStream | None
         if tokenizer is None:
             self._stream = None
         elif table is not None:

@@ -15,7 +15,7 @@ import collections
 import functools
 import logging
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, Concatenate, ParamSpec, TypeVar
 
 import torch
 
@@ -48,10 +48,14 @@ logger = logging.getLogger(__name__)
 _SHUT_DOWN = "this LLMEngine has been shut down (shutdown(), or the end of its `with` block); create a new one"
 
 
-def _while_open(method: Callable) -> Callable:
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
+
+
+def _while_open(method: Callable[Concatenate[LLMEngine, _P], _R]) -> Callable[Concatenate[LLMEngine, _P], _R]:
     """step() after shutdown() raises, rather than stepping an engine whose requests were aborted."""
     @functools.wraps(method)
-    def guarded(self: "LLMEngine", *args, **kwargs):
+    def guarded(self: LLMEngine, *args: _P.args, **kwargs: _P.kwargs) -> _R:
         if self._shut_down:
             raise RuntimeError(f"{method.__name__}(): {_SHUT_DOWN}")
         return method(self, *args, **kwargs)
@@ -61,7 +65,7 @@ def _while_open(method: Callable) -> Callable:
 class LLMEngine:
     def __init__(self, model: str = "tiny-qwen2", *, model_impl: torch.nn.Module | None = None,
                  sampler: Sampler | None = None, detokenizer_factory: DetokenizerFactory | None = None,
-                 **kwargs) -> None:
+                 **kwargs: Any) -> None:
         """`model`: a preset name or a local Hugging Face folder; `kwargs`: the engine knobs (EngineConfig and
         SchedulerConfig fields). `model_impl` replaces the loaded weights with a module of the same interface
         (forward, compute_logits), for `model`'s config; `sampler` and `detokenizer_factory` replace refengine's."""
@@ -118,8 +122,13 @@ class LLMEngine:
 
     def _load(self, cfg: EngineConfig, model_impl: torch.nn.Module | None) -> tuple:
         """(device, dtype, model, attention_backend, model_config, tokenizer) on a real device."""
-        from refengine.loader import check_attention_backend, load_model_config, load_tokenizer
-        from refengine.loader import resolve_device, resolve_dtype
+        from refengine.loader import (
+            check_attention_backend,
+            load_model_config,
+            load_tokenizer,
+            resolve_device,
+            resolve_dtype,
+        )
 
         device = resolve_device(cfg.device)
         dtype = resolve_dtype(cfg.dtype, device)
@@ -225,7 +234,7 @@ class LLMEngine:
                 self.batch_queue.shutdown()
         return outputs
 
-    def __enter__(self) -> "LLMEngine":
+    def __enter__(self) -> LLMEngine:
         return self
 
     def __exit__(self, *exc_info) -> None:

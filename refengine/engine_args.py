@@ -24,7 +24,7 @@ class EngineArgs:
     scheduler_kwargs: dict[str, Any] = field(default_factory=dict)  # SchedulerConfig fields the caller set
 
     @classmethod
-    def from_kwargs(cls, model: str | os.PathLike[str] = "tiny-qwen2", **kwargs: Any) -> "EngineArgs":
+    def from_kwargs(cls, model: str | os.PathLike[str] = "tiny-qwen2", **kwargs: Any) -> EngineArgs:
         """Sort LLMEngine's keyword arguments; an unknown name raises ValueError. A scheduler knob given as None
         takes its default (the CLI passes unset options that way)."""
         model = os.fspath(model) if isinstance(model, os.PathLike) else model

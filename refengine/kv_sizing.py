@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import gc
 from dataclasses import dataclass, fields
+from typing import Any
 
 import torch
 
@@ -108,7 +109,7 @@ def model_bytes(model: torch.nn.Module) -> int:
 
 
 @torch.inference_mode()
-def profile_run(model, model_config, *, device: torch.device, dtype: torch.dtype, num_tokens: int, num_seqs: int,
+def profile_run(model: torch.nn.Module, model_config: Any, *, device: torch.device, dtype: torch.dtype, num_tokens: int, num_seqs: int,
                 block_size: int, max_model_len: int) -> None:
     """One forward over `num_tokens` dummy tokens (zeros) in min(num_seqs, num_tokens) prefill sequences, then
     logits for each sequence and the sampler's sort over them: the step that needs the most activation memory.
@@ -127,7 +128,7 @@ def profile_run(model, model_config, *, device: torch.device, dtype: torch.dtype
     qsl = [0]
     for n in lens:
         qsl.append(qsl[-1] + n)
-    meta = dict(
+    meta: dict[str, Any] = dict(  # AttentionMetadata's fields, of mixed types
         slot_mapping=torch.full((num_tokens,), -1, dtype=torch.int64, device=device),
         query_start_loc=torch.tensor(qsl, dtype=torch.int32, device=device),
         seq_lens=torch.tensor(lens, dtype=torch.int32, device=device),
@@ -147,7 +148,7 @@ def profile_run(model, model_config, *, device: torch.device, dtype: torch.dtype
         torch.cuda.synchronize(device)
 
 
-def profile_kv_budget(model, model_config, *, device: torch.device, dtype: torch.dtype, max_num_batched_tokens: int,
+def profile_kv_budget(model: torch.nn.Module, model_config: Any, *, device: torch.device, dtype: torch.dtype, max_num_batched_tokens: int,
                       max_num_seqs: int, block_size: int, max_model_len: int,
                       gpu_memory_utilization: float) -> KVBudget:
     """Measure (steps 1-4 of the module docstring) and apply `kv_cache_budget`."""
@@ -160,7 +161,7 @@ def profile_kv_budget(model, model_config, *, device: torch.device, dtype: torch
     return kv_cache_budget(before, after, peak, model_bytes(model), gpu_memory_utilization)
 
 
-def default_num_gpu_blocks(model, model_config, *, device: torch.device, dtype: torch.dtype, bytes_per_block: int,
+def default_num_gpu_blocks(model: torch.nn.Module, model_config: Any, *, device: torch.device, dtype: torch.dtype, bytes_per_block: int,
                            block_size: int, max_model_len: int, max_num_batched_tokens: int, max_num_seqs: int,
                            kv_cache_memory_gb: float | None, gpu_memory_utilization: float) -> int:
     """num_gpu_blocks when it is not given: from kv_cache_memory_gb if set, else profiled on CUDA, else 1 GiB."""

@@ -4,32 +4,35 @@ from __future__ import annotations
 
 import dataclasses
 import re
+from collections.abc import Sequence
+from typing import Any, NoReturn
 
 from refengine.engine import LLMEngine
 from refengine.outputs import RequestOutput
+from refengine.processor import Prompt
 from refengine.sampling_params import RequestOutputKind, SamplingParams
 
 
 class LLM:
-    def __init__(self, model: str = "tiny-qwen2", **kwargs) -> None:
+    def __init__(self, model: str = "tiny-qwen2", **kwargs: Any) -> None:
         self.llm_engine = LLMEngine(model, **kwargs)
         self._counter = 0
 
-    def get_tokenizer(self):
+    def get_tokenizer(self) -> Any:  # the engine's tokenizer (duck-typed, HF-style)
         return self.llm_engine.tokenizer
 
     def shutdown(self) -> None:
         """Stop the engine (LLMEngine.shutdown): its worker thread exits; later generate() calls raise."""
         self.llm_engine.shutdown()
 
-    def __enter__(self) -> "LLM":
+    def __enter__(self) -> LLM:
         return self
 
-    def __exit__(self, *exc_info) -> None:
+    def __exit__(self, *exc_info: object) -> None:
         self.shutdown()
 
     @staticmethod
-    def _prompt_list(prompts) -> list:
+    def _prompt_list(prompts: Prompt | Sequence[Prompt]) -> list[Prompt]:
         """One prompt (text, token ids, or a vLLM prompt dict) or a list of them -> a list."""
         if isinstance(prompts, (str, dict)) or (isinstance(prompts, (list, tuple)) and prompts
                                                 and not isinstance(prompts[0], (str, dict, list, tuple))):
@@ -80,5 +83,5 @@ class LLM:
         return [final[rid] for rid in ids]
 
 
-def _raise_for_prompt(i: int, num_prompts: int, e: ValueError):
+def _raise_for_prompt(i: int, num_prompts: int, e: ValueError) -> NoReturn:
     raise ValueError(f"prompt {i}: {e}" if num_prompts > 1 else str(e)) from None

@@ -17,13 +17,18 @@ with the message in `CompletionOutput.error`; the others are not touched.
 """
 from __future__ import annotations
 
+import collections
 import logging
 from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, Any
 
 from refengine.detokenizer import IncrementalDetokenizer
 from refengine.outputs import CompletionOutput, RequestOutput
 from refengine.request import Request, RequestStatus
 from refengine.sampling_params import RequestOutputKind
+
+if TYPE_CHECKING:
+    from refengine.scheduler import Scheduler
 
 logger = logging.getLogger(__name__)
 
@@ -51,7 +56,7 @@ DetokenizerFactory = Callable[..., IncrementalDetokenizer]  # (tokenizer, reques
 
 
 class OutputProcessor:
-    def __init__(self, tokenizer, scheduler, finished_requests,
+    def __init__(self, tokenizer: Any, scheduler: Scheduler, finished_requests: collections.deque[Request],
                  detokenizer_factory: DetokenizerFactory = IncrementalDetokenizer) -> None:
         self.tokenizer = tokenizer
         self.scheduler = scheduler  # (its finish_requests / set_finished_status only: a failed request is aborted)
@@ -146,7 +151,7 @@ class OutputProcessor:
             return self.make_output(state, text="")
 
 
-def request_metrics(req: Request) -> dict:
+def request_metrics(req: Request) -> dict[str, Any]:
     """Per-request record for the perf suite (times are time.monotonic() seconds)."""
     return {
         "request_id": req.request_id,

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 
 @dataclass(slots=True)
@@ -27,4 +28,4 @@ class RequestOutput:
     prompt_token_ids: list[int]
     outputs: list[CompletionOutput]
     finished: bool
-    metrics: dict = field(default_factory=dict)  # timestamps and counters, filled when finished
+    metrics: dict[str, Any] = field(default_factory=dict)  # timestamps and counters, filled when finished

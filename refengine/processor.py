@@ -22,7 +22,8 @@ Prompt = str | list[int] | dict[str, Any]  # text, token ids, or vLLM's {"prompt
 
 
 class Processor:
-    def __init__(self, tokenizer: Tokenizer, model_config, scheduler_config: SchedulerConfig, max_model_len: int):
+    def __init__(self, tokenizer: Tokenizer, model_config: Any, scheduler_config: SchedulerConfig,
+                 max_model_len: int) -> None:  # model_config: an HF-style config (vocab_size, eos_token_id)
         self.tokenizer = tokenizer
         self.vocab_size = model_config.vocab_size
         self.eos_token_id = model_config.eos_token_id
@@ -47,7 +48,7 @@ class Processor:
         if not isinstance(params, SamplingParams):
             raise ValueError(f"params must be a SamplingParams, got {type(params).__name__}")
         params = dataclasses.replace(params)  # a private copy, checked again by __post_init__
-        bad = [t for t in params.stop_token_ids if t >= self.vocab_size]
+        bad = [t for t in params.stop_token_ids or () if t >= self.vocab_size]
         if bad:
             raise ValueError(f"stop_token_ids holds token id {bad[0]} outside the vocabulary [0, {self.vocab_size})")
         if params.stop and isinstance(self.tokenizer, NoTokenizer):
@@ -72,7 +73,7 @@ class Processor:
         return None, [int(t) for t in prompt]
 
     @staticmethod
-    def _from_dict(prompt: dict) -> Any:
+    def _from_dict(prompt: dict[str, Any]) -> Any:
         keys = set(prompt)
         if keys == {"prompt"}:
             return prompt["prompt"]

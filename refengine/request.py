@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import enum
 import time
+from collections.abc import Sequence
 
 from refengine.checks import INT64_MAX, INT64_MIN, check_int, check_real
 from refengine.sampling_params import SamplingParams
@@ -18,11 +19,11 @@ class RequestStatus(enum.IntEnum):
     FINISHED_ABORTED = enum.auto()
 
     @staticmethod
-    def is_finished(status: "RequestStatus") -> bool:
+    def is_finished(status: RequestStatus) -> bool:
         return status > RequestStatus.PREEMPTED
 
     @staticmethod
-    def finish_reason(status: "RequestStatus") -> str | None:
+    def finish_reason(status: RequestStatus) -> str | None:
         return _FINISH_REASON.get(status)
 
 
@@ -49,7 +50,7 @@ class Request:
         self.request_id = request_id
         self.prompt_token_ids = list(prompt_token_ids)
         self.sampling_params = sampling_params if sampling_params is not None else SamplingParams()
-        self.stop_token_ids = frozenset(self.sampling_params.stop_token_ids)  # O(1) per sampled token
+        self.stop_token_ids = frozenset(self.sampling_params.stop_token_ids or ())  # (a list after SamplingParams checks it) O(1) per sampled token
         # checked here, so that a bad value never reaches the waiting queue's sort keys
         self.priority = check_int("priority", priority, INT64_MIN, INT64_MAX)
         self.arrival_time = time.monotonic() if arrival_time is None else check_real("arrival_time", arrival_time)
@@ -98,7 +99,7 @@ class Request:
     def max_tokens(self) -> int:
         return self.sampling_params.max_tokens
 
-    def append_output_token_ids(self, token_ids: list[int]) -> None:
+    def append_output_token_ids(self, token_ids: Sequence[int]) -> None:
         self.output_token_ids.extend(token_ids)
         self.all_token_ids.extend(token_ids)
         self.num_tokens = len(self.all_token_ids)

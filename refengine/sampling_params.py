@@ -24,6 +24,7 @@ import dataclasses
 import enum
 import functools
 from dataclasses import dataclass, field, fields
+from typing import Any
 
 import numpy as np
 
@@ -61,7 +62,7 @@ class RequestOutputKind(enum.Enum):
     FINAL_ONLY = 2
 
 
-def _unsupported(default=None):
+def _unsupported(default: Any = None) -> Any:  # Any: the field takes its annotation's type
     return field(default=default, repr=False, metadata={"unsupported": True})
 
 
@@ -78,7 +79,7 @@ class SamplingParams:
     ignore_eos: bool = False
     include_stop_str_in_output: bool = False
     n: int = 1  # completions per prompt; only 1 is supported (accepted so that vLLM-style calls work)
-    extra: dict = field(default_factory=dict, repr=False)
+    extra: dict[str, Any] = field(default_factory=dict, repr=False)
     # penalties (vLLM's apply_penalties; applied before temperature, to greedy rows too)
     presence_penalty: float = 0.0  # subtracted once from every token the output holds
     frequency_penalty: float = 0.0  # subtracted per occurrence in the output
@@ -102,7 +103,7 @@ class SamplingParams:
     logit_bias: dict[int, float] | None = _unsupported()
     allowed_token_ids: list[int] | None = _unsupported()
     bad_words: list[str] | None = _unsupported()
-    logits_processors: list | None = _unsupported()
+    logits_processors: list[Any] | None = _unsupported()
     truncate_prompt_tokens: int | None = _unsupported()
     thinking_token_budget: int | None = _unsupported()
     repetition_detection: object | None = _unsupported()
@@ -110,7 +111,7 @@ class SamplingParams:
     routed_experts_prompt_start: int = _unsupported(0)
     trace_decode_token_ids: list[int] | None = _unsupported()
     # no effect on the tokens in vLLM either (plugin arguments; a cloning hint): any value is accepted
-    extra_args: dict | None = field(default=None, repr=False)
+    extra_args: dict[str, Any] | None = field(default=None, repr=False)
     skip_clone: bool = field(default=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -177,7 +178,7 @@ class SamplingParams:
         except ValueError:
             raise ValueError(f"stop_token_ids must be a list of non-negative integers, got {ids!r}") from None
 
-    def clone(self) -> "SamplingParams":
+    def clone(self) -> SamplingParams:
         """A deep copy (vLLM's method), checked again."""
         return dataclasses.replace(self, **{f.name: copy.deepcopy(getattr(self, f.name)) for f in fields(self)})
 
@@ -210,7 +211,7 @@ _dataclass_init = SamplingParams.__init__
 
 
 @functools.wraps(_dataclass_init)
-def _init(self, *args, **kwargs) -> None:
+def _init(self: SamplingParams, *args: Any, **kwargs: Any) -> None:
     unknown = sorted(set(kwargs) - _FIELD_NAMES)
     if unknown:
         raise ValueError(f"{unknown[0]} is not a SamplingParams field (neither refengine nor vLLM has it)")
@@ -219,4 +220,5 @@ def _init(self, *args, **kwargs) -> None:
     _dataclass_init(self, *args, **kwargs)
 
 
-SamplingParams.__init__ = _init
+# mypy forbids assigning to a method; this wrapper keeps the dataclass __init__'s signature (functools.wraps)
+SamplingParams.__init__ = _init  # type: ignore[method-assign]

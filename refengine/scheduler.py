@@ -22,6 +22,7 @@ import time
 from collections.abc import Callable
 
 from refengine.batching import make_batching
+from refengine.block_pool import KVCacheBlock
 from refengine.config import PreemptionMode, SchedulerConfig, SchedulingPolicy
 from refengine.kv_cache_manager import KVCacheManager
 from refengine.limits import max_kv_tokens
@@ -29,7 +30,11 @@ from refengine.request import Request, RequestStatus
 from refengine.request_queue import create_request_queue
 from refengine.scheduler_invariants import check_scheduler_invariants
 from refengine.scheduler_output import (  # noqa: F401  (re-exported: the contract's names, as vLLM's)
-    CachedRequestData, ModelRunnerOutput, NewRequestData, RunnerView, SchedulerOutput,
+    CachedRequestData,
+    ModelRunnerOutput,
+    NewRequestData,
+    RunnerView,
+    SchedulerOutput,
 )
 from refengine.scheduler_update import SchedulerUpdate
 
@@ -56,7 +61,7 @@ class Scheduler(SchedulerUpdate):
         self.running: list[Request] = []
         self.requests: dict[str, Request] = {}
         self.finished_req_ids: set[str] = set()
-        self._host_blocks_to_free: list = []  # swap-in sources of this schedule(), freed as it returns
+        self._host_blocks_to_free: list[list[KVCacheBlock]] = []  # swap-in sources of this schedule(), freed after
         self.num_preemptions = 0
         self.num_swap_outs = 0  # preemptions that went to the host pool rather than recompute
         self.num_steps = 0
@@ -233,7 +238,7 @@ class Scheduler(SchedulerUpdate):
             if swapped:
                 res = kv.swap_in(req, n, fit, reserve)
                 ok = res is not None
-                if ok:
+                if res is not None:  # (ok, narrowed for the type checker)
                     out.blocks_to_swap_in.extend(res[0])
                     self._host_blocks_to_free.append(res[1])
             else:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from refengine.block_pool import KVCacheBlock
 from refengine.request import Request
 from refengine.sampling_params import SamplingParams
 
@@ -34,7 +35,7 @@ class NewRequestData:
         return self.prefill_token_ids if self.prefill_token_ids is not None else self.prompt_token_ids
 
     @classmethod
-    def from_request(cls, request: Request, block_ids: list[int]) -> "NewRequestData":
+    def from_request(cls, request: Request, block_ids: list[int]) -> NewRequestData:
         return cls(
             req_id=request.request_id,
             prompt_token_ids=request.prompt_token_ids,
@@ -102,7 +103,7 @@ class RunnerView:
         self._sent: dict[str, tuple[int, int]] = {}
         self._prev_scheduled: set[str] = set()
 
-    def fill(self, out: SchedulerOutput, requests: dict[str, Request], req_to_blocks: dict) -> None:
+    def fill(self, out: SchedulerOutput, requests: dict[str, Request], req_to_blocks: dict[str, list[KVCacheBlock]]) -> None:
         """Describe `out.num_scheduled_tokens` to the runner. Call after scheduling, before num_computed_tokens
         advances."""
         for rid in out.finished_req_ids:

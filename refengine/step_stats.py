@@ -30,7 +30,7 @@ class StepStats:
     batch_ids: dict[str, int | None] = field(default_factory=dict)
 
     @classmethod
-    def of_step(cls, out: SchedulerOutput, stats: SchedulerStats, now: float) -> "StepStats":
+    def of_step(cls, out: SchedulerOutput, stats: SchedulerStats, now: float) -> StepStats:
         """`stats`: Scheduler.make_stats(out), taken once the step's output has been processed; `now`: the engine
         clock's time (virtual on a simulated GPU)."""
         prefill = [rid for rid, p in out.is_prefill.items() if p] if out.num_prefill_tokens else []

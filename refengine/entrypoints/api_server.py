@@ -31,8 +31,15 @@ from refengine.entrypoints.chat import chat_renderer
 from refengine.entrypoints.docs_page import render_docs
 from refengine.entrypoints.limits import BodyLimit
 from refengine.entrypoints.metrics import CONTENT_TYPE
-from refengine.entrypoints.protocol import (BadRequest, ChatCompletionRequest, CompletionRequest, DetokenizeRequest,
-                                            TokenizeRequest, error_body, now)
+from refengine.entrypoints.protocol import (
+    BadRequest,
+    ChatCompletionRequest,
+    CompletionRequest,
+    DetokenizeRequest,
+    TokenizeRequest,
+    error_body,
+    now,
+)
 from refengine.entrypoints.serving import ENGINE_FAILED, Call, OpenAIServing, ShutdownAbort
 
 log = logging.getLogger("refengine.server")
@@ -143,7 +150,8 @@ def _add_service_routes(app: FastAPI, serving: OpenAIServing, check_model: Any, 
 
     @app.get("/version")
     async def version() -> dict:
-        from importlib.metadata import PackageNotFoundError, version as dist_version
+        from importlib.metadata import PackageNotFoundError
+        from importlib.metadata import version as dist_version
 
         try:
             out = {"version": dist_version("cbbench")}

@@ -9,20 +9,21 @@ the Qwen BPE) get the ChatML template without a default system prompt:
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
+from typing import Any
 
 from refengine.entrypoints.protocol import BadRequest, ChatMessage
 
 CHATML_START, CHATML_END = "<|im_start|>", "<|im_end|>"
 
 
-def chatml(messages: list[dict], add_generation_prompt: bool = True) -> str:
+def chatml(messages: list[dict[str, Any]], add_generation_prompt: bool = True) -> str:
     text = "".join(f"{CHATML_START}{m['role']}\n{m['content']}{CHATML_END}\n" for m in messages)
     return text + (f"{CHATML_START}assistant\n" if add_generation_prompt else "")
 
 
-def _folder_template(model: str) -> tuple[str, dict] | None:
+def _folder_template(model: str) -> tuple[str, dict[str, str]] | None:
     folder = Path(model)
     if not folder.is_dir():
         return None
@@ -42,7 +43,7 @@ def _folder_template(model: str) -> tuple[str, dict] | None:
     return template, {"bos_token": token("bos_token"), "eos_token": token("eos_token")}
 
 
-def chat_renderer(model: str) -> tuple[Callable[[list[dict], bool], str], str]:
+def chat_renderer(model: str) -> tuple[Callable[[list[dict[str, Any]], bool], str], str]:
     """(render(messages, add_generation_prompt) -> prompt text, a name for the template in use)."""
     found = _folder_template(model)
     if found is None:
@@ -57,13 +58,13 @@ def chat_renderer(model: str) -> tuple[Callable[[list[dict], bool], str], str]:
     env.globals["raise_exception"] = raise_exception
     template = env.from_string(source)
 
-    def render(messages: list[dict], add_generation_prompt: bool = True) -> str:
+    def render(messages: list[dict[str, Any]], add_generation_prompt: bool = True) -> str:
         return template.render(messages=messages, add_generation_prompt=add_generation_prompt, **special)
 
     return render, "folder"
 
 
-def render_messages(render: Callable[[list[dict], bool], str], messages: list[ChatMessage],
+def render_messages(render: Callable[[list[dict[str, Any]], bool], str], messages: list[ChatMessage],
                     add_generation_prompt: bool) -> str:
     plain = [{"role": m.role, "content": m.text()} for m in messages]
     try:

@@ -13,7 +13,7 @@ _STYLE = ("body{font-family:sans-serif;max-width:60em;margin:2em auto}code{backg
           "table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:.2em .5em;text-align:left}")
 
 
-def _fields(schema: dict, components: dict) -> list[tuple[str, str, bool]]:
+def _fields(schema: dict[str, Any], components: dict[str, Any]) -> list[tuple[str, str, bool]]:
     """(name, type, required) of a request body's schema, following one $ref."""
     ref = schema.get("$ref", "")
     if ref.startswith("#/components/schemas/"):

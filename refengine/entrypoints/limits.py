@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import asyncio
 import json
-from typing import Any, Awaitable, Callable
+from collections.abc import Awaitable, Callable
+from typing import Any
 
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
@@ -34,14 +35,19 @@ MAX_CONNECTIONS = 4096
 # Prompts in one /v1/completions call (each one is an engine request); above it the call is a 400.
 MAX_PROMPTS_PER_CALL = 256
 
-ASGIApp = Callable[[dict, Callable, Callable], Awaitable[None]]
+# ASGI's shapes (the ASGI spec's scope, messages and callables), as plain aliases
+Scope = dict[str, Any]
+Message = dict[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 
 class _BodyTooLarge(Exception):
     pass
 
 
-async def send_error(send: Callable, status: int, message: str, param: str | None = None) -> None:
+async def send_error(send: Send, status: int, message: str, param: str | None = None) -> None:
     """An OpenAI-shaped error response, straight over ASGI (for the layers in front of FastAPI)."""
     body = json.dumps(error_body(message, status, param)).encode()
     await send({"type": "http.response.start", "status": status,
@@ -57,7 +63,7 @@ class BodyLimit:
     def __init__(self, app: ASGIApp, max_bytes: int = MAX_BODY_BYTES, timeout_s: float = BODY_READ_TIMEOUT_S):
         self.app, self.max_bytes, self.timeout_s = app, max_bytes, timeout_s
 
-    async def __call__(self, scope: dict, receive: Callable, send: Callable) -> None:
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
         too_large = f"the request body is larger than this server's limit of {self.max_bytes} bytes"
@@ -84,9 +90,10 @@ class BodyLimit:
 
         await self.app(scope, replay, send)
 
-    async def _read_body(self, receive: Callable) -> bytes | None:
+    async def _read_body(self, receive: Receive) -> bytes | None:
         """The whole body, read here so that the limit holds before anything parses it (None: the client left)."""
-        parts, seen = [], 0
+        parts: list[bytes] = []
+        seen = 0
         while True:
             message = await receive()
             if message["type"] == "http.disconnect":
@@ -105,8 +112,9 @@ class GuardedH11Protocol(H11Protocol):
     head HEADER_READ_TIMEOUT_S after it opened (or after its last response) is closed."""
 
     head_timeout_s = HEADER_READ_TIMEOUT_S
+    _head_timer: asyncio.TimerHandle | None = None  # armed per connection
 
-    def connection_made(self, transport) -> None:  # type: ignore[override]
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
         self._arm_head_timer(self.head_timeout_s)
 
@@ -116,7 +124,7 @@ class GuardedH11Protocol(H11Protocol):
         self._arm_head_timer(self.timeout_keep_alive + self.head_timeout_s)
 
     def _arm_head_timer(self, delay_s: float) -> None:
-        if getattr(self, "_head_timer", None) is not None:
+        if self._head_timer is not None:
             self._head_timer.cancel()
         waiting_for = self.cycle  # the head has arrived once a new cycle replaces this one
         self._head_timer = self.loop.call_later(delay_s, self._head_timeout, waiting_for)
@@ -127,7 +135,7 @@ class GuardedH11Protocol(H11Protocol):
             self.transport.close()
 
     def connection_lost(self, exc: Exception | None) -> None:
-        if getattr(self, "_head_timer", None) is not None:
+        if self._head_timer is not None:
             self._head_timer.cancel()
             self._head_timer = None
         super().connection_lost(exc)

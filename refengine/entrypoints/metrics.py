@@ -8,9 +8,11 @@ per finished request (as vLLM's frontend does). `vllm:cache_config_info` carries
 """
 from __future__ import annotations
 
+from typing import Any
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, disable_created_metrics, generate_latest
 
-disable_created_metrics()  # no `*_created` series: they double the text and no vLLM dashboard reads them
+disable_created_metrics()  # type: ignore[no-untyped-call]  # prometheus_client leaves it unannotated; no `*_created` series: they double the text and no vLLM dashboard reads them
 
 # vLLM's buckets (vllm/v1/metrics/loggers.py), so that histograms from both servers can be compared bucket by bucket
 _TTFT_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0,
@@ -36,7 +38,7 @@ class ServerMetrics:
         def counter(name: str, doc: str) -> Counter:
             return Counter(name, doc, labels, registry=self.registry).labels(**self._labels)
 
-        def histogram(name: str, doc: str, buckets: tuple) -> Histogram:
+        def histogram(name: str, doc: str, buckets: tuple[float, ...]) -> Histogram:
             return Histogram(name, doc, labels, buckets=buckets, registry=self.registry).labels(**self._labels)
 
         info = {"engine": "0", "num_gpu_blocks": str(num_gpu_blocks)}
@@ -81,7 +83,7 @@ class ServerMetrics:
         if num_new_tokens:
             self.generation_tokens.inc(num_new_tokens)
 
-    def on_finished(self, m: dict) -> None:
+    def on_finished(self, m: dict[str, Any]) -> None:
         """`m` is the engine's per-request record (refengine.engine.request_metrics); times are monotonic."""
         reason = m.get("finish_reason") or "abort"
         self._success.labels(**self._labels, finished_reason=reason).inc()

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import time
 import uuid
-from typing import Any, Literal, Optional, Union
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -41,7 +41,7 @@ def error_type(status: int) -> str:
     return _ERROR_TYPES.get(status, "BadRequestError" if 400 <= status < 500 else "InternalServerError")
 
 
-def error_body(message: str, status: int, param: str | None = None) -> dict:
+def error_body(message: str, status: int, param: str | None = None) -> dict[str, Any]:
     return {"error": {"message": message, "type": error_type(status), "param": param, "code": status}}
 
 
@@ -57,33 +57,33 @@ class _SamplingFields(BaseModel):
 
     model_config = ConfigDict(extra="allow", strict=True)
 
-    model: Optional[str] = None
-    temperature: Optional[float] = None
-    top_p: Optional[float] = None
-    top_k: Optional[int] = None
-    seed: Optional[int] = None
-    stop: Optional[Union[str, list[str]]] = None
-    stop_token_ids: Optional[list[int]] = None
+    model: str | None = None
+    temperature: float | None = None
+    top_p: float | None = None
+    top_k: int | None = None
+    seed: int | None = None
+    stop: str | list[str] | None = None
+    stop_token_ids: list[int] | None = None
     ignore_eos: bool = False
     min_tokens: int = 0
     include_stop_str_in_output: bool = False
     n: int = 1
-    best_of: Optional[int] = None
+    best_of: int | None = None
     stream: bool = False
-    stream_options: Optional[StreamOptions] = None
-    presence_penalty: Optional[float] = None
-    frequency_penalty: Optional[float] = None
-    repetition_penalty: Optional[float] = None
-    min_p: Optional[float] = None
+    stream_options: StreamOptions | None = None
+    presence_penalty: float | None = None
+    frequency_penalty: float | None = None
+    repetition_penalty: float | None = None
+    min_p: float | None = None
     # vLLM's sampling extras that refengine does not implement: SamplingParams refuses them unless at the default
-    logit_bias: Optional[dict[str, float]] = None
-    allowed_token_ids: Optional[list[int]] = None
-    bad_words: Optional[list[str]] = None
+    logit_bias: dict[str, float] | None = None
+    allowed_token_ids: list[int] | None = None
+    bad_words: list[str] | None = None
     skip_special_tokens: bool = True
     spaces_between_special_tokens: bool = True
-    truncate_prompt_tokens: Optional[int] = None
-    prompt_logprobs: Optional[int] = None
-    user: Optional[str] = None
+    truncate_prompt_tokens: int | None = None
+    prompt_logprobs: int | None = None
+    user: str | None = None
     priority: int = 0
 
     def _check_common(self) -> None:
@@ -117,17 +117,17 @@ class _SamplingFields(BaseModel):
 _PASSED_THROUGH = ("logit_bias", "allowed_token_ids", "bad_words", "skip_special_tokens",
                    "spaces_between_special_tokens", "truncate_prompt_tokens", "prompt_logprobs")
 
-Prompt = Union[str, list[int], list[str], list[list[int]]]
+Prompt = str | list[int] | list[str] | list[list[int]]
 
 
 class CompletionRequest(_SamplingFields):
     prompt: Prompt
-    max_tokens: Optional[int] = 16  # OpenAI's default for /v1/completions
+    max_tokens: int | None = 16  # OpenAI's default for /v1/completions
     echo: bool = False
-    logprobs: Optional[int] = None
-    suffix: Optional[str] = None
+    logprobs: int | None = None
+    suffix: str | None = None
 
-    def prompts(self) -> list[Union[str, list[int]]]:
+    def prompts(self) -> list[str | list[int]]:
         """One entry per prompt: a string or a list of token ids (a batch of either is a list of them)."""
         self._check_common()
         for name in ("echo", "suffix"):
@@ -149,7 +149,7 @@ class ChatMessage(BaseModel):
     model_config = ConfigDict(extra="allow", strict=True)
 
     role: Literal["system", "user", "assistant", "developer", "tool"]
-    content: Optional[Union[str, list[dict[str, Any]]]] = None
+    content: str | list[dict[str, Any]] | None = None
 
     def text(self) -> str:
         """String content, or the text parts of a content list (other part types are refused)."""
@@ -166,11 +166,11 @@ class ChatMessage(BaseModel):
 
 class ChatCompletionRequest(_SamplingFields):
     messages: list[ChatMessage] = Field(min_length=1)
-    max_tokens: Optional[int] = None  # deprecated by OpenAI in favour of max_completion_tokens
-    max_completion_tokens: Optional[int] = None
-    logprobs: Optional[bool] = False
-    top_logprobs: Optional[int] = None
-    tools: Optional[list[Any]] = None
+    max_tokens: int | None = None  # deprecated by OpenAI in favour of max_completion_tokens
+    max_completion_tokens: int | None = None
+    logprobs: bool | None = False
+    top_logprobs: int | None = None
+    tools: list[Any] | None = None
     add_generation_prompt: bool = True
 
     def check(self) -> None:
@@ -192,7 +192,7 @@ def now() -> int:
     return int(time.time())
 
 
-def usage(prompt_tokens: int, completion_tokens: int) -> dict:
+def usage(prompt_tokens: int, completion_tokens: int) -> dict[str, int]:
     return {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
             "total_tokens": prompt_tokens + completion_tokens}
 
@@ -203,12 +203,12 @@ class TokenizeRequest(BaseModel):
 
     model_config = ConfigDict(extra="allow", strict=True)
 
-    model: Optional[str] = None
-    prompt: Optional[str] = None
-    messages: Optional[list[ChatMessage]] = None
+    model: str | None = None
+    prompt: str | None = None
+    messages: list[ChatMessage] | None = None
     add_special_tokens: bool = True  # (the engine's tokenizer adds what it always adds; accepted for vLLM clients)
     add_generation_prompt: bool = True
-    return_token_strs: Optional[bool] = False
+    return_token_strs: bool | None = False
 
     def check(self) -> None:
         if (self.prompt is None) == (self.messages is None):
@@ -222,6 +222,6 @@ class DetokenizeRequest(BaseModel):
 
     model_config = ConfigDict(extra="allow", strict=True)
 
-    model: Optional[str] = None
+    model: str | None = None
     tokens: list[int]
 

@@ -17,14 +17,22 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
-from typing import AsyncIterator, Callable
 
 from refengine.entrypoints.async_engine import AsyncLLMEngine, BatchRefused, EngineError
-from refengine.entrypoints.limits import MAX_PROMPTS_PER_CALL
 from refengine.entrypoints.chat import render_messages
-from refengine.entrypoints.protocol import (BadRequest, ChatCompletionRequest, CompletionRequest, DetokenizeRequest,
-                                            TokenizeRequest, new_id, now, usage)
+from refengine.entrypoints.limits import MAX_PROMPTS_PER_CALL
+from refengine.entrypoints.protocol import (
+    BadRequest,
+    ChatCompletionRequest,
+    CompletionRequest,
+    DetokenizeRequest,
+    TokenizeRequest,
+    new_id,
+    now,
+    usage,
+)
 from refengine.outputs import RequestOutput
 from refengine.sampling_params import SamplingParams
 

@@ -67,7 +67,7 @@ class SimBackend:
     clock: VirtualClock
 
     @classmethod
-    def create(cls, device: str, model: str, dtype: object) -> "SimBackend":
+    def create(cls, device: str, model: str, dtype: object) -> SimBackend:
         gpu = parse_sim_device(device)
         name = sim_dtype(dtype)
         mc, shape, tokenizer = sim_model(model)

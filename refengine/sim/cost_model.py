@@ -20,6 +20,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from refengine.sim.gpus import GpuSpec, get_gpu
 from refengine.sim.kernel_tables import KernelTables, load_tables
@@ -79,7 +80,7 @@ class ModelShape:
             raise ValueError(f"num_kv_heads: {self.num_kv_heads} does not divide num_heads {self.num_heads}")
 
     @classmethod
-    def from_hf_config(cls, cfg: dict) -> "ModelShape":
+    def from_hf_config(cls, cfg: dict[str, Any]) -> ModelShape:
         """From a Hugging Face config.json (Llama, Qwen2, Mistral or OPT)."""
         is_opt = cfg.get("model_type") == "opt"
         heads = int(cfg["num_attention_heads"])

@@ -3,6 +3,11 @@ is added when the clock reaches its arrival, and an idle engine waits for the ne
 This is what a driver such as the perf runner does with `engine.clock` in place of time.monotonic()."""
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from refengine.engine import LLMEngine
+
 from collections.abc import Sequence
 
 from refengine.sampling_params import RequestOutputKind, SamplingParams
@@ -17,12 +22,13 @@ def replay_params(max_tokens: int) -> SamplingParams:
                           output_kind=RequestOutputKind.FINAL_ONLY)
 
 
-def replay(engine, reqs: Sequence[ReplayRequest]) -> list[dict]:
+def replay(engine: LLMEngine, reqs: Sequence[ReplayRequest]) -> list[dict[str, Any]]:
     """Run every request to its end; returns their metrics (engine-clock times) in request order."""
     clock = engine.clock
     t0 = clock.now()
     order = sorted(range(len(reqs)), key=lambda i: reqs[i][2])
-    nxt, done = 0, {}
+    nxt = 0
+    done: dict[str, dict[str, Any]] = {}
     while nxt < len(order) or engine.has_unfinished_requests():
         while nxt < len(order) and t0 + reqs[order[nxt]][2] <= clock.now():
             i = order[nxt]

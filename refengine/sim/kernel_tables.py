@@ -154,20 +154,20 @@ class KernelTables:
     def has_gemm(self, dtype: str) -> bool:
         return f"gemm_{dtype}_ms" in self.arrays
 
-    @functools.cache
+    @functools.cache  # noqa: B019 -- tables live for the process (one per GPU, cached by load); nothing to leak
     def gemm_grid(self, dtype: str) -> GemmGrid:
         a = self.arrays
         return make_gemm_grid(a[f"gemm_{dtype}_m"], a[f"gemm_{dtype}_n"], a[f"gemm_{dtype}_k"],
                               a[f"gemm_{dtype}_ms"])
 
-    @functools.cache
+    @functools.cache  # noqa: B019 -- tables live for the process (one per GPU, cached by load); nothing to leak
     def gemm(self, dtype: str, n: int, k: int) -> GemmCurve | None:
         if not self.has_gemm(dtype):
             return None
         curve = GemmCurve(self.gemm_grid(dtype), n, k)
         return curve if curve.valid else None
 
-    @functools.cache
+    @functools.cache  # noqa: B019 -- tables live for the process (one per GPU, cached by load); nothing to leak
     def attention(self, kind: str, kv_dtype: str, h: int, kvh: int, d: int) -> AttentionTable | None:
         """kind is "decode" (length = kv tokens) or "prefill" (length = prompt tokens, no prefix)."""
         rows = self.arrays.get(f"{kind}_{kv_dtype}")

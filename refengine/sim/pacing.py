@@ -12,6 +12,12 @@ The pacer maps wall time onto virtual time from the moment it is built: virtual(
 """
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from refengine.engine import LLMEngine
+    from refengine.outputs import RequestOutput
+
 import time
 from collections.abc import Callable
 
@@ -19,7 +25,7 @@ from refengine.sim.clock import VirtualClock
 
 
 class StepPacer:
-    def __init__(self, clock: VirtualClock, step: Callable[[], list], sleep: Callable[[float], None] = time.sleep,
+    def __init__(self, clock: VirtualClock, step: Callable[[], list[RequestOutput]], sleep: Callable[[float], None] = time.sleep,
                  wall: Callable[[], float] = time.monotonic) -> None:
         self.clock, self._step, self._sleep, self._wall = clock, step, sleep, wall
         self._w0, self._v0 = wall(), clock.now()
@@ -27,7 +33,7 @@ class StepPacer:
     def now(self) -> float:
         return self._v0 + (self._wall() - self._w0)
 
-    def step(self) -> list:
+    def step(self) -> list[RequestOutput]:
         self.clock.sleep_until(self.now())
         outputs = self._step()
         delay = self.clock.now() - self.now()
@@ -36,7 +42,7 @@ class StepPacer:
         return outputs
 
 
-def pacer_for(engine, pace: bool = True) -> StepPacer | None:
+def pacer_for(engine: LLMEngine, pace: bool = True) -> StepPacer | None:
     """A pacer for a simulated engine (None for a real device, or when pacing is off)."""
     sim = getattr(engine, "sim", None)
     return StepPacer(sim.clock, engine.step) if sim is not None and pace else None
