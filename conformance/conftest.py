@@ -4,10 +4,9 @@ server the HTTP suite in conformance/http talks to), and the Hypothesis profile 
 
 Profiles only set defaults: a test's own `@settings(max_examples=...)` still wins, so the kernel tests keep theirs.
 """
-import conformance._triton_env  # noqa: F401  (must run before anything imports the Triton kernels)
-
 import pytest
 
+import conformance._triton_env  # noqa: F401  (must run before anything imports the Triton kernels)
 from conformance import hypothesis_profiles
 from conformance.adapters import ADAPTERS, load_adapter
 

@@ -19,6 +19,7 @@ from typing import Any, Concatenate, ParamSpec, TypeVar
 
 import torch
 
+import refengine.sampler as sampler_module
 from refengine.attention import default_backend_name, get_attention_backend
 from refengine.batch_queue import BatchQueue
 from refengine.config import EngineConfig  # noqa: F401  (re-exported)
@@ -30,7 +31,6 @@ from refengine.output_processor import DetokenizerFactory, OutputProcessor, requ
 from refengine.outputs import RequestOutput
 from refengine.processor import Processor
 from refengine.request import Request, RequestStatus
-import refengine.sampler as sampler_module
 from refengine.sampling_params import SamplingParams
 from refengine.scheduler import Scheduler
 from refengine.scheduler_output import ModelRunnerOutput, SchedulerOutput
