@@ -3,7 +3,7 @@ module is imported), and `scaled`, which sizes a test's own example count to the
 
   fast      the default (.ci/run, `pytest conformance/ perf/tests/`): 30 examples, 40 steps per state machine
   ci        the former default: 100 examples, 40 steps
-  thorough  the nightly run (ci/workflows/nightly.yml): 1500 examples, 80 steps
+  thorough  the nightly run (.github/workflows/nightly.yml): 1500 examples, 80 steps
 
 Only the number of examples changes between fast and ci: every property, strategy and invariant is the same, and
 the state machines keep their step count, so the planted-bug tests (test_suite_bites.py, whose example counts are
