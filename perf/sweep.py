@@ -62,7 +62,24 @@ def run_plan(plan: RunPlan, console: Console) -> list[dict[str, Any]]:
     for line in notes:
         console.print(line, markup=False, highlight=False)
     console.print(f"wrote {plan.csv_path} and {writer.json_path}", markup=False)
+    _check_measured(entries)
     return writer.rows
+
+
+class NoResultError(RuntimeError):
+    """A run of the plan measured nothing (it failed, or every request of it failed): the command must not pass."""
+
+
+def _check_measured(entries: list[Any]) -> None:
+    """NoResultError naming the first run that produced no result or completed no request, after the table and
+    the files are written (the runs that did finish are kept)."""
+    for (engine, batching, label), row, error in entries:
+        name = " ".join(x for x in (engine, batching, label) if x)
+        if row is None:
+            raise NoResultError(f"{name} produced no result: {str(error).strip().splitlines()[0] if error else '?'}")
+        if not row.get("completed"):
+            raise NoResultError(f"{name}: every request failed ({row.get('failed')} of "
+                                f"{int(row.get('failed') or 0) + int(row.get('completed') or 0)})")
 
 
 def _record(plan: RunPlan, spec: RunSpec, result: Any, writer: ResultWriter, notes: list[str]) -> tuple:

@@ -107,6 +107,9 @@ def compare(
     only_changes: Annotated[bool, Opt(help="hide rows within tolerance")] = False,
     ignore_key: Annotated[Optional[list[str]], Opt(help="key columns not matched on; `server` = all but the model "
                                                         "and the load (in-process vs HTTP runs)", metavar="<column>")] = None,
+    where: Annotated[Optional[list[str]], Opt(help="KEY=VALUE: compare only the rows of both files that match, "
+                                                   "e.g. batching=continuous; repeat it for several",
+                                              metavar="<key=value>")] = None,
     format: Annotated[str, Opt("--format", help="text | markdown (a CI step summary) | json")] = "text",
     tolerance_files: Annotated[bool, Opt(help="read BASELINE's sidecar NAME.tolerances.toml and the "
                                               "tool.cbbench.tolerances table of pyproject.toml")] = True,
@@ -120,7 +123,7 @@ def compare(
     tol = parse_tolerances(tolerance or [])
     code = main_compare(baseline, new, tol, fail_on_missing=not allow_missing, only_changes=only_changes,
                         ignore_key=ignore_key or [], console=Console(width=max(100, Console().width)), err=err,
-                        fmt=format, use_tolerance_files=tolerance_files)
+                        fmt=format, use_tolerance_files=tolerance_files, where=where or [])
     raise typer.Exit(code)
 
 

@@ -17,14 +17,14 @@ from typing import Annotated, Any, Optional
 import typer
 from rich.console import Console
 
-from cbbench.perf.cli.app import (DEBUG_ENV, LIKE_MAY_SET, CliError, Opt, app, command_line, explicit_params,
-                                  one_line_errors)
+from cbbench.perf.cli.app import (DEBUG_ENV, LIKE_MAY_SET, CliError, Opt, app, command_line, err,
+                                  explicit_params, one_line_errors)
 from cbbench.perf.cli.bench import bench_async, bench_scheduler, bench_step
 from cbbench.perf.cli.profile import bench_profile
 from cbbench.perf.cli.commands import compare, generate, kernels, plot, report, serve, timeline
 from cbbench.perf.knobs import engine_knob_options, list_metavar
 from cbbench.perf.plan.options import CPU_DEFAULTS, PerfOptions
-from cbbench.perf.sweep import run_perf, show_plan
+from cbbench.perf.sweep import NoResultError, run_perf, show_plan
 
 __all__ = ["app", "main", "DEBUG_ENV", "CliError", "run_perf"]
 
@@ -91,7 +91,11 @@ def perf(
     if dry_run:
         show_plan(opts, Console())
     else:
-        run_perf(opts, Console())  # the table fits the terminal (report/table.py)
+        try:
+            run_perf(opts, Console())  # the table fits the terminal (report/table.py)
+        except NoResultError as e:  # a benchmark that measured nothing never passes; the files are written
+            err.print(f"cbbench perf: error: {e}", markup=False)
+            raise typer.Exit(1) from None
 
 
 _NOT_FIELDS = ("ctx", "dry_run", "goodput", "workload_param", "knobs")  # options that PerfOptions takes otherwise

@@ -19,7 +19,7 @@ from cbbench.perf.backends.base import warmup_lengths
 from cbbench.perf.backends.registry import Backend
 from cbbench.perf.knobs import knob
 from cbbench.perf.metrics import parse_goodput, parse_metric_percentiles
-from cbbench.perf.plan.checks import check_feasible, check_options, check_writable
+from cbbench.perf.plan.checks import check_feasible, check_options, check_output_name, check_writable
 from cbbench.perf.plan.load import LoadPoint, parse_load_points, resolve_tokenizer
 from cbbench.perf.plan.options import (PerfOptions, build_workload, knob_label, parse_knobs, split_list,
                                        validate_configs)
@@ -94,6 +94,8 @@ def _sweep(o: PerfOptions, like_entries: list[Entry] | None) -> _Sweep:
     peers = _peers(o.peers)
     check_options(device=o.device, cpu_threads=o.cpu_threads, num_prompts=o.num_prompts, repeats=o.repeats,
                   warmup=o.warmup)
+    if o.output is not None:
+        check_output_name(Path(o.output))
     check_writable(o.output.parent if o.output is not None else o.result_dir,
                    "output" if o.output is not None else "result-dir")
     percentiles = parse_metric_percentiles(o.metric_percentiles)
