@@ -115,9 +115,11 @@ def parse_where(items: Sequence[str]) -> list[tuple[str, str]]:
 
 
 def filter_rows(df: pd.DataFrame, where: Sequence[str], side: str) -> pd.DataFrame:
-    """The rows of `df` whose cells (read as config keys read them: 512.0 is "512") match every `where` item."""
+    """The rows of `df` whose cells (read as config keys read them: 512.0 is "512") match every `where` item. An
+    empty cell is unknown, not different, and matches: an HTTP run cannot know the server's batching mode, so
+    `--where batching=continuous` keeps it and picks the continuous run of the in-process file."""
     for name, value in parse_where(where):
-        df = df[[_cell_text(v) == value for v in df[name]]]
+        df = df[[_cell_text(v) in (value, "") for v in df[name]]]
         if df.empty:
             raise ValueError(f"where: no row of the {side} file has {name}={value}")
     return df
