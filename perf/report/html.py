@@ -145,15 +145,17 @@ def timeline_png(runs: Sequence[Mapping[str, Any]]) -> str | None:
     fig, axes = plt.subplots(len(drawn), 1, figsize=(12, 1.0 + 1.6 * len(drawn)), squeeze=False)
     for ax, r in zip(axes[:, 0], drawn):
         seqs = int(_float(r["row"]["max_num_seqs"]))
-        cells = assign_slots(r["steps"], seqs)
+        # no more slots can be used than there are requests: a huge max_num_seqs (1e12) draws only those
+        ids = {rid for s in r["steps"] for rid in (s.get("scheduled_req_ids") or []) + (s.get("running_req_ids") or [])}
+        cells = assign_slots(r["steps"], min(seqs, max(len(ids), 1)))
         n = len(r["steps"])
-        seqs = max([seqs, *(c.slot + 1 for c in cells)])
-        ax.imshow(_timeline_rgb(cells, n, seqs), aspect="auto", interpolation="nearest",
-                  extent=(0, n, seqs - 0.5, -0.5))
+        shown = max([min(seqs, max(len(ids), 1)), *(c.slot + 1 for c in cells)])
+        ax.imshow(_timeline_rgb(cells, n, shown), aspect="auto", interpolation="nearest",
+                  extent=(0, n, shown - 0.5, -0.5))
         ax.set_title(f"{' '.join(x for x in r['key'] if x != '-')}: {n} steps, slot utilisation "
-                     f"{utilisation(cells, n, seqs):.0%}", fontsize=9, loc="left")
+                     f"{utilisation(cells, n, max(seqs, shown)):.0%}", fontsize=9, loc="left")
         ax.set_ylabel("slot", fontsize=8)
-        ax.yaxis.set_major_locator(MaxNLocator(integer=True, nbins=min(seqs, 8)))
+        ax.yaxis.set_major_locator(MaxNLocator(integer=True, nbins=min(shown, 8)))
         ax.tick_params(labelsize=7)
     axes[-1, 0].set_xlabel("engine step (bright: prefill, pale: decode, grey: held by a finished static request)")
     fig.tight_layout()

@@ -174,7 +174,7 @@ def read_csv(path: str | os.PathLike, *, allow_empty: bool = False) -> pd.DataFr
     if tuple(df.columns) != COLUMNS:
         raise ValueError(f"{path}: columns differ from schema version {SCHEMA_VERSION}")
     for c in df.columns:  # user strings were marked against spreadsheet formulas when written (cells.py)
-        if df[c].dtype == object:
+        if not pd.api.types.is_numeric_dtype(df[c]) and not pd.api.types.is_bool_dtype(df[c]):
             df[c] = df[c].map(restore)
     if df.empty and not allow_empty:
         raise ValueError(f"{path}: no result rows (a header only)")
