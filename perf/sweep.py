@@ -31,16 +31,19 @@ def show_plan(o: PerfOptions, console: Console) -> None:
 
 def run_plan(plan: RunPlan, console: Console) -> list[dict[str, Any]]:
     """Run every spec not already in the output (`--resume`), write each result as it finishes, print the table."""
-    from cbbench.perf.report.table import print_perf_table
+    from cbbench.perf.report.show import labels_of_rows, render
 
     _set_threads(plan)
     st = plan.settings
     writer = ResultWriter(plan.csv_path, config=plan.config, environment=environment_info(st.device),
                           workload=plan.workload, resume=plan.resume)
     todo = [spec for spec in plan.specs if not writer.done(spec.plan_id)]
+    info = console if plan.format == "text" else Console(stderr=True)  # stdout holds only the markdown / JSON
     if plan.resume and writer.num_done:
-        console.print(f"resume: {writer.num_done} run(s) already in {plan.csv_path}; {len(todo)} to go", markup=False)
-    entries: list[Any] = []
+        info.print(f"resume: {writer.num_done} run(s) already in {plan.csv_path}; {len(todo)} to go", markup=False)
+    # the table covers the whole file: the runs saved before the interruption, named as they were, then the new
+    entries: list[Any] = [(k, row, None) for k, row in zip(labels_of_rows(writer.rows, list(writer.records)),
+                                                            writer.rows)]
     notes: list[str] = []
     try:
         with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
@@ -58,10 +61,10 @@ def run_plan(plan: RunPlan, console: Console) -> list[dict[str, Any]]:
                                 f"--resume to finish") from None
     if not writer.rows:
         writer.flush()
-    print_perf_table(console, entries, plan.workload, goodput=plan.goodput)
+    render(console, entries, plan.workload, plan.format, goodput=plan.goodput)
     for line in notes:
-        console.print(line, markup=False, highlight=False)
-    console.print(f"wrote {plan.csv_path} and {writer.json_path}", markup=False)
+        info.print(line, markup=False, highlight=False)
+    info.print(f"wrote {plan.csv_path} and {writer.json_path}", markup=False)
     _check_measured(entries)
     return writer.rows
 
@@ -74,12 +77,12 @@ def _check_measured(entries: list[Any]) -> None:
     """NoResultError naming the first run that produced no result or completed no request, after the table and
     the files are written (the runs that did finish are kept)."""
     for (engine, batching, label), row, error in entries:
-        name = " ".join(x for x in (engine, batching, label) if x)
+        name = " ".join(x for x in (engine, batching, label) if x and x != "-")
         if row is None:
             raise NoResultError(f"{name} produced no result: {str(error).strip().splitlines()[0] if error else '?'}")
-        if not row.get("completed"):
-            raise NoResultError(f"{name}: every request failed ({row.get('failed')} of "
-                                f"{int(row.get('failed') or 0) + int(row.get('completed') or 0)})")
+        completed, failed = (float(row.get(k) or 0) for k in ("completed", "failed"))  # resumed cells are text
+        if not completed:
+            raise NoResultError(f"{name}: every request failed ({failed:.0f} of {failed + completed:.0f})")
 
 
 def _record(plan: RunPlan, spec: RunSpec, result: Any, writer: ResultWriter, notes: list[str]) -> tuple:

@@ -97,6 +97,19 @@ def report(
     Console().print(f"wrote {write_report(run_json, out)}", markup=False)
 
 
+@one_line_errors("show")
+def show(
+    results_csv: Annotated[Path, typer.Argument(help="a cbbench perf results CSV (its JSON beside it names the runs)",
+                                                metavar="RESULTS_CSV")],
+    format: Annotated[str, Opt("--format", help="text | markdown | json")] = "text",
+) -> None:
+    """Print the perf table of saved results again: medians over repeats, as the run printed it."""
+    from cbbench.perf.report.show import render, saved_entries
+
+    entries, workload = saved_entries(results_csv)
+    render(Console(), entries, workload, format)
+
+
 @one_line_errors("compare")
 def compare(
     baseline: Annotated[Path, typer.Argument(help="baseline results CSV", metavar="BASELINE")],

@@ -21,7 +21,7 @@ from cbbench.perf.cli.app import (DEBUG_ENV, LIKE_MAY_SET, CliError, Opt, app, c
                                   explicit_params, one_line_errors)
 from cbbench.perf.cli.bench import bench_async, bench_scheduler, bench_step
 from cbbench.perf.cli.profile import bench_profile
-from cbbench.perf.cli.commands import compare, generate, kernels, plot, report, serve, timeline
+from cbbench.perf.cli.commands import compare, generate, kernels, plot, report, serve, show, timeline
 from cbbench.perf.knobs import engine_knob_options, list_metavar
 from cbbench.perf.plan.options import CPU_DEFAULTS, PerfOptions
 from cbbench.perf.sweep import NoResultError, run_perf, show_plan
@@ -77,6 +77,7 @@ def perf(
     cpu_threads: Annotated[Optional[int], Opt(help="torch threads on CPU (default 1: stable on shared CPUs; "
                                                    "0 = torch's default)")] = None,
     quiet: Annotated[bool, Opt(help="no progress bar")] = False,
+    format: Annotated[str, Opt("--format", help="the table: text | markdown | json (the files are the same)")] = "text",
     output: Annotated[Optional[Path], Opt(help="the CSV to write, the JSON beside it (default: RESULT_DIR/"
                                                "WORKLOAD-TIME.csv); each run is written as it finishes")] = None,
     label: Annotated[str, Opt(help="a name for these runs (the CSV's label column; compare and plot show it)")] = "",
@@ -131,6 +132,7 @@ app.command()(serve)
 app.command()(timeline)
 app.command()(plot)
 app.command()(report)
+app.command()(show)
 app.command()(compare)
 app.command()(generate)
 app.command()(kernels)

@@ -80,7 +80,8 @@ def build_plan(o: PerfOptions) -> RunPlan:
     config.update(knob_sets=sw.knob_sets, dtype_resolved=settings.dtype_name, batching_modes=sw.modes,
                   peers=sw.peers)
     return RunPlan(settings, specs, backends, workload, csv_path, config, percentiles=sw.percentiles,
-                   goodput=sw.goodput, label=o.label, command=o.command, resume=o.resume, quiet=o.quiet)
+                   goodput=sw.goodput, label=o.label, command=o.command, resume=o.resume, quiet=o.quiet,
+                   format=o.format)
 
 
 def _sweep(o: PerfOptions, like_entries: list[Entry] | None) -> _Sweep:
@@ -91,6 +92,8 @@ def _sweep(o: PerfOptions, like_entries: list[Entry] | None) -> _Sweep:
     if o.resume and o.output is None:
         raise ValueError("resume: name the file to complete with --output")
     modes = knob("batching").parse_list(o.batching)
+    if o.format not in ("text", "markdown", "json"):
+        raise ValueError(f"format must be one of text, markdown, json, got {o.format!r}")
     peers = _peers(o.peers)
     check_options(device=o.device, cpu_threads=o.cpu_threads, num_prompts=o.num_prompts, repeats=o.repeats,
                   warmup=o.warmup)

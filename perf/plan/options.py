@@ -53,6 +53,7 @@ class PerfOptions:
     workload_params: list[str] = field(default_factory=list)
     cpu_threads: int | None = None
     quiet: bool = False
+    format: str = "text"             # the table: text | markdown | json
     knobs: dict[str, Any] = field(default_factory=dict)  # name -> comma list (str), bool or None
     output: Path | None = None       # the CSV (JSON beside it); default RESULT_DIR/<workload>-<time>.csv
     label: str = ""                  # a name for this run in the CSV's label column (compare / plot show it)
