@@ -13,7 +13,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from cbbench.perf.plan.build import build_plan
-from cbbench.perf.plan.options import PerfOptions
+from cbbench.perf.plan.options import DEFAULT_CPU_THREADS, PerfOptions
 from cbbench.perf.plan.spec import RunPlan, RunSpec
 from cbbench.perf.results.schema import environment_info, make_row
 from cbbench.perf.results.writer import ResultWriter
@@ -108,4 +108,4 @@ def _set_threads(plan: RunPlan) -> None:
     if st.device == "cpu" and st.cpu_threads != 0:
         import torch
 
-        torch.set_num_threads(st.cpu_threads or 1)  # OpenMP spin-waits on an oversubscribed CPU cost 10x
+        torch.set_num_threads(st.cpu_threads or DEFAULT_CPU_THREADS)  # the same default as `serve`

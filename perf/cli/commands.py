@@ -26,7 +26,8 @@ def serve(
     device: Annotated[str, Opt()] = "cpu",
     dtype: Annotated[Optional[str], Opt(help="default: float32 on CPU, bfloat16 on CUDA")] = None,
     seed: Annotated[int, Opt()] = 0,
-    cpu_threads: Annotated[Optional[int], Opt(help="torch threads on CPU (default: torch's)")] = None,
+    cpu_threads: Annotated[Optional[int], Opt(help="torch threads on CPU (default 1, as in-process perf's; "
+                                                   "0 = torch's default)")] = None,
     log_level: Annotated[str, Opt(help="uvicorn's: critical | error | warning | info | debug")] = "info",
     api_key: Annotated[Optional[str], Opt(help="require `Authorization: Bearer KEY` (default: $VLLM_API_KEY); "
                                                "/health and /metrics stay open")] = None,
@@ -41,10 +42,14 @@ def serve(
     given = {k: v for k, v in (knobs or {}).items() if v is not None}
     validate_knobs(given)  # a bad knob fails before the model loads
     engine_kwargs = {"model": model, "device": device, "dtype": dtype, "seed": seed, **given}
-    if cpu_threads:
+    if cpu_threads is not None and cpu_threads < 0:
+        raise CliError(f"cpu-threads must be >= 0 (0 = torch's default), got {cpu_threads}")
+    if device == "cpu" and cpu_threads != 0:  # the same default as in-process perf: see DEFAULT_CPU_THREADS
         import torch
 
-        torch.set_num_threads(cpu_threads)
+        from cbbench.perf.plan.options import DEFAULT_CPU_THREADS
+
+        torch.set_num_threads(cpu_threads or DEFAULT_CPU_THREADS)
     run_server(engine_kwargs, host=host, port=port, served_model_name=served_model_name, log_level=log_level,
                api_key=api_key, disable_docs=disable_fastapi_docs, shutdown_timeout=shutdown_timeout)
 

@@ -76,3 +76,22 @@ def test_hf_peer_that_produced_no_result_exits_1(tmp_path, monkeypatch):
     assert res.exit_code == 1, res.output
     (line,) = res.stderr.strip().splitlines()
     assert "hf-static static" in line and "produced no result" in line and "planted peer failure" in line
+
+
+def test_serve_and_in_process_perf_use_the_same_default_threads(monkeypatch):
+    import torch
+    from refengine.entrypoints import api_server
+
+    from cbbench.perf.plan.options import DEFAULT_CPU_THREADS
+
+    set_to: list[int] = []
+    monkeypatch.setattr(torch, "set_num_threads", set_to.append)
+    monkeypatch.setattr(api_server, "run_server", lambda *a, **k: None)
+    assert invoke("serve").exit_code == 0
+    assert invoke("serve", "--cpu-threads", "3").exit_code == 0
+    assert set_to == [DEFAULT_CPU_THREADS, 3]
+    from cbbench.perf import sweep
+
+    plan = type("P", (), {"settings": type("S", (), {"device": "cpu", "cpu_threads": None})()})()
+    sweep._set_threads(plan)
+    assert set_to[-1] == DEFAULT_CPU_THREADS
