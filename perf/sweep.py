@@ -12,8 +12,9 @@ from typing import Any
 
 from rich.console import Console
 
+from cbbench.perf.errors import NoResultError
 from cbbench.perf.plan.build import build_plan
-from cbbench.perf.plan.options import PerfOptions
+from cbbench.perf.plan.options import DEFAULT_CPU_THREADS, PerfOptions
 from cbbench.perf.plan.spec import RunPlan, RunSpec
 from cbbench.perf.report.progress import RunProgress
 from cbbench.perf.results.schema import environment_info, make_row
@@ -32,16 +33,19 @@ def show_plan(o: PerfOptions, console: Console) -> None:
 
 def run_plan(plan: RunPlan, console: Console) -> list[dict[str, Any]]:
     """Run every spec not already in the output (`--resume`), write each result as it finishes, print the table."""
-    from cbbench.perf.report.table import print_perf_table
+    from cbbench.perf.report.show import labels_of_rows, render
 
     _set_threads(plan)
     st = plan.settings
     writer = ResultWriter(plan.csv_path, config=plan.config, environment=environment_info(st.device),
                           workload=plan.workload, resume=plan.resume)
     todo = [spec for spec in plan.specs if not writer.done(spec.plan_id)]
+    info = console if plan.format == "text" else Console(stderr=True)  # stdout holds only the markdown / JSON
     if plan.resume and writer.num_done:
-        console.print(f"resume: {writer.num_done} run(s) already in {plan.csv_path}; {len(todo)} to go", markup=False)
-    entries: list[Any] = []
+        info.print(f"resume: {writer.num_done} run(s) already in {plan.csv_path}; {len(todo)} to go", markup=False)
+    # the table covers the whole file: the runs saved before the interruption, named as they were, then the new
+    entries: list[Any] = [(k, row, None) for k, row in zip(labels_of_rows(writer.rows, list(writer.records)),
+                                                            writer.rows)]
     notes: list[str] = []
     speed: list[tuple[str, float, float]] = []  # simulated runs: (run, simulated seconds, wall seconds)
     try:
@@ -63,11 +67,24 @@ def run_plan(plan: RunPlan, console: Console) -> list[dict[str, Any]]:
         notes.append(_speed_note(speed, writer))
     if not writer.rows or speed:
         writer.flush()
-    print_perf_table(console, entries, plan.workload, goodput=plan.goodput)
+    render(console, entries, plan.workload, plan.format, goodput=plan.goodput)
     for line in notes:
-        console.print(line, markup=False, highlight=False)
-    console.print(f"wrote {plan.csv_path} and {writer.json_path}", markup=False)
+        info.print(line, markup=False, highlight=False)
+    info.print(f"wrote {plan.csv_path} and {writer.json_path}", markup=False)
+    _check_measured(entries)
     return writer.rows
+
+
+def _check_measured(entries: list[Any]) -> None:
+    """NoResultError naming the first run that produced no result or completed no request, after the table and
+    the files are written (the runs that did finish are kept)."""
+    for (engine, batching, label), row, error in entries:
+        name = " ".join(x for x in (engine, batching, label) if x and x != "-")
+        if row is None:
+            raise NoResultError(f"{name} produced no result: {str(error).strip().splitlines()[0] if error else '?'}")
+        completed, failed = (float(row.get(k) or 0) for k in ("completed", "failed"))  # resumed cells are text
+        if not completed:
+            raise NoResultError(f"{name}: every request failed ({failed:.0f} of {failed + completed:.0f})")
 
 
 def _record(plan: RunPlan, spec: RunSpec, result: Any, writer: ResultWriter, notes: list[str]) -> tuple:
@@ -102,4 +119,4 @@ def _set_threads(plan: RunPlan) -> None:
     if st.device == "cpu" and st.cpu_threads != 0:
         import torch
 
-        torch.set_num_threads(st.cpu_threads or 1)  # OpenMP spin-waits on an oversubscribed CPU cost 10x
+        torch.set_num_threads(st.cpu_threads or DEFAULT_CPU_THREADS)  # the same default as `serve`

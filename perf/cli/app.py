@@ -129,7 +129,7 @@ def one_line_errors(name: str) -> Callable:
 Opt = typer.Option
 # what `perf --like` lets the command line set: how to run, where to write, not what to run
 LIKE_MAY_SET = {"like", "repeats", "warmup", "cpu_threads", "quiet", "output", "label", "resume", "result_dir",
-                "metric_percentiles", "goodput", "dry_run"}
+                "metric_percentiles", "goodput", "dry_run", "format"}
 
 
 def explicit_params(ctx: typer.Context) -> list[str]:

@@ -26,7 +26,8 @@ def serve(
     device: Annotated[str, Opt()] = "cpu",
     dtype: Annotated[Optional[str], Opt(help="default: float32 on CPU, bfloat16 on CUDA")] = None,
     seed: Annotated[int, Opt()] = 0,
-    cpu_threads: Annotated[Optional[int], Opt(help="torch threads on CPU (default: torch's)")] = None,
+    cpu_threads: Annotated[Optional[int], Opt(help="torch threads on CPU (default 1, as in-process perf's; "
+                                                   "0 = torch's default)")] = None,
     log_level: Annotated[str, Opt(help="uvicorn's: critical | error | warning | info | debug")] = "info",
     api_key: Annotated[Optional[str], Opt(help="require `Authorization: Bearer KEY` (default: $VLLM_API_KEY); "
                                                "/health and /metrics stay open")] = None,
@@ -41,10 +42,14 @@ def serve(
     given = {k: v for k, v in (knobs or {}).items() if v is not None}
     validate_knobs(given)  # a bad knob fails before the model loads
     engine_kwargs = {"model": model, "device": device, "dtype": dtype, "seed": seed, **given}
-    if cpu_threads:
+    if cpu_threads is not None and cpu_threads < 0:
+        raise CliError(f"cpu-threads must be >= 0 (0 = torch's default), got {cpu_threads}")
+    if device == "cpu" and cpu_threads != 0:  # the same default as in-process perf: see DEFAULT_CPU_THREADS
         import torch
 
-        torch.set_num_threads(cpu_threads)
+        from cbbench.perf.plan.options import DEFAULT_CPU_THREADS
+
+        torch.set_num_threads(cpu_threads or DEFAULT_CPU_THREADS)
     run_server(engine_kwargs, host=host, port=port, served_model_name=served_model_name, log_level=log_level,
                api_key=api_key, disable_docs=disable_fastapi_docs, shutdown_timeout=shutdown_timeout)
 
@@ -99,6 +104,19 @@ def report(
     Console().print(f"wrote {write_report(run_json, out)}", markup=False)
 
 
+@one_line_errors("show")
+def show(
+    results_csv: Annotated[Path, typer.Argument(help="a cbbench perf results CSV (its JSON beside it names the runs)",
+                                                metavar="RESULTS_CSV")],
+    format: Annotated[str, Opt("--format", help="text | markdown | json")] = "text",
+) -> None:
+    """Print the perf table of saved results again: medians over repeats, as the run printed it."""
+    from cbbench.perf.report.show import render, saved_entries
+
+    entries, workload = saved_entries(results_csv)
+    render(Console(), entries, workload, format)
+
+
 @one_line_errors("compare")
 def compare(
     baseline: Annotated[Path, typer.Argument(help="baseline results CSV", metavar="BASELINE")],
@@ -109,6 +127,9 @@ def compare(
     only_changes: Annotated[bool, Opt(help="hide rows within tolerance")] = False,
     ignore_key: Annotated[Optional[list[str]], Opt(help="key columns not matched on; `server` = all but the model "
                                                         "and the load (in-process vs HTTP runs)", metavar="<column>")] = None,
+    where: Annotated[Optional[list[str]], Opt(help="KEY=VALUE: compare only the rows of both files that match, "
+                                                   "e.g. batching=continuous; repeat it for several",
+                                              metavar="<key=value>")] = None,
     format: Annotated[str, Opt("--format", help="text | markdown (a CI step summary) | json")] = "text",
     tolerance_files: Annotated[bool, Opt(help="read BASELINE's sidecar NAME.tolerances.toml and the "
                                               "tool.cbbench.tolerances table of pyproject.toml")] = True,
@@ -122,7 +143,7 @@ def compare(
     tol = parse_tolerances(tolerance or [])
     code = main_compare(baseline, new, tol, fail_on_missing=not allow_missing, only_changes=only_changes,
                         ignore_key=ignore_key or [], console=Console(width=max(100, Console().width)), err=err,
-                        fmt=format, use_tolerance_files=tolerance_files)
+                        fmt=format, use_tolerance_files=tolerance_files, where=where or [])
     raise typer.Exit(code)
 
 

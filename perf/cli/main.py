@@ -17,11 +17,21 @@ from typing import Annotated, Any, Optional
 import typer
 from rich.console import Console
 
-from cbbench.perf.cli.app import (DEBUG_ENV, LIKE_MAY_SET, CliError, Opt, app, command_line, explicit_params,
-                                  one_line_errors)
+from cbbench.perf.cli.app import (
+    DEBUG_ENV,
+    LIKE_MAY_SET,
+    CliError,
+    Opt,
+    app,
+    command_line,
+    err,
+    explicit_params,
+    one_line_errors,
+)
 from cbbench.perf.cli.bench import bench_async, bench_scheduler, bench_step
+from cbbench.perf.cli.commands import compare, generate, kernels, plot, report, serve, show, timeline
 from cbbench.perf.cli.profile import bench_profile
-from cbbench.perf.cli.commands import compare, generate, kernels, plot, report, serve, timeline
+from cbbench.perf.errors import NoResultError
 from cbbench.perf.knobs import engine_knob_options, list_metavar
 from cbbench.perf.plan.options import CPU_DEFAULTS, PerfOptions
 
@@ -96,6 +106,7 @@ def perf(
     cpu_threads: Annotated[Optional[int], Opt(help="torch threads on CPU (default 1: stable on shared CPUs; "
                                                    "0 = torch's default)")] = None,
     quiet: Annotated[bool, Opt(help="no progress bar")] = False,
+    format: Annotated[str, Opt("--format", help="the table: text | markdown | json (the files are the same)")] = "text",
     output: Annotated[Optional[Path], Opt(help="the CSV to write, the JSON beside it (default: RESULT_DIR/"
                                                "WORKLOAD-TIME.csv); each run is written as it finishes")] = None,
     label: Annotated[str, Opt(help="a name for these runs (the CSV's label column; compare and plot show it)")] = "",
@@ -112,7 +123,11 @@ def perf(
 
         show_plan(opts, Console())
     else:
-        run_perf(opts, Console())  # the table fits the terminal (report/table.py)
+        try:
+            run_perf(opts, Console())  # the table fits the terminal (report/table.py)
+        except NoResultError as e:  # a benchmark that measured nothing never passes; the files are written
+            err.print(f"cbbench perf: error: {e}", markup=False)
+            raise typer.Exit(1) from None
 
 
 def run_perf(opts: PerfOptions, console: Console) -> None:
@@ -155,6 +170,7 @@ app.command()(serve)
 app.command()(timeline)
 app.command()(plot)
 app.command()(report)
+app.command()(show)
 app.command()(compare)
 app.command()(generate)
 app.command()(kernels)

@@ -21,7 +21,7 @@ from cbbench.perf.backends.base import warmup_lengths
 from cbbench.perf.backends.registry import Backend
 from cbbench.perf.knobs import knob
 from cbbench.perf.metrics import parse_goodput, parse_metric_percentiles
-from cbbench.perf.plan.checks import check_feasible, check_options, check_writable
+from cbbench.perf.plan.checks import check_feasible, check_options, check_output_name, check_writable
 from cbbench.perf.plan.load import LoadPoint, parse_load_points, resolve_tokenizer
 from cbbench.perf.plan.options import (DEFAULT_MODEL, NOT_SIMULATED, PEERS, SIM_MODEL, PerfOptions, sim_label,
                                        sim_peers, build_workload, knob_label, parse_knobs, split_list,
@@ -93,7 +93,8 @@ def build_plan(o: PerfOptions) -> RunPlan:
         config.update(simulated=sim_label(o.device, o.dtype), cost_model=COST_MODEL_VERSION,
                       not_simulated=[p for p in PEERS if p not in sw.peers and p in NOT_SIMULATED])
     return RunPlan(settings, specs, backends, workload, csv_path, config, percentiles=sw.percentiles,
-                   goodput=sw.goodput, label=o.label, command=o.command, resume=o.resume, quiet=o.quiet)
+                   goodput=sw.goodput, label=o.label, command=o.command, resume=o.resume, quiet=o.quiet,
+                   format=o.format)
 
 
 def _sweep(o: PerfOptions, like_entries: list[Entry] | None) -> _Sweep:
@@ -104,9 +105,13 @@ def _sweep(o: PerfOptions, like_entries: list[Entry] | None) -> _Sweep:
     if o.resume and o.output is None:
         raise ValueError("resume: name the file to complete with --output")
     modes = knob("batching").parse_list(o.batching)
+    if o.format not in ("text", "markdown", "json"):
+        raise ValueError(f"format must be one of text, markdown, json, got {o.format!r}")
     peers = _peers(o.peers)
     check_options(device=o.device, cpu_threads=o.cpu_threads, num_prompts=o.num_prompts, repeats=o.repeats,
                   warmup=o.warmup)
+    if o.output is not None:
+        check_output_name(Path(o.output))
     check_writable(o.output.parent if o.output is not None else o.result_dir,
                    "output" if o.output is not None else "result-dir")
     percentiles = parse_metric_percentiles(o.metric_percentiles)

@@ -33,10 +33,25 @@ def check_options(*, device: str, cpu_threads: int | None, num_prompts: int | No
         raise ValueError(f"cpu_threads must be >= 0 (0 = torch's default), got {cpu_threads}")
     if num_prompts is not None and num_prompts < 1:
         raise ValueError(f"num_prompts must be >= 1, got {num_prompts}")
+    from cbbench.workloads.registry import MAX_NUM_PROMPTS
+
+    if num_prompts is not None and num_prompts > MAX_NUM_PROMPTS:  # before any workload is built: no memory grows
+        raise ValueError(f"num_prompts must be <= {MAX_NUM_PROMPTS} (MAX_NUM_PROMPTS), got {num_prompts}")
     if repeats < 1:
         raise ValueError(f"repeats must be >= 1, got {repeats}")
     if warmup < 0:
         raise ValueError(f"warmup must be >= 0, got {warmup}")
+
+
+def check_output_name(csv_path: Path) -> None:
+    """`--output` must name a CSV whose JSON (the same name, .json) is another file, and neither may be a device
+    or a folder: the pair is replaced by renaming, which would replace `/dev/full` itself."""
+    if csv_path.suffix.lower() == ".json":
+        raise ValueError(f"output: {csv_path} would make the CSV and its JSON the same file; name the CSV "
+                         f"({csv_path.with_suffix('.csv')}), the JSON is written beside it")
+    for p in (csv_path, csv_path.with_suffix(".json")):
+        if p.exists() and not p.is_file():
+            raise ValueError(f"output: {p} exists and is not a regular file")
 
 
 def check_writable(folder: str | os.PathLike, what: str = "result-dir") -> Path:

@@ -19,6 +19,9 @@ from cbbench.perf.knobs import parse_knobs as _parse_knob_lists, validate_knobs
 PEERS = ("hf-static", "hf-cb")
 # CPU-sized defaults: the default run (4 modes + 2 peers, tiny-qwen2, 1 torch thread) takes about two minutes on a
 # shared 2-core CPU. max_num_seqs must stay well below num_prompts, or static batching is one batch and shows no cost.
+# torch threads on a CPU for in-process `perf` and for `serve` alike, so an in-process vs HTTP comparison measures
+# the server, not a thread setting; 1 because OpenMP spin-waits on an oversubscribed CPU cost 10x
+DEFAULT_CPU_THREADS = 1
 CPU_DEFAULTS = {"num_prompts": 16, "max_num_seqs": 4, "max_prompt_len": 256, "max_output_len": 64}
 GPU_NUM_PROMPTS = 500
 DEFAULT_MODEL = "tiny-qwen2"
@@ -65,6 +68,7 @@ class PerfOptions:
     workload_params: list[str] = field(default_factory=list)
     cpu_threads: int | None = None
     quiet: bool = False
+    format: str = "text"             # the table: text | markdown | json
     knobs: dict[str, Any] = field(default_factory=dict)  # name -> comma list (str), bool or None
     output: Path | None = None       # the CSV (JSON beside it); default RESULT_DIR/<workload>-<time>.csv
     label: str = ""                  # a name for this run in the CSV's label column (compare / plot show it)

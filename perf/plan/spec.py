@@ -88,6 +88,7 @@ class RunPlan:
     command: str = ""
     resume: bool = False
     quiet: bool = False
+    format: str = "text"              # the table: text | markdown | json (report/show.py)
 
     @property
     def run_options(self) -> dict[str, Any]:

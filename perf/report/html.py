@@ -21,10 +21,10 @@ from typing import Any
 
 import numpy as np
 
-from cbbench.perf.report.table import Entry, fit_columns, summary_lines, table_columns, table_title
 from cbbench.perf.report.assets import CSS, JS
+from cbbench.perf.report.table import Entry, fit_columns, summary_lines, table_columns, table_title
 from cbbench.perf.report.timeline_svg import timeline_html
-from cbbench.perf.results.schema import CONFIG_KEY_COLUMNS
+from cbbench.perf.results.schema import CONFIG_KEY_COLUMNS, atomic_write_text
 
 CDF_POINTS = 400  # each CDF is drawn through this many quantiles: exact enough to read, small enough to embed
 
@@ -36,6 +36,14 @@ def load_run(path: str | Path) -> dict[str, Any]:
         raise ValueError(f"{path}: not JSON ({e.msg} at line {e.lineno})") from None
     if not isinstance(doc, dict) or not isinstance(doc.get("rows"), list) or not isinstance(doc.get("records"), dict):
         raise ValueError(f"{path}: not a cbbench perf run JSON (no 'rows' list and 'records' by run)")
+    bad_row = next((i for i, r in enumerate(doc["rows"]) if not isinstance(r, dict)), None)
+    if bad_row is not None:
+        raise ValueError(f"{path}: row {bad_row + 1} is not an object")
+    for label, recs in doc["records"].items():
+        if recs is not None and not (isinstance(recs, list) and all(isinstance(r, dict) for r in recs)):
+            raise ValueError(f"{path}: the records of run {label!r} are not a list of objects")
+    if doc.get("steps") is not None and not isinstance(doc["steps"], dict):
+        raise ValueError(f"{path}: 'steps' is not an object by run")
     return doc
 
 
@@ -176,7 +184,7 @@ def render_html(doc: Mapping[str, Any], source: str = "") -> str:
     png = latency_throughput_png(doc["rows"])
     sweep = (f'<section id="latency-throughput"><h2>Latency against throughput</h2><img id="latency-throughput-img"'
              f' alt="latency against throughput" src="data:image/png;base64,{png}"></section>' if png else "")
-    data = json.dumps(cdf_data(runs)).replace("</", "<\\/")  # nothing in the data may close the script tag
+    data = embed_json(cdf_data(runs))
     return f"""<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width, initial-scale=1">
 <title>cbbench report: {_e(wl.get("name", source))}</title><style>{CSS}</style></head>
@@ -200,11 +208,21 @@ def render_html(doc: Mapping[str, Any], source: str = "") -> str:
 """
 
 
+def embed_json(data: Any) -> str:
+    """`data` as JSON that can sit inside a <script> element: `<`, `>` and `&` as JSON's \\u escapes (which
+    JSON.parse reads back), so no string in it (`</script>`, `<!--<script>`) can end or change the element."""
+    text = json.dumps(data)
+    return text.replace("&", "\\u0026").replace("<", "\\u003c").replace(">", "\\u003e")
+
+
 def write_report(run_json: str | Path, out: str | Path | None = None) -> Path:
     doc = load_run(run_json)
     path = Path(out) if out is not None else Path(run_json).with_suffix(".html")
     if path.is_dir():
         path = path / Path(run_json).with_suffix(".html").name
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(render_html(doc, source=Path(run_json).name), encoding="utf-8")
+    try:
+        page = render_html(doc, source=Path(run_json).name)
+    except (TypeError, KeyError, AttributeError, IndexError, OverflowError) as e:  # a hand-edited or damaged JSON
+        raise ValueError(f"{run_json}: malformed run JSON ({type(e).__name__}: {e})") from None
+    atomic_write_text(path, page)  # refuses a device (`-o /dev/full`) and never leaves half a page
     return path

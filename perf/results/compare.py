@@ -96,9 +96,53 @@ def _keyed(df: pd.DataFrame, metrics: Sequence[str], ignored: set[str], side: st
         key = tuple("" if name in ignored else cell for name, cell in zip(KEY_NAMES, config_key(r)))
         if key in out:
             raise ValueError(f"ignore-key: two configurations of the {side} file become one "
-                             f"({r['engine']} {r['batching']}); filter the file or ignore fewer key columns")
+                             f"({r['engine']} {r['batching']}); pick one with --where (e.g. --where "
+                             f"batching={r['batching']}) or ignore fewer key columns")
         out[key] = r
     return out
+
+
+def parse_where(items: Sequence[str]) -> list[tuple[str, str]]:
+    """`["batching=continuous"]` -> [("batching", "continuous")] (ValueError naming a bad item)."""
+    out = []
+    for item in items:
+        name, sep, value = item.partition("=")
+        if not sep or name.strip() not in KEY_NAMES + ("label",):
+            raise ValueError(f"where: {item!r} is not KEY=VALUE with KEY a key column or label "
+                             f"({', '.join(KEY_NAMES)}, label)")
+        out.append((name.strip(), value.strip()))
+    return out
+
+
+def filter_rows(df: pd.DataFrame, where: Sequence[str], side: str) -> pd.DataFrame:
+    """The rows of `df` whose cells (read as config keys read them: 512.0 is "512") match every `where` item. An
+    empty cell is unknown, not different, and matches: an HTTP run cannot know the server's batching mode, so
+    `--where batching=continuous` keeps it and picks the continuous run of the in-process file."""
+    for name, value in parse_where(where):
+        df = df[[_cell_text(v) in (value, "") for v in df[name]]]
+        if df.empty:
+            raise ValueError(f"where: no row of the {side} file has {name}={value}")
+    return df
+
+
+def _cell_text(v: Any) -> str:
+    if v is None or (isinstance(v, float) and math.isnan(v)):
+        return ""
+    return str(int(v)) if isinstance(v, float) and v.is_integer() else str(v)
+
+
+def check_finite(df: pd.DataFrame, metrics: Sequence[str], source: Any) -> None:
+    """ValueError naming the first row whose metric is +-inf: a gate on it would pass or fail by accident
+    (an empty cell, NaN, is a missing metric and is judged as one)."""
+    for m in metrics:
+        if m not in df.columns:
+            continue
+        v = pd.to_numeric(df[m], errors="coerce")
+        bad = v.abs() == math.inf
+        if bad.any():
+            i = int(bad.to_numpy().nonzero()[0][0])
+            raise ValueError(f"{source}: metric {m} is {v.iloc[i]} on row {i + 1} "
+                             f"({df['engine'].iloc[i]} {df['batching'].iloc[i]}): not a finite number")
 
 
 class NoCommonConfigs(ValueError):
@@ -107,9 +151,12 @@ class NoCommonConfigs(ValueError):
 
 def compare(baseline_csv: str | os.PathLike | pd.DataFrame, new_csv: str | os.PathLike | pd.DataFrame,
             tolerances: Mapping[str, float | None] | None = None, *,
-            fail_on_missing: bool = True, ignore_key: Sequence[str] = ()) -> tuple[list[dict[str, Any]], bool]:
+            fail_on_missing: bool = True, ignore_key: Sequence[str] = (),
+            where: Sequence[str] = ()) -> tuple[list[dict[str, Any]], bool]:
     """Compare the median of each configuration's repeats; returns (table rows, regressed).
 
+    `where`: KEY=VALUE filters (`batching=continuous`): only the rows of both files that match every one are
+    compared, e.g. the continuous-batching run of an in-process sweep against an HTTP run.
     Each row: config, metric, direction, baseline, new, change (relative, signed), tolerance, baseline_min/max,
     new_min/max, status ("ok" | "improved" | "regressed" | "n/a" | "missing in new" | "new config").
     """
@@ -117,6 +164,9 @@ def compare(baseline_csv: str | os.PathLike | pd.DataFrame, new_csv: str | os.Pa
     metrics = list(tol)
     frames = [extra_metrics(read_csv(x) if not isinstance(x, pd.DataFrame) else x)
               for x in (baseline_csv, new_csv)]
+    for df, x in zip(frames, (baseline_csv, new_csv)):
+        check_finite(df, metrics, x if not isinstance(x, pd.DataFrame) else "a results table")
+    frames = [filter_rows(df, where, side) for df, side in zip(frames, ("baseline", "new"))]
     for df in frames:  # an override may name a metric only the `extra` column knows; such a metric reads as NaN
         for m in metrics:
             if m not in df.columns:
@@ -173,7 +223,8 @@ def _compare_metric(m: str, b: Mapping[str, Any], n: Mapping[str, Any], tol: flo
 def main_compare(baseline: str | os.PathLike, new: str | os.PathLike,
                  tolerance_overrides: Mapping[str, float | None] | None = None, *, fail_on_missing: bool = True,
                  only_changes: bool = False, console: Console | None = None, ignore_key: Sequence[str] = (),
-                 err: Console | None = None, fmt: str = "text", use_tolerance_files: bool = True) -> int:
+                 err: Console | None = None, fmt: str = "text", use_tolerance_files: bool = True,
+                 where: Sequence[str] = ()) -> int:
     """Print the comparison (`fmt`: text | markdown | json) and return the exit code (0 pass, 1 regression,
     2 unusable input: one line on `err`, stderr by default)."""
     console = console or Console()
@@ -183,7 +234,8 @@ def main_compare(baseline: str | os.PathLike, new: str | os.PathLike,
             raise ValueError(f"format must be one of {', '.join(FORMATS)}, got {fmt!r}")
         overrides, sources = (gate_tolerances(baseline, tolerance_overrides) if use_tolerance_files
                               else (dict(tolerance_overrides or {}), ["--tolerance"] if tolerance_overrides else []))
-        rows, regressed = compare(baseline, new, overrides, fail_on_missing=fail_on_missing, ignore_key=ignore_key)
+        rows, regressed = compare(baseline, new, overrides, fail_on_missing=fail_on_missing, ignore_key=ignore_key,
+                               where=where)
     except (OSError, ValueError, pd.errors.ParserError, pd.errors.EmptyDataError) as e:
         msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         err.print(f"cbbench compare: error: {msg}", markup=False, style="bold red")

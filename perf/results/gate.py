@@ -14,9 +14,11 @@ $GITHUB_STEP_SUMMARY), `json` (everything, for tools).
 
 from __future__ import annotations
 
+import html
 import json
 import math
 import os
+import re
 import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -114,8 +116,14 @@ def render_json(rows: Sequence[Mapping[str, Any]], summary: Mapping[str, Any]) -
                        "rows": [{k: _clean(v) for k, v in r.items()} for r in rows]}, indent=1)
 
 
+_MD_SPECIAL = re.compile(r"([\\`*_\[\]()#!|~])")  # what starts markdown emphasis, code, links, tables or HTML
+
+
 def _md(x: Any) -> str:
-    return str(x).replace("|", "\\|")
+    """A label, path or name as plain text in a markdown table cell: HTML escaped, markdown's marks backslashed,
+    one line (a CI step summary renders both HTML and markdown)."""
+    text = html.escape(" ".join(str(x).splitlines()), quote=False)
+    return _MD_SPECIAL.sub(r"\\\1", text)
 
 
 def render_markdown(rows: Sequence[Mapping[str, Any]], summary: Mapping[str, Any], *,
@@ -123,7 +131,7 @@ def render_markdown(rows: Sequence[Mapping[str, Any]], summary: Mapping[str, Any
     verdict = "FAIL" if summary["regressed"] else "PASS"
     def name(side: str) -> str:
         label = summary.get(f"{side}_label")
-        return f"`{_md(summary[side])}`" + (f" ({_md(label)})" if label else "")
+        return _md(summary[side]) + (f" ({_md(label)})" if label else "")
     lines = [f"### cbbench compare: {name('baseline')} -> {name('new')}", "",
              f"**{verdict}**: {summary['message']}", ""]
     shown = [r for r in rows if not (only_changes and r["status"] == "ok")]

@@ -19,6 +19,7 @@ import json
 import math
 import os
 import tempfile
+from glob import escape as glob_escape
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -26,6 +27,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from cbbench.perf.results.cells import neutralise, restore
 from cbbench.perf.results.environment import environment_info, git_revision
 from cbbench.perf.metrics import stat_keys
 
@@ -85,6 +87,8 @@ def atomic_write_text(path: str | os.PathLike, text: str) -> Path:
     """Write `text` to a temporary file beside `path`, then rename it over `path`: a reader (or an interrupt)
     sees the old file or the new one, never half of one."""
     path = Path(path)
+    if path.exists() and not path.is_file():  # the rename would replace a device (/dev/full) or fail on a folder
+        raise ValueError(f"{path} exists and is not a regular file")
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
@@ -101,6 +105,17 @@ def atomic_write_text(path: str | os.PathLike, text: str) -> Path:
     return path
 
 
+def remove_stale_temporaries(path: str | os.PathLike) -> list[Path]:
+    """Remove the temporaries `atomic_write_text` left beside `path` when it was killed (SIGKILL) mid-write; call
+    it before writing `path` again. Returns what was removed."""
+    path = Path(path)
+    stale = sorted(path.parent.glob(f".{glob_escape(path.name)}.*.tmp")) if path.parent.is_dir() else []
+    for tmp in stale:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+    return stale
+
+
 def _file_mode(path: Path) -> int:
     if path.exists():
         return path.stat().st_mode & 0o777
@@ -115,13 +130,8 @@ def write_csv(path: str | os.PathLike, rows: Sequence[Mapping[str, Any]]) -> Pat
     w = csv.DictWriter(buf, fieldnames=COLUMNS, extrasaction="raise")
     w.writeheader()
     for row in rows:
-        w.writerow({k: _cell(v) for k, v in row.items()})
+        w.writerow({k: neutralise(v) for k, v in row.items()})
     return atomic_write_text(path, buf.getvalue())
-
-
-def _cell(v: Any) -> Any:
-    """Non-finite floats as csv writes them for pandas to read back ("inf", "nan")."""
-    return str(v) if isinstance(v, float) and not math.isfinite(v) else v
 
 
 def append_rows(path: str | os.PathLike, rows: Sequence[Mapping[str, Any]]) -> Path:
@@ -136,7 +146,7 @@ def append_rows(path: str | os.PathLike, rows: Sequence[Mapping[str, Any]]) -> P
     with path.open("a", newline="") as f:
         w = csv.DictWriter(f, fieldnames=COLUMNS, extrasaction="raise")
         for row in rows:
-            w.writerow(row)
+            w.writerow({k: neutralise(v) for k, v in row.items()})
     return path
 
 
@@ -144,7 +154,10 @@ def read_csv(path: str | os.PathLike, *, allow_empty: bool = False) -> pd.DataFr
     """Read a results CSV, checking its schema version and columns, that every row is whole (a truncated file
     raises), that there is at least one row (unless `allow_empty`), and that metric cells are numbers."""
     text = Path(path).read_text()
-    lines = list(csv.reader(io.StringIO(text)))
+    try:
+        lines = list(csv.reader(io.StringIO(text)))
+    except csv.Error as e:  # e.g. a cell over csv's field size limit (131072 characters)
+        raise ValueError(f"{path}: not a readable CSV ({e})") from None
     if not lines or "schema_version" not in lines[0]:
         raise ValueError(f"{path}: not a cbbench results CSV (no schema_version column)")
     for i, cells in enumerate(lines[1:], start=2):
@@ -160,6 +173,9 @@ def read_csv(path: str | os.PathLike, *, allow_empty: bool = False) -> pd.DataFr
                          "(rerun the baseline's configurations with `cbbench perf --like` to refresh it)")
     if tuple(df.columns) != COLUMNS:
         raise ValueError(f"{path}: columns differ from schema version {SCHEMA_VERSION}")
+    for c in df.columns:  # user strings were marked against spreadsheet formulas when written (cells.py)
+        if not pd.api.types.is_numeric_dtype(df[c]) and not pd.api.types.is_bool_dtype(df[c]):
+            df[c] = df[c].map(restore)
     if df.empty and not allow_empty:
         raise ValueError(f"{path}: no result rows (a header only)")
     for m in METRIC_COLUMNS:

@@ -16,7 +16,9 @@ from pathlib import Path
 from typing import Any
 
 from cbbench.perf.records import RequestRecord, StepRecord
-from cbbench.perf.results.schema import _jsonable, read_csv, workload_params_key, write_csv, write_run_json
+from cbbench.perf.results.cells import restore
+from cbbench.perf.results.schema import (_jsonable, read_csv, remove_stale_temporaries, workload_params_key, write_csv,
+                                         write_run_json)
 
 
 def plan_id(engine: str, batching: str, knobs: Mapping[str, Any], load: str, repeat: int) -> str:
@@ -36,6 +38,8 @@ class ResultWriter:
         self.records: dict[str, Any] = {}
         self.steps: dict[str, Any] = {}
         self._done: set[str] = set()
+        for p in (self.csv_path, self.json_path):  # a run killed mid-write (SIGKILL) left its temporary behind
+            remove_stale_temporaries(p)
         if resume:
             self._load_existing()
         elif self.csv_path.exists():
@@ -52,7 +56,7 @@ class ResultWriter:
             if workload_params_key(row.get("workload_params")) != mine or row.get("workload") != self.workload.name:
                 raise ValueError(f"resume: {self.csv_path} holds runs of another workload ({row.get('workload')} "
                                  f"{row.get('workload_params')}); resume with the options it was made with")
-            self.rows.append(row)
+            self.rows.append({k: restore(v) for k, v in row.items()})  # write_csv marks them again
             opts = json.loads(row["run_options"]) if row.get("run_options") else {}
             if opts.get("plan_id"):
                 self._done.add(opts["plan_id"])

@@ -135,7 +135,7 @@ def test_format_markdown_and_json_through_the_cli(tmp_path):
     res = CliRunner().invoke(app, ["compare", str(base), str(new), "--format", "markdown"])
     assert res.exit_code == 1
     assert res.stdout.startswith("### cbbench compare") and "**FAIL**" in res.stdout
-    assert "| refengine fixed continuous | output_throughput | 100 | 50 | -50.0% | 5% | **regressed** |" in res.stdout
+    assert "| refengine fixed continuous | output\\_throughput | 100 | 50 | -50.0% | 5% | **regressed** |" in res.stdout
     res = CliRunner().invoke(app, ["compare", str(base), str(base), "--format", "json"])
     doc = json.loads(res.stdout)
     assert res.exit_code == 0 and doc["regressed"] is False and doc["configurations_in_common"] == 2

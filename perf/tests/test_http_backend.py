@@ -119,12 +119,17 @@ def test_failed_requests_are_counted_not_fatal(server):
     assert all("HTTP 400" in f.error and "prompt" in f.error for f in r.failures)
 
 
-def test_unreachable_server_is_a_failed_row(tmp_path):
+@pytest.mark.parametrize("backend", ["openai", "openai-chat"])
+def test_unreachable_server_is_a_failed_row_and_exit_1(tmp_path, backend):
+    """A benchmark that measured nothing never exits 0: the table shows the failed row, the files are written,
+    and one line on stderr says which run produced no result."""
     with FakeOpenAIServer() as s:
         url = s.base_url  # a port that was free a moment ago and is closed now
-    res = invoke("perf", *FIXED, "--backend", "openai", "--base-url", url, "--result-dir", str(tmp_path))
-    assert res.exit_code == 0, res.output
-    assert "failed" in res.output and "warm-up" in res.output
+    res = invoke("perf", *FIXED, "--backend", backend, "--base-url", url, "--result-dir", str(tmp_path))
+    assert res.exit_code == 1, res.output
+    assert "failed" in res.stdout and "warm-up" in res.stdout
+    (line,) = res.stderr.strip().splitlines()
+    assert line.startswith("cbbench perf: error: ") and "produced no result" in line
 
 
 @pytest.mark.parametrize("cap", [1, 2])
@@ -187,7 +192,11 @@ def test_compare_in_process_against_http(server, tmp_path):
     with pytest.raises(NoCommonConfigs, match="0 configurations in common"):  # the full key: nothing matches
         compare(inproc_csv, http_csv)
     res = invoke("compare", str(inproc_csv), str(http_csv), "--ignore-key", "server")  # two modes become one
-    assert res.exit_code == 2 and "ignore-key" in res.output
+    assert res.exit_code == 2 and "ignore-key" in res.output and "--where" in res.output
+    res = invoke("compare", str(inproc_csv), str(http_csv), "--ignore-key", "server", "--where",
+                 "batching=continuous", "--format", "json")  # the HTTP row's unknown mode matches
+    assert res.exit_code in (0, 1), res.output
+    assert json.loads(res.stdout)["configurations_in_common"] == 1
     assert invoke("compare", str(inproc_csv), str(http_csv), "--ignore-key", "colour").exit_code == 2
 
 

@@ -1,0 +1,103 @@
+"""The perf table from saved results: `cbbench show RESULTS.csv`, `perf --format`, and `perf --resume`'s table.
+
+`saved_entries` turns the rows of a results CSV into the table's entries, named as the run named them: the run JSON
+beside the CSV keeps one record label (`engine/batching/knobs/repeatN`) per row, in row order. Without the JSON a
+row is named by its engine, batching and the key columns that differ between rows. `render` writes the table as
+text (the terminal table), markdown or JSON (medians over repeats, the spread of output throughput).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+
+from cbbench.perf.report.table import Entry, print_perf_table, summarise, summary_lines, table_columns
+
+FORMATS = ("text", "markdown", "json")
+
+
+class SavedWorkload:
+    """What the table's title needs from a workload, read back from a run JSON's `workload` (or a CSV row)."""
+
+    def __init__(self, doc: Mapping[str, Any] | None, row: Mapping[str, Any]) -> None:
+        doc = dict(doc or {})
+        self.name = doc.get("name") or str(row.get("workload") or "?")
+        self.params = doc.get("params") or {}
+        self._summary = doc.get("summary")
+
+    def summary(self) -> Mapping[str, Any]:
+        nan = math.nan
+        return self._summary or {"num_requests": "?", "mean_prompt_len": nan, "max_prompt_len": "?",
+                                 "mean_output_len": nan, "max_output_len": "?", "cv_output_len": nan}
+
+
+def labels_of_rows(rows: Sequence[Mapping[str, Any]], record_labels: Sequence[str]) -> list[tuple[str, str, str]]:
+    """The table key of each row: from the run JSON's record labels when it holds one per row, else built."""
+    if len(record_labels) >= len(rows):  # an interrupt may leave the JSON one run ahead: the extra one is last
+        keys = []
+        for label in record_labels[:len(rows)]:
+            head, _, _ = label.rpartition("/repeat")
+            engine, batching, knobs = (head.split("/", 2) + ["-", "-"])[:3]
+            keys.append((engine, batching, knobs or "-"))
+        return keys
+    from cbbench.perf.results.schema import CONFIG_KEY_COLUMNS
+
+    skip = {"engine", "batching", "model", "device", "dtype", "workload"}
+    varying = [c for c in CONFIG_KEY_COLUMNS if c not in skip and len({str(r.get(c)) for r in rows}) > 1]
+    return [(str(r.get("engine")), str(r.get("batching") or ""),
+             " ".join(f"{c}={r.get(c)}" for c in varying) or "-") for r in rows]
+
+
+def saved_entries(csv_path: str | Path) -> tuple[list[Entry], SavedWorkload]:
+    """The table entries of a results CSV (checked by `read_csv`) and its workload, from the JSON when present."""
+    from cbbench.perf.results.schema import read_csv
+
+    df = read_csv(csv_path)
+    rows = [{k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in r.items()}
+            for r in df.to_dict("records")]
+    json_path = Path(csv_path).with_suffix(".json")
+    doc: dict[str, Any] = {}
+    if json_path.is_file():
+        try:
+            doc = json.loads(json_path.read_text())
+        except json.JSONDecodeError:
+            doc = {}  # a damaged JSON: the CSV still makes the table
+    records = doc.get("records") if isinstance(doc, dict) else None
+    keys = labels_of_rows(rows, list(records) if isinstance(records, dict) else [])
+    workload = doc.get("workload") if isinstance(doc, dict) and isinstance(doc.get("workload"), dict) else None
+    return [(k, r, None) for k, r in zip(keys, rows)], SavedWorkload(workload, rows[0])
+
+
+def render(console: Console, entries: Sequence[Entry], workload: Any, fmt: str,
+           goodput: Mapping[str, float] | None = None) -> None:
+    """The table in `fmt`: text (fitted to the terminal), markdown or json."""
+    if fmt not in FORMATS:
+        raise ValueError(f"format must be one of {', '.join(FORMATS)}, got {fmt!r}")
+    if fmt == "text":
+        print_perf_table(console, entries, workload, goodput=goodput)
+    elif fmt == "markdown":
+        console.file.write(_markdown(entries, goodput))
+    else:
+        med, failed = summarise(entries)
+        doc = {"runs": [{"engine": k[0], "batching": k[1], "knobs": k[2], **{m: (None if isinstance(v, float)
+                         and not math.isfinite(v) else v) for m, v in vals.items()}} for k, vals in med.items()],
+               "failed": [{"engine": k[0], "batching": k[1], "knobs": k[2], "error": e} for k, e in failed.items()],
+               "notes": summary_lines(entries, goodput)}
+        console.file.write(json.dumps(doc, indent=1) + "\n")
+
+
+def _markdown(entries: Sequence[Entry], goodput: Mapping[str, float] | None) -> str:
+    from cbbench.perf.results.gate import _md
+
+    cols = [c for c in table_columns(entries, goodput=goodput) if not c.empty]
+    lines = ["| " + " | ".join(_md(c.header) for c in cols) + " |",
+             "|" + "|".join("---" if c.justify == "left" else "---:" for c in cols) + "|"]
+    for i in range(len(cols[0].cells) if cols else 0):
+        lines.append("| " + " | ".join(_md(str(c.cells[i])) for c in cols) + " |")
+    lines += ["", *(f"- {_md(line)}" for line in summary_lines(entries, goodput))]
+    return "\n".join(lines) + "\n"
