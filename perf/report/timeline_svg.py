@@ -59,7 +59,10 @@ def _stretches(cells: Sequence[Cell]) -> list[tuple[int, int, int, str, str]]:
 
 
 def run_svg(run: Mapping[str, Any], max_num_seqs: int, colours: Sequence[tuple[float, float, float]]) -> str:
-    """One run's timeline: slots down, engine steps across."""
+    """One run's timeline: slots down, engine steps across. No more slots can be used than there are requests, so a
+    huge max_num_seqs (1e12 in a hand-edited JSON) draws only those."""
+    ids = {rid for s in run["steps"] for rid in (s.get("scheduled_req_ids") or []) + (s.get("running_req_ids") or [])}
+    max_num_seqs = min(max_num_seqs, max(len(ids), 1))
     cells = assign_slots(run["steps"], max_num_seqs)
     steps = len(run["steps"])
     seqs = max([max_num_seqs, *(c.slot + 1 for c in cells)])

@@ -165,7 +165,7 @@ def test_report_on_a_huge_knob_and_to_a_device(tmp_path):
     run = _run_json(tmp_path, rows=[huge], steps={"refengine/continuous/-/repeat0": [step, step]})
     res = invoke("report", str(run), "-o", str(tmp_path / "r.html"))
     assert res.exit_code == 0, res.output
-    assert 'id="timeline-img"' in (tmp_path / "r.html").read_text()
+    assert 'class="timeline-svg"' in (tmp_path / "r.html").read_text()
     fifo = tmp_path / "full"
     os.mkfifo(fifo)  # stands for /dev/full: a device must not be replaced by the page
     res = invoke("report", str(_run_json(tmp_path)), "-o", str(fifo))

@@ -21,9 +21,9 @@ TINY = ["--workload", "fixed", "--workload-param", "input_len=8,output_len=4", "
         "--warmup", "1", "--cpu-threads", "0", "--quiet"]
 
 
-def _perf(out: Path, *args: str) -> tuple[list[str], dict[str, Any]]:
+def _perf(out: Path, *args: str, exit_code: int = 0) -> tuple[list[str], dict[str, Any]]:
     res = CliRunner().invoke(app, ["perf", *TINY, "--output", str(out / "r.csv"), *args])
-    assert res.exit_code == 0, res.output
+    assert res.exit_code == exit_code, res.output
     return (out / "r.csv").read_text().splitlines()[0].split(","), json.loads((out / "r.json").read_text())
 
 
@@ -49,7 +49,9 @@ def measure() -> dict[str, Any]:
         _, doc = _perf(Path(d), "--backend", "openai", "--base-url", server.base_url, "--model", "fake-model")
         got["http"] = _layout(doc)
     with tempfile.TemporaryDirectory() as d:  # nothing listens on port 9: every request is an error record
-        _, doc = _perf(Path(d), "--backend", "openai", "--base-url", "http://127.0.0.1:9", "--warmup", "0")
+        # (a run that measured nothing exits 1, after writing both files)
+        _, doc = _perf(Path(d), "--backend", "openai", "--base-url", "http://127.0.0.1:9", "--warmup", "0",
+                       exit_code=1)
         got["http_failed"] = _layout(doc)
     return got
 
