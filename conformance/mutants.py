@@ -24,11 +24,11 @@ OUTPUT = "refengine/output_processor.py"
 # (the stateful Hypothesis machine, test_scheduler_stateful.py, is left out: minutes per run; the recorded traces
 # come first because they are the fastest to fail)
 SCHED_TESTS = ["conformance/test_recorded_traces.py", "conformance/test_scheduler_examples.py",
-               "conformance/test_async_scheduling.py"]
-RUNNER_TESTS = ["conformance/test_model_runner.py", "conformance/test_engine_behaviour.py"]
-SAMPLER_TESTS = ["conformance/test_sampler.py", "conformance/test_penalties.py"]
-OUTPUT_TESTS = ["conformance/test_detokenizer.py", "conformance/test_output_kind.py",
-                "conformance/test_engine_behaviour.py"]
+               "refengine/tests/test_async_scheduling.py"]
+RUNNER_TESTS = ["refengine/tests/test_model_runner.py", "refengine/tests/test_engine_behaviour.py"]
+SAMPLER_TESTS = ["refengine/tests/test_sampler.py", "refengine/tests/test_penalties.py"]
+OUTPUT_TESTS = ["refengine/tests/test_detokenizer.py", "refengine/tests/test_output_kind.py",
+                "refengine/tests/test_engine_behaviour.py"]
 
 
 @dataclass(frozen=True)
