@@ -31,7 +31,7 @@ BIN="$VENV/bin"
 
 if [[ "${SKIP_TESTS:-0}" != 1 ]]; then
   echo "== tests"
-  "$BIN/python" -m pytest conformance/ perf/tests/ -q -m "not gpu and not slow" ${PYTEST_ARGS:-}
+  "$BIN/python" -m pytest conformance/ perf/tests/ refengine/tests/ -q -m "not gpu and not slow" ${PYTEST_ARGS:-}
 fi
 
 echo "== perf --like $BASELINE"

@@ -7,7 +7,7 @@
 # Steps, each under its own time limit (so one that hangs cannot eat the others' time; all run even if one fails),
 # and never past the whole script's deadline (TOTAL_S, default 470 s):
 #   setup         python3 with CUDA torch + a --system-site-packages venv (ci/gpu_env.sh)   (~60 s, counted)
-#   gpu-tests     pytest -m gpu conformance/ perf/tests/  -> OUTDIR/gpu-tests.xml               (110 s)
+#   gpu-tests     pytest -m gpu conformance/ perf/tests/ refengine/tests/  -> OUTDIR/gpu-tests.xml     (110 s)
 #   kernels       cbbench kernels --quick                  -> OUTDIR/kernels.csv                 ( 60 s)
 #   perf          cbbench perf, GPU_PERF_ARGS of ci/gpu_env.sh (sharegpt, qwen2.5-0.5b, refengine continuous /
 #                 static at up to 256 running, HF static)   -> OUTDIR/*.csv, *.json               (160 s)
@@ -74,7 +74,7 @@ step() {  # step NAME SECONDS CMD...: run under min(SECONDS, time left before th
   return "$rc"
 }
 
-step gpu-tests 110 "$PY" -m pytest -m gpu conformance/ perf/tests/ -q --junitxml "$OUT/gpu-tests.xml"
+step gpu-tests 110 "$PY" -m pytest -m gpu conformance/ perf/tests/ refengine/tests/ -q --junitxml "$OUT/gpu-tests.xml"
 step kernels 60 "${CB[@]}" kernels --out "$OUT/kernels.csv" --quick
 PERF_DIR="$OUT/perf"
 [[ $DRY_RUN == 1 ]] || rm -rf "$PERF_DIR"

@@ -66,7 +66,7 @@ run() {  # echo in a dry run, else run; a failing command fails the gate
 
 if [[ "${SKIP_TESTS:-0}" != 1 ]]; then
   echo "== GPU tests ($GPU)"
-  run "$PY" -m pytest -m gpu conformance/ perf/tests/ -q
+  run "$PY" -m pytest -m gpu conformance/ perf/tests/ refengine/tests/ -q
 fi
 
 [[ $DRY_RUN == 1 ]] || rm -rf "$OUT"

@@ -1,7 +1,7 @@
 """The suite's Hypothesis profiles, chosen by CBBENCH_HYPOTHESIS_PROFILE (conftest.py loads one before any test
 module is imported), and `scaled`, which sizes a test's own example count to the profile loaded.
 
-  fast      the default (.ci/run, `pytest conformance/ perf/tests/`): 30 examples, 40 steps per state machine
+  fast      the default (.ci/run, `pytest conformance/ perf/tests/ refengine/tests/`): 30 examples, 40 steps per state machine
   ci        the former default: 100 examples, 40 steps
   thorough  the nightly run (.github/workflows/nightly.yml): 1500 examples, 80 steps
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 SCHED = "refengine/scheduler.py"
+SCHED_PREEMPT = "refengine/scheduler_preemption.py"
 SCHED_UPDATE = "refengine/scheduler_update.py"
 BATCHING = "refengine/batching.py"
 POOL = "refengine/block_pool.py"
@@ -24,11 +25,11 @@ OUTPUT = "refengine/output_processor.py"
 # (the stateful Hypothesis machine, test_scheduler_stateful.py, is left out: minutes per run; the recorded traces
 # come first because they are the fastest to fail)
 SCHED_TESTS = ["conformance/test_recorded_traces.py", "conformance/test_scheduler_examples.py",
-               "conformance/test_async_scheduling.py"]
-RUNNER_TESTS = ["conformance/test_model_runner.py", "conformance/test_engine_behaviour.py"]
-SAMPLER_TESTS = ["conformance/test_sampler.py", "conformance/test_penalties.py"]
-OUTPUT_TESTS = ["conformance/test_detokenizer.py", "conformance/test_output_kind.py",
-                "conformance/test_engine_behaviour.py"]
+               "refengine/tests/test_async_scheduling.py"]
+RUNNER_TESTS = ["refengine/tests/test_model_runner.py", "refengine/tests/test_engine_behaviour.py"]
+SAMPLER_TESTS = ["refengine/tests/test_sampler.py", "refengine/tests/test_penalties.py"]
+OUTPUT_TESTS = ["refengine/tests/test_detokenizer.py", "refengine/tests/test_output_kind.py",
+                "refengine/tests/test_engine_behaviour.py"]
 
 
 @dataclass(frozen=True)
@@ -47,14 +48,14 @@ def _m(name: str, path: str, old: str, new: str, tests: list[str], what: str) ->
 
 MUTANTS = [
     # ---- scheduler ----
-    _m("sched-preempted-to-back", SCHED,
+    _m("sched-preempted-to-back", SCHED_PREEMPT,
        "        out.preempted_req_ids.append(req.request_id)\n        self.waiting.prepend(req)",
        "        out.preempted_req_ids.append(req.request_id)\n        self.waiting.add(req)", SCHED_TESTS,
        "a preempted request re-enters the waiting queue at its back, not its front"),
-    _m("sched-fcfs-victim-first", SCHED, "        return self.running[-1]", "        return self.running[0]",
+    _m("sched-fcfs-victim-first", SCHED_PREEMPT, "        return self.running[-1]", "        return self.running[0]",
        SCHED_TESTS,
        "FCFS preempts the earliest admitted request instead of the last"),
-    _m("sched-priority-victim-min", SCHED, "return max(self.running, key=lambda r: (r.priority, r.arrival_time))",
+    _m("sched-priority-victim-min", SCHED_PREEMPT, "return max(self.running, key=lambda r: (r.priority, r.arrival_time))",
        "return min(self.running, key=lambda r: (r.priority, r.arrival_time))", SCHED_TESTS,
        "priority preempts the most urgent request instead of the least"),
     _m("sched-budget-ignored", SCHED, "n = full if full < budget else budget", "n = full", SCHED_TESTS,
@@ -81,7 +82,7 @@ MUTANTS = [
        SCHED_TESTS, "a request generates max_tokens + 1 tokens"),
     _m("sched-ignore-eos-ignored", SCHED_UPDATE, "if not sp.ignore_eos and last in req.eos_token_ids:",
        "if last in req.eos_token_ids:", SCHED_TESTS + RUNNER_TESTS, "ignore_eos=True still stops at EOS"),
-    _m("sched-lost-tokens-metric", SCHED, "req.num_lost_tokens = req.num_computed_tokens",
+    _m("sched-lost-tokens-metric", SCHED_PREEMPT, "req.num_lost_tokens = req.num_computed_tokens",
        "req.num_lost_tokens = 0", SCHED_TESTS + RUNNER_TESTS,
        "recomputed tokens after a preemption are not counted (num_recomputed_tokens)"),
     # ---- waiting queue ----

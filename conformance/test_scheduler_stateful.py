@@ -4,7 +4,7 @@ A drawn configuration (block size, device / host blocks, token budget, max_num_s
 threshold, prefix caching, policy, priority preemption, batching mode, preemption mode, async scheduling), then
 random interleavings of three rules: add a request (prompts share prefixes from a small pool, so that prefix
 caching hits), step (schedule + FakeRunner + update) and abort. Every step is checked against the named
-invariants of conformance/invariants.py and the engine's own check_invariants(); teardown drains every request
+invariants of conformance/invariants/ and the engine's own check_invariants(); teardown drains every request
 and checks liveness and leaks. With async scheduling on, a step's output is fed after the next step's schedule(),
 as vLLM's engine core does.
 

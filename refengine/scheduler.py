@@ -2,8 +2,9 @@
 
 The rules it follows are written out in docs/scheduling.md. One schedule() call asks the batching mode object
 (refengine/batching.py) to run the two passes in its order: the running requests (`_schedule_running`: each gets
-min(tokens left, long_prefill_token_threshold, budget), preempting the policy's victim when a block cannot be had)
-and the waiting ones (`_schedule_waiting`: admitted only when blocks for the whole prompt can be had).
+min(tokens left, long_prefill_token_threshold, budget), preempting the policy's victim when a block cannot be had,
+as refengine/scheduler_preemption.py does) and the waiting ones (`_schedule_waiting`: admitted only when blocks for
+the whole prompt can be had).
 `num_computed_tokens` advances at the end of schedule(); update_from_output() (refengine/scheduler_update.py)
 appends the sampled tokens and finishes requests. Only the scheduler sets `Request.status`.
 
@@ -23,7 +24,7 @@ from collections.abc import Callable
 
 from refengine.batching import make_batching
 from refengine.block_pool import KVCacheBlock
-from refengine.config import PreemptionMode, SchedulerConfig, SchedulingPolicy
+from refengine.config import SchedulerConfig, SchedulingPolicy
 from refengine.kv_cache_manager import KVCacheManager
 from refengine.limits import max_kv_tokens
 from refengine.request import Request, RequestStatus
@@ -36,10 +37,10 @@ from refengine.scheduler_output import (  # noqa: F401  (re-exported: the contra
     RunnerView,
     SchedulerOutput,
 )
-from refengine.scheduler_update import SchedulerUpdate
+from refengine.scheduler_preemption import SchedulerPreemption
 
 
-class Scheduler(SchedulerUpdate):
+class Scheduler(SchedulerPreemption):
     def __init__(self, config: SchedulerConfig | None = None, *, eos_token_id: int | list[int] | None = None,
                  **knobs: object) -> None:
         """`Scheduler(config)` with a SchedulerConfig, or `Scheduler(**knobs)` with its fields by keyword."""
@@ -199,11 +200,6 @@ class Scheduler(SchedulerUpdate):
             i += 1
         self._budget = budget
 
-    def _pick_victim(self) -> Request:
-        if self.policy is SchedulingPolicy.PRIORITY:
-            return max(self.running, key=lambda r: (r.priority, r.arrival_time))
-        return self.running[-1]
-
     def _schedule_waiting(self, out: SchedulerOutput, admit_without_budget: bool = False) -> None:
         skipped: list[Request] = []
         try:
@@ -262,50 +258,11 @@ class Scheduler(SchedulerUpdate):
             if n > 0:
                 self._schedule(out, req, n)
 
-    def _preempt_for(self, req: Request, out: SchedulerOutput) -> bool:
-        """Beyond vLLM (option priority_preemption): a waiting request strictly more urgent than the least urgent
-        running one preempts it to get in."""
-        if not self.config.priority_preemption or not self.running or self.batching.reserves_full_length:
-            return False  # the reserving modes (sequence / static / none) never preempt
-        victim = self._pick_victim()
-        if victim.priority <= req.priority:
-            return False
-        self._preempt(victim, out)
-        return True
-
     def _schedule(self, out: SchedulerOutput, req: Request, n: int) -> None:
         out.num_scheduled_tokens[req.request_id] = n
         # (inline _in_prefill: this runs for every request every step)
         out.is_prefill[req.request_id] = req.num_computed_tokens < max(req.num_prompt_tokens, req.num_tokens - 1)
         self._budget -= n
-
-    def _preempt(self, req: Request, out: SchedulerOutput) -> None:
-        kv = self.kv_cache_manager
-        # (sync, no placeholders: a step in flight samples iff it reached the last known token; decided before a
-        # recompute forgets num_computed_tokens, so that its token is not mistaken for a partial prefill's)
-        req.stale_output_samples = bool(req.num_in_flight_tokens) and req.num_computed_tokens >= req.num_tokens
-        self.running.remove(req)
-        n = out.num_scheduled_tokens.pop(req.request_id, None)
-        if n is not None:  # scheduled earlier in this step: give its tokens back
-            self._budget += n
-            out.is_prefill.pop(req.request_id)
-        plan = kv.swap_out(req) if self.config.preemption_mode is PreemptionMode.SWAP else None
-        if plan is not None:
-            out.blocks_to_swap_out.extend(plan)
-            self.num_swap_outs += 1
-        else:  # recompute (or swap with a full host pool): forget the KV, keep the generated tokens
-            kv.free(req)
-            req.num_lost_tokens = req.num_computed_tokens
-            req.num_computed_tokens = 0
-        # async: the output of steps in flight becomes stale: still appended when it comes back, but it no longer
-        # resolves placeholders (there are none after a preemption) nor advances any counter
-        req.num_stale_output_tokens = req.num_in_flight_tokens
-        req.num_output_placeholders = 0
-        req.status = RequestStatus.PREEMPTED
-        req.num_preemptions += 1
-        self.num_preemptions += 1
-        out.preempted_req_ids.append(req.request_id)
-        self.waiting.prepend(req)
 
     # ---- self-check -----------------------------------------------------------------------------------------
     def check_invariants(self) -> None:

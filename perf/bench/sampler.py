@@ -86,7 +86,7 @@ def main(argv: list[str] | None = None) -> None:
     for name, ms in results.items():
         print(f"  {name:<30} {ms:8.2f} ms/call  {ms / n:7.3f} ms/row")
     ratio = pair["seeded_exponential_reference"] / pair["seeded_exponential"]
-    print(f"  seeded noise: {ratio:.1f}x faster than the int64 reference (same values: conformance/test_sampler.py)")
+    print(f"  seeded noise: {ratio:.1f}x faster than the int64 reference (same values: refengine/tests/test_sampler.py)")
 
 
 if __name__ == "__main__":

@@ -14,7 +14,7 @@ import pytest
 
 pytest.importorskip("fastapi", reason="cbbench serve needs fastapi (pip install -e .)")
 
-from conformance.live_server import live_server  # noqa: E402
+from refengine.tests.live_server import live_server  # noqa: E402
 from refengine.engine import LLMEngine  # noqa: E402
 
 MODEL = "tiny-qwen2"

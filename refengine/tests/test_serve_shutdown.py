@@ -14,7 +14,7 @@ import pytest
 
 from conformance.http.client import free_port, start_process, stop_process, wait_healthy
 from conformance.http.conftest import cbbench_command
-from conformance.live_server import Events, read_stream
+from refengine.tests.live_server import Events, read_stream
 
 pytest.importorskip("fastapi", reason="cbbench serve needs fastapi (pip install -e .)")
 
@@ -91,7 +91,7 @@ def test_sigterm_drains_finishes_in_flight_and_aborts_the_rest(tmp_path):
 
 
 def test_a_second_stop_ends_the_grace_period_at_once():
-    from conformance.live_server import live_server
+    from refengine.tests.live_server import live_server
     from refengine.engine import LLMEngine
 
     engine = LLMEngine("tiny-qwen2", max_num_seqs=4, stats_log_size=1)

@@ -1,4 +1,4 @@
-"""Triton kernels (cbbench.kernels) against the torch oracle (kernels/reference.py).
+"""Triton kernels (cbbench.kernels) against the torch oracle (kernels/reference.py), and the kernel benchmark's CSV.
 
 On a CPU they run under TRITON_INTERPRET=1 (slow: shapes stay tiny); `gpu`-marked tests run larger shapes and the
 bf16 tensor-core path on CUDA. Every batch is built to catch a wrong gather: block tables are random permutations,
@@ -14,126 +14,26 @@ import torch
 if not torch.cuda.is_available():  # before cbbench.kernels is imported: Triton reads it when kernels are decorated
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
-from dataclasses import dataclass  # noqa: E402
-
 import pandas as pd  # noqa: E402
 import pytest  # noqa: E402
-from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
-from cbbench.kernels import reshape_and_cache, reshape_and_cache_ref, unified_attention, unified_attention_ref  # noqa: E402
+from cbbench.kernels import reshape_and_cache, reshape_and_cache_ref, unified_attention  # noqa: E402
 from cbbench.kernels.unified_attention import (  # noqa: E402
     MAX_KV_SEGMENTS,
     choose_num_kv_segments,
     plan_unified_attention,
 )
-
-# Error = max |kernel - oracle| / max |oracle| over the written elements.
-# float32: both sides accumulate in fp32 (the kernel's dots use ieee, not tf32); only summation order differs,
-# measured ~3e-7 here, so 1e-4 is far under the 1e-3 that a real indexing or masking bug produces.
-FP32_REL_TOL = 1e-4
-# bfloat16: same cache values, but bf16 keeps 8 significant bits, so one rounding of the output is 2^-8..2^-7
-# relative, and on a GPU the softmax weights are also rounded to bf16 before the PV dot. (Under the interpreter
-# the kernel computes in fp32 and rounds like the oracle: measured ~3e-6.)
-BF16_REL_TOL = 1e-2
-
-HYPOTHESIS = settings(deadline=None, suppress_health_check=[HealthCheck.too_slow])  # the interpreter is slow
-ON_GPU = torch.cuda.is_available()
-DEVICE = "cuda" if ON_GPU else "cpu"
-gpu = pytest.mark.gpu
-needs_cuda = pytest.mark.skipif(not ON_GPU, reason="needs a CUDA device")
-
-
-@dataclass(frozen=True)
-class Batch:
-    """One step's attention inputs (vLLM layout, see kernels/reference.py)."""
-
-    q: torch.Tensor
-    k_cache: torch.Tensor
-    v_cache: torch.Tensor
-    query_start_loc: torch.Tensor
-    seq_lens: torch.Tensor
-    block_table: torch.Tensor
-    scale: float
-
-    def run(self, fn, **kwargs) -> torch.Tensor:
-        out = torch.full_like(self.q, float("nan"))  # poison: an unwritten element stays NaN
-        fn(self.q, self.k_cache, self.v_cache, out, self.query_start_loc, self.seq_lens, self.block_table,
-           self.scale, **kwargs)  # fmt: skip
-        return out
-
-    def cpu(self) -> Batch:
-        return Batch(*(t.cpu() if isinstance(t, torch.Tensor) else t for t in self.__dict__.values()))
-
-
-def make_batch(
-    seqs: list[tuple[int, int]],  # (query_len, context_len before this step) per sequence
-    *,
-    num_kv_heads: int,
-    group: int,
-    head_dim: int,
-    block_size: int,
-    dtype: torch.dtype,
-    seed: int,
-    pad_tokens: int = 0,  # trailing tokens owned by no sequence (padded batch): the kernel must not write them
-    device: str = DEVICE,
-) -> Batch:
-    g = torch.Generator().manual_seed(seed)
-    seq_lens = [n + c for n, c in seqs]
-    blocks_per_seq = [-(-s // block_size) for s in seq_lens]
-    num_blocks = sum(blocks_per_seq) + 2  # two spare blocks nobody owns
-    ids = torch.randperm(num_blocks, generator=g).to(torch.int32)
-    width = max(blocks_per_seq) + 1  # one column past every sequence's need
-    spare = ids[-1]
-    block_table = torch.full((len(seqs), width), int(spare), dtype=torch.int32)  # unused columns -> a NaN block
-    cache_shape = (num_blocks, block_size, num_kv_heads, head_dim)
-    k_cache = torch.full(cache_shape, float("nan"))
-    v_cache = torch.full(cache_shape, float("nan"))
-    start = 0
-    for i, (n_blocks, seq_len) in enumerate(zip(blocks_per_seq, seq_lens)):
-        own = ids[start : start + n_blocks].long()
-        start += n_blocks
-        block_table[i, :n_blocks] = own.to(torch.int32)
-        for kv in (k_cache, v_cache):  # real values in the sequence's slots only; its tail slots stay NaN
-            vals = torch.randn(n_blocks * block_size, num_kv_heads, head_dim, generator=g)
-            vals[seq_len:] = float("nan")
-            kv[own] = vals.view(n_blocks, block_size, num_kv_heads, head_dim)
-    num_tokens = sum(n for n, _ in seqs) + pad_tokens
-    q = torch.randn(num_tokens, num_kv_heads * group, head_dim, generator=g)
-    qsl = torch.tensor([0] + [n for n, _ in seqs], dtype=torch.int32).cumsum(0, dtype=torch.int32)
-    to = dict(device=device)
-    return Batch(q.to(dtype).to(**to), k_cache.to(dtype).to(**to), v_cache.to(dtype).to(**to), qsl.to(**to),
-                 torch.tensor(seq_lens, dtype=torch.int32, **to), block_table.to(**to), head_dim**-0.5)  # fmt: skip
-
-
-def assert_matches_oracle(batch: Batch, out: torch.Tensor) -> None:
-    ref = batch.cpu().run(unified_attention_ref)
-    out = out.cpu()
-    assert torch.equal(out.isnan(), ref.isnan()), "NaN pattern differs: an element unwritten, over-written or poisoned"
-    ok = ~ref.isnan()
-    tol = FP32_REL_TOL if batch.q.dtype == torch.float32 else BF16_REL_TOL
-    err = ((out.float() - ref.float())[ok].abs().max() / ref.float()[ok].abs().max()).item()
-    assert err < tol, f"relative error {err:.3g} >= {tol} ({batch.q.dtype})"
-
-
-@st.composite
-def batches(draw, max_seqs: int = 3, max_context: int = 80) -> Batch:
-    """Mixed steps: decodes and prefill chunks whose context and length straddle block boundaries."""
-    seqs = []
-    for _ in range(draw(st.integers(1, max_seqs))):
-        q_len = draw(st.one_of(st.just(1), st.integers(2, 40)))
-        seqs.append((q_len, draw(st.integers(0, max_context))))
-    kw = dict(
-        num_kv_heads=draw(st.sampled_from([1, 2])),
-        group=draw(st.sampled_from([1, 4, 8])),
-        head_dim=draw(st.sampled_from([64, 128])),
-        block_size=draw(st.sampled_from([1, 16, 32])),
-        dtype=draw(st.sampled_from([torch.float32, torch.bfloat16])),
-        seed=draw(st.integers(0, 2**16)),
-        pad_tokens=draw(st.sampled_from([0, 0, 2])),
-    )
-    return make_batch(seqs, **kw)
-
+from refengine.tests._kernel_batches import (  # noqa: E402
+    DEVICE,
+    HYPOTHESIS,
+    assert_matches_oracle,
+    batches,
+    gpu,
+    make_batch,
+    needs_cuda,
+)
 
 # ---------------------------------------------------------------- reshape_and_cache
 
@@ -299,69 +199,3 @@ def test_kernel_bench_smoke_csv(tmp_path):
     for col in ("model", "kind", "batch", "context", "triton_ms", "bytes", "triton_gbps", "frac_of_hbm", "sdpa_ms"):
         assert col in back.columns
     assert (back["triton_ms"] > 0).all() and (back["bytes"] > 0).all()
-
-
-# ---------------------------------------------------------------- the compiled (GPU) path, without a GPU
-
-
-def compile_for_sm90() -> list[str]:
-    """Compile the non-interpreted kernels to sm_90 cubins with Triton's bundled ptxas (no device needed) and
-    return, per variant, its resource line: catches GPU-only compile errors and register spills on a CPU box.
-    Must run in a process where TRITON_INTERPRET was unset when cbbench.kernels was imported."""
-    import re
-    import subprocess
-    import tempfile
-
-    import triton
-    from triton.backends.compiler import GPUTarget
-    from triton.compiler import ASTSource
-
-    from cbbench.kernels.reshape_and_cache import _reshape_and_cache_kernel
-    from cbbench.kernels.unified_attention import _reduce_segments_kernel, _unified_attention_kernel
-
-    ptr = {"q_ptr", "k_cache_ptr", "v_cache_ptr", "out_ptr", "k_ptr", "v_ptr"}
-    fp32_ptr = {"segm_out_ptr", "segm_max_ptr", "segm_sum_ptr"}
-
-    def build(fn, dtype: str, consts: dict) -> str:
-        sig = {n: "constexpr" if n in consts else f"*{dtype}" if n in ptr else "*fp32" if n in fp32_ptr
-               else "*i32" if n.endswith("_ptr") else "fp32" if n == "qk_scale" else "i32" for n in fn.arg_names}
-        # as the JIT does for 16-aligned pointers and strides (num_seqs/num_heads/block-table stride: any value)
-        aligned = [i for i, n in enumerate(fn.arg_names) if n not in consts and n not in {"num_seqs", "num_heads", "qk_scale", "stride_bt_seq"}]
-        src = ASTSource(fn, sig, consts, attrs={(i,): [["tt.divisibility", 16]] for i in aligned})
-        cubin = triton.compile(src, target=GPUTarget("cuda", 90, 32)).asm["cubin"]
-        tool = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
-        with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
-            f.write(cubin)
-            f.flush()
-            usage = subprocess.run([tool, "--dump-resource-usage", f.name], capture_output=True, text=True).stdout
-        return f"{fn.__name__} {dtype} {consts} " + " ".join(re.findall(r"(?:REG|STACK|LOCAL):\d+", usage))  # fmt: skip
-
-    common = dict(HEAD_DIM=128, HEAD_DIM_PAD=128, BLOCK_SIZE=16, UPCAST=False, INTERPRETED=False)
-    return [
-        build(_unified_attention_kernel, "bf16", dict(common, NUM_QUERIES_PER_KV=7, BLOCK_Q=2, BLOCK_M=16, TILE_N=64,
-                                                      NUM_SEGMENTS=8, DOT_PRECISION=None)),
-        build(_unified_attention_kernel, "bf16", dict(common, NUM_QUERIES_PER_KV=8, BLOCK_Q=8, BLOCK_M=64, TILE_N=64,
-                                                      NUM_SEGMENTS=1, DOT_PRECISION=None)),
-        build(_unified_attention_kernel, "fp32", dict(common, NUM_QUERIES_PER_KV=4, BLOCK_Q=4, BLOCK_M=16, TILE_N=32,
-                                                      NUM_SEGMENTS=1, DOT_PRECISION="ieee")),
-        build(_reduce_segments_kernel, "bf16", dict(HEAD_DIM=128, HEAD_DIM_PAD=128, NUM_SEGMENTS=8, INTERPRETED=False)),
-        build(_reshape_and_cache_kernel, "bf16", dict(NUM_KV_HEADS=4, HEAD_DIM=128, HEADS_PAD=4, HEAD_DIM_PAD=128,
-                                                      BLOCK_SIZE=16)),
-    ]  # fmt: skip
-
-
-def test_kernels_compile_for_sm90_without_spills():
-    import subprocess
-    import sys
-
-    here = os.path.dirname(os.path.abspath(__file__))
-    code = f"import sys; sys.path.insert(0, {here!r}); import test_kernels; print(*test_kernels.compile_for_sm90(), sep='\\n')"
-    env = dict(os.environ, TRITON_INTERPRET="0", TRITON_DEFAULT_FP_FUSION="1")
-    run = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
-    if run.returncode != 0 and ("ModuleNotFoundError" in run.stderr or "ImportError" in run.stderr):
-        pytest.skip(f"this Triton build cannot compile ahead of time here: {run.stderr.strip().splitlines()[-1]}")
-    assert run.returncode == 0, run.stderr[-3000:]
-    lines = run.stdout.strip().splitlines()
-    assert len(lines) == 5
-    for line in lines:
-        assert "STACK:0" in line and "LOCAL:0" in line, f"register spills: {line}"

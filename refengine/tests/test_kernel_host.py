@@ -1,7 +1,7 @@
 """Host side of the Triton kernels: a light import (the torch backend never loads Triton), `do_not_specialize` on
 the per-step ints, and a warm-up that launches every variant the launch heuristics can pick.
 
-The kernels' results against the oracle are conformance/test_kernels.py's job (under TRITON_INTERPRET=1 on a CPU).
+The kernels' results against the oracle are refengine/tests/test_kernels.py's job (under TRITON_INTERPRET=1 on a CPU).
 """
 from __future__ import annotations
 

@@ -1,0 +1,95 @@
+"""The named scheduling invariants of the conformance suite, checked through the engine-neutral adapter views.
+
+Each check is a plain function that raises `InvariantViolation` (an AssertionError) whose message names the
+invariant and shows the offending state. They read only `Snapshot`s (taken from a SchedulerAdapter before and after
+`schedule()`) and the `StepView`, so they hold for any engine that has an adapter. Where a rule can only be checked
+soundly from outside (preemption "only when a block could not be had"), the docstring says what is checked and why
+it is sound.
+
+Vocabulary: `before` is the state right before schedule(), `after` right after it (num_computed_tokens already
+advanced, as in vLLM), `step` what schedule() returned. A request's "left" tokens are num_tokens - num_computed,
+where, under async scheduling, num_tokens counts the output placeholders (tokens sampled by a step in flight), which
+a decode schedules as its input before the real token is back.
+
+The checks live in one module per family (`batching`, `blocks`, `preemption`, `requests`, and `_base` for what they
+share); every name is importable from here, as before, and `check_state` / `check_step` run them all.
+"""
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from conformance.adapters import StepView
+from conformance.invariants._base import (  # noqa: F401  (re-exported)
+    InvariantViolation,
+    Snapshot,
+    _fail,
+    _fmt,
+    _key,
+    _max_seqs,
+    admitted_ids,
+    cdiv,
+    snapshot,
+)
+from conformance.invariants.batching import (  # noqa: F401  (re-exported)
+    _is_prefill,
+    check_admission_order,
+    check_decode_first,
+    check_max_num_seqs,
+    check_sequence_no_mixing,
+    check_static_batch,
+    check_token_budget,
+    effective_threshold,
+)
+from conformance.invariants.blocks import (  # noqa: F401  (re-exported)
+    check_block_accounting,
+    check_block_sharing,
+    check_blocks_per_request,
+    check_host_blocks,
+)
+from conformance.invariants.preemption import (  # noqa: F401  (re-exported)
+    check_no_admission_after_preemption,
+    check_preemption_needed,
+    check_preemption_victim,
+    check_swap,
+    getattr_cfg,
+    max_block_growth,
+)
+from conformance.invariants.requests import (  # noqa: F401  (re-exported)
+    check_aborted,
+    check_all_finished,
+    check_finish,
+    check_no_leaks,
+    check_outputs_kept,
+    check_progress,
+    check_sample_position,
+    check_token_accounting,
+    liveness_bound,
+)
+
+STEP_CHECKS = (
+    check_token_budget,
+    check_decode_first,
+    check_admission_order,
+    check_sequence_no_mixing,
+    check_static_batch,
+    check_preemption_needed,
+    check_preemption_victim,
+    check_no_admission_after_preemption,
+    check_swap,
+    check_token_accounting,
+)
+
+
+def check_state(cfg: dict, snap: Snapshot, tokens: dict[str, list[int]], num_gpu_blocks: int,
+                in_flight: Iterable[int] = ()) -> None:
+    """The checks that read one state at rest (after schedule() and after update())."""
+    check_max_num_seqs(cfg, snap)
+    check_block_accounting(cfg, snap, num_gpu_blocks)
+    check_blocks_per_request(cfg, snap)
+    check_block_sharing(cfg, snap, tokens)
+    check_host_blocks(cfg, snap, in_flight)
+
+
+def check_step(cfg: dict, before: Snapshot, step: StepView, after: Snapshot) -> None:
+    for check in STEP_CHECKS:
+        check(cfg, before, step, after)
