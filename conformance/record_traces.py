@@ -100,7 +100,7 @@ def main(argv: list[str] | None = None) -> int:
             rows.append({"id": f"{name}-{j:02d}", **record_one(trace)})
         print(f"{name}: {len(rows)} traces so far", file=sys.stderr)
     header = {"recorded_with": f"vllm {vllm.__version__}, torch {torch.__version__}",
-              "command": "python -m conformance.record_traces --per-config %d" % args.per_config,
+              "command": f"python -m conformance.record_traces --per-config {args.per_config}",
               "fields": "steps: [sched, preempted, admitted, free, running, waiting, finished] (StepRecord)",
               "stats": _stats(rows)}
     args.out.parent.mkdir(parents=True, exist_ok=True)

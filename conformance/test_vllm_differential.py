@@ -38,8 +38,17 @@ from hypothesis import given, note, settings  # noqa: E402
 
 from conformance.adapters.refengine_adapter import RefEngineAdapter  # noqa: E402
 from conformance.adapters.vllm_adapter import VLLMAdapter  # noqa: E402
-from conformance.sched_traces import (EOS, MAX_MODEL_LEN, MAX_STEPS, Req, Trace, drive,  # noqa: E402
-                                      final_outputs, first_difference, traces)
+from conformance.sched_traces import (  # noqa: E402
+    EOS,
+    MAX_MODEL_LEN,
+    MAX_STEPS,
+    Req,
+    Trace,
+    drive,
+    final_outputs,
+    first_difference,
+    traces,
+)
 
 pytestmark = pytest.mark.vllm
 
@@ -59,7 +68,8 @@ def run(trace: Trace, max_steps: int = MAX_STEPS) -> list[str]:
             a = next(steps_a, None)
             b = next(steps_b, None)
         except RuntimeError as e:  # not done after max_steps
-            raise Mismatch(f"{e} (both engines agreed throughout)\ntrace:\n{trace!r}\nlog:\n" + "\n".join(log[-30:]))
+            raise Mismatch(f"{e} (both engines agreed throughout)\ntrace:\n{trace!r}\nlog:\n"
+                           + "\n".join(log[-30:])) from None
         if a is None and b is None:
             break
         if a is not None:

@@ -17,7 +17,7 @@ import types
 import typing
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Annotated, Any, Optional
+from typing import Annotated, Any
 
 import typer
 
@@ -123,8 +123,7 @@ def _base_type(hint: Any) -> type:
 @functools.lru_cache(maxsize=1)
 def engine_knobs() -> tuple[Knob, ...]:
     """Every settable engine knob: SchedulerConfig's fields, then EngineConfig's (field order)."""
-    from refengine.config import SchedulerConfig
-    from refengine.config import EngineConfig
+    from refengine.config import EngineConfig, SchedulerConfig
 
     choices = _choices()
     out: dict[str, Knob] = {}
@@ -166,11 +165,11 @@ def _option(k: Knob, sweep: bool, help_override: str | None) -> tuple[Any, Any]:
         help_text += f"; engine default {k.default}"
     if k.type is bool:
         decl = f"{k.flag}/--no-{k.flag[2:]}"
-        return Annotated[Optional[bool], typer.Option(decl, help=help_text, show_default=False)], None
+        return Annotated[bool | None, typer.Option(decl, help=help_text, show_default=False)], None
     if sweep:
-        return Annotated[Optional[str], typer.Option(k.flag, help=f"{help_text}; a comma list sweeps",
+        return Annotated[str | None, typer.Option(k.flag, help=f"{help_text}; a comma list sweeps",
                                                      metavar=list_metavar(k.type.__name__), show_default=False)], None
-    return Annotated[Optional[k.type], typer.Option(k.flag, help=help_text, show_default=False)], None
+    return Annotated[k.type | None, typer.Option(k.flag, help=help_text, show_default=False)], None
 
 
 def engine_knob_options(*, sweep: bool, exclude: Iterable[str] = (), help: Mapping[str, str] | None = None,
@@ -225,8 +224,7 @@ def split_knobs(knobs: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any
 def validate_knobs(knobs: Mapping[str, Any], **scheduler_extra: Any) -> None:
     """Build the configs of one knob set, so a bad value fails with the engine's own ValueError (no model is
     loaded)."""
-    from refengine.config import SchedulerConfig
-    from refengine.config import EngineConfig
+    from refengine.config import EngineConfig, SchedulerConfig
 
     sched, eng = split_knobs({k: v for k, v in knobs.items() if v is not None})
     SchedulerConfig(**scheduler_extra, **sched)

@@ -9,8 +9,8 @@ single source of truth that both backends are tested against.
 from __future__ import annotations
 
 import bisect
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import torch
 

@@ -6,8 +6,16 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass, field, fields
 
-from refengine.checks import (DEFAULT_GPU_MEMORY_UTILIZATION, INT64_MAX, INT64_MIN, check_bool, check_choice,
-                              check_gpu_memory_utilization, check_int, check_real)
+from refengine.checks import (
+    DEFAULT_GPU_MEMORY_UTILIZATION,
+    INT64_MAX,
+    INT64_MIN,
+    check_bool,
+    check_choice,
+    check_gpu_memory_utilization,
+    check_int,
+    check_real,
+)
 
 
 # StrEnums: the API and the command line keep taking (and printing) the plain strings, and a member still equals

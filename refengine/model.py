@@ -101,7 +101,7 @@ class ModelConfig:
             return ()
         return (self.eos_token_id,) if isinstance(self.eos_token_id, int) else tuple(self.eos_token_id)
 
-    def replace(self, **changes) -> "ModelConfig":
+    def replace(self, **changes) -> ModelConfig:
         values = {f.name: getattr(self, f.name) for f in fields(self)}
         values.update(changes)
         return ModelConfig(**values)

@@ -130,7 +130,7 @@ class FakeOpenAIServer:
         loop.run_until_complete(runner.cleanup())
         loop.close()
 
-    def __enter__(self) -> "FakeOpenAIServer":
+    def __enter__(self) -> FakeOpenAIServer:
         self._thread = threading.Thread(target=self._serve, daemon=True)
         self._thread.start()
         if not self._ready.wait(10):

@@ -156,7 +156,7 @@ def run_http(workload: Any, target: HttpTarget, *, tokenizer: Any = None, max_co
         return asyncio.run(_run(workload, target, tokenizer=tokenizer, max_concurrency=max_concurrency,
                                 warmup=warmup, seed=seed, progress=progress, client_workers=client_workers,
                                 send=send))
-    except (OSError, asyncio.TimeoutError, RuntimeError) as e:
+    except (TimeoutError, OSError, RuntimeError) as e:
         return HttpRunResult(target.backend, "", {}, error=f"{type(e).__name__}: {e}")
 
 

@@ -84,7 +84,7 @@ async def scrape(session: aiohttp.ClientSession, url: str) -> dict[str, list[tup
             if resp.status != 200:
                 return None
             return parse_prometheus(await resp.text())
-    except (aiohttp.ClientError, asyncio.TimeoutError, UnicodeDecodeError):
+    except (TimeoutError, aiohttp.ClientError, UnicodeDecodeError):
         return None
 
 
@@ -103,7 +103,7 @@ class ServerMetrics:
         while not done.is_set():
             try:
                 await asyncio.wait_for(done.wait(), period)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 pass
             period = SAMPLE_PERIOD_S
             parsed = await scrape(session, self.url)

@@ -83,9 +83,8 @@ def _warm_up(a: argparse.Namespace, short: Any, knobs: dict[str, Any]) -> float:
     """Not measured: a first short run (first-use costs of this process: imports, allocator, kernels selection;
     the first in-process run here took 2x the CPU of the next), and the engine's construction, which every
     run_refengine repeats: returns its CPU seconds (timed on a second construction, the first pays for first use)."""
-    from refengine import LLMEngine
-
     from cbbench.perf.backends.in_process import run_refengine
+    from refengine import LLMEngine
 
     run_refengine(short, model=a.model, device=a.device, dtype=None, seed=0, batching="continuous", knobs=knobs)
     LLMEngine(a.model, device=a.device, seed=0, **knobs)
@@ -99,12 +98,11 @@ def main(argv: list[str] | None = None) -> None:
 
     import torch
 
+    from cbbench.perf.backends.http_client import HttpTarget
+    from cbbench.perf.backends.in_process import run_refengine
+    from cbbench.perf.backends.openai import run_http
     from cbbench.workloads import get_workload
     from refengine.loader import load_tokenizer
-
-    from cbbench.perf.backends.http_client import HttpTarget
-    from cbbench.perf.backends.openai import run_http
-    from cbbench.perf.backends.in_process import run_refengine
 
     if a.device == "cpu":
         torch.set_num_threads(a.threads)

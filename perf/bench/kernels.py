@@ -15,8 +15,8 @@ import argparse
 import os
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
-from typing import Callable
 
 import pandas as pd
 import torch
@@ -161,7 +161,7 @@ def run_kernel_bench(out_csv: str, quick: bool = False, allow_cpu: bool = False)
         scale = shape.head_dim**-0.5
         args = (x["q"], x["k_cache"], x["v_cache"], out, x["query_start_loc"], x["seq_lens"], x["block_table"], scale)
         plan = plan_unified_attention(x["q"], x["k_cache"], x["block_table"], shape.batch)
-        triton_ms = timer(lambda: unified_attention(*args))
+        triton_ms = timer(lambda args=args: unified_attention(*args))
         sdpa_ms = timer(sdpa_step(shape, dtype, device))
         nbytes = attention_bytes(shape, torch.finfo(dtype).bits // 8)
         gbps = nbytes / triton_ms / 1e6

@@ -286,9 +286,8 @@ def bench_profile(running: list[int], *, num_prompts: int = 64, max_prompt_len: 
                   floor_iters: int = 20) -> str:
     """The whole profile (each concurrency: the engines one after the other, then the step-vs-floor check) as
     markdown. Torch threads are the caller's (one for both engines: the generation thread inherits them)."""
-    from cbbench.workloads import get_workload
-
     from cbbench.perf.plan.load import resolve_tokenizer
+    from cbbench.workloads import get_workload
 
     workload = get_workload("sharegpt", tokenizer=resolve_tokenizer(model, None), num_prompts=num_prompts,
                             seed=seed, max_prompt_len=max_prompt_len, max_output_len=max_output_len)

@@ -100,7 +100,7 @@ OUTPUT_KINDS = ("delta", "cumulative", "final_only")  # SamplingParams.output_ki
 def make_decoding_engine(num_running: int, max_steps: int, *, model: str = "tiny-qwen2", device: str = "cpu",
                          stub: bool = True, vocab: int = STUB_VOCAB, stop: list[str] | None = None,
                          detokenizer: str = "incremental", output_kind: str = "delta",
-                         clock: "_DeviceClock | None" = None):
+                         clock: _DeviceClock | None = None):
     """An LLMEngine with `num_running` requests past their prefill, each with room for `max_steps` more decode
     steps, and (`stub`) the stub model in place of the real one; returns (engine, stub model or None). `clock`
     becomes the engine's sampler, so that it can time it (and stand in for it with the stub's)."""

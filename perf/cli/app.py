@@ -12,7 +12,8 @@ import functools
 import os
 import sys
 import traceback
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import typer
 from rich.console import Console

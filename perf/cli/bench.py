@@ -94,7 +94,8 @@ def bench_async(
     """Throughput of one workload with async scheduling off and on, same process, and the ratio on / off."""
     import torch
 
-    from cbbench.perf.bench.async_engine import bench_async as run, format_table
+    from cbbench.perf.bench.async_engine import bench_async as run
+    from cbbench.perf.bench.async_engine import format_table
 
     if cpu_threads:
         torch.set_num_threads(cpu_threads)

@@ -13,21 +13,31 @@ import itertools
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from refengine.config import BATCHING_MODES
-from refengine.sim.cost_model import COST_MODEL_VERSION
-from refengine.sim.device import is_sim_device
-
 from cbbench.perf.backends.base import warmup_lengths
 from cbbench.perf.backends.registry import Backend
 from cbbench.perf.knobs import knob
 from cbbench.perf.metrics import parse_goodput, parse_metric_percentiles
 from cbbench.perf.plan.checks import check_feasible, check_options, check_output_name, check_writable
 from cbbench.perf.plan.load import LoadPoint, parse_load_points, resolve_tokenizer
-from cbbench.perf.plan.options import (DEFAULT_MODEL, NOT_SIMULATED, PEERS, SIM_MODEL, PerfOptions, sim_label,
-                                       sim_peers, build_workload, knob_label, parse_knobs, split_list,
-                                       validate_configs)
+from cbbench.perf.plan.options import (
+    DEFAULT_MODEL,
+    NOT_SIMULATED,
+    PEERS,
+    SIM_MODEL,
+    PerfOptions,
+    build_workload,
+    knob_label,
+    parse_knobs,
+    sim_label,
+    sim_peers,
+    split_list,
+    validate_configs,
+)
 from cbbench.perf.plan.spec import RunPlan, RunSettings, RunSpec
 from cbbench.perf.results.schema import STORED_PERCENTILES
+from refengine.config import BATCHING_MODES
+from refengine.sim.cost_model import COST_MODEL_VERSION
+from refengine.sim.device import is_sim_device
 
 Entry = tuple[str, str, dict[str, Any]]  # (backend, batching mode, knobs)
 

@@ -11,10 +11,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from refengine.config import BATCHING_MODES
-
+from cbbench.perf.knobs import parse_knobs as _parse_knob_lists
+from cbbench.perf.knobs import validate_knobs
 from cbbench.perf.plan.load import LoadPoint, parse_load_points, resolve_tokenizer
-from cbbench.perf.knobs import parse_knobs as _parse_knob_lists, validate_knobs
+from refengine.config import BATCHING_MODES
 
 PEERS = ("hf-static", "hf-cb")
 # CPU-sized defaults: the default run (4 modes + 2 peers, tiny-qwen2, 1 torch thread) takes about two minutes on a

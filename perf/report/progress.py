@@ -16,8 +16,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from rich.console import Console
-from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn,
-                           TimeRemainingColumn)
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 HEARTBEAT_S = 30.0  # a CI log that stays silent longer than this reads as a hang
 HEARTBEAT_ENV = "CBBENCH_HEARTBEAT_S"

@@ -18,9 +18,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from rich.cells import cell_len
 from rich.console import Console, Group
 from rich.measure import Measurement
-from rich.cells import cell_len
 from rich.table import Table
 from rich.text import Text
 

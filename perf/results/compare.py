@@ -44,9 +44,19 @@ from rich.text import Text
 
 from cbbench.perf.results.gate import FORMATS, gate_tolerances, render_json, render_markdown, render_table
 from cbbench.perf.results.schema import KEY_NAMES, aggregate_repeats, config_key, extra_metrics, read_csv
+
 # (the tolerance rules are tolerances.py's; importable from here too, as they always were)
-from cbbench.perf.results.tolerances import (DEFAULT_TOLERANCES, DIRECTIONS, HIGHER, LATENCY_TOLERANCE, LOWER, THROUGHPUT_TOLERANCE,
-                         direction, parse_tolerances, resolve_tolerances)
+from cbbench.perf.results.tolerances import (
+    DEFAULT_TOLERANCES,
+    DIRECTIONS,
+    HIGHER,
+    LATENCY_TOLERANCE,
+    LOWER,
+    THROUGHPUT_TOLERANCE,
+    direction,
+    parse_tolerances,
+    resolve_tolerances,
+)
 
 __all__ = ["DEFAULT_TOLERANCES", "DIRECTIONS", "HIGHER", "LATENCY_TOLERANCE", "LOWER", "NoCommonConfigs",
            "THROUGHPUT_TOLERANCE", "compare", "direction", "ignored_key_names", "main_compare", "parse_tolerances",

@@ -19,7 +19,7 @@ import json
 import math
 import os
 import re
-import sys
+import tomllib
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -29,14 +29,6 @@ from rich.table import Table
 from rich.text import Text
 
 from cbbench.perf.results.tolerances import parse_tolerances
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover - Python 3.10 (tomli is a dependency there; a bare GPU image may still lack it)
-    try:
-        import tomli as tomllib
-    except ImportError:
-        tomllib = None
 
 FORMATS = ("text", "markdown", "json")
 BAD_STATUSES = ("regressed", "missing in new")
@@ -59,10 +51,6 @@ def _values(table: Mapping[str, Any], where: str) -> dict[str, float | None]:
 def read_tolerance_file(path: str | os.PathLike, table: Sequence[str] = ("tolerances",)) -> dict[str, float | None]:
     """The tolerance table of a TOML file ({} when the table is absent); ValueError naming the file if bad."""
     text = Path(path).read_text()
-    if tomllib is None:
-        if table[0] == "tool" and "[tool.cbbench" not in text:
-            return {}  # a pyproject without our table needs no parser
-        raise ValueError(f"{path}: reading tolerance files on Python 3.10 needs tomli (pip install tomli)")
     try:
         doc = tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:

@@ -19,17 +19,17 @@ import json
 import math
 import os
 import tempfile
-from glob import escape as glob_escape
 from collections.abc import Mapping, Sequence
+from glob import escape as glob_escape
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
+from cbbench.perf.metrics import stat_keys
 from cbbench.perf.results.cells import neutralise, restore
 from cbbench.perf.results.environment import environment_info, git_revision
-from cbbench.perf.metrics import stat_keys
 
 SCHEMA_VERSION = 2
 
@@ -67,7 +67,7 @@ def make_row(*, metrics: Mapping[str, Any], engine: str, workload: Any, batching
     row.update(schema_version=SCHEMA_VERSION, engine=engine, model=model, device=device, workload=name,
                batching=batching, repeat=repeat, workload_params=json.dumps(_jsonable(wparams), sort_keys=True),
                git_sha=git_sha if git_sha is not None else git_revision(),
-               timestamp=timestamp or _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+               timestamp=timestamp or _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
                label=label, command=command,
                run_options=json.dumps(_jsonable(dict(run_options)), sort_keys=True) if run_options else "")
     for k in ("num_prompts", "seed", "request_rate", "burstiness"):

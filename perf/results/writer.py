@@ -17,8 +17,14 @@ from typing import Any
 
 from cbbench.perf.records import RequestRecord, StepRecord
 from cbbench.perf.results.cells import restore
-from cbbench.perf.results.schema import (_jsonable, read_csv, remove_stale_temporaries, workload_params_key, write_csv,
-                                         write_run_json)
+from cbbench.perf.results.schema import (
+    _jsonable,
+    read_csv,
+    remove_stale_temporaries,
+    workload_params_key,
+    write_csv,
+    write_run_json,
+)
 
 
 def plan_id(engine: str, batching: str, knobs: Mapping[str, Any], load: str, repeat: int) -> str:

@@ -10,8 +10,17 @@ import pytest
 from rich.console import Console
 
 from cbbench.perf.results.compare import compare, main_compare, parse_tolerances, render_table, resolve_tolerances
-from cbbench.perf.results.schema import COLUMNS, SCHEMA_VERSION, aggregate_repeats, append_rows, environment_info, \
-    make_row, read_csv, write_csv, write_run_json
+from cbbench.perf.results.schema import (
+    COLUMNS,
+    SCHEMA_VERSION,
+    aggregate_repeats,
+    append_rows,
+    environment_info,
+    make_row,
+    read_csv,
+    write_csv,
+    write_run_json,
+)
 from cbbench.workloads import get_workload
 
 # The column order of schema version 2. Changing COLUMNS means bumping SCHEMA_VERSION and this list together.

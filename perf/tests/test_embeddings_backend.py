@@ -10,8 +10,8 @@ from typer.testing import CliRunner
 
 from cbbench.perf.backends.fake_openai_server import BAD_PROMPT_TOKEN, FakeOpenAIServer
 from cbbench.perf.backends.http_client import HttpTarget
-from cbbench.perf.backends.openai_embeddings import OpenAIEmbeddingsBackend
 from cbbench.perf.backends.openai import run_http
+from cbbench.perf.backends.openai_embeddings import OpenAIEmbeddingsBackend
 from cbbench.perf.cli import app
 from cbbench.perf.results.schema import read_csv
 from cbbench.workloads.base import Workload, WorkloadRequest

@@ -19,9 +19,9 @@ import urllib.request
 import pytest
 from typer.testing import CliRunner
 
-from cbbench.perf.cli import app
 from cbbench.perf.backends.http_client import HttpTarget
 from cbbench.perf.backends.openai import run_http
+from cbbench.perf.cli import app
 from cbbench.perf.results.schema import read_csv
 from cbbench.workloads.base import Workload, WorkloadRequest
 

@@ -6,8 +6,15 @@ import math
 
 import pytest
 
-from cbbench.perf.metrics import RECORD_KEYS, compute_metrics, parse_goodput, parse_metric_percentiles, \
-    per_request_metrics, stat_keys, step_metrics
+from cbbench.perf.metrics import (
+    RECORD_KEYS,
+    compute_metrics,
+    parse_goodput,
+    parse_metric_percentiles,
+    per_request_metrics,
+    stat_keys,
+    step_metrics,
+)
 
 # float sums of seconds converted to ms: equal to the hand values up to rounding
 REL = 1e-9

@@ -18,7 +18,7 @@ from matplotlib.container import ErrorbarContainer  # noqa: E402
 from typer.testing import CliRunner  # noqa: E402
 
 from cbbench.perf.cli import app  # noqa: E402
-from cbbench.perf.report.plot import make_figure, plain_number, plot_results  # noqa: E402
+from cbbench.perf.report.plot import make_figure, plain_number  # noqa: E402
 from cbbench.perf.results.schema import make_row, write_csv  # noqa: E402
 
 RATES = (1.0, 2.0, 4.0, math.inf)

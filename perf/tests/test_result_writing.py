@@ -9,8 +9,8 @@ import pytest
 from typer.testing import CliRunner
 
 from cbbench.perf.backends import in_process
-from cbbench.perf.results import schema as results
 from cbbench.perf.cli import app
+from cbbench.perf.results import schema as results
 from cbbench.perf.results.schema import read_csv, write_csv
 
 TINY = ["--workload", "fixed", "--workload-param", "input_len=8,output_len=4", "--num-prompts", "3",

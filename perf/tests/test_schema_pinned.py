@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from cbbench.perf.cli import app
 from cbbench.perf.backends.fake_openai_server import FakeOpenAIServer
+from cbbench.perf.cli import app
 
 FIXTURE = Path(__file__).parent / "fixtures" / "schema.json"
 TINY = ["--workload", "fixed", "--workload-param", "input_len=8,output_len=4", "--num-prompts", "3",

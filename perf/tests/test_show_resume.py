@@ -80,9 +80,9 @@ def test_hf_peer_that_produced_no_result_exits_1(tmp_path, monkeypatch):
 
 def test_serve_and_in_process_perf_use_the_same_default_threads(monkeypatch):
     import torch
-    from refengine.entrypoints import api_server
 
     from cbbench.perf.plan.options import DEFAULT_CPU_THREADS
+    from refengine.entrypoints import api_server
 
     set_to: list[int] = []
     monkeypatch.setattr(torch, "set_num_threads", set_to.append)

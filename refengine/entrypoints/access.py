@@ -44,7 +44,7 @@ class Drain:
         try:
             await asyncio.wait_for(self._event().wait(), timeout_s)
             return True
-        except asyncio.TimeoutError:
+        except TimeoutError:
             return False
 
 

@@ -75,7 +75,7 @@ class BodyLimit:
             body = await asyncio.wait_for(self._read_body(receive), self.timeout_s)
         except _BodyTooLarge:
             return await send_error(send, 413, too_large)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             return await send_error(send, 408, f"the request body did not arrive within {self.timeout_s:.0f} s")
         if body is None:  # the client left while sending
             return

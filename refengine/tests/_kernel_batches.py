@@ -53,7 +53,7 @@ class Batch:
            self.scale, **kwargs)  # fmt: skip
         return out
 
-    def cpu(self) -> "Batch":
+    def cpu(self) -> Batch:
         return Batch(*(t.cpu() if isinstance(t, torch.Tensor) else t for t in self.__dict__.values()))
 
 

@@ -5,7 +5,6 @@ The profile (`fast`, the default, `ci` or `thorough`) is chosen by CBBENCH_HYPOT
 conformance/hypothesis_profiles.py.
 """
 import conformance._triton_env  # noqa: F401  (must run before anything imports the Triton kernels)
-
 from conformance import hypothesis_profiles
 
 hypothesis_profiles.load()  # fast (the default) / ci / thorough, by CBBENCH_HYPOTHESIS_PROFILE

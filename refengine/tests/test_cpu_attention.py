@@ -9,10 +9,10 @@ row left unwritten, shows up as NaN.
 from __future__ import annotations
 
 import torch
-from cbbench.kernels.reference import unified_attention_ref
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from cbbench.kernels.reference import unified_attention_ref
 from refengine.attention import (
     DECODE_CHUNK_TOKENS,
     get_attention_backend,

@@ -14,8 +14,8 @@ import pytest
 
 pytest.importorskip("fastapi", reason="cbbench serve needs fastapi (pip install -e .)")
 
-from refengine.tests.live_server import live_server  # noqa: E402
 from refengine.engine import LLMEngine  # noqa: E402
+from refengine.tests.live_server import live_server  # noqa: E402
 
 MODEL = "tiny-qwen2"
 KEY = "s3cret-key"

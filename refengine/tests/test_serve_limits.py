@@ -15,10 +15,10 @@ import pytest
 
 pytest.importorskip("fastapi", reason="cbbench serve needs fastapi (pip install -e .)")
 
-from refengine.tests.live_server import Events, live_server, read_stream  # noqa: E402
 from refengine.engine import LLMEngine  # noqa: E402
 from refengine.entrypoints import limits  # noqa: E402
 from refengine.entrypoints.limits import MAX_BODY_BYTES, MAX_PROMPTS_PER_CALL  # noqa: E402
+from refengine.tests.live_server import Events, live_server, read_stream  # noqa: E402
 
 MODEL = "tiny-qwen2"
 GREEDY = {"model": MODEL, "temperature": 0.0, "ignore_eos": True}

@@ -91,8 +91,8 @@ def test_sigterm_drains_finishes_in_flight_and_aborts_the_rest(tmp_path):
 
 
 def test_a_second_stop_ends_the_grace_period_at_once():
-    from refengine.tests.live_server import live_server
     from refengine.engine import LLMEngine
+    from refengine.tests.live_server import live_server
 
     engine = LLMEngine("tiny-qwen2", max_num_seqs=4, stats_log_size=1)
     with live_server(engine, grace_s=600.0) as live:
