@@ -14,7 +14,7 @@
 #   baseline      the perf CSV, checked by perf.results.schema.read_csv -> results/baselines/<gpu>.csv   ( 10 s)
 #   calibration   the perf step's workload again on sim:<gpu> (the cost model), and the error per configuration
 #                 and metric, simulated vs real (perf/bench/sim_calibration.py) -> OUTDIR/calibration.csv  ( 20 s)
-#   bench-step    cbbench bench-step --stub-model on CUDA at 64 / 256 running (host time per step, issue 11's
+#   bench-step    cbbench bench-step --stub-model on CUDA at 64 / 256 running (host time per step, the host-time
 #                 1.5 ms target)                                -> OUTDIR/bench-step.log            ( 30 s)
 # --dry-run: print the plan (python found, steps, limits, commands) and run nothing; works on a CPU machine.
 # Env: PYTHON (a python3 with CUDA torch), WHEELHOUSE (wheels of missing packages), VENV (default .venv-gpu-check),

@@ -1,5 +1,5 @@
-"""Named example tests of the scheduling rules: the seed's worked examples, the SPEC §2b rules one at a time, and our
-own versions of scenarios from vLLM's tests/v1/core/test_scheduler.py. All go through the adapter (`--engine`), so
+"""Named example tests of the scheduling rules: the worked examples and the rules of docs/scheduling.md one at a
+time, and our own versions of scenarios from vLLM's tests/v1/core/test_scheduler.py. All go through the adapter (`--engine`), so
 they state what any conforming scheduler must do; tests of a knob an engine lacks skip via its `supports()`.
 """
 from __future__ import annotations
@@ -34,7 +34,7 @@ def prompt(n: int, start: int = 1000) -> list[int]:
     return list(range(start, start + n))
 
 
-# ---- the seed's examples ------------------------------------------------------------------------------------------
+# ---- the worked examples ------------------------------------------------------------------------------------------
 def test_seed_chunked_prefill_8192_16_decodes_12000_prompt(adapter_cls):
     """Budget 8192, 16 running decodes and one 12000-token prompt: 16 + 8176, then 16 + 3824, then it decodes."""
     a = make(adapter_cls, max_num_batched_tokens=8192, max_num_seqs=256, block_size=16, num_gpu_blocks=1024)
@@ -256,8 +256,8 @@ def test_vllm_style_stop_via_update(adapter_cls, case):
     if case == "min_tokens":
         kw["min_tokens"] = 3
         if getattr(adapter_cls, "name", "") == "vllm":
-            # vLLM's check_stop tests EOS before min_tokens and relies on the sampler having masked it; SPEC §2b (and
-            # refengine) hold that no stop condition ends a request before min_tokens. A documented difference.
+            # vLLM's check_stop tests EOS before min_tokens and relies on the sampler having masked it;
+            # docs/scheduling.md (and refengine) hold that no stop condition ends a request before min_tokens. A documented difference.
             pytest.xfail("vLLM ends a request on an (unmasked) EOS before min_tokens")
     a.add_request("r", prompt(4), **kw)
     a.add_request("other", prompt(4, 2000), max_tokens=10)

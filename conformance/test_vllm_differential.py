@@ -19,8 +19,8 @@ first; every copy of a cached prefix block is kept): `test_agrees_*` pins each o
 Equal (priority, arrival_time) ties are ordered by request id in both (the property draws exact ties;
 `test_agrees_priority_ties`). One known difference remains, kept out of the property and pinned by
 `test_known_difference_*`:
-  - an EOS fed before min_tokens: vLLM finishes the request, refengine ignores it, as SPEC section 2b says.
-    A masking sampler never produces it; refengine/SPEC is the more defensive side.
+  - an EOS fed before min_tokens: vLLM finishes the request, refengine ignores it, as docs/scheduling.md says.
+    A masking sampler never produces it; refengine is the more defensive side.
 
 Skipped unless vLLM is importable; it lives in its own environment (`bash ci/setup_vllm_env.sh`):
     .venv-vllm/bin/pytest conformance/test_vllm_differential.py -q -p no:cacheprovider
@@ -165,7 +165,7 @@ def test_agrees_priority_ties():
 
 def test_known_difference_eos_before_min_tokens():
     """An EOS fed before min_tokens: vLLM's check_stop finishes the request ("stop"), trusting the sampler to have
-    masked it; refengine ignores it, as SPEC section 2b says ("no stop condition ends the request" until min_tokens).
+    masked it; refengine ignores it, as docs/scheduling.md says ("no stop condition ends the request" until min_tokens).
     Unreachable with a masking sampler (both engines' own, and this file's); refengine is the more defensive."""
     ends = {}
     for eng in (RefEngineAdapter(eos_token_id=EOS, **_knobs()), VLLMAdapter(eos_token_id=EOS, **_knobs())):

@@ -1,9 +1,6 @@
 """Named, seeded workloads for `cbbench perf` (imported as `cbbench.workloads`).
 
-Code map: `base.py` (WorkloadRequest, Workload), `registry.py` (get_workload), `sharegpt.py` (the ShareGPT V3
-sampler and its truncation-tolerant loader), `synthetic.py` (fixed, random, lognormal, prefix), `local_datasets.py`
-(custom JSONL, local Hugging Face datasets), `trace.py` (Azure / Mooncake / plain trace replay), `arrivals.py`
-(offline, Poisson, gamma).
+What each module owns: docs/architecture.md (made from the modules' docstrings by ci/codemap.py).
 """
 
 from .arrivals import arrival_times

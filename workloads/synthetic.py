@@ -4,7 +4,7 @@ Prompt token ids are drawn uniformly from `token_id_range` (default [1000, 10000
 low-id tokens of the Qwen / Llama vocabularies, and inside every supported vocabulary), so no tokenizer is needed and
 no prompt can hold an EOS or stop token by chance. Each sampler returns (requests with arrival time 0, params).
 
-- `fixed`: every request `input_len` in / `output_len` out (the seed's 1024 / 256 low-variance case).
+- `fixed`: every request `input_len` in / `output_len` out (1024 / 256: the low-variance case).
 - `random`: input and output lengths uniform on inclusive ranges, default U[100, 1024] for both
   (nano-vllm's 256-request bench.py protocol).
 - `lognormal`: lengths log-normal with the given mean and coefficient of variation (cv = std / mean), i.e.

@@ -21,7 +21,7 @@ class RefEngineAdapter:
 
     @classmethod
     def supports(cls, knobs: dict) -> str | None:
-        return None  # every knob of SPEC §2 is refengine's own
+        return None  # every engine knob is refengine's own
 
     def __init__(self, eos_token_id: int | None = None, **knobs) -> None:
         self.sched = self.scheduler_cls(eos_token_id=eos_token_id, **knobs)

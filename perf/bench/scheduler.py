@@ -1,4 +1,4 @@
-"""The scheduler's own cost (seed §9: far below a forward step, < 1 ms): one full step = `schedule()` +
+"""The scheduler's own cost (far below a forward step, < 1 ms): one full step = `schedule()` +
 `update_from_output()` with N requests already running and decoding, model-free.
 
 Shared by `perf/tests/test_bench_scheduler.py` (pytest-benchmark) and `cbbench bench-scheduler` (plain timing).

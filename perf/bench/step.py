@@ -4,7 +4,7 @@ What a GPU would hide is taken out: the stub model's forward returns zeros of th
 compute_logits returns a fixed, pseudo-random argmax pattern, so what is timed is the engine's own host work per
 decode step at N running requests: schedule + input preparation + sampling + update_from_output + detokenize +
 outputs. On an H200 a qwen2.5-0.5B decode step at 256 requests runs a few ms of device time, so host work above
-about 1.5 ms per step would leave the GPU idle (issue 11's target).
+about 1.5 ms per step would leave the GPU idle (the host-time target).
 
 Logits width. The stub's logits row is STUB_VOCAB wide instead of the model's 151936: on a CPU an argmax over
 256 x 151936 floats is ~40M elements of arithmetic (tens of ms here) that a GPU does in microseconds, and it would
@@ -34,7 +34,7 @@ PROMPT_LEN = 32
 STUB_VOCAB = 2048  # see the module docstring: real BPE ids, narrow enough that the argmax is not the benchmark
 _PATTERN_LEN = 997  # a prime, so request r at step k (id = pattern[(7 r + k) % len]) never repeats in lockstep
 _MAX_MODEL_LEN = 4096
-TARGET_US = 1500.0  # issue 11: host time per decode step at 256 running requests, so an H200 is not left idle
+TARGET_US = 1500.0  # host time per decode step at 256 running requests, so an H200 is not left idle
 
 
 class StubModel(torch.nn.Module):

@@ -48,7 +48,7 @@ def bench_step(
     breakdown: Annotated[bool, Opt(help="also the CPU time of schedule / execute_model / update_from_output / "
                                         "the rest (outputs)")] = False,
     detokenizer: Annotated[str, Opt(help="incremental (the engine's), or full-redecode (the whole output decoded "
-                                          "every step, as before issue 11: the before/after comparison)")] = "incremental",
+                                          "every step, as before: the before/after comparison)")] = "incremental",
     output_kind: Annotated[str, Opt(help="what step() returns per request (SamplingParams.output_kind): delta (every "
                                          "step's new tokens and text, as a streaming server needs), cumulative, or "
                                          "final_only (nothing until a request finishes, as LLM.generate)")] = "delta",

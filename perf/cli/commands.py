@@ -65,7 +65,7 @@ def timeline(
     batching: Annotated[str, Opt(help="comma list of modes, one panel each",
                                  metavar=list_metavar("str"))] = "continuous,sequence,static,none",
 ) -> None:
-    """The seed's picture from a real run: which request holds which slot at each step, per batching mode."""
+    """The batching modes' picture from a real run: which request holds which slot at each step, per batching mode."""
     from cbbench.perf.report.timeline import run_timeline
 
     modes = knob("batching").parse_list(batching)

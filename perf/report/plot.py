@@ -5,7 +5,7 @@ Two kinds, chosen from the data (`kind="auto"`):
 - `latency`, when the CSVs hold a request-rate sweep: the standard latency-against-throughput curve. Panels of
   TTFT, TPOT and end-to-end latency (mean solid, p99 dashed) against output throughput, one point per request rate,
   labelled with its rate; a curve that bends up is the engine reaching saturation.
-- `sweep`, otherwise: the seed's max_num_batched_tokens trade-off (§4, self-check 5): TTFT (mean, p99) and output
+- `sweep`, otherwise: the max_num_batched_tokens trade-off: TTFT (mean, p99) and output
   throughput against a swept knob.
 Ticks are plain numbers (no scientific notation, no offset), so the axes read as the table does.
 """

@@ -1,9 +1,9 @@
-"""`cbbench timeline`: the seed's picture (§1) from a real run. For each batching mode, a Gantt chart of which request
-holds which slot at each engine step, prefill and decode shaded apart, with the mode's slot utilisation in the title.
+"""`cbbench timeline`: the picture of the batching modes from a real run. For each batching mode, a Gantt chart of
+which request holds which slot at each engine step, prefill and decode shaded apart, with the mode's slot utilisation in the title.
 
 Slots are derived from the engine's StepStats alone: a request takes the lowest free slot when it first appears in a
 step (scheduled or running) and keeps it until it finishes; a request of a static batch (its `batch_ids` entry)
-keeps its slot, held empty (hatched) after it finishes, until its whole batch has left: the waste the seed draws.
+keeps its slot, held empty (hatched) after it finishes, until its whole batch has left: static batching's waste.
 Utilisation = slot-steps doing work / (max_num_seqs x steps).
 """
 

@@ -1,7 +1,7 @@
 """pytest-benchmark suite for the scheduler's cost per step (run: pytest perf/tests/test_bench_scheduler.py --benchmark-only).
 
 Each round is one full step (`schedule()` + `update_from_output()`) with N requests running and decoding. Nothing
-here asserts a time (a shared CI box would make that flaky); the seed's "well under a millisecond at 256" is read
+here asserts a time (a shared CI box would make that flaky); the target "well under a millisecond at 256" is read
 off the printed table, and the step's bookkeeping is checked instead.
 """
 

@@ -1,4 +1,4 @@
-"""Every scheduling behaviour of the seed, end to end on the real tiny model: batching modes, preemption by
+"""Every scheduling behaviour of docs/scheduling.md, end to end on the real tiny model: batching modes, preemption by
 recompute and swap, prefix caching, policies, finish conditions, seeded sampling and bad input."""
 from __future__ import annotations
 
