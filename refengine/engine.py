@@ -5,9 +5,8 @@ output processor finds them, the scheduler finishes them) -> incremental outputs
 step) with per-request timestamps for TTFT / TPOT / ITL, and the step's StepStats.
 With async_scheduling=True the forward runs in a worker thread and step() schedules and launches step N+1 before
 it processes step N's output (refengine/batch_queue.py): outputs come back one step later, tokens are the same.
-
-The layers are passed in through the constructors: the model (loaded from `model`, or `model_impl`), the sampler
-and the detokenizer factory (refengine's own by default), so a benchmark or a test swaps one without patching.
+The model (or `model_impl`), the sampler and the detokenizer factory come in through the constructor, so a
+benchmark or a test swaps one without patching.
 """
 from __future__ import annotations
 
@@ -39,14 +38,11 @@ from refengine.sim.clock import WALL_CLOCK
 from refengine.sim.device import is_sim_device
 from refengine.step_stats import StepStats  # noqa: F401  (re-exported)
 
-# add_requests' entries: add_request's arguments (request_id, prompt, params, arrival_time, priority), the last
-# three optional
-NewRequest = tuple[Any, ...]
+NewRequest = tuple[Any, ...]  # add_requests' entries: add_request's arguments, the last three optional
 
 logger = logging.getLogger(__name__)
 
 _SHUT_DOWN = "this LLMEngine has been shut down (shutdown(), or the end of its `with` block); create a new one"
-
 
 _P = ParamSpec("_P")
 _R = TypeVar("_R")
