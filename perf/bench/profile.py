@@ -206,7 +206,7 @@ def profile_run(engine: str, workload: Any, *, model: str, max_num_seqs: int, se
     if res.error:
         raise RuntimeError(f"{engine}: {res.error}")
     steps = clock.steps
-    out_tokens = sum(r["output_len"] for r in res.records)
+    out_tokens = sum(r.output_len for r in res.records)
     result = {"engine": engine, "max_num_seqs": max_num_seqs, "steps": steps, "duration_s": res.duration,
               "out_tokens": out_tokens,
               "out_tok_s": out_tokens / res.duration, "cpu_s": sum(clock.spent.values()),

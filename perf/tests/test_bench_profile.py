@@ -25,7 +25,7 @@ def test_phase_clock_charges_nested_time_to_the_inner_phase_only():
 
 
 def test_refengine_profile_fills_the_step_phases_and_removes_its_instrument():
-    from cbbench.perf.backends import resolve_tokenizer
+    from cbbench.perf.plan.load import resolve_tokenizer
     from cbbench.workloads import get_workload
     from refengine.engine import LLMEngine
     from refengine.scheduler import Scheduler

@@ -98,13 +98,23 @@ def test_compare_bad_tolerance_is_one_line(tmp_path):
 def test_plot_out_folder_writes_inside_it(tmp_path):
     from pathlib import Path
 
-    baseline = Path(__file__).resolve().parents[2] / "results" / "baselines" / "cpu.csv"
+    import csv
+
+    # the baseline's rows, half of them at another max_num_seqs: a sweep of that knob (plot refuses a non-sweep)
+    rows = list(csv.DictReader((Path(__file__).resolve().parents[2] / "results" / "baselines" / "cpu.csv").open()))
+    for row in rows[::2]:
+        row["max_num_seqs"] = "8"
+    baseline = tmp_path.parent / f"{tmp_path.name}-sweep.csv"
+    with baseline.open("w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(rows[0]))
+        w.writeheader()
+        w.writerows(rows)
     res = invoke("plot", str(baseline), "--knob", "max_num_seqs", "--out", str(tmp_path))
     assert res.exit_code == 0, res.output
     (png,) = tmp_path.iterdir()
     assert png.parent == tmp_path and png.read_bytes()[:4] == b"\x89PNG"
     assert not (tmp_path.parent / f"{tmp_path.name}.png").exists()
-    res = invoke("plot", str(baseline), "--out", str(tmp_path / "plot.txt"))
+    res = invoke("plot", str(baseline), "--knob", "max_num_seqs", "--out", str(tmp_path / "plot.txt"))
     assert res.exit_code == 2 and "txt" in one_line(res)
 
 
