@@ -96,9 +96,8 @@ def test_compare_bad_tolerance_is_one_line(tmp_path):
 
 
 def test_plot_out_folder_writes_inside_it(tmp_path):
-    from pathlib import Path
-
     import csv
+    from pathlib import Path
 
     # the baseline's rows, half of them at another max_num_seqs: a sweep of that knob (plot refuses a non-sweep)
     rows = list(csv.DictReader((Path(__file__).resolve().parents[2] / "results" / "baselines" / "cpu.csv").open()))
