@@ -77,8 +77,18 @@ def extract_silicon(systems: Path) -> pd.DataFrame:
     df = pd.read_csv(systems / "silicon_sample.csv")
     keep = (df.model_path == SILICON_MODEL) & (df.system == "h200_sxm") & (df.backend == "vllm")
     keep &= (df.tp_size == 1) & (df["mode"] == "agg")
-    cols = ["model_path", "system", "backend", "backend_version", "precision", "isl", "osl", "batch_size",
-            "silicon_ttft_ms", "silicon_tpot_ms"]
+    cols = [
+        "model_path",
+        "system",
+        "backend",
+        "backend_version",
+        "precision",
+        "isl",
+        "osl",
+        "batch_size",
+        "silicon_ttft_ms",
+        "silicon_tpot_ms",
+    ]
     return df.loc[keep, cols].sort_values(["isl", "osl", "batch_size"])
 
 

@@ -1,4 +1,5 @@
 """cbbench's conformance suite (a package so that tests import shared helpers as `conformance.*`)."""
+
 import torch
 
 # The suite runs many tiny forwards; on a small shared machine intra-op threads only fight each other

@@ -4,6 +4,7 @@ Triton reads TRITON_INTERPRET when a kernel is decorated, i.e. when `cbbench.ker
 must run before any test module (or the engine) imports it: conftest.py imports this module first thing.
 An explicit TRITON_INTERPRET in the environment wins.
 """
+
 import os
 
 import torch

@@ -4,6 +4,7 @@ server the HTTP suite in conformance/http talks to), and the Hypothesis profile 
 
 Profiles only set defaults: a test's own `@settings(max_examples=...)` still wins, so the kernel tests keep theirs.
 """
+
 import pytest
 
 import conformance._triton_env  # noqa: F401  (must run before anything imports the Triton kernels)

@@ -1,4 +1,5 @@
 """Shared helpers for the engine-level (real tiny model) conformance tests."""
+
 from __future__ import annotations
 
 import functools
@@ -46,7 +47,13 @@ def hf_greedy(prompts, max_tokens, model: str = "tiny-qwen2", hf_model=None, eos
     with torch.inference_mode():
         for p, m in zip(prompts, max_tokens):
             ids = torch.tensor([p])
-            g = hf_model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=m, do_sample=False,
-                                  eos_token_id=eos, pad_token_id=eos[0] if eos else 0)
-            outs.append(g[0, len(p):].tolist())
+            g = hf_model.generate(
+                ids,
+                attention_mask=torch.ones_like(ids),
+                max_new_tokens=m,
+                do_sample=False,
+                eos_token_id=eos,
+                pad_token_id=eos[0] if eos else 0,
+            )
+            outs.append(g[0, len(p) :].tolist())
     return outs

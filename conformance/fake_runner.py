@@ -3,6 +3,7 @@ the requests whose prompt (plus generated tokens) is now wholly computed, as a m
 get []. Under async scheduling the token sampled is the request's output #(known + in flight + 1). EOS comes at random with a given probability, masked (with the stop token ids) until min_tokens, as the
 sampler does; otherwise a random token, now and then one of the request's stop token ids.
 """
+
 from __future__ import annotations
 
 import random

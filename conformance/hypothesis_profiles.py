@@ -9,6 +9,7 @@ Only the number of examples changes between fast and ci: every property, strateg
 the state machines keep their step count, so the planted-bug tests (test_suite_bites.py, whose example counts are
 their own) search exactly as before.
 """
+
 from __future__ import annotations
 
 import os
@@ -20,7 +21,9 @@ CI_EXAMPLES = 100  # the `ci` profile's count, against which `scaled` counts are
 
 # Stateful scheduler runs are many small steps each; `deadline=None` because a shared 2-core CI box makes per-example
 # timing meaningless, and too_slow is suppressed for the same reason.
-_COMMON = dict(deadline=None, print_blob=True, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
+_COMMON = dict(
+    deadline=None, print_blob=True, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much]
+)
 settings.register_profile("fast", max_examples=30, stateful_step_count=40, **_COMMON)
 settings.register_profile("ci", max_examples=CI_EXAMPLES, stateful_step_count=40, **_COMMON)
 settings.register_profile("thorough", max_examples=1500, stateful_step_count=80, **_COMMON)

@@ -11,6 +11,7 @@ finder comes after it on sys.meta_path), which is checked before any mutant runs
   stale     its snippet is not in the file any more (code refactored): neither, update the snippet.
 The unmutated subsets must pass first, or nothing is scored. Exit status: 0 if nothing survived, 1 otherwise.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -31,8 +32,13 @@ DEFAULT_TIMEOUT_S = 600  # a subset takes well under this on a quiet machine; pa
 
 
 def copy_tree(dest: Path) -> None:
-    files = subprocess.run(["git", "ls-files", "--cached", "--others", "--exclude-standard"], cwd=ROOT, check=True,
-                           capture_output=True, text=True).stdout.split("\n")
+    files = subprocess.run(
+        ["git", "ls-files", "--cached", "--others", "--exclude-standard"],
+        cwd=ROOT,
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout.split("\n")
     for rel in filter(None, files):
         src = ROOT / rel
         if src.is_file() and not rel.startswith(("results/", "docs/")):
@@ -56,8 +62,9 @@ def run_tests(tree: Path, tests: tuple[str, ...], timeout: float) -> tuple[str, 
 def check_copy_is_imported(tree: Path) -> None:
     env = {**os.environ, "PYTHONPATH": str(tree)}
     code = "import refengine.scheduler as s, conformance; print(s.__file__)"
-    where = subprocess.run([sys.executable, "-c", code], cwd=tree, env=env, capture_output=True, text=True,
-                           check=True).stdout.strip()
+    where = subprocess.run(
+        [sys.executable, "-c", code], cwd=tree, env=env, capture_output=True, text=True, check=True
+    ).stdout.strip()
     if not Path(where).resolve().is_relative_to(tree.resolve()):
         raise SystemExit(f"the copy is not what gets imported (refengine from {where}): refusing to score")
 
@@ -95,8 +102,12 @@ def score(mutants: list[Mutant], timeout: float, log=print) -> list[tuple[Mutant
 def markdown(results: list[tuple[Mutant, str, float]]) -> str:
     scored = [r for r in results if r[1] != "stale"]
     killed = sum(r[1] == "killed" for r in scored)
-    lines = [f"Score: {killed}/{len(scored)} killed ({len(results) - len(scored)} stale).", "",
-             "| mutant | file | bug | result | seconds |", "|---|---|---|---|---|"]
+    lines = [
+        f"Score: {killed}/{len(scored)} killed ({len(results) - len(scored)} stale).",
+        "",
+        "| mutant | file | bug | result | seconds |",
+        "|---|---|---|---|---|",
+    ]
     for m, verdict, secs in results:
         lines.append(f"| `{m.name}` | {m.path} | {m.what} | {verdict} | {secs:.0f} |")
     return "\n".join(lines) + "\n"
@@ -106,8 +117,12 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m conformance.mutate", description=__doc__.split("\n\n")[0])
     ap.add_argument("--only", nargs="*", default=None, help="mutant names (default: all)")
     ap.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT_S, help="seconds per mutant's test run")
-    ap.add_argument("--tests", nargs="*", default=None,
-                    help="run these test files for every chosen mutant instead of each mutant's own subset")
+    ap.add_argument(
+        "--tests",
+        nargs="*",
+        default=None,
+        help="run these test files for every chosen mutant instead of each mutant's own subset",
+    )
     ap.add_argument("--markdown", type=Path, default=None, help="write the score table here")
     args = ap.parse_args(argv)
     names = {m.name for m in MUTANTS}

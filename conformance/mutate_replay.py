@@ -9,6 +9,7 @@ patches the file, reloads those modules in dependency order, replays every recor
 (conformance/test_recorded_traces.py's check) and restores the file. A mutant is killed when some trace diverges or
 the engine raises; `python -m conformance.mutate` runs the full subsets of the same mutants.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -25,10 +26,16 @@ from conformance.mutants import MUTANTS, Mutant
 from conformance.mutate import check_copy_is_imported, copy_tree
 
 # reloaded in this order after each patch: each one's `from ... import` then picks up the patched classes
-REPLAY_MODULES = ["refengine.block_pool", "refengine.kv_cache_manager", "refengine.request_queue",
-                  "refengine.scheduler_update", "refengine.scheduler_preemption", "refengine.batching",
-                  "refengine.scheduler",
-                  "conformance.adapters.refengine_adapter"]
+REPLAY_MODULES = [
+    "refengine.block_pool",
+    "refengine.kv_cache_manager",
+    "refengine.request_queue",
+    "refengine.scheduler_update",
+    "refengine.scheduler_preemption",
+    "refengine.batching",
+    "refengine.scheduler",
+    "conformance.adapters.refengine_adapter",
+]
 REPLAY_PATHS = {m.replace(".", "/") + ".py" for m in REPLAY_MODULES}
 
 
@@ -92,8 +99,15 @@ def main(argv: list[str] | None = None) -> int:
         copy_tree(tree)
         check_copy_is_imported(tree)
         env = {**os.environ, "PYTHONPATH": str(tree), "PYTHONDONTWRITEBYTECODE": "1"}
-        cmd = [sys.executable, "-m", "conformance.mutate_replay", "--worker", str(tree), "--only",
-               *[m.name for m in mutants]]
+        cmd = [
+            sys.executable,
+            "-m",
+            "conformance.mutate_replay",
+            "--worker",
+            str(tree),
+            "--only",
+            *[m.name for m in mutants],
+        ]
         with subprocess.Popen(cmd, cwd=tree, env=env, stdout=subprocess.PIPE, text=True) as p:
             for line in p.stdout:
                 name, verdict, secs, why = json.loads(line)

@@ -10,6 +10,7 @@ derandomized so that a re-record draws the same traces. Each trace is driven thr
 and vLLM's record of every step and final outputs. The first line is a header naming the vLLM and torch versions.
 Re-record when the pinned vLLM (ci/setup_vllm_env.sh) changes, and commit the new corpus with that pin.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -25,14 +26,21 @@ from hypothesis import seed as hypothesis_seed
 from conformance.sched_traces import EOS, Trace, drive, final_outputs, traces
 
 CORPUS = Path(__file__).parent / "traces" / "vllm_decisions.jsonl.gz"
-CONFIGS = [dict(policy=p, prefix_caching=apc, chunked=ch, async_scheduling=asy)
-           for p, apc, ch, asy in itertools.product(["fcfs", "priority"], [True, False], [True, False],
-                                                   [False, True])]
+CONFIGS = [
+    dict(policy=p, prefix_caching=apc, chunked=ch, async_scheduling=asy)
+    for p, apc, ch, asy in itertools.product(["fcfs", "priority"], [True, False], [True, False], [False, True])
+]
 
 
 def config_name(policy: str, prefix_caching: bool, chunked: bool, async_scheduling: bool) -> str:
-    return "-".join([policy, "apc" if prefix_caching else "noapc", "chunked" if chunked else "unchunked",
-                     "async" if async_scheduling else "sync"])
+    return "-".join(
+        [
+            policy,
+            "apc" if prefix_caching else "noapc",
+            "chunked" if chunked else "unchunked",
+            "async" if async_scheduling else "sync",
+        ]
+    )
 
 
 def draw_traces(config: dict, n: int, index: int) -> list[Trace]:
@@ -40,8 +48,14 @@ def draw_traces(config: dict, n: int, index: int) -> list[Trace]:
     drawn: list[Trace] = []
 
     @hypothesis_seed(1000 + index)
-    @settings(max_examples=n, database=None, derandomize=False, phases=[Phase.generate], deadline=None,
-              suppress_health_check=list(HealthCheck))
+    @settings(
+        max_examples=n,
+        database=None,
+        derandomize=False,
+        phases=[Phase.generate],
+        deadline=None,
+        suppress_health_check=list(HealthCheck),
+    )
     @given(trace=traces(**config))
     def collect(trace: Trace) -> None:
         drawn.append(trace)
@@ -61,16 +75,22 @@ def record_one(trace: Trace) -> dict:
 
 def _stats(rows: list[dict]) -> dict:
     """How much of what the corpus is for it exercises: counted so that a re-record can be compared."""
+
     def any_step(row, i):
         return any(s[i] for s in row["steps"])
+
     ties = 0
     for row in rows:
         keys = [(r["priority"], r["arrival_time"]) for r in row["reqs"]]
         ties += len(keys) != len(set(keys))
-    return {"traces": len(rows), "steps": sum(len(r["steps"]) for r in rows),
-            "with_preemption": sum(any_step(r, 1) for r in rows), "with_exact_ties": ties,
-            "with_aborts": sum(bool(r["aborts"]) for r in rows),
-            "with_prefix_hits": sum(any(_hits_cache(s) for s in r["steps"]) for r in rows)}
+    return {
+        "traces": len(rows),
+        "steps": sum(len(r["steps"]) for r in rows),
+        "with_preemption": sum(any_step(r, 1) for r in rows),
+        "with_exact_ties": ties,
+        "with_aborts": sum(bool(r["aborts"]) for r in rows),
+        "with_prefix_hits": sum(any(_hits_cache(s) for s in r["steps"]) for r in rows),
+    }
 
 
 def _hits_cache(step: list) -> bool:
@@ -99,10 +119,12 @@ def main(argv: list[str] | None = None) -> int:
         for j, trace in enumerate(draw_traces(config, args.per_config, i)):
             rows.append({"id": f"{name}-{j:02d}", **record_one(trace)})
         print(f"{name}: {len(rows)} traces so far", file=sys.stderr)
-    header = {"recorded_with": f"vllm {vllm.__version__}, torch {torch.__version__}",
-              "command": f"python -m conformance.record_traces --per-config {args.per_config}",
-              "fields": "steps: [sched, preempted, admitted, free, running, waiting, finished] (StepRecord)",
-              "stats": _stats(rows)}
+    header = {
+        "recorded_with": f"vllm {vllm.__version__}, torch {torch.__version__}",
+        "command": f"python -m conformance.record_traces --per-config {args.per_config}",
+        "fields": "steps: [sched, preempted, admitted, free, running, waiting, finished] (StepRecord)",
+        "stats": _stats(rows),
+    }
     args.out.parent.mkdir(parents=True, exist_ok=True)
     with gzip.GzipFile(args.out, "wb", mtime=0) as f:  # mtime 0: the same decisions give the same bytes
         for row in [header] + rows:

@@ -10,6 +10,7 @@ vLLM differential compares (conformance/test_vllm_differential.py drives refengi
 decisions a recorded corpus stores (conformance/record_traces.py records vLLM's; test_recorded_traces.py replays
 them against any adapter with no vLLM installed). `first_difference` names the first field two records disagree on.
 """
+
 from __future__ import annotations
 
 import random
@@ -47,19 +48,31 @@ class Trace:
     def __repr__(self) -> str:  # short enough to read in a failure report
         lines = [f"knobs={self.knobs}", f"seed={self.seed} eos_prob={self.eos_prob} aborts={self.aborts}"]
         for r in self.reqs:
-            lines.append(f"  {r.rid}: arrive@{r.arrive} t={r.arrival_time} prompt_len={len(r.prompt)} "
-                         f"max_tokens={r.max_tokens} min_tokens={r.min_tokens} prio={r.priority} "
-                         f"prompt={r.prompt}")
+            lines.append(
+                f"  {r.rid}: arrive@{r.arrive} t={r.arrival_time} prompt_len={len(r.prompt)} "
+                f"max_tokens={r.max_tokens} min_tokens={r.min_tokens} prio={r.priority} "
+                f"prompt={r.prompt}"
+            )
         return "\n".join(lines)
 
     def to_json(self) -> dict:
-        return {"knobs": self.knobs, "reqs": [asdict(r) for r in self.reqs], "aborts": self.aborts,
-                "seed": self.seed, "eos_prob": self.eos_prob}
+        return {
+            "knobs": self.knobs,
+            "reqs": [asdict(r) for r in self.reqs],
+            "aborts": self.aborts,
+            "seed": self.seed,
+            "eos_prob": self.eos_prob,
+        }
 
     @classmethod
     def from_json(cls, d: dict) -> Trace:
-        return cls(dict(d["knobs"]), [Req(**r) for r in d["reqs"]], [(int(s), rid) for s, rid in d["aborts"]],
-                   d["seed"], d["eos_prob"])
+        return cls(
+            dict(d["knobs"]),
+            [Req(**r) for r in d["reqs"]],
+            [(int(s), rid) for s, rid in d["aborts"]],
+            d["seed"],
+            d["eos_prob"],
+        )
 
 
 def sample(trace: Trace, rid: str, n: int, min_tokens: int) -> int:
@@ -72,6 +85,7 @@ def sample(trace: Trace, rid: str, n: int, min_tokens: int) -> int:
 
 
 # ---- what one step decided ------------------------------------------------------------------------------------------
+
 
 @dataclass
 class StepRecord:
@@ -93,18 +107,32 @@ class StepRecord:
     @classmethod
     def from_json(cls, row: list) -> StepRecord:
         sched, pre, adm, free, running, waiting, fin = row
-        return cls([tuple(x) for x in sched], pre, adm, free, [(a, b, c, list(d)) for a, b, c, d in running],
-                   [tuple(x) for x in waiting], fin)
+        return cls(
+            [tuple(x) for x in sched],
+            pre,
+            adm,
+            free,
+            [(a, b, c, list(d)) for a, b, c, d in running],
+            [tuple(x) for x in waiting],
+            fin,
+        )
 
     def line(self) -> str:
-        return (f"sched={dict(self.sched)} preempted={self.preempted} new={self.admitted} free={self.free} "
-                f"finished={self.finished}")
+        return (
+            f"sched={dict(self.sched)} preempted={self.preempted} new={self.admitted} free={self.free} "
+            f"finished={self.finished}"
+        )
 
 
-_FIELDS = [("sched", "num_scheduled_tokens (in order)"), ("preempted", "preempted ids"),
-           ("admitted", "admitted ids"), ("free", "free device blocks"),
-           ("running", "running (id, computed tokens, output placeholders, block ids)"),
-           ("waiting", "waiting (id, output tokens)"), ("finished", "finished ids")]
+_FIELDS = [
+    ("sched", "num_scheduled_tokens (in order)"),
+    ("preempted", "preempted ids"),
+    ("admitted", "admitted ids"),
+    ("free", "free device blocks"),
+    ("running", "running (id, computed tokens, output placeholders, block ids)"),
+    ("waiting", "waiting (id, output tokens)"),
+    ("finished", "finished ids"),
+]
 
 
 def first_difference(a: StepRecord, b: StepRecord) -> tuple[str, object, object] | None:
@@ -133,17 +161,29 @@ def drive(eng, trace: Trace, max_steps: int = MAX_STEPS) -> Iterator[StepRecord]
     pending: dict[str, list[int]] | None = None
     for step in range(max_steps):
         for r in by_step.get(step, []):
-            eng.add_request(r.rid, r.prompt, max_tokens=r.max_tokens, min_tokens=r.min_tokens,
-                            priority=r.priority, arrival_time=r.arrival_time)
+            eng.add_request(
+                r.rid,
+                r.prompt,
+                max_tokens=r.max_tokens,
+                min_tokens=r.min_tokens,
+                priority=r.priority,
+                arrival_time=r.arrival_time,
+            )
         for rid in aborts.get(step, []):
             eng.abort([rid])
         out = eng.schedule()
         rec = StepRecord(
-            sched=list(out.num_scheduled_tokens.items()), preempted=list(out.preempted_req_ids),
-            admitted=sorted(out.new_req_ids), free=eng.num_free_blocks(),
-            running=[(v.request_id, v.num_computed_tokens, v.num_output_placeholders, list(v.block_ids))
-                     for v in eng.running()],
-            waiting=sorted((v.request_id, v.num_output_tokens) for v in eng.waiting()), finished=None)
+            sched=list(out.num_scheduled_tokens.items()),
+            preempted=list(out.preempted_req_ids),
+            admitted=sorted(out.new_req_ids),
+            free=eng.num_free_blocks(),
+            running=[
+                (v.request_id, v.num_computed_tokens, v.num_output_placeholders, list(v.block_ids))
+                for v in eng.running()
+            ],
+            waiting=sorted((v.request_id, v.num_output_tokens) for v in eng.waiting()),
+            finished=None,
+        )
         sampled = {}
         for rid in out.num_scheduled_tokens:
             v = eng.request(rid)
@@ -183,9 +223,11 @@ def replay(adapter_cls, row: dict, recorded_with: str = "vLLM") -> None:
 
     def fail(step: int, what: str, want, got) -> None:
         before = "\n".join(f"    step {i}: {expected[i].line()}" for i in range(max(0, step - 5), step))
-        raise TraceDivergence(f"{where}: first divergence at step {step}: {what} differ\n  vLLM:       {want}\n"
-                              f"  {eng.name + ':':11} {got}\n  steps before it (both agreed):\n{before}\n"
-                              f"trace:\n{trace!r}")
+        raise TraceDivergence(
+            f"{where}: first divergence at step {step}: {what} differ\n  vLLM:       {want}\n"
+            f"  {eng.name + ':':11} {got}\n  steps before it (both agreed):\n{before}\n"
+            f"trace:\n{trace!r}"
+        )
 
     steps = drive(eng, trace)
     for i, want in enumerate(expected):
@@ -208,6 +250,7 @@ def replay(adapter_cls, row: dict, recorded_with: str = "vLLM") -> None:
 
 # ---- drawing traces ---------------------------------------------------------------------------------------------
 
+
 @st.composite
 def traces(draw, policy: str, prefix_caching: bool, chunked: bool, async_scheduling: bool = False) -> Trace:
     block_size = draw(st.sampled_from([2, 4, 8]), label="block_size")
@@ -215,10 +258,18 @@ def traces(draw, policy: str, prefix_caching: bool, chunked: bool, async_schedul
     max_num_seqs = draw(st.integers(1, 6), label="max_num_seqs")
     budget = draw(st.integers(max(max_num_seqs, 4), 48), label="max_num_batched_tokens")  # vLLM: budget >= seqs
     thr = draw(st.one_of(st.just(0), st.integers(1, 12)), label="long_prefill_token_threshold")
-    knobs = dict(max_num_batched_tokens=budget, max_num_seqs=max_num_seqs, block_size=block_size,
-                 num_gpu_blocks=num_gpu_blocks, enable_chunked_prefill=chunked, long_prefill_token_threshold=thr,
-                 enable_prefix_caching=prefix_caching, policy=policy, max_model_len=MAX_MODEL_LEN,
-                 async_scheduling=async_scheduling)
+    knobs = dict(
+        max_num_batched_tokens=budget,
+        max_num_seqs=max_num_seqs,
+        block_size=block_size,
+        num_gpu_blocks=num_gpu_blocks,
+        enable_chunked_prefill=chunked,
+        long_prefill_token_threshold=thr,
+        enable_prefix_caching=prefix_caching,
+        policy=policy,
+        max_model_len=MAX_MODEL_LEN,
+        async_scheduling=async_scheduling,
+    )
     seed = draw(st.integers(0, 2**16), label="seed")
     rng = random.Random(seed)
     kv_cap = num_gpu_blocks * block_size

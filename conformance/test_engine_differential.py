@@ -1,5 +1,6 @@
 """Differential properties on the real tiny model: for drawn prompts and engine knobs, greedy tokens are the same
 whatever the batching mode, preemption mode, prefix caching, block size or budget, and equal Hugging Face generate's."""
+
 from __future__ import annotations
 
 import os
@@ -42,7 +43,9 @@ def knobs(draw, prompts, max_tokens):
     )
 
 
-@settings(max_examples=_EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@settings(
+    max_examples=_EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large]
+)
 @given(data=st.data())
 def test_greedy_tokens_equal_hf_under_any_knobs(data):
     prompts, max_tokens = data.draw(workloads())

@@ -6,6 +6,7 @@ The traces cannot see the scheduler ones: their fake sampler masks EOS until min
 ignore_eos, and their records do not carry the recompute metric. Those tests drive refengine's Scheduler directly,
 feeding the tokens a caller of update_from_output may feed; the last drives the detokenizer alone.
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -39,8 +40,11 @@ def test_mutant_names_are_unique():
 def _step(sched: Scheduler, token: int) -> list[str]:
     """One schedule() + update_from_output() feeding `token` to every request that samples."""
     out = sched.schedule()
-    sampled = {rid: [token] for rid in out.num_scheduled_tokens
-               if sched.requests[rid].num_computed_tokens >= sched.requests[rid].num_tokens}
+    sampled = {
+        rid: [token]
+        for rid in out.num_scheduled_tokens
+        if sched.requests[rid].num_computed_tokens >= sched.requests[rid].num_tokens
+    }
     return [r.request_id for r in sched.update_from_output(out, sampled)]
 
 
@@ -71,8 +75,9 @@ def test_ignore_eos_runs_to_max_tokens():
 def test_recompute_preemption_counts_the_recomputed_tokens():
     """Without prefix caching, a request preempted by recompute computes again every token it had computed: the
     perf suite's num_recomputed_tokens must count them."""
-    sched = Scheduler(eos_token_id=EOS, block_size=2, num_gpu_blocks=3, enable_prefix_caching=False,
-                      max_num_batched_tokens=16)
+    sched = Scheduler(
+        eos_token_id=EOS, block_size=2, num_gpu_blocks=3, enable_prefix_caching=False, max_num_batched_tokens=16
+    )
     reqs = [_request(f"r{i}", [10 + i, 20 + i], max_tokens=3) for i in range(2)]
     for r in reqs:
         sched.add_request(r)
@@ -81,8 +86,11 @@ def test_recompute_preemption_counts_the_recomputed_tokens():
         before = {r.request_id: r.num_computed_tokens for r in reqs}
         out = sched.schedule()
         lost += sum(before[rid] for rid in out.preempted_req_ids)
-        sampled = {rid: [7] for rid in out.num_scheduled_tokens
-                   if sched.requests[rid].num_computed_tokens >= sched.requests[rid].num_tokens}
+        sampled = {
+            rid: [7]
+            for rid in out.num_scheduled_tokens
+            if sched.requests[rid].num_computed_tokens >= sched.requests[rid].num_tokens
+        }
         sched.update_from_output(out, sampled)
         if not sched.has_unfinished_requests():
             break

@@ -10,6 +10,7 @@ step: the scheduled tokens in order, the preempted ids in order, the admitted id
 request's computed tokens, placeholders and block ids, the waiting requests, the finished ids; then each request's
 final output length and finish_reason. A failure names the trace and its first diverging step.
 """
+
 from __future__ import annotations
 
 import gzip

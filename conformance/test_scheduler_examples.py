@@ -2,6 +2,7 @@
 time, and our own versions of scenarios from vLLM's tests/v1/core/test_scheduler.py. All go through the adapter (`--engine`), so
 they state what any conforming scheduler must do; tests of a knob an engine lacks skip via its `supports()`.
 """
+
 from __future__ import annotations
 
 import pytest
@@ -219,8 +220,9 @@ def test_vllm_style_schedule_admits_all_in_order(adapter_cls):
 
 
 def test_vllm_style_concurrent_partial_prefills_with_threshold(adapter_cls):
-    a = make(adapter_cls, max_num_batched_tokens=1024, long_prefill_token_threshold=400, block_size=16,
-             num_gpu_blocks=1000)
+    a = make(
+        adapter_cls, max_num_batched_tokens=1024, long_prefill_token_threshold=400, block_size=16, num_gpu_blocks=1000
+    )
     for i in range(3):
         a.add_request(str(i), prompt(800, 1000 * i), max_tokens=16, arrival_time=i)
     out, _ = step(a)
@@ -261,8 +263,13 @@ def test_vllm_style_stop_via_update(adapter_cls, case):
             pytest.xfail("vLLM ends a request on an (unmasked) EOS before min_tokens")
     a.add_request("r", prompt(4), **kw)
     a.add_request("other", prompt(4, 2000), max_tokens=10)
-    first = {"eos": EOS_TOKEN_ID, "stop_token": 42, "max_tokens": 10, "ignore_eos": EOS_TOKEN_ID,
-             "min_tokens": EOS_TOKEN_ID}[case]
+    first = {
+        "eos": EOS_TOKEN_ID,
+        "stop_token": 42,
+        "max_tokens": 10,
+        "ignore_eos": EOS_TOKEN_ID,
+        "min_tokens": EOS_TOKEN_ID,
+    }[case]
     _, finished = step(a, {"r": first, "other": 11})
     r = a.request("r")
     if case in ("eos", "stop_token"):

@@ -11,6 +11,7 @@ as vLLM's engine core does.
 The machine talks to the scheduler only through a SchedulerAdapter (`--engine`), so any engine with an adapter runs
 it; test_suite_bites.py runs it against deliberately broken schedulers.
 """
+
 from __future__ import annotations
 
 import random
@@ -97,11 +98,20 @@ class SchedulerMachine(RuleBasedStateMachine):
         self.num_swaps = 0
 
     @precondition(lambda self: self.adapter is not None and len(self.specs) < MAX_REQUESTS)
-    @rule(pool=st.integers(0, len(PREFIX_POOL) - 1), prefix_len=st.integers(0, 40), tail_len=st.integers(0, 10),
-          max_tokens=st.integers(1, 16), min_tokens=st.integers(0, 3), priority=st.integers(0, 3),
-          ignore_eos=st.booleans(), use_stop=st.booleans(), tie=st.booleans())
-    def add_request(self, pool, prefix_len, tail_len, max_tokens, min_tokens, priority, ignore_eos, use_stop,
-                    tie) -> None:
+    @rule(
+        pool=st.integers(0, len(PREFIX_POOL) - 1),
+        prefix_len=st.integers(0, 40),
+        tail_len=st.integers(0, 10),
+        max_tokens=st.integers(1, 16),
+        min_tokens=st.integers(0, 3),
+        priority=st.integers(0, 3),
+        ignore_eos=st.booleans(),
+        use_stop=st.booleans(),
+        tie=st.booleans(),
+    )
+    def add_request(
+        self, pool, prefix_len, tail_len, max_tokens, min_tokens, priority, ignore_eos, use_stop, tie
+    ) -> None:
         c = self.cfg
         prompt = PREFIX_POOL[pool][:prefix_len] + [self.rng.randrange(1000, 2000) for _ in range(tail_len)]
         prompt = prompt or [self.rng.randrange(1000, 2000)]
@@ -118,12 +128,26 @@ class SchedulerMachine(RuleBasedStateMachine):
         if not tie:  # else the same arrival_time as the previous request: priority ties fall to the request id
             self.clock += 1.0
         rid = f"r{len(self.specs)}"
-        spec = RequestSpec(prompt, max_tokens, min(min_tokens, max_tokens), ignore_eos,
-                           [STOP_TOKEN_ID] if use_stop else [], priority, self.clock)
+        spec = RequestSpec(
+            prompt,
+            max_tokens,
+            min(min_tokens, max_tokens),
+            ignore_eos,
+            [STOP_TOKEN_ID] if use_stop else [],
+            priority,
+            self.clock,
+        )
         self.specs[rid] = spec
-        self.adapter.add_request(rid, prompt, max_tokens=spec.max_tokens, priority=priority, arrival_time=self.clock,
-                                 min_tokens=spec.min_tokens, ignore_eos=ignore_eos,
-                                 stop_token_ids=spec.stop_token_ids or None)
+        self.adapter.add_request(
+            rid,
+            prompt,
+            max_tokens=spec.max_tokens,
+            priority=priority,
+            arrival_time=self.clock,
+            min_tokens=spec.min_tokens,
+            ignore_eos=ignore_eos,
+            stop_token_ids=spec.stop_token_ids or None,
+        )
 
     @precondition(lambda self: self.adapter is not None)
     @rule()
@@ -192,9 +216,11 @@ class SchedulerMachine(RuleBasedStateMachine):
 
         rest = inv.snapshot(a)
         inv.check_state(cfg, rest, self._tokens(), a.num_gpu_blocks)
-        inv.check_outputs_kept({rid: a.request(rid) for rid in self.specs},
-                               {rid: len(s.output_token_ids) for rid, s in self.specs.items()},
-                               {rid: len(s.prompt_token_ids) for rid, s in self.specs.items()})
+        inv.check_outputs_kept(
+            {rid: a.request(rid) for rid in self.specs},
+            {rid: len(s.output_token_ids) for rid, s in self.specs.items()},
+            {rid: len(s.prompt_token_ids) for rid, s in self.specs.items()},
+        )
         a.check_invariants()
         busy = bool(step.num_scheduled_tokens or step.preempted_req_ids)
         self.idle_steps = 0 if busy or not (rest.running or rest.waiting) else self.idle_steps + 1
@@ -211,7 +237,10 @@ class SchedulerMachine(RuleBasedStateMachine):
         if step.blocks_to_swap_in:
             event("swap in")
         for rid in inv.admitted_ids(before, after):
-            if after.by_id[rid].num_computed_tokens - step.num_scheduled_tokens.get(rid, 0) > before.by_id[rid].num_computed_tokens:
+            if (
+                after.by_id[rid].num_computed_tokens - step.num_scheduled_tokens.get(rid, 0)
+                > before.by_id[rid].num_computed_tokens
+            ):
                 event("prefix-cache hit")
         if len(after.running) > 1 and len(step.num_scheduled_tokens) > 1:
             event("batched step")
@@ -230,8 +259,12 @@ class SchedulerMachine(RuleBasedStateMachine):
             steps += 1
             if steps > bound:
                 snap = inv.snapshot(self.adapter)
-                inv._fail("liveness", f"{len(self.specs) - len(self.finished)} requests unfinished after {bound} "
-                          "steps of draining", cfg=self.cfg, snaps=[("state", snap)])
+                inv._fail(
+                    "liveness",
+                    f"{len(self.specs) - len(self.finished)} requests unfinished after {bound} steps of draining",
+                    cfg=self.cfg,
+                    snaps=[("state", snap)],
+                )
             self._step()
         inv.check_all_finished(self.adapter.request(rid) for rid in self.specs)
         target(float(self.num_preemptions), label="preemptions")  # steer generation towards KV pressure
@@ -239,15 +272,21 @@ class SchedulerMachine(RuleBasedStateMachine):
         inv.check_no_leaks(inv.snapshot(self.adapter), self.adapter.num_gpu_blocks)
 
 
-def make_machine(adapter_cls, modes: tuple[str, ...] = BATCHING_MODES, pressure: bool = False
-                 ) -> type[SchedulerMachine]:
-    return type(f"SchedulerMachine_{adapter_cls.__name__}", (SchedulerMachine,),
-                {"adapter_cls": adapter_cls, "batching_modes": tuple(modes), "pressure": pressure})
+def make_machine(
+    adapter_cls, modes: tuple[str, ...] = BATCHING_MODES, pressure: bool = False
+) -> type[SchedulerMachine]:
+    return type(
+        f"SchedulerMachine_{adapter_cls.__name__}",
+        (SchedulerMachine,),
+        {"adapter_cls": adapter_cls, "batching_modes": tuple(modes), "pressure": pressure},
+    )
 
 
-@pytest.mark.parametrize("batching, pressure", [("continuous", False), ("continuous", True), ("sequence", False),
-                                                ("static", False), ("none", False)],
-                         ids=["continuous", "continuous-kv-pressure", "sequence", "static", "none"])
+@pytest.mark.parametrize(
+    "batching, pressure",
+    [("continuous", False), ("continuous", True), ("sequence", False), ("static", False), ("none", False)],
+    ids=["continuous", "continuous-kv-pressure", "sequence", "static", "none"],
+)
 def test_scheduler_invariants(adapter_cls, batching, pressure):
     supports = getattr(adapter_cls, "supports", None)
     if supports is not None and supports({"batching": batching}) is not None:

@@ -3,6 +3,7 @@ test_scheduler_stateful.py against it, and expects Hypothesis to find a failure 
 that rule. Derandomized (a fixed search, so the result is the same on every machine) and without shrinking (the
 shrunk examples are recorded in the README); to see one shrunk, run with BITES_SHRINK=1.
 """
+
 from __future__ import annotations
 
 import os
@@ -47,7 +48,7 @@ class AdmitBeforeDecodes(Scheduler):
             return super()._schedule_running(out, *args, **kwargs)
         running = list(self.running)
         self._schedule_waiting(out)
-        admitted = self.running[len(running):]
+        admitted = self.running[len(running) :]
         self.running = [r for r in running if r.status == RequestStatus.RUNNING]  # minus priority_preemption victims
         super()._schedule_running(out, *args, **kwargs)
         self.running += admitted
@@ -159,9 +160,16 @@ def run_against(scheduler_cls, modes, pressure, max_examples, shrink=False) -> N
     phases = [Phase.generate, Phase.target] + ([Phase.shrink] if shrink else [])
     run_state_machine_as_test(
         make_machine(adapter, modes, pressure),
-        settings=settings(max_examples=max_examples, derandomize=True, database=None, phases=phases,
-                          report_multiple_bugs=False, deadline=None, print_blob=False,
-                          suppress_health_check=list(HealthCheck)),
+        settings=settings(
+            max_examples=max_examples,
+            derandomize=True,
+            database=None,
+            phases=phases,
+            report_multiple_bugs=False,
+            deadline=None,
+            print_blob=False,
+            suppress_health_check=list(HealthCheck),
+        ),
     )
 
 
@@ -171,4 +179,5 @@ def test_suite_catches_planted_bug(scheduler_cls):
     with pytest.raises(AssertionError) as info:
         run_against(scheduler_cls, modes, pressure, max_examples, shrink=bool(os.environ.get("BITES_SHRINK")))
     assert re.search(rf"invariant `({expected})` violated", str(info.value)), (
-        f"{scheduler_cls.__name__} was caught, but not by `{expected}`:\n{info.value}")
+        f"{scheduler_cls.__name__} was caught, but not by `{expected}`:\n{info.value}"
+    )

@@ -25,6 +25,7 @@ Equal (priority, arrival_time) ties are ordered by request id in both (the prope
 Skipped unless vLLM is importable; it lives in its own environment (`bash ci/setup_vllm_env.sh`):
     .venv-vllm/bin/pytest conformance/test_vllm_differential.py -q -p no:cacheprovider
 """
+
 from __future__ import annotations
 
 import os
@@ -68,28 +69,37 @@ def run(trace: Trace, max_steps: int = MAX_STEPS) -> list[str]:
             a = next(steps_a, None)
             b = next(steps_b, None)
         except RuntimeError as e:  # not done after max_steps
-            raise Mismatch(f"{e} (both engines agreed throughout)\ntrace:\n{trace!r}\nlog:\n"
-                           + "\n".join(log[-30:])) from None
+            raise Mismatch(
+                f"{e} (both engines agreed throughout)\ntrace:\n{trace!r}\nlog:\n" + "\n".join(log[-30:])
+            ) from None
         if a is None and b is None:
             break
         if a is not None:
             log.append(f"step {step}: {a.line()} | vllm {b.line() if b else 'done'}")
-        diff = ("steps", "done" if a is None else a.line(), "done" if b is None else b.line()) \
-            if a is None or b is None else first_difference(a, b)
+        diff = (
+            ("steps", "done" if a is None else a.line(), "done" if b is None else b.line())
+            if a is None or b is None
+            else first_difference(a, b)
+        )
         if diff is not None:
             what, va, vb = diff
-            raise Mismatch(f"step {step}: {what} differ\n  refengine: {va}\n  vllm:      {vb}\n"
-                           f"trace:\n{trace!r}\nlog (refengine's view):\n" + "\n".join(log[-30:]))
-    for rid, (va, vb) in zip([r.rid for r in trace.reqs], zip(final_outputs(ref, trace).values(),
-                                                                final_outputs(vl, trace).values())):
+            raise Mismatch(
+                f"step {step}: {what} differ\n  refengine: {va}\n  vllm:      {vb}\n"
+                f"trace:\n{trace!r}\nlog (refengine's view):\n" + "\n".join(log[-30:])
+            )
+    for rid, (va, vb) in zip(
+        [r.rid for r in trace.reqs], zip(final_outputs(ref, trace).values(), final_outputs(vl, trace).values())
+    ):
         if va != vb:
-            raise Mismatch(f"{rid} ended differently: refengine {ref.request(rid)} vs vllm {vl.request(rid)}\n"
-                           f"trace:\n{trace!r}")
+            raise Mismatch(
+                f"{rid} ended differently: refengine {ref.request(rid)} vs vllm {vl.request(rid)}\ntrace:\n{trace!r}"
+            )
         assert va[2] == "finished", (va, vb)
     return log
 
 
 # ---- the property ------------------------------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("async_scheduling", [False, True], ids=["sync", "async"])
 @pytest.mark.parametrize("chunked", [True, False], ids=["chunked", "unchunked"])
@@ -107,9 +117,19 @@ def test_same_schedule_every_step(policy, prefix_caching, chunked, async_schedul
 
 # ---- the former differences, on the traces that first showed them: the engines now agree ----------------------
 
+
 def _knobs(**kw) -> dict:
-    k = dict(max_num_batched_tokens=4, max_num_seqs=2, block_size=2, num_gpu_blocks=3, enable_chunked_prefill=True,
-             long_prefill_token_threshold=0, enable_prefix_caching=True, policy="fcfs", max_model_len=MAX_MODEL_LEN)
+    k = dict(
+        max_num_batched_tokens=4,
+        max_num_seqs=2,
+        block_size=2,
+        num_gpu_blocks=3,
+        enable_chunked_prefill=True,
+        long_prefill_token_threshold=0,
+        enable_prefix_caching=True,
+        policy="fcfs",
+        max_model_len=MAX_MODEL_LEN,
+    )
     k.update(kw)
     return k
 
@@ -129,38 +149,64 @@ def test_agrees_lone_request_ignores_threshold():
 
 def test_agrees_priority_self_preemption_continues():
     """Priority: in step 4 r2 (least urgent) preempts itself for a block; r0 after it is still scheduled."""
-    log = run(Trace(_knobs(num_gpu_blocks=4, policy="priority", enable_prefix_caching=False),
-                    [Req("r1", 0, [2394], 1, 0, 0, 0.0), Req("r2", 0, [2776, 2911, 2430], 5, 0, 1, 1.0),
-                     Req("r0", 3, [2864], 2, 0, 0, 2.0)]))
+    log = run(
+        Trace(
+            _knobs(num_gpu_blocks=4, policy="priority", enable_prefix_caching=False),
+            [
+                Req("r1", 0, [2394], 1, 0, 0, 0.0),
+                Req("r2", 0, [2776, 2911, 2430], 5, 0, 1, 1.0),
+                Req("r0", 3, [2864], 2, 0, 0, 2.0),
+            ],
+        )
+    )
     assert _step(log, 4).startswith("step 4: sched={'r0': 1} preempted=['r2']"), log
 
 
 def test_agrees_unhashed_blocks_reused_first():
     """r1's hashless block, freed after r0's cached prefix, is reused first, so r3 still hits r0's two blocks."""
-    log = run(Trace(_knobs(max_num_seqs=1),
-                    [Req("r0", 0, [X] * 4, 1, 0, 0, 0.0), Req("r1", 0, [2864], 1, 0, 0, 1.0),
-                     Req("r2", 0, [2394], 1, 0, 0, 2.0), Req("r3", 0, [X] * 4 + [2776], 1, 0, 0, 3.0)]))
+    log = run(
+        Trace(
+            _knobs(max_num_seqs=1),
+            [
+                Req("r0", 0, [X] * 4, 1, 0, 0, 0.0),
+                Req("r1", 0, [2864], 1, 0, 0, 1.0),
+                Req("r2", 0, [2394], 1, 0, 0, 2.0),
+                Req("r3", 0, [X] * 4 + [2776], 1, 0, 0, 3.0),
+            ],
+        )
+    )
     assert _step(log, 3).startswith("step 3: sched={'r3': 1}"), log
 
 
 def test_agrees_duplicate_blocks_cached():
     """r0 and r1 compute the same prefix block side by side; both copies are cached, so after one is reused,
     r1 (preempted, re-admitted) still hits two blocks."""
-    log = run(Trace(_knobs(long_prefill_token_threshold=1),
-                    [Req("r0", 0, [X] * 4, 2, 0, 0, 0.0), Req("r1", 0, [X] * 4 + [2864], 1, 0, 0, 1.0)]))
+    log = run(
+        Trace(
+            _knobs(long_prefill_token_threshold=1),
+            [Req("r0", 0, [X] * 4, 2, 0, 0, 0.0), Req("r1", 0, [X] * 4 + [2864], 1, 0, 0, 1.0)],
+        )
+    )
     assert _step(log, 5).startswith("step 5: sched={'r1': 1}"), log
 
 
 # ---- the remaining known differences ------------------------------------------------------------------------------
 
+
 def test_agrees_priority_ties():
     """Equal (priority, arrival_time): both order by request id, a string comparison ("r10" < "r2"), as vLLM's
     Request.__lt__ does (refengine once kept insertion order among equals). r1, added after r2, goes first."""
-    log = run(Trace(_knobs(max_num_seqs=1, policy="priority"),
-                    [Req("r0", 0, [2864], 1), Req("r2", 0, [2776], 1), Req("r1", 1, [2394], 1),
-                     Req("r10", 1, [2911], 1)]))
+    log = run(
+        Trace(
+            _knobs(max_num_seqs=1, policy="priority"),
+            [Req("r0", 0, [2864], 1), Req("r2", 0, [2776], 1), Req("r1", 1, [2394], 1), Req("r10", 1, [2911], 1)],
+        )
+    )
     assert [_step(log, i).split(" preempted")[0] for i in range(1, 4)] == [
-        "step 1: sched={'r1': 1}", "step 2: sched={'r10': 1}", "step 3: sched={'r2': 1}"], log
+        "step 1: sched={'r1': 1}",
+        "step 2: sched={'r10': 1}",
+        "step 3: sched={'r2': 1}",
+    ], log
 
 
 def test_known_difference_eos_before_min_tokens():

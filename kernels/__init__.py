@@ -11,6 +11,7 @@ so an engine on the torch backend never pays Triton's import, nor needs Triton i
 Triton reads TRITON_INTERPRET when a kernel is decorated, i.e. when the Triton kernels are first loaded: to run
 them on a CPU, set it before that.
 """
+
 from __future__ import annotations
 
 import importlib
@@ -19,8 +20,13 @@ import types
 
 from cbbench.kernels.reference import reshape_and_cache_ref, unified_attention_ref
 
-__all__ = ["reshape_and_cache", "reshape_and_cache_ref", "unified_attention", "unified_attention_ref",
-           "warmup_attention_kernels"]
+__all__ = [
+    "reshape_and_cache",
+    "reshape_and_cache_ref",
+    "unified_attention",
+    "unified_attention_ref",
+    "warmup_attention_kernels",
+]
 
 # name here -> (submodule, attribute); the first two are functions named like their submodules
 _LAZY = {

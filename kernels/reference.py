@@ -12,6 +12,7 @@ Layout (vLLM's):
 Query token j of seq i (query length n_q) sits at absolute position seq_lens[i] - n_q + j and attends
 causally to every cached key at positions 0..that position. Math is done in float32 whatever the cache dtype.
 """
+
 from __future__ import annotations
 
 import torch
@@ -95,8 +96,16 @@ def unified_attention_ref(
     return out
 
 
-def prefill_attention_ref(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, out: torch.Tensor,
-                          block_table: torch.Tensor, qsl: list[int], lens: list[int], scale: float) -> None:
+def prefill_attention_ref(
+    q: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    out: torch.Tensor,
+    block_table: torch.Tensor,
+    qsl: list[int],
+    lens: list[int],
+    scale: float,
+) -> None:
     """The sequences of query length > 1 (prefill chunks), one at a time, into `out` (host lists qsl and lens)."""
     for i in range(len(lens)):
         n = qsl[i + 1] - qsl[i]

@@ -10,6 +10,7 @@ a view into a packed input buffer whose offset changes with the step's size: Tri
 the first time it is not 16-byte aligned, so it is `do_not_specialize_on_alignment` (a scalar load per program:
 the hint buys nothing). A run then compiles one variant per layout, which `cbbench.kernels.warmup` does up front.
 """
+
 from __future__ import annotations
 
 import inspect
@@ -20,8 +21,11 @@ import triton.language as tl
 
 _CACHE_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 # older Triton has no do_not_specialize_on_alignment: there the pointer stays specialized (a possible extra variant)
-_JIT_OPTIONS = ({"do_not_specialize_on_alignment": ["slot_mapping_ptr"]}
-                if "do_not_specialize_on_alignment" in inspect.signature(triton.jit).parameters else {})
+_JIT_OPTIONS = (
+    {"do_not_specialize_on_alignment": ["slot_mapping_ptr"]}
+    if "do_not_specialize_on_alignment" in inspect.signature(triton.jit).parameters
+    else {}
+)
 
 
 @triton.jit(**_JIT_OPTIONS)
@@ -92,7 +96,9 @@ def reshape_and_cache(
     """Store k/v [num_tokens, num_kv_heads, head_dim] at `slot_mapping` in k_cache/v_cache
     [num_blocks, block_size, num_kv_heads, head_dim]; negative slots are skipped. Same semantics as
     `reshape_and_cache_ref`, except that k/v must already have the cache dtype (no conversion in the store)."""
-    _check(k.dim() == 3 and v.dim() == 3, f"k/v must be [num_tokens, num_kv_heads, head_dim], got {k.shape} / {v.shape}")
+    _check(
+        k.dim() == 3 and v.dim() == 3, f"k/v must be [num_tokens, num_kv_heads, head_dim], got {k.shape} / {v.shape}"
+    )
     _check(k.shape == v.shape, f"k {tuple(k.shape)} and v {tuple(v.shape)} differ")
     _check(k_cache.dim() == 4, f"k_cache must be [num_blocks, block_size, num_kv_heads, head_dim], got {k_cache.shape}")
     _check(k_cache.shape == v_cache.shape, f"k_cache {tuple(k_cache.shape)} and v_cache {tuple(v_cache.shape)} differ")
@@ -102,7 +108,9 @@ def reshape_and_cache(
         f"cache heads/head_dim {tuple(k_cache.shape[2:])} do not match k {(num_kv_heads, head_dim)}",
     )
     _check(slot_mapping.shape == (num_tokens,), f"slot_mapping must be [{num_tokens}], got {tuple(slot_mapping.shape)}")
-    _check(slot_mapping.dtype in (torch.int32, torch.int64), f"slot_mapping must be int32/int64, got {slot_mapping.dtype}")
+    _check(
+        slot_mapping.dtype in (torch.int32, torch.int64), f"slot_mapping must be int32/int64, got {slot_mapping.dtype}"
+    )
     _check(k_cache.dtype in _CACHE_DTYPES, f"cache dtype must be one of {_CACHE_DTYPES}, got {k_cache.dtype}")
     _check(
         k.dtype == v.dtype == k_cache.dtype == v_cache.dtype,

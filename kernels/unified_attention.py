@@ -18,6 +18,7 @@ each writes an unnormalised partial (acc, running max, running sum) and `_reduce
 This file holds the host side (the launch plan and the wrapper that checks shapes and launches); the Triton
 programs are in kernels/unified_attention_kernels.py.
 """
+
 from __future__ import annotations
 
 import functools
@@ -40,6 +41,7 @@ PROGRAMS_PER_SM = 2  # aim for about two resident programs per SM before splitti
 MIN_TILES_PER_SEGMENT = 2  # a segment shorter than this is dominated by its fixed cost and the reduce
 MAX_KV_SEGMENTS = 16  # partial buffers grow with this; 16 already fills an H100/H200 from a single sequence
 INTERPRETER_NUM_SMS = 2  # a pretend SM count under TRITON_INTERPRET, so small CPU tests reach the split path
+
 
 @functools.cache
 def _num_sms(device_index: int) -> int:
@@ -123,25 +125,45 @@ def plan_unified_attention(
     return AttentionPlan(block_m, block_m // group, tile_n, num_kv_segments, interpreted, upcast)
 
 
-def _check_inputs(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, out: torch.Tensor,
-                  query_start_loc: torch.Tensor, seq_lens: torch.Tensor, block_table: torch.Tensor) -> None:
+def _check_inputs(
+    q: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    out: torch.Tensor,
+    query_start_loc: torch.Tensor,
+    seq_lens: torch.Tensor,
+    block_table: torch.Tensor,
+) -> None:
     """unified_attention's shape, dtype, stride and device checks (ValueError naming what is wrong)."""
-    _check(q.dim() == 3 and out.shape == q.shape, f"q/out must be [num_tokens, num_heads, head_dim], got {q.shape} / {out.shape}")
-    _check(k_cache.dim() == 4 and v_cache.shape == k_cache.shape,
-           f"k_cache/v_cache must both be [num_blocks, block_size, num_kv_heads, head_dim], got {k_cache.shape} / {v_cache.shape}")
+    _check(
+        q.dim() == 3 and out.shape == q.shape,
+        f"q/out must be [num_tokens, num_heads, head_dim], got {q.shape} / {out.shape}",
+    )
+    _check(
+        k_cache.dim() == 4 and v_cache.shape == k_cache.shape,
+        f"k_cache/v_cache must both be [num_blocks, block_size, num_kv_heads, head_dim], got {k_cache.shape} / {v_cache.shape}",
+    )
     _, num_heads, head_dim = q.shape
     num_kv_heads, cache_head_dim = k_cache.shape[2:]
     _check(cache_head_dim == head_dim, f"cache head_dim {cache_head_dim} != q head_dim {head_dim}")
     _check(num_heads % num_kv_heads == 0, f"num_heads {num_heads} is not a multiple of num_kv_heads {num_kv_heads}")
-    _check(q.dtype == k_cache.dtype == v_cache.dtype, f"q/k_cache/v_cache dtypes differ: {q.dtype}/{k_cache.dtype}/{v_cache.dtype}")
+    _check(
+        q.dtype == k_cache.dtype == v_cache.dtype,
+        f"q/k_cache/v_cache dtypes differ: {q.dtype}/{k_cache.dtype}/{v_cache.dtype}",
+    )
     _check(q.dtype in (torch.float32, torch.float16, torch.bfloat16), f"unsupported dtype {q.dtype}")
     _check(out.dtype.is_floating_point, f"out must be floating point, got {out.dtype}")
     for name, t in (("q", q), ("out", out), ("k_cache", k_cache), ("v_cache", v_cache)):
         _check(t.stride(-1) == 1, f"{name} must be contiguous in head_dim, got strides {t.stride()}")
     num_seqs = seq_lens.shape[0]
-    _check(query_start_loc.shape == (num_seqs + 1,), f"query_start_loc must be [{num_seqs + 1}], got {tuple(query_start_loc.shape)}")
-    _check(block_table.dim() == 2 and block_table.shape[0] == num_seqs,
-           f"block_table must be [{num_seqs}, max_blocks], got {tuple(block_table.shape)}")
+    _check(
+        query_start_loc.shape == (num_seqs + 1,),
+        f"query_start_loc must be [{num_seqs + 1}], got {tuple(query_start_loc.shape)}",
+    )
+    _check(
+        block_table.dim() == 2 and block_table.shape[0] == num_seqs,
+        f"block_table must be [{num_seqs}, max_blocks], got {tuple(block_table.shape)}",
+    )
     _check(block_table.stride(1) == 1, f"block_table rows must be contiguous, got strides {block_table.stride()}")
     for name, t in (("query_start_loc", query_start_loc), ("seq_lens", seq_lens), ("block_table", block_table)):
         _check(t.dtype in (torch.int32, torch.int64), f"{name} must be int32/int64, got {t.dtype}")
@@ -188,8 +210,9 @@ def unified_attention(
         return out
     check_launchable(_unified_attention_kernel, q.device)
 
-    plan = plan_unified_attention(q, k_cache, block_table, num_seqs, num_kv_segments=num_kv_segments,
-                                  block_m=block_m, max_seqlen_k=max_seqlen_k)
+    plan = plan_unified_attention(
+        q, k_cache, block_table, num_seqs, num_kv_segments=num_kv_segments, block_m=block_m, max_seqlen_k=max_seqlen_k
+    )
     head_dim_pad = max(16, triton.next_power_of_2(head_dim))
     # Grid bound: sequence i has ceil(n_i / BLOCK_Q) <= n_i // BLOCK_Q + 1 query blocks, and
     # sum_i n_i // BLOCK_Q <= (sum_i n_i) // BLOCK_Q, so num_tokens // BLOCK_Q + num_seqs covers every block

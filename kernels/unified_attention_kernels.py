@@ -1,5 +1,6 @@
 """The Triton programs of `unified_attention` (kernels/unified_attention.py, whose docstring describes the work
 split and split-KV): the attention kernel, its helpers and the reduce of split-KV partials."""
+
 from __future__ import annotations
 
 import triton
@@ -163,7 +164,11 @@ def _unified_attention_kernel(
     if NUM_SEGMENTS == 1:
         o = acc / tl.where(l_i > 0.0, l_i, 1.0)[:, None]  # a valid row always sees key 0, so l_i > 0 there
         o_offs = token[:, None] * stride_o_tok + head[:, None] * stride_o_head + offs_d[None, :]
-        tl.store(out_ptr + o_offs, _cast_out(o, out_ptr.dtype.element_ty, INTERPRETED), mask=row_ok[:, None] & dim_ok[None, :])
+        tl.store(
+            out_ptr + o_offs,
+            _cast_out(o, out_ptr.dtype.element_ty, INTERPRETED),
+            mask=row_ok[:, None] & dim_ok[None, :],
+        )
     else:
         # an empty segment (tile_lo >= tile_hi) still writes m = -inf, l = 0: weight 0 in the reduce
         part = (token * num_heads + head) * NUM_SEGMENTS + segment  # [BLOCK_M]

@@ -11,6 +11,7 @@ variants. Each variant is launched once on a tiny batch through the public wrapp
 takes, with the index dtypes the model runner uses: int32 metadata, int64 slot_mapping), so the compile happens
 here and not inside a measured run. Under TRITON_INTERPRET nothing is compiled: the launches still run (tests).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -32,8 +33,15 @@ class Variant:
     num_kv_segments: int
 
 
-def attention_variants(num_heads: int, num_kv_heads: int, head_dim: int, block_size: int, dtype: torch.dtype,
-                       max_model_len: int, device: torch.device | str) -> list[Variant]:
+def attention_variants(
+    num_heads: int,
+    num_kv_heads: int,
+    head_dim: int,
+    block_size: int,
+    dtype: torch.dtype,
+    max_model_len: int,
+    device: torch.device | str,
+) -> list[Variant]:
     """The variants `plan_unified_attention` can choose for an engine of these shapes (see module docstring)."""
     device = torch.device(device)
     max_blocks = -(-max_model_len // block_size)
@@ -46,8 +54,15 @@ def attention_variants(num_heads: int, num_kv_heads: int, head_dim: int, block_s
     return [Variant(False, decode.block_m, s) for s in segments] + [Variant(True, prefill.block_m, 1)]
 
 
-def warmup_attention_kernels(num_heads: int, num_kv_heads: int, head_dim: int, block_size: int, dtype: torch.dtype,
-                             max_model_len: int, device: torch.device | str) -> list[Variant]:
+def warmup_attention_kernels(
+    num_heads: int,
+    num_kv_heads: int,
+    head_dim: int,
+    block_size: int,
+    dtype: torch.dtype,
+    max_model_len: int,
+    device: torch.device | str,
+) -> list[Variant]:
     """Launch reshape_and_cache and every variant of `attention_variants` once; returns the variants launched."""
     device = torch.device(device)
     gen = torch.Generator(device="cpu").manual_seed(0)
@@ -69,8 +84,18 @@ def warmup_attention_kernels(num_heads: int, num_kv_heads: int, head_dim: int, b
         out = torch.empty_like(q)
         qsl = torch.tensor([0, n], dtype=torch.int32, device=device)
         seq_lens = torch.tensor([capacity if not var.prefill else n], dtype=torch.int32, device=device)
-        unified_attention(q, k_cache, v_cache, out, qsl, seq_lens, block_table, head_dim**-0.5,
-                          num_kv_segments=var.num_kv_segments, block_m=var.block_m)
+        unified_attention(
+            q,
+            k_cache,
+            v_cache,
+            out,
+            qsl,
+            seq_lens,
+            block_table,
+            head_dim**-0.5,
+            num_kv_segments=var.num_kv_segments,
+            block_m=var.block_m,
+        )
     if device.type == "cuda":
         torch.cuda.synchronize(device)
     return variants

@@ -51,8 +51,12 @@ _HELP = {
 def _choices() -> dict[str, tuple[str, ...]]:
     from refengine import config
 
-    return {"batching": config.BATCHING_MODES, "preemption_mode": config.PREEMPTION_MODES,
-            "policy": config.POLICIES, "attention_backend": config.ATTENTION_BACKENDS}
+    return {
+        "batching": config.BATCHING_MODES,
+        "preemption_mode": config.PREEMPTION_MODES,
+        "policy": config.POLICIES,
+        "attention_backend": config.ATTENTION_BACKENDS,
+    }
 
 
 @dataclass(frozen=True)
@@ -60,8 +64,8 @@ class Knob:
     """One engine knob: a config field as the command line sees it."""
 
     name: str
-    type: type                     # int, float, bool or str (Optional[...] unwrapped)
-    default: Any                   # the config's default (None: the engine decides)
+    type: type  # int, float, bool or str (Optional[...] unwrapped)
+    default: Any  # the config's default (None: the engine decides)
     help: str
     choices: tuple[str, ...] | None = None
     source: str = "SchedulerConfig"  # or "EngineConfig"
@@ -134,8 +138,14 @@ def engine_knobs() -> tuple[Knob, ...]:
                 continue
             default = f.default if f.default is not dataclasses.MISSING else None
             help_text = f.metadata.get("help") or _HELP.get(f.name) or f"{cls.__name__}.{f.name}"
-            out[f.name] = Knob(f.name, _base_type(hints[f.name]), default, help_text,
-                               tuple(f.metadata.get("choices") or choices.get(f.name) or ()) or None, cls.__name__)
+            out[f.name] = Knob(
+                f.name,
+                _base_type(hints[f.name]),
+                default,
+                help_text,
+                tuple(f.metadata.get("choices") or choices.get(f.name) or ()) or None,
+                cls.__name__,
+            )
     return tuple(out.values())
 
 
@@ -167,13 +177,21 @@ def _option(k: Knob, sweep: bool, help_override: str | None) -> tuple[Any, Any]:
         decl = f"{k.flag}/--no-{k.flag[2:]}"
         return Annotated[bool | None, typer.Option(decl, help=help_text, show_default=False)], None
     if sweep:
-        return Annotated[str | None, typer.Option(k.flag, help=f"{help_text}; a comma list sweeps",
-                                                     metavar=list_metavar(k.type.__name__), show_default=False)], None
+        return Annotated[
+            str | None,
+            typer.Option(
+                k.flag,
+                help=f"{help_text}; a comma list sweeps",
+                metavar=list_metavar(k.type.__name__),
+                show_default=False,
+            ),
+        ], None
     return Annotated[k.type | None, typer.Option(k.flag, help=help_text, show_default=False)], None
 
 
-def engine_knob_options(*, sweep: bool, exclude: Iterable[str] = (), help: Mapping[str, str] | None = None,
-                        ) -> Callable[[Callable], Callable]:
+def engine_knob_options(
+    *, sweep: bool, exclude: Iterable[str] = (), help: Mapping[str, str] | None = None
+) -> Callable[[Callable], Callable]:
     """Decorator: add one option per engine knob to a typer command.
 
     The command takes a `knobs: dict` parameter (hidden from the CLI) and receives {knob name: value} for the knobs
@@ -201,6 +219,7 @@ def engine_knob_options(*, sweep: bool, exclude: Iterable[str] = (), help: Mappi
 
         wrapper.__signature__ = sig.replace(parameters=params)  # type: ignore[attr-defined]
         return wrapper
+
     return deco
 
 

@@ -66,8 +66,12 @@ def percentile_key(p: float) -> str:
 
 def stat_keys(metric: str, percentiles: Iterable[float] = DEFAULT_PERCENTILES) -> list[str]:
     """The keys `compute_metrics` writes for one latency metric, in order."""
-    return [f"mean_{metric}_ms", f"median_{metric}_ms", f"std_{metric}_ms",
-            *(f"p{percentile_key(p)}_{metric}_ms" for p in percentiles)]
+    return [
+        f"mean_{metric}_ms",
+        f"median_{metric}_ms",
+        f"std_{metric}_ms",
+        *(f"p{percentile_key(p)}_{metric}_ms" for p in percentiles),
+    ]
 
 
 def parse_metric_percentiles(text: str) -> list[float]:
@@ -96,8 +100,11 @@ def _stats(values_s: Sequence[float], metric: str, percentiles: Sequence[float])
     if len(values_s) == 0:
         return dict.fromkeys(stat_keys(metric, percentiles), math.nan)
     ms = np.asarray(values_s, dtype=np.float64) * 1000.0
-    out = {f"mean_{metric}_ms": float(np.mean(ms)), f"median_{metric}_ms": float(np.median(ms)),
-           f"std_{metric}_ms": float(np.std(ms))}
+    out = {
+        f"mean_{metric}_ms": float(np.mean(ms)),
+        f"median_{metric}_ms": float(np.median(ms)),
+        f"std_{metric}_ms": float(np.std(ms)),
+    }
     for p in percentiles:
         out[f"p{percentile_key(p)}_{metric}_ms"] = float(np.percentile(ms, p))
     return out
@@ -121,13 +128,18 @@ def request_latencies(r: RequestRecord) -> dict[str, Any]:
     return {"ttft": ttft, "tpot": tpot, "e2el": e2el, "queue": queue, "itl": itl}
 
 
-def compute_metrics(records: Sequence[RequestRecord | Mapping[str, Any]], duration: float, *,
-                    steps: Sequence[StepRecord | Mapping[str, Any]] | None = None,
-                    max_num_seqs: int | None = None, max_num_batched_tokens: int | None = None,
-                    num_gpu_blocks: int | None = None,
-                    metric_percentiles: Sequence[float] = DEFAULT_PERCENTILES,
-                    goodput: Mapping[str, float] | None = None,
-                    recomputed_tokens: int | None = None) -> dict[str, float]:
+def compute_metrics(
+    records: Sequence[RequestRecord | Mapping[str, Any]],
+    duration: float,
+    *,
+    steps: Sequence[StepRecord | Mapping[str, Any]] | None = None,
+    max_num_seqs: int | None = None,
+    max_num_batched_tokens: int | None = None,
+    num_gpu_blocks: int | None = None,
+    metric_percentiles: Sequence[float] = DEFAULT_PERCENTILES,
+    goodput: Mapping[str, float] | None = None,
+    recomputed_tokens: int | None = None,
+) -> dict[str, float]:
     """Aggregate metrics of one run (see the module docstring for every definition)."""
     if not duration > 0:
         raise ValueError(f"duration must be > 0 s, got {duration}")
@@ -145,9 +157,13 @@ def compute_metrics(records: Sequence[RequestRecord | Mapping[str, Any]], durati
     total_in = sum(r.prompt_len for r in done)
     total_out = sum(r.output_len for r in done)
     out: dict[str, float] = {
-        "completed": len(done), "failed": len(records) - len(done), "duration": float(duration),
-        "total_input_tokens": total_in, "total_output_tokens": total_out,
-        "request_throughput": len(done) / duration, "output_throughput": total_out / duration,
+        "completed": len(done),
+        "failed": len(records) - len(done),
+        "duration": float(duration),
+        "total_input_tokens": total_in,
+        "total_output_tokens": total_out,
+        "request_throughput": len(done) / duration,
+        "output_throughput": total_out / duration,
         "total_token_throughput": (total_in + total_out) / duration,
         "request_goodput": _goodput(done, lat, goodput, duration),
     }
@@ -158,14 +174,21 @@ def compute_metrics(records: Sequence[RequestRecord | Mapping[str, Any]], durati
         recomputed_tokens = sum(int(r.num_recomputed_tokens or 0) for r in done)
     out["recomputed_tokens"] = math.nan if recomputed_tokens is None else recomputed_tokens
     cached = [r.num_cached_tokens for r in done]
-    out["prefix_cache_hit_rate"] = (sum(cached) / total_in if total_in and None not in cached else math.nan)
-    out.update(step_metrics([as_step_record(s) for s in steps or []], max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens,
-                            num_gpu_blocks=num_gpu_blocks))
+    out["prefix_cache_hit_rate"] = sum(cached) / total_in if total_in and None not in cached else math.nan
+    out.update(
+        step_metrics(
+            [as_step_record(s) for s in steps or []],
+            max_num_seqs=max_num_seqs,
+            max_num_batched_tokens=max_num_batched_tokens,
+            num_gpu_blocks=num_gpu_blocks,
+        )
+    )
     return out
 
 
-def _goodput(done: Sequence[RequestRecord], lat: Sequence[dict[str, Any]],
-             slo_ms: Mapping[str, float] | None, duration: float) -> float:
+def _goodput(
+    done: Sequence[RequestRecord], lat: Sequence[dict[str, Any]], slo_ms: Mapping[str, float] | None, duration: float
+) -> float:
     if not slo_ms:
         return math.nan
     bad = [k for k in slo_ms if k not in GOODPUT_METRICS]
@@ -179,20 +202,31 @@ def _goodput(done: Sequence[RequestRecord], lat: Sequence[dict[str, Any]],
     return good / duration
 
 
-def step_metrics(steps: Sequence[StepRecord | Mapping[str, Any]], *, max_num_seqs: int | None = None,
-                 max_num_batched_tokens: int | None = None, num_gpu_blocks: int | None = None) -> dict[str, float]:
+def step_metrics(
+    steps: Sequence[StepRecord | Mapping[str, Any]],
+    *,
+    max_num_seqs: int | None = None,
+    max_num_batched_tokens: int | None = None,
+    num_gpu_blocks: int | None = None,
+) -> dict[str, float]:
     """The per-step aggregates: peak KV, slot and token-budget utilisation, static slot waste."""
     nan = math.nan
     steps = [as_step_record(s) for s in steps]
     kv = [s.kv_blocks_used for s in steps if s.kv_blocks_used is not None]
     peak = max(kv) if kv else nan
-    out = {"num_steps": len(steps), "peak_kv_blocks": peak,
-           "peak_kv_usage": peak / num_gpu_blocks if (kv and num_gpu_blocks) else nan}
-    out["mean_slot_utilisation"] = (float(np.mean([s.num_running / max_num_seqs for s in steps]))
-                                    if steps and max_num_seqs else nan)
+    out = {
+        "num_steps": len(steps),
+        "peak_kv_blocks": peak,
+        "peak_kv_usage": peak / num_gpu_blocks if (kv and num_gpu_blocks) else nan,
+    }
+    out["mean_slot_utilisation"] = (
+        float(np.mean([s.num_running / max_num_seqs for s in steps])) if steps and max_num_seqs else nan
+    )
     out["mean_token_budget_utilisation"] = (
         float(np.mean([s.num_scheduled_tokens / max_num_batched_tokens for s in steps]))
-        if steps and max_num_batched_tokens else nan)
+        if steps and max_num_batched_tokens
+        else nan
+    )
     held = [s for s in steps if s.slots_held is not None]
     useful = sum(s.num_running for s in held)
     out["slot_waste"] = sum(s.slots_held or 0 for s in held) / useful if useful else nan

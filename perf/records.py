@@ -15,21 +15,68 @@ from dataclasses import dataclass, field
 from typing import Any
 
 # What every source records about a request (the Hugging Face peers record exactly these).
-REQUEST_KEYS = ("request_id", "prompt_len", "output_len", "arrival_time", "first_scheduled_time",
-                "first_token_time", "token_times", "finish_time", "num_preemptions", "num_cached_tokens",
-                "finish_reason")
+REQUEST_KEYS = (
+    "request_id",
+    "prompt_len",
+    "output_len",
+    "arrival_time",
+    "first_scheduled_time",
+    "first_token_time",
+    "token_times",
+    "finish_time",
+    "num_preemptions",
+    "num_cached_tokens",
+    "finish_reason",
+)
 ENGINE_REQUEST_KEYS = (*REQUEST_KEYS[:9], "num_recomputed_tokens", *REQUEST_KEYS[9:], "error")
-HTTP_REQUEST_KEYS = ("request_id", "prompt_len", "output_len", "requested_output_len", "output_len_source",
-                     "arrival_time", "first_scheduled_time", "first_token_time", "token_times", "chunk_times",
-                     "finish_time", "num_preemptions", "num_cached_tokens", "finish_reason", "error", "text")
+HTTP_REQUEST_KEYS = (
+    "request_id",
+    "prompt_len",
+    "output_len",
+    "requested_output_len",
+    "output_len_source",
+    "arrival_time",
+    "first_scheduled_time",
+    "first_token_time",
+    "token_times",
+    "chunk_times",
+    "finish_time",
+    "num_preemptions",
+    "num_cached_tokens",
+    "finish_reason",
+    "error",
+    "text",
+)
 HTTP_ERROR_KEYS = tuple(k for k in HTTP_REQUEST_KEYS if k not in ("output_len_source", "text"))
 
-STEP_KEYS = ("time", "num_scheduled_tokens", "num_running", "num_waiting", "num_prefill_tokens",
-             "num_decode_tokens", "kv_blocks_used")
-ENGINE_STEP_KEYS = (*STEP_KEYS, "num_preempted", "slots_held", "scheduled_req_ids", "running_req_ids",
-                    "prefill_req_ids", "batch_id")
-PEER_STEP_KEYS = ("time", "num_scheduled_tokens", "num_waiting", "num_running", "slots_held", "num_prefill_tokens",
-                  "num_decode_tokens", "kv_blocks_used")
+STEP_KEYS = (
+    "time",
+    "num_scheduled_tokens",
+    "num_running",
+    "num_waiting",
+    "num_prefill_tokens",
+    "num_decode_tokens",
+    "kv_blocks_used",
+)
+ENGINE_STEP_KEYS = (
+    *STEP_KEYS,
+    "num_preempted",
+    "slots_held",
+    "scheduled_req_ids",
+    "running_req_ids",
+    "prefill_req_ids",
+    "batch_id",
+)
+PEER_STEP_KEYS = (
+    "time",
+    "num_scheduled_tokens",
+    "num_waiting",
+    "num_running",
+    "slots_held",
+    "num_prefill_tokens",
+    "num_decode_tokens",
+    "kv_blocks_used",
+)
 
 
 @dataclass
@@ -48,13 +95,13 @@ class RequestRecord:
     num_preemptions: int | None
     num_cached_tokens: int | None
     finish_reason: str | None
-    num_recomputed_tokens: int | None = None   # refengine: tokens computed again after recompute preemptions
+    num_recomputed_tokens: int | None = None  # refengine: tokens computed again after recompute preemptions
     error: str | None = None
-    requested_output_len: int | None = None    # HTTP: max_tokens as sent (a server may stop earlier)
-    output_len_source: str | None = None       # HTTP: "usage" | "tokenizer" | "chunks"
+    requested_output_len: int | None = None  # HTTP: max_tokens as sent (a server may stop earlier)
+    output_len_source: str | None = None  # HTTP: "usage" | "tokenizer" | "chunks"
     chunk_times: list[float] | None = None
     text: str | None = None
-    conversation_id: int | None = None         # multi-turn: the conversation and the turn (0, 1, ...) of a request
+    conversation_id: int | None = None  # multi-turn: the conversation and the turn (0, 1, ...) of a request
     turn: int | None = None
     layout: tuple[str, ...] = field(default=REQUEST_KEYS, repr=False, compare=False)
 

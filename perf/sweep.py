@@ -37,15 +37,21 @@ def run_plan(plan: RunPlan, console: Console) -> list[dict[str, Any]]:
 
     _set_threads(plan)
     st = plan.settings
-    writer = ResultWriter(plan.csv_path, config=plan.config, environment=environment_info(st.device),
-                          workload=plan.workload, resume=plan.resume)
+    writer = ResultWriter(
+        plan.csv_path,
+        config=plan.config,
+        environment=environment_info(st.device),
+        workload=plan.workload,
+        resume=plan.resume,
+    )
     todo = [spec for spec in plan.specs if not writer.done(spec.plan_id)]
     info = console if plan.format == "text" else Console(stderr=True)  # stdout holds only the markdown / JSON
     if plan.resume and writer.num_done:
         info.print(f"resume: {writer.num_done} run(s) already in {plan.csv_path}; {len(todo)} to go", markup=False)
     # the table covers the whole file: the runs saved before the interruption, named as they were, then the new
-    entries: list[Any] = [(k, row, None) for k, row in zip(labels_of_rows(writer.rows, list(writer.records)),
-                                                            writer.rows)]
+    entries: list[Any] = [
+        (k, row, None) for k, row in zip(labels_of_rows(writer.rows, list(writer.records)), writer.rows)
+    ]
     notes: list[str] = []
     speed: list[tuple[str, float, float]] = []  # simulated runs: (run, simulated seconds, wall seconds)
     try:
@@ -61,8 +67,9 @@ def run_plan(plan: RunPlan, console: Console) -> list[dict[str, Any]]:
                     speed.append((spec.describe(), result.duration, wall))
     except KeyboardInterrupt:
         writer.flush()  # also creates the pair when nothing had finished yet
-        raise KeyboardInterrupt(f"{writer.num_done} run(s) kept in {plan.csv_path}; add --output {plan.csv_path} "
-                                f"--resume to finish") from None
+        raise KeyboardInterrupt(
+            f"{writer.num_done} run(s) kept in {plan.csv_path}; add --output {plan.csv_path} --resume to finish"
+        ) from None
     if speed:
         notes.append(_speed_note(speed, writer))
     if not writer.rows or speed:
@@ -95,13 +102,21 @@ def _record(plan: RunPlan, spec: RunSpec, result: Any, writer: ResultWriter, not
     backend = plan.backends[spec.backend]
     config, device = backend.row_config(result)
     notes += backend.notes(key, result)
-    row = make_row(metrics=result.metrics(metric_percentiles=plan.percentiles, goodput=plan.goodput),
-                   engine=result.engine, workload=spec.workload, batching=result.batching, config=config,
-                   repeat=spec.repeat, model=plan.settings.model, device=device,
-                   git_sha=writer.environment["git_sha"], label=plan.label, command=plan.command,
-                   run_options={**plan.run_options, "plan_id": spec.plan_id})
-    writer.add(row, f"{result.engine}/{result.batching}/{key[2]}/repeat{spec.repeat}", result.records,
-               result.steps)
+    row = make_row(
+        metrics=result.metrics(metric_percentiles=plan.percentiles, goodput=plan.goodput),
+        engine=result.engine,
+        workload=spec.workload,
+        batching=result.batching,
+        config=config,
+        repeat=spec.repeat,
+        model=plan.settings.model,
+        device=device,
+        git_sha=writer.environment["git_sha"],
+        label=plan.label,
+        command=plan.command,
+        run_options={**plan.run_options, "plan_id": spec.plan_id},
+    )
+    writer.add(row, f"{result.engine}/{result.batching}/{key[2]}/repeat{spec.repeat}", result.records, result.steps)
     return key, row, None
 
 
@@ -109,8 +124,11 @@ def _speed_note(speed: list[tuple[str, float, float]], writer: ResultWriter) -> 
     """How much faster than real time the simulation ran; also kept in the JSON's config (wall time is the host's,
     so it is never a CSV metric: a gate would see the machine's load)."""
     sim, wall = sum(s for _, s, _ in speed), sum(w for _, _, w in speed)
-    writer.config["sim_speed"] = {"simulated_s": sim, "wall_s": wall,
-                                  "runs": {name: {"simulated_s": s, "wall_s": w} for name, s, w in speed}}
+    writer.config["sim_speed"] = {
+        "simulated_s": sim,
+        "wall_s": wall,
+        "runs": {name: {"simulated_s": s, "wall_s": w} for name, s, w in speed},
+    }
     return f"simulated {sim:.1f} s of GPU time in {wall:.1f} s of wall time ({sim / wall:.2f} simulated s per wall s)"
 
 

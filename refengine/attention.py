@@ -6,6 +6,7 @@ under TRITON_INTERPRET=1) are interchangeable. The `torch` backend is the oracle
 prefill chunks and its own chunked decode attention (`decode_attention_cpu`) for the decodes; the oracle stays the
 single source of truth that both backends are tested against.
 """
+
 from __future__ import annotations
 
 import bisect
@@ -21,7 +22,6 @@ from refengine.config import ATTENTION_BACKENDS  # noqa: F401  (re-exported)
 # 64 x 64 x 512 B = 2 MB each) stay in cache between the gather and the two products that read them, so the KV
 # cache is read from memory once. Measured here (64 decodes, ShareGPT-like lengths to 768): 32 to 128 alike.
 DECODE_CHUNK_TOKENS = 64
-
 
 
 @dataclass
@@ -44,23 +44,50 @@ class AttentionMetadata:
 class AttentionBackend:
     name: str
     reshape_and_cache: Callable[..., None]  # (k, v, k_cache, v_cache, slot_mapping)
-    unified_attention: Callable[..., torch.Tensor]  # (q, k_cache, v_cache, out, query_start_loc, seq_lens, block_table, scale)
+    unified_attention: Callable[
+        ..., torch.Tensor
+    ]  # (q, k_cache, v_cache, out, query_start_loc, seq_lens, block_table, scale)
     takes_host_lens: bool = False  # unified_attention also takes query_start_loc_cpu= / seq_lens_cpu=
 
-    def attend(self, q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, out: torch.Tensor,
-               meta: AttentionMetadata, scale: float) -> torch.Tensor:
+    def attend(
+        self,
+        q: torch.Tensor,
+        k_cache: torch.Tensor,
+        v_cache: torch.Tensor,
+        out: torch.Tensor,
+        meta: AttentionMetadata,
+        scale: float,
+    ) -> torch.Tensor:
         """unified_attention over one step's metadata (the host copies go to the backends that use them)."""
         if self.takes_host_lens:
-            return self.unified_attention(q, k_cache, v_cache, out, meta.query_start_loc, meta.seq_lens,
-                                          meta.block_table, scale, query_start_loc_cpu=meta.query_start_loc_cpu,
-                                          seq_lens_cpu=meta.seq_lens_cpu)
-        return self.unified_attention(q, k_cache, v_cache, out, meta.query_start_loc, meta.seq_lens,
-                                      meta.block_table, scale)
+            return self.unified_attention(
+                q,
+                k_cache,
+                v_cache,
+                out,
+                meta.query_start_loc,
+                meta.seq_lens,
+                meta.block_table,
+                scale,
+                query_start_loc_cpu=meta.query_start_loc_cpu,
+                seq_lens_cpu=meta.seq_lens_cpu,
+            )
+        return self.unified_attention(
+            q, k_cache, v_cache, out, meta.query_start_loc, meta.seq_lens, meta.block_table, scale
+        )
 
 
-def decode_attention_cpu(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, out: torch.Tensor,
-                         block_table: torch.Tensor, seqs: list[int], rows: list[int], lens: list[int],
-                         scale: float) -> None:
+def decode_attention_cpu(
+    q: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    out: torch.Tensor,
+    block_table: torch.Tensor,
+    seqs: list[int],
+    rows: list[int],
+    lens: list[int],
+    scale: float,
+) -> None:
     """Decode attention (one query token per sequence) over the paged cache, written into out[rows].
 
     Same function as the oracle's decode path, computed so that the KV cache is read once: the sequences are
@@ -107,17 +134,27 @@ def decode_attention_cpu(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.
     out[row_t] = acc.div_(denom).view(n, kvh * g, dim).to(out.dtype)
 
 
-def unified_attention_cpu(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, out: torch.Tensor,
-                          query_start_loc: torch.Tensor, seq_lens: torch.Tensor, block_table: torch.Tensor,
-                          scale: float, *, query_start_loc_cpu: list[int] | None = None,
-                          seq_lens_cpu: list[int] | None = None) -> torch.Tensor:
+def unified_attention_cpu(
+    q: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    out: torch.Tensor,
+    query_start_loc: torch.Tensor,
+    seq_lens: torch.Tensor,
+    block_table: torch.Tensor,
+    scale: float,
+    *,
+    query_start_loc_cpu: list[int] | None = None,
+    seq_lens_cpu: list[int] | None = None,
+) -> torch.Tensor:
     """The `torch` backend: decodes through decode_attention_cpu, longer queries through the oracle."""
     qsl = query_start_loc.tolist() if query_start_loc_cpu is None else query_start_loc_cpu
     lens = seq_lens.tolist() if seq_lens_cpu is None else seq_lens_cpu
     decode = [i for i in range(len(lens)) if qsl[i + 1] - qsl[i] == 1]
     if decode:
-        decode_attention_cpu(q, k_cache, v_cache, out, block_table, decode, [qsl[i] for i in decode],
-                             [lens[i] for i in decode], scale)
+        decode_attention_cpu(
+            q, k_cache, v_cache, out, block_table, decode, [qsl[i] for i in decode], [lens[i] for i in decode], scale
+        )
     prefill_attention_ref(q, k_cache, v_cache, out, block_table, qsl, lens, scale)
     return out
 
@@ -135,4 +172,3 @@ def get_attention_backend(name: str) -> AttentionBackend:
 
         return AttentionBackend("triton", reshape_and_cache, unified_attention)
     raise ValueError(f"attention_backend must be one of {ATTENTION_BACKENDS}, got {name!r}")
-

@@ -11,6 +11,7 @@ Lifetime: the worker is a daemon thread that holds neither the queue nor the eng
 forward to run), so dropping the engine frees the queue by reference counting, and a `weakref.finalize` on the
 queue then stops the worker; `shutdown()` (LLMEngine.shutdown) does the same explicitly and waits for it to exit.
 """
+
 from __future__ import annotations
 
 import queue
@@ -47,8 +48,9 @@ def _forward_worker(work: queue.SimpleQueue[WorkItem]) -> None:
         del future, execute_model, out  # hold no step's tensors while waiting for the next
 
 
-def _stop_worker(work: queue.SimpleQueue[WorkItem], thread: threading.Thread,
-                 steps: deque[tuple[StepFuture, SchedulerOutput]]) -> None:
+def _stop_worker(
+    work: queue.SimpleQueue[WorkItem], thread: threading.Thread, steps: deque[tuple[StepFuture, SchedulerOutput]]
+) -> None:
     """Cancel the steps not yet started and let the worker exit after the one it runs (called once)."""
     for future in [f for f, _ in steps]:
         future.cancel()
@@ -62,8 +64,9 @@ class BatchQueue:
         self._execute_model = execute_model
         self._work: queue.SimpleQueue[WorkItem] = queue.SimpleQueue()
         self._steps: deque[tuple[StepFuture, SchedulerOutput]] = deque()
-        self._thread = threading.Thread(target=_forward_worker, args=(self._work,), name="refengine-forward",
-                                        daemon=True)
+        self._thread = threading.Thread(
+            target=_forward_worker, args=(self._work,), name="refengine-forward", daemon=True
+        )
         self._thread.start()
         # runs on shutdown(), when the queue is collected, or at interpreter exit, whichever comes first
         self._finalizer = weakref.finalize(self, _stop_worker, self._work, self._thread, self._steps)

@@ -6,6 +6,7 @@ the whole length (prompt + max_tokens, so nothing is ever preempted) and, for st
 request belongs to (a batch holds its slots until the whole batch has left). The passes themselves are the
 scheduler's (`Scheduler._schedule_running` / `_schedule_waiting`); `Scheduler.schedule()` just calls `mode.step`.
 """
+
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
@@ -109,7 +110,8 @@ class NoBatching(StaticBatching):
 
 
 _MODES: dict[BatchingMode, type[ContinuousBatching]] = {
-    m.mode: m for m in (ContinuousBatching, SequenceBatching, StaticBatching, NoBatching)}
+    m.mode: m for m in (ContinuousBatching, SequenceBatching, StaticBatching, NoBatching)
+}
 
 
 def make_batching(config: SchedulerConfig) -> ContinuousBatching:

@@ -6,6 +6,7 @@
 A block is `used` while ref_cnt > 0 and `free` otherwise; a free block that still holds a hash is reusable by a
 prefix hit (`touch` takes it back out of the free queue) until `get_new_blocks` evicts it.
 """
+
 from __future__ import annotations
 
 from collections import OrderedDict

@@ -3,6 +3,7 @@
 Python's bool is an int, so every integer check rejects it explicitly; numpy integers and floats pass (they are
 numbers.Integral / numbers.Real) and callers convert them to plain Python numbers.
 """
+
 from __future__ import annotations
 
 import math
@@ -23,8 +24,9 @@ def check_int(name: str, value: object, minimum: int | None = None, maximum: int
     return value
 
 
-def check_real(name: str, value: object, minimum: float | None = None, maximum: float | None = None, *,
-               min_open: bool = False) -> float:
+def check_real(
+    name: str, value: object, minimum: float | None = None, maximum: float | None = None, *, min_open: bool = False
+) -> float:
     """A finite real number in [minimum, maximum] (or (minimum, maximum] with `min_open`)."""
     if not isinstance(value, numbers.Real) or isinstance(value, bool) or not math.isfinite(value):
         raise ValueError(f"{name} must be a finite number, got {value!r}")

@@ -1,6 +1,7 @@
 """Frozen configs and the enums of their choices. Keyword arguments of LLM / LLMEngine / Scheduler and the CLI's
 options map one to one onto these fields; a bad value fails in __post_init__ with a message that names the field.
 `EngineArgs` (refengine/engine_args.py) sorts an engine's keyword arguments into them."""
+
 from __future__ import annotations
 
 import enum
@@ -70,12 +71,21 @@ class SchedulerConfig:
     async_scheduling: bool = False
 
     def __post_init__(self) -> None:
-        for name, lo, hi in (("max_num_batched_tokens", 1, None), ("max_num_seqs", 1, MAX_NUM_SEQS),
-                             ("block_size", 1, None), ("num_gpu_blocks", 1, None), ("num_cpu_blocks", 0, None),
-                             ("long_prefill_token_threshold", 0, None), ("max_model_len", 2, None)):
+        for name, lo, hi in (
+            ("max_num_batched_tokens", 1, None),
+            ("max_num_seqs", 1, MAX_NUM_SEQS),
+            ("block_size", 1, None),
+            ("num_gpu_blocks", 1, None),
+            ("num_cpu_blocks", 0, None),
+            ("long_prefill_token_threshold", 0, None),
+            ("max_model_len", 2, None),
+        ):
             object.__setattr__(self, name, check_int(name, getattr(self, name), lo, hi))  # (numpy ints -> int)
-        for name, choices in (("preemption_mode", PreemptionMode), ("policy", SchedulingPolicy),
-                              ("batching", BatchingMode)):
+        for name, choices in (
+            ("preemption_mode", PreemptionMode),
+            ("policy", SchedulingPolicy),
+            ("batching", BatchingMode),
+        ):
             value = getattr(self, name)
             check_choice(name, value, tuple(m.value for m in choices))
             object.__setattr__(self, name, choices(value))
@@ -102,8 +112,10 @@ class EngineConfig:
     kv_cache_memory_gb: float | None = None  # sizes num_gpu_blocks when that is not given
     # on CUDA without num_gpu_blocks / kv_cache_memory_gb: the share of the device this engine may use, weights,
     # activations and KV cache together (vLLM's knob; refengine/kv_sizing.py)
-    gpu_memory_utilization: float = field(default=DEFAULT_GPU_MEMORY_UTILIZATION, metadata={
-        "help": "share of the GPU's memory for this engine (weights + activations + KV cache), in (0, 1]"})
+    gpu_memory_utilization: float = field(
+        default=DEFAULT_GPU_MEMORY_UTILIZATION,
+        metadata={"help": "share of the GPU's memory for this engine (weights + activations + KV cache), in (0, 1]"},
+    )
     # step_stats and finished_requests keep only the newest stats_log_size entries (0: none; None: all, as the perf
     # suite asks), so that a long-lived engine does not grow without bound
     stats_log_size: int | None = 10_000

@@ -9,6 +9,7 @@ device buffers; a replay copies the step's (already padded) device inputs into t
 Only the forward up to the final norm is captured; logits and sampling run eagerly on the real rows. Graphs need
 the triton attention backend: the torch oracle plans its gathers on the host, which a graph cannot replay.
 """
+
 from __future__ import annotations
 
 import bisect
@@ -34,9 +35,15 @@ def padded_size(sizes: list[int], num_seqs: int) -> int | None:
     return sizes[i] if i < len(sizes) else None
 
 
-def pad_decode_inputs(input_ids: np.ndarray, positions: np.ndarray, slot_mapping: np.ndarray,
-                      query_start_loc: np.ndarray, seq_lens: np.ndarray, block_table: np.ndarray,
-                      size: int) -> tuple[np.ndarray, ...]:
+def pad_decode_inputs(
+    input_ids: np.ndarray,
+    positions: np.ndarray,
+    slot_mapping: np.ndarray,
+    query_start_loc: np.ndarray,
+    seq_lens: np.ndarray,
+    block_table: np.ndarray,
+    size: int,
+) -> tuple[np.ndarray, ...]:
     """A decode-only step of S sequences ([S] arrays, query_start_loc [S + 1], block_table [S, W]) padded to
     `size` sequences: padded tokens are id 0 at position 0 with slot -1, padded sequences have query length 0
     (query_start_loc repeats its last value) and seq_len 0, and their block-table rows are zeros."""
@@ -48,15 +55,27 @@ def pad_decode_inputs(input_ids: np.ndarray, positions: np.ndarray, slot_mapping
     def grow(a: np.ndarray, value: int) -> np.ndarray:
         return np.concatenate([a, np.full((pad, *a.shape[1:]), value, dtype=a.dtype)])
 
-    return (grow(input_ids, 0), grow(positions, 0), grow(slot_mapping, -1),
-            grow(query_start_loc, int(query_start_loc[-1])), grow(seq_lens, 0), grow(block_table, 0))
+    return (
+        grow(input_ids, 0),
+        grow(positions, 0),
+        grow(slot_mapping, -1),
+        grow(query_start_loc, int(query_start_loc[-1])),
+        grow(seq_lens, 0),
+        grow(block_table, 0),
+    )
 
 
 class CudaGraphRunner:
     """The captured graphs and their static inputs; `lookup(S)` -> the graph a step of S decodes replays."""
 
-    def __init__(self, model: torch.nn.Module, kv_caches: list[tuple[torch.Tensor, torch.Tensor]], max_num_seqs: int, max_blocks: int,
-                 device: torch.device) -> None:
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        kv_caches: list[tuple[torch.Tensor, torch.Tensor]],
+        max_num_seqs: int,
+        max_blocks: int,
+        device: torch.device,
+    ) -> None:
         self.model = model
         self.kv_caches = kv_caches
         self.sizes = capture_sizes(max_num_seqs)
@@ -76,8 +95,11 @@ class CudaGraphRunner:
 
     def _meta(self, size: int) -> AttentionMetadata:
         return AttentionMetadata(
-            slot_mapping=self.slot_mapping[:size], query_start_loc=self.query_start_loc[: size + 1],
-            seq_lens=self.seq_lens[:size], block_table=self.block_table[:size], max_query_len=1,
+            slot_mapping=self.slot_mapping[:size],
+            query_start_loc=self.query_start_loc[: size + 1],
+            seq_lens=self.seq_lens[:size],
+            block_table=self.block_table[:size],
+            max_query_len=1,
             max_seq_len=self.max_blocks * self.kv_caches[0][0].shape[1],
         )
 
@@ -108,8 +130,15 @@ class CudaGraphRunner:
     def lookup(self, num_seqs: int) -> int | None:
         return padded_size(self.sizes, num_seqs)
 
-    def run(self, input_ids: torch.Tensor, positions: torch.Tensor, slot_mapping: torch.Tensor,
-            query_start_loc: torch.Tensor, seq_lens: torch.Tensor, block_table: torch.Tensor) -> torch.Tensor:
+    def run(
+        self,
+        input_ids: torch.Tensor,
+        positions: torch.Tensor,
+        slot_mapping: torch.Tensor,
+        query_start_loc: torch.Tensor,
+        seq_lens: torch.Tensor,
+        block_table: torch.Tensor,
+    ) -> torch.Tensor:
         """Replay the graph of the (already padded) batch size on these inputs, copied (device to device, with the
         int32 casts) into the static buffers; returns its static hidden states [size, hidden], valid until the
         next replay."""

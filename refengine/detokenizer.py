@@ -19,6 +19,7 @@ it ends in an incomplete character. Stop strings are searched in the new text on
 before it), as vLLM does; while a request runs, the last (longest stop - 1) characters are not returned, since
 they may turn out to be the start of a stop string that must not be shown.
 """
+
 from __future__ import annotations
 
 import codecs
@@ -95,7 +96,7 @@ class _WindowStream:
         text = self._decode(self._window)
         if len(text) <= len(self._prefix_text) or text.endswith(_REPLACEMENT):
             return ""  # nothing new yet, or a character still split: wait for the next token
-        delta = text[len(self._prefix_text):]
+        delta = text[len(self._prefix_text) :]
         # what was read becomes the new prefix: it gives the next tokens their left context
         del self._window[: self._read]
         self._read = len(self._window)
@@ -106,10 +107,10 @@ class _WindowStream:
         return self.feed((i,))
 
     def flush(self) -> str:
-        if not self._window[self._read:]:
+        if not self._window[self._read :]:
             return ""
         prefix = self._prefix_text if self._prefix_text is not None else self._decode(self._window[: self._read])
-        return self._decode(self._window)[len(prefix):]
+        return self._decode(self._window)[len(prefix) :]
 
 
 class IncrementalDetokenizer:

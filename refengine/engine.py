@@ -8,6 +8,7 @@ it processes step N's output (refengine/batch_queue.py): outputs come back one s
 The model (or `model_impl`), the sampler and the detokenizer factory come in through the constructor, so a
 benchmark or a test swaps one without patching.
 """
+
 from __future__ import annotations
 
 import collections
@@ -50,18 +51,26 @@ _R = TypeVar("_R")
 
 def _while_open(method: Callable[Concatenate[LLMEngine, _P], _R]) -> Callable[Concatenate[LLMEngine, _P], _R]:
     """step() after shutdown() raises, rather than stepping an engine whose requests were aborted."""
+
     @functools.wraps(method)
     def guarded(self: LLMEngine, *args: _P.args, **kwargs: _P.kwargs) -> _R:
         if self._shut_down:
             raise RuntimeError(f"{method.__name__}(): {_SHUT_DOWN}")
         return method(self, *args, **kwargs)
+
     return guarded
 
 
 class LLMEngine:
-    def __init__(self, model: str = "tiny-qwen2", *, model_impl: torch.nn.Module | None = None,
-                 sampler: Sampler | None = None, detokenizer_factory: DetokenizerFactory | None = None,
-                 **kwargs: Any) -> None:
+    def __init__(
+        self,
+        model: str = "tiny-qwen2",
+        *,
+        model_impl: torch.nn.Module | None = None,
+        sampler: Sampler | None = None,
+        detokenizer_factory: DetokenizerFactory | None = None,
+        **kwargs: Any,
+    ) -> None:
         """`model`: a preset name or a local Hugging Face folder; `kwargs`: the engine knobs (EngineConfig and
         SchedulerConfig fields). `model_impl` replaces the loaded weights with a module of the same interface
         (forward, compute_logits), for `model`'s config; `sampler` and `detokenizer_factory` replace refengine's."""
@@ -70,8 +79,9 @@ class LLMEngine:
         # device="sim:<gpu>": no weights and no forward; a simulated runner on a virtual clock (refengine/sim/)
         self.sim = SimBackend.create(cfg.device, cfg.model, cfg.dtype) if is_sim_device(cfg.device) else None
         self.clock = self.sim.clock if self.sim else WALL_CLOCK
-        (self.device, self.dtype, self.model, self.attention_backend, self.model_config,
-         self.tokenizer) = self.sim.parts() if self.sim else self._load(cfg, model_impl)
+        (self.device, self.dtype, self.model, self.attention_backend, self.model_config, self.tokenizer) = (
+            self.sim.parts() if self.sim else self._load(cfg, model_impl)
+        )
         self.device_label = self.sim.device_label if self.sim else str(self.device)
         dtype = self.dtype
         mc = self.model_config
@@ -80,11 +90,24 @@ class LLMEngine:
             raise ValueError(
                 f"max_model_len must be in [2, {mc.max_position_embeddings}] for this model, got {self.max_model_len}"
             )
-        kv_field = ("num_gpu_blocks" if args.num_gpu_blocks_given else "kv_cache_memory_gb"
-                    if cfg.kv_cache_memory_gb is not None or self.device.type != "cuda" else "gpu_memory_utilization")
-        num_blocks = cfg.scheduler.num_gpu_blocks if args.num_gpu_blocks_given else (
-            self.sim.num_gpu_blocks(cfg.scheduler.block_size, cfg.gpu_memory_utilization) if self.sim else
-            sized_num_blocks(self.model, mc, cfg, device=self.device, dtype=dtype, max_model_len=self.max_model_len))
+        kv_field = (
+            "num_gpu_blocks"
+            if args.num_gpu_blocks_given
+            else "kv_cache_memory_gb"
+            if cfg.kv_cache_memory_gb is not None or self.device.type != "cuda"
+            else "gpu_memory_utilization"
+        )
+        num_blocks = (
+            cfg.scheduler.num_gpu_blocks
+            if args.num_gpu_blocks_given
+            else (
+                self.sim.num_gpu_blocks(cfg.scheduler.block_size, cfg.gpu_memory_utilization)
+                if self.sim
+                else sized_num_blocks(
+                    self.model, mc, cfg, device=self.device, dtype=dtype, max_model_len=self.max_model_len
+                )
+            )
+        )
         self.config = cfg = with_resolved(cfg, max_model_len=self.max_model_len, num_gpu_blocks=num_blocks)
         sc = cfg.scheduler
         # Every running request owns at least one KV block of its own (the one holding its last token is never a
@@ -94,17 +117,36 @@ class LLMEngine:
             check_engine_memory(mc, sc, num_rows=num_rows, kv_field=kv_field, device=self.device, dtype=dtype)
         self.scheduler = Scheduler(sc, eos_token_id=mc.eos_token_id)
         self.scheduler.clock = self.clock.now
-        self.model_runner = self.sim.make_runner(sc.async_scheduling) if self.sim else ModelRunner(
-            self.model, mc, num_gpu_blocks=sc.num_gpu_blocks, num_cpu_blocks=sc.num_cpu_blocks,
-            block_size=sc.block_size, max_num_seqs=num_rows, max_model_len=self.max_model_len,
-            device=self.device, dtype=dtype, seed=cfg.seed, enforce_eager=cfg.enforce_eager,
-            sampler=sampler or sampler_module.sample,  # (looked up now: a profiler may have wrapped it)
+        self.model_runner = (
+            self.sim.make_runner(sc.async_scheduling)
+            if self.sim
+            else ModelRunner(
+                self.model,
+                mc,
+                num_gpu_blocks=sc.num_gpu_blocks,
+                num_cpu_blocks=sc.num_cpu_blocks,
+                block_size=sc.block_size,
+                max_num_seqs=num_rows,
+                max_model_len=self.max_model_len,
+                device=self.device,
+                dtype=dtype,
+                seed=cfg.seed,
+                enforce_eager=cfg.enforce_eager,
+                sampler=sampler or sampler_module.sample,  # (looked up now: a profiler may have wrapped it)
+            )
         )
         if self.attention_backend == "triton" and self.device.type == "cuda":  # compile now, not in a measured step
             from cbbench.kernels import warmup_attention_kernels
 
-            warmup_attention_kernels(mc.num_attention_heads, mc.num_key_value_heads, mc.head_dim, sc.block_size,
-                                     dtype, self.max_model_len, self.device)
+            warmup_attention_kernels(
+                mc.num_attention_heads,
+                mc.num_key_value_heads,
+                mc.head_dim,
+                sc.block_size,
+                dtype,
+                self.max_model_len,
+                self.device,
+            )
         self.processor = Processor(self.tokenizer, mc, sc, self.max_model_len)
         self._pending: list[RequestOutput] = []  # outputs of requests aborted between steps
         queue_type = self.sim.batch_queue if self.sim else BatchQueue
@@ -113,8 +155,9 @@ class LLMEngine:
         # the newest stats_log_size steps and finished requests, for metrics; the caller may clear them
         self.step_stats: collections.deque[StepStats] = collections.deque(maxlen=cfg.stats_log_size)
         self.finished_requests: collections.deque[Request] = collections.deque(maxlen=cfg.stats_log_size)
-        self.output_processor = OutputProcessor(self.tokenizer, self.scheduler, self.finished_requests,
-                                                detokenizer_factory or IncrementalDetokenizer)
+        self.output_processor = OutputProcessor(
+            self.tokenizer, self.scheduler, self.finished_requests, detokenizer_factory or IncrementalDetokenizer
+        )
 
     def _load(self, cfg: EngineConfig, model_impl: torch.nn.Module | None) -> tuple:
         """(device, dtype, model, attention_backend, model_config, tokenizer) on a real device."""
@@ -167,13 +210,17 @@ class LLMEngine:
             self._queue(req)
         return [req for req, _ in built]
 
-    def _process(self, request_id: str, prompt, params=None, arrival_time=None,
-                 priority: int = 0) -> tuple[Request, str | None]:
+    def _process(
+        self, request_id: str, prompt, params=None, arrival_time=None, priority: int = 0
+    ) -> tuple[Request, str | None]:
         """Build the request without queuing it."""
         if self._shut_down:
             raise RuntimeError(f"add_request(): {_SHUT_DOWN}")
-        if isinstance(request_id, str) and (request_id in self.scheduler.requests or request_id in self.output_processor
-                                          or (self.batch_queue is not None and self.batch_queue.holds(request_id))):
+        if isinstance(request_id, str) and (
+            request_id in self.scheduler.requests
+            or request_id in self.output_processor
+            or (self.batch_queue is not None and self.batch_queue.holds(request_id))
+        ):
             raise ValueError(f"request_id {request_id!r} is already in use")
         arrival_time = self.clock.now() if arrival_time is None else arrival_time
         return self.processor.process(request_id, prompt, params, arrival_time, priority)
@@ -259,8 +306,7 @@ class LLMEngine:
             outputs += self._process_step(*self.batch_queue.pop())
         return outputs
 
-    def _process_step(self, out: SchedulerOutput,
-                      model_output: Callable[[], ModelRunnerOutput]) -> list[RequestOutput]:
+    def _process_step(self, out: SchedulerOutput, model_output: Callable[[], ModelRunnerOutput]) -> list[RequestOutput]:
         """Update the scheduler with one step's sampled tokens (`model_output()` returns them, or raises if the
         forward failed), then stop strings and the incremental outputs."""
         sched = self.scheduler
@@ -274,13 +320,17 @@ class LLMEngine:
         self._record(out)
         op = self.output_processor
         # requests whose own values failed their row or the sampler: they sampled nothing; abort them alone
-        failed = [op.fail_request(op.request_of(rid), exc, "sampling")
-                  for rid, exc in runner_output.failed.items() if rid in op and rid not in finished]
+        failed = [
+            op.fail_request(op.request_of(rid), exc, "sampling")
+            for rid, exc in runner_output.failed.items()
+            if rid in op and rid not in finished
+        ]
         outputs, stopped = op.process_outputs(sampled)
         if stopped:  # by a stop string: it decides the reason, also of a request that EOS or its length ended now
             sched.finish_requests([r.request_id for r in stopped], RequestStatus.FINISHED_STOPPED)
-            sched.set_finished_status([r for r in stopped if r.status != RequestStatus.FINISHED_STOPPED],
-                                      RequestStatus.FINISHED_STOPPED)
+            sched.set_finished_status(
+                [r for r in stopped if r.status != RequestStatus.FINISHED_STOPPED], RequestStatus.FINISHED_STOPPED
+            )
             outputs += op.outputs_of(stopped)
         return failed + outputs
 

@@ -5,6 +5,7 @@ fails first. Two scheduler fields depend on the loaded model and the device: `ma
 unless given) and `num_gpu_blocks` (sized from memory unless given); the engine fills them in with
 `with_resolved`, as vLLM's engine fills in the cache config's block count after profiling.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -38,8 +39,7 @@ class EngineArgs:
     def create_configs(self) -> EngineConfig:
         """Both configs, checked; the scheduler's max_model_len and (unless given) num_gpu_blocks are placeholders
         until the engine resolves them."""
-        return EngineConfig(model=self.model, scheduler=SchedulerConfig(**self.scheduler_kwargs),
-                            **self.engine_kwargs)
+        return EngineConfig(model=self.model, scheduler=SchedulerConfig(**self.scheduler_kwargs), **self.engine_kwargs)
 
     @property
     def num_gpu_blocks_given(self) -> bool:

@@ -1,5 +1,6 @@
 """The Hugging Face twin of a refengine model: the transformers config and model with identical weights, for the
 conformance tests (tokens against transformers) and the Hugging Face perf peers."""
+
 from __future__ import annotations
 
 import torch
@@ -12,19 +13,31 @@ def hf_config_for(config: ModelConfig):
     import transformers
 
     kw = dict(
-        vocab_size=config.vocab_size, hidden_size=config.hidden_size, intermediate_size=config.intermediate_size,
-        num_hidden_layers=config.num_hidden_layers, num_attention_heads=config.num_attention_heads,
-        num_key_value_heads=config.num_key_value_heads, head_dim=config.head_dim, hidden_act="silu",
-        max_position_embeddings=config.max_position_embeddings, rms_norm_eps=config.rms_norm_eps,
-        rope_theta=config.rope_theta, tie_word_embeddings=config.tie_word_embeddings,
-        bos_token_id=config.bos_token_id, eos_token_id=list(config.eos_token_ids) or None,
+        vocab_size=config.vocab_size,
+        hidden_size=config.hidden_size,
+        intermediate_size=config.intermediate_size,
+        num_hidden_layers=config.num_hidden_layers,
+        num_attention_heads=config.num_attention_heads,
+        num_key_value_heads=config.num_key_value_heads,
+        head_dim=config.head_dim,
+        hidden_act="silu",
+        max_position_embeddings=config.max_position_embeddings,
+        rms_norm_eps=config.rms_norm_eps,
+        rope_theta=config.rope_theta,
+        tie_word_embeddings=config.tie_word_embeddings,
+        bos_token_id=config.bos_token_id,
+        eos_token_id=list(config.eos_token_ids) or None,
         architectures=[config.architecture],
     )
     if config.rope_scaling is not None:
         rs = config.rope_scaling
-        kw["rope_scaling"] = dict(rope_type="llama3", factor=rs.factor, low_freq_factor=rs.low_freq_factor,
-                                  high_freq_factor=rs.high_freq_factor,
-                                  original_max_position_embeddings=rs.original_max_position_embeddings)
+        kw["rope_scaling"] = dict(
+            rope_type="llama3",
+            factor=rs.factor,
+            low_freq_factor=rs.low_freq_factor,
+            high_freq_factor=rs.high_freq_factor,
+            original_max_position_embeddings=rs.original_max_position_embeddings,
+        )
     if config.architecture == "LlamaForCausalLM":
         return transformers.LlamaConfig(**kw, attention_bias=config.attention_bias, mlp_bias=False)
     # HF's Qwen2 always has a q/k/v bias and Mistral never does.

@@ -11,6 +11,7 @@ waits on the device; the sampling parameters also live on the device, written on
 
 StagingBuffer is the persistent host buffer (pinned on CUDA) in which a step's inputs cross to the device.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -24,8 +25,14 @@ NO_SEED = -1  # seed column of an unseeded row (seeds are reduced to 63 bits, so
 
 
 class InputBatch:
-    def __init__(self, max_num_reqs: int, max_model_len: int, max_blocks_per_req: int, vocab_size: int,
-                 device: torch.device = torch.device("cpu")) -> None:
+    def __init__(
+        self,
+        max_num_reqs: int,
+        max_model_len: int,
+        max_blocks_per_req: int,
+        vocab_size: int,
+        device: torch.device = torch.device("cpu"),
+    ) -> None:
         self.max_num_reqs = max_num_reqs
         self.vocab_size = vocab_size
         # int32: token ids and block ids fit, and the (max_num_reqs x max_model_len) table is the largest buffer
@@ -56,8 +63,16 @@ class InputBatch:
         self._rows_cache: tuple[int, list[str], np.ndarray] | None = None  # (layout version, ids, their rows)
         self._layout_version = 0  # changes whenever a request gains or loses its row
 
-    def add_request(self, request_id: str, token_ids: list[int], num_prompt_tokens: int, block_ids: list[int],
-                    num_computed_tokens: int, params: SamplingParams, eos_token_ids: frozenset[int]) -> int:
+    def add_request(
+        self,
+        request_id: str,
+        token_ids: list[int],
+        num_prompt_tokens: int,
+        block_ids: list[int],
+        num_computed_tokens: int,
+        params: SamplingParams,
+        eos_token_ids: frozenset[int],
+    ) -> int:
         """(Re)write a whole row: a request the runner meets for the first time, or one resumed after preemption."""
         row = self.row_of.get(request_id)
         if row is None:

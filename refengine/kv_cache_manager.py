@@ -7,6 +7,7 @@ A request's KV, block by block (block_size 4, 10 tokens computed, prefix hit on 
     blocks   [  b12 hit  ][  b3 hit   ][ b40 new  ]      req_to_blocks[id] = [b12, b3, b40]
     hashes   [    h0     ][ h1(h0,..) ]                 only full blocks are hashed, chained to the one before
 """
+
 from __future__ import annotations
 
 from refengine.block_pool import BlockHash, BlockPool, KVCacheBlock, hash_block_tokens
@@ -87,7 +88,8 @@ class KVCacheManager:
         if blocks is None or total > len(blocks) * self.block_size:
             return False
         return not self.enable_caching or (
-            min(total, request.num_tokens) // self.block_size <= self.num_cached_blocks.get(rid, 0))
+            min(total, request.num_tokens) // self.block_size <= self.num_cached_blocks.get(rid, 0)
+        )
 
     def allocate_slots(
         self,
@@ -178,8 +180,11 @@ class KVCacheManager:
             for b in blocks:
                 held[b.block_id] = held.get(b.block_id, 0) + 1
         for b in self.block_pool.blocks:
-            assert b.ref_cnt == held.get(b.block_id, 0), f"ref count {b.ref_cnt} != holders {held.get(b.block_id, 0)}: {b}"
+            assert b.ref_cnt == held.get(b.block_id, 0), (
+                f"ref count {b.ref_cnt} != holders {held.get(b.block_id, 0)}: {b}"
+            )
         # the host pool holds the KV of swapped-out requests and nothing else (so it is empty when idle)
         host_held = sum(len(h) for h in self.swapped.values())
         assert host_held == self.host_pool.num_used_blocks, (
-            f"{self.host_pool.num_used_blocks} host blocks used, {host_held} held by swapped-out requests")
+            f"{self.host_pool.num_used_blocks} host blocks used, {host_held} held by swapped-out requests"
+        )

@@ -19,6 +19,7 @@ on the CPU with mocked snapshots); `profile_kv_budget` does the measuring.
     |<----------- total * gpu_memory_utilization ------------>|        |
     | weights | peak activations | non-torch growth | KV cache |        |
 """
+
 from __future__ import annotations
 
 import gc
@@ -59,8 +60,9 @@ class KVBudget:
     available: int  # for the KV cache: requested - the three above
 
 
-def kv_cache_budget(before: MemorySnapshot, after: MemorySnapshot, torch_peak: int, weights: int,
-                    gpu_memory_utilization: float) -> KVBudget:
+def kv_cache_budget(
+    before: MemorySnapshot, after: MemorySnapshot, torch_peak: int, weights: int, gpu_memory_utilization: float
+) -> KVBudget:
     """vLLM's formula. `before`: after the weights are loaded and the cache emptied; `torch_peak`: the allocator's
     peak during the profiling forward; `after`: after it, cache emptied again."""
     check_gpu_memory_utilization(gpu_memory_utilization)
@@ -79,8 +81,13 @@ def kv_cache_budget(before: MemorySnapshot, after: MemorySnapshot, torch_peak: i
     return KVBudget(requested, weights, torch_peak_increase, non_torch_increase, available)
 
 
-def num_blocks_for_budget(available: int, bytes_per_block: int, block_size: int, max_model_len: int,
-                          gpu_memory_utilization: float | None = None) -> int:
+def num_blocks_for_budget(
+    available: int,
+    bytes_per_block: int,
+    block_size: int,
+    max_model_len: int,
+    gpu_memory_utilization: float | None = None,
+) -> int:
     """KV blocks that fit `available` bytes; ValueError when they cannot hold one request of max_model_len tokens
     (vLLM's check_enough_kv_cache_memory)."""
     num_blocks = max(0, available) // bytes_per_block
@@ -109,8 +116,17 @@ def model_bytes(model: torch.nn.Module) -> int:
 
 
 @torch.inference_mode()
-def profile_run(model: torch.nn.Module, model_config: Any, *, device: torch.device, dtype: torch.dtype, num_tokens: int, num_seqs: int,
-                block_size: int, max_model_len: int) -> None:
+def profile_run(
+    model: torch.nn.Module,
+    model_config: Any,
+    *,
+    device: torch.device,
+    dtype: torch.dtype,
+    num_tokens: int,
+    num_seqs: int,
+    block_size: int,
+    max_model_len: int,
+) -> None:
     """One forward over `num_tokens` dummy tokens (zeros) in min(num_seqs, num_tokens) prefill sequences, then
     logits for each sequence and the sampler's sort over them: the step that needs the most activation memory.
 
@@ -123,8 +139,10 @@ def profile_run(model: torch.nn.Module, model_config: Any, *, device: torch.devi
     lens = [num_tokens // num_seqs + (1 if i < num_tokens % num_seqs else 0) for i in range(num_seqs)]
     mc = model_config
     cache_shape = (1, block_size, mc.num_key_value_heads, mc.head_dim)
-    kv_caches = [(torch.zeros(cache_shape, dtype=dtype, device=device), torch.zeros(cache_shape, dtype=dtype, device=device))
-                 for _ in range(mc.num_hidden_layers)]
+    kv_caches = [
+        (torch.zeros(cache_shape, dtype=dtype, device=device), torch.zeros(cache_shape, dtype=dtype, device=device))
+        for _ in range(mc.num_hidden_layers)
+    ]
     qsl = [0]
     for n in lens:
         qsl.append(qsl[-1] + n)
@@ -133,7 +151,8 @@ def profile_run(model: torch.nn.Module, model_config: Any, *, device: torch.devi
         query_start_loc=torch.tensor(qsl, dtype=torch.int32, device=device),
         seq_lens=torch.tensor(lens, dtype=torch.int32, device=device),
         block_table=torch.zeros(num_seqs, cdiv(max(lens), block_size), dtype=torch.int32, device=device),
-        max_query_len=max(lens), max_seq_len=max(lens),
+        max_query_len=max(lens),
+        max_seq_len=max(lens),
     )
     names = {f.name for f in fields(AttentionMetadata)}
     host = {"query_start_loc_cpu": qsl, "seq_lens_cpu": lens}  # host copies, where the metadata carries them
@@ -148,29 +167,64 @@ def profile_run(model: torch.nn.Module, model_config: Any, *, device: torch.devi
         torch.cuda.synchronize(device)
 
 
-def profile_kv_budget(model: torch.nn.Module, model_config: Any, *, device: torch.device, dtype: torch.dtype, max_num_batched_tokens: int,
-                      max_num_seqs: int, block_size: int, max_model_len: int,
-                      gpu_memory_utilization: float) -> KVBudget:
+def profile_kv_budget(
+    model: torch.nn.Module,
+    model_config: Any,
+    *,
+    device: torch.device,
+    dtype: torch.dtype,
+    max_num_batched_tokens: int,
+    max_num_seqs: int,
+    block_size: int,
+    max_model_len: int,
+    gpu_memory_utilization: float,
+) -> KVBudget:
     """Measure (steps 1-4 of the module docstring) and apply `kv_cache_budget`."""
     before = take_snapshot(device)
     torch.cuda.reset_peak_memory_stats(device)
-    profile_run(model, model_config, device=device, dtype=dtype, num_tokens=max_num_batched_tokens,
-                num_seqs=max_num_seqs, block_size=block_size, max_model_len=max_model_len)
+    profile_run(
+        model,
+        model_config,
+        device=device,
+        dtype=dtype,
+        num_tokens=max_num_batched_tokens,
+        num_seqs=max_num_seqs,
+        block_size=block_size,
+        max_model_len=max_model_len,
+    )
     peak = torch.cuda.max_memory_allocated(device)
     after = take_snapshot(device)
     return kv_cache_budget(before, after, peak, model_bytes(model), gpu_memory_utilization)
 
 
-def default_num_gpu_blocks(model: torch.nn.Module, model_config: Any, *, device: torch.device, dtype: torch.dtype, bytes_per_block: int,
-                           block_size: int, max_model_len: int, max_num_batched_tokens: int, max_num_seqs: int,
-                           kv_cache_memory_gb: float | None, gpu_memory_utilization: float) -> int:
+def default_num_gpu_blocks(
+    model: torch.nn.Module,
+    model_config: Any,
+    *,
+    device: torch.device,
+    dtype: torch.dtype,
+    bytes_per_block: int,
+    block_size: int,
+    max_model_len: int,
+    max_num_batched_tokens: int,
+    max_num_seqs: int,
+    kv_cache_memory_gb: float | None,
+    gpu_memory_utilization: float,
+) -> int:
     """num_gpu_blocks when it is not given: from kv_cache_memory_gb if set, else profiled on CUDA, else 1 GiB."""
     if kv_cache_memory_gb is not None:
         return max(1, int(kv_cache_memory_gb * GiB // bytes_per_block))
     if device.type != "cuda":
         return max(1, int(DEFAULT_CPU_KV_GB * GiB // bytes_per_block))
-    budget = profile_kv_budget(model, model_config, device=device, dtype=dtype,
-                               max_num_batched_tokens=max_num_batched_tokens, max_num_seqs=max_num_seqs,
-                               block_size=block_size, max_model_len=max_model_len,
-                               gpu_memory_utilization=gpu_memory_utilization)
+    budget = profile_kv_budget(
+        model,
+        model_config,
+        device=device,
+        dtype=dtype,
+        max_num_batched_tokens=max_num_batched_tokens,
+        max_num_seqs=max_num_seqs,
+        block_size=block_size,
+        max_model_len=max_model_len,
+        gpu_memory_utilization=gpu_memory_utilization,
+    )
     return num_blocks_for_budget(budget.available, bytes_per_block, block_size, max_model_len, gpu_memory_utilization)

@@ -1,5 +1,6 @@
 """LLM: the offline entry point. generate() queues every prompt, steps the engine to completion and returns one
 whole RequestOutput per prompt, in order. `with LLM(...) as llm:` shuts the engine down at the end of the block."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -34,12 +35,14 @@ class LLM:
     @staticmethod
     def _prompt_list(prompts: Prompt | Sequence[Prompt]) -> list[Prompt]:
         """One prompt (text, token ids, or a vLLM prompt dict) or a list of them -> a list."""
-        if isinstance(prompts, (str, dict)) or (isinstance(prompts, (list, tuple)) and prompts
-                                                and not isinstance(prompts[0], (str, dict, list, tuple))):
+        if isinstance(prompts, (str, dict)) or (
+            isinstance(prompts, (list, tuple)) and prompts and not isinstance(prompts[0], (str, dict, list, tuple))
+        ):
             return [prompts]  # (a list of ints, or of something else that add_request will reject by name)
         if not isinstance(prompts, (list, tuple)):
-            raise ValueError(f"prompts must be a string, a list of token ids, or a list of those, got "
-                             f"{type(prompts).__name__}")
+            raise ValueError(
+                f"prompts must be a string, a list of token ids, or a list of those, got {type(prompts).__name__}"
+            )
         return list(prompts)
 
     def generate(

@@ -7,6 +7,7 @@ with identical weights, for the conformance tests and for the Hugging Face perf 
 
 Model and tokenizer are resolved the same way: a preset name wins over a folder of the same name.
 """
+
 from __future__ import annotations
 
 import importlib.util
@@ -23,54 +24,121 @@ from refengine.hf_twin import hf_config_for, to_hf_model  # noqa: F401  (re-expo
 from refengine.model import ARCHITECTURES, CausalLM, ModelConfig, RopeScaling
 from refengine.tokenizer import QWEN_EOS, QWEN_VOCAB, HFTokenizer, NoTokenizer, QwenTokenizer, Tokenizer
 
-_LLAMA31_ROPE = RopeScaling(factor=8.0, low_freq_factor=1.0, high_freq_factor=4.0, original_max_position_embeddings=8192)
+_LLAMA31_ROPE = RopeScaling(
+    factor=8.0, low_freq_factor=1.0, high_freq_factor=4.0, original_max_position_embeddings=8192
+)
 
 PRESETS: dict[str, ModelConfig] = {
     # the default model: a Qwen2 small enough for CPU tests that still uses the real Qwen vocabulary.
     "tiny-qwen2": ModelConfig(
-        vocab_size=QWEN_VOCAB, hidden_size=256, num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=2,
-        head_dim=64, intermediate_size=768, rope_theta=1e6, rms_norm_eps=1e-6, max_position_embeddings=4096,
-        tie_word_embeddings=True, attention_bias=True, bos_token_id=None, eos_token_id=QWEN_EOS,
+        vocab_size=QWEN_VOCAB,
+        hidden_size=256,
+        num_hidden_layers=4,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=64,
+        intermediate_size=768,
+        rope_theta=1e6,
+        rms_norm_eps=1e-6,
+        max_position_embeddings=4096,
+        tie_word_embeddings=True,
+        attention_bias=True,
+        bos_token_id=None,
+        eos_token_id=QWEN_EOS,
         architecture="Qwen2ForCausalLM",
     ),
     # The Llama code path at toy size (untied, no bias, Llama-3.1 RoPE scaling); Qwen vocab so the Qwen
     # tokenizer's ids are all in range.
     "tiny-llama": ModelConfig(
-        vocab_size=QWEN_VOCAB, hidden_size=256, num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=2,
-        head_dim=64, intermediate_size=768, rope_theta=500000.0, rms_norm_eps=1e-5, max_position_embeddings=4096,
-        tie_word_embeddings=False, attention_bias=False, bos_token_id=None, eos_token_id=QWEN_EOS,
+        vocab_size=QWEN_VOCAB,
+        hidden_size=256,
+        num_hidden_layers=4,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=64,
+        intermediate_size=768,
+        rope_theta=500000.0,
+        rms_norm_eps=1e-5,
+        max_position_embeddings=4096,
+        tie_word_embeddings=False,
+        attention_bias=False,
+        bos_token_id=None,
+        eos_token_id=QWEN_EOS,
         architecture="LlamaForCausalLM",
-        rope_scaling=RopeScaling(factor=8.0, low_freq_factor=1.0, high_freq_factor=4.0,
-                                 original_max_position_embeddings=1024),
+        rope_scaling=RopeScaling(
+            factor=8.0, low_freq_factor=1.0, high_freq_factor=4.0, original_max_position_embeddings=1024
+        ),
     ),
     "qwen2.5-0.5b": ModelConfig(
-        vocab_size=QWEN_VOCAB, hidden_size=896, num_hidden_layers=24, num_attention_heads=14, num_key_value_heads=2,
-        head_dim=64, intermediate_size=4864, rope_theta=1e6, rms_norm_eps=1e-6, max_position_embeddings=32768,
-        tie_word_embeddings=True, attention_bias=True, bos_token_id=None, eos_token_id=QWEN_EOS,
+        vocab_size=QWEN_VOCAB,
+        hidden_size=896,
+        num_hidden_layers=24,
+        num_attention_heads=14,
+        num_key_value_heads=2,
+        head_dim=64,
+        intermediate_size=4864,
+        rope_theta=1e6,
+        rms_norm_eps=1e-6,
+        max_position_embeddings=32768,
+        tie_word_embeddings=True,
+        attention_bias=True,
+        bos_token_id=None,
+        eos_token_id=QWEN_EOS,
         architecture="Qwen2ForCausalLM",
     ),
     "qwen2.5-7b": ModelConfig(
-        vocab_size=152064, hidden_size=3584, num_hidden_layers=28, num_attention_heads=28, num_key_value_heads=4,
-        head_dim=128, intermediate_size=18944, rope_theta=1e6, rms_norm_eps=1e-6, max_position_embeddings=32768,
-        tie_word_embeddings=False, attention_bias=True, bos_token_id=None, eos_token_id=QWEN_EOS,
+        vocab_size=152064,
+        hidden_size=3584,
+        num_hidden_layers=28,
+        num_attention_heads=28,
+        num_key_value_heads=4,
+        head_dim=128,
+        intermediate_size=18944,
+        rope_theta=1e6,
+        rms_norm_eps=1e-6,
+        max_position_embeddings=32768,
+        tie_word_embeddings=False,
+        attention_bias=True,
+        bos_token_id=None,
+        eos_token_id=QWEN_EOS,
         architecture="Qwen2ForCausalLM",
     ),
     # Real Llama-3.1-8B shapes and special ids; text goes through the Qwen tokenizer with ids folded into range.
     "llama-3.1-8b": ModelConfig(
-        vocab_size=128256, hidden_size=4096, num_hidden_layers=32, num_attention_heads=32, num_key_value_heads=8,
-        head_dim=128, intermediate_size=14336, rope_theta=500000.0, rms_norm_eps=1e-5, max_position_embeddings=131072,
-        tie_word_embeddings=False, attention_bias=False, bos_token_id=128000, eos_token_id=(128001, 128008, 128009),
-        architecture="LlamaForCausalLM", rope_scaling=_LLAMA31_ROPE,
+        vocab_size=128256,
+        hidden_size=4096,
+        num_hidden_layers=32,
+        num_attention_heads=32,
+        num_key_value_heads=8,
+        head_dim=128,
+        intermediate_size=14336,
+        rope_theta=500000.0,
+        rms_norm_eps=1e-5,
+        max_position_embeddings=131072,
+        tie_word_embeddings=False,
+        attention_bias=False,
+        bos_token_id=128000,
+        eos_token_id=(128001, 128008, 128009),
+        architecture="LlamaForCausalLM",
+        rope_scaling=_LLAMA31_ROPE,
     ),
 }
 
 INIT_STD = 0.02  # normal(0, 0.02) for weights and biases, ones for norms: the usual initializer_range
-_DTYPES = {"float32": torch.float32, "float": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16,
-           "bf16": torch.bfloat16, "float16": torch.float16, "half": torch.float16, "fp16": torch.float16}
+_DTYPES = {
+    "float32": torch.float32,
+    "float": torch.float32,
+    "fp32": torch.float32,
+    "bfloat16": torch.bfloat16,
+    "bf16": torch.bfloat16,
+    "float16": torch.float16,
+    "half": torch.float16,
+    "fp16": torch.float16,
+}
 
 
 def resolve_device(device: str | torch.device) -> torch.device:
-    """"cpu", "cuda" or "cuda:N" -> torch.device; ValueError naming `device` for anything else, or for CUDA on a
+    """ "cpu", "cuda" or "cuda:N" -> torch.device; ValueError naming `device` for anything else, or for CUDA on a
     machine without it (rather than torch's assertion at the first allocation)."""
     try:
         dev = torch.device(device)
@@ -80,8 +148,9 @@ def resolve_device(device: str | torch.device) -> torch.device:
         raise ValueError(f"device must be 'cpu', 'cuda' or 'cuda:N', got {device!r}")
     if dev.type == "cuda":
         if not torch.cuda.is_available():
-            raise ValueError(f"device={device!r}, but CUDA is not available here (torch {torch.__version__}): "
-                             "use device='cpu'")
+            raise ValueError(
+                f"device={device!r}, but CUDA is not available here (torch {torch.__version__}): use device='cpu'"
+            )
         if dev.index is not None and dev.index >= torch.cuda.device_count():
             raise ValueError(f"device={device!r}, but there are only {torch.cuda.device_count()} CUDA device(s)")
     return dev
@@ -95,8 +164,10 @@ def check_attention_backend(name: str, device: torch.device) -> None:
     if name == "triton" and importlib.util.find_spec("triton") is None:
         raise ValueError("attention_backend='triton' needs the triton package, which is not installed")
     if name == "triton" and device.type != "cuda" and os.environ.get("TRITON_INTERPRET") != "1":
-        raise ValueError(f"attention_backend='triton' needs a CUDA device (device={str(device)!r}); set "
-                         "TRITON_INTERPRET=1 to run the kernels in Triton's interpreter, or use 'torch'")
+        raise ValueError(
+            f"attention_backend='triton' needs a CUDA device (device={str(device)!r}); set "
+            "TRITON_INTERPRET=1 to run the kernels in Triton's interpreter, or use 'torch'"
+        )
 
 
 def _host_memory_total() -> int:
@@ -115,8 +186,10 @@ def check_memory(device: torch.device, needs: list[tuple[str, int, torch.device]
         left = room[where.type]
         if nbytes > left:
             what = "free on the device" if where.type == "cuda" else "left of the host's memory"
-            raise ValueError(f"{name}: the engine would allocate {nbytes / 2**30:.2f} GiB on {where.type}, but only "
-                             f"{left / 2**30:.2f} GiB is {what}")
+            raise ValueError(
+                f"{name}: the engine would allocate {nbytes / 2**30:.2f} GiB on {where.type}, but only "
+                f"{left / 2**30:.2f} GiB is {what}"
+            )
         room[where.type] = left - nbytes
 
 
@@ -176,7 +249,9 @@ def load_model(
     """A preset name (random weights from `seed`) or a local HF folder (config.json + *.safetensors)."""
     config = load_model_config(model)
     if model in PRESETS:
-        return build_random_model(config, device=device, dtype=dtype, seed=seed, attention_backend=attention_backend), config
+        return build_random_model(
+            config, device=device, dtype=dtype, seed=seed, attention_backend=attention_backend
+        ), config
     lm = _empty_model(config, device, resolve_dtype(dtype, device), attention_backend)
     _load_safetensors(lm, _folder(model))
     return lm, config
@@ -193,8 +268,9 @@ def load_model_config(model: str) -> ModelConfig:
 def _folder(model: str) -> Path:
     folder = Path(model)
     if not (folder / "config.json").is_file():
-        raise ValueError(f"model {model!r} is neither a preset ({', '.join(PRESETS)}) "
-                         f"nor a local folder with a config.json")
+        raise ValueError(
+            f"model {model!r} is neither a preset ({', '.join(PRESETS)}) nor a local folder with a config.json"
+        )
     return folder
 
 
@@ -214,17 +290,24 @@ def config_from_hf(cfg: dict, generation_config: dict | None = None) -> ModelCon
     if arch not in ARCHITECTURES:
         raise ValueError(f"unsupported architecture {arch!r}; supported: {', '.join(ARCHITECTURES)}")
     if cfg.get("hidden_act", "silu") != "silu" or cfg.get("mlp_bias", False):
-        raise ValueError(f"{arch}: only a bias-free SiLU (SwiGLU) MLP is supported, got hidden_act="
-                         f"{cfg.get('hidden_act')!r} mlp_bias={cfg.get('mlp_bias')!r}")
+        raise ValueError(
+            f"{arch}: only a bias-free SiLU (SwiGLU) MLP is supported, got hidden_act="
+            f"{cfg.get('hidden_act')!r} mlp_bias={cfg.get('mlp_bias')!r}"
+        )
     rope = cfg.get("rope_parameters") or {}
     scaling = cfg.get("rope_scaling") or rope
     rope_type = scaling.get("rope_type", scaling.get("type", "default")) if scaling else "default"
     if rope_type not in ("default", "llama3") or scaling.get("partial_rotary_factor", 1.0) != 1.0:
         raise ValueError(f"{arch}: rope scaling {rope_type!r} is not supported (only plain RoPE and 'llama3')")
-    rope_scaling = None if rope_type == "default" else RopeScaling(
-        factor=float(scaling["factor"]), low_freq_factor=float(scaling["low_freq_factor"]),
-        high_freq_factor=float(scaling["high_freq_factor"]),
-        original_max_position_embeddings=int(scaling["original_max_position_embeddings"]),
+    rope_scaling = (
+        None
+        if rope_type == "default"
+        else RopeScaling(
+            factor=float(scaling["factor"]),
+            low_freq_factor=float(scaling["low_freq_factor"]),
+            high_freq_factor=float(scaling["high_freq_factor"]),
+            original_max_position_embeddings=int(scaling["original_max_position_embeddings"]),
+        )
     )
     heads = cfg["num_attention_heads"]
     max_pos = cfg.get("max_position_embeddings", 4096)
@@ -235,15 +318,22 @@ def config_from_hf(cfg: dict, generation_config: dict | None = None) -> ModelCon
         max_pos = min(max_pos, window)
     eos = list(dict.fromkeys(_as_ids(cfg.get("eos_token_id")) + _as_ids((generation_config or {}).get("eos_token_id"))))
     return ModelConfig(
-        vocab_size=cfg["vocab_size"], hidden_size=cfg["hidden_size"], num_hidden_layers=cfg["num_hidden_layers"],
-        num_attention_heads=heads, num_key_value_heads=cfg.get("num_key_value_heads") or heads,
-        head_dim=cfg.get("head_dim") or cfg["hidden_size"] // heads, intermediate_size=cfg["intermediate_size"],
+        vocab_size=cfg["vocab_size"],
+        hidden_size=cfg["hidden_size"],
+        num_hidden_layers=cfg["num_hidden_layers"],
+        num_attention_heads=heads,
+        num_key_value_heads=cfg.get("num_key_value_heads") or heads,
+        head_dim=cfg.get("head_dim") or cfg["hidden_size"] // heads,
+        intermediate_size=cfg["intermediate_size"],
         rope_theta=float(rope.get("rope_theta", cfg.get("rope_theta", 10000.0))),
-        rms_norm_eps=float(cfg.get("rms_norm_eps", 1e-6)), max_position_embeddings=max_pos,
+        rms_norm_eps=float(cfg.get("rms_norm_eps", 1e-6)),
+        max_position_embeddings=max_pos,
         tie_word_embeddings=bool(cfg.get("tie_word_embeddings", False)),
         attention_bias=True if arch == "Qwen2ForCausalLM" else bool(cfg.get("attention_bias", False)),
-        bos_token_id=cfg.get("bos_token_id"), eos_token_id=eos[0] if len(eos) == 1 else (tuple(eos) or None),
-        architecture=arch, rope_scaling=rope_scaling,
+        bos_token_id=cfg.get("bos_token_id"),
+        eos_token_id=eos[0] if len(eos) == 1 else (tuple(eos) or None),
+        architecture=arch,
+        rope_scaling=rope_scaling,
     )
 
 
@@ -268,15 +358,18 @@ def _load_safetensors(model: CausalLM, folder: Path) -> None:
                     raise ValueError(f"{folder}/{file}: unexpected tensor {name!r}")
                 tensor = f.get_tensor(name)
                 if tensor.shape != targets[name].shape:
-                    raise ValueError(f"{name}: checkpoint shape {tuple(tensor.shape)} != model "
-                                     f"{tuple(targets[name].shape)}")
+                    raise ValueError(
+                        f"{name}: checkpoint shape {tuple(tensor.shape)} != model {tuple(targets[name].shape)}"
+                    )
                 targets[name].copy_(tensor)
                 loaded.add(name)
     if model.config.tie_word_embeddings and "lm_head.weight" in loaded:
         loaded.add("model.embed_tokens.weight")
     missing = [n for n, _ in model.named_parameters() if n not in loaded]
     if missing:
-        raise ValueError(f"model folder {str(folder)!r} lacks weights: {missing[:5]}{' ...' if len(missing) > 5 else ''}")
+        raise ValueError(
+            f"model folder {str(folder)!r} lacks weights: {missing[:5]}{' ...' if len(missing) > 5 else ''}"
+        )
 
 
 def load_tokenizer(model: str) -> Tokenizer:

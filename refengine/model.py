@@ -11,6 +11,7 @@ both the KV cached by earlier steps and the KV of earlier tokens of its own chun
 The arithmetic follows transformers' modeling_llama / modeling_qwen2 op for op (RMSNorm in float32, cos/sin in
 float32 then cast, rotate-half RoPE, residual order), so float32 logits agree with HF's to rounding.
 """
+
 from __future__ import annotations
 
 import math
@@ -69,14 +70,24 @@ class ModelConfig:
     def __post_init__(self) -> None:
         if isinstance(self.eos_token_id, list):
             object.__setattr__(self, "eos_token_id", tuple(self.eos_token_id))
-        for name in ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
-                     "num_key_value_heads", "head_dim", "intermediate_size", "max_position_embeddings"):
+        for name in (
+            "vocab_size",
+            "hidden_size",
+            "num_hidden_layers",
+            "num_attention_heads",
+            "num_key_value_heads",
+            "head_dim",
+            "intermediate_size",
+            "max_position_embeddings",
+        ):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
                 raise ValueError(f"ModelConfig.{name} must be a positive int, got {value!r}")
         if self.num_attention_heads % self.num_key_value_heads:
-            raise ValueError(f"ModelConfig.num_key_value_heads ({self.num_key_value_heads}) must divide "
-                             f"num_attention_heads ({self.num_attention_heads})")
+            raise ValueError(
+                f"ModelConfig.num_key_value_heads ({self.num_key_value_heads}) must divide "
+                f"num_attention_heads ({self.num_attention_heads})"
+            )
         if self.head_dim % 2:
             raise ValueError(f"ModelConfig.head_dim must be even for RoPE, got {self.head_dim}")
         if not self.rope_theta > 0:

@@ -11,6 +11,7 @@ to the device once (non_blocking). On the device: the forward (replayed from a C
 step), the logits of the rows that sample, the sampler. Then exactly one device -> host transfer: the sampled
 token ids (`_to_host`).
 """
+
 from __future__ import annotations
 
 import itertools
@@ -46,9 +47,22 @@ class CachedRequestState:
 
 
 class ModelRunner:
-    def __init__(self, model: torch.nn.Module, model_config, *, num_gpu_blocks: int, num_cpu_blocks: int,
-                 block_size: int, max_num_seqs: int, max_model_len: int, device: torch.device, dtype: torch.dtype,
-                 seed: int, enforce_eager: bool = False, sampler: Sampler = sample) -> None:
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        model_config,
+        *,
+        num_gpu_blocks: int,
+        num_cpu_blocks: int,
+        block_size: int,
+        max_num_seqs: int,
+        max_model_len: int,
+        device: torch.device,
+        dtype: torch.dtype,
+        seed: int,
+        enforce_eager: bool = False,
+        sampler: Sampler = sample,
+    ) -> None:
         self.model = model
         self.sampler = sampler
         self.block_size = block_size
@@ -63,10 +77,17 @@ class ModelRunner:
         ]
         host_shape = (num_cpu_blocks, *shape[1:])
         pin = device.type == "cuda"
-        self.host_caches = [
-            (torch.zeros(host_shape, dtype=dtype, pin_memory=pin), torch.zeros(host_shape, dtype=dtype, pin_memory=pin))
-            for _ in range(mc.num_hidden_layers)
-        ] if num_cpu_blocks else []
+        self.host_caches = (
+            [
+                (
+                    torch.zeros(host_shape, dtype=dtype, pin_memory=pin),
+                    torch.zeros(host_shape, dtype=dtype, pin_memory=pin),
+                )
+                for _ in range(mc.num_hidden_layers)
+            ]
+            if num_cpu_blocks
+            else []
+        )
         max_blocks = cdiv(max_model_len, block_size)
         self.input_batch = InputBatch(max_num_seqs, max_model_len, max_blocks, mc.vocab_size, device)
         self.requests: dict[str, CachedRequestState] = {}
@@ -77,7 +98,9 @@ class ModelRunner:
         # stand-in without an attention backend, such as bench-step's stub, runs eagerly)
         backend = getattr(model, "attn_backend", None)
         use_graphs = device.type == "cuda" and not enforce_eager and backend is not None and not backend.takes_host_lens
-        self.cuda_graphs = CudaGraphRunner(model, self.kv_caches, max_num_seqs, max_blocks, device) if use_graphs else None
+        self.cuda_graphs = (
+            CudaGraphRunner(model, self.kv_caches, max_num_seqs, max_blocks, device) if use_graphs else None
+        )
         if self.cuda_graphs is not None:
             self.cuda_graphs.capture()
         # eager runs padded as graphs would be (CPU tests of the padding; None: no padding)
@@ -114,9 +137,19 @@ class ModelRunner:
         for new in out.scheduled_new_reqs:
             tokens = new.all_token_ids
             state = self.requests[new.req_id] = CachedRequestState(
-                new.req_id, len(new.prompt_token_ids), new.sampling_params, new.eos_token_ids)
-            add_row_isolated(batch, self.failed_rows, new.req_id, tokens, state.num_prompt_tokens, new.block_ids,
-                             new.num_computed_tokens, state.sampling_params, state.eos_token_ids)
+                new.req_id, len(new.prompt_token_ids), new.sampling_params, new.eos_token_ids
+            )
+            add_row_isolated(
+                batch,
+                self.failed_rows,
+                new.req_id,
+                tokens,
+                state.num_prompt_tokens,
+                new.block_ids,
+                new.num_computed_tokens,
+                state.sampling_params,
+                state.eos_token_ids,
+            )
         cached = out.scheduled_cached_reqs
         if not cached.req_ids:
             return
@@ -140,8 +173,17 @@ class ModelRunner:
                 state = self.requests[rid]
                 tokens = all_tokens.get(rid) or state.parked_token_ids or batch.token_ids_of(rid)
                 state.parked_token_ids = None
-                add_row_isolated(batch, self.failed_rows, rid, tokens, state.num_prompt_tokens, blocks or [],
-                                 cached.num_computed_tokens[i], state.sampling_params, state.eos_token_ids)
+                add_row_isolated(
+                    batch,
+                    self.failed_rows,
+                    rid,
+                    tokens,
+                    state.num_prompt_tokens,
+                    blocks or [],
+                    cached.num_computed_tokens[i],
+                    state.sampling_params,
+                    state.eos_token_ids,
+                )
             elif blocks:
                 batch.append_blocks(rid, blocks)
 
@@ -191,17 +233,23 @@ class ModelRunner:
         sampling, extra = self._sampling_arrays(sample_rows)
         # the attention metadata crosses as int32 (the kernels' dtype; the block table is int32 already)
         i32 = np.int32
-        views = self.staging.pack(*step[:3], step[3].astype(i32), step[4].astype(i32), step[5].ravel(),
-                                  qsl[1:][samples] - 1, *extra)
+        views = self.staging.pack(
+            *step[:3], step[3].astype(i32), step[4].astype(i32), step[5].ravel(), qsl[1:][samples] - 1, *extra
+        )
         ids_d, pos_d, slot_d, qsl_d, lens_d, table_d, logits_idx_d = views[:7]
         table_d = table_d.view(-1, width)
         if size is not None and self.cuda_graphs is not None:  # [size, hidden], replayed on the graph's static inputs
             hidden = self.cuda_graphs.run(ids_d, pos_d, slot_d, qsl_d, lens_d, table_d)
         else:
             meta = AttentionMetadata(  # (int32 metadata, as the kernels were warmed up with)
-                slot_mapping=slot_d, query_start_loc=qsl_d, seq_lens=lens_d,
-                block_table=table_d, max_query_len=max_query_len, max_seq_len=max_seq_len,
-                query_start_loc_cpu=step[3].tolist(), seq_lens_cpu=step[4].tolist(),  # (numpy: host, no sync)
+                slot_mapping=slot_d,
+                query_start_loc=qsl_d,
+                seq_lens=lens_d,
+                block_table=table_d,
+                max_query_len=max_query_len,
+                max_seq_len=max_seq_len,
+                query_start_loc_cpu=step[3].tolist(),
+                seq_lens_cpu=step[4].tolist(),  # (numpy: host, no sync)
             )
             hidden = self.model(ids_d, pos_d, self.kv_caches, meta)  # [T, hidden]
         index = dict(zip(req_ids, range(num_seqs)))
@@ -262,10 +310,15 @@ class ModelRunner:
             rand = np.flatnonzero(~greedy)  # [r]
             rrows = rows[rand]
             seeded = np.flatnonzero(batch.seeds[rrows] != NO_SEED)
-            info.update(rows=rrows, mixed=len(rand) < len(rows), top_k=bool(batch.top_k_on[rrows].any()),
-                        top_p=bool(batch.top_p_on[rrows].any()), min_p=bool(batch.min_p_on[rrows].any()),
-                        any_seeded=len(seeded) > 0,
-                        any_unseeded=len(seeded) < len(rand))
+            info.update(
+                rows=rrows,
+                mixed=len(rand) < len(rows),
+                top_k=bool(batch.top_k_on[rrows].any()),
+                top_p=bool(batch.top_p_on[rrows].any()),
+                min_p=bool(batch.min_p_on[rrows].any()),
+                any_seeded=len(seeded) > 0,
+                any_unseeded=len(seeded) < len(rand),
+            )
             names += ["random_idx", "random_rows"]
             arrays += [rand, rrows]
             if len(seeded):
@@ -275,8 +328,9 @@ class ModelRunner:
 
     def _sampling_metadata(self, info: dict, views: list[torch.Tensor]) -> SamplingMetadata:
         t = dict(zip(info["names"], views))
-        md = SamplingMetadata(all_greedy=info["all_greedy"], banned_rows=t.get("banned_rows"),
-                              banned_tokens=t.get("banned_tokens"))
+        md = SamplingMetadata(
+            all_greedy=info["all_greedy"], banned_rows=t.get("banned_rows"), banned_tokens=t.get("banned_tokens")
+        )
         batch = self.input_batch
         if info["penalties"] is not None:
             views = [t[name] for name in PenaltyStep.ARRAY_NAMES]

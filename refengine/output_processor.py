@@ -15,6 +15,7 @@ request per step, as vLLM's LLM does).
 A failure tied to one request (its stop check, detokenisation, output) finishes that request alone, as aborted,
 with the message in `CompletionOutput.error`; the others are not touched.
 """
+
 from __future__ import annotations
 
 import collections
@@ -56,8 +57,13 @@ DetokenizerFactory = Callable[..., IncrementalDetokenizer]  # (tokenizer, reques
 
 
 class OutputProcessor:
-    def __init__(self, tokenizer: Any, scheduler: Scheduler, finished_requests: collections.deque[Request],
-                 detokenizer_factory: DetokenizerFactory = IncrementalDetokenizer) -> None:
+    def __init__(
+        self,
+        tokenizer: Any,
+        scheduler: Scheduler,
+        finished_requests: collections.deque[Request],
+        detokenizer_factory: DetokenizerFactory = IncrementalDetokenizer,
+    ) -> None:
         self.tokenizer = tokenizer
         self.scheduler = scheduler  # (its finish_requests / set_finished_status only: a failed request is aborted)
         self.finished_requests = finished_requests  # the engine's bounded deque of finished Requests
@@ -115,7 +121,7 @@ class OutputProcessor:
         its state."""
         req = state.request
         ids = req.output_token_ids
-        new_ids = ids[state.num_sent_tokens:]
+        new_ids = ids[state.num_sent_tokens :]
         status = req.status
         finished = status > _FINISHED_AFTER
         if text is None:

@@ -1,4 +1,5 @@
 """Outputs as vLLM shapes them: RequestOutput holding one CompletionOutput."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field

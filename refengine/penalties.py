@@ -17,6 +17,7 @@ slot is 0.76 MB (int32 counts + bool mask), 194 MB if all 256 rows are penalised
 [num_reqs, V + 1] int64 bin counts, and nothing at all is allocated while no request has a penalty. (Like vLLM's
 penalty tensors, the tables are not in the KV-sizing profile run; gpu_memory_utilization's headroom covers them.)
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -88,8 +89,9 @@ class PenaltyTables:
         self.capacity = new
 
     # ---- one step -----------------------------------------------------------------------------------------
-    def step_arrays(self, rows: np.ndarray, token_ids: np.ndarray, num_tokens: np.ndarray,
-                    num_prompt_tokens: np.ndarray) -> PenaltyStep | None:
+    def step_arrays(
+        self, rows: np.ndarray, token_ids: np.ndarray, num_tokens: np.ndarray, num_prompt_tokens: np.ndarray
+    ) -> PenaltyStep | None:
         """Host side, for the rows that sample: None when none of them has a penalty (the step pays nothing)."""
         if len(self.free_slots) == self.capacity:  # no row holds a slot
             return None
@@ -123,6 +125,11 @@ class PenaltyTables:
             self.output_counts.view(-1).index_add_(0, output_lin, ones)
         self.num_counted[step.rows] = step.num_tokens
         slots, prows = t["penalty_slots"], t["penalty_rows"]
-        return dict(penalty_idx=t["penalty_idx"], prompt_mask=self.prompt_mask[slots],
-                    output_counts=self.output_counts[slots], presence_penalty=self.presence[prows],
-                    frequency_penalty=self.frequency[prows], repetition_penalty=self.repetition[prows])
+        return dict(
+            penalty_idx=t["penalty_idx"],
+            prompt_mask=self.prompt_mask[slots],
+            output_counts=self.output_counts[slots],
+            presence_penalty=self.presence[prows],
+            frequency_penalty=self.frequency[prows],
+            repetition_penalty=self.repetition[prows],
+        )

@@ -6,6 +6,7 @@ capacity, stop_token_ids inside the vocabulary, stop strings only where there is
 private copy of the SamplingParams (re-checked), so that a caller mutating its object afterwards cannot reach the
 engine. Building a request has no side effect: LLM.generate builds all of its requests first, then queues them.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -22,24 +23,27 @@ Prompt = str | list[int] | dict[str, Any]  # text, token ids, or vLLM's {"prompt
 
 
 class Processor:
-    def __init__(self, tokenizer: Tokenizer, model_config: Any, scheduler_config: SchedulerConfig,
-                 max_model_len: int) -> None:  # model_config: an HF-style config (vocab_size, eos_token_id)
+    def __init__(
+        self, tokenizer: Tokenizer, model_config: Any, scheduler_config: SchedulerConfig, max_model_len: int
+    ) -> None:  # model_config: an HF-style config (vocab_size, eos_token_id)
         self.tokenizer = tokenizer
         self.vocab_size = model_config.vocab_size
         self.eos_token_id = model_config.eos_token_id
         self.sc = scheduler_config
         self.max_model_len = max_model_len
 
-    def process(self, request_id: str, prompt: Prompt, params: SamplingParams | None, arrival_time: float | None,
-                priority: int) -> tuple[Request, str | None]:
+    def process(
+        self, request_id: str, prompt: Prompt, params: SamplingParams | None, arrival_time: float | None, priority: int
+    ) -> tuple[Request, str | None]:
         """(the Request, the prompt text or None for token ids); ValueError naming the field if anything is bad."""
         if not isinstance(request_id, str) or not request_id:
             raise ValueError(f"request_id must be a non-empty string, got {request_id!r}")
         params = self.check_params(params)
         text, token_ids = self.tokenize(prompt)
         self.check_prompt(token_ids, params)
-        req = Request(request_id, token_ids, params, priority=priority, arrival_time=arrival_time,
-                      eos_token_id=self.eos_token_id)
+        req = Request(
+            request_id, token_ids, params, priority=priority, arrival_time=arrival_time, eos_token_id=self.eos_token_id
+        )
         return req, text
 
     def check_params(self, params: SamplingParams | None) -> SamplingParams:
@@ -68,7 +72,8 @@ class Processor:
             except Exception as exc:  # e.g. a lone surrogate that UTF-8 cannot encode, or a model with no tokenizer
                 raise ValueError(f"prompt could not be tokenized: {exc}") from exc
         if not isinstance(prompt, (list, tuple)) or not all(
-                isinstance(t, numbers.Integral) and not isinstance(t, bool) for t in prompt):
+            isinstance(t, numbers.Integral) and not isinstance(t, bool) for t in prompt
+        ):
             raise ValueError(f"prompt must be a string or a list of token ids (ints), got {type(prompt).__name__}")
         return None, [int(t) for t in prompt]
 
@@ -91,6 +96,12 @@ class Processor:
         bad = [t for t in ids if not 0 <= t < vocab]
         if bad:
             raise ValueError(f"prompt_token_ids holds token id {bad[0]} outside the vocabulary [0, {vocab})")
-        check_request_fits(len(ids), params.max_tokens, max_model_len=self.max_model_len, block_size=sc.block_size,
-                           num_gpu_blocks=sc.num_gpu_blocks, enable_chunked_prefill=sc.enable_chunked_prefill,
-                           max_num_batched_tokens=sc.max_num_batched_tokens)
+        check_request_fits(
+            len(ids),
+            params.max_tokens,
+            max_model_len=self.max_model_len,
+            block_size=sc.block_size,
+            num_gpu_blocks=sc.num_gpu_blocks,
+            enable_chunked_prefill=sc.enable_chunked_prefill,
+            max_num_batched_tokens=sc.max_num_batched_tokens,
+        )

@@ -1,4 +1,5 @@
 """Request and RequestStatus: one generation request as the scheduler and engine see it."""
+
 from __future__ import annotations
 
 import enum
@@ -50,7 +51,9 @@ class Request:
         self.request_id = request_id
         self.prompt_token_ids = list(prompt_token_ids)
         self.sampling_params = sampling_params if sampling_params is not None else SamplingParams()
-        self.stop_token_ids = frozenset(self.sampling_params.stop_token_ids or ())  # (a list after SamplingParams checks it) O(1) per sampled token
+        self.stop_token_ids = frozenset(
+            self.sampling_params.stop_token_ids or ()
+        )  # (a list after SamplingParams checks it) O(1) per sampled token
         # checked here, so that a bad value never reaches the waiting queue's sort keys
         self.priority = check_int("priority", priority, INT64_MIN, INT64_MAX)
         self.arrival_time = time.monotonic() if arrival_time is None else check_real("arrival_time", arrival_time)

@@ -1,6 +1,7 @@
 """Waiting queues: FCFS (a deque; preempted requests go back to the front) and priority (sorted by
 (priority, arrival_time, request_id); lower value = more urgent; exact ties fall to the request id, compared as a
 string, as vLLM's Request.__lt__ does)."""
+
 from __future__ import annotations
 
 import bisect

@@ -10,6 +10,7 @@ request's noise for its k-th output token is a counter-based hash of (seed, k, t
 depend neither on the batch around it nor on whether it was preempted and recomputed; unseeded requests draw
 their noise from the engine's generator.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -115,8 +116,14 @@ def seeded_exponential_reference(seeds: torch.Tensor, output_index: torch.Tensor
     return -torch.log(u)
 
 
-def apply_penalties(logits: torch.Tensor, prompt_mask: torch.Tensor, output_counts: torch.Tensor,
-                    presence: torch.Tensor, frequency: torch.Tensor, repetition: torch.Tensor) -> torch.Tensor:
+def apply_penalties(
+    logits: torch.Tensor,
+    prompt_mask: torch.Tensor,
+    output_counts: torch.Tensor,
+    presence: torch.Tensor,
+    frequency: torch.Tensor,
+    repetition: torch.Tensor,
+) -> torch.Tensor:
     """vLLM's apply_penalties on logits [p, V] (in place): repetition on every token seen in prompt or output
     (positive logits divided by it, the rest multiplied), then the OpenAI-style frequency and presence penalties
     on the output's tokens."""
@@ -158,8 +165,14 @@ def sample(logits: torch.Tensor, md: SamplingMetadata, generator: torch.Generato
     if md.banned_rows is not None:  # no stop condition may fire before min_tokens
         logits[md.banned_rows, md.banned_tokens] = float("-inf")
     if md.penalty_idx is not None:
-        logits[md.penalty_idx] = apply_penalties(logits[md.penalty_idx], md.prompt_mask, md.output_counts,
-                                                 md.presence_penalty, md.frequency_penalty, md.repetition_penalty)
+        logits[md.penalty_idx] = apply_penalties(
+            logits[md.penalty_idx],
+            md.prompt_mask,
+            md.output_counts,
+            md.presence_penalty,
+            md.frequency_penalty,
+            md.repetition_penalty,
+        )
     if md.all_greedy:
         return logits.argmax(dim=-1)
     sub = logits if md.random_idx is None else logits[md.random_idx]  # [r, V]

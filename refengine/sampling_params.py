@@ -17,6 +17,7 @@ vLLM's other SamplingParams fields (logprobs, logit_bias, bad_words, ...) are ac
 code runs unchanged; at their defaults they mean nothing, any other value is a ValueError "<field> is not supported
 by refengine" rather than being silently ignored. A keyword neither refengine nor vLLM knows is a ValueError too.
 """
+
 from __future__ import annotations
 
 import copy
@@ -42,13 +43,15 @@ MAX_STOP_STRING_CHARS = 128  # characters of each stop string (also what a strea
 MAX_STOP_TOKEN_IDS = 1024  # entries of `stop_token_ids`
 
 
-def _sampler_real(name: str, value: object, minimum: float, maximum: float = FLOAT32_MAX, *,
-                  min_open: bool = False) -> float:
+def _sampler_real(
+    name: str, value: object, minimum: float, maximum: float = FLOAT32_MAX, *, min_open: bool = False
+) -> float:
     """check_real, and the value must keep its range once the sampler rounds it to float32."""
     value = check_real(name, value, minimum, maximum, min_open=min_open)
     if min_open and float(np.float32(value)) <= minimum:
-        raise ValueError(f"{name} must be > {minimum} in float32 (the sampler's dtype), got {value!r}, "
-                         f"which rounds to {minimum}")
+        raise ValueError(
+            f"{name} must be > {minimum} in float32 (the sampler's dtype), got {value!r}, which rounds to {minimum}"
+        )
     return value
 
 
@@ -142,12 +145,16 @@ class SamplingParams:
             raise ValueError(f"extra_args must be a dict or None, got {self.extra_args!r}")
         self.skip_clone = check_bool("skip_clone", self.skip_clone)
         if self.output_kind is not None and not isinstance(self.output_kind, RequestOutputKind):
-            raise ValueError(f"output_kind must be a RequestOutputKind (CUMULATIVE, DELTA or FINAL_ONLY) or None, "
-                             f"got {self.output_kind!r}")
+            raise ValueError(
+                f"output_kind must be a RequestOutputKind (CUMULATIVE, DELTA or FINAL_ONLY) or None, "
+                f"got {self.output_kind!r}"
+            )
         for f in _UNSUPPORTED:
             if not _at_default(f.name, getattr(self, f.name), f.default):
-                raise ValueError(f"{f.name} is not supported by refengine (only its default, {f.default!r}), "
-                                 f"got {getattr(self, f.name)!r}")
+                raise ValueError(
+                    f"{f.name} is not supported by refengine (only its default, {f.default!r}), "
+                    f"got {getattr(self, f.name)!r}"
+                )
 
     @staticmethod
     def _stop_list(stop: object) -> list[str]:
@@ -161,8 +168,9 @@ class SamplingParams:
             raise ValueError(f"stop holds {len(stop)} strings; at most {MAX_STOP_STRINGS} (MAX_STOP_STRINGS)")
         longest = max(map(len, stop), default=0)
         if longest > MAX_STOP_STRING_CHARS:
-            raise ValueError(f"stop holds a string of {longest} characters; at most {MAX_STOP_STRING_CHARS} "
-                             "(MAX_STOP_STRING_CHARS)")
+            raise ValueError(
+                f"stop holds a string of {longest} characters; at most {MAX_STOP_STRING_CHARS} (MAX_STOP_STRING_CHARS)"
+            )
         return list(stop)
 
     @staticmethod
@@ -200,8 +208,11 @@ _SAME_AS_DEFAULT = {"best_of": (1,), "thinking_token_budget": (-1,)}
 
 def _at_default(name: str, value: object, default: object) -> bool:
     if default is None:
-        return value is None or value in _SAME_AS_DEFAULT.get(name, ()) or (
-            isinstance(value, (list, tuple, dict)) and not value and name != "allowed_token_ids")
+        return (
+            value is None
+            or value in _SAME_AS_DEFAULT.get(name, ())
+            or (isinstance(value, (list, tuple, dict)) and not value and name != "allowed_token_ids")
+        )
     return type(value) is type(default) and value == default
 
 

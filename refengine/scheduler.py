@@ -17,6 +17,7 @@ is not re-admitted before that output is back; a step's output for a request tha
 The sync scheduler may likewise be driven with two schedule() calls outstanding (vLLM's base Scheduler allows it):
 a request preempted between them still gets the earlier step's token, unless that step was a partial prefill.
 """
+
 from __future__ import annotations
 
 import time
@@ -30,19 +31,14 @@ from refengine.limits import max_kv_tokens
 from refengine.request import Request, RequestStatus
 from refengine.request_queue import create_request_queue
 from refengine.scheduler_invariants import check_scheduler_invariants
-from refengine.scheduler_output import (  # noqa: F401  (re-exported: the contract's names, as vLLM's)
-    CachedRequestData,
-    ModelRunnerOutput,
-    NewRequestData,
-    RunnerView,
-    SchedulerOutput,
-)
+from refengine.scheduler_output import CachedRequestData, ModelRunnerOutput, NewRequestData, RunnerView, SchedulerOutput  # noqa: F401  (re-exported: the contract's names, as vLLM's)
 from refengine.scheduler_preemption import SchedulerPreemption
 
 
 class Scheduler(SchedulerPreemption):
-    def __init__(self, config: SchedulerConfig | None = None, *, eos_token_id: int | list[int] | None = None,
-                 **knobs: object) -> None:
+    def __init__(
+        self, config: SchedulerConfig | None = None, *, eos_token_id: int | list[int] | None = None, **knobs: object
+    ) -> None:
         """`Scheduler(config)` with a SchedulerConfig, or `Scheduler(**knobs)` with its fields by keyword."""
         if config is not None and knobs:
             raise ValueError("give the scheduler either a SchedulerConfig or its fields by keyword, not both")
@@ -57,7 +53,9 @@ class Scheduler(SchedulerPreemption):
         self.eos_token_id = eos_token_id
         self.batching = make_batching(c)
         self.policy = SchedulingPolicy(c.policy)
-        self.kv_cache_manager = KVCacheManager(c.num_gpu_blocks, c.block_size, c.enable_prefix_caching, c.num_cpu_blocks)
+        self.kv_cache_manager = KVCacheManager(
+            c.num_gpu_blocks, c.block_size, c.enable_prefix_caching, c.num_cpu_blocks
+        )
         self.waiting = create_request_queue(c.policy)
         self.running: list[Request] = []
         self.requests: dict[str, Request] = {}
@@ -77,12 +75,16 @@ class Scheduler(SchedulerPreemption):
         if request.request_id in self.requests:
             raise ValueError(f"request_id {request.request_id!r} is already in use")
         if request.eos_token_ids == frozenset() and self.eos_token_id is not None:
-            request.eos_token_ids = frozenset([self.eos_token_id] if isinstance(self.eos_token_id, int) else self.eos_token_id)
+            request.eos_token_ids = frozenset(
+                [self.eos_token_id] if isinstance(self.eos_token_id, int) else self.eos_token_id
+            )
         self.requests[request.request_id] = request
         request.status = RequestStatus.WAITING
         self.waiting.add(request)
 
-    def finish_requests(self, request_ids: str | list[str], status: RequestStatus = RequestStatus.FINISHED_ABORTED) -> None:
+    def finish_requests(
+        self, request_ids: str | list[str], status: RequestStatus = RequestStatus.FINISHED_ABORTED
+    ) -> None:
         if isinstance(request_ids, str):
             request_ids = [request_ids]
         for rid in request_ids:

@@ -1,5 +1,6 @@
 """The state every scheduler step must leave behind, as assertions; the conformance suite checks it after every step
 (through `Scheduler.check_invariants`)."""
+
 from __future__ import annotations
 
 from typing import TYPE_CHECKING

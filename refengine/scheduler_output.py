@@ -8,6 +8,7 @@ computed-token count, whether it is resumed after a preemption). The runner answ
 into that description, whatever the batching mode (a static-batch member admitted before its first chunk is
 simply "new" at the step that first schedules it).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -103,7 +104,9 @@ class RunnerView:
         self._sent: dict[str, tuple[int, int]] = {}
         self._prev_scheduled: set[str] = set()
 
-    def fill(self, out: SchedulerOutput, requests: dict[str, Request], req_to_blocks: dict[str, list[KVCacheBlock]]) -> None:
+    def fill(
+        self, out: SchedulerOutput, requests: dict[str, Request], req_to_blocks: dict[str, list[KVCacheBlock]]
+    ) -> None:
         """Describe `out.num_scheduled_tokens` to the runner. Call after scheduling, before num_computed_tokens
         advances."""
         for rid in out.finished_req_ids:

@@ -3,6 +3,7 @@ under fcfs, the least urgent under priority), the beyond-vLLM option of preempti
 request (priority_preemption), and the preemption itself: swap to the host pool or recompute, the step's budget
 given back, and the request returned to the front of the waiting queue.
 """
+
 from __future__ import annotations
 
 from refengine.config import PreemptionMode, SchedulingPolicy

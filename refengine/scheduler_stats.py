@@ -1,5 +1,6 @@
 """SchedulerStats: what `Scheduler.make_stats()` reports, so that the engine, the server's metrics and the perf
 suite read the scheduler's state without reaching into its KV manager or its mode."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field

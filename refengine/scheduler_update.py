@@ -6,6 +6,7 @@
 ids, length; stop strings are the output processor's) and finishes the requests they end. `make_stats` reports
 the state (vLLM's name), so that no caller reaches into the KV manager or the batching mode.
 """
+
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -157,9 +158,16 @@ class SchedulerUpdate:
         running = [r.request_id for r in self.running]
         scheduled = list(scheduler_output.num_scheduled_tokens) if scheduler_output is not None else []
         return SchedulerStats(
-            num_running_reqs=len(running), num_waiting_reqs=len(self.waiting), running_req_ids=running,
-            num_used_blocks=kv.num_used_blocks, num_free_blocks=kv.num_free_blocks, kv_cache_usage=kv.usage,
-            num_preemptions=self.num_preemptions, num_swap_outs=self.num_swap_outs,
-            prefix_cache_queries=self.num_prefix_cache_queries, prefix_cache_hits=self.num_prefix_cache_hits,
-            static_batch_id=mode.batch_id, batch_ids=mode.batch_ids(scheduled, running),
+            num_running_reqs=len(running),
+            num_waiting_reqs=len(self.waiting),
+            running_req_ids=running,
+            num_used_blocks=kv.num_used_blocks,
+            num_free_blocks=kv.num_free_blocks,
+            kv_cache_usage=kv.usage,
+            num_preemptions=self.num_preemptions,
+            num_swap_outs=self.num_swap_outs,
+            prefix_cache_queries=self.num_prefix_cache_queries,
+            prefix_cache_hits=self.num_prefix_cache_hits,
+            static_batch_id=mode.batch_id,
+            batch_ids=mode.batch_ids(scheduled, running),
         )

@@ -10,6 +10,7 @@ places read a request's values on their own: writing its row of the input batch,
     keep the token they drew alone. Greedy and seeded rows draw the same token alone as in the batch.
 A failure that no single row reproduces (the forward itself, or all rows failing) still aborts the whole step.
 """
+
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -23,18 +24,28 @@ from refengine.sampling_params import SamplingParams
 _SAFE_PARAMS = SamplingParams(temperature=0.0)  # a failed row is written greedy: its token is discarded anyway
 
 
-def add_row_isolated(batch: InputBatch, failed: dict[str, BaseException], request_id: str, token_ids: list[int],
-                     num_prompt_tokens: int, block_ids: list[int], num_computed_tokens: int,
-                     params: SamplingParams, eos_token_ids: frozenset[int]) -> None:
+def add_row_isolated(
+    batch: InputBatch,
+    failed: dict[str, BaseException],
+    request_id: str,
+    token_ids: list[int],
+    num_prompt_tokens: int,
+    block_ids: list[int],
+    num_computed_tokens: int,
+    params: SamplingParams,
+    eos_token_ids: frozenset[int],
+) -> None:
     """InputBatch.add_request; if the request's values make it raise, the row gets greedy defaults and the error
     goes to `failed` (request id -> exception)."""
     try:
-        batch.add_request(request_id, token_ids, num_prompt_tokens, block_ids, num_computed_tokens, params,
-                          eos_token_ids)
+        batch.add_request(
+            request_id, token_ids, num_prompt_tokens, block_ids, num_computed_tokens, params, eos_token_ids
+        )
     except Exception as exc:  # noqa: BLE001 (any value-dependent failure: this request alone fails)
         failed[request_id] = exc
-        batch.add_request(request_id, token_ids, num_prompt_tokens, block_ids, num_computed_tokens, _SAFE_PARAMS,
-                          frozenset())
+        batch.add_request(
+            request_id, token_ids, num_prompt_tokens, block_ids, num_computed_tokens, _SAFE_PARAMS, frozenset()
+        )
 
 
 def _position(index: torch.Tensor | None, i: int) -> int | None:
@@ -76,8 +87,9 @@ def row_metadata(md: SamplingMetadata, i: int) -> SamplingMetadata:
     return one
 
 
-def sample_rows_apart(sample: Callable, logits: torch.Tensor, md: SamplingMetadata,
-                      generator: torch.Generator | None) -> tuple[list[int], dict[int, BaseException]]:
+def sample_rows_apart(
+    sample: Callable, logits: torch.Tensor, md: SamplingMetadata, generator: torch.Generator | None
+) -> tuple[list[int], dict[int, BaseException]]:
     """The batched sample() failed: sample each row alone. Returns a token per row (0 for a failed row, whose
     token is discarded) and {row index: exception} for the rows that failed alone. Raises if every one of several
     rows fails: then nothing tells the failing request from the others."""

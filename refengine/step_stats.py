@@ -3,6 +3,7 @@
 The perf suite turns these into utilisation figures and slot timelines, from these fields alone (it never looks
 inside the scheduler); the server's metrics read the counts.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -35,10 +36,16 @@ class StepStats:
         clock's time (virtual on a simulated GPU)."""
         prefill = [rid for rid, p in out.is_prefill.items() if p] if out.num_prefill_tokens else []
         return cls(
-            time=now, num_scheduled_tokens=out.total_num_scheduled_tokens,
-            num_prefill_tokens=out.num_prefill_tokens, num_decode_tokens=out.num_decode_tokens,
-            num_running=stats.num_running_reqs, num_waiting=stats.num_waiting_reqs,
-            kv_blocks_used=stats.num_used_blocks, num_preempted=len(out.preempted_req_ids),
-            scheduled_req_ids=list(out.num_scheduled_tokens), running_req_ids=stats.running_req_ids,
-            prefill_req_ids=prefill, batch_ids=stats.batch_ids,
+            time=now,
+            num_scheduled_tokens=out.total_num_scheduled_tokens,
+            num_prefill_tokens=out.num_prefill_tokens,
+            num_decode_tokens=out.num_decode_tokens,
+            num_running=stats.num_running_reqs,
+            num_waiting=stats.num_waiting_reqs,
+            kv_blocks_used=stats.num_used_blocks,
+            num_preempted=len(out.preempted_req_ids),
+            scheduled_req_ids=list(out.num_scheduled_tokens),
+            running_req_ids=stats.running_req_ids,
+            prefill_req_ids=prefill,
+            batch_ids=stats.batch_ids,
         )

@@ -1,5 +1,6 @@
 """Tokenizers: what the engine needs of one (encode, decode of a list, eos_token_id), and the three kinds it meets:
 the real Qwen BPE (presets), a folder's tokenizer.json, or none (token-id prompts only). Nothing is downloaded."""
+
 from __future__ import annotations
 
 import functools
@@ -94,8 +95,9 @@ class NoTokenizer(Tokenizer):
         self._model, self.eos_token_id, self.vocab_size = model, eos_token_id, vocab_size
 
     def encode(self, text: str) -> list[int]:
-        raise ValueError(f"model {self._model!r} has no tokenizer.json and is not Qwen-vocabulary; "
-                         f"pass prompts as token ids")
+        raise ValueError(
+            f"model {self._model!r} has no tokenizer.json and is not Qwen-vocabulary; pass prompts as token ids"
+        )
 
     def decode(self, ids: list[int], skip_special_tokens: bool = True) -> str:
         return ""

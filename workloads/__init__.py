@@ -9,6 +9,14 @@ from .registry import WORKLOADS, get_workload, list_workloads, workload_options
 from .sharegpt import ShareGPTPairs, load_sharegpt
 
 __all__ = [
-    "Tokenizer", "Workload", "WorkloadRequest", "WORKLOADS", "get_workload", "list_workloads", "workload_options",
-    "arrival_times", "load_sharegpt", "ShareGPTPairs",
+    "Tokenizer",
+    "Workload",
+    "WorkloadRequest",
+    "WORKLOADS",
+    "get_workload",
+    "list_workloads",
+    "workload_options",
+    "arrival_times",
+    "load_sharegpt",
+    "ShareGPTPairs",
 ]

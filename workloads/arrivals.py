@@ -20,8 +20,9 @@ import numpy as np
 ARRIVAL_STREAM = 0xA221
 
 
-def arrival_times(num_requests: int, request_rate: float = math.inf, burstiness: float = 1.0,
-                  seed: int = 0) -> list[float]:
+def arrival_times(
+    num_requests: int, request_rate: float = math.inf, burstiness: float = 1.0, seed: int = 0
+) -> list[float]:
     """Arrival times in seconds from the start, non-decreasing, the first at 0.0."""
     if num_requests < 0:
         raise ValueError(f"num_requests must be >= 0, got {num_requests}")

@@ -107,8 +107,12 @@ class Workload:
         out: dict[str, Any] = {"name": self.name, "params": dict(self.params), "summary": self.summary()}
         if with_requests:
             out["requests"] = [
-                {"prompt_token_ids": r.prompt_token_ids, "output_len": r.output_len, "arrival_time": r.arrival_time,
-                 **({"conversation_id": r.conversation_id, "turn": r.turn} if r.conversation_id is not None else {})}
+                {
+                    "prompt_token_ids": r.prompt_token_ids,
+                    "output_len": r.output_len,
+                    "arrival_time": r.arrival_time,
+                    **({"conversation_id": r.conversation_id, "turn": r.turn} if r.conversation_id is not None else {}),
+                }
                 for r in self.requests
             ]
         return out

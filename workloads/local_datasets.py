@@ -22,7 +22,7 @@ from typing import Any
 
 from .base import Tokenizer, WorkloadRequest
 
-DEFAULT_OUTPUT_LEN = 256           # vLLM's --custom-output-len / --hf-output-len default
+DEFAULT_OUTPUT_LEN = 256  # vLLM's --custom-output-len / --hf-output-len default
 OUTPUT_LEN_KEYS = ("output_len", "max_tokens", "output_tokens")
 PROMPT_COLUMNS = ("prompt", "text", "question", "instruction", "input")
 TABLE_SUFFIXES = (".parquet", ".arrow", ".jsonl", ".json", ".csv")
@@ -70,8 +70,14 @@ def _order(n: int, shuffle: bool, seed: int, num_prompts: int, source: Path) -> 
     return order[:num_prompts]
 
 
-def sample_custom(num_prompts: int, seed: int, tokenizer: Tokenizer | None = None, dataset_path: str | None = None,
-                  output_len: int = DEFAULT_OUTPUT_LEN, shuffle: bool = False) -> Sample:
+def sample_custom(
+    num_prompts: int,
+    seed: int,
+    tokenizer: Tokenizer | None = None,
+    dataset_path: str | None = None,
+    output_len: int = DEFAULT_OUTPUT_LEN,
+    shuffle: bool = False,
+) -> Sample:
     """`num_prompts` requests from a vLLM custom JSONL file (see the module docstring)."""
     path, tok = _need_path(dataset_path, "custom"), _need_tokenizer(tokenizer, "custom")
     default_len = _output_len(output_len, "output_len")
@@ -95,8 +101,12 @@ def sample_custom(num_prompts: int, seed: int, tokenizer: Tokenizer | None = Non
         key = next((k for k in OUTPUT_LEN_KEYS if obj.get(k) is not None), None)
         n = _output_len(obj[key], f"{path}:{lineno}: {key}") if key else default_len
         requests.append(_request(tok, obj["prompt"], n, f"{path}:{lineno}"))
-    return requests, {"dataset_path": str(dataset_path), "output_len": default_len, "shuffle": shuffle,
-                      "num_dataset_records": len(rows)}
+    return requests, {
+        "dataset_path": str(dataset_path),
+        "output_len": default_len,
+        "shuffle": shuffle,
+        "num_dataset_records": len(rows),
+    }
 
 
 def _arrow_table(path: Path) -> Any:
@@ -104,12 +114,13 @@ def _arrow_table(path: Path) -> Any:
         import pyarrow as pa
         import pyarrow.parquet as pq
     except ImportError:
-        raise ValueError("dataset_path: reading Arrow/Parquet needs pyarrow (pip install 'cbbench[datasets]')") \
-            from None
+        raise ValueError(
+            "dataset_path: reading Arrow/Parquet needs pyarrow (pip install 'cbbench[datasets]')"
+        ) from None
     if path.suffix == ".parquet":
         return pq.read_table(path)
     try:
-        return pa.ipc.open_stream(path).read_all()       # what datasets' save_to_disk writes
+        return pa.ipc.open_stream(path).read_all()  # what datasets' save_to_disk writes
     except pa.ArrowInvalid:
         return pa.ipc.open_file(path).read_all()
 
@@ -119,7 +130,7 @@ def _dataset_files(path: Path, split: str | None) -> list[Path]:
         if path.suffix not in TABLE_SUFFIXES:
             raise ValueError(f"dataset_path: {path.name} is not one of {', '.join(TABLE_SUFFIXES)}")
         return [path]
-    if (path / "dataset_dict.json").exists():        # a DatasetDict: one folder per split
+    if (path / "dataset_dict.json").exists():  # a DatasetDict: one folder per split
         splits = json.loads((path / "dataset_dict.json").read_text())["splits"]
         name = split or ("train" if "train" in splits else splits[0])
         if name not in splits:
@@ -145,9 +156,17 @@ def _rows(files: list[Path]) -> list[dict[str, Any]]:
     return pd.concat(frames, ignore_index=True).to_dict("records")
 
 
-def sample_hf(num_prompts: int, seed: int, tokenizer: Tokenizer | None = None, dataset_path: str | None = None,
-              column: str = "", output_column: str = "", output_len: int = DEFAULT_OUTPUT_LEN,
-              split: str = "", shuffle: bool = False) -> Sample:
+def sample_hf(
+    num_prompts: int,
+    seed: int,
+    tokenizer: Tokenizer | None = None,
+    dataset_path: str | None = None,
+    column: str = "",
+    output_column: str = "",
+    output_len: int = DEFAULT_OUTPUT_LEN,
+    split: str = "",
+    shuffle: bool = False,
+) -> Sample:
     """`num_prompts` requests from a local Hugging Face dataset (see the module docstring)."""
     path, tok = _need_path(dataset_path, "hf"), _need_tokenizer(tokenizer, "hf")
     default_len = _output_len(output_len, "output_len")
@@ -157,13 +176,21 @@ def sample_hf(num_prompts: int, seed: int, tokenizer: Tokenizer | None = None, d
     names = list(rows[0])
     col = column or next((c for c in PROMPT_COLUMNS if c in names), "")
     if col not in names:
-        raise ValueError(f"column: {column or 'a prompt column'!r} not found; the dataset's columns: "
-                         f"{', '.join(map(str, names))}")
+        raise ValueError(
+            f"column: {column or 'a prompt column'!r} not found; the dataset's columns: {', '.join(map(str, names))}"
+        )
     if output_column and output_column not in names:
         raise ValueError(f"output_column: {output_column!r} not found; the dataset's columns: {', '.join(names)}")
     requests = []
     for i in _order(len(rows), shuffle, seed, num_prompts, path):
         n = _output_len(rows[i][output_column], f"row {i}: {output_column}") if output_column else default_len
         requests.append(_request(tok, rows[i][col], n, f"row {i}"))
-    return requests, {"dataset_path": str(dataset_path), "column": col, "output_column": output_column,
-                      "output_len": default_len, "split": split, "shuffle": shuffle, "num_dataset_records": len(rows)}
+    return requests, {
+        "dataset_path": str(dataset_path),
+        "column": col,
+        "output_column": output_column,
+        "output_len": default_len,
+        "split": split,
+        "shuffle": shuffle,
+        "num_dataset_records": len(rows),
+    }

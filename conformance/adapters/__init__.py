@@ -3,6 +3,7 @@
 To check another engine's scheduler, write a class with the methods of `SchedulerAdapter` (see refengine_adapter.py
 for the reference implementation) and register it in ADAPTERS; run `pytest conformance/ --engine NAME`.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -63,9 +64,18 @@ class SchedulerAdapter(Protocol):
     block_size: int
     num_gpu_blocks: int
 
-    def add_request(self, request_id: str, prompt_token_ids: list[int], *, max_tokens: int, priority: int = 0,
-                    arrival_time: float = 0.0, min_tokens: int = 0, ignore_eos: bool = False,
-                    stop_token_ids: list[int] | None = None) -> None: ...
+    def add_request(
+        self,
+        request_id: str,
+        prompt_token_ids: list[int],
+        *,
+        max_tokens: int,
+        priority: int = 0,
+        arrival_time: float = 0.0,
+        min_tokens: int = 0,
+        ignore_eos: bool = False,
+        stop_token_ids: list[int] | None = None,
+    ) -> None: ...
 
     def schedule(self) -> StepView: ...
 

@@ -1,4 +1,5 @@
 """The reference adapter: refengine's own Scheduler through the SchedulerAdapter surface."""
+
 from __future__ import annotations
 
 from collections import deque
@@ -8,11 +9,7 @@ from refengine.request import Request, RequestStatus
 from refengine.sampling_params import SamplingParams
 from refengine.scheduler import Scheduler, SchedulerOutput
 
-_STATUS = {
-    RequestStatus.WAITING: "waiting",
-    RequestStatus.RUNNING: "running",
-    RequestStatus.PREEMPTED: "preempted",
-}
+_STATUS = {RequestStatus.WAITING: "waiting", RequestStatus.RUNNING: "running", RequestStatus.PREEMPTED: "preempted"}
 
 
 class RefEngineAdapter:
@@ -31,10 +28,25 @@ class RefEngineAdapter:
         self._all: dict[str, Request] = {}
         self._in_flight: deque[SchedulerOutput] = deque()  # scheduled, output not fed yet (async: up to two)
 
-    def add_request(self, request_id, prompt_token_ids, *, max_tokens, priority=0, arrival_time=0.0,
-                    min_tokens=0, ignore_eos=False, stop_token_ids=None) -> None:
-        sp = SamplingParams(max_tokens=max_tokens, min_tokens=min_tokens, temperature=0.0, ignore_eos=ignore_eos,
-                            stop_token_ids=stop_token_ids)
+    def add_request(
+        self,
+        request_id,
+        prompt_token_ids,
+        *,
+        max_tokens,
+        priority=0,
+        arrival_time=0.0,
+        min_tokens=0,
+        ignore_eos=False,
+        stop_token_ids=None,
+    ) -> None:
+        sp = SamplingParams(
+            max_tokens=max_tokens,
+            min_tokens=min_tokens,
+            temperature=0.0,
+            ignore_eos=ignore_eos,
+            stop_token_ids=stop_token_ids,
+        )
         req = Request(request_id, prompt_token_ids, sp, priority=priority, arrival_time=arrival_time)
         self._all[request_id] = req
         self.sched.add_request(req)
@@ -48,8 +60,9 @@ class RefEngineAdapter:
             preempted_req_ids=list(out.preempted_req_ids),
             # admitted from waiting and scheduled in this step (the runner contract's "new" means something else:
             # first met by the runner, which a static batch member is only at its first chunk)
-            new_req_ids=[rid for rid in out.num_scheduled_tokens
-                         if rid in waiting_before or rid in out.preempted_req_ids],
+            new_req_ids=[
+                rid for rid in out.num_scheduled_tokens if rid in waiting_before or rid in out.preempted_req_ids
+            ],
             blocks_to_swap_out=list(out.blocks_to_swap_out),
             blocks_to_swap_in=list(out.blocks_to_swap_in),
         )

@@ -28,6 +28,7 @@ Outputs may be fed one step late (async scheduling): update() feeds the oldest s
 Step views: preempted ids come in preemption order (recorded by a one-method subclass; SchedulerOutput only has a
 set), new_req_ids in scheduling order (first-time and resumed together), block ids shifted as above.
 """
+
 from __future__ import annotations
 
 from collections import deque
@@ -63,22 +64,45 @@ class VLLMAdapter:
         self.num_gpu_blocks = int(k["num_gpu_blocks"])
         self.num_cpu_blocks = 0  # V1 has no host pool
         self.eos_token_id = eos_token_id
-        self._block_hasher = (get_request_block_hasher(self.block_size, prefix_hash_fn())
-                              if k["enable_prefix_caching"] else None)
+        self._block_hasher = (
+            get_request_block_hasher(self.block_size, prefix_hash_fn()) if k["enable_prefix_caching"] else None
+        )
         self._all: dict[str, Request] = {}
         self._in_flight: deque = deque()  # scheduled, output not fed yet (async: up to two)
 
     # ---- requests -------------------------------------------------------------------------------------------
-    def add_request(self, request_id, prompt_token_ids, *, max_tokens, priority=0, arrival_time=0.0,
-                    min_tokens=0, ignore_eos=False, stop_token_ids=None) -> None:
+    def add_request(
+        self,
+        request_id,
+        prompt_token_ids,
+        *,
+        max_tokens,
+        priority=0,
+        arrival_time=0.0,
+        min_tokens=0,
+        ignore_eos=False,
+        stop_token_ids=None,
+    ) -> None:
         if request_id in self._all:
             raise ValueError(f"request_id {request_id!r} is already in use")
-        sp = SamplingParams(max_tokens=max_tokens, min_tokens=min_tokens, temperature=0.0, ignore_eos=ignore_eos,
-                            stop_token_ids=list(stop_token_ids or []))
+        sp = SamplingParams(
+            max_tokens=max_tokens,
+            min_tokens=min_tokens,
+            temperature=0.0,
+            ignore_eos=ignore_eos,
+            stop_token_ids=list(stop_token_ids or []),
+        )
         # what the engine's input processor does: the model's EOS becomes the request's (unless ignore_eos)
         sp.update_from_generation_config({}, self.eos_token_id)
-        req = Request(request_id, list(prompt_token_ids), sp, None, arrival_time=arrival_time, priority=priority,
-                      block_hasher=self._block_hasher)
+        req = Request(
+            request_id,
+            list(prompt_token_ids),
+            sp,
+            None,
+            arrival_time=arrival_time,
+            priority=priority,
+            block_hasher=self._block_hasher,
+        )
         self._all[request_id] = req
         self.sched.add_request(req)
 
@@ -106,8 +130,9 @@ class VLLMAdapter:
         out = self._in_flight.popleft()
         req_ids = list(out.num_scheduled_tokens)
         rows = [[int(t) for t in sampled.get(rid, [])] for rid in req_ids]
-        mro = ModelRunnerOutput(req_ids=req_ids, req_id_to_index={r: i for i, r in enumerate(req_ids)},
-                                sampled_token_ids=rows)
+        mro = ModelRunnerOutput(
+            req_ids=req_ids, req_id_to_index={r: i for i, r in enumerate(req_ids)}, sampled_token_ids=rows
+        )
         before = {rid for rid in req_ids if not self._all[rid].is_finished()}
         self.sched.update_from_output(out, mro)
         return [rid for rid in req_ids if rid in before and self._all[rid].is_finished()]
@@ -164,4 +189,5 @@ class VLLMAdapter:
         assert all(b.ref_cnt >= 0 for b in pool.blocks if not b.is_null), "negative ref count"
         in_use = sum(1 for b in pool.blocks if not b.is_null and b.ref_cnt > 0)
         assert in_use + pool.get_num_free_blocks() == self.num_gpu_blocks, (
-            f"{in_use} blocks in use + {pool.get_num_free_blocks()} free != {self.num_gpu_blocks}")
+            f"{in_use} blocks in use + {pool.get_num_free_blocks()} free != {self.num_gpu_blocks}"
+        )

@@ -2,6 +2,7 @@
 configuration cannot run there (`unsupported_reason`); the guarded vLLM import lives here. The knob mapping and what
 the adapter reports are described in vllm_adapter.py, which drives the scheduler this module builds.
 """
+
 from __future__ import annotations
 
 import json
@@ -41,10 +42,20 @@ class VLLMUnsupported(NotImplementedError):
 # Our knobs and their defaults (refengine.config.SchedulerConfig); kept here so that this adapter does not depend on
 # refengine.
 KNOB_DEFAULTS = dict(
-    max_num_batched_tokens=8192, max_num_seqs=256, block_size=16, num_gpu_blocks=4096, num_cpu_blocks=0,
-    enable_chunked_prefill=True, long_prefill_token_threshold=0, enable_prefix_caching=True,
-    preemption_mode="recompute", policy="fcfs", batching="continuous", priority_preemption=False,
-    max_model_len=1 << 30, async_scheduling=False,
+    max_num_batched_tokens=8192,
+    max_num_seqs=256,
+    block_size=16,
+    num_gpu_blocks=4096,
+    num_cpu_blocks=0,
+    enable_chunked_prefill=True,
+    long_prefill_token_threshold=0,
+    enable_prefix_caching=True,
+    preemption_mode="recompute",
+    policy="fcfs",
+    batching="continuous",
+    priority_preemption=False,
+    max_model_len=1 << 30,
+    async_scheduling=False,
 )
 
 STATUS_NAMES = {
@@ -62,11 +73,21 @@ def _model_dir(max_model_len: int) -> str:
     if max_model_len not in _MODEL_DIRS:
         d = tempfile.mkdtemp(prefix="cbbench-vllm-model-")
         cfg = {
-            "architectures": ["Qwen2ForCausalLM"], "model_type": "qwen2", "hidden_size": 64,
-            "intermediate_size": 128, "num_attention_heads": 4, "num_key_value_heads": 2, "num_hidden_layers": 1,
-            "vocab_size": 1024, "max_position_embeddings": max_model_len, "rms_norm_eps": 1e-6,
-            "rope_theta": 10000.0, "torch_dtype": "float32", "tie_word_embeddings": True,
-            "bos_token_id": 1, "eos_token_id": 2,
+            "architectures": ["Qwen2ForCausalLM"],
+            "model_type": "qwen2",
+            "hidden_size": 64,
+            "intermediate_size": 128,
+            "num_attention_heads": 4,
+            "num_key_value_heads": 2,
+            "num_hidden_layers": 1,
+            "vocab_size": 1024,
+            "max_position_embeddings": max_model_len,
+            "rms_norm_eps": 1e-6,
+            "rope_theta": 10000.0,
+            "torch_dtype": "float32",
+            "tie_word_embeddings": True,
+            "bos_token_id": 1,
+            "eos_token_id": 2,
         }
         with open(os.path.join(d, "config.json"), "w") as f:
             json.dump(cfg, f)
@@ -110,8 +131,10 @@ def unsupported_reason(knobs: dict) -> str | None:
         return "vLLM V1 never preempts to admit a waiting request (priority_preemption=True)"
     # vLLM's SchedulerConfig validation (refengine accepts these)
     if k["max_num_batched_tokens"] < k["max_num_seqs"]:
-        return (f"vLLM requires max_num_batched_tokens ({k['max_num_batched_tokens']}) >= max_num_seqs "
-                f"({k['max_num_seqs']})")
+        return (
+            f"vLLM requires max_num_batched_tokens ({k['max_num_batched_tokens']}) >= max_num_seqs "
+            f"({k['max_num_seqs']})"
+        )
     if k["long_prefill_token_threshold"] > k["max_model_len"]:
         return "vLLM requires long_prefill_token_threshold <= max_model_len"
     return None
@@ -131,8 +154,9 @@ def build_vllm_scheduler(**knobs) -> Scheduler:
 
     mml = int(k["max_model_len"])
     budget = int(k["max_num_batched_tokens"])
-    model_config = ModelConfig(model=_model_dir(mml), skip_tokenizer_init=True, dtype="float32",
-                               max_model_len=mml, seed=0)
+    model_config = ModelConfig(
+        model=_model_dir(mml), skip_tokenizer_init=True, dtype="float32", max_model_len=mml, seed=0
+    )
     scheduler_config = SchedulerConfig(
         max_num_batched_tokens=budget,
         max_num_seqs=int(k["max_num_seqs"]),
@@ -148,14 +172,22 @@ def build_vllm_scheduler(**knobs) -> Scheduler:
     scheduler_config.enable_chunked_prefill = bool(k["enable_chunked_prefill"])
     scheduler_config.async_scheduling = bool(k["async_scheduling"])  # what vLLM's engine core reads to pick the class
     cache_config = CacheConfig(block_size=int(k["block_size"]), enable_prefix_caching=bool(k["enable_prefix_caching"]))
-    vllm_config = VllmConfig(model_config=model_config, scheduler_config=scheduler_config,
-                             cache_config=cache_config, device_config=DeviceConfig(device="cpu"))
+    vllm_config = VllmConfig(
+        model_config=model_config,
+        scheduler_config=scheduler_config,
+        cache_config=cache_config,
+        device_config=DeviceConfig(device="cpu"),
+    )
     num_blocks = int(k["num_gpu_blocks"]) + 1  # + vLLM's null block (block 0, never handed out)
     kv_cache_config = KVCacheConfig(
         num_blocks=num_blocks,
         kv_cache_tensors=[],
-        kv_cache_groups=[KVCacheGroupSpec(["model.layers.0.self_attn.attn"], FullAttentionSpec(
-            block_size=int(k["block_size"]), num_kv_heads=1, head_size=1, dtype=torch.float32))],
+        kv_cache_groups=[
+            KVCacheGroupSpec(
+                ["model.layers.0.self_attn.attn"],
+                FullAttentionSpec(block_size=int(k["block_size"]), num_kv_heads=1, head_size=1, dtype=torch.float32),
+            )
+        ],
     )
     cache_config.num_gpu_blocks = num_blocks
     cls = _RecordingAsyncScheduler if k["async_scheduling"] else _RecordingScheduler

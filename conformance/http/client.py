@@ -3,6 +3,7 @@ the SSE stream parsed strictly), /v1/models, /metrics samples, and starting a se
 
 Nothing here imports refengine: the suite must run against any OpenAI-compatible server (vLLM, transformers serve).
 """
+
 from __future__ import annotations
 
 import functools
@@ -44,7 +45,7 @@ def parse_sse_line(line: str, out: Streamed, chat: bool) -> None:
     """One line of an SSE stream; non-`data:` lines (comments, blank separators) carry nothing."""
     if not line.startswith("data:"):
         return
-    payload = line[len("data:"):].strip()
+    payload = line[len("data:") :].strip()
     assert not out.done, f"data after [DONE]: {payload!r}"
     if payload == "[DONE]":
         out.done = True
@@ -150,8 +151,9 @@ def parse_prometheus(text: str) -> dict[str, float]:
     return samples
 
 
-def wait_healthy(base_url: str, proc: subprocess.Popen | None, timeout_s: float = STARTUP_TIMEOUT_S,
-                 path: str = "/health") -> None:
+def wait_healthy(
+    base_url: str, proc: subprocess.Popen | None, timeout_s: float = STARTUP_TIMEOUT_S, path: str = "/health"
+) -> None:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if proc is not None and proc.poll() is not None:
@@ -168,8 +170,14 @@ def wait_healthy(base_url: str, proc: subprocess.Popen | None, timeout_s: float 
 def start_process(cmd: list[str], log_path: Path, env: dict | None = None) -> subprocess.Popen:
     """A server in its own process group (so that stop_process ends it and its children), logging to a file."""
     log = open(log_path, "wb")
-    return subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                            env={**os.environ, **(env or {})}, start_new_session=True)
+    return subprocess.Popen(
+        cmd,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        stdin=subprocess.DEVNULL,
+        env={**os.environ, **(env or {})},
+        start_new_session=True,
+    )
 
 
 def stop_process(proc: subprocess.Popen) -> None:

@@ -1,5 +1,6 @@
 """The server under test: `--base-url URL` (any OpenAI-compatible server), or else a real `cbbench serve` on a free
 local port, started once per session in its own process and killed at teardown."""
+
 from __future__ import annotations
 
 import shutil
@@ -32,8 +33,11 @@ def server(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFact
         return
     port = free_port()
     log_path = tmp_path_factory.mktemp("serve") / "cbbench-serve.log"
-    proc = start_process([*cbbench_command(), "serve", *SERVE_ARGS, "--host", "127.0.0.1", "--port", str(port)],
-                         log_path, env={"OMP_NUM_THREADS": "1"})
+    proc = start_process(
+        [*cbbench_command(), "serve", *SERVE_ARGS, "--host", "127.0.0.1", "--port", str(port)],
+        log_path,
+        env={"OMP_NUM_THREADS": "1"},
+    )
     url = f"http://127.0.0.1:{port}"
     try:
         wait_healthy(url, proc)

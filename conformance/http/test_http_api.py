@@ -2,6 +2,7 @@
 usage counts. Greedy requests (temperature 0), with vLLM's ignore_eos where the server takes it (`Server.greedy`),
 so that every answer is deterministic and its length known; a random-weight model makes the text gibberish, which
 is all these checks need."""
+
 from __future__ import annotations
 
 import re
@@ -144,8 +145,10 @@ def test_stop_string_cuts_the_text(srv, as_list):
 def test_include_stop_str_in_output(srv):
     """vLLM's extra field: the stop string stays in the text."""
     prompt, full, word = _stop_word(srv)
-    r = srv.http.post("/v1/completions", json=srv.body(prompt=prompt, max_tokens=32, stop=[word],
-                                                       include_stop_str_in_output=True, **srv.greedy))
+    r = srv.http.post(
+        "/v1/completions",
+        json=srv.body(prompt=prompt, max_tokens=32, stop=[word], include_stop_str_in_output=True, **srv.greedy),
+    )
     if 400 <= r.status_code < 500:
         pytest.skip(f"the server refuses include_stop_str_in_output ({r.status_code})")
     assert r.status_code == 200, r.text

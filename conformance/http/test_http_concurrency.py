@@ -1,5 +1,6 @@
 """Sampling and batching over HTTP: seeded sampling is repeatable, greedy output does not depend on the batch around
 it (alone vs among 32 concurrent requests), and 64 concurrent streams all finish with the right token counts."""
+
 from __future__ import annotations
 
 import asyncio
@@ -30,6 +31,7 @@ def _prompt(i: int) -> str:
 async def _complete_all(srv: Server, bodies: list[dict]) -> list[dict]:
     limits = httpx.Limits(max_connections=len(bodies) + 4)
     async with httpx.AsyncClient(base_url=srv.base_url, timeout=REQUEST_TIMEOUT_S, limits=limits) as http:
+
         async def one(body: dict) -> dict:
             r = await http.post("/v1/completions", json=srv.body(**body))
             assert r.status_code == 200, r.text
@@ -41,6 +43,7 @@ async def _complete_all(srv: Server, bodies: list[dict]) -> list[dict]:
 async def _stream_all(srv: Server, bodies: list[dict]) -> list[Streamed]:
     limits = httpx.Limits(max_connections=len(bodies) + 4)
     async with httpx.AsyncClient(base_url=srv.base_url, timeout=REQUEST_TIMEOUT_S, limits=limits) as http:
+
         async def one(body: dict) -> Streamed:
             out = Streamed()
             async with http.stream("POST", "/v1/completions", json=srv.body(stream=True, **body)) as r:
@@ -67,15 +70,15 @@ def test_seeded_sampling_does_not_depend_on_the_batch(srv):
     srv.skip_if_simulated("seeded sampling")
     alone = srv.complete(prompt=_prompt(3), seed=77, **_sampled(srv))["choices"][0]["text"]
     bodies = [dict(prompt=_prompt(3), seed=77, **_sampled(srv))] + [
-        dict(prompt=_prompt(i), seed=i, **_sampled(srv)) for i in range(1, 8)]
+        dict(prompt=_prompt(i), seed=i, **_sampled(srv)) for i in range(1, 8)
+    ]
     together = asyncio.run(_complete_all(srv, bodies))
     assert together[0]["choices"][0]["text"] == alone
 
 
 def test_greedy_is_batch_invariant(srv):
     """Each greedy answer alone equals the same request's answer among 32 concurrent ones (batch invariance)."""
-    bodies = [dict(prompt=_prompt(i), max_tokens=12 + i % 7, **srv.greedy)
-              for i in range(NUM_BATCH_INVARIANCE)]
+    bodies = [dict(prompt=_prompt(i), max_tokens=12 + i % 7, **srv.greedy) for i in range(NUM_BATCH_INVARIANCE)]
     alone = [srv.complete(**b) for b in bodies]
     together = asyncio.run(_complete_all(srv, bodies))
     for i, (a, t) in enumerate(zip(alone, together)):
@@ -84,8 +87,10 @@ def test_greedy_is_batch_invariant(srv):
 
 
 def test_64_concurrent_streams_all_finish(srv):
-    bodies = [dict(prompt=_prompt(i), max_tokens=8 + i % 9, **srv.greedy,
-                   stream_options={"include_usage": True}) for i in range(NUM_STREAMS)]
+    bodies = [
+        dict(prompt=_prompt(i), max_tokens=8 + i % 9, **srv.greedy, stream_options={"include_usage": True})
+        for i in range(NUM_STREAMS)
+    ]
     results = asyncio.run(_stream_all(srv, bodies))
     for i, (body, out) in enumerate(zip(bodies, results)):
         assert out.done, f"stream {i} did not end with [DONE]"

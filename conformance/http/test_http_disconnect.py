@@ -2,6 +2,7 @@
 chunk and closed (or as many non-streaming requests are sent and given up on), a new short request completes within NEW_REQUEST_DEADLINE_S, and where the server exports vLLM's
 gauges, running requests and KV usage fall back to zero. (The suite's own server has exactly NUM_STREAMS slots, so
 streams that kept running would hold them all and the new request would wait about two minutes for them.)"""
+
 from __future__ import annotations
 
 import asyncio
@@ -29,9 +30,11 @@ async def _open_read_one_close(srv: Server) -> int:
     limits = httpx.Limits(max_connections=NUM_STREAMS + 4)
     read = 0
     async with httpx.AsyncClient(base_url=srv.base_url, timeout=REQUEST_TIMEOUT_S, limits=limits) as http:
+
         async def one(i: int) -> int:
-            body = srv.body(prompt=f"Tell me a very long story, number {i}", max_tokens=LONG_MAX_TOKENS,
-                            **srv.greedy, stream=True)
+            body = srv.body(
+                prompt=f"Tell me a very long story, number {i}", max_tokens=LONG_MAX_TOKENS, **srv.greedy, stream=True
+            )
             async with http.stream("POST", "/v1/completions", json=body) as r:
                 assert r.status_code == 200
                 async for line in r.aiter_lines():
@@ -47,6 +50,7 @@ async def _send_and_hang_up(srv: Server) -> int:
     """Non-streaming: send the long requests and give up on each after HANG_UP_AFTER_S; returns how many timed out."""
     limits = httpx.Limits(max_connections=NUM_STREAMS + 4)
     async with httpx.AsyncClient(base_url=srv.base_url, timeout=HANG_UP_AFTER_S, limits=limits) as http:
+
         async def one(i: int) -> int:
             body = srv.body(prompt=f"Write a very long essay, number {i}", max_tokens=LONG_MAX_TOKENS, **srv.greedy)
             try:
@@ -95,10 +99,17 @@ def test_metrics_use_vllm_names(srv):
         pytest.skip("the server has no /metrics")
     if not any(k.startswith("vllm:") for k in m):
         pytest.skip("the server's /metrics has no vllm: metrics")
-    for name in ("vllm:num_requests_running", "vllm:num_requests_waiting", "vllm:kv_cache_usage_perc",
-                 "vllm:prompt_tokens_total", "vllm:generation_tokens_total", "vllm:num_preemptions_total",
-                 "vllm:time_to_first_token_seconds_count", "vllm:inter_token_latency_seconds_count",
-                 "vllm:e2e_request_latency_seconds_count"):
+    for name in (
+        "vllm:num_requests_running",
+        "vllm:num_requests_waiting",
+        "vllm:kv_cache_usage_perc",
+        "vllm:prompt_tokens_total",
+        "vllm:generation_tokens_total",
+        "vllm:num_preemptions_total",
+        "vllm:time_to_first_token_seconds_count",
+        "vllm:inter_token_latency_seconds_count",
+        "vllm:e2e_request_latency_seconds_count",
+    ):
         assert name in m, f"/metrics lacks {name}"
     before = m["vllm:generation_tokens_total"], m["vllm:e2e_request_latency_seconds_count"]
     srv.complete(prompt="count me", max_tokens=5, **srv.greedy)

@@ -1,5 +1,6 @@
 """Bad requests get a 4xx with an OpenAI-style error body, an unknown model a 404, and the server keeps serving:
 the next good request, and a stream that was running while the bad ones came in, still complete correctly."""
+
 from __future__ import annotations
 
 import threading
@@ -59,8 +60,9 @@ def test_bad_request_is_a_4xx_and_the_server_keeps_serving(srv, case):
 
 
 def test_invalid_json_is_a_4xx(srv):
-    r = srv.http.post("/v1/completions", content=b'{"prompt": "unterminated',
-                      headers={"content-type": "application/json"})
+    r = srv.http.post(
+        "/v1/completions", content=b'{"prompt": "unterminated', headers={"content-type": "application/json"}
+    )
     _assert_openai_error(r)
     assert srv.complete(**GOOD, **srv.greedy)["choices"][0]["finish_reason"] == "length"
 

@@ -14,6 +14,7 @@ a decode schedules as its input before the real token is back.
 The checks live in one module per family (`batching`, `blocks`, `preemption`, `requests`, and `_base` for what they
 share); every name is importable from here, as before, and `check_state` / `check_step` run them all.
 """
+
 from __future__ import annotations
 
 from collections.abc import Iterable
@@ -80,8 +81,9 @@ STEP_CHECKS = (
 )
 
 
-def check_state(cfg: dict, snap: Snapshot, tokens: dict[str, list[int]], num_gpu_blocks: int,
-                in_flight: Iterable[int] = ()) -> None:
+def check_state(
+    cfg: dict, snap: Snapshot, tokens: dict[str, list[int]], num_gpu_blocks: int, in_flight: Iterable[int] = ()
+) -> None:
     """The checks that read one state at rest (after schedule() and after update())."""
     check_max_num_seqs(cfg, snap)
     check_block_accounting(cfg, snap, num_gpu_blocks)

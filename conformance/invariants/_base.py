@@ -1,5 +1,6 @@
 """The shared ground of the invariant checks: the violation type and its message, the `Snapshot` of an
 adapter's state, and the small helpers every family reads."""
+
 from __future__ import annotations
 
 from collections.abc import Iterable
@@ -18,18 +19,28 @@ def cdiv(a: int, b: int) -> int:
 
 def _fmt(v: ReqView) -> str:
     extra = f" host={v.host_block_ids}" if v.host_block_ids else ""
-    return (f"{v.request_id}[{v.status} prompt={v.num_prompt_tokens} out={v.num_output_tokens} "
-            f"computed={v.num_computed_tokens} prio={v.priority} t={v.arrival_time:g} blocks={v.block_ids}{extra}]")
+    return (
+        f"{v.request_id}[{v.status} prompt={v.num_prompt_tokens} out={v.num_output_tokens} "
+        f"computed={v.num_computed_tokens} prio={v.priority} t={v.arrival_time:g} blocks={v.block_ids}{extra}]"
+    )
 
 
-def _fail(name: str, msg: str, *, cfg: dict | None = None, step: StepView | None = None,
-          snaps: Iterable[tuple[str, Snapshot]] = ()) -> None:
+def _fail(
+    name: str,
+    msg: str,
+    *,
+    cfg: dict | None = None,
+    step: StepView | None = None,
+    snaps: Iterable[tuple[str, Snapshot]] = (),
+) -> None:
     lines = [f"invariant `{name}` violated: {msg}"]
     if cfg is not None:
         lines.append("  config: " + ", ".join(f"{k}={v}" for k, v in sorted(cfg.items())))
     if step is not None:
-        lines.append(f"  step: scheduled={step.num_scheduled_tokens} preempted={step.preempted_req_ids} "
-                     f"new={step.new_req_ids} swap_out={step.blocks_to_swap_out} swap_in={step.blocks_to_swap_in}")
+        lines.append(
+            f"  step: scheduled={step.num_scheduled_tokens} preempted={step.preempted_req_ids} "
+            f"new={step.new_req_ids} swap_out={step.blocks_to_swap_out} swap_in={step.blocks_to_swap_in}"
+        )
     for label, s in snaps:
         lines.append(f"  {label}: free_blocks={s.free_blocks}")
         lines.append("    running: " + "; ".join(map(_fmt, s.running)))

@@ -1,5 +1,6 @@
 """Invariants of what one step schedules: the token budget, max_num_seqs, decodes before prefills, admission
 order, and who may share a step in the sequence and static batching modes."""
+
 from __future__ import annotations
 
 from conformance.adapters import ReqView, StepView
@@ -17,27 +18,52 @@ def check_token_budget(cfg: dict, before: Snapshot, step: StepView, after: Snaps
     (when set) more than long_prefill_token_threshold."""
     total = sum(step.num_scheduled_tokens.values())
     if total > cfg["max_num_batched_tokens"]:
-        _fail("token_budget", f"{total} tokens scheduled > max_num_batched_tokens {cfg['max_num_batched_tokens']}",
-              cfg=cfg, step=step, snaps=[("before", before)])
+        _fail(
+            "token_budget",
+            f"{total} tokens scheduled > max_num_batched_tokens {cfg['max_num_batched_tokens']}",
+            cfg=cfg,
+            step=step,
+            snaps=[("before", before)],
+        )
     thr = effective_threshold(cfg, before)
     for rid, n in step.num_scheduled_tokens.items():
         v = before.by_id.get(rid)
         if v is None:
-            _fail("token_budget", f"{rid} was scheduled but was neither running nor waiting", cfg=cfg, step=step,
-                  snaps=[("before", before)])
+            _fail(
+                "token_budget",
+                f"{rid} was scheduled but was neither running nor waiting",
+                cfg=cfg,
+                step=step,
+                snaps=[("before", before)],
+            )
         left = v.num_tokens_with_placeholders - v.num_computed_tokens
         if rid in step.preempted_req_ids:
             left = v.num_tokens  # preempted and admitted again within the step (priority_preemption): may restart
         if not 0 < n <= left:
-            _fail("token_budget", f"{rid} scheduled {n} tokens with {left} left to compute", cfg=cfg, step=step,
-                  snaps=[("before", before)])
+            _fail(
+                "token_budget",
+                f"{rid} scheduled {n} tokens with {left} left to compute",
+                cfg=cfg,
+                step=step,
+                snaps=[("before", before)],
+            )
         if thr and n > thr:
-            _fail("token_budget", f"{rid} scheduled {n} tokens > long_prefill_token_threshold {thr}", cfg=cfg,
-                  step=step, snaps=[("before", before)])
+            _fail(
+                "token_budget",
+                f"{rid} scheduled {n} tokens > long_prefill_token_threshold {thr}",
+                cfg=cfg,
+                step=step,
+                snaps=[("before", before)],
+            )
         a = after.by_id.get(rid)
         if a is None or a.status != "running" or a.num_computed_tokens > a.num_tokens_with_placeholders:
-            _fail("token_budget", f"{rid} scheduled but not running with computed <= num_tokens after schedule()",
-                  cfg=cfg, step=step, snaps=[("after", after)])
+            _fail(
+                "token_budget",
+                f"{rid} scheduled but not running with computed <= num_tokens after schedule()",
+                cfg=cfg,
+                step=step,
+                snaps=[("after", after)],
+            )
 
 
 def check_max_num_seqs(cfg: dict, snap: Snapshot) -> None:
@@ -71,14 +97,22 @@ def check_decode_first(cfg: dict, before: Snapshot, step: StepView, after: Snaps
         if rid in step.num_scheduled_tokens:
             remaining -= step.num_scheduled_tokens[rid]
             continue
-        if v.num_output_placeholders and v.max_tokens is not None and (
-                v.num_computed_tokens + 2 - v.num_output_placeholders >= v.num_prompt_tokens + v.max_tokens):
+        if (
+            v.num_output_placeholders
+            and v.max_tokens is not None
+            and (v.num_computed_tokens + 2 - v.num_output_placeholders >= v.num_prompt_tokens + v.max_tokens)
+        ):
             continue  # async: its token in flight is its last
         need = min(left, thr) if thr else left
         if left <= 0 or (not cfg["enable_chunked_prefill"] and need > remaining):
             continue
-        _fail("decode_first", f"admitted {admitted} while running {rid} ({left} left, budget {remaining} at its turn) "
-              "was not scheduled", cfg=cfg, step=step, snaps=[("before", before), ("after", after)])
+        _fail(
+            "decode_first",
+            f"admitted {admitted} while running {rid} ({left} left, budget {remaining} at its turn) was not scheduled",
+            cfg=cfg,
+            step=step,
+            snaps=[("before", before), ("after", after)],
+        )
 
 
 def check_admission_order(cfg: dict, before: Snapshot, step: StepView, after: Snapshot) -> None:
@@ -87,13 +121,22 @@ def check_admission_order(cfg: dict, before: Snapshot, step: StepView, after: Sn
     waiting() is queue order)."""
     admitted = admitted_ids(before, after)
     if admitted != before.waiting_ids[: len(admitted)]:
-        _fail("admission_order", f"admitted {admitted}, but the waiting queue was {before.waiting_ids}", cfg=cfg,
-              step=step, snaps=[("before", before), ("after", after)])
+        _fail(
+            "admission_order",
+            f"admitted {admitted}, but the waiting queue was {before.waiting_ids}",
+            cfg=cfg,
+            step=step,
+            snaps=[("before", before), ("after", after)],
+        )
     if cfg["policy"] == "priority":
         keys = [(*_key(v), v.request_id) for v in before.waiting]
         if keys != sorted(keys):
-            _fail("admission_order", "waiting queue not in (priority, arrival_time, request_id) order", cfg=cfg,
-                  snaps=[("before", before)])
+            _fail(
+                "admission_order",
+                "waiting queue not in (priority, arrival_time, request_id) order",
+                cfg=cfg,
+                snaps=[("before", before)],
+            )
 
 
 def _is_prefill(v: ReqView) -> bool:
@@ -106,8 +149,13 @@ def check_sequence_no_mixing(cfg: dict, before: Snapshot, step: StepView, after:
         return
     kinds = {rid: _is_prefill(before.by_id[rid]) for rid in step.num_scheduled_tokens}
     if len(set(kinds.values())) > 1:
-        _fail("sequence_no_mixing", f"prefill/decode mixed in one step: {kinds}", cfg=cfg, step=step,
-              snaps=[("before", before)])
+        _fail(
+            "sequence_no_mixing",
+            f"prefill/decode mixed in one step: {kinds}",
+            cfg=cfg,
+            step=step,
+            snaps=[("before", before)],
+        )
 
 
 def check_static_batch(cfg: dict, before: Snapshot, step: StepView, after: Snapshot) -> None:
@@ -116,5 +164,10 @@ def check_static_batch(cfg: dict, before: Snapshot, step: StepView, after: Snaps
         return
     admitted = admitted_ids(before, after)
     if admitted and before.running:
-        _fail("static_batch", f"admitted {admitted} while {before.running_ids} of the batch were unfinished",
-              cfg=cfg, step=step, snaps=[("before", before), ("after", after)])
+        _fail(
+            "static_batch",
+            f"admitted {admitted} while {before.running_ids} of the batch were unfinished",
+            cfg=cfg,
+            step=step,
+            snaps=[("before", before), ("after", after)],
+        )

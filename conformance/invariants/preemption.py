@@ -1,5 +1,6 @@
 """Invariants of preemption: only when a block could not be had, of the right victim, no admission after it, and
 swap plans that move exactly the victims' blocks."""
+
 from __future__ import annotations
 
 from conformance.adapters import ReqView, StepView
@@ -25,8 +26,13 @@ def check_preemption_needed(cfg: dict, before: Snapshot, step: StepView, after: 
     if not step.preempted_req_ids:
         return
     if cfg["batching"] != "continuous":
-        _fail("preemption_needed", f"preempted {step.preempted_req_ids} in {cfg['batching']} mode", cfg=cfg,
-              step=step, snaps=[("before", before)])
+        _fail(
+            "preemption_needed",
+            f"preempted {step.preempted_req_ids} in {cfg['batching']} mode",
+            cfg=cfg,
+            step=step,
+            snaps=[("before", before)],
+        )
     thr = effective_threshold(cfg, before)
     growth = sum(max_block_growth(cfg, v, thr) for v in before.running)
     if before.free_blocks < growth:
@@ -36,9 +42,14 @@ def check_preemption_needed(cfg: dict, before: Snapshot, step: StepView, after: 
         victims = [before.by_id[r] for r in step.preempted_req_ids if r in before.by_id]
         if all(v.priority > most_urgent for v in victims):
             return
-    _fail("preemption_needed", f"preempted {step.preempted_req_ids} although {before.free_blocks} free blocks "
-          f"covered the running requests' largest possible growth ({growth})", cfg=cfg, step=step,
-          snaps=[("before", before), ("after", after)])
+    _fail(
+        "preemption_needed",
+        f"preempted {step.preempted_req_ids} although {before.free_blocks} free blocks "
+        f"covered the running requests' largest possible growth ({growth})",
+        cfg=cfg,
+        step=step,
+        snaps=[("before", before), ("after", after)],
+    )
 
 
 def check_preemption_victim(cfg: dict, before: Snapshot, step: StepView, after: Snapshot) -> None:
@@ -55,18 +66,33 @@ def check_preemption_victim(cfg: dict, before: Snapshot, step: StepView, after: 
         if v is None or v.status != "running":
             if cfg["priority_preemption"] and vid in after.by_id:
                 continue  # admitted earlier in this step, then preempted by a more urgent waiting request
-            _fail("preemption_victim", f"preempted {vid}, which was not running", cfg=cfg, step=step,
-                  snaps=[("before", before)])
+            _fail(
+                "preemption_victim",
+                f"preempted {vid}, which was not running",
+                cfg=cfg,
+                step=step,
+                snaps=[("before", before)],
+            )
         if cfg["policy"] == "fcfs":
             later = [s for s in survivors if order.index(s) > order.index(vid)]
             if later:
-                _fail("preemption_victim", f"FCFS preempted {vid} but kept the later-admitted {later}", cfg=cfg,
-                      step=step, snaps=[("before", before), ("after", after)])
+                _fail(
+                    "preemption_victim",
+                    f"FCFS preempted {vid} but kept the later-admitted {later}",
+                    cfg=cfg,
+                    step=step,
+                    snaps=[("before", before), ("after", after)],
+                )
         else:
             larger = [s for s in survivors if _key(before.by_id[s]) > _key(v)]
             if larger:
-                _fail("preemption_victim", f"priority policy preempted {vid} {_key(v)} but kept {larger} with larger "
-                      "(priority, arrival_time)", cfg=cfg, step=step, snaps=[("before", before), ("after", after)])
+                _fail(
+                    "preemption_victim",
+                    f"priority policy preempted {vid} {_key(v)} but kept {larger} with larger (priority, arrival_time)",
+                    cfg=cfg,
+                    step=step,
+                    snaps=[("before", before), ("after", after)],
+                )
 
 
 def check_no_admission_after_preemption(cfg: dict, before: Snapshot, step: StepView, after: Snapshot) -> None:
@@ -74,8 +100,13 @@ def check_no_admission_after_preemption(cfg: dict, before: Snapshot, step: StepV
     if step.preempted_req_ids and not cfg["priority_preemption"]:
         admitted = admitted_ids(before, after)
         if admitted:
-            _fail("no_admission_after_preemption", f"admitted {admitted} in a step that preempted "
-                  f"{step.preempted_req_ids}", cfg=cfg, step=step, snaps=[("before", before), ("after", after)])
+            _fail(
+                "no_admission_after_preemption",
+                f"admitted {admitted} in a step that preempted {step.preempted_req_ids}",
+                cfg=cfg,
+                step=step,
+                snaps=[("before", before), ("after", after)],
+            )
 
 
 def check_swap(cfg: dict, before: Snapshot, step: StepView, after: Snapshot) -> None:
@@ -97,19 +128,34 @@ def check_swap(cfg: dict, before: Snapshot, step: StepView, after: Snapshot) -> 
         if v1.host_block_ids:
             devices = [out_map.get(h) for h in v1.host_block_ids]
             if devices != v0.block_ids:
-                _fail("swap", f"{vid} swapped out {devices}, held {v0.block_ids}", cfg=cfg, step=step,
-                      snaps=[("before", before), ("after", after)])
+                _fail(
+                    "swap",
+                    f"{vid} swapped out {devices}, held {v0.block_ids}",
+                    cfg=cfg,
+                    step=step,
+                    snaps=[("before", before), ("after", after)],
+                )
             host_avail -= len(v1.host_block_ids)
         elif len(v0.block_ids) <= host_avail:
-            _fail("swap", f"{vid} fell back to recompute with {host_avail} host blocks free for its "
-                  f"{len(v0.block_ids)}", cfg=cfg, step=step, snaps=[("before", before), ("after", after)])
+            _fail(
+                "swap",
+                f"{vid} fell back to recompute with {host_avail} host blocks free for its {len(v0.block_ids)}",
+                cfg=cfg,
+                step=step,
+                snaps=[("before", before), ("after", after)],
+            )
     in_map = dict(step.blocks_to_swap_in)
     for rid in admitted_ids(before, after):
         host = before.by_id[rid].host_block_ids
         got = [in_map.get(h) for h in host]
         if got != after.by_id[rid].block_ids[: len(host)]:
-            _fail("swap", f"{rid} swapped in {got} onto {after.by_id[rid].block_ids}", cfg=cfg, step=step,
-                  snaps=[("before", before), ("after", after)])
+            _fail(
+                "swap",
+                f"{rid} swapped in {got} onto {after.by_id[rid].block_ids}",
+                cfg=cfg,
+                step=step,
+                snaps=[("before", before), ("after", after)],
+            )
 
 
 def getattr_cfg(cfg: dict, name: str) -> int:

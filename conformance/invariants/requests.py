@@ -1,5 +1,6 @@
 """Invariants of each request's tokens and end: token accounting, outputs kept, where a sample lands, finish
 reasons and aborts, progress, liveness and leaks."""
+
 from __future__ import annotations
 
 from collections.abc import Iterable
@@ -19,8 +20,9 @@ def check_token_accounting(cfg: dict, before: Snapshot, step: StepView, after: S
         if v1 is None:
             _fail("token_accounting", f"{rid} vanished in schedule()", cfg=cfg, step=step, snaps=[("before", before)])
         if (v1.num_prompt_tokens, v1.num_output_tokens) != (v0.num_prompt_tokens, v0.num_output_tokens):
-            _fail("token_accounting", f"{rid} tokens changed in schedule(): {_fmt(v0)} -> {_fmt(v1)}", cfg=cfg,
-                  step=step)
+            _fail(
+                "token_accounting", f"{rid} tokens changed in schedule(): {_fmt(v0)} -> {_fmt(v1)}", cfg=cfg, step=step
+            )
         c0, c1, n = v0.num_computed_tokens, v1.num_computed_tokens, step.num_scheduled_tokens.get(rid, 0)
         if rid in preempted:
             if v1.status == "running":
@@ -38,12 +40,18 @@ def check_token_accounting(cfg: dict, before: Snapshot, step: StepView, after: S
         else:
             ok, why = c1 == c0, "still waiting"
         if not ok:
-            _fail("token_accounting", f"{rid} num_computed_tokens {c0} -> {c1} ({why})", cfg=cfg, step=step,
-                  snaps=[("before", before), ("after", after)])
+            _fail(
+                "token_accounting",
+                f"{rid} num_computed_tokens {c0} -> {c1} ({why})",
+                cfg=cfg,
+                step=step,
+                snaps=[("before", before), ("after", after)],
+            )
 
 
-def check_outputs_kept(views: dict[str, ReqView], expected_outputs: dict[str, int],
-                       prompt_lens: dict[str, int]) -> None:
+def check_outputs_kept(
+    views: dict[str, ReqView], expected_outputs: dict[str, int], prompt_lens: dict[str, int]
+) -> None:
     """Generated tokens are never lost (by preemption or anything else): every request holds exactly the tokens
     the runner sampled for it."""
     for rid, n in expected_outputs.items():
@@ -57,8 +65,10 @@ def check_sample_position(request_id: str, sampled_for: int, delivered_at: int) 
     in flight); when its output comes back, that is exactly where it lands. Under async scheduling a request
     preempted with a step in flight must not be resumed (and resample that index) before its output is back."""
     if sampled_for != delivered_at:
-        _fail("sample_position", f"{request_id}: a token sampled as output #{sampled_for} arrived as output "
-              f"#{delivered_at}")
+        _fail(
+            "sample_position",
+            f"{request_id}: a token sampled as output #{sampled_for} arrived as output #{delivered_at}",
+        )
 
 
 def check_finish(view: ReqView, expected: str | None, returned: bool) -> None:
@@ -68,8 +78,11 @@ def check_finish(view: ReqView, expected: str | None, returned: bool) -> None:
     if expected is None and (finished or returned):
         _fail("finish", f"{_fmt(view)} finished ({view.finish_reason}) but should still run")
     if expected is not None and (not finished or view.finish_reason != expected or not returned):
-        _fail("finish", f"{_fmt(view)} should have finished with {expected!r} and been reported "
-              f"(finished={finished}, reason={view.finish_reason!r}, reported={returned})")
+        _fail(
+            "finish",
+            f"{_fmt(view)} should have finished with {expected!r} and been reported "
+            f"(finished={finished}, reason={view.finish_reason!r}, reported={returned})",
+        )
 
 
 def check_aborted(view: ReqView, snap: Snapshot) -> None:
@@ -83,8 +96,11 @@ def check_progress(idle_steps: int, window: int, snap: Snapshot) -> None:
     """Nothing deadlocks: a step with unfinished requests that schedules and preempts nothing may only happen
     transiently (fewer than `window` in a row)."""
     if idle_steps >= window:
-        _fail("progress", f"{idle_steps} steps in a row scheduled nothing with requests unfinished",
-              snaps=[("state", snap)])
+        _fail(
+            "progress",
+            f"{idle_steps} steps in a row scheduled nothing with requests unfinished",
+            snaps=[("state", snap)],
+        )
 
 
 def liveness_bound(pending: Iterable[tuple[int, int]]) -> int:
@@ -108,5 +124,9 @@ def check_no_leaks(snap: Snapshot, num_gpu_blocks: int) -> None:
     used = {b: r for b, r in snap.ref_counts.items() if r}
     host = {b: r for b, r in (snap.host_ref_counts or {}).items() if r}
     if used or host or snap.free_blocks != num_gpu_blocks or snap.running or snap.waiting:
-        _fail("no_leaks", f"after all finished: device blocks still referenced {used}, host {host}, "
-              f"free {snap.free_blocks}/{num_gpu_blocks}", snaps=[("state", snap)])
+        _fail(
+            "no_leaks",
+            f"after all finished: device blocks still referenced {used}, host {host}, "
+            f"free {snap.free_blocks}/{num_gpu_blocks}",
+            snaps=[("state", snap)],
+        )

@@ -39,9 +39,9 @@ ProgressFn = Callable[[int], None]  # called with the number of requests that fi
 class RunResult:
     """One measured run of one configuration (`error` set, and nothing else, when it could not run)."""
 
-    engine: str                          # the backend's name: "refengine" | "hf-static" | "hf-cb" | "openai" ...
+    engine: str  # the backend's name: "refengine" | "hf-static" | "hf-cb" | "openai" ...
     batching: str
-    knobs: dict[str, Any]                # the knobs that define this configuration (CSV config columns)
+    knobs: dict[str, Any]  # the knobs that define this configuration (CSV config columns)
     records: list[RequestRecord] = field(default_factory=list)
     steps: list[StepRecord] = field(default_factory=list)  # empty where the engine's steps cannot be seen
     duration: float = math.nan
@@ -54,10 +54,16 @@ class RunResult:
         from cbbench.perf.backends.conversations import conversation_metrics
         from cbbench.perf.metrics import compute_metrics
 
-        m = compute_metrics(self.records, self.duration, steps=self.steps, max_num_seqs=self.max_num_seqs,
-                            max_num_batched_tokens=self.max_num_batched_tokens,
-                            num_gpu_blocks=self.num_gpu_blocks, metric_percentiles=metric_percentiles,
-                            goodput=goodput)
+        m = compute_metrics(
+            self.records,
+            self.duration,
+            steps=self.steps,
+            max_num_seqs=self.max_num_seqs,
+            max_num_batched_tokens=self.max_num_batched_tokens,
+            num_gpu_blocks=self.num_gpu_blocks,
+            metric_percentiles=metric_percentiles,
+            goodput=goodput,
+        )
         return {**m, **conversation_metrics(self.records)}
 
 
@@ -83,6 +89,7 @@ class Backend:
             backend.name, backend.kind = name, kind
             cls._registry[name] = backend
             return backend
+
         return add
 
     @classmethod

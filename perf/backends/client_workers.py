@@ -44,19 +44,31 @@ def shard_concurrency(max_concurrency: int | None, workers: int) -> list[int | N
     return [max_concurrency // used + (w < max_concurrency % used) for w in range(used)]
 
 
-async def _worker_main(conn: Connection, target: HttpTarget, shard: dict[str, list], cap: int | None,
-                       tokenizer: Any, send: Any) -> None:
+async def _worker_main(
+    conn: Connection, target: HttpTarget, shard: dict[str, list], cap: int | None, tokenizer: Any, send: Any
+) -> None:
     async with make_session(cap, target.timeout_s) as session:
         conn.send("ready")
         t0 = conn.recv()  # blocking is right: nothing runs on this loop before the start
-        records, _, end = await replay(target, shard["prompts"], shard["prompt_lens"], shard["output_lens"],
-                                       shard["arrivals"], max_concurrency=cap, tokenizer=tokenizer,
-                                       ids=shard["ids"], session=session, t0=t0, send=send)
+        records, _, end = await replay(
+            target,
+            shard["prompts"],
+            shard["prompt_lens"],
+            shard["output_lens"],
+            shard["arrivals"],
+            max_concurrency=cap,
+            tokenizer=tokenizer,
+            ids=shard["ids"],
+            session=session,
+            t0=t0,
+            send=send,
+        )
     conn.send((records, end))
 
 
-def _worker(conn: Connection, target: HttpTarget, shard: dict[str, list], cap: int | None, tokenizer: Any,
-            send: Any) -> None:
+def _worker(
+    conn: Connection, target: HttpTarget, shard: dict[str, list], cap: int | None, tokenizer: Any, send: Any
+) -> None:
     """A client process's entry point (module level, so that spawn can find it)."""
     try:
         asyncio.run(_worker_main(conn, target, shard, cap, tokenizer, send))
@@ -67,23 +79,36 @@ def _worker(conn: Connection, target: HttpTarget, shard: dict[str, list], cap: i
         conn.close()
 
 
-def replay_sharded(target: HttpTarget, prompts: Sequence[str | list[int]], prompt_lens: Sequence[int],
-                   output_lens: Sequence[int], arrivals: Sequence[float], *, workers: int,
-                   max_concurrency: int | None = None, tokenizer: Any = None, ids: Sequence[str] | None = None,
-                   send: Any = None) -> tuple[list[RequestRecord], float, float]:
+def replay_sharded(
+    target: HttpTarget,
+    prompts: Sequence[str | list[int]],
+    prompt_lens: Sequence[int],
+    output_lens: Sequence[int],
+    arrivals: Sequence[float],
+    *,
+    workers: int,
+    max_concurrency: int | None = None,
+    tokenizer: Any = None,
+    ids: Sequence[str] | None = None,
+    send: Any = None,
+) -> tuple[list[RequestRecord], float, float]:
     """`http_client.replay` over `workers` processes (blocking: call it from a thread inside an event loop);
     returns (records in request order, the shared t0, the time the last worker's last request ended)."""
     ids = list(ids) if ids is not None else [str(i) for i in range(len(prompts))]
     caps = shard_concurrency(max_concurrency, check_client_workers(workers))
     order = sorted(range(len(prompts)), key=lambda i: arrivals[i])
-    parts = [p for p in (order[w::len(caps)] for w in range(len(caps))) if p]
+    parts = [p for p in (order[w :: len(caps)] for w in range(len(caps))) if p]
     ctx = mp.get_context("spawn")  # never fork: the parent holds an event loop and perhaps a server thread
     procs, conns = [], []
     try:
         for part, cap in zip(parts, caps):
-            shard = {"prompts": [prompts[i] for i in part], "prompt_lens": [prompt_lens[i] for i in part],
-                     "output_lens": [output_lens[i] for i in part], "arrivals": [arrivals[i] for i in part],
-                     "ids": [ids[i] for i in part]}
+            shard = {
+                "prompts": [prompts[i] for i in part],
+                "prompt_lens": [prompt_lens[i] for i in part],
+                "output_lens": [output_lens[i] for i in part],
+                "arrivals": [arrivals[i] for i in part],
+                "ids": [ids[i] for i in part],
+            }
             mine, theirs = ctx.Pipe()
             p = ctx.Process(target=_worker, args=(theirs, target, shard, cap, tokenizer, send), daemon=True)
             p.start()
@@ -114,4 +139,3 @@ def replay_sharded(target: HttpTarget, prompts: Sequence[str | list[int]], promp
             if p.is_alive():
                 p.terminate()
     return [by_id[i] for i in ids], t0, end
-

@@ -25,7 +25,7 @@ from typing import Any
 from cbbench.perf.records import RequestRecord
 
 CONVERSATION_KEYS = ("conversation_id", "turn")
-_NOT_DONE = ("error", "abort")    # turns left out of the turn metrics (no TTFT to speak of)
+_NOT_DONE = ("error", "abort")  # turns left out of the turn metrics (no TTFT to speak of)
 
 
 @dataclass
@@ -58,7 +58,7 @@ class TurnFeeder:
             idx.sort(key=lambda i: self.requests[i].turn)
             self._heap.append((self.requests[idx[0]].arrival_time, idx[0]))
             self._next.update(zip(idx, idx[1:]))
-        heapq.heapify(self._heap)     # (due, index): ties in workload order, as a stable sort by arrival
+        heapq.heapify(self._heap)  # (due, index): ties in workload order, as a stable sort by arrival
 
     def next_due(self) -> float | None:
         """When the next request is due, or None while none is (the rest wait for an answer, or all were sent)."""
@@ -77,8 +77,7 @@ class TurnFeeder:
         r = self.requests[i]
         if r.conversation_id is None:
             return
-        self._history.setdefault(r.conversation_id, []).append(
-            _Exchange(r, list(answer_ids), answer_text))
+        self._history.setdefault(r.conversation_id, []).append(_Exchange(r, list(answer_ids), answer_text))
         if i in self._next:
             heapq.heappush(self._heap, (now, self._next[i]))
 
@@ -120,8 +119,10 @@ class TurnFeeder:
         """Request i's prompt as chat messages: user / assistant pairs of the history, then its own message."""
         out = []
         for ex in self._past(i):
-            out += [{"role": "user", "content": text_of(ex.request)},
-                    {"role": "assistant", "content": ex.answer_text or ""}]
+            out += [
+                {"role": "user", "content": text_of(ex.request)},
+                {"role": "assistant", "content": ex.answer_text or ""},
+            ]
         return out + [{"role": "user", "content": text_of(self.requests[i])}]
 
 
@@ -145,14 +146,20 @@ def conversation_metrics(records: Sequence[RequestRecord]) -> dict[str, Any]:
         if r.finish_reason not in _NOT_DONE and r.first_token_time is not None:
             by_turn.setdefault(r.turn or 0, []).append((r.first_token_time - r.arrival_time) * 1e3)
     # a conversation's latency counts only if every turn completed (a cut conversation has no end to time)
-    lat = [(max(r.finish_time for r in rs) - min(r.arrival_time for r in rs)) * 1e3 for rs in convs.values()
-           if all(r.finish_reason not in _NOT_DONE and r.finish_time is not None for r in rs)]
+    lat = [
+        (max(r.finish_time for r in rs) - min(r.arrival_time for r in rs)) * 1e3
+        for rs in convs.values()
+        if all(r.finish_reason not in _NOT_DONE and r.finish_time is not None for r in rs)
+    ]
     nan = float("nan")
-    return {"num_conversations": len(convs),
-            "ttft_by_turn_ms": [statistics.fmean(by_turn[k]) if by_turn.get(k) else nan
-                                for k in range(max(by_turn, default=-1) + 1)],
-            "mean_conversation_latency_ms": statistics.fmean(lat) if lat else nan,
-            "median_conversation_latency_ms": statistics.median(lat) if lat else nan}
+    return {
+        "num_conversations": len(convs),
+        "ttft_by_turn_ms": [
+            statistics.fmean(by_turn[k]) if by_turn.get(k) else nan for k in range(max(by_turn, default=-1) + 1)
+        ],
+        "mean_conversation_latency_ms": statistics.fmean(lat) if lat else nan,
+        "median_conversation_latency_ms": statistics.median(lat) if lat else nan,
+    }
 
 
 def conversation_note(label: str, metrics: dict[str, Any]) -> list[str]:
@@ -160,6 +167,8 @@ def conversation_note(label: str, metrics: dict[str, Any]) -> list[str]:
     if not metrics.get("num_conversations"):
         return []
     ttft = ", ".join(f"{v:.1f}" for v in metrics["ttft_by_turn_ms"])
-    return [f"{label}: {metrics['num_conversations']} conversations; mean TTFT by turn (ms): {ttft}; "
-            f"conversation latency mean {metrics['mean_conversation_latency_ms']:.1f} ms, median "
-            f"{metrics['median_conversation_latency_ms']:.1f} ms"]
+    return [
+        f"{label}: {metrics['num_conversations']} conversations; mean TTFT by turn (ms): {ttft}; "
+        f"conversation latency mean {metrics['mean_conversation_latency_ms']:.1f} ms, median "
+        f"{metrics['median_conversation_latency_ms']:.1f} ms"
+    ]

@@ -30,8 +30,13 @@ BACKLOG = 4096  # pending connections: a wave of 4096 must not wait out SYN retr
 class FakeOpenAIServer:
     """`with FakeOpenAIServer() as s: ... s.base_url ...`"""
 
-    def __init__(self, model: str = "fake-model", token_delay_s: float = TOKEN_DELAY_S,
-                 with_metrics: bool = True, with_usage: bool = True) -> None:
+    def __init__(
+        self,
+        model: str = "fake-model",
+        token_delay_s: float = TOKEN_DELAY_S,
+        with_metrics: bool = True,
+        with_usage: bool = True,
+    ) -> None:
         self.model, self.token_delay_s, self.with_metrics = model, token_delay_s, with_metrics
         self.with_usage = with_usage  # False: as a server that ignores stream_options
         self.in_flight = self.peak_in_flight = self.completed = 0
@@ -54,10 +59,12 @@ class FakeOpenAIServer:
         return app
 
     async def _metrics(self, request: web.Request) -> web.Response:
-        text = (f"# TYPE vllm:num_preemptions_total counter\n"
-                f'vllm:num_preemptions_total{{model_name="{self.model}"}} {float(self.completed)}\n'
-                f'vllm:kv_cache_usage_perc{{model_name="{self.model}"}} {self.in_flight / KV_SLOTS}\n'
-                f'vllm:cache_config_info{{block_size="16",num_gpu_blocks="{NUM_GPU_BLOCKS}"}} 1.0\n')
+        text = (
+            f"# TYPE vllm:num_preemptions_total counter\n"
+            f'vllm:num_preemptions_total{{model_name="{self.model}"}} {float(self.completed)}\n'
+            f'vllm:kv_cache_usage_perc{{model_name="{self.model}"}} {self.in_flight / KV_SLOTS}\n'
+            f'vllm:cache_config_info{{block_size="16",num_gpu_blocks="{NUM_GPU_BLOCKS}"}} 1.0\n'
+        )
         return web.Response(text=text, content_type="text/plain")
 
     async def _embeddings(self, request: web.Request) -> web.Response:
@@ -65,16 +72,22 @@ class FakeOpenAIServer:
         self.bodies.append(body)
         prompt = body["input"]
         if isinstance(prompt, list) and prompt and prompt[0] == BAD_PROMPT_TOKEN:
-            return web.json_response({"error": {"message": "input: token 13 is not allowed here", "code": 400}},
-                                     status=400)
+            return web.json_response(
+                {"error": {"message": "input: token 13 is not allowed here", "code": 400}}, status=400
+            )
         n = len(prompt) if isinstance(prompt, list) else len(prompt.split())
         await asyncio.sleep(self.token_delay_s)
         self.completed += 1
         seed = sum(prompt) if isinstance(prompt, list) else len(prompt)
         vec = [((seed * (k + 1)) % 97) / 97.0 for k in range(EMBEDDING_DIM)]
-        return web.json_response({"object": "list", "model": self.model,
-                                  "data": [{"object": "embedding", "index": 0, "embedding": vec}],
-                                  "usage": {"prompt_tokens": n, "total_tokens": n}})
+        return web.json_response(
+            {
+                "object": "list",
+                "model": self.model,
+                "data": [{"object": "embedding", "index": 0, "embedding": vec}],
+                "usage": {"prompt_tokens": n, "total_tokens": n},
+            }
+        )
 
     async def _completions(self, request: web.Request) -> web.StreamResponse:
         body = await request.json()
@@ -82,8 +95,14 @@ class FakeOpenAIServer:
         chat = "messages" in body
         prompt = body["messages"][0]["content"] if chat else body["prompt"]
         if isinstance(prompt, list) and prompt and prompt[0] == BAD_PROMPT_TOKEN:
-            err = {"error": {"message": "prompt: token 13 is not allowed here", "type": "BadRequestError",
-                             "param": "prompt", "code": 400}}
+            err = {
+                "error": {
+                    "message": "prompt: token 13 is not allowed here",
+                    "type": "BadRequestError",
+                    "param": "prompt",
+                    "code": 400,
+                }
+            }
             return web.json_response(err, status=400)
         n = int(body.get("max_completion_tokens") or body["max_tokens"])
         prompt_len = len(prompt) if isinstance(prompt, list) else len(prompt.split())
@@ -109,8 +128,12 @@ class FakeOpenAIServer:
                 await send({"choices": [choice(text, None)]})
             await send({"choices": [choice("", "length")]})
             if self.with_usage and (body.get("stream_options") or {}).get("include_usage"):
-                await send({"choices": [], "usage": {"prompt_tokens": prompt_len, "completion_tokens": n,
-                                                     "total_tokens": prompt_len + n}})
+                await send(
+                    {
+                        "choices": [],
+                        "usage": {"prompt_tokens": prompt_len, "completion_tokens": n, "total_tokens": prompt_len + n},
+                    }
+                )
             await send(b"[DONE]")
             await resp.write_eof()
             self.completed += 1

@@ -50,10 +50,22 @@ def hf_model(model: str, *, device: str, dtype: str | None, seed: int, attn_impl
     return to_hf_model(ref, config, attn_implementation=attn_implementation)
 
 
-def _record(rid: str, r: Any, arrival: float, token_times: list[float], finish: float,
-            first_scheduled: float | None) -> RequestRecord:
-    return RequestRecord(rid, r.prompt_len, r.output_len, arrival, first_scheduled, token_times[0], token_times,
-                         finish, num_preemptions=0, num_cached_tokens=None, finish_reason="length")
+def _record(
+    rid: str, r: Any, arrival: float, token_times: list[float], finish: float, first_scheduled: float | None
+) -> RequestRecord:
+    return RequestRecord(
+        rid,
+        r.prompt_len,
+        r.output_len,
+        arrival,
+        first_scheduled,
+        token_times[0],
+        token_times,
+        finish,
+        num_preemptions=0,
+        num_cached_tokens=None,
+        finish_reason="length",
+    )
 
 
 class _StampStreamer:
@@ -80,8 +92,16 @@ def _generate_batch(model: Any, prompts: Sequence[list[int]], new_tokens: int, p
     mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts], device=dev)
     streamer = _StampStreamer()
     # streamers take batch size 1 only through TextStreamer's checks; ours accepts any batch
-    model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=new_tokens, min_new_tokens=new_tokens,
-                   do_sample=False, eos_token_id=None, pad_token_id=pad_id, streamer=streamer)
+    model.generate(
+        input_ids=ids,
+        attention_mask=mask,
+        max_new_tokens=new_tokens,
+        min_new_tokens=new_tokens,
+        do_sample=False,
+        eos_token_id=None,
+        pad_token_id=pad_id,
+        streamer=streamer,
+    )
     if dev.type == "cuda":
         torch.cuda.synchronize(dev)
     return streamer.times
@@ -91,8 +111,7 @@ def _generate_batch(model: Any, prompts: Sequence[list[int]], new_tokens: int, p
 MULTI_TURN_REFUSED = "multi-turn workloads run on refengine and the HTTP backends only, not on the HF peers"
 
 
-def run_hf_static_sim(workload: Any, model: str, *, device: str, dtype: str | None,
-                      max_num_seqs: int) -> RunResult:
+def run_hf_static_sim(workload: Any, model: str, *, device: str, dtype: str | None, max_num_seqs: int) -> RunResult:
     """hf-static on a simulated GPU: the same batching on the engine's cost model (refengine/sim/hf_static.py),
     times in simulated seconds from 0, as the simulated engine's."""
     from refengine.sim.hf_static import simulate_hf_static_on, workload_requests
@@ -100,14 +119,35 @@ def run_hf_static_sim(workload: Any, model: str, *, device: str, dtype: str | No
     res = RunResult("hf-static", "static", {"max_num_seqs": max_num_seqs}, max_num_seqs=max_num_seqs)
     sim = simulate_hf_static_on(device, model, workload_requests(workload), max_num_seqs, dtype or "bfloat16")
     res.records = [RequestRecord.from_dict(r, REQUEST_KEYS) for r in sim.records]  # the CPU peer's keys
-    res.steps = [StepRecord(s["time"], s["num_scheduled_tokens"], s["num_running"], s["num_waiting"], None, None,
-                            None, slots_held=s["slots_held"], layout=PEER_STEP_KEYS) for s in sim.steps]
+    res.steps = [
+        StepRecord(
+            s["time"],
+            s["num_scheduled_tokens"],
+            s["num_running"],
+            s["num_waiting"],
+            None,
+            None,
+            None,
+            slots_held=s["slots_held"],
+            layout=PEER_STEP_KEYS,
+        )
+        for s in sim.steps
+    ]
     res.duration = sim.duration_s
     return res
 
 
-def run_hf_static(workload: Any, model: str, *, device: str, dtype: str | None, max_num_seqs: int,
-                  warmup: int = 2, seed: int = 0, progress: ProgressFn | None = None) -> RunResult:
+def run_hf_static(
+    workload: Any,
+    model: str,
+    *,
+    device: str,
+    dtype: str | None,
+    max_num_seqs: int,
+    warmup: int = 2,
+    seed: int = 0,
+    progress: ProgressFn | None = None,
+) -> RunResult:
     from refengine.sim.device import is_sim_device
 
     if is_sim_device(device):
@@ -127,7 +167,7 @@ def run_hf_static(workload: Any, model: str, *, device: str, dtype: str | None, 
             t0 = time.perf_counter()
             end = t0
             for b in range(0, len(order), max_num_seqs):
-                idx = order[b:b + max_num_seqs]
+                idx = order[b : b + max_num_seqs]
                 reqs = [workload.requests[i] for i in idx]
                 # a batch starts once its last member has arrived and the previous batch has returned
                 start = max(end, t0 + max(r.arrival_time for r in reqs))
@@ -137,10 +177,21 @@ def run_hf_static(workload: Any, model: str, *, device: str, dtype: str | None, 
                 times = _generate_batch(hf, [r.prompt_token_ids for r in reqs], longest, pad_id)
                 end = time.perf_counter()
                 for i, r in zip(idx, reqs):
-                    res.records.append(_record(str(i), r, t0 + r.arrival_time, times[:r.output_len], end, start))
-                res.steps.extend(StepRecord(t, len(reqs), sum(r.output_len > k for r in reqs), 0, None, None, None,
-                                            slots_held=len(reqs), layout=PEER_STEP_KEYS)
-                                 for k, t in enumerate(times))
+                    res.records.append(_record(str(i), r, t0 + r.arrival_time, times[: r.output_len], end, start))
+                res.steps.extend(
+                    StepRecord(
+                        t,
+                        len(reqs),
+                        sum(r.output_len > k for r in reqs),
+                        0,
+                        None,
+                        None,
+                        None,
+                        slots_held=len(reqs),
+                        layout=PEER_STEP_KEYS,
+                    )
+                    for k, t in enumerate(times)
+                )
                 if progress:
                     progress(len(reqs))
         res.records.sort(key=lambda r: int(r.request_id))
@@ -150,8 +201,18 @@ def run_hf_static(workload: Any, model: str, *, device: str, dtype: str | None, 
     return res
 
 
-def run_hf_cb(workload: Any, model: str, *, device: str, dtype: str | None, max_num_seqs: int,
-              max_num_batched_tokens: int | None, warmup: int = 2, seed: int = 0, progress: ProgressFn | None = None) -> RunResult:
+def run_hf_cb(
+    workload: Any,
+    model: str,
+    *,
+    device: str,
+    dtype: str | None,
+    max_num_seqs: int,
+    max_num_batched_tokens: int | None,
+    warmup: int = 2,
+    seed: int = 0,
+    progress: ProgressFn | None = None,
+) -> RunResult:
     knobs = {"max_num_seqs": max_num_seqs, "max_num_batched_tokens": max_num_batched_tokens}
     res = RunResult("hf-cb", "continuous", knobs, max_num_seqs=max_num_seqs)
     if workload.is_multi_turn:
@@ -167,10 +228,16 @@ def run_hf_cb(workload: Any, model: str, *, device: str, dtype: str | None, max_
         batch_tokens = max_num_batched_tokens or 2048
         # enough pages for every request in flight at its full length, plus one page each of slack
         num_blocks = max_num_seqs * (math.ceil(max_len / HF_CB_PAGE_SIZE) + 1)
-        gen = GenerationConfig(do_sample=False, max_new_tokens=max(r.output_len for r in reqs), eos_token_id=-1,
-                               pad_token_id=0)
-        cb = ContinuousBatchingConfig(num_blocks=num_blocks, max_batch_tokens=batch_tokens, page_size=HF_CB_PAGE_SIZE,
-                                      max_requests_per_batch=max_num_seqs, seed=seed)
+        gen = GenerationConfig(
+            do_sample=False, max_new_tokens=max(r.output_len for r in reqs), eos_token_id=-1, pad_token_id=0
+        )
+        cb = ContinuousBatchingConfig(
+            num_blocks=num_blocks,
+            max_batch_tokens=batch_tokens,
+            page_size=HF_CB_PAGE_SIZE,
+            max_requests_per_batch=max_num_seqs,
+            seed=seed,
+        )
         hf = hf_model(model, device=device, dtype=dtype, seed=seed)
         logging.getLogger(_CB_LOGGER).setLevel(logging.CRITICAL)
         manager = hf.init_continuous_batching(generation_config=gen, continuous_batching_config=cb)
@@ -183,8 +250,9 @@ def run_hf_cb(workload: Any, model: str, *, device: str, dtype: str | None, max_
         t0 = time.perf_counter()
         for i in order:  # the generation thread runs meanwhile
             time.sleep(max(0.0, t0 + reqs[i].arrival_time - time.perf_counter()))
-            manager.add_request(reqs[i].prompt_token_ids, request_id=str(i), max_new_tokens=reqs[i].output_len,
-                                record_timestamps=True)
+            manager.add_request(
+                reqs[i].prompt_token_ids, request_id=str(i), max_new_tokens=reqs[i].output_len, record_timestamps=True
+            )
 
         def done(out: Any) -> None:
             r, i = reqs[int(out.request_id)], out.request_id
@@ -226,9 +294,16 @@ class HfStaticBackend(Backend):
 
     def run(self, spec: RunSpec, progress: ProgressFn | None = None) -> RunResult:
         st = self.settings
-        return run_hf_static(spec.workload, st.model, device=st.device, dtype=st.dtype,
-                             max_num_seqs=spec.knobs["max_num_seqs"], warmup=st.warmup, seed=st.seed,
-                             progress=progress)
+        return run_hf_static(
+            spec.workload,
+            st.model,
+            device=st.device,
+            dtype=st.dtype,
+            max_num_seqs=spec.knobs["max_num_seqs"],
+            warmup=st.warmup,
+            seed=st.seed,
+            progress=progress,
+        )
 
 
 @Backend.register("hf-cb", kind="peer")
@@ -237,7 +312,14 @@ class HfCbBackend(Backend):
 
     def run(self, spec: RunSpec, progress: ProgressFn | None = None) -> RunResult:
         st = self.settings
-        return run_hf_cb(spec.workload, st.model, device=st.device, dtype=st.dtype,
-                         max_num_seqs=spec.knobs["max_num_seqs"],
-                         max_num_batched_tokens=spec.knobs.get("max_num_batched_tokens"), warmup=st.warmup,
-                         seed=st.seed, progress=progress)
+        return run_hf_cb(
+            spec.workload,
+            st.model,
+            device=st.device,
+            dtype=st.dtype,
+            max_num_seqs=spec.knobs["max_num_seqs"],
+            max_num_batched_tokens=spec.knobs.get("max_num_batched_tokens"),
+            warmup=st.warmup,
+            seed=st.seed,
+            progress=progress,
+        )

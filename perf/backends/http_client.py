@@ -38,21 +38,24 @@ import aiohttp
 
 from cbbench.perf.records import HTTP_ERROR_KEYS, HTTP_REQUEST_KEYS, RequestRecord
 
-ENDPOINTS = {"openai": "/v1/completions", "openai-chat": "/v1/chat/completions",
-             "openai-embeddings": "/v1/embeddings"}  # the last: openai_embeddings.py sends its own requests
+ENDPOINTS = {
+    "openai": "/v1/completions",
+    "openai-chat": "/v1/chat/completions",
+    "openai-embeddings": "/v1/embeddings",
+}  # the last: openai_embeddings.py sends its own requests
 PROMPT_FORMATS = ("ids", "text")
-ERROR_TEXT_CHARS = 300   # how much of a failed response body a record keeps
+ERROR_TEXT_CHARS = 300  # how much of a failed response body a record keeps
 
 
 @dataclass(frozen=True)
 class HttpTarget:
     """Where and how to send requests."""
 
-    backend: str                 # "openai" | "openai-chat"
-    base_url: str                # http://host:port (a trailing /v1 is accepted)
-    model: str                   # the served model name
-    prompt_format: str = "ids"   # "ids" | "text" (openai-chat always sends text)
-    ignore_eos: bool = True      # send vLLM's ignore_eos (exact output lengths)
+    backend: str  # "openai" | "openai-chat"
+    base_url: str  # http://host:port (a trailing /v1 is accepted)
+    model: str  # the served model name
+    prompt_format: str = "ids"  # "ids" | "text" (openai-chat always sends text)
+    ignore_eos: bool = True  # send vLLM's ignore_eos (exact output lengths)
     timeout_s: float = 6 * 3600  # per request, as vLLM's AIOHTTP_TIMEOUT
 
     def __post_init__(self) -> None:
@@ -76,19 +79,27 @@ class HttpTarget:
         return self.root + ENDPOINTS[self.backend]
 
 
-def build_payload(target: HttpTarget, prompt: str | list[int] | list[dict[str, str]],
-                  output_len: int) -> dict[str, Any]:
+def build_payload(
+    target: HttpTarget, prompt: str | list[int] | list[dict[str, str]], output_len: int
+) -> dict[str, Any]:
     """One streaming request body, in vLLM `bench serve`'s shape (see the module docstring)."""
-    common = {"model": target.model, "stream": True, "stream_options": {"include_usage": True},
-              "temperature": 0.0, **({"ignore_eos": True} if target.ignore_eos else {})}
+    common = {
+        "model": target.model,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+        "temperature": 0.0,
+        **({"ignore_eos": True} if target.ignore_eos else {}),
+    }
     if target.backend == "openai":
         return {**common, "prompt": prompt, "max_tokens": output_len}
     # a list of messages is a conversation's history and new turn; max_tokens too: servers that predate
     # max_completion_tokens read only that
-    messages = prompt if isinstance(prompt, list) and prompt and isinstance(prompt[0], dict) else \
-        [{"role": "user", "content": prompt}]
-    return {**common, "messages": messages, "max_completion_tokens": output_len,
-            "max_tokens": output_len}
+    messages = (
+        prompt
+        if isinstance(prompt, list) and prompt and isinstance(prompt[0], dict)
+        else [{"role": "user", "content": prompt}]
+    )
+    return {**common, "messages": messages, "max_completion_tokens": output_len, "max_tokens": output_len}
 
 
 def _headers() -> dict[str, str]:
@@ -110,14 +121,34 @@ def chunk_content(backend: str, choice: dict[str, Any]) -> str | None:
 
 
 def error_record(request_id: str, prompt_len: int, output_len: int, arrival: float, error: str) -> RequestRecord:
-    return RequestRecord(request_id, prompt_len, 0, arrival, None, None, None, None, None, None, "error",
-                         requested_output_len=output_len, chunk_times=[], error=error[:ERROR_TEXT_CHARS],
-                         layout=HTTP_ERROR_KEYS)
+    return RequestRecord(
+        request_id,
+        prompt_len,
+        0,
+        arrival,
+        None,
+        None,
+        None,
+        None,
+        None,
+        None,
+        "error",
+        requested_output_len=output_len,
+        chunk_times=[],
+        error=error[:ERROR_TEXT_CHARS],
+        layout=HTTP_ERROR_KEYS,
+    )
 
 
-async def stream_request(session: aiohttp.ClientSession, target: HttpTarget, request_id: str,
-                         prompt: str | list[int], prompt_len: int, output_len: int,
-                         tokenizer: Any = None) -> RequestRecord:
+async def stream_request(
+    session: aiohttp.ClientSession,
+    target: HttpTarget,
+    request_id: str,
+    prompt: str | list[int],
+    prompt_len: int,
+    output_len: int,
+    tokenizer: Any = None,
+) -> RequestRecord:
     """Send one streaming request and return its record (never raises for a failed request)."""
     payload = build_payload(target, prompt, output_len)
     st = time.perf_counter()
@@ -161,24 +192,49 @@ async def stream_request(session: aiohttp.ClientSession, target: HttpTarget, req
     elif not n_out:  # nor a tokenizer: one token per content chunk
         n_out, source = len(chunk_times), "chunks"
     cached = (usage.get("prompt_tokens_details") or {}).get("cached_tokens")
-    return RequestRecord(request_id, int(usage.get("prompt_tokens") or prompt_len), int(n_out), st, None,
-                         chunk_times[0], None, chunk_times[-1], None, cached, finish_reason or "unknown",
-                         requested_output_len=output_len, output_len_source=source, chunk_times=chunk_times,
-                         text=text, layout=HTTP_REQUEST_KEYS)
+    return RequestRecord(
+        request_id,
+        int(usage.get("prompt_tokens") or prompt_len),
+        int(n_out),
+        st,
+        None,
+        chunk_times[0],
+        None,
+        chunk_times[-1],
+        None,
+        cached,
+        finish_reason or "unknown",
+        requested_output_len=output_len,
+        output_len_source=source,
+        chunk_times=chunk_times,
+        text=text,
+        layout=HTTP_REQUEST_KEYS,
+    )
 
 
 def make_session(max_concurrency: int | None, timeout_s: float) -> aiohttp.ClientSession:
     # one connection per in-flight request (keep-alive reuses them); no total cap when concurrency is unbounded
     connector = aiohttp.TCPConnector(limit=max_concurrency or 0, keepalive_timeout=60)
-    return aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=timeout_s),
-                                 read_bufsize=1 << 16)
+    return aiohttp.ClientSession(
+        connector=connector, timeout=aiohttp.ClientTimeout(total=timeout_s), read_bufsize=1 << 16
+    )
 
 
-async def replay(target: HttpTarget, prompts: Sequence[str | list[int]], prompt_lens: Sequence[int],
-                 output_lens: Sequence[int], arrivals: Sequence[float], *, max_concurrency: int | None = None,
-                 tokenizer: Any = None, progress: Any = None, ids: Sequence[str] | None = None,
-                 session: aiohttp.ClientSession | None = None,
-                 t0: float | None = None, send: Any = None) -> tuple[list[RequestRecord], float, float]:
+async def replay(
+    target: HttpTarget,
+    prompts: Sequence[str | list[int]],
+    prompt_lens: Sequence[int],
+    output_lens: Sequence[int],
+    arrivals: Sequence[float],
+    *,
+    max_concurrency: int | None = None,
+    tokenizer: Any = None,
+    progress: Any = None,
+    ids: Sequence[str] | None = None,
+    session: aiohttp.ClientSession | None = None,
+    t0: float | None = None,
+    send: Any = None,
+) -> tuple[list[RequestRecord], float, float]:
     """Send request i at t0 + arrivals[i] (waiting for a free slot under `max_concurrency`); t0 defaults to now
     (a `time.perf_counter()` value: client workers share one); `send` is `stream_request` unless another
     endpoint's request function (same arguments) is given; returns (records in request order, t0, the time

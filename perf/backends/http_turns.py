@@ -28,13 +28,22 @@ def _prompt(target: HttpTarget, feeder: TurnFeeder, i: int, text_of: Callable[[A
     return feeder.prompt_ids(i) if target.prompt_format == "ids" else feeder.prompt_text(i, text_of)
 
 
-async def replay_turns(target: HttpTarget, requests: Sequence[Any], *, text_of: Callable[[Any], str],
-                       tokenizer: Any, session: aiohttp.ClientSession, max_concurrency: int | None = None,
-                       progress: Any = None) -> tuple[list[RequestRecord], float, float]:
+async def replay_turns(
+    target: HttpTarget,
+    requests: Sequence[Any],
+    *,
+    text_of: Callable[[Any], str],
+    tokenizer: Any,
+    session: aiohttp.ClientSession,
+    max_concurrency: int | None = None,
+    progress: Any = None,
+) -> tuple[list[RequestRecord], float, float]:
     """Replay the conversations of `requests`; returns (records in request order, t0, the time the last ended)."""
     if target.prompt_format == "ids" and target.backend == "openai" and tokenizer is None:
-        raise ValueError("tokenizer: a multi-turn run over /v1/completions with token ids needs a tokenizer "
-                         "to turn each answer back into the ids of the next turn's history")
+        raise ValueError(
+            "tokenizer: a multi-turn run over /v1/completions with token ids needs a tokenizer "
+            "to turn each answer back into the ids of the next turn's history"
+        )
     feeder = TurnFeeder(requests)
     sem: Any = asyncio.Semaphore(max_concurrency) if max_concurrency else contextlib.nullcontext()
     records: list[RequestRecord | None] = [None] * len(requests)
@@ -45,16 +54,30 @@ async def replay_turns(target: HttpTarget, requests: Sequence[Any], *, text_of: 
         while i is not None:
             r = requests[i]
             async with sem:
-                rec = await stream_request(session, target, str(i), _prompt(target, feeder, i, text_of),
-                                           len(feeder.prompt_ids(i)), r.output_len, tokenizer)
+                rec = await stream_request(
+                    session,
+                    target,
+                    str(i),
+                    _prompt(target, feeder, i, text_of),
+                    len(feeder.prompt_ids(i)),
+                    r.output_len,
+                    tokenizer,
+                )
             records[i] = tag_record(rec, r)
             if progress:
                 progress(1)
             if rec.finish_reason == "error":
                 for j in feeder.abandon(i):
-                    records[j] = tag_record(error_record(str(j), requests[j].prompt_len, requests[j].output_len,
-                                                         time.perf_counter(), "an earlier turn of its conversation "
-                                                         f"failed (request {i})"), requests[j])
+                    records[j] = tag_record(
+                        error_record(
+                            str(j),
+                            requests[j].prompt_len,
+                            requests[j].output_len,
+                            time.perf_counter(),
+                            f"an earlier turn of its conversation failed (request {i})",
+                        ),
+                        requests[j],
+                    )
                     if progress:
                         progress(1)
                 return

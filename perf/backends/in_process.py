@@ -33,8 +33,9 @@ if TYPE_CHECKING:
 SWEEP_KNOBS = knob_names(exclude=("batching",))
 
 
-def engine_kwargs(*, device: str, dtype: str | None, seed: int, batching: str,
-                  knobs: Mapping[str, Any]) -> dict[str, Any]:
+def engine_kwargs(
+    *, device: str, dtype: str | None, seed: int, batching: str, knobs: Mapping[str, Any]
+) -> dict[str, Any]:
     """LLMEngine keyword arguments for one configuration (None knobs are left to the engine's defaults)."""
     kw = {k: v for k, v in knobs.items() if v is not None}
     # stats_log_size=None: keep every step's stats (the engine keeps only the newest by default)
@@ -60,10 +61,20 @@ def step_records(step_stats: Sequence[Any]) -> list[StepRecord]:
                 batch_size.setdefault(b, set()).add(rid)
     out: list[StepRecord] = []
     for s in step_stats:
-        d = StepRecord(s.time, s.num_scheduled_tokens, s.num_running, s.num_waiting, s.num_prefill_tokens,
-                       s.num_decode_tokens, s.kv_blocks_used, num_preempted=s.num_preempted,
-                       scheduled_req_ids=list(s.scheduled_req_ids), running_req_ids=list(s.running_req_ids),
-                       prefill_req_ids=list(s.prefill_req_ids), layout=ENGINE_STEP_KEYS)
+        d = StepRecord(
+            s.time,
+            s.num_scheduled_tokens,
+            s.num_running,
+            s.num_waiting,
+            s.num_prefill_tokens,
+            s.num_decode_tokens,
+            s.kv_blocks_used,
+            num_preempted=s.num_preempted,
+            scheduled_req_ids=list(s.scheduled_req_ids),
+            running_req_ids=list(s.running_req_ids),
+            prefill_req_ids=list(s.prefill_req_ids),
+            layout=ENGINE_STEP_KEYS,
+        )
         batches = {b for b in s.batch_ids.values() if b is not None}
         if len(batches) == 1:  # static batching runs one batch at a time
             d.batch_id = next(iter(batches))
@@ -74,9 +85,19 @@ def step_records(step_stats: Sequence[Any]) -> list[StepRecord]:
     return out
 
 
-def run_refengine(workload: Any, *, model: str, device: str, dtype: str | None, seed: int, batching: str,
-                  knobs: Mapping[str, Any], warmup: int = 8, progress: ProgressFn | None = None,
-                  max_concurrency: int | None = None) -> RunResult:
+def run_refengine(
+    workload: Any,
+    *,
+    model: str,
+    device: str,
+    dtype: str | None,
+    seed: int,
+    batching: str,
+    knobs: Mapping[str, Any],
+    warmup: int = 8,
+    progress: ProgressFn | None = None,
+    max_concurrency: int | None = None,
+) -> RunResult:
     """Run `workload` through a fresh LLMEngine for one batching mode and knob set.
 
     `max_concurrency` caps the requests in flight as `vllm bench serve --max-concurrency` does: a request that is
@@ -85,10 +106,17 @@ def run_refengine(workload: Any, *, model: str, device: str, dtype: str | None, 
 
     engine = LLMEngine(model, **engine_kwargs(device=device, dtype=dtype, seed=seed, batching=batching, knobs=knobs))
     sc = engine.scheduler.config
-    result = RunResult("refengine", batching, dict(knobs), max_num_seqs=sc.max_num_seqs,
-                       max_num_batched_tokens=sc.max_num_batched_tokens, num_gpu_blocks=sc.num_gpu_blocks)
-    result.knobs.update({k.name: getattr(sc, k.name) for k in engine_knobs()
-                         if k.source == "SchedulerConfig" and k.name in SWEEP_KNOBS})
+    result = RunResult(
+        "refengine",
+        batching,
+        dict(knobs),
+        max_num_seqs=sc.max_num_seqs,
+        max_num_batched_tokens=sc.max_num_batched_tokens,
+        num_gpu_blocks=sc.num_gpu_blocks,
+    )
+    result.knobs.update(
+        {k.name: getattr(sc, k.name) for k in engine_knobs() if k.source == "SchedulerConfig" and k.name in SWEEP_KNOBS}
+    )
     result.knobs["attention_backend"] = engine.attention_backend
 
     from refengine.sampling_params import RequestOutputKind
@@ -110,8 +138,9 @@ def run_refengine(workload: Any, *, model: str, device: str, dtype: str | None, 
     return result
 
 
-def _replay(engine: Any, requests: Sequence[Any], params: Any, max_concurrency: int | None,
-            progress: ProgressFn | None) -> tuple[list[RequestRecord], float]:
+def _replay(
+    engine: Any, requests: Sequence[Any], params: Any, max_concurrency: int | None, progress: ProgressFn | None
+) -> tuple[list[RequestRecord], float]:
     """Add each request when it is due (`TurnFeeder`: its arrival, or a conversation's previous answer), under the
     concurrency cap, stepping the engine meanwhile; the records of every request, in finishing order, and t0."""
     feeder = TurnFeeder(requests)
@@ -124,22 +153,25 @@ def _replay(engine: Any, requests: Sequence[Any], params: Any, max_concurrency: 
         now = clock.now()
         while in_flight < cap and (due := feeder.pop_due(now - t0)) is not None:
             i, at = due
-            engine.add_request(str(i), feeder.prompt_ids(i), params(requests[i].output_len),
-                               arrival_time=max(t0 + at, slot_freed))
+            engine.add_request(
+                str(i), feeder.prompt_ids(i), params(requests[i].output_len), arrival_time=max(t0 + at, slot_freed)
+            )
             in_flight += 1
         if not engine.has_unfinished_requests():
             due_at = feeder.next_due()
-            if due_at is None:   # nothing running and nothing to come: a request the engine never finished
+            if due_at is None:  # nothing running and nothing to come: a request the engine never finished
                 break
             clock.sleep_until(t0 + due_at)
             continue
         outs = [o for o in engine.step() if o.finished]
         now = clock.now()
-        for o in outs:   # the answer's own token ids are the next turn's history
+        for o in outs:  # the answer's own token ids are the next turn's history
             feeder.finished(int(o.request_id), now - t0, o.outputs[0].token_ids if o.outputs else ())
         # the engine's per-request dict (`output_processor.request_metrics`) becomes a record here, at perf's edge
-        done = [tag_record(RequestRecord.from_dict(o.metrics, ENGINE_REQUEST_KEYS), requests[int(o.request_id)])
-                for o in outs]
+        done = [
+            tag_record(RequestRecord.from_dict(o.metrics, ENGINE_REQUEST_KEYS), requests[int(o.request_id)])
+            for o in outs
+        ]
         if done and in_flight >= cap:
             slot_freed = now
         in_flight -= len(done)
@@ -155,6 +187,15 @@ class RefengineBackend(Backend):
 
     def run(self, spec: RunSpec, progress: ProgressFn | None = None) -> RunResult:
         st = self.settings
-        return run_refengine(spec.workload, model=st.model, device=st.device, dtype=st.dtype, seed=st.seed,
-                             batching=spec.batching, knobs=spec.knobs, warmup=st.warmup, progress=progress,
-                             max_concurrency=spec.load.max_concurrency)
+        return run_refengine(
+            spec.workload,
+            model=st.model,
+            device=st.device,
+            dtype=st.dtype,
+            seed=st.seed,
+            batching=spec.batching,
+            knobs=spec.knobs,
+            warmup=st.warmup,
+            progress=progress,
+            max_concurrency=spec.load.max_concurrency,
+        )

@@ -29,15 +29,20 @@ def build_embedding_payload(target: HttpTarget, prompt: str | list[int]) -> dict
     return {"model": target.model, "input": prompt, "encoding_format": "float"}
 
 
-async def embed_request(session: aiohttp.ClientSession, target: HttpTarget, request_id: str,
-                        prompt: str | list[int], prompt_len: int, output_len: int,
-                        tokenizer: Any = None) -> RequestRecord:
+async def embed_request(
+    session: aiohttp.ClientSession,
+    target: HttpTarget,
+    request_id: str,
+    prompt: str | list[int],
+    prompt_len: int,
+    output_len: int,
+    tokenizer: Any = None,
+) -> RequestRecord:
     """Send one embeddings request and return its record (never raises for a failed request); `output_len` and
     `tokenizer` are http_client.replay's arguments, unused here."""
     st = time.perf_counter()
     try:
-        async with session.post(target.url, json=build_embedding_payload(target, prompt),
-                                headers=_headers()) as resp:
+        async with session.post(target.url, json=build_embedding_payload(target, prompt), headers=_headers()) as resp:
             if resp.status != 200:
                 body = (await resp.text()).strip().replace("\n", " ")
                 return error_record(request_id, prompt_len, 0, st, f"HTTP {resp.status}: {body}")
@@ -50,8 +55,21 @@ async def embed_request(session: aiohttp.ClientSession, target: HttpTarget, requ
     if not data or not isinstance(data[0].get("embedding"), list) or not data[0]["embedding"]:
         return error_record(request_id, prompt_len, 0, st, "the response held no embedding vector")
     usage = doc.get("usage") or {}
-    return RequestRecord(request_id, int(usage.get("prompt_tokens") or prompt_len), 0, st, None, None, None, end,
-                         None, None, "stop", requested_output_len=0, layout=EMBEDDING_KEYS)
+    return RequestRecord(
+        request_id,
+        int(usage.get("prompt_tokens") or prompt_len),
+        0,
+        st,
+        None,
+        None,
+        None,
+        end,
+        None,
+        None,
+        "stop",
+        requested_output_len=0,
+        layout=EMBEDDING_KEYS,
+    )
 
 
 @Backend.register("openai-embeddings", kind="server")

@@ -27,7 +27,7 @@ from typing import Any
 import aiohttp
 
 SAMPLE_PERIOD_S = 0.5
-FIRST_SAMPLE_S = 0.05   # the first sample soon after the start, so that even a short run has one
+FIRST_SAMPLE_S = 0.05  # the first sample soon after the start, so that even a short run has one
 SCRAPE_TIMEOUT_S = 5.0
 PREEMPTIONS = "vllm:num_preemptions_total"
 KV_USAGE = ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc")

@@ -10,6 +10,7 @@ bounded by the host share of a step. Both modes must produce the same tokens; th
 time that needs no host CPU (as a GPU's forward): what async scheduling hides on a GPU, here measurable on a CPU.
 (The stub's tokens depend on how many steps sampled, so token equality is checked with the real model only.)
 """
+
 from __future__ import annotations
 
 import statistics
@@ -67,24 +68,35 @@ def _sleeping_stub(model: str, device_ms: float):
     return stub
 
 
-def bench_async(num_requests: int = 32, prompt_len: int = 64, max_tokens: int = 64, repeats: int = 3,
-                model: str = "tiny-qwen2", device: str = "cpu", seed: int = 0, device_ms: float | None = None,
-                **knobs) -> list[AsyncBenchRow]:
+def bench_async(
+    num_requests: int = 32,
+    prompt_len: int = 64,
+    max_tokens: int = 64,
+    repeats: int = 3,
+    model: str = "tiny-qwen2",
+    device: str = "cpu",
+    seed: int = 0,
+    device_ms: float | None = None,
+    **knobs,
+) -> list[AsyncBenchRow]:
     """[sync row, async row]; raises AssertionError if the two modes' tokens differ (real model)."""
     prompts = _prompts(num_requests, prompt_len, seed)
     # KV for the whole workload at once, not the CPU default (1 GiB of zeros per engine, most of the start-up)
     bs = knobs.get("block_size", 16)
     knobs.setdefault("num_gpu_blocks", num_requests * -(-(prompt_len + max_tokens) // bs) + 8)
-    stubs = {mode: {"model_impl": _sleeping_stub(model, device_ms)} if device_ms is not None else {}
-             for mode in (False, True)}
-    engines = {mode: LLMEngine(model, device=device, async_scheduling=mode, **knobs, **stubs[mode])
-               for mode in (False, True)}
+    stubs = {
+        mode: {"model_impl": _sleeping_stub(model, device_ms)} if device_ms is not None else {}
+        for mode in (False, True)
+    }
+    engines = {
+        mode: LLMEngine(model, device=device, async_scheduling=mode, **knobs, **stubs[mode]) for mode in (False, True)
+    }
     for mode, engine in engines.items():  # warm-up: first-use kernel selection, allocator growth
         _run_once(engine, prompts[: max(1, num_requests // 4)], 4, f"warm{int(mode)}")
     rows = {mode: AsyncBenchRow(mode, [], 0) for mode in engines}
     reference = None
     for r in range(repeats):
-        for mode in ((False, True) if r % 2 == 0 else (True, False)):  # alternate, so drift hits both alike
+        for mode in (False, True) if r % 2 == 0 else (True, False):  # alternate, so drift hits both alike
             secs, tokens = _run_once(engines[mode], prompts, max_tokens, f"r{r}")
             rows[mode].seconds.append(secs)
             rows[mode].output_tokens = sum(map(len, tokens))
@@ -99,8 +111,10 @@ def bench_async(num_requests: int = 32, prompt_len: int = 64, max_tokens: int = 
 def format_table(rows: list[AsyncBenchRow]) -> str:
     lines = [f"{'async_scheduling':>16}  {'median s':>9}  {'min s':>7}  {'max s':>7}  {'output tok/s':>12}"]
     for row in rows:
-        lines.append(f"{str(row.async_scheduling):>16}  {statistics.median(row.seconds):9.3f}  "
-                     f"{min(row.seconds):7.3f}  {max(row.seconds):7.3f}  {row.tok_per_s:12.1f}")
+        lines.append(
+            f"{str(row.async_scheduling):>16}  {statistics.median(row.seconds):9.3f}  "
+            f"{min(row.seconds):7.3f}  {max(row.seconds):7.3f}  {row.tok_per_s:12.1f}"
+        )
     sync, asyn = rows
     lines.append(f"async / sync throughput: {asyn.tok_per_s / sync.tok_per_s:.3f}x")
     return "\n".join(lines)

@@ -19,7 +19,7 @@ import tempfile
 import time
 from pathlib import Path
 
-DEFAULT_TARGET_S = 1.0   # the goal for a command that needs no engine
+DEFAULT_TARGET_S = 1.0  # the goal for a command that needs no engine
 COMMAND_TIMEOUT_S = 120  # a cold start on a loaded machine is slow, never this slow
 
 
@@ -30,12 +30,30 @@ def write_csvs(folder: Path) -> tuple[Path, Path]:
     knobs = {"max_num_seqs": 8, "max_num_batched_tokens": 512, "block_size": 16, "dtype": "float32"}
 
     def rows(scale: float) -> list[dict]:
-        metrics = {"request_throughput": 2.0 / scale, "output_throughput": 200.0 / scale,
-                   **{f"{s}_{m}_ms": 100.0 * scale for m in ("ttft", "tpot", "itl", "e2el")
-                      for s in ("mean", "median", "p99")}}
-        return [make_row(metrics=metrics, engine="refengine", workload="fixed", batching=b, config=knobs, repeat=r,
-                         model="tiny-qwen2", device="cpu", git_sha="bench", timestamp="2026-01-01T00:00:00+00:00")
-                for b in ("continuous", "static") for r in range(3)]
+        metrics = {
+            "request_throughput": 2.0 / scale,
+            "output_throughput": 200.0 / scale,
+            **{
+                f"{s}_{m}_ms": 100.0 * scale for m in ("ttft", "tpot", "itl", "e2el") for s in ("mean", "median", "p99")
+            },
+        }
+        return [
+            make_row(
+                metrics=metrics,
+                engine="refengine",
+                workload="fixed",
+                batching=b,
+                config=knobs,
+                repeat=r,
+                model="tiny-qwen2",
+                device="cpu",
+                git_sha="bench",
+                timestamp="2026-01-01T00:00:00+00:00",
+            )
+            for b in ("continuous", "static")
+            for r in range(3)
+        ]
+
     return write_csv(folder / "a.csv", rows(1.0)), write_csv(folder / "b.csv", rows(0.99))
 
 
@@ -74,8 +92,10 @@ def main(argv: list[str] | None = None) -> int:
         wall, cpu = [w for w, _ in ts], [c for _, c in ts]
         med = statistics.median(wall)
         verdict = "ok" if med < args.target_s else "OVER TARGET"
-        print(f"{name:30s} wall median {med:.3f} s (min {min(wall):.3f}, max {max(wall):.3f}); CPU median "
-              f"{statistics.median(cpu):.3f} s  (n={len(ts)}, target < {args.target_s:g} s wall: {verdict})")
+        print(
+            f"{name:30s} wall median {med:.3f} s (min {min(wall):.3f}, max {max(wall):.3f}); CPU median "
+            f"{statistics.median(cpu):.3f} s  (n={len(ts)}, target < {args.target_s:g} s wall: {verdict})"
+        )
     return 0
 
 

@@ -30,17 +30,24 @@ def _serve(delay_s: float, port_q: Any, stop: Any) -> None:
         stop.wait()
 
 
-def measure(base_url: str, concurrency: int, workers: int, output_len: int, delay_s: float,
-            timeout_s: float) -> dict[str, float]:
+def measure(
+    base_url: str, concurrency: int, workers: int, output_len: int, delay_s: float, timeout_s: float
+) -> dict[str, float]:
     from cbbench.perf.backends.http_client import HttpTarget
     from cbbench.perf.backends.openai import run_http
     from cbbench.perf.metrics import request_latencies
     from cbbench.workloads.base import Workload, WorkloadRequest
 
-    wl = Workload("manual", {"num_prompts": concurrency},
-                  [WorkloadRequest([1, 2, 3, 4], output_len) for _ in range(concurrency)])
-    r = run_http(wl, HttpTarget("openai", base_url, "fake-model", timeout_s=timeout_s), max_concurrency=concurrency, warmup=0,
-                 client_workers=workers)
+    wl = Workload(
+        "manual", {"num_prompts": concurrency}, [WorkloadRequest([1, 2, 3, 4], output_len) for _ in range(concurrency)]
+    )
+    r = run_http(
+        wl,
+        HttpTarget("openai", base_url, "fake-model", timeout_s=timeout_s),
+        max_concurrency=concurrency,
+        warmup=0,
+        client_workers=workers,
+    )
     if r.error:
         return {"error": 1.0}
     done = [x for x in r.records if x.finish_reason != "error"]
@@ -51,12 +58,15 @@ def measure(base_url: str, concurrency: int, workers: int, output_len: int, dela
         return {"error": 1.0}
     chunks = sum(len(x.chunk_times or []) for x in done)
     pct = statistics.quantiles  # p99 needs >= 2 values
-    return {"failed": float(len(r.records) - len(done)),
-            "ttft_err_ms": (statistics.median(ttft) - delay_s) * 1e3,
-            "ttft_p99_err_ms": ((pct(ttft, n=100)[98] if len(ttft) > 1 else ttft[0]) - delay_s) * 1e3,
-            "itl_err_ms": (statistics.median(itl) - delay_s) * 1e3 if itl else float("nan"),
-            "itl_p99_err_ms": ((pct(itl, n=100)[98] if len(itl) > 1 else itl[0]) - delay_s) * 1e3 if itl else float("nan"),
-            "req_per_s": len(done) / r.duration, "tok_per_s": chunks / r.duration}
+    return {
+        "failed": float(len(r.records) - len(done)),
+        "ttft_err_ms": (statistics.median(ttft) - delay_s) * 1e3,
+        "ttft_p99_err_ms": ((pct(ttft, n=100)[98] if len(ttft) > 1 else ttft[0]) - delay_s) * 1e3,
+        "itl_err_ms": (statistics.median(itl) - delay_s) * 1e3 if itl else float("nan"),
+        "itl_p99_err_ms": ((pct(itl, n=100)[98] if len(itl) > 1 else itl[0]) - delay_s) * 1e3 if itl else float("nan"),
+        "req_per_s": len(done) / r.duration,
+        "tok_per_s": chunks / r.duration,
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -74,10 +84,16 @@ def main(argv: list[str] | None = None) -> int:
     server = ctx.Process(target=_serve, args=(delay, port_q, stop), daemon=True)
     server.start()
     url = f"http://127.0.0.1:{port_q.get(timeout=120)}"
-    print(f"fake server: {a.token_delay_ms:g} ms per token, {a.output_len} tokens per request; "
-          f"error limit {ERROR_LIMIT_MS:g} ms", flush=True)
-    print(f"{'conc':>5} {'workers':>7} {'TTFT err ms':>11} {'p99':>8} {'ITL err ms':>10} {'p99':>8} "
-          f"{'req/s':>8} {'tok/s':>8} {'failed':>6} {'wall s':>7}", flush=True)
+    print(
+        f"fake server: {a.token_delay_ms:g} ms per token, {a.output_len} tokens per request; "
+        f"error limit {ERROR_LIMIT_MS:g} ms",
+        flush=True,
+    )
+    print(
+        f"{'conc':>5} {'workers':>7} {'TTFT err ms':>11} {'p99':>8} {'ITL err ms':>10} {'p99':>8} "
+        f"{'req/s':>8} {'tok/s':>8} {'failed':>6} {'wall s':>7}",
+        flush=True,
+    )
     try:
         for c in concs:
             for w in workers:
@@ -87,9 +103,12 @@ def main(argv: list[str] | None = None) -> int:
                 if "ttft_err_ms" not in m:
                     print(f"{c:>5} {w:>7} {'failed':>11} {'':>46} {wall:>7.1f}", flush=True)
                     continue
-                print(f"{c:>5} {w:>7} {m['ttft_err_ms']:>11.2f} {m['ttft_p99_err_ms']:>8.2f} {m['itl_err_ms']:>10.2f} "
-                      f"{m['itl_p99_err_ms']:>8.2f} {m['req_per_s']:>8.1f} {m['tok_per_s']:>8.0f} "
-                      f"{int(m['failed']):>6} {wall:>7.1f}", flush=True)
+                print(
+                    f"{c:>5} {w:>7} {m['ttft_err_ms']:>11.2f} {m['ttft_p99_err_ms']:>8.2f} {m['itl_err_ms']:>10.2f} "
+                    f"{m['itl_p99_err_ms']:>8.2f} {m['req_per_s']:>8.1f} {m['tok_per_s']:>8.0f} "
+                    f"{int(m['failed']):>6} {wall:>7.1f}",
+                    flush=True,
+                )
     finally:
         stop.set()
         server.join(10)

@@ -37,8 +37,22 @@ def _free_port() -> int:
 
 def start_server(model: str, device: str, knobs: dict[str, Any], threads: int) -> tuple[subprocess.Popen, str]:
     port = _free_port()
-    cmd = [sys.executable, "-c", "from cbbench.perf.cli import app; app()", "serve", "--model", model,
-           "--device", device, "--host", "127.0.0.1", "--port", str(port), "--log-level", "warning"]
+    cmd = [
+        sys.executable,
+        "-c",
+        "from cbbench.perf.cli import app; app()",
+        "serve",
+        "--model",
+        model,
+        "--device",
+        device,
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--log-level",
+        "warning",
+    ]
     if device == "cpu":
         cmd += ["--cpu-threads", str(threads)]
     for k, v in knobs.items():
@@ -107,8 +121,15 @@ def main(argv: list[str] | None = None) -> None:
     if a.device == "cpu":
         torch.set_num_threads(a.threads)
     knobs = {"max_num_seqs": a.concurrency}
-    wl = get_workload("fixed", tokenizer=load_tokenizer(a.model), num_prompts=a.num_prompts, seed=0,
-                      max_concurrency=a.concurrency, input_len=a.input_len, output_len=a.output_len)
+    wl = get_workload(
+        "fixed",
+        tokenizer=load_tokenizer(a.model),
+        num_prompts=a.num_prompts,
+        seed=0,
+        max_concurrency=a.concurrency,
+        input_len=a.input_len,
+        output_len=a.output_len,
+    )
     proc, url = start_server(a.model, a.device, knobs, a.threads)
     prof = None
     if a.profile:
@@ -122,8 +143,16 @@ def main(argv: list[str] | None = None) -> None:
         run_http(short, HttpTarget("openai", url, a.model))
         for rep in range(a.repeats):
             c0 = time.process_time()
-            r = run_refengine(wl, model=a.model, device=a.device, dtype=None, seed=0, batching="continuous",
-                              knobs=knobs, max_concurrency=a.concurrency)
+            r = run_refengine(
+                wl,
+                model=a.model,
+                device=a.device,
+                dtype=None,
+                seed=0,
+                batching="continuous",
+                knobs=knobs,
+                max_concurrency=a.concurrency,
+            )
             m = r.metrics(metric_percentiles=[50], goodput=None)
             m["cpu_s_per_1k"] = (time.process_time() - c0 - build_cpu) / m["total_output_tokens"] * 1000
             res["in-process"].append(m)
@@ -139,9 +168,12 @@ def main(argv: list[str] | None = None) -> None:
             m = h.metrics(metric_percentiles=[50], goodput=None)
             m["cpu_s_per_1k"] = cpu / m["total_output_tokens"] * 1000
             res["http"].append(m)
-            print(f"repeat {rep}: in-process {res['in-process'][-1]['output_throughput']:.1f} tok/s "
-                  f"({res['in-process'][-1]['cpu_s_per_1k']:.2f} CPU s/1k tok), http "
-                  f"{m['output_throughput']:.1f} tok/s ({m['cpu_s_per_1k']:.2f} CPU s/1k tok)", flush=True)
+            print(
+                f"repeat {rep}: in-process {res['in-process'][-1]['output_throughput']:.1f} tok/s "
+                f"({res['in-process'][-1]['cpu_s_per_1k']:.2f} CPU s/1k tok), http "
+                f"{m['output_throughput']:.1f} tok/s ({m['cpu_s_per_1k']:.2f} CPU s/1k tok)",
+                flush=True,
+            )
     finally:
         proc.terminate()
         proc.wait(30)
@@ -152,14 +184,22 @@ def main(argv: list[str] | None = None) -> None:
 
 
 def _print_medians(a: argparse.Namespace, res: dict[str, list[dict[str, float]]]) -> None:
-    med = {side: {k: statistics.median(m[k] for m in runs) for k in
-                  ("output_throughput", "mean_ttft_ms", "mean_tpot_ms", "mean_itl_ms", "cpu_s_per_1k")}
-           for side, runs in res.items()}
-    print(f"\n{a.model} on {a.device}: fixed {a.input_len}/{a.output_len}, {a.num_prompts} prompts, "
-          f"{a.concurrency} concurrent streams, max_num_seqs {a.concurrency}, median of {a.repeats}")
+    med = {
+        side: {
+            k: statistics.median(m[k] for m in runs)
+            for k in ("output_throughput", "mean_ttft_ms", "mean_tpot_ms", "mean_itl_ms", "cpu_s_per_1k")
+        }
+        for side, runs in res.items()
+    }
+    print(
+        f"\n{a.model} on {a.device}: fixed {a.input_len}/{a.output_len}, {a.num_prompts} prompts, "
+        f"{a.concurrency} concurrent streams, max_num_seqs {a.concurrency}, median of {a.repeats}"
+    )
     for side, m in med.items():
-        print(f"  {side:>10}: {m['output_throughput']:8.1f} out tok/s  TTFT {m['mean_ttft_ms']:7.1f} ms  "
-              f"TPOT {m['mean_tpot_ms']:6.2f} ms  ITL {m['mean_itl_ms']:6.2f} ms  CPU {m['cpu_s_per_1k']:.2f} s/1k tok")
+        print(
+            f"  {side:>10}: {m['output_throughput']:8.1f} out tok/s  TTFT {m['mean_ttft_ms']:7.1f} ms  "
+            f"TPOT {m['mean_tpot_ms']:6.2f} ms  ITL {m['mean_itl_ms']:6.2f} ms  CPU {m['cpu_s_per_1k']:.2f} s/1k tok"
+        )
     ratio = med["http"]["output_throughput"] / med["in-process"]["output_throughput"]
     print(f"  throughput ratio http / in-process: {ratio:.3f} ({(1 - ratio):+.1%} lost)")
     cpu_ratio = med["http"]["cpu_s_per_1k"] / med["in-process"]["cpu_s_per_1k"]

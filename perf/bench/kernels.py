@@ -9,6 +9,7 @@ as a fraction of the HBM bandwidth measured in the same run by a large device-to
 `scaled_dot_product_attention` on a contiguous cache (no paging). On a CPU it stops with one line, unless
 `--allow-cpu` asks for a tiny smoke run under TRITON_INTERPRET (bookkeeping checks, meaningless timings).
 """
+
 from __future__ import annotations
 
 import argparse

@@ -31,8 +31,22 @@ import torch
 import torch.nn.functional as F
 
 # the phases of a step, in table order; the ones a given engine has no counterpart for stay empty
-PHASES = ("schedule", "input prep", "embedding", "attention", "mlp", "norms", "model other", "lm_head",
-          "penalties", "seeded noise", "top-k/top-p", "sampling other", "update", "outputs")
+PHASES = (
+    "schedule",
+    "input prep",
+    "embedding",
+    "attention",
+    "mlp",
+    "norms",
+    "model other",
+    "lm_head",
+    "penalties",
+    "seeded noise",
+    "top-k/top-p",
+    "sampling other",
+    "update",
+    "outputs",
+)
 
 
 class PhaseClock:
@@ -74,6 +88,7 @@ class PhaseClock:
                 return fn(*args, **kwargs)
             finally:
                 self.exit()
+
         return wrapper
 
 
@@ -142,26 +157,31 @@ def _refengine_targets() -> list[tuple[Any, str, str]]:
     from refengine.penalties import PenaltyTables
     from refengine.scheduler import Scheduler
 
-    return [(LLMEngine, "step", "outputs"), (Scheduler, "schedule", "schedule"),
-            (Scheduler, "update_from_output", "update"), (ModelRunner, "execute_model", "input prep"),
-            (CausalLM, "compute_logits", "lm_head"), (sampler_module, "sample", "sampling other"),
-            (PenaltyTables, "update_and_gather", "penalties"), (sampler_module, "apply_penalties", "penalties"),
-            (sampler_module, "seeded_exponential", "seeded noise"),
-            (sampler_module, "_mask_top_k_top_p", "top-k/top-p")]
+    return [
+        (LLMEngine, "step", "outputs"),
+        (Scheduler, "schedule", "schedule"),
+        (Scheduler, "update_from_output", "update"),
+        (ModelRunner, "execute_model", "input prep"),
+        (CausalLM, "compute_logits", "lm_head"),
+        (sampler_module, "sample", "sampling other"),
+        (PenaltyTables, "update_and_gather", "penalties"),
+        (sampler_module, "apply_penalties", "penalties"),
+        (sampler_module, "seeded_exponential", "seeded noise"),
+        (sampler_module, "_mask_top_k_top_p", "top-k/top-p"),
+    ]
 
 
 def _hf_cb_targets() -> list[tuple[Any, str, str]]:
-    from transformers.generation.continuous_batching import (
-        continuous_api,
-        model_runner,
-        scheduler,
-    )
+    from transformers.generation.continuous_batching import continuous_api, model_runner, scheduler
 
     cbp = continuous_api.ContinuousBatchProcessor
-    return [(cbp, "_generation_step", "input prep"), (cbp, "prepare_next_batch", "input prep"),
-            (scheduler.FIFOScheduler, "schedule_batch", "schedule"),
-            (model_runner.ModelRunner, "_sample", "sampling other"),
-            (cbp, "update_batch", "update")]
+    return [
+        (cbp, "_generation_step", "input prep"),
+        (cbp, "prepare_next_batch", "input prep"),
+        (scheduler.FIFOScheduler, "schedule_batch", "schedule"),
+        (model_runner.ModelRunner, "_sample", "sampling other"),
+        (cbp, "update_batch", "update"),
+    ]
 
 
 def _vocab_size(model: str) -> int:
@@ -175,8 +195,9 @@ def _vocab_size(model: str) -> int:
     return config_from_hf(json.loads((Path(model) / "config.json").read_text())).vocab_size
 
 
-def profile_run(engine: str, workload: Any, *, model: str, max_num_seqs: int, seed: int = 0,
-                ops: bool = False) -> dict[str, Any]:
+def profile_run(
+    engine: str, workload: Any, *, model: str, max_num_seqs: int, seed: int = 0, ops: bool = False
+) -> dict[str, Any]:
     """Run `workload` through `engine` ("refengine" continuous, or "hf-cb") at `max_num_seqs` in flight; return
     tokens/s, the number of steps and the mean CPU milliseconds per step of each phase (and the top ops)."""
     from cbbench.perf.backends.hf import run_hf_cb
@@ -189,31 +210,57 @@ def profile_run(engine: str, workload: Any, *, model: str, max_num_seqs: int, se
     if ops:  # started at the first step (not while the model loads), in whichever thread steps; all threads
         from torch._C._profiler import _ExperimentalConfig
 
-        prof = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU],
-                                      experimental_config=_ExperimentalConfig(profile_all_threads=True))
+        prof = torch.profiler.profile(
+            activities=[torch.profiler.ProfilerActivity.CPU],
+            experimental_config=_ExperimentalConfig(profile_all_threads=True),
+        )
         clock.on_first_step = prof.start
     with ExitStack() as stack:
         stack.enter_context(_patched(clock, targets))
         stack.enter_context(_module_hooks(clock, vocab))
         if engine == "refengine":
-            res = run_refengine(workload, model=model, device="cpu", dtype=None, seed=seed, batching="continuous",
-                                knobs={"max_num_seqs": max_num_seqs}, warmup=0)
+            res = run_refengine(
+                workload,
+                model=model,
+                device="cpu",
+                dtype=None,
+                seed=seed,
+                batching="continuous",
+                knobs={"max_num_seqs": max_num_seqs},
+                warmup=0,
+            )
         else:
-            res = run_hf_cb(workload, model, device="cpu", dtype=None, max_num_seqs=max_num_seqs,
-                            max_num_batched_tokens=None, warmup=0, seed=seed)
+            res = run_hf_cb(
+                workload,
+                model,
+                device="cpu",
+                dtype=None,
+                max_num_seqs=max_num_seqs,
+                max_num_batched_tokens=None,
+                warmup=0,
+                seed=seed,
+            )
         if prof is not None and clock.steps:
             prof.stop()
     if res.error:
         raise RuntimeError(f"{engine}: {res.error}")
     steps = clock.steps
     out_tokens = sum(r.output_len for r in res.records)
-    result = {"engine": engine, "max_num_seqs": max_num_seqs, "steps": steps, "duration_s": res.duration,
-              "out_tokens": out_tokens,
-              "out_tok_s": out_tokens / res.duration, "cpu_s": sum(clock.spent.values()),
-              "phase_ms": {p: 1e3 * clock.spent.get(p, 0.0) / max(steps, 1) for p in PHASES}}
+    result = {
+        "engine": engine,
+        "max_num_seqs": max_num_seqs,
+        "steps": steps,
+        "duration_s": res.duration,
+        "out_tokens": out_tokens,
+        "out_tok_s": out_tokens / res.duration,
+        "cpu_s": sum(clock.spent.values()),
+        "phase_ms": {p: 1e3 * clock.spent.get(p, 0.0) / max(steps, 1) for p in PHASES},
+    }
     if prof is not None and clock.steps:
-        result["ops"] = [(e.key, e.self_cpu_time_total / 1e3 / max(steps, 1), e.count / max(steps, 1))
-                         for e in sorted(prof.key_averages(), key=lambda e: -e.self_cpu_time_total)[:8]]
+        result["ops"] = [
+            (e.key, e.self_cpu_time_total / 1e3 / max(steps, 1), e.count / max(steps, 1))
+            for e in sorted(prof.key_averages(), key=lambda e: -e.self_cpu_time_total)[:8]
+        ]
     return result
 
 
@@ -250,9 +297,16 @@ def step_vs_floor(num_running: int, iters: int = 20, warmup: int = 3, model: str
                 steps.append(step)
                 floors.append(floor)
     step_ms, floor_ms = 1e3 * statistics.median(steps), 1e3 * statistics.median(floors)
-    return {"num_running": num_running, "step_ms": step_ms, "floor_ms": floor_ms, "ratio": step_ms / floor_ms,
-            "step_ms_min": 1e3 * min(steps), "step_ms_max": 1e3 * max(steps),
-            "floor_ms_min": 1e3 * min(floors), "floor_ms_max": 1e3 * max(floors)}
+    return {
+        "num_running": num_running,
+        "step_ms": step_ms,
+        "floor_ms": floor_ms,
+        "ratio": step_ms / floor_ms,
+        "step_ms_min": 1e3 * min(steps),
+        "step_ms_max": 1e3 * max(steps),
+        "floor_ms_min": 1e3 * min(floors),
+        "floor_ms_max": 1e3 * max(floors),
+    }
 
 
 def format_markdown(runs: list[dict[str, Any]], floors: list[dict[str, float]]) -> str:
@@ -268,29 +322,52 @@ def format_markdown(runs: list[dict[str, Any]], floors: list[dict[str, float]]) 
     lines.append("| output tok per CPU s | " + " | ".join(f"{r['out_tokens'] / r['cpu_s']:.1f}" for r in runs) + " |")
     if any("ops" in r for r in runs):
         for r in runs:
-            lines += ["", f"Top ops of {r['engine']} @ {r['max_num_seqs']} (torch.profiler, self CPU ms per step "
-                      "(wall clock), calls per step):", ""]
+            lines += [
+                "",
+                f"Top ops of {r['engine']} @ {r['max_num_seqs']} (torch.profiler, self CPU ms per step "
+                "(wall clock), calls per step):",
+                "",
+            ]
             lines += [f"    {name:<52} {ms:9.2f} ms {calls:7.1f}" for name, ms, calls in r["ops"]]
     if floors:
-        lines += ["", "| decode step at M running | step CPU ms (median) | GEMM floor CPU ms (median) | step / floor |",
-                  "|---|---|---|---|"]
-        lines += [f"| {f['num_running']} | {f['step_ms']:.1f} ({f['step_ms_min']:.1f}-{f['step_ms_max']:.1f}) | "
-                  f"{f['floor_ms']:.1f} ({f['floor_ms_min']:.1f}-{f['floor_ms_max']:.1f}) | {f['ratio']:.2f}x |"
-                  for f in floors]
+        lines += [
+            "",
+            "| decode step at M running | step CPU ms (median) | GEMM floor CPU ms (median) | step / floor |",
+            "|---|---|---|---|",
+        ]
+        lines += [
+            f"| {f['num_running']} | {f['step_ms']:.1f} ({f['step_ms_min']:.1f}-{f['step_ms_max']:.1f}) | "
+            f"{f['floor_ms']:.1f} ({f['floor_ms_min']:.1f}-{f['floor_ms_max']:.1f}) | {f['ratio']:.2f}x |"
+            for f in floors
+        ]
     return "\n".join(lines)
 
 
-def bench_profile(running: list[int], *, num_prompts: int = 64, max_prompt_len: int = 512,
-                  max_output_len: int = 256, engines: tuple[str, ...] = ("refengine", "hf-cb"),
-                  model: str = "tiny-qwen2", seed: int = 0, ops: bool = False,
-                  floor_iters: int = 20) -> str:
+def bench_profile(
+    running: list[int],
+    *,
+    num_prompts: int = 64,
+    max_prompt_len: int = 512,
+    max_output_len: int = 256,
+    engines: tuple[str, ...] = ("refengine", "hf-cb"),
+    model: str = "tiny-qwen2",
+    seed: int = 0,
+    ops: bool = False,
+    floor_iters: int = 20,
+) -> str:
     """The whole profile (each concurrency: the engines one after the other, then the step-vs-floor check) as
     markdown. Torch threads are the caller's (one for both engines: the generation thread inherits them)."""
     from cbbench.perf.plan.load import resolve_tokenizer
     from cbbench.workloads import get_workload
 
-    workload = get_workload("sharegpt", tokenizer=resolve_tokenizer(model, None), num_prompts=num_prompts,
-                            seed=seed, max_prompt_len=max_prompt_len, max_output_len=max_output_len)
+    workload = get_workload(
+        "sharegpt",
+        tokenizer=resolve_tokenizer(model, None),
+        num_prompts=num_prompts,
+        seed=seed,
+        max_prompt_len=max_prompt_len,
+        max_output_len=max_output_len,
+    )
     runs = [profile_run(e, workload, model=model, max_num_seqs=n, seed=seed, ops=ops) for n in running for e in engines]
     floors = [step_vs_floor(n, iters=floor_iters, model=model) for n in running] if floor_iters else []
     return format_markdown(runs, floors)

@@ -7,6 +7,7 @@ reference (the definition, which is what the sampler ran before the int32 path) 
 interleaved in one run so that a busy machine slows both alike; then whole `sample()` calls for seeded, unseeded
 and penalised rows. It prints numbers and ratios only; nothing here asserts a time.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -68,13 +69,18 @@ def main(argv: list[str] | None = None) -> None:
     k = torch.arange(n, dtype=torch.int64)
     rows = torch.arange(n)
     t = torch.ones(n)
-    seeded_md = SamplingMetadata(all_greedy=False, temperature=t, seeded_idx=rows, seeds=seeds, output_index=k,
-                                 any_unseeded=False)
+    seeded_md = SamplingMetadata(
+        all_greedy=False, temperature=t, seeded_idx=rows, seeds=seeds, output_index=k, any_unseeded=False
+    )
     plain_md = SamplingMetadata(all_greedy=False, temperature=t)
     pen_md = _penalised_md(n)
-    pair = _interleaved_ms({"seeded_exponential": lambda: seeded_exponential(seeds, k, VOCAB),
-                            "seeded_exponential_reference": lambda: seeded_exponential_reference(seeds, k, VOCAB)},
-                           a.repeats)
+    pair = _interleaved_ms(
+        {
+            "seeded_exponential": lambda: seeded_exponential(seeds, k, VOCAB),
+            "seeded_exponential_reference": lambda: seeded_exponential_reference(seeds, k, VOCAB),
+        },
+        a.repeats,
+    )
     results = {
         **pair,
         "sample (all seeded)": _ms(lambda: sample(logits.clone(), seeded_md, g), a.repeats),
@@ -86,7 +92,9 @@ def main(argv: list[str] | None = None) -> None:
     for name, ms in results.items():
         print(f"  {name:<30} {ms:8.2f} ms/call  {ms / n:7.3f} ms/row")
     ratio = pair["seeded_exponential_reference"] / pair["seeded_exponential"]
-    print(f"  seeded noise: {ratio:.1f}x faster than the int64 reference (same values: refengine/tests/test_sampler.py)")
+    print(
+        f"  seeded noise: {ratio:.1f}x faster than the int64 reference (same values: refengine/tests/test_sampler.py)"
+    )
 
 
 if __name__ == "__main__":

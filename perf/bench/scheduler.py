@@ -25,13 +25,24 @@ def make_decoding_scheduler(num_running: int, max_steps: int = 2000):
     from refengine.scheduler import Scheduler
 
     blocks_per_req = -(-(PROMPT_LEN + max_steps + 2) // BLOCK_SIZE)
-    sched = Scheduler(eos_token_id=_EOS, max_num_batched_tokens=max(8192, num_running * PROMPT_LEN),
-                      max_num_seqs=num_running, block_size=BLOCK_SIZE, num_gpu_blocks=num_running * blocks_per_req)
+    sched = Scheduler(
+        eos_token_id=_EOS,
+        max_num_batched_tokens=max(8192, num_running * PROMPT_LEN),
+        max_num_seqs=num_running,
+        block_size=BLOCK_SIZE,
+        num_gpu_blocks=num_running * blocks_per_req,
+    )
     params = SamplingParams(max_tokens=max_steps + 2, ignore_eos=True, temperature=0.0)
     for i in range(num_running):
         # distinct prompts, so the prefix cache shares nothing and every request owns its blocks
-        sched.add_request(Request(f"r{i}", [1000 + i] + [100 + (i + j) % 5000 for j in range(PROMPT_LEN - 1)],
-                                  params, arrival_time=float(i)))
+        sched.add_request(
+            Request(
+                f"r{i}",
+                [1000 + i] + [100 + (i + j) % 5000 for j in range(PROMPT_LEN - 1)],
+                params,
+                arrival_time=float(i),
+            )
+        )
     out = sched.schedule()  # the whole batch prefills in one step
     sched.update_from_output(out, {rid: [_TOKEN] for rid in out.num_scheduled_tokens})
     assert len(sched.running) == num_running and not sched.waiting
@@ -60,5 +71,9 @@ def bench_step_us(num_running: int, iters: int = 200, warmup: int = 5) -> dict[s
         step()
         times.append((time.perf_counter() - t) * 1e6)
     times.sort()
-    return {"num_running": num_running, "median_us": statistics.median(times),
-            "p90_us": times[int(0.9 * (len(times) - 1))], "min_us": times[0]}
+    return {
+        "num_running": num_running,
+        "median_us": statistics.median(times),
+        "p90_us": times[int(0.9 * (len(times) - 1))],
+        "min_us": times[0],
+    }

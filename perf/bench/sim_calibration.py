@@ -9,6 +9,7 @@ workload) and writes OUTDIR/calibration.csv.
 Rows are matched on (engine, batching, max_num_seqs): the device columns differ by design. The error is
 (simulated - real) / real; a configuration that only one side has is listed with an empty error.
 """
+
 from __future__ import annotations
 
 import sys
@@ -18,8 +19,16 @@ import pandas as pd
 
 from cbbench.perf.results.schema import read_csv
 
-METRICS = ("output_throughput", "mean_ttft_ms", "median_ttft_ms", "mean_tpot_ms", "median_tpot_ms", "mean_itl_ms",
-           "mean_e2el_ms", "duration")
+METRICS = (
+    "output_throughput",
+    "mean_ttft_ms",
+    "median_ttft_ms",
+    "mean_tpot_ms",
+    "median_tpot_ms",
+    "mean_itl_ms",
+    "mean_e2el_ms",
+    "duration",
+)
 MATCH = ("engine", "batching", "max_num_seqs")
 
 

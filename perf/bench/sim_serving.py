@@ -7,6 +7,7 @@ Both sides run the same ShareGPT prompts (token ids, ignore_eos, each its own ou
 C`; it prints mean TTFT / TPOT of each and the relative error of the served figures. The pacing holds only while
 the host keeps up with the simulated steps (docs/sim-engine.md): on a loaded machine the served times grow.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -46,26 +47,55 @@ def _wait_ready(url: str, proc: subprocess.Popen) -> None:
 
 
 def _perf(*args: str) -> None:
-    cmd = [sys.executable, "-m", "cbbench.perf.cli", "perf", "--model", MODEL, "--workload", "sharegpt", "--seed",
-           "0", "--quiet", *args]
+    cmd = [
+        sys.executable,
+        "-m",
+        "cbbench.perf.cli",
+        "perf",
+        "--model",
+        MODEL,
+        "--workload",
+        "sharegpt",
+        "--seed",
+        "0",
+        "--quiet",
+        *args,
+    ]
     subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
 
 
 def measure(num_prompts: int, concurrency: int, out: Path) -> dict[str, tuple[float, float, float]]:
     """metric -> (in-process simulated, served, relative error of served)."""
     common = ("--num-prompts", str(num_prompts), "--max-concurrency", str(concurrency))
-    _perf("--device", DEVICE, "--batching", "continuous", "--peers", "none", *common, "--output",
-          str(out / "inproc.csv"))
+    _perf(
+        "--device", DEVICE, "--batching", "continuous", "--peers", "none", *common, "--output", str(out / "inproc.csv")
+    )
     port = _free_port()
     with open(out / "serve.log", "w") as log:
-        proc = subprocess.Popen([sys.executable, "-m", "cbbench.perf.cli", "serve", "--model", MODEL, "--device",
-                                 DEVICE, "--host", "127.0.0.1", "--port", str(port)], stdout=log,
-                                stderr=subprocess.STDOUT)
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "cbbench.perf.cli",
+                "serve",
+                "--model",
+                MODEL,
+                "--device",
+                DEVICE,
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(port),
+            ],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
     try:
         url = f"http://127.0.0.1:{port}"
         _wait_ready(url, proc)
-        _perf("--backend", "openai", "--base-url", url, "--device", DEVICE, *common, "--output",
-              str(out / "served.csv"))
+        _perf(
+            "--backend", "openai", "--base-url", url, "--device", DEVICE, *common, "--output", str(out / "served.csv")
+        )
     finally:
         proc.terminate()
         proc.wait(timeout=30)

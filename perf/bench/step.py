@@ -87,7 +87,7 @@ class FullRedecodeDetokenizer:
                 text = self.tokenizer.decode(self.request.output_token_ids)
                 text = text[:-1] if text.endswith("\ufffd") else text
                 self._num_decoded = self.request.num_output_tokens
-                new_text = text[self.num_chars:]
+                new_text = text[self.num_chars :]
                 return self._append(new_text, check_stops=True) if new_text else None
 
         return _Full(tokenizer, request)
@@ -97,10 +97,19 @@ DETOKENIZERS = ("incremental", "full-redecode")
 OUTPUT_KINDS = ("delta", "cumulative", "final_only")  # SamplingParams.output_kind, by RequestOutputKind's names
 
 
-def make_decoding_engine(num_running: int, max_steps: int, *, model: str = "tiny-qwen2", device: str = "cpu",
-                         stub: bool = True, vocab: int = STUB_VOCAB, stop: list[str] | None = None,
-                         detokenizer: str = "incremental", output_kind: str = "delta",
-                         clock: _DeviceClock | None = None):
+def make_decoding_engine(
+    num_running: int,
+    max_steps: int,
+    *,
+    model: str = "tiny-qwen2",
+    device: str = "cpu",
+    stub: bool = True,
+    vocab: int = STUB_VOCAB,
+    stop: list[str] | None = None,
+    detokenizer: str = "incremental",
+    output_kind: str = "delta",
+    clock: _DeviceClock | None = None,
+):
     """An LLMEngine with `num_running` requests past their prefill, each with room for `max_steps` more decode
     steps, and (`stub`) the stub model in place of the real one; returns (engine, stub model or None). `clock`
     becomes the engine's sampler, so that it can time it (and stand in for it with the stub's)."""
@@ -115,16 +124,31 @@ def make_decoding_engine(num_running: int, max_steps: int, *, model: str = "tiny
     block_size = 16
     per_req = -(-(PROMPT_LEN + max_steps + 4) // block_size)
     stub_model = StubModel(load_model_config(model).hidden_size, vocab) if stub else None
-    seams = {"model_impl": stub_model, "sampler": clock.sample if clock is not None else None,
-             "detokenizer_factory": FullRedecodeDetokenizer if detokenizer == "full-redecode" else None}
-    engine = LLMEngine(model, device=device, max_num_seqs=num_running, block_size=block_size,
-                       num_gpu_blocks=num_running * per_req + 1, max_model_len=_MAX_MODEL_LEN,
-                       max_num_batched_tokens=max(8192, num_running * PROMPT_LEN), enable_prefix_caching=False,
-                       **{k: v for k, v in seams.items() if v is not None})
+    seams = {
+        "model_impl": stub_model,
+        "sampler": clock.sample if clock is not None else None,
+        "detokenizer_factory": FullRedecodeDetokenizer if detokenizer == "full-redecode" else None,
+    }
+    engine = LLMEngine(
+        model,
+        device=device,
+        max_num_seqs=num_running,
+        block_size=block_size,
+        num_gpu_blocks=num_running * per_req + 1,
+        max_model_len=_MAX_MODEL_LEN,
+        max_num_batched_tokens=max(8192, num_running * PROMPT_LEN),
+        enable_prefix_caching=False,
+        **{k: v for k, v in seams.items() if v is not None},
+    )
     if clock is not None:
         clock.stub = stub_model
-    params = SamplingParams(max_tokens=max_steps + 2, temperature=0.0, ignore_eos=True, stop=stop,
-                            output_kind=RequestOutputKind[output_kind.upper()])
+    params = SamplingParams(
+        max_tokens=max_steps + 2,
+        temperature=0.0,
+        ignore_eos=True,
+        stop=stop,
+        output_kind=RequestOutputKind[output_kind.upper()],
+    )
     for i in range(num_running):
         engine.add_request(f"r{i}", [1000 + i] + [100 + (i + j) % 5000 for j in range(PROMPT_LEN - 1)], params)
     engine.step()  # the whole batch prefills in one step and samples its first token
@@ -136,8 +160,11 @@ def make_decoding_engine(num_running: int, max_steps: int, *, model: str = "tiny
 
 # (object path, method): the parts of a step timed separately with --breakdown; the rest of step() is "outputs"
 # (stop strings, detokenisation, the RequestOutputs, step stats)
-PHASES = {"schedule": ("scheduler", "schedule"), "execute_model": ("model_runner", "execute_model"),
-          "update_from_output": ("scheduler", "update_from_output")}
+PHASES = {
+    "schedule": ("scheduler", "schedule"),
+    "execute_model": ("model_runner", "execute_model"),
+    "update_from_output": ("scheduler", "update_from_output"),
+}
 
 
 def _time_phases(engine) -> dict[str, list[float]]:
@@ -204,16 +231,35 @@ class _DeviceClock:
             self.stub.one_hot = True
 
 
-def bench_engine_step_us(num_running: int, iters: int = 100, warmup: int = 5, *, model: str = "tiny-qwen2",
-                         device: str = "cpu", stub: bool = True, vocab: int = STUB_VOCAB,
-                         stop: list[str] | None = None, breakdown: bool = False,
-                         detokenizer: str = "incremental", output_kind: str = "delta") -> dict:
+def bench_engine_step_us(
+    num_running: int,
+    iters: int = 100,
+    warmup: int = 5,
+    *,
+    model: str = "tiny-qwen2",
+    device: str = "cpu",
+    stub: bool = True,
+    vocab: int = STUB_VOCAB,
+    stop: list[str] | None = None,
+    breakdown: bool = False,
+    detokenizer: str = "incremental",
+    output_kind: str = "delta",
+) -> dict:
     """Microseconds per engine.step() (median, p90, min) over `iters` decode steps at `num_running` requests;
     with `breakdown`, also the median CPU microseconds of each of PHASES and of the rest ("outputs")."""
     clock = _DeviceClock()
-    engine, _ = make_decoding_engine(num_running, iters + warmup, model=model, device=device, stub=stub,
-                                     vocab=vocab, stop=stop, detokenizer=detokenizer, output_kind=output_kind,
-                                     clock=clock)
+    engine, _ = make_decoding_engine(
+        num_running,
+        iters + warmup,
+        model=model,
+        device=device,
+        stub=stub,
+        vocab=vocab,
+        stop=stop,
+        detokenizer=detokenizer,
+        output_kind=output_kind,
+        clock=clock,
+    )
     expected = 0 if output_kind == "final_only" else num_running  # (nothing finishes while timed)
     sync = torch.cuda.synchronize if torch.device(device).type == "cuda" else (lambda: None)
     for _ in range(warmup):
@@ -234,19 +280,28 @@ def bench_engine_step_us(num_running: int, iters: int = 100, warmup: int = 5, *,
             cpu.append((time.thread_time() - c) * 1e6)
             device_us.append(clock.spent * 1e6)
             for k, v in spent.items():  # a phase may run more than once in a step: its calls are summed
-                per_step[k].append(sum(v[marks[k]:]))
+                per_step[k].append(sum(v[marks[k] :]))
             if len(outs) != expected:  # every request decodes every step: nothing finished, nothing preempted
                 raise RuntimeError(f"bench-step: a step returned {len(outs)} outputs, expected {expected}")
     finally:
         clock.close()
     host = [c - d for c, d in zip(cpu, device_us)]
-    result = {"num_running": num_running, "median_us": statistics.median(times),
-              "p90_us": sorted(times)[int(0.9 * (len(times) - 1))], "min_us": min(times), "iters": iters,
-              "cpu_median_us": statistics.median(cpu), "device_median_us": statistics.median(device_us),
-              "host_median_us": statistics.median(host)}
+    result = {
+        "num_running": num_running,
+        "median_us": statistics.median(times),
+        "p90_us": sorted(times)[int(0.9 * (len(times) - 1))],
+        "min_us": min(times),
+        "iters": iters,
+        "cpu_median_us": statistics.median(cpu),
+        "device_median_us": statistics.median(device_us),
+        "host_median_us": statistics.median(host),
+    }
     if breakdown:
         rest = [cpu[i] - sum(p[i] for p in per_step.values()) for i in range(iters)]
-        result["phases_us"] = {**{k: statistics.median(v) for k, v in per_step.items()}, "outputs": statistics.median(rest)}
+        result["phases_us"] = {
+            **{k: statistics.median(v) for k, v in per_step.items()},
+            "outputs": statistics.median(rest),
+        }
     return result
 
 
@@ -263,15 +318,19 @@ def format_table(rows: list[dict[str, float]], target_us: float | None = TARGET_
     """One line per N: median / p90 / min wall microseconds per step, the median of this thread's CPU time per step
     (on a shared, loaded CPU the wall time includes waiting for a core; the CPU time does not), the medians of the
     device stand-in CPU time and of the host CPU time (cpu - device), the host time per request, and against the target."""
-    head = (f"{'running':>8} {'median us':>10} {'p90 us':>10} {'min us':>10} {'cpu us':>10} {'device us':>10} "
-            f"{'host us':>10} {'host us/req':>12}")
+    head = (
+        f"{'running':>8} {'median us':>10} {'p90 us':>10} {'min us':>10} {'cpu us':>10} {'device us':>10} "
+        f"{'host us':>10} {'host us/req':>12}"
+    )
     if target_us:
         head += f" {'host/target':>12}"
     lines = [head]
     for r in rows:
-        line = (f"{r['num_running']:>8} {r['median_us']:>10.1f} {r['p90_us']:>10.1f} {r['min_us']:>10.1f} "
-                f"{r['cpu_median_us']:>10.1f} {r['device_median_us']:>10.1f} {r['host_median_us']:>10.1f} "
-                f"{r['host_median_us'] / r['num_running']:>12.2f}")
+        line = (
+            f"{r['num_running']:>8} {r['median_us']:>10.1f} {r['p90_us']:>10.1f} {r['min_us']:>10.1f} "
+            f"{r['cpu_median_us']:>10.1f} {r['device_median_us']:>10.1f} {r['host_median_us']:>10.1f} "
+            f"{r['host_median_us'] / r['num_running']:>12.2f}"
+        )
         if target_us:
             line += f" {r['host_median_us'] / target_us:>11.2f}x"
         lines.append(line)

@@ -9,6 +9,7 @@ It prints the median step time of each case and its factor over the baseline. Th
 numbers from one run (the cases are interleaved). The stop strings are private-use characters, which the stub's
 tokens never decode to, so the stop-list request runs to the end and pays for the search every step.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -32,14 +33,18 @@ def median_step_ms(steps: int, **hostile) -> float:
     from refengine.loader import load_model_config
 
     stub = StubModel(load_model_config("tiny-qwen2").hidden_size)
-    engine = LLMEngine("tiny-qwen2", num_gpu_blocks=256, block_size=16, max_model_len=512, model_impl=stub,
-                       sampler=stub.sample)
+    engine = LLMEngine(
+        "tiny-qwen2", num_gpu_blocks=256, block_size=16, max_model_len=512, model_impl=stub, sampler=stub.sample
+    )
     for i in range(NUM_INNOCENT):
         prompt = [1000 + 7 * i + j for j in range(PROMPT_LEN)]
         engine.add_request(f"r{i}", prompt, SamplingParams(max_tokens=steps + 2, temperature=0.0, ignore_eos=True))
     if hostile:
-        engine.add_request("stops", [900 + j for j in range(PROMPT_LEN)],
-                           SamplingParams(max_tokens=steps + 2, temperature=0.0, ignore_eos=True, **hostile))
+        engine.add_request(
+            "stops",
+            [900 + j for j in range(PROMPT_LEN)],
+            SamplingParams(max_tokens=steps + 2, temperature=0.0, ignore_eos=True, **hostile),
+        )
     engine.step()  # the prefills
     times = []
     for _ in range(steps):
@@ -59,8 +64,11 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=100)
     parser.add_argument("--rounds", type=int, default=3, help="cases are interleaved, median of the rounds")
     args = parser.parse_args()
-    cases = {"baseline": {}, f"stop: {args.stops} strings": {"stop": _stops(args.stops, args.stop_len)},
-             f"stop_token_ids: {args.stop_ids}": {"stop_token_ids": [STOP_ID_BASE + i for i in range(args.stop_ids)]}}
+    cases = {
+        "baseline": {},
+        f"stop: {args.stops} strings": {"stop": _stops(args.stops, args.stop_len)},
+        f"stop_token_ids: {args.stop_ids}": {"stop_token_ids": [STOP_ID_BASE + i for i in range(args.stop_ids)]},
+    }
     got: dict[str, list[float]] = {name: [] for name in cases}
     for _ in range(args.rounds):
         for name, hostile in cases.items():

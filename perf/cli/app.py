@@ -78,8 +78,13 @@ class _Group(typer.core.TyperGroup):
         return _flags_untyped(super().get_params(ctx))
 
 
-app = OneLineErrorsTyper(cls=_Group, add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
-                  help="cbbench: continuous-batching benchmark and conformance harness.")
+app = OneLineErrorsTyper(
+    cls=_Group,
+    add_completion=False,
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    help="cbbench: continuous-batching benchmark and conformance harness.",
+)
 err = Console(stderr=True, highlight=False, soft_wrap=True)
 
 
@@ -98,13 +103,16 @@ def _first_line(e: BaseException) -> str:
 def _internal_error(prog: str, e: BaseException) -> None:
     if os.environ.get(DEBUG_ENV, "") not in ("", "0"):
         traceback.print_exception(e)
-    err.print(f"{prog}: internal error: {type(e).__name__}: {_first_line(e)} (set {DEBUG_ENV}=1 for the traceback)",
-              markup=False)
+    err.print(
+        f"{prog}: internal error: {type(e).__name__}: {_first_line(e)} (set {DEBUG_ENV}=1 for the traceback)",
+        markup=False,
+    )
 
 
 def one_line_errors(name: str) -> Callable:
     """Every way a command can fail ends with one line on stderr: bad input (CliError, ValueError, a missing or
     unwritable file) exits 2, an interrupt 130, anything else is an internal error and exits 1."""
+
     def wrap(fn: Callable) -> Callable:
         @functools.wraps(fn)
         def inner(*args: Any, **kwargs: Any) -> Any:
@@ -112,8 +120,14 @@ def one_line_errors(name: str) -> Callable:
                 return fn(*args, **kwargs)
             except (typer.Exit, _exc.ClickException):
                 raise
-            except (CliError, ValueError, FileNotFoundError, PermissionError, IsADirectoryError,
-                    NotADirectoryError) as e:
+            except (
+                CliError,
+                ValueError,
+                FileNotFoundError,
+                PermissionError,
+                IsADirectoryError,
+                NotADirectoryError,
+            ) as e:
                 err.print(f"cbbench {name}: error: {_first_line(e)}", markup=False)
                 raise typer.Exit(2) from None
             except (typer.Abort, KeyboardInterrupt) as e:
@@ -123,21 +137,38 @@ def one_line_errors(name: str) -> Callable:
             except Exception as e:  # noqa: BLE001 - a bug: one line, not a double traceback
                 _internal_error(f"cbbench {name}", e)
                 raise typer.Exit(1) from None
+
         return inner
+
     return wrap
 
 
 Opt = typer.Option
 # what `perf --like` lets the command line set: how to run, where to write, not what to run
-LIKE_MAY_SET = {"like", "repeats", "warmup", "cpu_threads", "quiet", "output", "label", "resume", "result_dir",
-                "metric_percentiles", "goodput", "dry_run", "format"}
+LIKE_MAY_SET = {
+    "like",
+    "repeats",
+    "warmup",
+    "cpu_threads",
+    "quiet",
+    "output",
+    "label",
+    "resume",
+    "result_dir",
+    "metric_percentiles",
+    "goodput",
+    "dry_run",
+    "format",
+}
 
 
 def explicit_params(ctx: typer.Context) -> list[str]:
     """The parameters given on the command line (or by environment), not left at their defaults."""
+
     def given(name: str) -> bool:
         src = ctx.get_parameter_source(name)
         return src is not None and src.name in ("COMMANDLINE", "ENVIRONMENT")
+
     return [p.name for p in ctx.command.params if p.name and given(p.name)] + (["goodput"] if ctx.args else [])
 
 

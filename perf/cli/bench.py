@@ -14,7 +14,9 @@ from cbbench.perf.knobs import list_metavar
 
 @one_line_errors("bench-scheduler")
 def bench_scheduler(
-    running: Annotated[str, Opt(help="comma list of running decode counts", metavar=list_metavar("int"))] = "32,256,1024",
+    running: Annotated[
+        str, Opt(help="comma list of running decode counts", metavar=list_metavar("int"))
+    ] = "32,256,1024",
     iters: Annotated[int, Opt(help="timed steps per size")] = 200,
 ) -> None:
     """Microseconds per schedule() + update_from_output() step with N running decodes (model-free)."""
@@ -28,30 +30,54 @@ def bench_scheduler(
     console = Console()
     for n in sizes:
         s = bench_step_us(n, iters=iters)
-        console.print(f"{n:>5} running decodes: median {s['median_us']:8.1f} us/step  "
-                      f"(p90 {s['p90_us']:.1f}, min {s['min_us']:.1f})")
+        console.print(
+            f"{n:>5} running decodes: median {s['median_us']:8.1f} us/step  "
+            f"(p90 {s['p90_us']:.1f}, min {s['min_us']:.1f})"
+        )
 
 
 @one_line_errors("bench-step")
 def bench_step(
-    stub_model: Annotated[bool, Opt("--stub-model/--real-model", help="replace the forward by a stub that returns "
-                                    "at once (host time only), or run the real model")] = False,
+    stub_model: Annotated[
+        bool,
+        Opt(
+            "--stub-model/--real-model",
+            help="replace the forward by a stub that returns at once (host time only), or run the real model",
+        ),
+    ] = False,
     running: Annotated[str, Opt(help="comma list of running decode counts", metavar=list_metavar("int"))] = "64,256",
     iters: Annotated[int, Opt(help="timed steps per size")] = 100,
     warmup: Annotated[int, Opt(help="untimed steps first")] = 5,
     model: Annotated[str, Opt()] = "tiny-qwen2",
     device: Annotated[str, Opt()] = "cpu",
-    stop: Annotated[Optional[list[str]], Opt(help="stop strings every request carries (never met)",
-                                                     metavar="<str>")] = None,
-    cpu_threads: Annotated[int, Opt(help="torch threads (default 1: the host work is one Python thread, and one "
-                                         "torch thread keeps a shared CPU's timings stable; 0 = torch's default)")] = 1,
-    breakdown: Annotated[bool, Opt(help="also the CPU time of schedule / execute_model / update_from_output / "
-                                        "the rest (outputs)")] = False,
-    detokenizer: Annotated[str, Opt(help="incremental (the engine's), or full-redecode (the whole output decoded "
-                                          "every step, as before: the before/after comparison)")] = "incremental",
-    output_kind: Annotated[str, Opt(help="what step() returns per request (SamplingParams.output_kind): delta (every "
-                                         "step's new tokens and text, as a streaming server needs), cumulative, or "
-                                         "final_only (nothing until a request finishes, as LLM.generate)")] = "delta",
+    stop: Annotated[
+        Optional[list[str]], Opt(help="stop strings every request carries (never met)", metavar="<str>")
+    ] = None,
+    cpu_threads: Annotated[
+        int,
+        Opt(
+            help="torch threads (default 1: the host work is one Python thread, and one "
+            "torch thread keeps a shared CPU's timings stable; 0 = torch's default)"
+        ),
+    ] = 1,
+    breakdown: Annotated[
+        bool, Opt(help="also the CPU time of schedule / execute_model / update_from_output / the rest (outputs)")
+    ] = False,
+    detokenizer: Annotated[
+        str,
+        Opt(
+            help="incremental (the engine's), or full-redecode (the whole output decoded "
+            "every step, as before: the before/after comparison)"
+        ),
+    ] = "incremental",
+    output_kind: Annotated[
+        str,
+        Opt(
+            help="what step() returns per request (SamplingParams.output_kind): delta (every "
+            "step's new tokens and text, as a streaming server needs), cumulative, or "
+            "final_only (nothing until a request finishes, as LLM.generate)"
+        ),
+    ] = "delta",
 ) -> None:
     """Microseconds per whole engine step (schedule, forward, sampling, update, outputs) at N running decodes.
 
@@ -66,11 +92,25 @@ def bench_step(
     sizes = _ints("running", running)
     if not sizes or min(sizes) < 1 or iters < 1 or warmup < 0:
         raise CliError("running must list positive counts, iters must be >= 1 and warmup >= 0")
-    rows = [bench_engine_step_us(n, iters=iters, warmup=warmup, model=model, device=device, stub=stub_model,
-                                 stop=stop, breakdown=breakdown, detokenizer=detokenizer, output_kind=output_kind)
-            for n in sizes]
-    typer.echo(f"engine step, {'stub' if stub_model else 'real'} model {model} on {device}, {detokenizer} "
-               f"detokenizer, {output_kind} outputs, {iters} timed steps each")
+    rows = [
+        bench_engine_step_us(
+            n,
+            iters=iters,
+            warmup=warmup,
+            model=model,
+            device=device,
+            stub=stub_model,
+            stop=stop,
+            breakdown=breakdown,
+            detokenizer=detokenizer,
+            output_kind=output_kind,
+        )
+        for n in sizes
+    ]
+    typer.echo(
+        f"engine step, {'stub' if stub_model else 'real'} model {model} on {device}, {detokenizer} "
+        f"detokenizer, {output_kind} outputs, {iters} timed steps each"
+    )
     typer.echo(format_table(rows))  # plain text: a table must not wrap at a narrow terminal's width
     if breakdown:
         typer.echo("median CPU us per step, by phase (outputs: stop strings, detokenisation, RequestOutputs, stats):")
@@ -84,12 +124,22 @@ def bench_async(
     max_tokens: Annotated[int, Opt(help="output tokens per request (ignore_eos)")] = 64,
     repeats: Annotated[int, Opt(help="timed runs per mode, alternating")] = 3,
     max_num_seqs: Annotated[int, Opt(help="most requests in a batch")] = 256,
-    device_ms: Annotated[Optional[float], Opt(help="replace the forward by a stub that sleeps this long (device time "
-                                              "that needs no host CPU, as a GPU's); default: the real model")] = None,
+    device_ms: Annotated[
+        Optional[float],
+        Opt(
+            help="replace the forward by a stub that sleeps this long (device time "
+            "that needs no host CPU, as a GPU's); default: the real model"
+        ),
+    ] = None,
     model: Annotated[str, Opt()] = "tiny-qwen2",
     device: Annotated[str, Opt()] = "cpu",
-    cpu_threads: Annotated[int, Opt(help="torch threads (default 1: the forward on one core, the host work of the "
-                                         "other step beside it; 0 = torch's default)")] = 1,
+    cpu_threads: Annotated[
+        int,
+        Opt(
+            help="torch threads (default 1: the forward on one core, the host work of the "
+            "other step beside it; 0 = torch's default)"
+        ),
+    ] = 1,
 ) -> None:
     """Throughput of one workload with async scheduling off and on, same process, and the ratio on / off."""
     import torch
@@ -101,11 +151,21 @@ def bench_async(
         torch.set_num_threads(cpu_threads)
     if min(num_requests, prompt_len, max_tokens, repeats, max_num_seqs) < 1 or (device_ms or 0) < 0:
         raise CliError("num-requests, prompt-len, max-tokens, repeats and max-num-seqs must be >= 1, device-ms >= 0")
-    rows = run(num_requests, prompt_len, max_tokens, repeats, model=model, device=device, max_num_seqs=max_num_seqs,
-               device_ms=device_ms)
+    rows = run(
+        num_requests,
+        prompt_len,
+        max_tokens,
+        repeats,
+        model=model,
+        device=device,
+        max_num_seqs=max_num_seqs,
+        device_ms=device_ms,
+    )
     forward = "real forward" if device_ms is None else f"stub forward sleeping {device_ms:g} ms"
-    typer.echo(f"async scheduling, {model} on {device} ({forward}), {num_requests} x ({prompt_len} in, {max_tokens} "
-               f"out), {repeats} runs per mode, torch threads {torch.get_num_threads()}")
+    typer.echo(
+        f"async scheduling, {model} on {device} ({forward}), {num_requests} x ({prompt_len} in, {max_tokens} "
+        f"out), {repeats} runs per mode, torch threads {torch.get_num_threads()}"
+    )
     typer.echo(format_table(rows))
 
 

@@ -22,18 +22,22 @@ def serve(
     model: Annotated[str, Opt(help="a preset name or a local Hugging Face folder")] = "tiny-qwen2",
     host: Annotated[str, Opt(help="127.0.0.1: this machine only; 0.0.0.0 exposes the server")] = "127.0.0.1",
     port: Annotated[int, Opt()] = 8000,
-    served_model_name: Annotated[Optional[str], Opt(help="the name clients send as \"model\" (default: --model)")] = None,
+    served_model_name: Annotated[Optional[str], Opt(help='the name clients send as "model" (default: --model)')] = None,
     device: Annotated[str, Opt()] = "cpu",
     dtype: Annotated[Optional[str], Opt(help="default: float32 on CPU, bfloat16 on CUDA")] = None,
     seed: Annotated[int, Opt()] = 0,
-    cpu_threads: Annotated[Optional[int], Opt(help="torch threads on CPU (default 1, as in-process perf's; "
-                                                   "0 = torch's default)")] = None,
+    cpu_threads: Annotated[
+        Optional[int], Opt(help="torch threads on CPU (default 1, as in-process perf's; 0 = torch's default)")
+    ] = None,
     log_level: Annotated[str, Opt(help="uvicorn's: critical | error | warning | info | debug")] = "info",
-    api_key: Annotated[Optional[str], Opt(help="require `Authorization: Bearer KEY` (default: $VLLM_API_KEY); "
-                                               "/health and /metrics stay open")] = None,
+    api_key: Annotated[
+        Optional[str],
+        Opt(help="require `Authorization: Bearer KEY` (default: $VLLM_API_KEY); /health and /metrics stay open"),
+    ] = None,
     disable_fastapi_docs: Annotated[bool, Opt(help="no /docs and no /openapi.json")] = False,
-    shutdown_timeout: Annotated[float, Opt(help="on SIGTERM, seconds the requests in flight get to finish "
-                                                "before they are aborted")] = 5.0,
+    shutdown_timeout: Annotated[
+        float, Opt(help="on SIGTERM, seconds the requests in flight get to finish before they are aborted")
+    ] = 5.0,
     knobs: Optional[dict] = None,
 ) -> None:
     """Serve the engine over an OpenAI-compatible HTTP API (/v1/completions, /v1/chat/completions, /metrics)."""
@@ -50,8 +54,16 @@ def serve(
         from cbbench.perf.plan.options import DEFAULT_CPU_THREADS
 
         torch.set_num_threads(cpu_threads or DEFAULT_CPU_THREADS)
-    run_server(engine_kwargs, host=host, port=port, served_model_name=served_model_name, log_level=log_level,
-               api_key=api_key, disable_docs=disable_fastapi_docs, shutdown_timeout=shutdown_timeout)
+    run_server(
+        engine_kwargs,
+        host=host,
+        port=port,
+        served_model_name=served_model_name,
+        log_level=log_level,
+        api_key=api_key,
+        disable_docs=disable_fastapi_docs,
+        shutdown_timeout=shutdown_timeout,
+    )
 
 
 @one_line_errors("timeline")
@@ -62,30 +74,41 @@ def timeline(
     num_requests: Annotated[int, Opt(help="requests of varied lengths")] = 12,
     max_num_seqs: Annotated[int, Opt(help="slots")] = 4,
     seed: Annotated[int, Opt()] = 0,
-    batching: Annotated[str, Opt(help="comma list of modes, one panel each",
-                                 metavar=list_metavar("str"))] = "continuous,sequence,static,none",
+    batching: Annotated[
+        str, Opt(help="comma list of modes, one panel each", metavar=list_metavar("str"))
+    ] = "continuous,sequence,static,none",
 ) -> None:
     """The batching modes' picture from a real run: which request holds which slot at each step, per batching mode."""
     from cbbench.perf.report.timeline import run_timeline
 
     modes = knob("batching").parse_list(batching)
-    path, util = run_timeline(out, model=model, device=device, num_requests=num_requests,
-                              max_num_seqs=max_num_seqs, seed=seed, modes=modes)
-    Console().print(f"wrote {path}  (slot utilisation: " + ", ".join(f"{m} {u:.0%}" for m, u in util.items()) + ")",
-                    markup=False)
+    path, util = run_timeline(
+        out, model=model, device=device, num_requests=num_requests, max_num_seqs=max_num_seqs, seed=seed, modes=modes
+    )
+    Console().print(
+        f"wrote {path}  (slot utilisation: " + ", ".join(f"{m} {u:.0%}" for m, u in util.items()) + ")", markup=False
+    )
 
 
 @one_line_errors("plot")
 def plot(
     result_csvs: Annotated[list[Path], typer.Argument(help="one or more cbbench perf CSVs", metavar="CSV")],
-    label: Annotated[Optional[list[str]], Opt(help="one per CSV, in order (default: the CSV's label column, "
-                                                   "else its file name)", metavar="<str>")] = None,
-    kind: Annotated[str, Opt(help="auto | latency (against throughput, across request rates) | sweep (against "
-                                  "--knob); auto picks latency when the CSVs hold several request rates")] = "auto",
+    label: Annotated[
+        Optional[list[str]],
+        Opt(help="one per CSV, in order (default: the CSV's label column, else its file name)", metavar="<str>"),
+    ] = None,
+    kind: Annotated[
+        str,
+        Opt(
+            help="auto | latency (against throughput, across request rates) | sweep (against "
+            "--knob); auto picks latency when the CSVs hold several request rates"
+        ),
+    ] = "auto",
     knob: Annotated[str, Opt(help="the swept column on the x axis (sweep)")] = "max_num_batched_tokens",
     # a str, not a Path: Path drops the trailing slash of `--out plots/`, the sign of a folder to make
-    out: Annotated[Optional[str], Opt(help="PNG, or a folder (default: next to the first CSV)",
-                                      metavar="<path>")] = None,
+    out: Annotated[
+        Optional[str], Opt(help="PNG, or a folder (default: next to the first CSV)", metavar="<path>")
+    ] = None,
 ) -> None:
     """Result CSVs as curves with error bars from repeats: latency against throughput, or against a swept knob."""
     from cbbench.perf.report.plot import plot_results
@@ -106,8 +129,10 @@ def report(
 
 @one_line_errors("show")
 def show(
-    results_csv: Annotated[Path, typer.Argument(help="a cbbench perf results CSV (its JSON beside it names the runs)",
-                                                metavar="RESULTS_CSV")],
+    results_csv: Annotated[
+        Path,
+        typer.Argument(help="a cbbench perf results CSV (its JSON beside it names the runs)", metavar="RESULTS_CSV"),
+    ],
     format: Annotated[str, Opt("--format", help="text | markdown | json")] = "text",
 ) -> None:
     """Print the perf table of saved results again: medians over repeats, as the run printed it."""
@@ -121,18 +146,36 @@ def show(
 def compare(
     baseline: Annotated[Path, typer.Argument(help="baseline results CSV", metavar="BASELINE")],
     new: Annotated[Path, typer.Argument(help="new results CSV", metavar="NEW")],
-    tolerance: Annotated[Optional[list[str]], Opt(help="METRIC=REL (0.2, 20% or off; fnmatch patterns allowed); "
-                                                                "repeat it for several", metavar="<metric=rel>")] = None,
+    tolerance: Annotated[
+        Optional[list[str]],
+        Opt(
+            help="METRIC=REL (0.2, 20% or off; fnmatch patterns allowed); repeat it for several", metavar="<metric=rel>"
+        ),
+    ] = None,
     allow_missing: Annotated[bool, Opt(help="a baseline config missing from NEW is not a failure")] = False,
     only_changes: Annotated[bool, Opt(help="hide rows within tolerance")] = False,
-    ignore_key: Annotated[Optional[list[str]], Opt(help="key columns not matched on; `server` = all but the model "
-                                                        "and the load (in-process vs HTTP runs)", metavar="<column>")] = None,
-    where: Annotated[Optional[list[str]], Opt(help="KEY=VALUE: compare only the rows of both files that match, "
-                                                   "e.g. batching=continuous; repeat it for several",
-                                              metavar="<key=value>")] = None,
+    ignore_key: Annotated[
+        Optional[list[str]],
+        Opt(
+            help="key columns not matched on; `server` = all but the model and the load (in-process vs HTTP runs)",
+            metavar="<column>",
+        ),
+    ] = None,
+    where: Annotated[
+        Optional[list[str]],
+        Opt(
+            help="KEY=VALUE: compare only the rows of both files that match, "
+            "e.g. batching=continuous; repeat it for several",
+            metavar="<key=value>",
+        ),
+    ] = None,
     format: Annotated[str, Opt("--format", help="text | markdown (a CI step summary) | json")] = "text",
-    tolerance_files: Annotated[bool, Opt(help="read BASELINE's sidecar NAME.tolerances.toml and the "
-                                              "tool.cbbench.tolerances table of pyproject.toml")] = True,
+    tolerance_files: Annotated[
+        bool,
+        Opt(
+            help="read BASELINE's sidecar NAME.tolerances.toml and the tool.cbbench.tolerances table of pyproject.toml"
+        ),
+    ] = True,
 ) -> None:
     """Per configuration and metric: change, direction, tolerance. Exit 1 on a regression, 2 on bad input.
 
@@ -141,9 +184,19 @@ def compare(
     from cbbench.perf.results.compare import main_compare, parse_tolerances
 
     tol = parse_tolerances(tolerance or [])
-    code = main_compare(baseline, new, tol, fail_on_missing=not allow_missing, only_changes=only_changes,
-                        ignore_key=ignore_key or [], console=Console(width=max(100, Console().width)), err=err,
-                        fmt=format, use_tolerance_files=tolerance_files, where=where or [])
+    code = main_compare(
+        baseline,
+        new,
+        tol,
+        fail_on_missing=not allow_missing,
+        only_changes=only_changes,
+        ignore_key=ignore_key or [],
+        console=Console(width=max(100, Console().width)),
+        err=err,
+        fmt=format,
+        use_tolerance_files=tolerance_files,
+        where=where or [],
+    )
     raise typer.Exit(code)
 
 
@@ -168,8 +221,13 @@ def generate(
 def kernels(
     out: Annotated[Path, Opt()] = Path("results/kernels.csv"),
     quick: Annotated[bool, Opt(help="a few shapes only")] = False,
-    allow_cpu: Annotated[bool, Opt(help="without CUDA: a tiny smoke run under TRITON_INTERPRET "
-                                        "(checks the bookkeeping; its timings mean nothing)")] = False,
+    allow_cpu: Annotated[
+        bool,
+        Opt(
+            help="without CUDA: a tiny smoke run under TRITON_INTERPRET "
+            "(checks the bookkeeping; its timings mean nothing)"
+        ),
+    ] = False,
 ) -> None:
     """Attention kernels against the HBM floor and torch SDPA (needs a CUDA GPU, or --allow-cpu)."""
     try:

@@ -13,8 +13,9 @@ from cbbench.perf.knobs import list_metavar
 
 @one_line_errors("bench-profile")
 def bench_profile(
-    running: Annotated[str, Opt(help="comma list of requests in flight (max_num_seqs)",
-                                metavar=list_metavar("int"))] = "16,64",
+    running: Annotated[
+        str, Opt(help="comma list of requests in flight (max_num_seqs)", metavar=list_metavar("int"))
+    ] = "16,64",
     num_prompts: Annotated[int, Opt(help="ShareGPT prompts")] = 64,
     max_prompt_len: Annotated[int, Opt(help="prompt cap, tokens")] = 512,
     max_output_len: Annotated[int, Opt(help="output cap, tokens")] = 256,
@@ -39,7 +40,19 @@ def bench_profile(
     if cpu_threads:
         torch.set_num_threads(cpu_threads)
     engines = ("refengine", "hf-cb") if peers else ("refengine",)
-    typer.echo(f"bench-profile: {model}, ShareGPT {num_prompts} prompts (prompt <= {max_prompt_len}, output <= "
-               f"{max_output_len}), torch threads {torch.get_num_threads()}, CPU time of the stepping thread\n")
-    typer.echo(run(sizes, num_prompts=num_prompts, max_prompt_len=max_prompt_len, max_output_len=max_output_len,
-                   engines=engines, model=model, ops=ops, floor_iters=floor_iters))
+    typer.echo(
+        f"bench-profile: {model}, ShareGPT {num_prompts} prompts (prompt <= {max_prompt_len}, output <= "
+        f"{max_output_len}), torch threads {torch.get_num_threads()}, CPU time of the stepping thread\n"
+    )
+    typer.echo(
+        run(
+            sizes,
+            num_prompts=num_prompts,
+            max_prompt_len=max_prompt_len,
+            max_output_len=max_output_len,
+            engines=engines,
+            model=model,
+            ops=ops,
+            floor_iters=floor_iters,
+        )
+    )

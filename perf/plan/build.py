@@ -67,9 +67,20 @@ def build_plan(o: PerfOptions) -> RunPlan:
         o.peers = sim_peers(o.peers)
     o.repeats = 1 if o.repeats is None else o.repeats
     o.warmup = 8 if o.warmup is None else o.warmup
-    settings = RunSettings(o.model, o.device, o.dtype, o.seed, o.warmup, o.cpu_threads, base_url=o.base_url,
-                           prompt_format=o.prompt_format, ignore_eos=o.ignore_eos, request_timeout=o.request_timeout,
-                           client_workers=o.client_workers, engine_knobs=dict(o.knobs))
+    settings = RunSettings(
+        o.model,
+        o.device,
+        o.dtype,
+        o.seed,
+        o.warmup,
+        o.cpu_threads,
+        base_url=o.base_url,
+        prompt_format=o.prompt_format,
+        ignore_eos=o.ignore_eos,
+        request_timeout=o.request_timeout,
+        client_workers=o.client_workers,
+        engine_knobs=dict(o.knobs),
+    )
     sw = _sweep(o, like_entries)
     backends = {name: Backend.get(name)(settings) for name in dict.fromkeys(e for e, _, _ in sw.entries)}
     in_process = Backend.get(o.backend).kind == "engine"
@@ -82,8 +93,9 @@ def build_plan(o: PerfOptions) -> RunPlan:
     workloads = {load: build_workload(o, o.device == "cpu", load, settings.tokenizer) for load in sw.loads}
     workload = workloads[sw.loads[0]]
     if in_process:  # the whole sweep, before the first run
-        lengths = [(len(r.prompt_token_ids), r.output_len) for r in workload.requests] \
-            + warmup_lengths(o.warmup, o.seed)
+        lengths = [(len(r.prompt_token_ids), r.output_len) for r in workload.requests] + warmup_lengths(
+            o.warmup, o.seed
+        )
         for mode, ks in itertools.product(sw.modes, sw.knob_sets):
             check_feasible(lengths, ks, label=f"{mode} {knob_label(ks, set(ks))}".strip())
     from refengine.loader import resolve_dtype
@@ -91,20 +103,40 @@ def build_plan(o: PerfOptions) -> RunPlan:
 
     settings.dtype_name = sim_dtype(o.dtype) if sim else str(resolve_dtype(o.dtype, o.device)).removeprefix("torch.")
     varying = frozenset(k for ks in sw.knob_sets for k in ks if len({str(x.get(k)) for x in sw.knob_sets}) > 1)
-    specs = [RunSpec(name, mode, ks, load, rep, workloads[load], load.label(sw.load_varying), varying,
-                     o.repeats)
-             for rep in range(o.repeats) for load in sw.loads for name, mode, ks in sw.entries]
-    csv_path = Path(o.output) if o.output is not None else _fresh(
-        Path(o.result_dir), f"{workload.name}-{_dt.datetime.now().strftime('%Y%m%d-%H%M%S')}")
+    specs = [
+        RunSpec(name, mode, ks, load, rep, workloads[load], load.label(sw.load_varying), varying, o.repeats)
+        for rep in range(o.repeats)
+        for load in sw.loads
+        for name, mode, ks in sw.entries
+    ]
+    csv_path = (
+        Path(o.output)
+        if o.output is not None
+        else _fresh(Path(o.result_dir), f"{workload.name}-{_dt.datetime.now().strftime('%Y%m%d-%H%M%S')}")
+    )
     config = {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(o).items() if k != "like_params"}
-    config.update(knob_sets=sw.knob_sets, dtype_resolved=settings.dtype_name, batching_modes=sw.modes,
-                  peers=sw.peers)
+    config.update(knob_sets=sw.knob_sets, dtype_resolved=settings.dtype_name, batching_modes=sw.modes, peers=sw.peers)
     if sim:  # what the reports name: the simulated GPU and the cost model's version
-        config.update(simulated=sim_label(o.device, o.dtype), cost_model=COST_MODEL_VERSION,
-                      not_simulated=[p for p in PEERS if p not in sw.peers and p in NOT_SIMULATED])
-    return RunPlan(settings, specs, backends, workload, csv_path, config, percentiles=sw.percentiles,
-                   goodput=sw.goodput, label=o.label, command=o.command, resume=o.resume, quiet=o.quiet,
-                   format=o.format)
+        config.update(
+            simulated=sim_label(o.device, o.dtype),
+            cost_model=COST_MODEL_VERSION,
+            not_simulated=[p for p in PEERS if p not in sw.peers and p in NOT_SIMULATED],
+        )
+    return RunPlan(
+        settings,
+        specs,
+        backends,
+        workload,
+        csv_path,
+        config,
+        percentiles=sw.percentiles,
+        goodput=sw.goodput,
+        label=o.label,
+        command=o.command,
+        resume=o.resume,
+        quiet=o.quiet,
+        format=o.format,
+    )
 
 
 def _sweep(o: PerfOptions, like_entries: list[Entry] | None) -> _Sweep:
@@ -118,12 +150,14 @@ def _sweep(o: PerfOptions, like_entries: list[Entry] | None) -> _Sweep:
     if o.format not in ("text", "markdown", "json"):
         raise ValueError(f"format must be one of text, markdown, json, got {o.format!r}")
     peers = _peers(o.peers)
-    check_options(device=o.device, cpu_threads=o.cpu_threads, num_prompts=o.num_prompts, repeats=o.repeats,
-                  warmup=o.warmup)
+    check_options(
+        device=o.device, cpu_threads=o.cpu_threads, num_prompts=o.num_prompts, repeats=o.repeats, warmup=o.warmup
+    )
     if o.output is not None:
         check_output_name(Path(o.output))
-    check_writable(o.output.parent if o.output is not None else o.result_dir,
-                   "output" if o.output is not None else "result-dir")
+    check_writable(
+        o.output.parent if o.output is not None else o.result_dir, "output" if o.output is not None else "result-dir"
+    )
     percentiles = parse_metric_percentiles(o.metric_percentiles)
     stored = sorted(set(STORED_PERCENTILES) | set(percentiles))  # a gate can check any stored percentile
     goodput = parse_goodput([g for item in o.goodput for g in item.replace(",", " ").split()])
@@ -157,9 +191,15 @@ def _peer_entries(peers: list[str], knob_sets: list[dict[str, Any]]) -> list[Ent
     """The peers' runs: one per distinct max_num_seqs of the sweep (hf-cb also takes the first token budget)."""
     seqs = sorted({ks.get("max_num_seqs", 256) for ks in knob_sets})
     mnbt = knob_sets[0].get("max_num_batched_tokens")
-    return [(p, "static" if p == "hf-static" else "continuous",
-             {"max_num_seqs": s, **({"max_num_batched_tokens": mnbt} if p == "hf-cb" else {})})
-            for s in seqs for p in peers]
+    return [
+        (
+            p,
+            "static" if p == "hf-static" else "continuous",
+            {"max_num_seqs": s, **({"max_num_batched_tokens": mnbt} if p == "hf-cb" else {})},
+        )
+        for s in seqs
+        for p in peers
+    ]
 
 
 def _fresh(folder: Path, stem: str) -> Path:

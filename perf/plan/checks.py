@@ -20,15 +20,15 @@ from typing import Any
 _DEVICE = re.compile(r"cpu|cuda(:\d+)?")
 
 
-def check_options(*, device: str, cpu_threads: int | None, num_prompts: int | None, repeats: int,
-                  warmup: int) -> None:
+def check_options(*, device: str, cpu_threads: int | None, num_prompts: int | None, repeats: int, warmup: int) -> None:
     from refengine.sim.device import is_sim_device, known_sim_devices, parse_sim_device
 
     if is_sim_device(device):
         parse_sim_device(device)  # ValueError naming device and the known GPUs
     elif not _DEVICE.fullmatch(device):
-        raise ValueError(f"device must be cpu, cuda, cuda:N or a simulated GPU ({', '.join(known_sim_devices())}), "
-                         f"got {device!r}")
+        raise ValueError(
+            f"device must be cpu, cuda, cuda:N or a simulated GPU ({', '.join(known_sim_devices())}), got {device!r}"
+        )
     if cpu_threads is not None and cpu_threads < 0:
         raise ValueError(f"cpu_threads must be >= 0 (0 = torch's default), got {cpu_threads}")
     if num_prompts is not None and num_prompts < 1:
@@ -47,8 +47,10 @@ def check_output_name(csv_path: Path) -> None:
     """`--output` must name a CSV whose JSON (the same name, .json) is another file, and neither may be a device
     or a folder: the pair is replaced by renaming, which would replace `/dev/full` itself."""
     if csv_path.suffix.lower() == ".json":
-        raise ValueError(f"output: {csv_path} would make the CSV and its JSON the same file; name the CSV "
-                         f"({csv_path.with_suffix('.csv')}), the JSON is written beside it")
+        raise ValueError(
+            f"output: {csv_path} would make the CSV and its JSON the same file; name the CSV "
+            f"({csv_path.with_suffix('.csv')}), the JSON is written beside it"
+        )
     for p in (csv_path, csv_path.with_suffix(".json")):
         if p.exists() and not p.is_file():
             raise ValueError(f"output: {p} exists and is not a regular file")
@@ -85,16 +87,22 @@ def check_feasible(lengths: Iterable[tuple[int, int]], knobs: Mapping[str, Any],
     where = f"configuration {label}: " if label else ""
     max_model_len = knobs.get("max_model_len")
     if max_model_len is not None and max(p for p, _ in lengths) >= max_model_len:
-        raise ValueError(f"{where}a prompt of {max(p for p, _ in lengths)} tokens leaves no room for output "
-                         f"under max_model_len={max_model_len}")
+        raise ValueError(
+            f"{where}a prompt of {max(p for p, _ in lengths)} tokens leaves no room for output "
+            f"under max_model_len={max_model_len}"
+        )
     kv_tokens = int(min(prompt + output, max_model_len or math.inf)) - 1
     block_size = knobs.get("block_size") or SchedulerConfig.block_size
     blocks = knobs.get("num_gpu_blocks")
     if blocks is not None and _cdiv(kv_tokens, block_size) > blocks:
-        raise ValueError(f"{where}a request of {prompt} + {output} tokens needs {_cdiv(kv_tokens, block_size)} KV "
-                         f"blocks of {block_size}, more than num_gpu_blocks={blocks}: it could never run")
+        raise ValueError(
+            f"{where}a request of {prompt} + {output} tokens needs {_cdiv(kv_tokens, block_size)} KV "
+            f"blocks of {block_size}, more than num_gpu_blocks={blocks}: it could never run"
+        )
     chunked = knobs.get("enable_chunked_prefill", SchedulerConfig.enable_chunked_prefill)
     budget = knobs.get("max_num_batched_tokens") or SchedulerConfig.max_num_batched_tokens
     if not chunked and kv_tokens + 1 > budget:
-        raise ValueError(f"{where}a request of {prompt} + {output} tokens exceeds max_num_batched_tokens={budget} "
-                         f"with enable_chunked_prefill=False: it could not be prefilled in one step")
+        raise ValueError(
+            f"{where}a request of {prompt} + {output} tokens exceeds max_num_batched_tokens={budget} "
+            f"with enable_chunked_prefill=False: it could not be prefilled in one step"
+        )

@@ -25,8 +25,11 @@ class LoadPoint:
     max_concurrency: int | None = None
 
     def label(self, varying: set[str]) -> str:
-        parts = {"request_rate": f"rate={self.request_rate:g}", "burstiness": f"burstiness={self.burstiness:g}",
-                 "max_concurrency": f"max_concurrency={self.max_concurrency}"}
+        parts = {
+            "request_rate": f"rate={self.request_rate:g}",
+            "burstiness": f"burstiness={self.burstiness:g}",
+            "max_concurrency": f"max_concurrency={self.max_concurrency}",
+        }
         return " ".join(v for k, v in parts.items() if k in varying)
 
 
@@ -69,8 +72,9 @@ def parse_load_points(request_rate: Any, burstiness: Any, max_concurrency: Any) 
         raise ValueError(f"burstiness: each must be a finite number > 0, got {burstiness!r}")
     concs = _concurrencies(max_concurrency)
     points = [LoadPoint(r, b, c) for r, b, c in itertools.product(rates, bursts, concs)]
-    varying = {n for n, vals in (("request_rate", rates), ("burstiness", bursts), ("max_concurrency", concs))
-               if len(vals) > 1}
+    varying = {
+        n for n, vals in (("request_rate", rates), ("burstiness", bursts), ("max_concurrency", concs)) if len(vals) > 1
+    }
     return points, varying
 
 

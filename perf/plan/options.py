@@ -35,7 +35,7 @@ NOT_SIMULATED = ("hf-cb",)  # transformers' continuous batching has no cost-mode
 @dataclass
 class PerfOptions:
     workload: str = "sharegpt"
-    model: str | None = None                    # None: DEFAULT_MODEL, or SIM_MODEL on a simulated GPU
+    model: str | None = None  # None: DEFAULT_MODEL, or SIM_MODEL on a simulated GPU
     device: str = "cpu"
     dtype: str | None = None
     num_prompts: int | None = None
@@ -43,23 +43,23 @@ class PerfOptions:
     dataset_path: str | None = None
     max_prompt_len: int | None = None
     max_output_len: int | None = None
-    time_scale: float | None = None             # trace: arrival-time factor
-    hf_split: str | None = None                 # hf: the split, prompt column, output-length column / length
+    time_scale: float | None = None  # trace: arrival-time factor
+    hf_split: str | None = None  # hf: the split, prompt column, output-length column / length
     hf_column: str | None = None
     hf_output_column: str | None = None
     hf_output_len: int | None = None
-    request_rate: float | str = math.inf        # a number or a comma list (a sweep, one run per value)
+    request_rate: float | str = math.inf  # a number or a comma list (a sweep, one run per value)
     burstiness: float | str = 1.0
-    max_concurrency: int | str | None = None    # requests in flight at most (comma list; None = no cap)
-    backend: str = "refengine"                  # refengine (in-process) | openai | openai-chat (`backends.py`)
+    max_concurrency: int | str | None = None  # requests in flight at most (comma list; None = no cap)
+    backend: str = "refengine"  # refengine (in-process) | openai | openai-chat (`backends.py`)
     base_url: str | None = None
     tokenizer: str | None = None
-    prompt_format: str = "ids"                  # openai: send token ids or text
-    ignore_eos: bool = True                     # openai*: send vLLM's ignore_eos field
-    request_timeout: float = 6 * 3600           # openai*: seconds per request
-    client_workers: int = 1                     # openai*: client processes the requests are sharded over
+    prompt_format: str = "ids"  # openai: send token ids or text
+    ignore_eos: bool = True  # openai*: send vLLM's ignore_eos field
+    request_timeout: float = 6 * 3600  # openai*: seconds per request
+    client_workers: int = 1  # openai*: client processes the requests are sharded over
     batching: str = ",".join(BATCHING_MODES)
-    repeats: int | None = 1                     # None (--like): the baseline's
+    repeats: int | None = 1  # None (--like): the baseline's
     warmup: int | None = 8
     peers: str = ",".join(PEERS)
     metric_percentiles: str = "50,90,99"
@@ -68,13 +68,13 @@ class PerfOptions:
     workload_params: list[str] = field(default_factory=list)
     cpu_threads: int | None = None
     quiet: bool = False
-    format: str = "text"             # the table: text | markdown | json
+    format: str = "text"  # the table: text | markdown | json
     knobs: dict[str, Any] = field(default_factory=dict)  # name -> comma list (str), bool or None
-    output: Path | None = None       # the CSV (JSON beside it); default RESULT_DIR/<workload>-<time>.csv
-    label: str = ""                  # a name for this run in the CSV's label column (compare / plot show it)
-    resume: bool = False             # complete `output`: skip the runs it already holds
-    like: Path | None = None         # rerun exactly this results CSV's configurations (`like.py`)
-    command: str = ""                # the command line, recorded in every row
+    output: Path | None = None  # the CSV (JSON beside it); default RESULT_DIR/<workload>-<time>.csv
+    label: str = ""  # a name for this run in the CSV's label column (compare / plot show it)
+    resume: bool = False  # complete `output`: skip the runs it already holds
+    like: Path | None = None  # rerun exactly this results CSV's configurations (`like.py`)
+    command: str = ""  # the command line, recorded in every row
     like_params: dict[str, Any] | None = field(default=None, repr=False)  # set from `like`
 
 
@@ -139,8 +139,13 @@ def _typed_param(key: str, value: Any, accepted: dict[str, Any]) -> Any:
 
 
 # option -> the workload param it sets
-_FLAG_PARAMS = {"time_scale": "time_scale", "hf_split": "split", "hf_column": "column",
-                "hf_output_column": "output_column", "hf_output_len": "output_len"}
+_FLAG_PARAMS = {
+    "time_scale": "time_scale",
+    "hf_split": "split",
+    "hf_column": "column",
+    "hf_output_column": "output_column",
+    "hf_output_len": "output_len",
+}
 
 
 def workload_kwargs(o: PerfOptions, on_cpu: bool) -> dict[str, Any]:
@@ -159,7 +164,7 @@ def workload_kwargs(o: PerfOptions, on_cpu: bool) -> dict[str, Any]:
                 raise ValueError(f"workload-param: expected KEY=VALUE, got {part!r}")
             kw[key.strip()] = _typed_param(key.strip(), _value(value), accepted)
     caps = {"max_prompt_len": o.max_prompt_len, "max_output_len": o.max_output_len, "dataset_path": o.dataset_path}
-    for flag, param in _FLAG_PARAMS.items():    # options that are a workload param under vLLM's flag name
+    for flag, param in _FLAG_PARAMS.items():  # options that are a workload param under vLLM's flag name
         if getattr(o, flag) is not None:
             if flag.startswith("hf_") and o.workload != "hf":
                 raise ValueError(f"--{flag.replace('_', '-')} does not apply to workload {o.workload!r}")
@@ -181,11 +186,23 @@ def build_workload(o: PerfOptions, on_cpu: bool, load: LoadPoint | None = None, 
     load = load or parse_load_points(o.request_rate, o.burstiness, o.max_concurrency)[0][0]
     from refengine.sim.device import is_sim_device
 
-    num_prompts = o.num_prompts if o.num_prompts is not None else (
-        CPU_DEFAULTS["num_prompts"] if on_cpu else SIM_NUM_PROMPTS if is_sim_device(o.device) else GPU_NUM_PROMPTS)
-    return get_workload(o.workload, tokenizer=tokenizer or resolve_tokenizer(o.model, o.tokenizer),
-                        num_prompts=num_prompts, seed=o.seed, request_rate=load.request_rate,
-                        burstiness=load.burstiness, max_concurrency=load.max_concurrency, **workload_kwargs(o, on_cpu))
+    num_prompts = (
+        o.num_prompts
+        if o.num_prompts is not None
+        else (
+            CPU_DEFAULTS["num_prompts"] if on_cpu else SIM_NUM_PROMPTS if is_sim_device(o.device) else GPU_NUM_PROMPTS
+        )
+    )
+    return get_workload(
+        o.workload,
+        tokenizer=tokenizer or resolve_tokenizer(o.model, o.tokenizer),
+        num_prompts=num_prompts,
+        seed=o.seed,
+        request_rate=load.request_rate,
+        burstiness=load.burstiness,
+        max_concurrency=load.max_concurrency,
+        **workload_kwargs(o, on_cpu),
+    )
 
 
 def validate_configs(modes: list[str], knob_sets: list[dict[str, Any]]) -> None:

@@ -27,18 +27,18 @@ class RunSettings:
 
     model: str
     device: str
-    dtype: str | None                 # as given (None: the device's default)
+    dtype: str | None  # as given (None: the device's default)
     seed: int
     warmup: int
     cpu_threads: int | None
-    base_url: str | None = None       # server backends
+    base_url: str | None = None  # server backends
     prompt_format: str = "ids"
     ignore_eos: bool = True
     request_timeout: float = 6 * 3600
-    client_workers: int = 1           # server backends: client processes (backends/client_workers.py)
+    client_workers: int = 1  # server backends: client processes (backends/client_workers.py)
     engine_knobs: Mapping[str, Any] = field(default_factory=dict)  # as given: a server backend refuses them
     tokenizer: Any = None
-    dtype_name: str = ""              # the resolved dtype ("float32", ...), the CSV's dtype column
+    dtype_name: str = ""  # the resolved dtype ("float32", ...), the CSV's dtype column
 
 
 @dataclass(frozen=True)
@@ -50,10 +50,10 @@ class RunSpec:
     knobs: Mapping[str, Any]
     load: LoadPoint
     repeat: int
-    workload: Any                     # a `cbbench.workloads.Workload`
-    load_label: str = ""              # the load point as the table names it ("" when the sweep has one)
+    workload: Any  # a `cbbench.workloads.Workload`
+    load_label: str = ""  # the load point as the table names it ("" when the sweep has one)
     varying: frozenset[str] = frozenset()  # the knobs that differ between the plan's knob sets
-    num_repeats: int = 1              # how many repeats the plan makes of this configuration
+    num_repeats: int = 1  # how many repeats the plan makes of this configuration
 
     @property
     def plan_id(self) -> str:
@@ -67,8 +67,12 @@ class RunSpec:
 
     def describe(self) -> str:
         """`refengine continuous, max_num_seqs=2, rate=4, repeat 1/2`: what `--dry-run` and the progress print."""
-        parts = (f"{self.backend} {self.batching}", knob_label(dict(self.knobs), set(self.varying)),
-                 self.load_label, f"repeat {self.repeat + 1}/{self.num_repeats}")
+        parts = (
+            f"{self.backend} {self.batching}",
+            knob_label(dict(self.knobs), set(self.varying)),
+            self.load_label,
+            f"repeat {self.repeat + 1}/{self.num_repeats}",
+        )
         return ", ".join(x.strip() for x in parts if x.strip() and x.strip() != "-")
 
 
@@ -78,17 +82,17 @@ class RunPlan:
 
     settings: RunSettings
     specs: list[RunSpec]
-    backends: dict[str, Backend]      # name -> the backend that runs its specs
-    workload: Any                     # the first load point's: the table's and the JSON's
-    csv_path: Path                    # the JSON goes beside it
-    config: dict[str, Any]            # the JSON's `config`: every option, and what the plan resolved
-    percentiles: Sequence[float]      # the latency percentiles every row stores
+    backends: dict[str, Backend]  # name -> the backend that runs its specs
+    workload: Any  # the first load point's: the table's and the JSON's
+    csv_path: Path  # the JSON goes beside it
+    config: dict[str, Any]  # the JSON's `config`: every option, and what the plan resolved
+    percentiles: Sequence[float]  # the latency percentiles every row stores
     goodput: Mapping[str, float] | None
     label: str = ""
     command: str = ""
     resume: bool = False
     quiet: bool = False
-    format: str = "text"              # the table: text | markdown | json (report/show.py)
+    format: str = "text"  # the table: text | markdown | json (report/show.py)
 
     @property
     def run_options(self) -> dict[str, Any]:
@@ -100,7 +104,9 @@ class RunPlan:
 
     def describe(self) -> str:
         """The plan as `--dry-run` prints it: the workload, then one line per run."""
-        lines = [f"workload {self.workload.name}: {len(self.workload)} requests; {len(self.specs)} run(s); "
-                 f"results to {self.csv_path}"]
+        lines = [
+            f"workload {self.workload.name}: {len(self.workload)} requests; {len(self.specs)} run(s); "
+            f"results to {self.csv_path}"
+        ]
         lines += [f"  {spec.describe()}" for spec in self.specs]
         return "\n".join(lines)

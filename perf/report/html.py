@@ -56,11 +56,28 @@ def runs_of(doc: Mapping[str, Any]) -> list[dict[str, Any]]:
     for i, label in enumerate(labels):
         head, _, rep = label.rpartition("/repeat")
         engine, batching, knobs = (head.split("/", 2) + ["-", "-"])[:3]
-        row = rows[i] if len(rows) == len(labels) else next(
-            (r for r in rows if r.get("engine") == engine and r.get("batching") == batching
-             and str(r.get("repeat")) == rep), None)
-        out.append({"label": label, "key": (engine, batching, knobs or "-"), "repeat": int(rep or 0), "row": row,
-                    "records": doc["records"][label] or [], "steps": (doc.get("steps") or {}).get(label) or []})
+        row = (
+            rows[i]
+            if len(rows) == len(labels)
+            else next(
+                (
+                    r
+                    for r in rows
+                    if r.get("engine") == engine and r.get("batching") == batching and str(r.get("repeat")) == rep
+                ),
+                None,
+            )
+        )
+        out.append(
+            {
+                "label": label,
+                "key": (engine, batching, knobs or "-"),
+                "repeat": int(rep or 0),
+                "row": row,
+                "records": doc["records"][label] or [],
+                "steps": (doc.get("steps") or {}).get(label) or [],
+            }
+        )
     return out
 
 
@@ -96,8 +113,10 @@ def latency_values(records: Sequence[Mapping[str, Any]]) -> tuple[list[float], l
 def cdf_data(runs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     """The embedded chart data: per configuration (its first repeat), the TTFT and ITL CDFs."""
     first = [r for r in runs if r["repeat"] == min(x["repeat"] for x in runs if x["key"] == r["key"])]
-    charts = {"ttft": {"title": "TTFT", "xlabel": "TTFT (ms)", "unit": "requests", "series": []},
-              "itl": {"title": "ITL", "xlabel": "inter-token latency (ms)", "unit": "token gaps", "series": []}}
+    charts = {
+        "ttft": {"title": "TTFT", "xlabel": "TTFT (ms)", "unit": "requests", "series": []},
+        "itl": {"title": "ITL", "xlabel": "inter-token latency (ms)", "unit": "token gaps", "series": []},
+    }
     for r in first:
         name = " ".join(x for x in r["key"] if x != "-")
         ttft, itl = latency_values(r["records"])
@@ -140,8 +159,10 @@ def results_table(entries: Sequence[Entry], goodput: Mapping[str, float] | None)
     head = "".join(f'<th class="{"key" if c.priority == -1 else "num"}">{_e(c.header)}</th>' for c in cols)
     body = []
     for row in zip(*(c.cells for c in cols)):
-        tds = "".join(f'<td class="{"key" if c.priority == -1 else "num"}'
-                      f'{" failed" if str(v) == "failed" else ""}">{_e(v)}</td>' for c, v in zip(cols, row))
+        tds = "".join(
+            f'<td class="{"key" if c.priority == -1 else "num"}{" failed" if str(v) == "failed" else ""}">{_e(v)}</td>'
+            for c, v in zip(cols, row)
+        )
         body.append(f"<tr>{tds}</tr>")
     return f'<table id="results"><thead><tr>{head}</tr></thead><tbody>{"".join(body)}</tbody></table>'
 
@@ -152,8 +173,10 @@ def resolved_config(runs: Sequence[Mapping[str, Any]]) -> str:
     rows = {r["key"]: r["row"] for r in sorted(runs, key=lambda r: -r["repeat"]) if r["row"]}
     cols = [c for c in CONFIG_KEY_COLUMNS if any(_given(row.get(c)) for row in rows.values())]
     head = "".join(f"<th>{_e(c)}</th>" for c in cols)
-    body = "".join("<tr>" + "".join(f"<td>{_e(row.get(c)) if _given(row.get(c)) else ''}</td>" for c in cols)
-                   + "</tr>" for row in rows.values())
+    body = "".join(
+        "<tr>" + "".join(f"<td>{_e(row.get(c)) if _given(row.get(c)) else ''}</td>" for c in cols) + "</tr>"
+        for row in rows.values()
+    )
     return f'<table id="config" class="env"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>'
 
 
@@ -174,16 +197,24 @@ def render_html(doc: Mapping[str, Any], source: str = "") -> str:
     cfg = doc.get("config") or {}
     goodput = parse_goodput([g for item in cfg.get("goodput") or [] for g in str(item).replace(",", " ").split()])
     wl = doc.get("workload") or {}
-    title = (table_title(wl.get("name", "?"), wl["summary"], wl.get("params") or {}, doc["rows"])
-             if wl.get("summary") else source)
+    title = (
+        table_title(wl.get("name", "?"), wl["summary"], wl.get("params") or {}, doc["rows"])
+        if wl.get("summary")
+        else source
+    )
     notes = "".join(f"<li>{_e(line)}</li>" for line in summary_lines(entries, goodput))
-    timeline = timeline_html(runs) or ('<p class="empty">no per-step request ids in this JSON (made by an older '
-                                       'cbbench, or no refengine run)</p>')
+    timeline = timeline_html(runs) or (
+        '<p class="empty">no per-step request ids in this JSON (made by an older cbbench, or no refengine run)</p>'
+    )
     cmd = next((r.get("command") for r in doc["rows"] if r.get("command")), None) or cfg.get("command")
     command = f'<pre id="command">{_e(cmd)}</pre>' if cmd else ""
     png = latency_throughput_png(doc["rows"])
-    sweep = (f'<section id="latency-throughput"><h2>Latency against throughput</h2><img id="latency-throughput-img"'
-             f' alt="latency against throughput" src="data:image/png;base64,{png}"></section>' if png else "")
+    sweep = (
+        f'<section id="latency-throughput"><h2>Latency against throughput</h2><img id="latency-throughput-img"'
+        f' alt="latency against throughput" src="data:image/png;base64,{png}"></section>'
+        if png
+        else ""
+    )
     data = embed_json(cdf_data(runs))
     return f"""<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width, initial-scale=1">

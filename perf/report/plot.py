@@ -23,8 +23,16 @@ import pandas as pd
 
 from cbbench.perf.results.schema import CONFIG_KEY_COLUMNS, aggregate_repeats, read_csv
 
-PLOT_METRICS = ("mean_ttft_ms", "p99_ttft_ms", "mean_tpot_ms", "p99_tpot_ms", "mean_e2el_ms", "p99_e2el_ms",
-                "output_throughput", "request_throughput")
+PLOT_METRICS = (
+    "mean_ttft_ms",
+    "p99_ttft_ms",
+    "mean_tpot_ms",
+    "p99_tpot_ms",
+    "mean_e2el_ms",
+    "p99_e2el_ms",
+    "output_throughput",
+    "request_throughput",
+)
 KINDS = ("auto", "latency", "sweep")
 LATENCY_PANELS = (("ttft", "TTFT (ms)"), ("tpot", "TPOT (ms)"), ("e2el", "end-to-end latency (ms)"))
 _NOT_A_CURVE = {"num_prompts", "seed", "model", "device", "dtype", "workload"}  # the same across a comparison
@@ -80,8 +88,11 @@ def _curves(df: pd.DataFrame, x: str, named: bool = False) -> list[tuple[str, pd
     """Split into curves: every config column that varies (other than x) tells curves apart and names them;
     `named` (labels given with --label) puts the label in every name, even when there is only one."""
     df = df.assign(workload_params=df["workload_params"].map(_sample_params))
-    varying = [c for c in ("label", *CONFIG_KEY_COLUMNS, "workload_params")
-               if c != x and c not in _NOT_A_CURVE and df[c].astype(str).nunique() > 1]
+    varying = [
+        c
+        for c in ("label", *CONFIG_KEY_COLUMNS, "workload_params")
+        if c != x and c not in _NOT_A_CURVE and df[c].astype(str).nunique() > 1
+    ]
     if named and "label" not in varying:
         varying.insert(0, "label")
     if not varying:
@@ -114,8 +125,11 @@ def _name(row: pd.Series, varying: Sequence[str]) -> str:
         parts.append(str(row["batching"]))
     else:
         parts.append(f"{row['engine']} ({row['batching']})" if _given(row["batching"]) else str(row["engine"]))
-    parts += [f"{c}={row[c]}" for c in varying
-              if c not in ("label", "engine", "batching", "workload_params") and _given(row[c])]
+    parts += [
+        f"{c}={row[c]}"
+        for c in varying
+        if c not in ("label", "engine", "batching", "workload_params") and _given(row[c])
+    ]
     return " ".join(parts)
 
 
@@ -142,13 +156,35 @@ def _plot_latency(df: pd.DataFrame, axes: Sequence[Any], named: bool = False) ->
         x = g["output_throughput"]
         color = None
         for ax, (m, _) in zip(axes, LATENCY_PANELS):
-            line = _errorbars(ax, x, g[f"mean_{m}_ms"], g, f"mean_{m}_ms", "output_throughput", marker="o",
-                              label=f"{name} mean", color=color)
+            line = _errorbars(
+                ax,
+                x,
+                g[f"mean_{m}_ms"],
+                g,
+                f"mean_{m}_ms",
+                "output_throughput",
+                marker="o",
+                label=f"{name} mean",
+                color=color,
+            )
             color = line.get_color()
-            ax.plot(_arr(x), _arr(g[f"p99_{m}_ms"]), marker="x", linestyle="--", color=color, linewidth=1, label=f"{name} p99")
+            ax.plot(
+                _arr(x),
+                _arr(g[f"p99_{m}_ms"]),
+                marker="x",
+                linestyle="--",
+                color=color,
+                linewidth=1,
+                label=f"{name} p99",
+            )
             for xi, yi, r in zip(x, g[f"mean_{m}_ms"], g["_rate"]):
-                ax.annotate("inf" if math.isinf(r) else f"{plain_number(r)}/s", (xi, yi), fontsize=6,
-                            textcoords="offset points", xytext=(4, 4))
+                ax.annotate(
+                    "inf" if math.isinf(r) else f"{plain_number(r)}/s",
+                    (xi, yi),
+                    fontsize=6,
+                    textcoords="offset points",
+                    xytext=(4, 4),
+                )
     for ax, (_, ylabel) in zip(axes, LATENCY_PANELS):
         ax.set_xlabel("output throughput (tok/s)")
         ax.set_ylabel(ylabel)
@@ -157,10 +193,16 @@ def _plot_latency(df: pd.DataFrame, axes: Sequence[Any], named: bool = False) ->
 
 def _not_a_sweep(df: pd.DataFrame, knob: str) -> ValueError:
     """Why a CSV whose rows share one x cannot be drawn against it, and what would make a sweep."""
-    others = [c for c in CONFIG_KEY_COLUMNS if c != knob and c not in _NOT_A_CURVE
-              and pd.to_numeric(df[c], errors="coerce").dropna().nunique() > 1]
-    hint = (f"; {', '.join(others)} varies: try --knob {others[0]}" if others else
-            "; sweep a knob (e.g. --max-num-batched-tokens 256,1024) or --request-rate (e.g. 1,2,4)")
+    others = [
+        c
+        for c in CONFIG_KEY_COLUMNS
+        if c != knob and c not in _NOT_A_CURVE and pd.to_numeric(df[c], errors="coerce").dropna().nunique() > 1
+    ]
+    hint = (
+        f"; {', '.join(others)} varies: try --knob {others[0]}"
+        if others
+        else "; sweep a knob (e.g. --max-num-batched-tokens 256,1024) or --request-rate (e.g. 1,2,4)"
+    )
     values = pd.to_numeric(df[knob], errors="coerce").dropna().unique()
     have = f"every row has {knob}={plain_number(values[0])}" if len(values) else f"no row has a value for {knob}"
     return ValueError(f"csv: not a sweep ({have}){hint}")
@@ -179,14 +221,31 @@ def _plot_sweep(df: pd.DataFrame, axes: Sequence[Any], knob: str, named: bool = 
         # a peer without this knob (HF, another server) is one level across the whole sweep, not left out
         color = None
         for ax, metric in ((ax_t, "mean_ttft_ms"), (ax_p, "output_throughput")):
-            color = ax.axhline(float(pd.to_numeric(g[metric]).median()), linestyle=":", color=color,
-                               label=f"{name} (no {knob})").get_color()
+            color = ax.axhline(
+                float(pd.to_numeric(g[metric]).median()), linestyle=":", color=color, label=f"{name} (no {knob})"
+            ).get_color()
     for name, g in _curves(df, knob, named):
         g = g.sort_values(knob)
         line = _errorbars(ax_t, g[knob], g["mean_ttft_ms"], g, "mean_ttft_ms", None, marker="o", label=f"{name} mean")
-        ax_t.plot(_arr(g[knob]), _arr(g["p99_ttft_ms"]), marker="x", linestyle="--", color=line.get_color(), label=f"{name} p99")
-        _errorbars(ax_p, g[knob], g["output_throughput"], g, "output_throughput", None, marker="o",
-                   color=line.get_color(), label=name)
+        ax_t.plot(
+            _arr(g[knob]),
+            _arr(g["p99_ttft_ms"]),
+            marker="x",
+            linestyle="--",
+            color=line.get_color(),
+            label=f"{name} p99",
+        )
+        _errorbars(
+            ax_p,
+            g[knob],
+            g["output_throughput"],
+            g,
+            "output_throughput",
+            None,
+            marker="o",
+            color=line.get_color(),
+            label=name,
+        )
     for ax, ylabel in ((ax_t, "TTFT (ms)"), (ax_p, "output throughput (tok/s)")):
         ax.set_xlabel(knob)
         ax.set_ylabel(ylabel)
@@ -199,8 +258,13 @@ def default_out(csv_path: str | Path, kind: str, knob: str) -> Path:
     return Path(csv_path).with_suffix(".latency-throughput.png" if kind == "latency" else f".{knob}.png")
 
 
-def make_figure(csv_paths: Sequence[str | Path], *, labels: Sequence[str] | None = None, kind: str = "auto",
-                knob: str = "max_num_batched_tokens") -> tuple[Any, str]:
+def make_figure(
+    csv_paths: Sequence[str | Path],
+    *,
+    labels: Sequence[str] | None = None,
+    kind: str = "auto",
+    knob: str = "max_num_batched_tokens",
+) -> tuple[Any, str]:
     """The figure (the caller closes it) and the kind drawn."""
     import matplotlib
 
@@ -230,8 +294,14 @@ def make_figure(csv_paths: Sequence[str | Path], *, labels: Sequence[str] | None
     return fig, kind
 
 
-def plot_results(csv_paths: Sequence[str | Path], *, labels: Sequence[str] | None = None, kind: str = "auto",
-                 knob: str = "max_num_batched_tokens", out: str | Path | None = None) -> Path:
+def plot_results(
+    csv_paths: Sequence[str | Path],
+    *,
+    labels: Sequence[str] | None = None,
+    kind: str = "auto",
+    knob: str = "max_num_batched_tokens",
+    out: str | Path | None = None,
+) -> Path:
     """Draw the CSVs (see the module docstring); returns the PNG written. `out` may be a folder."""
     import matplotlib.pyplot as plt
 

@@ -51,8 +51,16 @@ def run_summary(row: Mapping[str, Any] | None) -> str:
 class RunProgress:
     """Progress of the runs of one plan. Use as a context manager; `start` a run, `advance` it, `finish` it."""
 
-    def __init__(self, console: Console, num_runs: int, *, quiet: bool = False, live: bool | None = None,
-                 heartbeat_s: float | None = None, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        console: Console,
+        num_runs: int,
+        *,
+        quiet: bool = False,
+        live: bool | None = None,
+        heartbeat_s: float | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.console, self.num_runs, self.quiet, self.clock = console, num_runs, quiet, clock
         self.live = console.is_terminal if live is None else live
         self.heartbeat_s = heartbeat_interval() if heartbeat_s is None else heartbeat_s
@@ -68,9 +76,17 @@ class RunProgress:
         if self.quiet:
             return self
         if self.live:
-            self._bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                                 TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn(),
-                                 TextColumn("{task.fields[last]}"), console=self.console, transient=False)
+            self._bar = Progress(
+                TextColumn("{task.description}"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                TimeElapsedColumn(),
+                TextColumn("ETA"),
+                TimeRemainingColumn(),
+                TextColumn("{task.fields[last]}"),
+                console=self.console,
+                transient=False,
+            )
             self._bar.__enter__()
         else:
             self._thread = threading.Thread(target=self._beat, name="cbbench-heartbeat", daemon=True)
@@ -89,8 +105,9 @@ class RunProgress:
             self.index += 1
             self.label, self.done, self.total, self.started = label, 0, total_requests, self.clock()
         if self._bar is not None:  # a line per run: the finished ones stay on screen
-            self._task = self._bar.add_task(f"[{self.index}/{self.num_runs}] {label}", total=total_requests,
-                                            last=self.last)
+            self._task = self._bar.add_task(
+                f"[{self.index}/{self.num_runs}] {label}", total=total_requests, last=self.last
+            )
 
     def advance(self, n: int) -> None:
         with self._lock:
@@ -110,8 +127,10 @@ class RunProgress:
         if self._bar is not None:
             self._bar.update(self._task, completed=self.total, last=summary)
             return
-        self._print(f"[{self.index}/{self.num_runs}] {label}: {self.done}/{self.total} requests in {elapsed:.1f} s"
-                    + (f", {summary}" if summary else ""))
+        self._print(
+            f"[{self.index}/{self.num_runs}] {label}: {self.done}/{self.total} requests in {elapsed:.1f} s"
+            + (f", {summary}" if summary else "")
+        )
 
     def _beat(self) -> None:
         while not self._stop.wait(self.heartbeat_s):
@@ -120,8 +139,10 @@ class RunProgress:
                     continue
                 elapsed = self.clock() - self.started
                 eta = elapsed * (self.total - self.done) / self.done if self.done else math.nan
-                line = (f"... [{self.index}/{self.num_runs}] {self.label}: {self.done}/{self.total} requests, "
-                        f"{elapsed:.0f} s elapsed" + (f", ETA {eta:.0f} s" if math.isfinite(eta) else ""))
+                line = (
+                    f"... [{self.index}/{self.num_runs}] {self.label}: {self.done}/{self.total} requests, "
+                    f"{elapsed:.0f} s elapsed" + (f", ETA {eta:.0f} s" if math.isfinite(eta) else "")
+                )
             self._print(line)
 
     def _print(self, line: str) -> None:

@@ -32,15 +32,21 @@ class SavedWorkload:
 
     def summary(self) -> Mapping[str, Any]:
         nan = math.nan
-        return self._summary or {"num_requests": "?", "mean_prompt_len": nan, "max_prompt_len": "?",
-                                 "mean_output_len": nan, "max_output_len": "?", "cv_output_len": nan}
+        return self._summary or {
+            "num_requests": "?",
+            "mean_prompt_len": nan,
+            "max_prompt_len": "?",
+            "mean_output_len": nan,
+            "max_output_len": "?",
+            "cv_output_len": nan,
+        }
 
 
 def labels_of_rows(rows: Sequence[Mapping[str, Any]], record_labels: Sequence[str]) -> list[tuple[str, str, str]]:
     """The table key of each row: from the run JSON's record labels when it holds one per row, else built."""
     if len(record_labels) >= len(rows):  # an interrupt may leave the JSON one run ahead: the extra one is last
         keys = []
-        for label in record_labels[:len(rows)]:
+        for label in record_labels[: len(rows)]:
             head, _, _ = label.rpartition("/repeat")
             engine, batching, knobs = (head.split("/", 2) + ["-", "-"])[:3]
             keys.append((engine, batching, knobs or "-"))
@@ -49,8 +55,10 @@ def labels_of_rows(rows: Sequence[Mapping[str, Any]], record_labels: Sequence[st
 
     skip = {"engine", "batching", "model", "device", "dtype", "workload"}
     varying = [c for c in CONFIG_KEY_COLUMNS if c not in skip and len({str(r.get(c)) for r in rows}) > 1]
-    return [(str(r.get("engine")), str(r.get("batching") or ""),
-             " ".join(f"{c}={r.get(c)}" for c in varying) or "-") for r in rows]
+    return [
+        (str(r.get("engine")), str(r.get("batching") or ""), " ".join(f"{c}={r.get(c)}" for c in varying) or "-")
+        for r in rows
+    ]
 
 
 def saved_entries(csv_path: str | Path) -> tuple[list[Entry], SavedWorkload]:
@@ -58,8 +66,10 @@ def saved_entries(csv_path: str | Path) -> tuple[list[Entry], SavedWorkload]:
     from cbbench.perf.results.schema import read_csv
 
     df = read_csv(csv_path)
-    rows = [{k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in r.items()}
-            for r in df.to_dict("records")]
+    rows = [
+        {k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in r.items()}
+        for r in df.to_dict("records")
+    ]
     json_path = Path(csv_path).with_suffix(".json")
     doc: dict[str, Any] = {}
     if json_path.is_file():
@@ -73,8 +83,9 @@ def saved_entries(csv_path: str | Path) -> tuple[list[Entry], SavedWorkload]:
     return [(k, r, None) for k, r in zip(keys, rows)], SavedWorkload(workload, rows[0])
 
 
-def render(console: Console, entries: Sequence[Entry], workload: Any, fmt: str,
-           goodput: Mapping[str, float] | None = None) -> None:
+def render(
+    console: Console, entries: Sequence[Entry], workload: Any, fmt: str, goodput: Mapping[str, float] | None = None
+) -> None:
     """The table in `fmt`: text (fitted to the terminal), markdown or json."""
     if fmt not in FORMATS:
         raise ValueError(f"format must be one of {', '.join(FORMATS)}, got {fmt!r}")
@@ -84,10 +95,19 @@ def render(console: Console, entries: Sequence[Entry], workload: Any, fmt: str,
         console.file.write(_markdown(entries, goodput))
     else:
         med, failed = summarise(entries)
-        doc = {"runs": [{"engine": k[0], "batching": k[1], "knobs": k[2], **{m: (None if isinstance(v, float)
-                         and not math.isfinite(v) else v) for m, v in vals.items()}} for k, vals in med.items()],
-               "failed": [{"engine": k[0], "batching": k[1], "knobs": k[2], "error": e} for k, e in failed.items()],
-               "notes": summary_lines(entries, goodput)}
+        doc = {
+            "runs": [
+                {
+                    "engine": k[0],
+                    "batching": k[1],
+                    "knobs": k[2],
+                    **{m: (None if isinstance(v, float) and not math.isfinite(v) else v) for m, v in vals.items()},
+                }
+                for k, vals in med.items()
+            ],
+            "failed": [{"engine": k[0], "batching": k[1], "knobs": k[2], "error": e} for k, e in failed.items()],
+            "notes": summary_lines(entries, goodput),
+        }
         console.file.write(json.dumps(doc, indent=1) + "\n")
 
 
@@ -95,8 +115,10 @@ def _markdown(entries: Sequence[Entry], goodput: Mapping[str, float] | None) -> 
     from cbbench.perf.results.gate import _md
 
     cols = [c for c in table_columns(entries, goodput=goodput) if not c.empty]
-    lines = ["| " + " | ".join(_md(c.header) for c in cols) + " |",
-             "|" + "|".join("---" if c.justify == "left" else "---:" for c in cols) + "|"]
+    lines = [
+        "| " + " | ".join(_md(c.header) for c in cols) + " |",
+        "|" + "|".join("---" if c.justify == "left" else "---:" for c in cols) + "|",
+    ]
     for i in range(len(cols[0].cells) if cols else 0):
         lines.append("| " + " | ".join(_md(str(c.cells[i])) for c in cols) + " |")
     lines += ["", *(f"- {_md(line)}" for line in summary_lines(entries, goodput))]

@@ -29,13 +29,19 @@ Entry = tuple[Key, Mapping[str, Any] | None, str | None]  # key, CSV row (None i
 
 # (header, row key, format, priority): a narrow terminal drops the highest priority number first
 COLUMNS = (
-    ("out tok/s", "output_throughput", "{:.1f}", 0), ("total tok/s", "total_token_throughput", "{:.1f}", 7),
-    ("req/s", "request_throughput", "{:.2f}", 6), ("goodput req/s", "request_goodput", "{:.2f}", 1),
-    ("TTFT mean ms", "mean_ttft_ms", "{:.0f}", 2), ("TTFT p99 ms", "p99_ttft_ms", "{:.0f}", 8),
-    ("TPOT mean ms", "mean_tpot_ms", "{:.1f}", 3), ("ITL mean ms", "mean_itl_ms", "{:.1f}", 9),
-    ("preempt", "num_preemptions", "{:.0f}", 10), ("peak KV blk", "peak_kv_blocks", "{:.0f}", 11),
+    ("out tok/s", "output_throughput", "{:.1f}", 0),
+    ("total tok/s", "total_token_throughput", "{:.1f}", 7),
+    ("req/s", "request_throughput", "{:.2f}", 6),
+    ("goodput req/s", "request_goodput", "{:.2f}", 1),
+    ("TTFT mean ms", "mean_ttft_ms", "{:.0f}", 2),
+    ("TTFT p99 ms", "p99_ttft_ms", "{:.0f}", 8),
+    ("TPOT mean ms", "mean_tpot_ms", "{:.1f}", 3),
+    ("ITL mean ms", "mean_itl_ms", "{:.1f}", 9),
+    ("preempt", "num_preemptions", "{:.0f}", 10),
+    ("peak KV blk", "peak_kv_blocks", "{:.0f}", 11),
     ("peak KV", "peak_kv_usage", "{:.0%}", 12),
-    ("slot util", "mean_slot_utilisation", "{:.0%}", 5), ("slot waste", "slot_waste", "{:.2f}x", 4),
+    ("slot util", "mean_slot_utilisation", "{:.0%}", 5),
+    ("slot waste", "slot_waste", "{:.2f}x", 4),
 )
 RATIO_PRIORITY = 1  # "÷ static" and "cont ÷ this": the table's point
 
@@ -97,8 +103,11 @@ def ratios(med: Mapping[Key, Mapping[str, float]]) -> tuple[dict[Key, float], di
             if base:
                 vs_static[(eng, mode, label)] = m["output_throughput"] / base["output_throughput"]
         else:  # a peer: label holds max_num_seqs only when it varies; match refengine rows that mention it
-            conts = [v for (e, b, lab), v in med.items() if e == "refengine" and b == "continuous"
-                     and (label == "-" or label in lab.split())]
+            conts = [
+                v
+                for (e, b, lab), v in med.items()
+                if e == "refengine" and b == "continuous" and (label == "-" or label in lab.split())
+            ]
             if conts:
                 cont_vs_peer[(eng, mode, label)] = conts[0]["output_throughput"] / m["output_throughput"]
     return vs_static, cont_vs_peer
@@ -129,13 +138,16 @@ def simulated_heading(rows: Sequence[Mapping[str, Any]]) -> str:
     return f"simulated {parse_sim_device(sim['device']).name.upper()} (cost model {version}, {sim.get('dtype')})"
 
 
-def table_title(name: str, summary: Mapping[str, Any], params: Mapping[str, Any],
-                rows: Sequence[Mapping[str, Any]] = ()) -> str:
+def table_title(
+    name: str, summary: Mapping[str, Any], params: Mapping[str, Any], rows: Sequence[Mapping[str, Any]] = ()
+) -> str:
     s = summary
     sim = simulated_heading(rows)
-    return (f"cbbench perf{' on a ' + sim if sim else ''}: {name}, {s['num_requests']} requests, {describe_arrivals(params, rows)}, prompt mean "
-            f"{s['mean_prompt_len']:.0f} (max {s['max_prompt_len']}), output mean {s['mean_output_len']:.0f} "
-            f"(max {s['max_output_len']}, cv {s['cv_output_len']:.2f})")
+    return (
+        f"cbbench perf{' on a ' + sim if sim else ''}: {name}, {s['num_requests']} requests, {describe_arrivals(params, rows)}, prompt mean "
+        f"{s['mean_prompt_len']:.0f} (max {s['max_prompt_len']}), output mean {s['mean_output_len']:.0f} "
+        f"(max {s['max_output_len']}, cv {s['cv_output_len']:.2f})"
+    )
 
 
 def table_columns(entries: Sequence[Entry], *, goodput: Mapping[str, float] | None = None) -> list[Column]:
@@ -143,8 +155,10 @@ def table_columns(entries: Sequence[Entry], *, goodput: Mapping[str, float] | No
     med, failed = summarise(entries)
     vs_static, vs_peer = ratios(med)
     keys = [*med, *(k for k in failed if k not in med)]
-    cols = [Column(h, [k[i] for k in keys], -1, "left", wrap=h == "knobs")
-            for i, h in enumerate(("engine", "batching", "knobs"))]
+    cols = [
+        Column(h, [k[i] for k in keys], -1, "left", wrap=h == "knobs")
+        for i, h in enumerate(("engine", "batching", "knobs"))
+    ]
     for j, (header, metric, fmt, prio) in enumerate(COLUMNS):
         if metric == "request_goodput" and not goodput:
             continue  # without --goodput every request counts, and the column would repeat req/s
@@ -180,7 +194,9 @@ def _total(widths: Sequence[int]) -> int:
 def _build(title: str, cols: Sequence[Column], widths: Sequence[int] | None = None) -> Table:
     t = Table(title=title, title_justify="left")
     for i, c in enumerate(cols):
-        t.add_column(c.header, justify=c.justify, no_wrap=c.priority == -1 and not c.wrap, width=widths[i] if widths else None)
+        t.add_column(
+            c.header, justify=c.justify, no_wrap=c.priority == -1 and not c.wrap, width=widths[i] if widths else None
+        )
     for row in zip(*(c.cells for c in cols)):
         t.add_row(*row)
     return t
@@ -228,22 +244,28 @@ def summary_lines(entries: Sequence[Entry], goodput: Mapping[str, float] | None 
     for (eng, mode, label), r in vs_static.items():
         if mode == "continuous":
             waste = med.get((eng, "static", label), {}).get("slot_waste", math.nan)
-            lines.append(f"continuous / static output throughput{'' if label == '-' else ' (' + label + ')'}: "
-                         f"{r:.2f}x (static's slot waste {waste:.2f}x: the most continuous can win back)")
+            lines.append(
+                f"continuous / static output throughput{'' if label == '-' else ' (' + label + ')'}: "
+                f"{r:.2f}x (static's slot waste {waste:.2f}x: the most continuous can win back)"
+            )
     for (eng, _, label), r in vs_peer.items():
         lines.append(f"refengine continuous / {eng}{'' if label == '-' else ' (' + label + ')'}: {r:.2f}x")
     for key, e in failed.items():
         lines.append(f"{key[0]} {key[1]} failed: {e}")
     if simulated_heading([row for _, row, _ in entries if row]):
-        lines.append("simulated: every time is the cost model's GPU time; hf-cb is not simulated (transformers' "
-                     "continuous batching has no cost-model twin)")
+        lines.append(
+            "simulated: every time is the cost model's GPU time; hf-cb is not simulated (transformers' "
+            "continuous batching has no cost-model twin)"
+        )
     return lines
 
 
-def render_perf_table(entries: Sequence[Entry], workload: Any, *, width: int | None = None,
-                      goodput: Mapping[str, float] | None = None) -> Group:
-    title = table_title(workload.name, workload.summary(), getattr(workload, "params", {}) or {},
-                        [row for _, row, _ in entries if row])
+def render_perf_table(
+    entries: Sequence[Entry], workload: Any, *, width: int | None = None, goodput: Mapping[str, float] | None = None
+) -> Group:
+    title = table_title(
+        workload.name, workload.summary(), getattr(workload, "params", {}) or {}, [row for _, row, _ in entries if row]
+    )
     cols, widths, dropped = fit_columns(table_columns(entries, goodput=goodput), width)
     lines = []
     if dropped:
@@ -252,8 +274,9 @@ def render_perf_table(entries: Sequence[Entry], workload: Any, *, width: int | N
     return Group(_build(title, cols, widths), *lines)
 
 
-def print_perf_table(console: Console, entries: Sequence[Entry], workload: Any, *,
-                     goodput: Mapping[str, float] | None = None) -> None:
+def print_perf_table(
+    console: Console, entries: Sequence[Entry], workload: Any, *, goodput: Mapping[str, float] | None = None
+) -> None:
     """Print the table fitted to the console (see the module docstring)."""
     width = table_width(console)
     group = render_perf_table(entries, workload, width=width, goodput=goodput)

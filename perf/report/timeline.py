@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-TIMELINE_PROMPT_LENS = (8, 40, 16, 24, 8, 32, 12, 48, 8, 20, 16, 28)   # varied, so the modes differ visibly
+TIMELINE_PROMPT_LENS = (8, 40, 16, 24, 8, 32, 12, 48, 8, 20, 16, 28)  # varied, so the modes differ visibly
 TIMELINE_OUTPUT_LENS = (4, 16, 2, 10, 24, 3, 12, 6, 18, 2, 8, 14)
 
 
@@ -33,8 +33,12 @@ def _step_view(s: Any) -> tuple[list[str], list[str], list[str], dict[str, int |
     (perf.runner.step_dicts, where one `batch_id` stands for every request of the step)."""
     if isinstance(s, Mapping):
         present = [*s["scheduled_req_ids"], *s["running_req_ids"]]
-        return (s["scheduled_req_ids"], s["running_req_ids"], s.get("prefill_req_ids") or [],
-                dict.fromkeys(present, s.get("batch_id")))
+        return (
+            s["scheduled_req_ids"],
+            s["running_req_ids"],
+            s.get("prefill_req_ids") or [],
+            dict.fromkeys(present, s.get("batch_id")),
+        )
     return s.scheduled_req_ids, s.running_req_ids, s.prefill_req_ids, s.batch_ids
 
 
@@ -86,13 +90,27 @@ def utilisation(cells: Sequence[Cell], num_steps: int, max_num_seqs: int) -> flo
     return busy / (max_num_seqs * num_steps) if num_steps else float("nan")
 
 
-def run_mode(model: str, device: str, batching: str, prompts: Sequence[list[int]], output_lens: Sequence[int],
-             max_num_seqs: int, seed: int) -> list[Any]:
+def run_mode(
+    model: str,
+    device: str,
+    batching: str,
+    prompts: Sequence[list[int]],
+    output_lens: Sequence[int],
+    max_num_seqs: int,
+    seed: int,
+) -> list[Any]:
     """Run the requests through one engine; returns its StepStats."""
     from refengine import LLMEngine, SamplingParams
 
-    engine = LLMEngine(model, device=device, seed=seed, batching=batching, max_num_seqs=max_num_seqs,
-                       max_num_batched_tokens=64, num_gpu_blocks=256)
+    engine = LLMEngine(
+        model,
+        device=device,
+        seed=seed,
+        batching=batching,
+        max_num_seqs=max_num_seqs,
+        max_num_batched_tokens=64,
+        num_gpu_blocks=256,
+    )
     for i, (p, n) in enumerate(zip(prompts, output_lens)):
         engine.add_request(str(i), p, SamplingParams(max_tokens=n, temperature=0.0, ignore_eos=True))
     while engine.has_unfinished_requests():
@@ -100,9 +118,16 @@ def run_mode(model: str, device: str, batching: str, prompts: Sequence[list[int]
     return list(engine.step_stats)
 
 
-def run_timeline(out: str | Path, *, model: str = "tiny-qwen2", device: str = "cpu", num_requests: int = 12,
-                 max_num_seqs: int = 4, seed: int = 0,
-                 modes: Sequence[str] = ("continuous", "sequence", "static", "none")) -> tuple[Path, dict[str, float]]:
+def run_timeline(
+    out: str | Path,
+    *,
+    model: str = "tiny-qwen2",
+    device: str = "cpu",
+    num_requests: int = 12,
+    max_num_seqs: int = 4,
+    seed: int = 0,
+    modes: Sequence[str] = ("continuous", "sequence", "static", "none"),
+) -> tuple[Path, dict[str, float]]:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -121,7 +146,9 @@ def run_timeline(out: str | Path, *, model: str = "tiny-qwen2", device: str = "c
     olens = [TIMELINE_OUTPUT_LENS[i % k] for i in range(num_requests)]
     prompts = [rng.integers(1000, 30000, size=n).tolist() for n in plens]
     cmap = plt.get_cmap("tab20")
-    fig, axes = plt.subplots(len(modes), 1, figsize=(12, 1.0 + 0.55 * max_num_seqs * len(modes)), squeeze=False, sharex=True)
+    fig, axes = plt.subplots(
+        len(modes), 1, figsize=(12, 1.0 + 0.55 * max_num_seqs * len(modes)), squeeze=False, sharex=True
+    )
     util: dict[str, float] = {}
     for ax, mode in zip(axes[:, 0], modes):
         stats = run_mode(model, device, mode, prompts, olens, max_num_seqs, seed)
@@ -134,19 +161,32 @@ def run_timeline(out: str | Path, *, model: str = "tiny-qwen2", device: str = "c
             elif c.kind == "idle":
                 ax.barh(c.slot, 1, left=c.step, color=color, alpha=0.25, linewidth=0)
             else:
-                ax.barh(c.slot, 1, left=c.step, color=color, alpha=1.0 if c.kind == "prefill" else 0.6,
-                        edgecolor="black" if c.kind == "prefill" else "none", linewidth=0.6)
+                ax.barh(
+                    c.slot,
+                    1,
+                    left=c.step,
+                    color=color,
+                    alpha=1.0 if c.kind == "prefill" else 0.6,
+                    edgecolor="black" if c.kind == "prefill" else "none",
+                    linewidth=0.6,
+                )
                 if c.kind == "prefill":
                     ax.text(c.step + 0.5, c.slot, c.request_id, ha="center", va="center", fontsize=6)
         ax.set_title(f"{mode}: {len(stats)} steps, slot utilisation {util[mode]:.0%}", fontsize=9, loc="left")
         ax.set_yticks(range(max_num_seqs), [f"slot {i}" for i in range(max_num_seqs)], fontsize=7)
         ax.invert_yaxis()
     axes[-1, 0].set_xlabel("engine step")
-    fig.legend(handles=[Patch(facecolor="0.4", edgecolor="black", label="prefill (request id)"),
-                        Patch(facecolor="0.4", alpha=0.6, label="decode"),
-                        Patch(facecolor="0.4", alpha=0.25, label="admitted, waiting for its prefill"),
-                        Patch(facecolor="white", edgecolor="0.6", hatch="///", label="held by a finished request (static)")],
-               loc="upper right", fontsize=7, ncol=4)
+    fig.legend(
+        handles=[
+            Patch(facecolor="0.4", edgecolor="black", label="prefill (request id)"),
+            Patch(facecolor="0.4", alpha=0.6, label="decode"),
+            Patch(facecolor="0.4", alpha=0.25, label="admitted, waiting for its prefill"),
+            Patch(facecolor="white", edgecolor="0.6", hatch="///", label="held by a finished request (static)"),
+        ],
+        loc="upper right",
+        fontsize=7,
+        ncol=4,
+    )
     fig.suptitle(f"{num_requests} requests, max_num_seqs={max_num_seqs}, {model}", fontsize=10, x=0.01, ha="left")
     fig.tight_layout(rect=(0, 0, 1, 0.96))
     out = Path(out)

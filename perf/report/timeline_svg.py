@@ -16,8 +16,12 @@ from typing import Any
 from cbbench.perf.report.timeline import Cell, assign_slots
 
 # kind -> (how much of the request's colour shows, legend text); "held" is drawn in HELD_GREY whatever the request
-KINDS = {"prefill": (1.0, "prefill"), "decode": (0.6, "decode"), "idle": (0.25, "admitted, not scheduled"),
-         "held": (0.0, "slot held by a finished static request")}
+KINDS = {
+    "prefill": (1.0, "prefill"),
+    "decode": (0.6, "decode"),
+    "idle": (0.25, "admitted, not scheduled"),
+    "held": (0.0, "slot held by a finished static request"),
+}
 HELD_GREY = 0.82
 LEGEND_BASE = (0.3, 0.3, 0.3)  # the legend shows each shading on a neutral grey, as `cbbench timeline` does
 STEP_PX, SLOT_PX, MAX_WIDTH_PX = 6, 14, 1200  # a step's width shrinks so long runs fit MAX_WIDTH_PX
@@ -70,12 +74,16 @@ def run_svg(run: Mapping[str, Any], max_num_seqs: int, colours: Sequence[tuple[f
     rects = []
     for slot, a, b, rid, kind in _stretches(cells):
         what = f"request {rid}: {KINDS[kind][1]}, steps {a}-{b - 1}, slot {slot}"
-        rects.append(f'<rect x="{a * dx:.2f}" y="{slot * SLOT_PX}" width="{(b - a) * dx:.2f}" height="{SLOT_PX - 1}"'
-                     f' fill="{cell_fill(request_rgb(rid, colours), kind)}" data-request="{html.escape(rid)}"'
-                     f' data-kind="{kind}"><title>{html.escape(what)}</title></rect>')
+        rects.append(
+            f'<rect x="{a * dx:.2f}" y="{slot * SLOT_PX}" width="{(b - a) * dx:.2f}" height="{SLOT_PX - 1}"'
+            f' fill="{cell_fill(request_rgb(rid, colours), kind)}" data-request="{html.escape(rid)}"'
+            f' data-kind="{kind}"><title>{html.escape(what)}</title></rect>'
+        )
     width, height = max(steps * dx, 1), seqs * SLOT_PX
-    return (f'<svg class="timeline-svg" width="{width:.0f}" height="{height}" viewBox="0 0 {width:.2f} {height}">'
-            f'{"".join(rects)}</svg>')
+    return (
+        f'<svg class="timeline-svg" width="{width:.0f}" height="{height}" viewBox="0 0 {width:.2f} {height}">'
+        f"{''.join(rects)}</svg>"
+    )
 
 
 def slot_use(row: Mapping[str, Any] | None) -> str:
@@ -88,16 +96,25 @@ def slot_use(row: Mapping[str, Any] | None) -> str:
 
 
 def legend_html() -> str:
-    items = "".join(f'<span class="swatch" data-kind="{kind}" style="background:{cell_fill(LEGEND_BASE, kind)}">'
-                    f'</span>{html.escape(text)}' for kind, (_, text) in KINDS.items())
-    return (f'<p class="legend" id="timeline-legend">{items}; each request has its own colour, its id on hover'
-            '</p>')
+    items = "".join(
+        f'<span class="swatch" data-kind="{kind}" style="background:{cell_fill(LEGEND_BASE, kind)}">'
+        f"</span>{html.escape(text)}"
+        for kind, (_, text) in KINDS.items()
+    )
+    return f'<p class="legend" id="timeline-legend">{items}; each request has its own colour, its id on hover</p>'
 
 
 def timeline_html(runs: Sequence[Mapping[str, Any]]) -> str | None:
     """Every refengine run's first repeat whose steps carry request ids, with the legend; None if there is none."""
-    drawn = [r for r in runs if r["repeat"] == 0 and r["steps"] and "scheduled_req_ids" in r["steps"][0]
-             and r["row"] and _int(r["row"].get("max_num_seqs")) >= 1]
+    drawn = [
+        r
+        for r in runs
+        if r["repeat"] == 0
+        and r["steps"]
+        and "scheduled_req_ids" in r["steps"][0]
+        and r["row"]
+        and _int(r["row"].get("max_num_seqs")) >= 1
+    ]
     if not drawn:
         return None
     colours = palette()
@@ -105,8 +122,10 @@ def timeline_html(runs: Sequence[Mapping[str, Any]]) -> str | None:
     for r in drawn:
         name = " ".join(x for x in r["key"] if x != "-")
         heading = ", ".join(x for x in (f"{len(r['steps'])} steps", slot_use(r["row"])) if x)
-        parts.append(f'<figure class="run-timeline"><figcaption>{html.escape(name)}: {heading}</figcaption>'
-                     f'{run_svg(r, _int(r["row"]["max_num_seqs"]), colours)}</figure>')
+        parts.append(
+            f'<figure class="run-timeline"><figcaption>{html.escape(name)}: {heading}</figcaption>'
+            f"{run_svg(r, _int(r['row']['max_num_seqs']), colours)}</figure>"
+        )
     return "".join(parts)
 
 

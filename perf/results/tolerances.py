@@ -16,15 +16,22 @@ LOWER = "lower"
 DIRECTIONS: dict[str, str] = {
     **dict.fromkeys(THROUGHPUT_COLUMNS, HIGHER),
     **dict.fromkeys(LATENCY_COLUMNS, LOWER),
-    "prefix_cache_hit_rate": HIGHER, "mean_slot_utilisation": HIGHER, "mean_token_budget_utilisation": HIGHER,
-    "num_preemptions": LOWER, "recomputed_tokens": LOWER, "peak_kv_blocks": LOWER, "peak_kv_usage": LOWER,
-    "slot_waste": LOWER, "duration": LOWER,
+    "prefix_cache_hit_rate": HIGHER,
+    "mean_slot_utilisation": HIGHER,
+    "mean_token_budget_utilisation": HIGHER,
+    "num_preemptions": LOWER,
+    "recomputed_tokens": LOWER,
+    "peak_kv_blocks": LOWER,
+    "peak_kv_usage": LOWER,
+    "slot_waste": LOWER,
+    "duration": LOWER,
 }
 THROUGHPUT_TOLERANCE = 0.05
-LATENCY_TOLERANCE = 0.10   # latency percentiles move more between runs than throughput does
+LATENCY_TOLERANCE = 0.10  # latency percentiles move more between runs than throughput does
 DEFAULT_TOLERANCES: dict[str, float] = {
-    **dict.fromkeys(("request_throughput", "output_throughput", "total_token_throughput", "request_goodput"),
-                    THROUGHPUT_TOLERANCE),
+    **dict.fromkeys(
+        ("request_throughput", "output_throughput", "total_token_throughput", "request_goodput"), THROUGHPUT_TOLERANCE
+    ),
     **{f"{s}_{m}_ms": LATENCY_TOLERANCE for m in ("ttft", "tpot", "itl", "e2el") for s in ("mean", "median", "p99")},
 }
 
@@ -63,6 +70,5 @@ def parse_tolerances(items: Sequence[str]) -> dict[str, float | None]:
         if not sep:
             raise ValueError(f"tolerance: expected METRIC=VALUE, got {item!r}")
         value = value.strip()
-        out[name.strip()] = (None if value == "off" else
-                             float(value[:-1]) / 100 if value.endswith("%") else float(value))
+        out[name.strip()] = None if value == "off" else float(value[:-1]) / 100 if value.endswith("%") else float(value)
     return out

@@ -35,8 +35,15 @@ def plan_id(engine: str, batching: str, knobs: Mapping[str, Any], load: str, rep
 class ResultWriter:
     """The CSV + JSON pair of one `cbbench perf` invocation."""
 
-    def __init__(self, csv_path: str | Path, *, config: Mapping[str, Any], environment: Mapping[str, Any],
-                 workload: Any, resume: bool = False) -> None:
+    def __init__(
+        self,
+        csv_path: str | Path,
+        *,
+        config: Mapping[str, Any],
+        environment: Mapping[str, Any],
+        workload: Any,
+        resume: bool = False,
+    ) -> None:
         self.csv_path = Path(csv_path)
         self.json_path = self.csv_path.with_suffix(".json")
         self.config, self.environment, self.workload = dict(config), dict(environment), workload
@@ -60,8 +67,10 @@ class ResultWriter:
             raw = list(csv.DictReader(f))  # the cells as written, so a resumed file keeps them byte for byte
         for row in raw:
             if workload_params_key(row.get("workload_params")) != mine or row.get("workload") != self.workload.name:
-                raise ValueError(f"resume: {self.csv_path} holds runs of another workload ({row.get('workload')} "
-                                 f"{row.get('workload_params')}); resume with the options it was made with")
+                raise ValueError(
+                    f"resume: {self.csv_path} holds runs of another workload ({row.get('workload')} "
+                    f"{row.get('workload_params')}); resume with the options it was made with"
+                )
             self.rows.append({k: restore(v) for k, v in row.items()})  # write_csv marks them again
             opts = json.loads(row["run_options"]) if row.get("run_options") else {}
             if opts.get("plan_id"):
@@ -77,8 +86,9 @@ class ResultWriter:
     def num_done(self) -> int:
         return len(self._done)
 
-    def add(self, row: Mapping[str, Any], label: str, records: Sequence[RequestRecord],
-            steps: Sequence[StepRecord]) -> None:
+    def add(
+        self, row: Mapping[str, Any], label: str, records: Sequence[RequestRecord], steps: Sequence[StepRecord]
+    ) -> None:
         """One finished run: JSON first, then CSV, so an interrupt between the two leaves a JSON with one run more
         than the CSV (harmless: --resume reruns it), never a CSV row without its records."""
         self.rows.append(dict(row))
@@ -89,6 +99,13 @@ class ResultWriter:
         self.flush()
 
     def flush(self) -> None:
-        write_run_json(self.json_path, config=self.config, rows=self.rows, records=self.records,
-                       workload=self.workload, environment=self.environment, steps=self.steps)
+        write_run_json(
+            self.json_path,
+            config=self.config,
+            rows=self.rows,
+            records=self.records,
+            workload=self.workload,
+            environment=self.environment,
+            steps=self.steps,
+        )
         write_csv(self.csv_path, self.rows)

@@ -1,5 +1,6 @@
 """A backend is one class registered by name: this test registers a throwaway one (in the test, nothing else
 changes) and runs `cbbench perf --backend <it>` end to end, through the plan, the writer and the table."""
+
 from __future__ import annotations
 
 import json
@@ -28,14 +29,34 @@ class EchoBackend(Backend):
         records, steps = [], []
         for i, r in enumerate(spec.workload.requests):
             times = [TOKEN_S * (k + 1) for k in range(r.output_len)]
-            records.append(RequestRecord(str(i), r.prompt_len, r.output_len, 0.0, 0.0, times[0], times, times[-1],
-                                         num_preemptions=0, num_cached_tokens=0, finish_reason="length"))
+            records.append(
+                RequestRecord(
+                    str(i),
+                    r.prompt_len,
+                    r.output_len,
+                    0.0,
+                    0.0,
+                    times[0],
+                    times,
+                    times[-1],
+                    num_preemptions=0,
+                    num_cached_tokens=0,
+                    finish_reason="length",
+                )
+            )
         for k in range(max(r.output_len for r in spec.workload.requests)):
             steps.append(StepRecord(TOKEN_S * (k + 1), len(records), len(records), 0, None, len(records), None))
         if progress:
             progress(len(records))
-        return RunResult(self.name, spec.batching, dict(spec.knobs), records=records, steps=steps,
-                         duration=max(r.finish_time for r in records), max_num_seqs=len(records))
+        return RunResult(
+            self.name,
+            spec.batching,
+            dict(spec.knobs),
+            records=records,
+            steps=steps,
+            duration=max(r.finish_time for r in records),
+            max_num_seqs=len(records),
+        )
 
 
 @pytest.fixture
@@ -48,10 +69,29 @@ def echo_registered(monkeypatch):
 
 def test_a_registered_backend_runs_end_to_end(echo_registered, tmp_path):
     out = tmp_path / "r.csv"
-    res = CliRunner().invoke(app, ["perf", "--backend", NAME, "--workload", "fixed", "--workload-param",
-                                   "input_len=8,output_len=4", "--num-prompts", "3", "--batching",
-                                   "continuous,static", "--peers", "none", "--warmup", "0", "--quiet",
-                                   "--output", str(out)])
+    res = CliRunner().invoke(
+        app,
+        [
+            "perf",
+            "--backend",
+            NAME,
+            "--workload",
+            "fixed",
+            "--workload-param",
+            "input_len=8,output_len=4",
+            "--num-prompts",
+            "3",
+            "--batching",
+            "continuous,static",
+            "--peers",
+            "none",
+            "--warmup",
+            "0",
+            "--quiet",
+            "--output",
+            str(out),
+        ],
+    )
     assert res.exit_code == 0, res.output
     assert [(s.backend, s.batching) for s in EchoBackend.runs] == [(NAME, "continuous"), (NAME, "static")]
     df = read_csv(out)

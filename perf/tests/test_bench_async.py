@@ -1,5 +1,6 @@
 """`cbbench bench-async`: the command runs both modes on one workload, checks their tokens agree and prints the
 ratio. No time is asserted: the ratio is read off the output (a benchmark, not a timed test)."""
+
 from __future__ import annotations
 
 import re
@@ -11,8 +12,9 @@ from cbbench.perf.cli import app
 
 
 def test_bench_async_prints_both_modes_and_the_ratio() -> None:
-    res = CliRunner().invoke(app, ["bench-async", "--num-requests", "3", "--prompt-len", "5", "--max-tokens", "4",
-                                   "--repeats", "2"])
+    res = CliRunner().invoke(
+        app, ["bench-async", "--num-requests", "3", "--prompt-len", "5", "--max-tokens", "4", "--repeats", "2"]
+    )
     assert res.exit_code == 0, res.output
     rows = [line.split() for line in res.output.splitlines() if re.match(r"\s*(True|False)\s+\d", line)]
     assert [r[0] for r in rows] == ["False", "True"]

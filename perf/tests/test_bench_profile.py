@@ -1,5 +1,6 @@
 """`cbbench bench-profile`'s measuring (perf/bench/profile.py): the phase clock charges nested time exclusively, a
 real refengine run fills the phases a step has, and the instrument is gone afterwards."""
+
 from __future__ import annotations
 
 import time
@@ -31,15 +32,31 @@ def test_refengine_profile_fills_the_step_phases_and_removes_its_instrument():
     from refengine.scheduler import Scheduler
 
     step, schedule = LLMEngine.step, Scheduler.schedule
-    workload = get_workload("sharegpt", tokenizer=resolve_tokenizer("tiny-qwen2", None), num_prompts=3, seed=0,
-                            max_prompt_len=32, max_output_len=4)
+    workload = get_workload(
+        "sharegpt",
+        tokenizer=resolve_tokenizer("tiny-qwen2", None),
+        num_prompts=3,
+        seed=0,
+        max_prompt_len=32,
+        max_output_len=4,
+    )
     with torch.inference_mode(False):
         run = profile_run("refengine", workload, model="tiny-qwen2", max_num_seqs=2)
     assert LLMEngine.step is step and Scheduler.schedule is schedule
     assert run["steps"] >= max(r.output_len for r in workload.requests)
     ms = run["phase_ms"]
-    for phase in ("schedule", "input prep", "embedding", "attention", "mlp", "norms", "lm_head", "sampling other",
-                  "update", "outputs"):
+    for phase in (
+        "schedule",
+        "input prep",
+        "embedding",
+        "attention",
+        "mlp",
+        "norms",
+        "lm_head",
+        "sampling other",
+        "update",
+        "outputs",
+    ):
         assert ms[phase] > 0, phase
     assert ms["penalties"] == ms["seeded noise"] == ms["top-k/top-p"] == 0  # greedy, no penalties: never entered
     assert set(ms) == set(PHASES)

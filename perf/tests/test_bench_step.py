@@ -3,6 +3,7 @@
 No time is asserted (a shared CI box would make that flaky): the 1.5 ms target at 256 requests is read off the
 printed table's median/target column.
 """
+
 from __future__ import annotations
 
 import re
@@ -46,8 +47,9 @@ def test_stub_model_drives_the_engine() -> None:
 
 
 def test_bench_step_breakdown_names_every_phase() -> None:
-    res = CliRunner().invoke(app, ["bench-step", "--stub-model", "--running", "3", "--iters", "3", "--warmup", "1",
-                                   "--breakdown"])
+    res = CliRunner().invoke(
+        app, ["bench-step", "--stub-model", "--running", "3", "--iters", "3", "--warmup", "1", "--breakdown"]
+    )
     assert res.exit_code == 0, res.output
     lines = res.output.splitlines()
     head = next(i for i, line in enumerate(lines) if "execute_model" in line)
@@ -67,8 +69,9 @@ def test_full_redecode_detokenizer_gives_the_same_text() -> None:
                 got[o.request_id] = got.get(o.request_id, "") + o.outputs[0].text
         texts[kind] = got
     assert texts["incremental"] == texts["full-redecode"] and any(texts["incremental"].values())
-    res = CliRunner().invoke(app, ["bench-step", "--stub-model", "--running", "2", "--iters", "2",
-                                   "--detokenizer", "nope"])
+    res = CliRunner().invoke(
+        app, ["bench-step", "--stub-model", "--running", "2", "--iters", "2", "--detokenizer", "nope"]
+    )
     assert res.exit_code == 2 and "detokenizer must be one of" in res.output
 
 
@@ -90,8 +93,21 @@ def test_stub_sampler_returns_what_the_real_sampler_would() -> None:
 
 
 def test_bench_step_final_only_outputs() -> None:
-    res = CliRunner().invoke(app, ["bench-step", "--stub-model", "--running", "2", "--iters", "2", "--warmup", "1",
-                                   "--output-kind", "final_only"])
+    res = CliRunner().invoke(
+        app,
+        [
+            "bench-step",
+            "--stub-model",
+            "--running",
+            "2",
+            "--iters",
+            "2",
+            "--warmup",
+            "1",
+            "--output-kind",
+            "final_only",
+        ],
+    )
     assert res.exit_code == 0 and "final_only outputs" in res.output, res.output
     res = CliRunner().invoke(app, ["bench-step", "--stub-model", "--running", "2", "--output-kind", "nope"])
     assert res.exit_code == 2 and "output_kind must be one of" in res.output

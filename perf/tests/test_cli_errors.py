@@ -1,6 +1,7 @@
 """Every `cbbench` command ends a failure with ONE line on stderr and a non-zero exit: bad input exits 2 before
 anything runs (nothing is written), an interrupt 130, a bug 1 ("internal error", traceback only with
 CBBENCH_DEBUG=1)."""
+
 from __future__ import annotations
 
 import subprocess
@@ -11,9 +12,25 @@ from typer.testing import CliRunner
 
 from cbbench.perf.cli import main as cli
 
-TINY = ["--workload", "fixed", "--workload-param", "input_len=8,output_len=4", "--num-prompts", "3",
-        "--max-num-seqs", "2", "--warmup", "1", "--cpu-threads", "0", "--quiet", "--peers", "none",
-        "--batching", "continuous"]
+TINY = [
+    "--workload",
+    "fixed",
+    "--workload-param",
+    "input_len=8,output_len=4",
+    "--num-prompts",
+    "3",
+    "--max-num-seqs",
+    "2",
+    "--warmup",
+    "1",
+    "--cpu-threads",
+    "0",
+    "--quiet",
+    "--peers",
+    "none",
+    "--batching",
+    "continuous",
+]
 
 
 def invoke(*args: str, env: dict | None = None):
@@ -26,23 +43,29 @@ def one_line(res) -> str:
     return lines[0]
 
 
-@pytest.mark.parametrize("args, needle", [
-    (["--workload-param", "input_len=abc"], "workload-param input_len: expected an integer, got 'abc'"),
-    (["--device", "tpu"], "device must be cpu, cuda, cuda:N or a simulated GPU (sim:"),
-    (["--cpu-threads", "-1"], "cpu_threads must be >= 0"),
-    (["--num-prompts", "0"], "num_prompts must be >= 1, got 0"),
-    (["--repeats", "0"], "repeats must be >= 1"),
-    # the infeasible configuration is the sweep's second: it must fail before the first runs
-    (["--max-num-batched-tokens", "512,8", "--no-enable-chunked-prefill"],
-     "max_num_batched_tokens=8 with enable_chunked_prefill=False"),
-    (["--num-gpu-blocks", "64,1"], "more than num_gpu_blocks=1"),
-    (["--max-model-len", "64,8"], "under max_model_len=8"),
-])
+@pytest.mark.parametrize(
+    "args, needle",
+    [
+        (["--workload-param", "input_len=abc"], "workload-param input_len: expected an integer, got 'abc'"),
+        (["--device", "tpu"], "device must be cpu, cuda, cuda:N or a simulated GPU (sim:"),
+        (["--cpu-threads", "-1"], "cpu_threads must be >= 0"),
+        (["--num-prompts", "0"], "num_prompts must be >= 1, got 0"),
+        (["--repeats", "0"], "repeats must be >= 1"),
+        # the infeasible configuration is the sweep's second: it must fail before the first runs
+        (
+            ["--max-num-batched-tokens", "512,8", "--no-enable-chunked-prefill"],
+            "max_num_batched_tokens=8 with enable_chunked_prefill=False",
+        ),
+        (["--num-gpu-blocks", "64,1"], "more than num_gpu_blocks=1"),
+        (["--max-model-len", "64,8"], "under max_model_len=8"),
+    ],
+)
 def test_perf_bad_input_is_one_line_exit_2_and_nothing_runs(tmp_path, monkeypatch, args, needle):
     from cbbench.perf.backends import in_process
 
     def never(*a, **k):
         raise AssertionError("a run started")
+
     monkeypatch.setattr(in_process, "run_refengine", never)
     res = invoke("perf", *TINY, "--result-dir", str(tmp_path), *args)
     assert res.exit_code == 2, res.output
@@ -65,6 +88,7 @@ def test_unwritable_result_dir_fails_before_the_run(tmp_path, monkeypatch):
 def test_internal_error_is_one_line_exit_1(monkeypatch, tmp_path):
     def boom(opts, console):
         raise RuntimeError("boom\nsecond line")
+
     monkeypatch.setattr(cli, "run_perf", boom)
     res = invoke("perf", "--result-dir", str(tmp_path))
     assert res.exit_code == 1
@@ -77,6 +101,7 @@ def test_internal_error_is_one_line_exit_1(monkeypatch, tmp_path):
 def test_interrupt_is_one_line_exit_130(monkeypatch, tmp_path):
     def interrupted(opts, console):
         raise KeyboardInterrupt
+
     monkeypatch.setattr(cli, "run_perf", interrupted)
     res = invoke("perf", "--result-dir", str(tmp_path))
     assert res.exit_code == 130 and one_line(res) == "cbbench perf: interrupted"
@@ -117,11 +142,14 @@ def test_plot_out_folder_writes_inside_it(tmp_path):
     assert res.exit_code == 2 and "txt" in one_line(res)
 
 
-@pytest.mark.parametrize("args, needle", [
-    (["--iters", "0"], "iters must be >= 1, got 0"),
-    (["--running", "0,32"], "running: expected a comma list of integers >= 1"),
-    (["--running", "a"], "running: expected a comma list of integers"),
-])
+@pytest.mark.parametrize(
+    "args, needle",
+    [
+        (["--iters", "0"], "iters must be >= 1, got 0"),
+        (["--running", "0,32"], "running: expected a comma list of integers >= 1"),
+        (["--running", "a"], "running: expected a comma list of integers"),
+    ],
+)
 def test_bench_scheduler_bad_input(args, needle):
     res = invoke("bench-scheduler", *args)
     assert res.exit_code == 2 and needle in one_line(res)
@@ -140,10 +168,13 @@ def test_kernels_without_gpu_suggests_a_real_option(tmp_path):
 
 def test_usage_and_input_errors_through_the_installed_entry_point():
     """Through `python -m` (the app's own __call__, not the test runner): still one line."""
-    for args, code, prefix in ((["perf", "--device", "tpu"], 2, "cbbench perf: error:"),
-                               (["compare", "/nonexistent/a.csv", "/nonexistent/b.csv"], 2, "cbbench compare: error:")):
-        res = subprocess.run([sys.executable, "-m", "cbbench.perf.cli", *args], capture_output=True, text=True,
-                             timeout=120)
+    for args, code, prefix in (
+        (["perf", "--device", "tpu"], 2, "cbbench perf: error:"),
+        (["compare", "/nonexistent/a.csv", "/nonexistent/b.csv"], 2, "cbbench compare: error:"),
+    ):
+        res = subprocess.run(
+            [sys.executable, "-m", "cbbench.perf.cli", *args], capture_output=True, text=True, timeout=120
+        )
         assert res.returncode == code, res.stderr
         lines = res.stderr.strip().splitlines()
         assert len(lines) == 1 and lines[0].startswith(prefix), res.stderr

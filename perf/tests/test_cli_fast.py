@@ -13,9 +13,25 @@ from typer.testing import CliRunner
 from cbbench.perf.cli import app
 
 # a sweep of max_num_seqs, so that `plot` has an x axis
-TINY = ["--workload", "fixed", "--workload-param", "input_len=8,output_len=4", "--num-prompts", "2",
-        "--max-num-seqs", "1,2", "--warmup", "1", "--cpu-threads", "0", "--quiet", "--peers", "none",
-        "--batching", "continuous"]
+TINY = [
+    "--workload",
+    "fixed",
+    "--workload-param",
+    "input_len=8,output_len=4",
+    "--num-prompts",
+    "2",
+    "--max-num-seqs",
+    "1,2",
+    "--warmup",
+    "1",
+    "--cpu-threads",
+    "0",
+    "--quiet",
+    "--peers",
+    "none",
+    "--batching",
+    "continuous",
+]
 # Runs the command as the `cbbench` script does, then prints the exit code and whether torch was imported
 PROBE = """
 import json, sys
@@ -41,8 +57,9 @@ def run_files(tmp_path_factory):
 
 
 def probe(*args: str) -> dict:
-    done = subprocess.run([sys.executable, "-c", PROBE, *args], capture_output=True, text=True,
-                          timeout=SUBPROCESS_TIMEOUT_S)
+    done = subprocess.run(
+        [sys.executable, "-c", PROBE, *args], capture_output=True, text=True, timeout=SUBPROCESS_TIMEOUT_S
+    )
     assert done.returncode == 0, done.stderr
     return json.loads(done.stdout.strip().splitlines()[-1])
 
@@ -59,8 +76,11 @@ def test_help_leaves_torch_out():
 
 def test_result_commands_leave_torch_out(run_files):
     out, csv, js = run_files
-    cases = [["compare", str(csv), str(csv)], ["plot", str(csv), "--knob", "max_num_seqs", "--out", str(out / "p.png")],
-             ["report", str(js), "-o", str(out / "r.html")]]
+    cases = [
+        ["compare", str(csv), str(csv)],
+        ["plot", str(csv), "--knob", "max_num_seqs", "--out", str(out / "p.png")],
+        ["report", str(js), "-o", str(out / "r.html")],
+    ]
     if "show" in _command_names():  # another change adds it; when it exists it is held to the same rule
         cases.append(["show", str(csv)])
     for args in cases:

@@ -1,6 +1,7 @@
 """`cbbench --help` and every subcommand's `--help` read well: exit 0, the command's summary, no typer artefact
 (typer 0.2x labels flags `<bool>`, though a flag takes no value), comma-list options shown as lists; and the perf guide's
 command block names every subcommand."""
+
 from __future__ import annotations
 
 import os
@@ -51,8 +52,13 @@ def test_sweepable_options_show_a_comma_list() -> None:
 
 
 def test_top_level_help_lists_every_command() -> None:
-    res = subprocess.run([sys.executable, "-m", "cbbench.perf.cli", "--help"], capture_output=True, text=True,
-                         env={**os.environ, **WIDE}, timeout=120)
+    res = subprocess.run(
+        [sys.executable, "-m", "cbbench.perf.cli", "--help"],
+        capture_output=True,
+        text=True,
+        env={**os.environ, **WIDE},
+        timeout=120,
+    )
     assert res.returncode == 0, res.stderr
     assert not ARTEFACT.search(res.stdout)
     for command in COMMANDS:
@@ -62,7 +68,9 @@ def test_top_level_help_lists_every_command() -> None:
 def test_perf_guide_command_block_names_every_subcommand() -> None:
     readme = (REPO / "docs" / "perf.md").read_text()
     start = readme.index("# The perf suite")
-    block = readme[readme.index("```bash", start):readme.index("```\n", readme.index("```bash", start) + 7)]
+    block = readme[readme.index("```bash", start) : readme.index("```\n", readme.index("```bash", start) + 7)]
     lines = [line for line in block.splitlines() if line.startswith("cbbench ")]
     for command in COMMANDS:
-        assert any(line.split()[1] == command for line in lines), f"docs/perf.md's command block lacks cbbench {command}"
+        assert any(line.split()[1] == command for line in lines), (
+            f"docs/perf.md's command block lacks cbbench {command}"
+        )

@@ -30,8 +30,9 @@ def _workload() -> Workload:
 def test_two_workers_merge_records_on_one_clock():
     with FakeOpenAIServer(token_delay_s=TOKEN_DELAY_S) as s:
         before = time.perf_counter()
-        r = run_http(_workload(), HttpTarget("openai", s.base_url, "fake-model"), warmup=0, client_workers=2,
-                     max_concurrency=4)
+        r = run_http(
+            _workload(), HttpTarget("openai", s.base_url, "fake-model"), warmup=0, client_workers=2, max_concurrency=4
+        )
         after = time.perf_counter()
         assert s.completed == NUM_REQUESTS and s.peak_in_flight <= 4
     assert r.error is None, r.error
@@ -56,7 +57,19 @@ def test_concurrency_is_split_over_workers():
 
 
 def test_bad_worker_count_is_one_line(tmp_path):
-    res = CliRunner().invoke(app, ["perf", "--backend", "openai", "--base-url", "http://127.0.0.1:9",
-                                   "--client-workers", "0", "--result-dir", str(tmp_path)])
+    res = CliRunner().invoke(
+        app,
+        [
+            "perf",
+            "--backend",
+            "openai",
+            "--base-url",
+            "http://127.0.0.1:9",
+            "--client-workers",
+            "0",
+            "--result-dir",
+            str(tmp_path),
+        ],
+    )
     assert res.exit_code == 2 and "client_workers" in res.output
     assert len(res.output.strip().splitlines()) == 1

@@ -25,30 +25,93 @@ from cbbench.workloads import get_workload
 
 # The column order of schema version 2. Changing COLUMNS means bumping SCHEMA_VERSION and this list together.
 EXPECTED_COLUMNS_V2 = (
-    "schema_version", "label", "engine", "model", "device", "dtype", "workload", "num_prompts", "seed", "request_rate",
-    "burstiness", "batching", "max_num_seqs", "max_num_batched_tokens", "block_size", "num_gpu_blocks",
-    "num_cpu_blocks", "enable_chunked_prefill", "long_prefill_token_threshold", "enable_prefix_caching",
-    "preemption_mode", "policy", "priority_preemption", "attention_backend", "repeat", "workload_params", "completed", "failed", "duration",
-    "total_input_tokens", "total_output_tokens", "request_throughput", "output_throughput", "total_token_throughput",
+    "schema_version",
+    "label",
+    "engine",
+    "model",
+    "device",
+    "dtype",
+    "workload",
+    "num_prompts",
+    "seed",
+    "request_rate",
+    "burstiness",
+    "batching",
+    "max_num_seqs",
+    "max_num_batched_tokens",
+    "block_size",
+    "num_gpu_blocks",
+    "num_cpu_blocks",
+    "enable_chunked_prefill",
+    "long_prefill_token_threshold",
+    "enable_prefix_caching",
+    "preemption_mode",
+    "policy",
+    "priority_preemption",
+    "attention_backend",
+    "repeat",
+    "workload_params",
+    "completed",
+    "failed",
+    "duration",
+    "total_input_tokens",
+    "total_output_tokens",
+    "request_throughput",
+    "output_throughput",
+    "total_token_throughput",
     "request_goodput",
-    *(f"{s}_{m}_ms" for m in ("ttft", "tpot", "itl", "e2el", "queue")
-      for s in ("mean", "median", "std", "p50", "p75", "p90", "p95", "p99", "p99.9")),
-    "num_preemptions", "recomputed_tokens", "peak_kv_blocks", "peak_kv_usage", "prefix_cache_hit_rate",
-    "mean_slot_utilisation", "mean_token_budget_utilisation", "slot_waste", "num_steps",
-    "git_sha", "timestamp", "command", "run_options", "extra",
+    *(
+        f"{s}_{m}_ms"
+        for m in ("ttft", "tpot", "itl", "e2el", "queue")
+        for s in ("mean", "median", "std", "p50", "p75", "p90", "p95", "p99", "p99.9")
+    ),
+    "num_preemptions",
+    "recomputed_tokens",
+    "peak_kv_blocks",
+    "peak_kv_usage",
+    "prefix_cache_hit_rate",
+    "mean_slot_utilisation",
+    "mean_token_budget_utilisation",
+    "slot_waste",
+    "num_steps",
+    "git_sha",
+    "timestamp",
+    "command",
+    "run_options",
+    "extra",
 )
-KNOBS = {"max_num_seqs": 8, "max_num_batched_tokens": 512, "block_size": 16, "num_gpu_blocks": 256,
-         "preemption_mode": "recompute", "enable_prefix_caching": True, "policy": "fcfs", "dtype": "float32"}
-BASE_METRICS = {"request_throughput": 2.0, "output_throughput": 200.0, "total_token_throughput": 600.0,
-                **{f"{s}_{m}_ms": 100.0 for m in ("ttft", "tpot", "itl", "e2el") for s in ("mean", "median", "p99")}}
+KNOBS = {
+    "max_num_seqs": 8,
+    "max_num_batched_tokens": 512,
+    "block_size": 16,
+    "num_gpu_blocks": 256,
+    "preemption_mode": "recompute",
+    "enable_prefix_caching": True,
+    "policy": "fcfs",
+    "dtype": "float32",
+}
+BASE_METRICS = {
+    "request_throughput": 2.0,
+    "output_throughput": 200.0,
+    "total_token_throughput": 600.0,
+    **{f"{s}_{m}_ms": 100.0 for m in ("ttft", "tpot", "itl", "e2el") for s in ("mean", "median", "p99")},
+}
 
 
 def row(batching="continuous", repeat=0, engine="refengine", input_len=8, **metric_changes):
     metrics = {**BASE_METRICS, **metric_changes}
-    return make_row(metrics=metrics, engine=engine, workload=get_workload("fixed", num_prompts=4, seed=0,
-                                                                          input_len=input_len, output_len=4),
-                    batching=batching, config=KNOBS, repeat=repeat, model="tiny-qwen2", device="cpu",
-                    git_sha="abc", timestamp="2025-01-01T00:00:00+00:00")
+    return make_row(
+        metrics=metrics,
+        engine=engine,
+        workload=get_workload("fixed", num_prompts=4, seed=0, input_len=input_len, output_len=4),
+        batching=batching,
+        config=KNOBS,
+        repeat=repeat,
+        model="tiny-qwen2",
+        device="cpu",
+        git_sha="abc",
+        timestamp="2025-01-01T00:00:00+00:00",
+    )
 
 
 def scale(factor_tp=1.0, factor_lat=1.0):
@@ -96,8 +159,11 @@ def test_aggregate_repeats_gives_median_and_spread(tmp_path):
     rows = [row(repeat=i, output_throughput=v) for i, v in enumerate([190.0, 210.0, 200.0])]
     agg = aggregate_repeats(read_csv(write_csv(tmp_path / "r.csv", rows)))
     assert len(agg) == 1 and agg.loc[0, "num_repeats"] == 3
-    assert (agg.loc[0, "output_throughput"], agg.loc[0, "output_throughput_min"],
-            agg.loc[0, "output_throughput_max"]) == (200.0, 190.0, 210.0)
+    assert (
+        agg.loc[0, "output_throughput"],
+        agg.loc[0, "output_throughput_min"],
+        agg.loc[0, "output_throughput_max"],
+    ) == (200.0, 190.0, 210.0)
 
 
 def test_planted_regression_fails(tmp_path, baseline):
@@ -118,12 +184,13 @@ def test_direction_is_respected(tmp_path, baseline):
     assert gate(tmp_path, baseline, [row(b, **scale(1.3, 0.7)) for b in ("continuous", "static")]) == 0
     rows, _ = compare(baseline, tmp_path / "new.csv")
     assert {r["status"] for r in rows if r["metric"] != "request_goodput"} == {"improved"}
-    assert {r["status"] for r in rows if r["metric"] == "request_goodput"} == {"n/a"}     # no SLO given
+    assert {r["status"] for r in rows if r["metric"] == "request_goodput"} == {"n/a"}  # no SLO given
     # latency up 20 % is a regression even though the same number up on a throughput would not be
     assert gate(tmp_path, baseline, [row("continuous", **scale(1.0, 1.2)), row("static")]) == 1
     rows, _ = compare(baseline, tmp_path / "new.csv")
     assert {r["metric"] for r in rows if r["status"] == "regressed"} == {
-        f"{s}_{m}_ms" for m in ("ttft", "tpot", "itl", "e2el") for s in ("mean", "median", "p99")}
+        f"{s}_{m}_ms" for m in ("ttft", "tpot", "itl", "e2el") for s in ("mean", "median", "p99")
+    }
 
 
 def test_repeats_are_compared_by_median(tmp_path, baseline):
@@ -136,7 +203,9 @@ def test_missing_and_new_configs_are_reported(tmp_path, baseline):
     assert gate(tmp_path, baseline, [row("continuous"), row("none")]) == 1
     rows, _ = compare(baseline, tmp_path / "new.csv")
     assert {(r["config"].split()[-1], r["status"]) for r in rows if r["metric"] == ""} == {
-        ("static", "missing in new"), ("none", "new config")}
+        ("static", "missing in new"),
+        ("none", "new config"),
+    }
     assert gate(tmp_path, baseline, [row("continuous"), row("none")], fail_on_missing=False) == 0
 
 
@@ -145,11 +214,12 @@ def test_workload_params_are_part_of_the_config(tmp_path, baseline):
     rows, _ = compare(baseline, tmp_path / "new.csv")
     assert {(r["config"], r["status"]) for r in rows if r["metric"] == ""} == {
         ("refengine fixed continuous input_len=8", "missing in new"),
-        ("refengine fixed continuous input_len=16", "new config")}
+        ("refengine fixed continuous input_len=16", "new config"),
+    }
 
 
 def test_tolerance_overrides(tmp_path, baseline):
-    new_rows = [row(b, **scale(0.93)) for b in ("continuous", "static")]     # -7 %: beyond 5 %
+    new_rows = [row(b, **scale(0.93)) for b in ("continuous", "static")]  # -7 %: beyond 5 %
     assert gate(tmp_path, baseline, new_rows) == 1
     assert gate(tmp_path, baseline, new_rows, tolerance_overrides=parse_tolerances(["*_throughput=10%"])) == 0
     assert parse_tolerances(["p99_ttft_ms=0.2", "mean_itl_ms=off"]) == {"p99_ttft_ms": 0.2, "mean_itl_ms": None}
@@ -173,8 +243,14 @@ def test_run_json_is_strict_json(tmp_path):
     w = get_workload("fixed", num_prompts=2, seed=0, input_len=4, output_len=2)
     env = environment_info("cpu")
     assert {"git_sha", "torch_version", "triton_version", "device", "python"} <= set(env)
-    path = write_run_json(tmp_path / "run.json", config={"device": "cpu", **KNOBS}, rows=[row()],
-                          records=[{"request_id": "r0", "ttft": math.nan}], workload=w, environment=env)
+    path = write_run_json(
+        tmp_path / "run.json",
+        config={"device": "cpu", **KNOBS},
+        rows=[row()],
+        records=[{"request_id": "r0", "ttft": math.nan}],
+        workload=w,
+        environment=env,
+    )
     doc = json.loads(path.read_text(), parse_constant=lambda c: pytest.fail(f"non-standard JSON constant {c}"))
     assert doc["workload"]["params"]["request_rate"] == "inf" and doc["records"][0]["ttft"] == "nan"
     assert doc["config"]["max_num_seqs"] == 8 and doc["environment"]["device"] == "cpu"

@@ -11,8 +11,9 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def test_code_map_is_current() -> None:
-    res = subprocess.run([sys.executable, str(REPO / "ci" / "codemap.py"), "--check"], capture_output=True,
-                         text=True, timeout=120)
+    res = subprocess.run(
+        [sys.executable, str(REPO / "ci" / "codemap.py"), "--check"], capture_output=True, text=True, timeout=120
+    )
     assert res.returncode == 0, res.stderr
 
 
@@ -23,6 +24,7 @@ def test_code_map_check_fails_on_a_new_module(tmp_path: Path) -> None:
     for name in ("ci", "docs", "refengine", "kernels", "workloads", "perf", "conformance"):
         shutil.copytree(REPO / name, tmp_path / name, ignore=shutil.ignore_patterns("__pycache__", "*.npz", "data"))
     (tmp_path / "workloads" / "extra.py").write_text('"""A module the map has not seen."""\n')
-    res = subprocess.run([sys.executable, str(tmp_path / "ci" / "codemap.py"), "--check"], capture_output=True,
-                         text=True, timeout=120)
+    res = subprocess.run(
+        [sys.executable, str(tmp_path / "ci" / "codemap.py"), "--check"], capture_output=True, text=True, timeout=120
+    )
     assert res.returncode == 1 and "out of date" in res.stderr

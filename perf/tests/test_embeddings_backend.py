@@ -22,8 +22,13 @@ INPUT_LEN, NUM_PROMPTS = 8, 5
 
 def _run(prompts: list[list[int]], server: FakeOpenAIServer, **kw):
     wl = Workload("manual", {"num_prompts": len(prompts)}, [WorkloadRequest(p, 1) for p in prompts])
-    return run_http(wl, HttpTarget("openai-embeddings", server.base_url, "fake-model"), warmup=0,
-                    send=OpenAIEmbeddingsBackend.send, **kw)
+    return run_http(
+        wl,
+        HttpTarget("openai-embeddings", server.base_url, "fake-model"),
+        warmup=0,
+        send=OpenAIEmbeddingsBackend.send,
+        **kw,
+    )
 
 
 def test_records_hold_latency_and_input_tokens_only():
@@ -49,11 +54,29 @@ def test_two_client_workers_serve_embeddings_too():
 
 def test_cli_row(tmp_path):
     with FakeOpenAIServer(token_delay_s=DELAY_S) as s:
-        res = CliRunner().invoke(app, ["perf", "--workload", "fixed", "--workload-param",
-                                       f"input_len={INPUT_LEN},output_len=1", "--num-prompts", str(NUM_PROMPTS),
-                                       "--warmup", "1", "--quiet", "--backend", "openai-embeddings",
-                                       "--base-url", s.base_url, "--model", "fake-model",
-                                       "--result-dir", str(tmp_path)])
+        res = CliRunner().invoke(
+            app,
+            [
+                "perf",
+                "--workload",
+                "fixed",
+                "--workload-param",
+                f"input_len={INPUT_LEN},output_len=1",
+                "--num-prompts",
+                str(NUM_PROMPTS),
+                "--warmup",
+                "1",
+                "--quiet",
+                "--backend",
+                "openai-embeddings",
+                "--base-url",
+                s.base_url,
+                "--model",
+                "fake-model",
+                "--result-dir",
+                str(tmp_path),
+            ],
+        )
     assert res.exit_code == 0, res.output
     (csv,) = tmp_path.glob("*.csv")
     (row,) = read_csv(csv).to_dict("records")

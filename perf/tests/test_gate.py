@@ -1,5 +1,6 @@
 """The gate's rules: regressions judged with the repeats' spread, every stored percentile gateable, unusable
 inputs exit 2, tolerances that live with the baseline (sidecar) or in pyproject, and --format for CI summaries."""
+
 from __future__ import annotations
 
 import json
@@ -17,12 +18,26 @@ KNOBS = {"max_num_seqs": 4, "block_size": 16, "dtype": "float32"}
 
 
 def row(batching="continuous", repeat=0, *, tp=100.0, ttft=50.0, command="", **extra):
-    metrics = {"request_throughput": tp / 10, "output_throughput": tp, "total_token_throughput": tp * 3,
-               **{k: ttft for k in LATENCY_COLUMNS}, **extra}
-    return make_row(metrics=metrics, engine="refengine", batching=batching, config=KNOBS, repeat=repeat,
-                    workload=get_workload("fixed", num_prompts=4, seed=0, input_len=8, output_len=4),
-                    model="tiny-qwen2", device="cpu", git_sha="abc", timestamp="2025-01-01T00:00:00+00:00",
-                    command=command)
+    metrics = {
+        "request_throughput": tp / 10,
+        "output_throughput": tp,
+        "total_token_throughput": tp * 3,
+        **{k: ttft for k in LATENCY_COLUMNS},
+        **extra,
+    }
+    return make_row(
+        metrics=metrics,
+        engine="refengine",
+        batching=batching,
+        config=KNOBS,
+        repeat=repeat,
+        workload=get_workload("fixed", num_prompts=4, seed=0, input_len=8, output_len=4),
+        model="tiny-qwen2",
+        device="cpu",
+        git_sha="abc",
+        timestamp="2025-01-01T00:00:00+00:00",
+        command=command,
+    )
 
 
 def csv(tmp_path, name, rows):
@@ -38,13 +53,16 @@ def gate(base, new, **kw):
     return main_compare(base, new, console=Console(file=open(str(new) + ".out", "w"), width=200), **kw)
 
 
-@pytest.mark.parametrize("new_tps, expected", [
-    ([70.0, 80.0, 125.0], "noise"),       # median -20 % (beyond 5 %) but one repeat beats the baseline: noise
-    ([70.0, 80.0, 90.0], "regressed"),    # every new repeat below every baseline repeat
-    ([96.0, 97.0, 98.0], "ok"),           # apart, but within tolerance (-3 %)
-    ([130.0, 140.0, 150.0], "improved"),
-    ([90.0, 140.0, 150.0], "noise"),      # better beyond tolerance, but overlapping
-])
+@pytest.mark.parametrize(
+    "new_tps, expected",
+    [
+        ([70.0, 80.0, 125.0], "noise"),  # median -20 % (beyond 5 %) but one repeat beats the baseline: noise
+        ([70.0, 80.0, 90.0], "regressed"),  # every new repeat below every baseline repeat
+        ([96.0, 97.0, 98.0], "ok"),  # apart, but within tolerance (-3 %)
+        ([130.0, 140.0, 150.0], "improved"),
+        ([90.0, 140.0, 150.0], "noise"),  # better beyond tolerance, but overlapping
+    ],
+)
 def test_throughput_regression_needs_tolerance_and_spread(tmp_path, new_tps, expected):
     base = csv(tmp_path, "b.csv", [row(repeat=i, tp=v) for i, v in enumerate([95.0, 100.0, 110.0])])
     new = csv(tmp_path, "n.csv", [row(repeat=i, tp=v) for i, v in enumerate(new_tps)])
@@ -79,7 +97,7 @@ def test_every_stored_percentile_and_extra_ones_can_be_gated(tmp_path):
 def test_a_gated_metric_missing_from_the_new_file_fails(tmp_path):
     base = csv(tmp_path, "b.csv", [row()])
     r = row()
-    r["p99_ttft_ms"] = None       # e.g. an old run that did not store p99
+    r["p99_ttft_ms"] = None  # e.g. an old run that did not store p99
     rows, regressed = compare(base, csv(tmp_path, "n.csv", [r]))
     assert regressed and status(rows, "p99_ttft_ms") == "missing in new"
 
@@ -116,13 +134,13 @@ def test_unusable_inputs_exit_2(tmp_path):
 
 def test_sidecar_and_pyproject_tolerances(tmp_path, monkeypatch):
     base = csv(tmp_path, "base.csv", [row(tp=100.0)])
-    new = csv(tmp_path, "new.csv", [row(tp=80.0)])       # -20 %: fails the 5 % default
+    new = csv(tmp_path, "new.csv", [row(tp=80.0)])  # -20 %: fails the 5 % default
     monkeypatch.chdir(tmp_path)
     assert gate(base, new) == 1
     _write(tmp_path / "pyproject.toml", '[tool.cbbench.tolerances]\n"*_throughput" = "25%"\n')
-    assert gate(base, new) == 0                          # project-wide tolerance
+    assert gate(base, new) == 0  # project-wide tolerance
     _write(tmp_path / "base.tolerances.toml", '[tolerances]\n"output_throughput" = 0.1\n')
-    assert gate(base, new) == 1                          # the baseline's own file is stronger
+    assert gate(base, new) == 1  # the baseline's own file is stronger
     assert gate(base, new, tolerance_overrides={"output_throughput": None}) == 0  # --tolerance is strongest
     assert gate(base, new, use_tolerance_files=False) == 1
     _write(tmp_path / "base.tolerances.toml", '[tolerances]\n"output_throughput" = true\n')

@@ -2,6 +2,7 @@
 baseline's sidecar tolerances (no `--tolerance` flags), a missing baseline is one line and exit 2 before anything
 runs, and, with the device named by GPU_SLUG and a CPU baseline in BASELINE_DIR, a real run passes on a rerun of
 the baseline and fails (exit 1, a FAIL summary) once the baseline claims better than the rerun can do."""
+
 from __future__ import annotations
 
 import fnmatch
@@ -25,6 +26,7 @@ H200_TOLERANCES = REPO / "results/baselines/h200.tolerances.toml"
 SMALL = {"num_prompts": 2, "output_len": 4}
 EXACT = '[tolerances]\n"*_throughput" = "off"\n"*_ms" = "off"\nnum_preemptions = "1%"\npeak_kv_blocks = "1%"\n'
 TOO_FEW_BLOCKS = 1  # 2 prompts of 64 + 4 tokens hold 10 blocks of 16: a baseline claiming 1 is beaten by nothing
+
 
 def gate(*args: str, env: dict | None = None, timeout: int = 120) -> subprocess.CompletedProcess:
     full = {**os.environ, "PYTHON": sys.executable, "OMP_NUM_THREADS": "1", **(env or {})}
@@ -65,7 +67,7 @@ def test_h200_tolerances_parse_and_each_has_its_reason() -> None:
         assert any(fnmatch.fnmatchcase(m, pattern) for m in DIRECTIONS), f"{pattern} matches no metric"
     lines = H200_TOLERANCES.read_text().splitlines()
     explained = False  # a comment explains the block of tolerances right under it (up to a blank line)
-    for line in lines[lines.index("[tolerances]") + 1:]:
+    for line in lines[lines.index("[tolerances]") + 1 :]:
         if not line.strip():
             explained = False
         elif line.startswith("#"):
@@ -83,8 +85,14 @@ def test_gate_on_the_cpu_passes_then_catches_a_regression(tmp_path: Path) -> Non
     baseline = tmp_path / "cpu-test.csv"
     one.to_csv(baseline, index=False)
     (tmp_path / "cpu-test.tolerances.toml").write_text(EXACT)
-    env = {"BASELINE_DIR": str(tmp_path), "GPU_SLUG": "cpu-test", "SKIP_SETUP": "1", "SKIP_TESTS": "1",
-           "REPEATS": "1", "OUT": str(tmp_path / "out")}
+    env = {
+        "BASELINE_DIR": str(tmp_path),
+        "GPU_SLUG": "cpu-test",
+        "SKIP_SETUP": "1",
+        "SKIP_TESTS": "1",
+        "REPEATS": "1",
+        "OUT": str(tmp_path / "out"),
+    }
     res = gate(env=env, timeout=300)
     assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-2000:]
     assert "no regression beyond tolerance (1 configuration(s) in common)" in res.stdout

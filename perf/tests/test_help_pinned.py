@@ -1,6 +1,7 @@
 """Every `cbbench` command's `--help`, byte for byte, against the snapshots in fixtures/help/: a refactor of the CLI
 keeps what users read. A deliberate change of an option or its help text is made by regenerating the snapshots
 (`python perf/tests/test_help_pinned.py`) and reviewing their diff."""
+
 from __future__ import annotations
 
 import sys

@@ -20,12 +20,36 @@ from cbbench.perf.cli import app
 from cbbench.perf.report.html import latency_values, load_run, render_html
 from cbbench.perf.report.timeline_svg import KINDS, LEGEND_BASE, cell_fill, palette, request_rgb
 
-TINY = ["--workload", "fixed", "--workload-param", "input_len=8,output_len=4", "--num-prompts", "3",
-        "--max-num-seqs", "2", "--warmup", "1", "--cpu-threads", "0", "--quiet", "--peers", "none",
-        "--batching", "continuous,static"]
+TINY = [
+    "--workload",
+    "fixed",
+    "--workload-param",
+    "input_len=8,output_len=4",
+    "--num-prompts",
+    "3",
+    "--max-num-seqs",
+    "2",
+    "--warmup",
+    "1",
+    "--cpu-threads",
+    "0",
+    "--quiet",
+    "--peers",
+    "none",
+    "--batching",
+    "continuous,static",
+]
 CHROMIUM_NAMES = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable", "chrome")
-CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-                  "--disable-component-update", "--disable-sync", "--no-first-run", "--virtual-time-budget=3000"]
+CHROMIUM_FLAGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+    "--virtual-time-budget=3000",
+]
 CHROMIUM_TIMEOUT_S = 120
 PROBE = """<script>window.addEventListener("load", () => setTimeout(() => {
   const p = document.createElement("pre"); p.id = "probe-resources";
@@ -73,8 +97,12 @@ class Dom(HTMLParser):
             self.elements[self._stack[-1]][2].append(data)
 
     def find(self, tag=None, **attrs):
-        return [e for e in self.elements if (tag is None or e[0] == tag)
-                and all(e[1].get(k.rstrip("_").replace("_", "-")) == v for k, v in attrs.items())]
+        return [
+            e
+            for e in self.elements
+            if (tag is None or e[0] == tag)
+            and all(e[1].get(k.rstrip("_").replace("_", "-")) == v for k, v in attrs.items())
+        ]
 
 
 def _rows(dom: Dom, table: str = "results") -> list[list[str]]:
@@ -109,18 +137,18 @@ def test_page_content_matches_the_run(run_page):
     assert [r[:2] for r in _rows(dom)] == [["refengine", "continuous"], ["refengine", "static"]]
     headers = ["".join(e[2]).strip() for e in dom.find("th")]
     assert "out tok/s" in headers and "slot waste" in headers
-    assert "cont ÷ this" not in headers                   # no peer ran: the empty column is left out
+    assert "cont ÷ this" not in headers  # no peer ran: the empty column is left out
     data = json.loads(dom.find("script", id="cdf-data")[0][2][0])
     label = next(k for k in doc["records"] if "/continuous/" in k)
     ttft, itl = latency_values(doc["records"][label])
     series = next(s for s in data["ttft"]["series"] if s["name"] == "refengine continuous")
     assert series["x"] == pytest.approx(sorted(ttft), abs=1e-3) and series["y"][-1] == 1.0
     assert len(next(s for s in data["itl"]["series"] if s["name"] == "refengine continuous")["x"]) == len(itl) == 9
-    (cmd,) = dom.find("pre", id="command")                 # the command that made the run, as the CSV keeps it
+    (cmd,) = dom.find("pre", id="command")  # the command that made the run, as the CSV keeps it
     assert "".join(cmd[2]) == doc["rows"][0]["command"] and "perf" in doc["rows"][0]["command"]
     env_text = " ".join("".join(e[2]) for e in dom.find("td"))
     assert doc["environment"]["git_sha"] in env_text and doc["environment"]["torch_version"] in env_text
-    assert len(dom.find("svg", class_="timeline-svg")) == 2   # one per batching mode
+    assert len(dom.find("svg", class_="timeline-svg")) == 2  # one per batching mode
 
 
 def test_timeline_colours_match_its_legend_and_name_requests(run_page):
@@ -147,11 +175,13 @@ def test_one_slot_use_figure_and_the_resolved_configuration(run_page):
     headers = ["".join(e[2]).strip() for e in dom.find("th")]
     util = {row["batching"]: f"slot util {float(row['mean_slot_utilisation']):.0%}" for row in doc["rows"]}
     captions = ["".join(e[2]) for e in dom.find("figcaption")]
-    assert captions == [f"refengine {m}: {len(doc['steps'][k])} steps, {util[m]}"
-                        for m, k in zip(("continuous", "static"), doc["steps"])]
+    assert captions == [
+        f"refengine {m}: {len(doc['steps'][k])} steps, {util[m]}"
+        for m, k in zip(("continuous", "static"), doc["steps"])
+    ]
     col = headers.index("slot util")
     assert [r[col] for r in _rows(dom)] == [util[m].removeprefix("slot util ") for m in ("continuous", "static")]
-    assert "peak KV" in headers and doc["rows"][0]["peak_kv_usage"] > 0   # shown because the rows have it
+    assert "peak KV" in headers and doc["rows"][0]["peak_kv_usage"] > 0  # shown because the rows have it
     start = next(i for i, e in enumerate(dom.elements) if e[0] == "table" and e[1].get("id") == "config")
     cfg_headers = ["".join(e[2]).strip() for e in dom.elements[start:] if e[0] == "th"]
     assert "num_gpu_blocks" in cfg_headers and "cpu_threads" not in cfg_headers  # resolved knobs, not options
@@ -167,7 +197,7 @@ def test_old_json_without_step_ids_still_renders(run_page):
             for k in ("scheduled_req_ids", "running_req_ids", "prefill_req_ids", "batch_id"):
                 s.pop(k)
     text = render_html(doc)
-    assert "<svg class=\"timeline-svg\"" not in text and "no per-step request ids" in text
+    assert '<svg class="timeline-svg"' not in text and "no per-step request ids" in text
 
 
 def test_bad_json_is_one_line(tmp_path):
@@ -184,14 +214,21 @@ def _chromium() -> str | None:
 
 def _browse(page: Path, *args: str) -> str:
     with tempfile.TemporaryDirectory() as profile:
-        res = subprocess.run([_chromium(), *CHROMIUM_FLAGS, f"--user-data-dir={profile}", *args, page.as_uri()],
-                             capture_output=True, text=True, timeout=CHROMIUM_TIMEOUT_S)
+        res = subprocess.run(
+            [_chromium(), *CHROMIUM_FLAGS, f"--user-data-dir={profile}", *args, page.as_uri()],
+            capture_output=True,
+            text=True,
+            timeout=CHROMIUM_TIMEOUT_S,
+        )
     assert res.returncode == 0, res.stderr[-2000:]
     return res.stdout
 
 
-needs_chromium = pytest.mark.skipif(_chromium() is None, reason="no chromium binary found (Debian: apt-get install -y "
-                                    "chromium); the headless-browser check of `cbbench report` needs one")
+needs_chromium = pytest.mark.skipif(
+    _chromium() is None,
+    reason="no chromium binary found (Debian: apt-get install -y "
+    "chromium); the headless-browser check of `cbbench report` needs one",
+)
 
 
 @needs_chromium
@@ -200,18 +237,18 @@ def test_headless_chromium_draws_the_page_and_fetches_nothing(run_page, tmp_path
     probed = tmp_path / "probed.html"
     probed.write_text(page.read_text().replace("</body>", PROBE + "</body>"))
     dom = Dom(_browse(probed, "--dump-dom"))
-    assert dom.find("body")[0][1].get("data-charts-drawn") == "yes"     # the script ran to its end
+    assert dom.find("body")[0][1].get("data-charts-drawn") == "yes"  # the script ran to its end
     for chart in ("ttft-cdf", "itl-cdf"):
         (div,) = dom.find("div", id=chart)
         assert div[1].get("data-rendered") == "2"
     paths = dom.find("path", class_="cdf-line")
     assert sorted(p[1]["data-series"] for p in paths) == ["refengine continuous"] * 2 + ["refengine static"] * 2
-    assert all(p[1]["d"].count("L") >= 3 for p in paths)                 # 3 requests: at least 3 steps each
+    assert all(p[1]["d"].count("L") >= 3 for p in paths)  # 3 requests: at least 3 steps each
     assert len(_rows(dom)) == 2
-    assert len(dom.find("svg", class_="timeline-svg")) == 2               # the timelines survive the script
+    assert len(dom.find("svg", class_="timeline-svg")) == 2  # the timelines survive the script
     assert {r[1]["data-request"] for r in dom.find("rect") if "data-request" in r[1]} == {"0", "1", "2"}
     (probe,) = dom.find("pre", id="probe-resources")
-    assert json.loads("".join(probe[2])) == []                          # no resource was fetched
+    assert json.loads("".join(probe[2])) == []  # no resource was fetched
 
 
 @needs_chromium
@@ -219,9 +256,14 @@ def test_the_probe_sees_external_resources(run_page, tmp_path):
     """Control: the same probe on a page with an external image and style sheet lists both."""
     _, page = run_page
     bad = tmp_path / "bad.html"
-    bad.write_text(page.read_text().replace(
-        "</body>", '<img src="http://127.0.0.1:9/x.png"><link rel="stylesheet" href="http://127.0.0.1:9/s.css">'
-        + PROBE + "</body>"))
+    bad.write_text(
+        page.read_text().replace(
+            "</body>",
+            '<img src="http://127.0.0.1:9/x.png"><link rel="stylesheet" href="http://127.0.0.1:9/s.css">'
+            + PROBE
+            + "</body>",
+        )
+    )
     (probe,) = Dom(_browse(bad, "--dump-dom")).find("pre", id="probe-resources")
     assert sorted(json.loads("".join(probe[2]))) == ["http://127.0.0.1:9/s.css", "http://127.0.0.1:9/x.png"]
 
@@ -243,8 +285,8 @@ def test_rate_sweep_gets_a_latency_throughput_chart(run_page, tmp_path):
 
     import matplotlib.image as mpimg
 
-    assert "latency-throughput-img" not in run_page[1].read_text()    # one rate: nothing to draw against
-    args = [*TINY[:-1], "continuous"]                                  # TINY ends with --batching's value
+    assert "latency-throughput-img" not in run_page[1].read_text()  # one rate: nothing to draw against
+    args = [*TINY[:-1], "continuous"]  # TINY ends with --batching's value
     res = CliRunner().invoke(app, ["perf", *args, "--request-rate", "50,100", "--result-dir", str(tmp_path)])
     assert res.exit_code == 0, res.output
     (js,) = tmp_path.glob("*.json")

@@ -22,8 +22,17 @@ from cbbench.perf.results.schema import read_csv
 from cbbench.workloads.base import Workload, WorkloadRequest
 
 INPUT_LEN, OUTPUT_LEN, NUM_PROMPTS = 8, 5, 6
-FIXED = ["--workload", "fixed", "--workload-param", f"input_len={INPUT_LEN},output_len={OUTPUT_LEN}",
-         "--num-prompts", str(NUM_PROMPTS), "--warmup", "1", "--quiet"]
+FIXED = [
+    "--workload",
+    "fixed",
+    "--workload-param",
+    f"input_len={INPUT_LEN},output_len={OUTPUT_LEN}",
+    "--num-prompts",
+    str(NUM_PROMPTS),
+    "--warmup",
+    "1",
+    "--quiet",
+]
 
 
 def invoke(*args: str):
@@ -40,8 +49,19 @@ def server():
 
 
 def _perf(server, tmp_path, *extra: str):
-    res = invoke("perf", *FIXED, "--backend", extra[0] if extra else "openai", "--base-url", server.base_url,
-                 "--model", "fake-model", "--result-dir", str(tmp_path), *extra[1:])
+    res = invoke(
+        "perf",
+        *FIXED,
+        "--backend",
+        extra[0] if extra else "openai",
+        "--base-url",
+        server.base_url,
+        "--model",
+        "fake-model",
+        "--result-dir",
+        str(tmp_path),
+        *extra[1:],
+    )
     assert res.exit_code == 0, res.output
     (csv,) = tmp_path.glob("*.csv")
     (js,) = tmp_path.glob("*.json")
@@ -59,7 +79,7 @@ def test_payload_is_vllm_bench_serve_shaped():
 
 
 def test_chunk_content_rules():
-    assert chunk_content("openai", {"text": "", "finish_reason": None}) == ""      # a token with no text yet
+    assert chunk_content("openai", {"text": "", "finish_reason": None}) == ""  # a token with no text yet
     assert chunk_content("openai", {"text": "", "finish_reason": "length"}) is None  # a finish marker
     assert chunk_content("openai", {"text": "x", "finish_reason": "length"}) == "x"
     assert chunk_content("openai-chat", {"delta": {"role": "assistant", "content": ""}}) is None
@@ -67,8 +87,10 @@ def test_chunk_content_rules():
 
 
 def test_prometheus_parsing():
-    text = ('# HELP x\nvllm:kv_cache_usage_perc{engine="0"} 0.25\nvllm:kv_cache_usage_perc{engine="1"} 0.75\n'
-            'vllm:num_preemptions_total 3.0\nbad line\n')
+    text = (
+        '# HELP x\nvllm:kv_cache_usage_perc{engine="0"} 0.25\nvllm:kv_cache_usage_perc{engine="1"} 0.75\n'
+        "vllm:num_preemptions_total 3.0\nbad line\n"
+    )
     parsed = parse_prometheus(text)
     assert parsed["vllm:num_preemptions_total"] == [({}, 3.0)]
     assert kv_usage(parsed) == 0.5
@@ -134,8 +156,12 @@ def test_unreachable_server_is_a_failed_row_and_exit_1(tmp_path, backend):
 
 @pytest.mark.parametrize("cap", [1, 2])
 def test_max_concurrency_caps_requests_in_flight(server, cap):
-    r = run_http(_workload([[1, 2, 3]] * 6, output_len=6), HttpTarget("openai", server.base_url, "fake-model"),
-                 max_concurrency=cap, warmup=0)
+    r = run_http(
+        _workload([[1, 2, 3]] * 6, output_len=6),
+        HttpTarget("openai", server.base_url, "fake-model"),
+        max_concurrency=cap,
+        warmup=0,
+    )
     assert r.metrics(metric_percentiles=[50], goodput=None)["completed"] == 6
     assert server.peak_in_flight == cap
 
@@ -150,8 +176,18 @@ def test_request_rate_sweep_is_one_row_per_rate(server, tmp_path):
 
 
 def test_engine_knobs_are_refused_with_an_http_backend(server, tmp_path):
-    res = invoke("perf", *FIXED, "--backend", "openai", "--base-url", server.base_url, "--max-num-seqs", "4",
-                 "--result-dir", str(tmp_path))
+    res = invoke(
+        "perf",
+        *FIXED,
+        "--backend",
+        "openai",
+        "--base-url",
+        server.base_url,
+        "--max-num-seqs",
+        "4",
+        "--result-dir",
+        str(tmp_path),
+    )
     assert res.exit_code == 2 and "max-num-seqs" in res.output and "server" in res.output
     res = invoke("perf", *FIXED, "--backend", "openai", "--result-dir", str(tmp_path))
     assert res.exit_code == 2 and "base-url" in res.output
@@ -163,8 +199,17 @@ def test_in_process_max_concurrency_caps_requests_in_flight():
 
     cap = 2
     w = _workload([[7 + i] * 8 for i in range(5)], output_len=4)
-    r = run_refengine(w, model="tiny-qwen2", device="cpu", dtype=None, seed=0, batching="continuous",
-                      knobs={"max_num_seqs": 4}, warmup=0, max_concurrency=cap)
+    r = run_refengine(
+        w,
+        model="tiny-qwen2",
+        device="cpu",
+        dtype=None,
+        seed=0,
+        batching="continuous",
+        knobs={"max_num_seqs": 4},
+        warmup=0,
+        max_concurrency=cap,
+    )
     assert [rec.output_len for rec in r.records] == [4] * 5
     assert max(s.num_running + s.num_waiting for s in r.steps) == cap
 
@@ -176,8 +221,18 @@ def test_compare_in_process_against_http(server, tmp_path):
 
     inproc_dir, http_dir = tmp_path / "inproc", tmp_path / "http"
     common = [*FIXED, "--model", "tiny-qwen2", "--max-concurrency", "3"]
-    res = invoke("perf", *common, "--batching", "continuous,static", "--peers", "none", "--cpu-threads", "0",
-                 "--result-dir", str(inproc_dir))
+    res = invoke(
+        "perf",
+        *common,
+        "--batching",
+        "continuous,static",
+        "--peers",
+        "none",
+        "--cpu-threads",
+        "0",
+        "--result-dir",
+        str(inproc_dir),
+    )
     assert res.exit_code == 0, res.output
     res = invoke("perf", *common, "--backend", "openai", "--base-url", server.base_url, "--result-dir", str(http_dir))
     assert res.exit_code == 0, res.output
@@ -193,8 +248,17 @@ def test_compare_in_process_against_http(server, tmp_path):
         compare(inproc_csv, http_csv)
     res = invoke("compare", str(inproc_csv), str(http_csv), "--ignore-key", "server")  # two modes become one
     assert res.exit_code == 2 and "ignore-key" in res.output and "--where" in res.output
-    res = invoke("compare", str(inproc_csv), str(http_csv), "--ignore-key", "server", "--where",
-                 "batching=continuous", "--format", "json")  # the HTTP row's unknown mode matches
+    res = invoke(
+        "compare",
+        str(inproc_csv),
+        str(http_csv),
+        "--ignore-key",
+        "server",
+        "--where",
+        "batching=continuous",
+        "--format",
+        "json",
+    )  # the HTTP row's unknown mode matches
     assert res.exit_code in (0, 1), res.output
     assert json.loads(res.stdout)["configurations_in_common"] == 1
     assert invoke("compare", str(inproc_csv), str(http_csv), "--ignore-key", "colour").exit_code == 2

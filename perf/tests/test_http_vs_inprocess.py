@@ -27,10 +27,18 @@ from cbbench.workloads.base import Workload, WorkloadRequest
 
 MAX_NUM_SEQS = 64
 NUM_STREAMS = 64
-STARTUP_TIMEOUT_S = 120.0   # loading tiny-qwen2 and importing torch on a busy 2-core machine
-RANDOM = ["--workload", "random", "--workload-param",
-          "input_len_min=8,input_len_max=40,output_len_min=2,output_len_max=12",
-          "--num-prompts", "10", "--warmup", "1", "--quiet"]
+STARTUP_TIMEOUT_S = 120.0  # loading tiny-qwen2 and importing torch on a busy 2-core machine
+RANDOM = [
+    "--workload",
+    "random",
+    "--workload-param",
+    "input_len_min=8,input_len_max=40,output_len_min=2,output_len_max=12",
+    "--num-prompts",
+    "10",
+    "--warmup",
+    "1",
+    "--quiet",
+]
 
 
 def _free_port() -> int:
@@ -43,9 +51,24 @@ def _free_port() -> int:
 def served(tmp_path_factory):
     port = _free_port()
     log = tmp_path_factory.mktemp("serve") / "serve.log"
-    cmd = [sys.executable, "-c", "from cbbench.perf.cli import app; app()", "serve", "--model", "tiny-qwen2",
-           "--max-num-seqs", str(MAX_NUM_SEQS), "--cpu-threads", "1", "--log-level", "warning",
-           "--host", "127.0.0.1", "--port", str(port)]
+    cmd = [
+        sys.executable,
+        "-c",
+        "from cbbench.perf.cli import app; app()",
+        "serve",
+        "--model",
+        "tiny-qwen2",
+        "--max-num-seqs",
+        str(MAX_NUM_SEQS),
+        "--cpu-threads",
+        "1",
+        "--log-level",
+        "warning",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+    ]
     with log.open("w") as f:
         proc = subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT, env={**os.environ, "OMP_NUM_THREADS": "1"})
     url = f"http://127.0.0.1:{port}"
@@ -81,16 +104,28 @@ def _run(tmp_path, *args: str):
 
 
 def test_http_run_agrees_with_in_process_run(served, tmp_path):
-    (inproc,), doc_in = _run(tmp_path / "inproc", *RANDOM, "--batching", "continuous", "--peers", "none",
-                             "--max-num-seqs", str(MAX_NUM_SEQS), "--cpu-threads", "0")
-    (http,), doc_http = _run(tmp_path / "http", *RANDOM, "--backend", "openai", "--base-url", served,
-                             "--model", "tiny-qwen2")
+    (inproc,), doc_in = _run(
+        tmp_path / "inproc",
+        *RANDOM,
+        "--batching",
+        "continuous",
+        "--peers",
+        "none",
+        "--max-num-seqs",
+        str(MAX_NUM_SEQS),
+        "--cpu-threads",
+        "0",
+    )
+    (http,), doc_http = _run(
+        tmp_path / "http", *RANDOM, "--backend", "openai", "--base-url", served, "--model", "tiny-qwen2"
+    )
     for k in ("completed", "total_input_tokens", "total_output_tokens"):
         assert http[k] == inproc[k], k
     assert http["failed"] == 0 and json.loads(http["workload_params"]) == json.loads(inproc["workload_params"])
     (rin,), (rhttp,) = doc_in["records"].values(), doc_http["records"].values()
-    assert [(r["request_id"], r["prompt_len"], r["output_len"]) for r in rin] == \
-           [(r["request_id"], r["prompt_len"], r["output_len"]) for r in rhttp]
+    assert [(r["request_id"], r["prompt_len"], r["output_len"]) for r in rin] == [
+        (r["request_id"], r["prompt_len"], r["output_len"]) for r in rhttp
+    ]
     assert all(r["output_len_source"] == "usage" for r in rhttp)
 
     from refengine import LLM, SamplingParams  # the same prompts through the engine: the same tokens come back
@@ -98,18 +133,25 @@ def test_http_run_agrees_with_in_process_run(served, tmp_path):
     w = doc_http["workload"]["params"]
     from cbbench.workloads import get_workload
 
-    wl = get_workload("random", num_prompts=w["num_prompts"], seed=w["seed"],
-                      **{k: w[k] for k in ("input_len_min", "input_len_max", "output_len_min", "output_len_max")})
+    wl = get_workload(
+        "random",
+        num_prompts=w["num_prompts"],
+        seed=w["seed"],
+        **{k: w[k] for k in ("input_len_min", "input_len_max", "output_len_min", "output_len_max")},
+    )
     llm = LLM(model="tiny-qwen2", device="cpu", max_num_seqs=MAX_NUM_SEQS)
-    outs = [llm.generate([r.prompt_token_ids], SamplingParams(max_tokens=r.output_len, temperature=0.0,
-                                                              ignore_eos=True))[0] for r in wl.requests]
+    outs = [
+        llm.generate([r.prompt_token_ids], SamplingParams(max_tokens=r.output_len, temperature=0.0, ignore_eos=True))[0]
+        for r in wl.requests
+    ]
     assert [o.outputs[0].text for o in outs] == [r["text"] for r in rhttp]
 
 
 def test_64_concurrent_streams_all_finish(served):
     reqs = [WorkloadRequest([100 + i] + [7] * 15, 8) for i in range(NUM_STREAMS)]
-    r = run_http(Workload("streams", {"num_prompts": NUM_STREAMS}, reqs),
-                 HttpTarget("openai", served, "tiny-qwen2"), warmup=1)
+    r = run_http(
+        Workload("streams", {"num_prompts": NUM_STREAMS}, reqs), HttpTarget("openai", served, "tiny-qwen2"), warmup=1
+    )
     assert r.error is None, r.error
     m = r.metrics(metric_percentiles=[50], goodput=None)
     assert m["completed"] == NUM_STREAMS and m["failed"] == 0

@@ -1,5 +1,6 @@
 """The engine-knob options are generated from SchedulerConfig / EngineConfig: every settable field is an option of
 `cbbench perf` with the config's type and choices, and the values reach the run as a knob dict."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -17,8 +18,9 @@ NOT_KNOBS = {"model", "device", "dtype", "seed", "scheduler", "stats_log_size"} 
 
 def test_every_config_field_is_a_knob():
     names = {k.name for k in engine_knobs()}
-    expected = ({f.name for f in dataclasses.fields(SchedulerConfig)} - {"max_model_len"}) \
-        | ({f.name for f in dataclasses.fields(EngineConfig)} - NOT_KNOBS)
+    expected = ({f.name for f in dataclasses.fields(SchedulerConfig)} - {"max_model_len"}) | (
+        {f.name for f in dataclasses.fields(EngineConfig)} - NOT_KNOBS
+    )
     assert names == expected
     assert knob("policy").choices == POLICIES and knob("preemption_mode").choices == PREEMPTION_MODES
     assert knob("batching").choices == BATCHING_MODES
@@ -39,23 +41,40 @@ def test_perf_help_lists_every_knob_except_batching():
 def test_knob_values_reach_the_run(monkeypatch, tmp_path):
     seen = {}
     monkeypatch.setattr(cli, "run_perf", lambda opts, console: seen.setdefault("opts", opts))
-    res = CliRunner().invoke(cli.app, ["perf", "--max-num-batched-tokens", "256,512", "--no-enable-prefix-caching",
-                                       "--policy", "priority", "--result-dir", str(tmp_path)])
+    res = CliRunner().invoke(
+        cli.app,
+        [
+            "perf",
+            "--max-num-batched-tokens",
+            "256,512",
+            "--no-enable-prefix-caching",
+            "--policy",
+            "priority",
+            "--result-dir",
+            str(tmp_path),
+        ],
+    )
     assert res.exit_code == 0, res.output
     knobs = seen["opts"].knobs
     assert knobs["max_num_batched_tokens"] == "256,512" and knobs["enable_prefix_caching"] is False
     assert knobs["policy"] == "priority" and knobs["block_size"] is None
-    assert parse_knobs(knobs) == {"max_num_batched_tokens": [256, 512], "enable_prefix_caching": [False],
-                                  "policy": ["priority"]}
+    assert parse_knobs(knobs) == {
+        "max_num_batched_tokens": [256, 512],
+        "enable_prefix_caching": [False],
+        "policy": ["priority"],
+    }
 
 
-@pytest.mark.parametrize("name, text, needle", [
-    ("max_num_seqs", "4,x", "max_num_seqs: expected a comma list of integers"),
-    ("policy", "fcfs,lifo", "policy must be one of"),
-    ("attention_backend", "cuda", "attention_backend must be one of"),
-    ("kv_cache_memory_gb", "nan", "kv_cache_memory_gb: expected a comma list of numbers"),
-    ("block_size", ",", "block_size: empty list"),
-])
+@pytest.mark.parametrize(
+    "name, text, needle",
+    [
+        ("max_num_seqs", "4,x", "max_num_seqs: expected a comma list of integers"),
+        ("policy", "fcfs,lifo", "policy must be one of"),
+        ("attention_backend", "cuda", "attention_backend must be one of"),
+        ("kv_cache_memory_gb", "nan", "kv_cache_memory_gb: expected a comma list of numbers"),
+        ("block_size", ",", "block_size: empty list"),
+    ],
+)
 def test_bad_knob_text_names_the_knob(name, text, needle):
     with pytest.raises(ValueError, match=needle):
         parse_knobs({name: text})
@@ -74,16 +93,23 @@ def test_serve_takes_the_same_generated_knobs_as_single_values(monkeypatch):
 
     res = CliRunner().invoke(cli.app, ["serve", "--help"], env={"COLUMNS": "300"})
     assert res.exit_code == 0
-    for k in engine_knobs():          # batching too: a server runs one mode
+    for k in engine_knobs():  # batching too: a server runs one mode
         assert k.flag in res.output, k.name
     seen = {}
     monkeypatch.setattr(api_server, "run_server", lambda knobs, **kw: seen.update(knobs=knobs, **kw))
-    res = CliRunner().invoke(cli.app, ["serve", "--max-num-seqs", "8", "--batching", "static", "--no-enable-prefix-caching",
-                                       "--port", "9001"])
+    res = CliRunner().invoke(
+        cli.app,
+        ["serve", "--max-num-seqs", "8", "--batching", "static", "--no-enable-prefix-caching", "--port", "9001"],
+    )
     assert res.exit_code == 0, res.output
     assert {k: v for k, v in seen["knobs"].items() if v is not None} == {
-        "model": "tiny-qwen2", "device": "cpu", "seed": 0, "max_num_seqs": 8, "batching": "static",
-        "enable_prefix_caching": False}
+        "model": "tiny-qwen2",
+        "device": "cpu",
+        "seed": 0,
+        "max_num_seqs": 8,
+        "batching": "static",
+        "enable_prefix_caching": False,
+    }
     assert seen["port"] == 9001
     res = CliRunner().invoke(cli.app, ["serve", "--policy", "lifo"])
     assert res.exit_code == 2 and "policy must be one of" in res.stderr

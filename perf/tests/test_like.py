@@ -1,6 +1,7 @@
 """`cbbench perf --like BASELINE.csv` reruns exactly the baseline's configurations, and the README's gate
 commands work verbatim on the committed baseline: its rerun shares every configuration with it, and the
 baseline compared with itself passes under its own tolerance file."""
+
 from __future__ import annotations
 
 import re
@@ -45,7 +46,7 @@ def test_baseline_against_itself_passes():
     res = invoke("compare", str(BASELINE), str(BASELINE))
     assert res.exit_code == 0, res.output
     assert "cpu.tolerances.toml" in res.output and "in common" in res.output
-    assert "(cpu-baseline)" in res.output   # the baseline's --label names it
+    assert "(cpu-baseline)" in res.output  # the baseline's --label names it
 
 
 def test_like_reruns_every_configuration_of_the_baseline(tmp_path):
@@ -56,19 +57,43 @@ def test_like_reruns_every_configuration_of_the_baseline(tmp_path):
     new_df = read_csv(new)
     assert {config_key(r) for r in new_df.to_dict("records")} == base_keys and len(new_df) == len(base_keys)
     res = invoke("compare", str(BASELINE), str(new))
-    assert res.exit_code in (0, 1), res.output        # speed on a shared CPU may move; the match may not
+    assert res.exit_code in (0, 1), res.output  # speed on a shared CPU may move; the match may not
     assert f"{len(base_keys)} configuration(s) in common" in res.output.replace("\n", " ")
 
 
 def test_like_on_a_sweep_with_peers(tmp_path, monkeypatch):
     made = tmp_path / "made.csv"
-    res = invoke("perf", "--workload", "fixed", "--workload-param", "input_len=8,output_len=4", "--num-prompts", "3",
-                 "--max-num-seqs", "2", "--warmup", "0", "--cpu-threads", "0", "--quiet", "--peers", "hf-static",
-                 "--batching", "continuous", "--max-num-batched-tokens", "16,64", "--output", str(made))
+    res = invoke(
+        "perf",
+        "--workload",
+        "fixed",
+        "--workload-param",
+        "input_len=8,output_len=4",
+        "--num-prompts",
+        "3",
+        "--max-num-seqs",
+        "2",
+        "--warmup",
+        "0",
+        "--cpu-threads",
+        "0",
+        "--quiet",
+        "--peers",
+        "hf-static",
+        "--batching",
+        "continuous",
+        "--max-num-batched-tokens",
+        "16,64",
+        "--output",
+        str(made),
+    )
     assert res.exit_code == 0, res.output
     plan = load_like(made)
     assert sorted((e, m, k.get("max_num_batched_tokens")) for e, m, k in plan.entries) == [
-        ("hf-static", "static", None), ("refengine", "continuous", 16), ("refengine", "continuous", 64)]
+        ("hf-static", "static", None),
+        ("refengine", "continuous", 16),
+        ("refengine", "continuous", 64),
+    ]
     seen = []
     real = in_process.run_refengine
     monkeypatch.setattr(in_process, "run_refengine", lambda *a, **k: seen.append(k["knobs"]) or real(*a, **k))

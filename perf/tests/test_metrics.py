@@ -21,10 +21,19 @@ REL = 1e-9
 
 
 def rec(rid, prompt_len, token_times, *, arrival, scheduled, preempt=0, cached=0, reason="length"):
-    return {"request_id": rid, "prompt_len": prompt_len, "output_len": len(token_times), "arrival_time": arrival,
-            "first_scheduled_time": scheduled, "first_token_time": token_times[0] if token_times else None,
-            "token_times": token_times, "finish_time": token_times[-1] if token_times else None,
-            "num_preemptions": preempt, "num_cached_tokens": cached, "finish_reason": reason}
+    return {
+        "request_id": rid,
+        "prompt_len": prompt_len,
+        "output_len": len(token_times),
+        "arrival_time": arrival,
+        "first_scheduled_time": scheduled,
+        "first_token_time": token_times[0] if token_times else None,
+        "token_times": token_times,
+        "finish_time": token_times[-1] if token_times else None,
+        "num_preemptions": preempt,
+        "num_cached_tokens": cached,
+        "finish_reason": reason,
+    }
 
 
 # r0: TTFT 1.0, E2EL 2.5, TPOT (2.5 - 1.0) / 2 = 0.75, ITL 0.5 and 1.0, queue 0.5, one preemption
@@ -41,19 +50,50 @@ DURATION = 4.0
 
 # a static batch of r0 (3 tokens) and r1 (1 token): prefill step, then two decode steps where r1's slot is held idle
 STEPS = [
-    {"num_scheduled_tokens": 30, "num_running": 2, "num_waiting": 1, "num_prefill_tokens": 30,
-     "num_decode_tokens": 0, "kv_blocks_used": 4, "slots_held": 2, "time": 1.0},
-    {"num_scheduled_tokens": 1, "num_running": 1, "num_waiting": 1, "num_prefill_tokens": 0,
-     "num_decode_tokens": 1, "kv_blocks_used": 3, "slots_held": 2, "time": 1.5},
-    {"num_scheduled_tokens": 1, "num_running": 1, "num_waiting": 1, "num_prefill_tokens": 0,
-     "num_decode_tokens": 1, "kv_blocks_used": 3, "slots_held": 2, "time": 2.5},
+    {
+        "num_scheduled_tokens": 30,
+        "num_running": 2,
+        "num_waiting": 1,
+        "num_prefill_tokens": 30,
+        "num_decode_tokens": 0,
+        "kv_blocks_used": 4,
+        "slots_held": 2,
+        "time": 1.0,
+    },
+    {
+        "num_scheduled_tokens": 1,
+        "num_running": 1,
+        "num_waiting": 1,
+        "num_prefill_tokens": 0,
+        "num_decode_tokens": 1,
+        "kv_blocks_used": 3,
+        "slots_held": 2,
+        "time": 1.5,
+    },
+    {
+        "num_scheduled_tokens": 1,
+        "num_running": 1,
+        "num_waiting": 1,
+        "num_prefill_tokens": 0,
+        "num_decode_tokens": 1,
+        "kv_blocks_used": 3,
+        "slots_held": 2,
+        "time": 2.5,
+    },
 ]
 
 
 @pytest.fixture(scope="module")
 def m():
-    return compute_metrics(TRACE, DURATION, steps=STEPS, max_num_seqs=4, max_num_batched_tokens=64,
-                           num_gpu_blocks=8, goodput={"ttft": 1000, "tpot": 800})
+    return compute_metrics(
+        TRACE,
+        DURATION,
+        steps=STEPS,
+        max_num_seqs=4,
+        max_num_batched_tokens=64,
+        num_gpu_blocks=8,
+        goodput={"ttft": 1000, "tpot": 800},
+    )
 
 
 def test_counts_and_throughputs(m):
@@ -134,9 +174,15 @@ def test_continuous_steps_have_no_slot_waste():
 def test_percentile_keys_and_validation():
     m = compute_metrics(TRACE, DURATION, metric_percentiles=[25, 99.9])
     assert "p25_ttft_ms" in m and "p99.9_e2el_ms" in m and "p99_ttft_ms" not in m
-    assert m["p25_ttft_ms"] == pytest.approx(750, rel=REL)      # index 0.5 between 500 and 1000
-    assert stat_keys("ttft") == ["mean_ttft_ms", "median_ttft_ms", "std_ttft_ms", "p50_ttft_ms", "p90_ttft_ms",
-                                 "p99_ttft_ms"]
+    assert m["p25_ttft_ms"] == pytest.approx(750, rel=REL)  # index 0.5 between 500 and 1000
+    assert stat_keys("ttft") == [
+        "mean_ttft_ms",
+        "median_ttft_ms",
+        "std_ttft_ms",
+        "p50_ttft_ms",
+        "p90_ttft_ms",
+        "p99_ttft_ms",
+    ]
     assert parse_metric_percentiles("50,90,99") == [50.0, 90.0, 99.0]
     with pytest.raises(ValueError, match="metric_percentiles"):
         parse_metric_percentiles("0,100")

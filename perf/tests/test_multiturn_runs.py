@@ -35,8 +35,11 @@ class WordTokenizer:
 
 
 def _conversations(n: int = 2) -> Workload:
-    reqs = [WorkloadRequest([10 + c * 10 + k] * 4, OUTPUT_LEN, 0.0, f"c{c}k{k} ", conversation_id=c, turn=k)
-            for c in range(n) for k in range(TURNS)]
+    reqs = [
+        WorkloadRequest([10 + c * 10 + k] * 4, OUTPUT_LEN, 0.0, f"c{c}k{k} ", conversation_id=c, turn=k)
+        for c in range(n)
+        for k in range(TURNS)
+    ]
     return Workload("multiturn", {}, reqs)
 
 
@@ -49,22 +52,32 @@ def test_feeder_holds_each_turn_until_the_previous_answer():
     assert f.prompt_ids(1) == [10] * 4 + [7, 8] + [11] * 4
     assert f.prompt_text(1, lambda r: r.prompt_text) == "c0k0 a0 c0k1 "
     assert f.messages(1, lambda r: r.prompt_text) == [
-        {"role": "user", "content": "c0k0 "}, {"role": "assistant", "content": "a0 "},
-        {"role": "user", "content": "c0k1 "}]
+        {"role": "user", "content": "c0k0 "},
+        {"role": "assistant", "content": "a0 "},
+        {"role": "user", "content": "c0k1 "},
+    ]
 
 
 def test_in_process_turns_carry_the_history_and_hit_the_prefix_cache():
     from cbbench.perf.backends.in_process import run_refengine
 
     w = get_workload("multiturn", num_prompts=2, num_turns=TURNS, user_len=USER_LEN, output_len=OUTPUT_LEN)
-    r = run_refengine(w, model="tiny-qwen2", device="cpu", dtype=None, seed=0, batching="continuous",
-                      knobs={"max_num_seqs": 4, "enable_prefix_caching": True, "block_size": 16}, warmup=0)
+    r = run_refengine(
+        w,
+        model="tiny-qwen2",
+        device="cpu",
+        dtype=None,
+        seed=0,
+        batching="continuous",
+        knobs={"max_num_seqs": 4, "enable_prefix_caching": True, "block_size": 16},
+        warmup=0,
+    )
     by = {(rec.conversation_id, rec.turn): rec for rec in r.records}
     assert sorted(by) == [(c, k) for c in range(2) for k in range(TURNS)]
     for c in range(2):
         for k in range(TURNS):
             assert by[c, k].prompt_len == (k + 1) * USER_LEN + k * OUTPUT_LEN
-            if k:   # sent only once the previous answer was back; its history's full blocks were cached
+            if k:  # sent only once the previous answer was back; its history's full blocks were cached
                 assert by[c, k].arrival_time >= by[c, k - 1].finish_time
                 assert by[c, k].num_cached_tokens > 0
     assert all(by[c, 0].num_cached_tokens == 0 for c in range(2))
@@ -106,7 +119,7 @@ def test_completions_send_the_history_as_token_ids(server):
 
 
 def test_a_failed_turn_ends_its_conversation():
-    t = HttpTarget("openai", "http://127.0.0.1:9", "fake-model")   # nothing listens on the discard port
+    t = HttpTarget("openai", "http://127.0.0.1:9", "fake-model")  # nothing listens on the discard port
     r = run_http(_conversations(1), t, tokenizer=WordTokenizer(), warmup=0)
     assert [rec.finish_reason for rec in r.records] == ["error"] * TURNS
     assert "earlier turn" in r.records[1].error
@@ -122,10 +135,30 @@ def test_conversation_metrics_skip_plain_runs():
 
 
 def test_cli_prints_the_turn_line_and_writes_turns_to_the_json(server, tmp_path):
-    res = CliRunner().invoke(app, ["perf", "--workload", "multiturn", "--workload-param",
-                                   f"num_turns={TURNS},user_len=4,output_len={OUTPUT_LEN}", "--num-prompts", "2",
-                                   "--warmup", "1", "--backend", "openai-chat", "--base-url", server.base_url,
-                                   "--model", "fake-model", "--tokenizer", "qwen", "--result-dir", str(tmp_path)])
+    res = CliRunner().invoke(
+        app,
+        [
+            "perf",
+            "--workload",
+            "multiturn",
+            "--workload-param",
+            f"num_turns={TURNS},user_len=4,output_len={OUTPUT_LEN}",
+            "--num-prompts",
+            "2",
+            "--warmup",
+            "1",
+            "--backend",
+            "openai-chat",
+            "--base-url",
+            server.base_url,
+            "--model",
+            "fake-model",
+            "--tokenizer",
+            "qwen",
+            "--result-dir",
+            str(tmp_path),
+        ],
+    )
     assert res.exit_code == 0, res.output
     assert "mean TTFT by turn (ms)" in res.output and "conversation latency" in res.output
     (js,) = tmp_path.glob("*.json")

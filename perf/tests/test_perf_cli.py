@@ -4,6 +4,7 @@ exit codes, `timeline` writes a PNG, and bad input ends with one line on stderr 
 Sizes are tiny (3 prompts of 8 tokens, 4 output tokens) so the whole file runs in well under a minute on 2 cores;
 `--cpu-threads 0` leaves torch's thread count alone for the rest of the session.
 """
+
 import json
 
 import pandas as pd
@@ -13,8 +14,21 @@ from typer.testing import CliRunner
 from cbbench.perf.cli import app
 from cbbench.perf.results.schema import COLUMNS, read_csv
 
-TINY = ["--workload", "fixed", "--workload-param", "input_len=8,output_len=4", "--num-prompts", "3",
-        "--max-num-seqs", "2", "--warmup", "1", "--cpu-threads", "0", "--quiet"]
+TINY = [
+    "--workload",
+    "fixed",
+    "--workload-param",
+    "input_len=8,output_len=4",
+    "--num-prompts",
+    "3",
+    "--max-num-seqs",
+    "2",
+    "--warmup",
+    "1",
+    "--cpu-threads",
+    "0",
+    "--quiet",
+]
 
 
 def invoke(*args: str):
@@ -24,8 +38,7 @@ def invoke(*args: str):
 @pytest.fixture(scope="module")
 def perf_run(tmp_path_factory):
     out = tmp_path_factory.mktemp("perf")
-    res = invoke("perf", *TINY, "--batching", "continuous,static", "--peers", "hf-static",
-                 "--result-dir", str(out))
+    res = invoke("perf", *TINY, "--batching", "continuous,static", "--peers", "hf-static", "--result-dir", str(out))
     assert res.exit_code == 0, res.output
     (csv,) = out.glob("*.csv")
     (js,) = out.glob("*.json")
@@ -69,22 +82,26 @@ def test_compare_exit_codes(perf_run, tmp_path):
 
 def test_timeline_writes_png(tmp_path):
     out = tmp_path / "t.png"
-    res = invoke("timeline", "--out", str(out), "--num-requests", "4", "--max-num-seqs", "2",
-                 "--batching", "continuous,static")
+    res = invoke(
+        "timeline", "--out", str(out), "--num-requests", "4", "--max-num-seqs", "2", "--batching", "continuous,static"
+    )
     assert res.exit_code == 0, res.output
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
-@pytest.mark.parametrize("args, needle", [
-    (["--workload", "nosuch"], "unknown name 'nosuch'"),
-    (["--batching", "continuous,dynamic"], "batching must be one of"),
-    (["--max-num-seqs", "0"], "max_num_seqs must be an integer"),
-    (["--block-size", "sixteen"], "block_size: expected a comma list of integers"),
-    (["--preemption-mode", "evict"], "preemption_mode must be one of"),
-    (["--peers", "vllm"], "unknown peer 'vllm'"),
-    (["--workload-param", "no_such_param=3"], "no_such_param"),
-    (["--goodput", "latency:5"], "goodput"),
-])
+@pytest.mark.parametrize(
+    "args, needle",
+    [
+        (["--workload", "nosuch"], "unknown name 'nosuch'"),
+        (["--batching", "continuous,dynamic"], "batching must be one of"),
+        (["--max-num-seqs", "0"], "max_num_seqs must be an integer"),
+        (["--block-size", "sixteen"], "block_size: expected a comma list of integers"),
+        (["--preemption-mode", "evict"], "preemption_mode must be one of"),
+        (["--peers", "vllm"], "unknown peer 'vllm'"),
+        (["--workload-param", "no_such_param=3"], "no_such_param"),
+        (["--goodput", "latency:5"], "goodput"),
+    ],
+)
 def test_bad_input_is_one_line_and_exit_2(tmp_path, args, needle):
     res = invoke("perf", *TINY, "--peers", "none", "--result-dir", str(tmp_path), *args)
     assert res.exit_code == 2, res.output
@@ -107,8 +124,7 @@ def test_usage_error_is_one_line_and_exit_2(args):
     import subprocess
     import sys
 
-    res = subprocess.run([sys.executable, "-m", "cbbench.perf.cli", *args], capture_output=True, text=True,
-                         timeout=120)
+    res = subprocess.run([sys.executable, "-m", "cbbench.perf.cli", *args], capture_output=True, text=True, timeout=120)
     assert res.returncode == 2
     lines = res.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("cbbench: error:"), res.stderr

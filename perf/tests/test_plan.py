@@ -1,5 +1,6 @@
 """The typed plan of `cbbench perf`: built once from the options, one `RunSpec` per run in the order they run,
 and printed by `--dry-run` without running or writing anything."""
+
 from __future__ import annotations
 
 from typer.testing import CliRunner
@@ -12,12 +13,24 @@ FIXED = dict(workload="fixed", workload_params=["input_len=8,output_len=4"], num
 
 
 def test_plan_holds_one_spec_per_run_in_order(tmp_path):
-    o = PerfOptions(**FIXED, batching="continuous,static", peers="hf-static", repeats=2, result_dir=tmp_path,
-                    knobs={"max_num_seqs": "2,3"})
+    o = PerfOptions(
+        **FIXED,
+        batching="continuous,static",
+        peers="hf-static",
+        repeats=2,
+        result_dir=tmp_path,
+        knobs={"max_num_seqs": "2,3"},
+    )
     plan = build_plan(o)
     runs = [(s.repeat, s.backend, s.batching, s.knobs["max_num_seqs"]) for s in plan.specs]
-    one = [("refengine", "continuous", 2), ("refengine", "static", 2), ("refengine", "continuous", 3),
-           ("refengine", "static", 3), ("hf-static", "static", 2), ("hf-static", "static", 3)]
+    one = [
+        ("refengine", "continuous", 2),
+        ("refengine", "static", 2),
+        ("refengine", "continuous", 3),
+        ("refengine", "static", 3),
+        ("hf-static", "static", 2),
+        ("hf-static", "static", 3),
+    ]
     assert runs == [(rep, *r) for rep in (0, 1) for r in one]
     assert sorted(plan.backends) == ["hf-static", "refengine"]
     assert plan.specs[0].varying == {"max_num_seqs"} and len(plan.workload) == 3
@@ -26,12 +39,31 @@ def test_plan_holds_one_spec_per_run_in_order(tmp_path):
 
 
 def test_dry_run_prints_the_plan_and_runs_nothing(tmp_path):
-    res = CliRunner().invoke(app, ["perf", "--workload", "fixed", "--workload-param", "input_len=8,output_len=4",
-                                   "--num-prompts", "3", "--batching", "continuous,static", "--peers", "none",
-                                   "--max-num-seqs", "2,3", "--result-dir", str(tmp_path), "--dry-run"])
+    res = CliRunner().invoke(
+        app,
+        [
+            "perf",
+            "--workload",
+            "fixed",
+            "--workload-param",
+            "input_len=8,output_len=4",
+            "--num-prompts",
+            "3",
+            "--batching",
+            "continuous,static",
+            "--peers",
+            "none",
+            "--max-num-seqs",
+            "2,3",
+            "--result-dir",
+            str(tmp_path),
+            "--dry-run",
+        ],
+    )
     assert res.exit_code == 0, res.output
     lines = res.stdout.strip().splitlines()
     assert lines[0].startswith("workload fixed: 3 requests; 4 run(s)")
-    assert lines[1:] == [f"  refengine {mode}, max_num_seqs={n}, repeat 1/1" for n in (2, 3)
-                         for mode in ("continuous", "static")]
+    assert lines[1:] == [
+        f"  refengine {mode}, max_num_seqs={n}, repeat 1/1" for n in (2, 3) for mode in ("continuous", "static")
+    ]
     assert not list(tmp_path.glob("*.csv")) and not list(tmp_path.glob("*.json"))

@@ -31,9 +31,16 @@ def _metrics(rate: float, mode: str, rep: int, scale: float) -> dict:
     r = 8.0 if math.isinf(rate) else rate
     tp = BASE_TP + scale * 10 * r + (5 if mode == "continuous" else 0) + rep  # repeats differ by 0, 1, 2
     ttft = scale * (100 + 50 * r) + 10 * rep
-    return {"output_throughput": tp, "request_throughput": tp / 100, "mean_ttft_ms": ttft, "p99_ttft_ms": 2 * ttft,
-            "mean_tpot_ms": 20 + r + rep, "p99_tpot_ms": 40 + r, "mean_e2el_ms": ttft + 1000,
-            "p99_e2el_ms": 2 * ttft + 1000}
+    return {
+        "output_throughput": tp,
+        "request_throughput": tp / 100,
+        "mean_ttft_ms": ttft,
+        "p99_ttft_ms": 2 * ttft,
+        "mean_tpot_ms": 20 + r + rep,
+        "p99_tpot_ms": 40 + r,
+        "mean_e2el_ms": ttft + 1000,
+        "p99_e2el_ms": 2 * ttft + 1000,
+    }
 
 
 def _csv(path, *, scale: float = 1.0, repeats: int = 3, rates=RATES, knob_values=(None,), label: str = "") -> str:
@@ -47,10 +54,20 @@ def _csv(path, *, scale: float = 1.0, repeats: int = 3, rates=RATES, knob_values
                     if mnbt is not None:
                         m["output_throughput"] = 100 + mnbt / 100 + rep
                         m["mean_ttft_ms"] = 10 + mnbt / 10 + rep
-                    rows.append(make_row(metrics=m, engine="refengine", batching=mode, repeat=rep,
-                                         workload=type("W", (), {"name": "fixed", "params": wl})(),
-                                         config={"max_num_seqs": 4, "max_num_batched_tokens": mnbt},
-                                         model="tiny-qwen2", device="cpu", git_sha="x", label=label))
+                    rows.append(
+                        make_row(
+                            metrics=m,
+                            engine="refengine",
+                            batching=mode,
+                            repeat=rep,
+                            workload=type("W", (), {"name": "fixed", "params": wl})(),
+                            config={"max_num_seqs": 4, "max_num_batched_tokens": mnbt},
+                            model="tiny-qwen2",
+                            device="cpu",
+                            git_sha="x",
+                            label=label,
+                        )
+                    )
     write_csv(path, rows)
     return str(path)
 
@@ -75,7 +92,7 @@ def test_latency_against_throughput_across_rates(two_csvs):
         assert set(_legend(axes[0])) == want
         ttft = axes[0]
         bars = [c for c in ttft.containers if isinstance(c, ErrorbarContainer)]
-        assert len(bars) == 4                                   # 2 labels x 2 modes, each with error bars
+        assert len(bars) == 4  # 2 labels x 2 modes, each with error bars
         # the x mean curve of continuous: one point per rate, in rate order, at the median of the repeats
         bar = next(c for c in bars if c.get_label() == "x continuous mean")
         line = bar.lines[0]
@@ -104,7 +121,7 @@ def test_tick_labels_are_plain(two_csvs):
                 labels = [t.get_text() for t in axis.get_ticklabels() if t.get_text()]
                 assert labels and not any("e" in s or "×" in s or "$" in s for s in labels), labels
         x_labels = [t.get_text() for t in fig.axes[0].xaxis.get_ticklabels() if t.get_text()]
-        assert any(int(s) >= BASE_TP for s in x_labels)         # the full number, not an offset from 1e6
+        assert any(int(s) >= BASE_TP for s in x_labels)  # the full number, not an offset from 1e6
     finally:
         plt.close(fig)
 
@@ -138,7 +155,7 @@ def test_knob_sweep_has_error_bars_and_plain_log_ticks(tmp_path):
         np.testing.assert_allclose(line.get_ydata(), [100 + v / 100 + 1 for v in (512, 2048, 8192)])
         fig.canvas.draw()
         ticks = [t.get_text() for t in ax_t.xaxis.get_ticklabels() if t.get_text()]
-        assert {"512", "2048", "8192"} <= set(ticks)            # not 2^9, 2^11, 2^13
+        assert {"512", "2048", "8192"} <= set(ticks)  # not 2^9, 2^11, 2^13
     finally:
         plt.close(fig)
 
@@ -162,7 +179,7 @@ def test_cli_writes_a_readable_png_into_a_folder(two_csvs, tmp_path):
     assert png.is_file() and not (tmp_path / "plots.png").exists()
     img = mpimg.imread(png)
     assert img.shape[0] > 300 and img.shape[1] > 1000
-    assert img[..., :3].std() > 0.05                            # not a blank canvas
+    assert img[..., :3].std() > 0.05  # not a blank canvas
 
 
 def test_cli_bad_input_is_one_line(two_csvs):
@@ -174,7 +191,13 @@ def test_cli_bad_input_is_one_line(two_csvs):
 
 
 def test_plain_number():
-    assert [plain_number(v) for v in (16384.0, 0.25, 1e6, 2.5e-5, -3.0)] == ["16384", "0.25", "1000000", "0.000025", "-3"]
+    assert [plain_number(v) for v in (16384.0, 0.25, 1e6, 2.5e-5, -3.0)] == [
+        "16384",
+        "0.25",
+        "1000000",
+        "0.000025",
+        "-3",
+    ]
     assert pd.isna(float("nan")) and plain_number(float("nan")) == ""
 
 
@@ -184,15 +207,25 @@ def test_curves_apart_by_a_workload_param_are_named_by_it(tmp_path):
     for conc in (4, 16):
         for rate in (1.0, 2.0):
             wl = {"num_prompts": 16, "seed": 0, "request_rate": rate, "burstiness": 1.0, "max_concurrency": conc}
-            rows.append(make_row(metrics=_metrics(rate, "continuous", 0, conc), engine="refengine",
-                                 batching="continuous", workload=type("W", (), {"name": "fixed", "params": wl})(),
-                                 config={"max_num_seqs": 4}, model="tiny-qwen2", device="cpu", git_sha="x"))
+            rows.append(
+                make_row(
+                    metrics=_metrics(rate, "continuous", 0, conc),
+                    engine="refengine",
+                    batching="continuous",
+                    workload=type("W", (), {"name": "fixed", "params": wl})(),
+                    config={"max_num_seqs": 4},
+                    model="tiny-qwen2",
+                    device="cpu",
+                    git_sha="x",
+                )
+            )
     write_csv(tmp_path / "conc.csv", rows)
     fig, kind = make_figure([tmp_path / "conc.csv"])
     try:
         assert kind == "latency"
-        assert set(_legend(fig.axes[0])) == {f"continuous max_concurrency={c} {s}" for c in (4, 16)
-                                             for s in ("mean", "p99")}
+        assert set(_legend(fig.axes[0])) == {
+            f"continuous max_concurrency={c} {s}" for c in (4, 16) for s in ("mean", "p99")
+        }
     finally:
         plt.close(fig)
 
@@ -211,9 +244,17 @@ def test_peers_without_the_knob_are_drawn_not_dropped(tmp_path):
     csv = tmp_path / "peers.csv"
     _csv(csv, rates=(math.inf,), knob_values=(512, 2048), repeats=1)
     rows = pd.read_csv(csv).to_dict("records")
-    peer = make_row(metrics=_metrics(math.inf, "static", 0, 1.0), engine="hf-static", batching=None, repeat=0,
-                    workload=type("W", (), {"name": "fixed", "params": {"num_prompts": 16, "seed": 0}})(),
-                    config={"max_num_seqs": 4}, model="tiny-qwen2", device="cpu", git_sha="x")
+    peer = make_row(
+        metrics=_metrics(math.inf, "static", 0, 1.0),
+        engine="hf-static",
+        batching=None,
+        repeat=0,
+        workload=type("W", (), {"name": "fixed", "params": {"num_prompts": 16, "seed": 0}})(),
+        config={"max_num_seqs": 4},
+        model="tiny-qwen2",
+        device="cpu",
+        git_sha="x",
+    )
     write_csv(csv, [*rows, peer])
     fig, kind = make_figure([csv], labels=["mine"])
     try:
@@ -221,7 +262,7 @@ def test_peers_without_the_knob_are_drawn_not_dropped(tmp_path):
         names = _legend(fig.axes[0])
         assert "mine hf-static (no max_num_batched_tokens)" in names, names
         assert not any("nan" in n for n in names), names
-        assert {"mine continuous mean", "mine static mean"} <= set(names)   # --label names a single CSV's curves
+        assert {"mine continuous mean", "mine static mean"} <= set(names)  # --label names a single CSV's curves
     finally:
         plt.close(fig)
 

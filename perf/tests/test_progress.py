@@ -13,20 +13,39 @@ from typer.testing import CliRunner
 from cbbench.perf.cli import app
 from cbbench.perf.report.progress import RunProgress
 
-TINY = ["--workload", "fixed", "--workload-param", "input_len=8,output_len=4", "--num-prompts", "3",
-        "--warmup", "1", "--cpu-threads", "0", "--peers", "none", "--batching", "continuous"]
-BEAT_S = 0.05      # the test's heartbeat: short, so a run of a few tenths of a second must print several
-RUN_S = 0.4        # how long the fake run lasts: 8 heartbeat intervals, so >= 2 beats even on a loaded machine
+TINY = [
+    "--workload",
+    "fixed",
+    "--workload-param",
+    "input_len=8,output_len=4",
+    "--num-prompts",
+    "3",
+    "--warmup",
+    "1",
+    "--cpu-threads",
+    "0",
+    "--peers",
+    "none",
+    "--batching",
+    "continuous",
+]
+BEAT_S = 0.05  # the test's heartbeat: short, so a run of a few tenths of a second must print several
+RUN_S = 0.4  # how long the fake run lasts: 8 heartbeat intervals, so >= 2 beats even on a loaded machine
 ROW = {"output_throughput": 812.4, "median_ttft_ms": 12.34}
 
 
 def test_dry_run_labels_name_repeat_of_total_and_the_load_point(tmp_path):
-    res = CliRunner().invoke(app, ["perf", *TINY, "--repeats", "2", "--request-rate", "2,4", "--dry-run",
-                                   "--result-dir", str(tmp_path)])
+    res = CliRunner().invoke(
+        app, ["perf", *TINY, "--repeats", "2", "--request-rate", "2,4", "--dry-run", "--result-dir", str(tmp_path)]
+    )
     assert res.exit_code == 0, res.output
     runs = res.stdout.strip().splitlines()[1:]
-    assert runs == ["  refengine continuous, rate=2, repeat 1/2", "  refengine continuous, rate=4, repeat 1/2",
-                    "  refengine continuous, rate=2, repeat 2/2", "  refengine continuous, rate=4, repeat 2/2"]
+    assert runs == [
+        "  refengine continuous, rate=2, repeat 1/2",
+        "  refengine continuous, rate=4, repeat 1/2",
+        "  refengine continuous, rate=2, repeat 2/2",
+        "  refengine continuous, rate=4, repeat 2/2",
+    ]
     assert not any(" - " in line or "(repeat" in line for line in runs)
 
 
@@ -49,8 +68,11 @@ def test_not_a_tty_prints_a_line_per_run_and_a_heartbeat():
     beats = [x for x in lines if x.startswith("... [1/2] refengine continuous, repeat 1/2: ")]
     assert len(beats) >= 2, lines
     assert all(re.search(r": \d/4 requests, \d+ s elapsed", x) for x in beats), beats
-    assert re.fullmatch(r"\[1/2\] refengine continuous, repeat 1/2: 4/4 requests in \d+\.\d s, "
-                        r"812 tok/s, TTFT p50 12\.3 ms", lines[-2]), lines
+    assert re.fullmatch(
+        r"\[1/2\] refengine continuous, repeat 1/2: 4/4 requests in \d+\.\d s, "
+        r"812 tok/s, TTFT p50 12\.3 ms",
+        lines[-2],
+    ), lines
     assert lines[-1].startswith("[2/2] refengine continuous, repeat 2/2: 0/4 requests in ")
     assert lines[-1].endswith("failed: server unreachable")
     assert "\x1b[" not in out.getvalue()  # no redraws or colours in a log

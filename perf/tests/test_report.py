@@ -16,18 +16,30 @@ NARROW, WIDE = 80, 200
 
 
 def _row(tp: float, **extra) -> dict:
-    row = {"output_throughput": tp, "total_token_throughput": 3 * tp, "request_throughput": tp / 50,
-           "mean_ttft_ms": 3000.0, "p99_ttft_ms": 6000.0, "mean_tpot_ms": 31.5, "mean_itl_ms": 30.2,
-           "num_preemptions": 0, "peak_kv_blocks": None, "mean_slot_utilisation": 0.87, "slot_waste": math.nan,
-           "request_goodput": tp / 100}
+    row = {
+        "output_throughput": tp,
+        "total_token_throughput": 3 * tp,
+        "request_throughput": tp / 50,
+        "mean_ttft_ms": 3000.0,
+        "p99_ttft_ms": 6000.0,
+        "mean_tpot_ms": 31.5,
+        "mean_itl_ms": 30.2,
+        "num_preemptions": 0,
+        "peak_kv_blocks": None,
+        "mean_slot_utilisation": 0.87,
+        "slot_waste": math.nan,
+        "request_goodput": tp / 100,
+    }
     row.update(extra)
     return row
 
 
 def _entries(with_peer: bool = False) -> list:
-    e = [(("refengine", "continuous", "-"), _row(110.2), None),
-         (("refengine", "sequence", "-"), _row(123.4), None),
-         (("refengine", "static", "-"), _row(99.9, slot_waste=1.23), None)]
+    e = [
+        (("refengine", "continuous", "-"), _row(110.2), None),
+        (("refengine", "sequence", "-"), _row(123.4), None),
+        (("refengine", "static", "-"), _row(99.9, slot_waste=1.23), None),
+    ]
     if with_peer:
         e.append((("hf-static", "static", "-"), _row(76.0, slot_waste=1.23), None))
     return e
@@ -87,28 +99,31 @@ def test_narrow_terminal_drops_the_least_important_columns_and_says_so(monkeypat
 
 def test_empty_columns_are_left_out(monkeypatch):
     out = _print(monkeypatch, WIDE, _entries())
-    assert not _shown(out, "peak KV blk")      # no row has a value
-    assert not _shown(out, "cont ÷ this")      # no peer ran
-    assert not _shown(out, "knobs")            # nothing swept: every label is "-"
-    assert _shown(out, "slot waste")           # static has one
+    assert not _shown(out, "peak KV blk")  # no row has a value
+    assert not _shown(out, "cont ÷ this")  # no peer ran
+    assert not _shown(out, "knobs")  # nothing swept: every label is "-"
+    assert _shown(out, "slot waste")  # static has one
     with_peer = _print(monkeypatch, WIDE, _entries(with_peer=True))
     assert _shown(with_peer, "cont ÷ this")
-    assert "1.45x" in with_peer                # 110.2 / 76.0
+    assert "1.45x" in with_peer  # 110.2 / 76.0
 
 
 def test_goodput_only_with_the_option(monkeypatch):
     assert not _shown(_print(monkeypatch, WIDE, _entries()), "goodput req/s")
     out = _print(monkeypatch, WIDE, _entries(), goodput={"ttft": 500.0, "tpot": 50.0})
     assert _shown(out, "goodput req/s")
-    assert "1.10" in out                       # continuous: 110.2 / 100
+    assert "1.10" in out  # continuous: 110.2 / 100
     assert "ttft <= 500 ms and tpot <= 50 ms" in out
 
 
-@pytest.mark.parametrize("params, want", [
-    ({}, "request rate inf (all at t0)"),
-    ({"request_rate": 4.0}, "request rate 4/s (Poisson)"),
-    ({"request_rate": 2.5, "burstiness": 0.5}, "request rate 2.5/s (gamma, burstiness 0.5)"),
-])
+@pytest.mark.parametrize(
+    "params, want",
+    [
+        ({}, "request rate inf (all at t0)"),
+        ({"request_rate": 4.0}, "request rate 4/s (Poisson)"),
+        ({"request_rate": 2.5, "burstiness": 0.5}, "request rate 2.5/s (gamma, burstiness 0.5)"),
+    ],
+)
 def test_title_has_the_request_rate(monkeypatch, params, want):
     out = _print(monkeypatch, WIDE, _entries(), workload=_workload(**params))
     assert want in " ".join(out.split())
@@ -142,7 +157,9 @@ def test_a_long_sweep_label_wraps_instead_of_overflowing(monkeypatch):
 
 
 def test_title_of_a_rate_sweep_lists_the_rates(monkeypatch):
-    entries = [(("refengine", "continuous", f"request_rate={r}"), _row(100.0, request_rate=r), None)
-               for r in (4.0, 1.0, math.inf)]
+    entries = [
+        (("refengine", "continuous", f"request_rate={r}"), _row(100.0, request_rate=r), None)
+        for r in (4.0, 1.0, math.inf)
+    ]
     out = _print(monkeypatch, WIDE, entries, workload=_workload(request_rate=4.0))
     assert "request rates 1, 4, inf /s" in " ".join(out.split())

@@ -15,11 +15,27 @@ from cbbench.perf.cli import main as cli
 from cbbench.perf.results.schema import make_row, read_csv, write_csv
 from cbbench.workloads import get_workload
 
-TINY = ["--workload", "fixed", "--workload-param", "input_len=8,output_len=4", "--num-prompts", "3",
-        "--max-num-seqs", "2", "--warmup", "1", "--cpu-threads", "0", "--quiet", "--peers", "none",
-        "--batching", "continuous"]
+TINY = [
+    "--workload",
+    "fixed",
+    "--workload-param",
+    "input_len=8,output_len=4",
+    "--num-prompts",
+    "3",
+    "--max-num-seqs",
+    "2",
+    "--warmup",
+    "1",
+    "--cpu-threads",
+    "0",
+    "--quiet",
+    "--peers",
+    "none",
+    "--batching",
+    "continuous",
+]
 CSV_FIELD_LIMIT = 131072  # python's csv module refuses a longer field by default
-HOSTILE = ["=HYPERLINK(\"http://x\",\"y\")", "+1+1", "-cmd|' /C calc'!A0", "@SUM(A1)", "'=already", "plain"]
+HOSTILE = ['=HYPERLINK("http://x","y")', "+1+1", "-cmd|' /C calc'!A0", "@SUM(A1)", "'=already", "plain"]
 
 
 def invoke(*args: str):
@@ -34,9 +50,18 @@ def one_line(res) -> str:
 
 def row(label: str = "", batching: str = "continuous", **metrics):
     m = {"output_throughput": 100.0, "request_throughput": 1.0, "mean_ttft_ms": 10.0, **metrics}
-    return make_row(metrics=m, engine="refengine", batching=batching, config={"max_num_seqs": 2},
-                    workload=get_workload("fixed", num_prompts=2, seed=0, input_len=8, output_len=4),
-                    model="tiny-qwen2", device="cpu", git_sha="abc", label=label, command=label)
+    return make_row(
+        metrics=m,
+        engine="refengine",
+        batching=batching,
+        config={"max_num_seqs": 2},
+        workload=get_workload("fixed", num_prompts=2, seed=0, input_len=8, output_len=4),
+        model="tiny-qwen2",
+        device="cpu",
+        git_sha="abc",
+        label=label,
+        command=label,
+    )
 
 
 @pytest.mark.parametrize("label", HOSTILE)
@@ -45,7 +70,7 @@ def test_user_strings_are_neutralised_and_read_back(tmp_path, label):
     raw = next(csv.DictReader(path.open(newline="")))
     for col in ("label", "command"):
         assert not raw[col].startswith(("=", "+", "-", "@")), raw[col]  # a spreadsheet shows text, runs nothing
-    assert raw["mean_ttft_ms"] == "-1.5"                                # numbers stay numbers
+    assert raw["mean_ttft_ms"] == "-1.5"  # numbers stay numbers
     df = read_csv(path)
     assert df["label"].iloc[0] == label and df["command"].iloc[0] == label
 
@@ -134,23 +159,43 @@ def test_compare_markdown_escapes_labels_and_paths(tmp_path):
 
 
 def _run_json(tmp_path, name="run.json", **changes):
-    rec = {"request_id": "0", "prompt_len": 8, "output_len": 2, "arrival_time": 0.0, "first_scheduled_time": 0.0,
-           "first_token_time": 0.1, "token_times": [0.1, 0.2], "finish_time": 0.2, "num_preemptions": 0,
-           "num_cached_tokens": 0, "finish_reason": "length"}
+    rec = {
+        "request_id": "0",
+        "prompt_len": 8,
+        "output_len": 2,
+        "arrival_time": 0.0,
+        "first_scheduled_time": 0.0,
+        "first_token_time": 0.1,
+        "token_times": [0.1, 0.2],
+        "finish_time": 0.2,
+        "num_preemptions": 0,
+        "num_cached_tokens": 0,
+        "finish_reason": "length",
+    }
     r = row()
-    doc = {"schema_version": 2, "environment": {}, "config": {}, "workload": {"name": "fixed"},
-           "rows": [r], "records": {"refengine/continuous/-/repeat0": [rec]}, "steps": {}}
+    doc = {
+        "schema_version": 2,
+        "environment": {},
+        "config": {},
+        "workload": {"name": "fixed"},
+        "rows": [r],
+        "records": {"refengine/continuous/-/repeat0": [rec]},
+        "steps": {},
+    }
     doc.update(changes)
     path = tmp_path / name
     path.write_text(json.dumps(doc, default=str))
     return path
 
 
-@pytest.mark.parametrize("changes", [
-    {"records": {"refengine/continuous/-/repeat0": ["not a record"]}},
-    {"rows": ["not a row"]},
-    {"steps": ["not by run"]},
-])
+@pytest.mark.parametrize(
+    "changes",
+    [
+        {"records": {"refengine/continuous/-/repeat0": ["not a record"]}},
+        {"rows": ["not a row"]},
+        {"steps": ["not by run"]},
+    ],
+)
 def test_report_on_malformed_records_is_one_line(tmp_path, changes):
     res = invoke("report", str(_run_json(tmp_path, **changes)), "-o", str(tmp_path / "r.html"))
     assert res.exit_code == 2, res.output
@@ -160,8 +205,15 @@ def test_report_on_malformed_records_is_one_line(tmp_path, changes):
 def test_report_on_a_huge_knob_and_to_a_device(tmp_path):
     huge = row()
     huge["max_num_seqs"] = 1e12  # the timeline drew one row per slot: a MemoryError, exit 1
-    step = {"time": 0.1, "num_scheduled_tokens": 1, "num_running": 1, "num_waiting": 0, "scheduled_req_ids": ["0"],
-            "running_req_ids": ["0"], "slots_held": 1}
+    step = {
+        "time": 0.1,
+        "num_scheduled_tokens": 1,
+        "num_running": 1,
+        "num_waiting": 0,
+        "scheduled_req_ids": ["0"],
+        "running_req_ids": ["0"],
+        "slots_held": 1,
+    }
     run = _run_json(tmp_path, rows=[huge], steps={"refengine/continuous/-/repeat0": [step, step]})
     res = invoke("report", str(run), "-o", str(tmp_path / "r.html"))
     assert res.exit_code == 0, res.output
@@ -185,6 +237,7 @@ def test_report_data_block_cannot_be_ended_by_a_name(tmp_path):
     m = re.search(r'<script type="application/json" id="cdf-data">(.*?)</script>', page, re.S)
     block = m.group(1)
     assert "<" not in block and ">" not in block  # nothing in it can open a comment or close the element
-    assert all(n in json.dumps(json.loads(block)) or json.dumps(n)[1:-1] in json.dumps(json.loads(block))
-               for n in names)
+    assert all(
+        n in json.dumps(json.loads(block)) or json.dumps(n)[1:-1] in json.dumps(json.loads(block)) for n in names
+    )
     assert page.count("<script>") == 1 and page.index("<script>") > m.end()  # the page script stays whole

@@ -1,5 +1,6 @@
 """Each run is written as it finishes, atomically, CSV and JSON together: Ctrl-C keeps the finished runs and
 `--resume` completes the file; `--label` and `--output` name the runs and the file."""
+
 from __future__ import annotations
 
 import json
@@ -13,9 +14,25 @@ from cbbench.perf.cli import app
 from cbbench.perf.results import schema as results
 from cbbench.perf.results.schema import read_csv, write_csv
 
-TINY = ["--workload", "fixed", "--workload-param", "input_len=8,output_len=4", "--num-prompts", "3",
-        "--max-num-seqs", "2", "--warmup", "1", "--cpu-threads", "0", "--quiet", "--peers", "none",
-        "--batching", "continuous,static"]
+TINY = [
+    "--workload",
+    "fixed",
+    "--workload-param",
+    "input_len=8,output_len=4",
+    "--num-prompts",
+    "3",
+    "--max-num-seqs",
+    "2",
+    "--warmup",
+    "1",
+    "--cpu-threads",
+    "0",
+    "--quiet",
+    "--peers",
+    "none",
+    "--batching",
+    "continuous,static",
+]
 
 
 def invoke(*args):
@@ -32,6 +49,7 @@ def test_interrupt_keeps_finished_runs_and_resume_completes(tmp_path, monkeypatc
         if len(calls) == 2:
             raise KeyboardInterrupt
         return real(*a, **k)
+
     monkeypatch.setattr(in_process, "run_refengine", second_run_interrupted)
     res = invoke("perf", *TINY, "--output", str(out), "--label", "try1")
     assert res.exit_code == 130
@@ -47,18 +65,20 @@ def test_interrupt_keeps_finished_runs_and_resume_completes(tmp_path, monkeypatc
     calls.clear()
     res = invoke("perf", *TINY, "--output", str(out), "--label", "try1", "--resume")
     assert res.exit_code == 0, res.output
-    assert calls == ["static"]                      # only the missing run ran
+    assert calls == ["static"]  # only the missing run ran
     df = read_csv(out)
     doc = json.loads(out.with_suffix(".json").read_text())
     assert list(df["batching"]) == ["continuous", "static"]
     assert df.iloc[0]["timestamp"] == first["timestamp"] and df.iloc[0]["duration"] == first["duration"]
-    assert len(doc["rows"]) == 2 and set(doc["records"]) == {"refengine/continuous/-/repeat0",
-                                                            "refengine/static/-/repeat0"}
+    assert len(doc["rows"]) == 2 and set(doc["records"]) == {
+        "refengine/continuous/-/repeat0",
+        "refengine/static/-/repeat0",
+    }
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no temporary file left behind
 
     calls.clear()
     res = invoke("perf", *TINY, "--output", str(out), "--resume")
-    assert res.exit_code == 0 and calls == [] and len(read_csv(out)) == 2   # nothing left to do
+    assert res.exit_code == 0 and calls == [] and len(read_csv(out)) == 2  # nothing left to do
 
 
 def test_output_is_not_overwritten_and_resume_checks_the_workload(tmp_path, monkeypatch):
@@ -98,11 +118,12 @@ def test_atomic_write_keeps_the_old_file_when_writing_fails(tmp_path, monkeypatc
 
     def broken_replace(src, dst):
         raise OSError("disk full")
+
     monkeypatch.setattr(results.os, "replace", broken_replace)
     with pytest.raises(OSError):
         write_csv(path, [])
     assert path.read_text() == "old contents\n"
-    assert [p.name for p in tmp_path.iterdir()] == ["r.csv"]   # the temporary file was removed
+    assert [p.name for p in tmp_path.iterdir()] == ["r.csv"]  # the temporary file was removed
     monkeypatch.undo()
     write_csv(path, [])
     assert path.read_text().startswith("schema_version,label,")

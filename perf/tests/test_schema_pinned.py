@@ -2,6 +2,7 @@
 its rows, its per-request records and its per-step traces, against fixtures/schema.json. A refactor keeps what
 `compare`, `report` and other readers of old files rely on; a deliberate change regenerates the fixture
 (`python perf/tests/test_schema_pinned.py`) and bumps `SCHEMA_VERSION` if a CSV column changes."""
+
 from __future__ import annotations
 
 import json
@@ -17,8 +18,19 @@ from cbbench.perf.backends.fake_openai_server import FakeOpenAIServer
 from cbbench.perf.cli import app
 
 FIXTURE = Path(__file__).parent / "fixtures" / "schema.json"
-TINY = ["--workload", "fixed", "--workload-param", "input_len=8,output_len=4", "--num-prompts", "3",
-        "--warmup", "1", "--cpu-threads", "0", "--quiet"]
+TINY = [
+    "--workload",
+    "fixed",
+    "--workload-param",
+    "input_len=8,output_len=4",
+    "--num-prompts",
+    "3",
+    "--warmup",
+    "1",
+    "--cpu-threads",
+    "0",
+    "--quiet",
+]
 
 
 def _perf(out: Path, *args: str, exit_code: int = 0) -> tuple[list[str], dict[str, Any]]:
@@ -29,8 +41,12 @@ def _perf(out: Path, *args: str, exit_code: int = 0) -> tuple[list[str], dict[st
 
 def _layout(doc: dict[str, Any]) -> dict[str, Any]:
     """The key layout of a results JSON: per engine (the label's first part), its records' and steps' keys."""
-    out: dict[str, Any] = {"top": list(doc), "config": list(doc["config"]), "row": list(doc["rows"][0]),
-                           "workload": list(doc["workload"])}
+    out: dict[str, Any] = {
+        "top": list(doc),
+        "config": list(doc["config"]),
+        "row": list(doc["rows"][0]),
+        "workload": list(doc["workload"]),
+    }
     for kind in ("records", "steps"):
         for label, items in doc[kind].items():
             for item in items:
@@ -42,16 +58,14 @@ def _layout(doc: dict[str, Any]) -> dict[str, Any]:
 
 def measure() -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as d:
-        header, doc = _perf(Path(d), "--batching", "continuous,static", "--peers", "hf-static",
-                            "--max-num-seqs", "2")
+        header, doc = _perf(Path(d), "--batching", "continuous,static", "--peers", "hf-static", "--max-num-seqs", "2")
         got = {"csv": header, "in_process": _layout(doc)}
     with tempfile.TemporaryDirectory() as d, FakeOpenAIServer() as server:
         _, doc = _perf(Path(d), "--backend", "openai", "--base-url", server.base_url, "--model", "fake-model")
         got["http"] = _layout(doc)
     with tempfile.TemporaryDirectory() as d:  # nothing listens on port 9: every request is an error record
         # (a run that measured nothing exits 1, after writing both files)
-        _, doc = _perf(Path(d), "--backend", "openai", "--base-url", "http://127.0.0.1:9", "--warmup", "0",
-                       exit_code=1)
+        _, doc = _perf(Path(d), "--backend", "openai", "--base-url", "http://127.0.0.1:9", "--warmup", "0", exit_code=1)
         got["http_failed"] = _layout(doc)
     return got
 

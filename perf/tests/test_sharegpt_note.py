@@ -14,8 +14,13 @@ LOGGER = "cbbench.workloads.sharegpt"
 
 
 def _cut_file(path, n: int = 5) -> None:
-    recs = [{"id": f"r{i}", "conversations": [{"from": "human", "value": "p " * (5 + i)},
-                                               {"from": "gpt", "value": "o " * (5 + i)}]} for i in range(n)]
+    recs = [
+        {
+            "id": f"r{i}",
+            "conversations": [{"from": "human", "value": "p " * (5 + i)}, {"from": "gpt", "value": "o " * (5 + i)}],
+        }
+        for i in range(n)
+    ]
     text = json.dumps(recs)
     path.write_text(text[: text.rindex('{"id"') + 12])  # cut inside the last record
 

@@ -9,8 +9,23 @@ from typer.testing import CliRunner
 
 from cbbench.perf.cli import main as cli
 
-TINY = ["--workload", "fixed", "--workload-param", "input_len=8,output_len=4", "--num-prompts", "3",
-        "--max-num-seqs", "2", "--warmup", "1", "--cpu-threads", "0", "--quiet", "--peers", "none"]
+TINY = [
+    "--workload",
+    "fixed",
+    "--workload-param",
+    "input_len=8,output_len=4",
+    "--num-prompts",
+    "3",
+    "--max-num-seqs",
+    "2",
+    "--warmup",
+    "1",
+    "--cpu-threads",
+    "0",
+    "--quiet",
+    "--peers",
+    "none",
+]
 
 
 def invoke(*args: str):
@@ -27,6 +42,7 @@ def test_resumed_table_covers_the_whole_file_and_show_reprints_it(tmp_path, monk
         if len(calls) == 3:
             raise KeyboardInterrupt
         return real(*a, **k)
+
     monkeypatch.setattr(in_process, "run_refengine", interrupted_third)
     out = tmp_path / "run.csv"
     args = ["perf", *TINY, "--batching", "continuous,static", "--repeats", "2", "--output", str(out)]
@@ -42,8 +58,10 @@ def test_resumed_table_covers_the_whole_file_and_show_reprints_it(tmp_path, monk
     md = invoke("show", str(out), "--format", "markdown")
     assert md.exit_code == 0 and md.stdout.startswith("| engine | batching |")
     (out.with_suffix(".json")).unlink()  # without the JSON the rows are still named by their key columns
-    assert {r["batching"] for r in json.loads(invoke("show", str(out), "--format", "json").stdout)["runs"]} == \
-        {"continuous", "static"}
+    assert {r["batching"] for r in json.loads(invoke("show", str(out), "--format", "json").stdout)["runs"]} == {
+        "continuous",
+        "static",
+    }
     assert invoke("show", str(out), "--format", "html").exit_code == 2
 
 
@@ -57,6 +75,7 @@ def test_in_process_run_whose_every_request_failed_exits_1(tmp_path, monkeypatch
         for rec in r.records:
             rec.finish_reason, rec.error = "error", "planted"
         return r
+
     monkeypatch.setattr(in_process, "run_refengine", all_failed)
     res = invoke("perf", *TINY, "--batching", "continuous", "--result-dir", str(tmp_path))
     assert res.exit_code == 1, res.output
@@ -70,9 +89,9 @@ def test_hf_peer_that_produced_no_result_exits_1(tmp_path, monkeypatch):
 
     def broken(*a, **k):
         raise RuntimeError("planted peer failure")
+
     monkeypatch.setattr(hf, "_generate_batch", broken)
-    res = invoke("perf", *TINY[:-2], "--peers", "hf-static", "--batching", "continuous",
-                 "--result-dir", str(tmp_path))
+    res = invoke("perf", *TINY[:-2], "--peers", "hf-static", "--batching", "continuous", "--result-dir", str(tmp_path))
     assert res.exit_code == 1, res.output
     (line,) = res.stderr.strip().splitlines()
     assert "hf-static static" in line and "produced no result" in line and "planted peer failure" in line

@@ -1,6 +1,7 @@
 """`cbbench perf --device sim:<gpu>` and the simulated gate: a simulated run is labelled and deterministic (the same
 numbers bit for bit, through the CLI twice), a neutral change passes the committed baseline's gate, and a planted
 scheduler regression fails it."""
+
 from __future__ import annotations
 
 import json
@@ -81,7 +82,12 @@ def test_simulated_run_is_deterministic_labelled_and_a_neutral_change_passes(tmp
 
 def test_planted_scheduler_regression_fails_the_simulated_gate(tmp_path):
     new = tmp_path / "planted.csv"
-    run = subprocess.run([sys.executable, "-c", PLANT_DECODE_LAST, "perf", "--like", str(BASELINE), "--output",
-                          str(new), "--quiet"], cwd=ROOT, capture_output=True, text=True, timeout=900)
+    run = subprocess.run(
+        [sys.executable, "-c", PLANT_DECODE_LAST, "perf", "--like", str(BASELINE), "--output", str(new), "--quiet"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     assert run.returncode == 0, run.stderr[-2000:]
     assert gate(new) == 1

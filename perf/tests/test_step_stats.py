@@ -26,8 +26,16 @@ def _run(mode: str, **engine_kw):
 
     rng = np.random.default_rng(0)
     prompts = [rng.integers(1000, 30000, size=n).tolist() for n in TIMELINE_PROMPT_LENS[:NUM_REQUESTS]]
-    engine = LLMEngine("tiny-qwen2", device="cpu", seed=0, batching=mode, max_num_seqs=MAX_NUM_SEQS,
-                       max_num_batched_tokens=64, num_gpu_blocks=256, **engine_kw)
+    engine = LLMEngine(
+        "tiny-qwen2",
+        device="cpu",
+        seed=0,
+        batching=mode,
+        max_num_seqs=MAX_NUM_SEQS,
+        max_num_batched_tokens=64,
+        num_gpu_blocks=256,
+        **engine_kw,
+    )
     for i, (p, n) in enumerate(zip(prompts, TIMELINE_OUTPUT_LENS)):
         engine.add_request(str(i), p, SamplingParams(max_tokens=n, temperature=0.0, ignore_eos=True))
     seen: list[set[str]] = []
@@ -154,7 +162,7 @@ def test_static_batch_ids(runs, async_scheduling):
             members.setdefault(b, set()).add(rid)
     # FCFS admission of MAX_NUM_SEQS at a time, in request order; batch ids count up from 1
     ids = [str(i) for i in range(NUM_REQUESTS)]
-    want = [set(ids[k:k + MAX_NUM_SEQS]) for k in range(0, NUM_REQUESTS, MAX_NUM_SEQS)]
+    want = [set(ids[k : k + MAX_NUM_SEQS]) for k in range(0, NUM_REQUESTS, MAX_NUM_SEQS)]
     assert [members[b] for b in sorted(members)] == want
     assert sorted(members) == list(range(1, len(want) + 1))
     # a batch starts only once every member of the previous one has left
@@ -172,11 +180,18 @@ def test_no_batch_ids_outside_static(runs, mode):
 
 def test_more_requests_than_slots_get_extra_rows():
     """An inconsistent or foreign log (3 requests present, 2 slots) is drawn with an extra row, not a crash."""
-    step = {"scheduled_req_ids": ["a", "b", "c"], "running_req_ids": ["a", "b", "c"], "prefill_req_ids": ["a"],
-            "batch_id": None}
+    step = {
+        "scheduled_req_ids": ["a", "b", "c"],
+        "running_req_ids": ["a", "b", "c"],
+        "prefill_req_ids": ["a"],
+        "batch_id": None,
+    }
     cells = assign_slots([step], 2)
-    assert [(c.slot, c.request_id, c.kind) for c in cells] == [(0, "a", "prefill"), (1, "b", "decode"),
-                                                              (2, "c", "decode")]
+    assert [(c.slot, c.request_id, c.kind) for c in cells] == [
+        (0, "a", "prefill"),
+        (1, "b", "decode"),
+        (2, "c", "decode"),
+    ]
 
 
 def test_static_batch_ids_under_async_scheduling_with_stop_tokens():
@@ -199,8 +214,10 @@ def test_static_batch_ids_under_async_scheduling_with_stop_tokens():
         return list(engine.step_stats), tokens
 
     _, free_run = run([SamplingParams(max_tokens=8, temperature=0.0, ignore_eos=True)] * NUM_REQUESTS)
-    stops = [SamplingParams(max_tokens=32, temperature=0.0, ignore_eos=True,
-                            stop_token_ids=[free_run[str(i)][1 + i % 3]]) for i in range(NUM_REQUESTS)]
+    stops = [
+        SamplingParams(max_tokens=32, temperature=0.0, ignore_eos=True, stop_token_ids=[free_run[str(i)][1 + i % 3]])
+        for i in range(NUM_REQUESTS)
+    ]
     steps, tokens = run(stops, async_scheduling=True)
     assert all(len(tokens[str(i)]) <= 2 + i % 3 for i in range(NUM_REQUESTS))  # they did stop early
     members: dict[int, set[str]] = {}
@@ -208,5 +225,6 @@ def test_static_batch_ids_under_async_scheduling_with_stop_tokens():
         for rid, b in s.batch_ids.items():
             members.setdefault(b, set()).add(rid)
     ids = [str(i) for i in range(NUM_REQUESTS)]
-    assert [members[b] for b in sorted(members)] == [set(ids[k:k + MAX_NUM_SEQS])
-                                                      for k in range(0, NUM_REQUESTS, MAX_NUM_SEQS)]
+    assert [members[b] for b in sorted(members)] == [
+        set(ids[k : k + MAX_NUM_SEQS]) for k in range(0, NUM_REQUESTS, MAX_NUM_SEQS)
+    ]

@@ -29,12 +29,20 @@ def write_jsonl(path: Path, rows: list[dict]) -> str:
 
 # ---------------------------------------------------------------- custom
 
+
 def test_custom_reads_prompts_and_each_lines_output_length(tmp_path):
-    f = write_jsonl(tmp_path / "d.jsonl", [{"prompt": "a bb ccc", "output_len": 7}, {"prompt": "x y", "max_tokens": 3},
-                                           {"prompt": "one two three four", "output_tokens": 9}, {"prompt": "z"}])
+    f = write_jsonl(
+        tmp_path / "d.jsonl",
+        [
+            {"prompt": "a bb ccc", "output_len": 7},
+            {"prompt": "x y", "max_tokens": 3},
+            {"prompt": "one two three four", "output_tokens": 9},
+            {"prompt": "z"},
+        ],
+    )
     w = get_workload("custom", tokenizer=TOK, num_prompts=4, dataset_path=f, output_len=5)
     assert w.prompt_lens == [3, 2, 4, 1]
-    assert w.output_lens == [7, 3, 9, 5]                 # the last line has no length: the default
+    assert w.output_lens == [7, 3, 9, 5]  # the last line has no length: the default
     assert w.requests[0].prompt_token_ids == TOK.encode("a bb ccc")
     assert w.requests[0].prompt_text == "a bb ccc"
     rebuilt = get_workload("custom", tokenizer=TOK, **w.params)
@@ -50,19 +58,23 @@ def test_custom_shuffle_is_seeded(tmp_path):
     assert get_workload("custom", tokenizer=TOK, num_prompts=5, dataset_path=f).prompt_lens == [1, 2, 3, 4, 5]
 
 
-@pytest.mark.parametrize("content, message", [
-    ('{"prompt": "a"}\nnot json\n', "d.jsonl:2: not a JSON object"),
-    ('{"text": "a"}\n', "d.jsonl:1: each line must be a JSON object with a 'prompt' field"),
-    ('{"prompt": ""}\n', "d.jsonl:1: prompt must be non-empty text"),
-    ('{"prompt": "a", "output_len": 0}\n', "output length must be an integer >= 1"),
-    ('{"prompt": "a", "max_tokens": "5"}\n', "output length must be an integer >= 1"),
-    ('{"prompt": "a"}\n{"prompt": "b"}\n', "d.jsonl holds only 2 records, 3 asked"),
-])
+@pytest.mark.parametrize(
+    "content, message",
+    [
+        ('{"prompt": "a"}\nnot json\n', "d.jsonl:2: not a JSON object"),
+        ('{"text": "a"}\n', "d.jsonl:1: each line must be a JSON object with a 'prompt' field"),
+        ('{"prompt": ""}\n', "d.jsonl:1: prompt must be non-empty text"),
+        ('{"prompt": "a", "output_len": 0}\n', "output length must be an integer >= 1"),
+        ('{"prompt": "a", "max_tokens": "5"}\n', "output length must be an integer >= 1"),
+        ('{"prompt": "a"}\n{"prompt": "b"}\n', "d.jsonl holds only 2 records, 3 asked"),
+    ],
+)
 def test_custom_bad_file_names_the_line(tmp_path, content, message):
     (tmp_path / "d.jsonl").write_text(content)
     with pytest.raises(ValueError, match=message):
-        get_workload("custom", tokenizer=TOK, num_prompts=3 if "asked" in message else 1,
-                     dataset_path=str(tmp_path / "d.jsonl"))
+        get_workload(
+            "custom", tokenizer=TOK, num_prompts=3 if "asked" in message else 1, dataset_path=str(tmp_path / "d.jsonl")
+        )
 
 
 def test_missing_dataset_is_one_clear_error(tmp_path):
@@ -76,6 +88,7 @@ def test_missing_dataset_is_one_clear_error(tmp_path):
 
 # ---------------------------------------------------------------- hf
 
+
 def _table(n: int):
     pa = pytest.importorskip("pyarrow")
     return pa.table({"question": [" ".join(["q"] * (i + 2)) for i in range(n)], "n_out": [i + 1 for i in range(n)]})
@@ -85,8 +98,9 @@ def test_hf_parquet_file_with_column_detection_and_output_column(tmp_path):
     import pyarrow.parquet as pq
 
     pq.write_table(_table(4), tmp_path / "d.parquet")
-    w = get_workload("hf", tokenizer=TOK, num_prompts=3, dataset_path=str(tmp_path / "d.parquet"),
-                     output_column="n_out")
+    w = get_workload(
+        "hf", tokenizer=TOK, num_prompts=3, dataset_path=str(tmp_path / "d.parquet"), output_column="n_out"
+    )
     assert w.prompt_lens == [2, 3, 4] and w.output_lens == [1, 2, 3]
     assert w.params["column"] == "question"
 
@@ -137,22 +151,27 @@ def test_azure_trace_is_replayed_in_time_order_at_its_own_timestamps(tmp_path):
 
 def test_mooncake_hash_ids_share_prefix_blocks(tmp_path):
     b = MOONCAKE_BLOCK_TOKENS
-    f = write_jsonl(tmp_path / "mc.jsonl", [
-        {"timestamp": 0, "input_length": 2 * b + 5, "output_length": 3, "hash_ids": [1, 2, 3]},
-        {"timestamp": 500, "input_length": b + 7, "output_length": 2, "hash_ids": [1, 9]},
-    ])
+    f = write_jsonl(
+        tmp_path / "mc.jsonl",
+        [
+            {"timestamp": 0, "input_length": 2 * b + 5, "output_length": 3, "hash_ids": [1, 2, 3]},
+            {"timestamp": 500, "input_length": b + 7, "output_length": 2, "hash_ids": [1, 9]},
+        ],
+    )
     w = get_workload("trace", num_prompts=2, dataset_path=f, seed=3)
     a, c = (r.prompt_token_ids for r in w.requests)
     assert len(a) == 2 * b + 5 and len(c) == b + 7
-    assert a[:b] == c[:b]                  # hash id 1 in both: the same first block
-    assert a[b:b + 7] != c[b:b + 7]        # then different blocks
+    assert a[:b] == c[:b]  # hash id 1 in both: the same first block
+    assert a[b : b + 7] != c[b : b + 7]  # then different blocks
     assert w.arrival_times == [0.0, 0.5]
     assert get_workload("trace", num_prompts=2, dataset_path=f, seed=3).requests == w.requests
 
 
 def test_plain_trace_and_bad_columns(tmp_path):
-    f = write_jsonl(tmp_path / "p.jsonl", [{"timestamp": 2.0, "input_len": 5, "output_len": 1},
-                                           {"timestamp": 3.0, "input_len": 6, "output_len": 2}])
+    f = write_jsonl(
+        tmp_path / "p.jsonl",
+        [{"timestamp": 2.0, "input_len": 5, "output_len": 1}, {"timestamp": 3.0, "input_len": 6, "output_len": 2}],
+    )
     assert get_workload("trace", num_prompts=2, dataset_path=f).arrival_times == [0.0, 1.0]
     g = write_jsonl(tmp_path / "bad.jsonl", [{"t": 1, "in": 2}])
     with pytest.raises(ValueError, match="match no known trace"):
@@ -166,6 +185,7 @@ def test_num_prompts_beyond_the_cap_is_refused_at_once():
 
 # ---------------------------------------------------------------- multi-turn
 
+
 def test_synthetic_multiturn_shares_one_arrival_per_conversation():
     w = get_workload("multiturn", num_prompts=3, num_turns=2, user_len=5, output_len=4, request_rate=10.0)
     assert [(r.conversation_id, r.turn) for r in w.requests] == [(0, 0), (0, 1), (1, 0), (1, 1), (2, 0), (2, 1)]
@@ -177,18 +197,34 @@ def test_synthetic_multiturn_shares_one_arrival_per_conversation():
 
 def _sharegpt_file(tmp_path: Path, convs: list[list[tuple[int, int]]]) -> str:
     """A ShareGPT file whose conversations have the given (human words, gpt words) exchanges."""
-    recs = [{"id": str(i), "conversations": [t for h, g in c for t in
-                                             ({"from": "human", "value": " ".join(["h"] * h)},
-                                              {"from": "gpt", "value": " ".join(["g"] * g)})]}
-            for i, c in enumerate(convs)]
+    recs = [
+        {
+            "id": str(i),
+            "conversations": [
+                t
+                for h, g in c
+                for t in (
+                    {"from": "human", "value": " ".join(["h"] * h)},
+                    {"from": "gpt", "value": " ".join(["g"] * g)},
+                )
+            ],
+        }
+        for i, c in enumerate(convs)
+    ]
     (tmp_path / "sg.json").write_text(json.dumps(recs))
     return str(tmp_path / "sg.json")
 
 
 def test_sharegpt_multiturn_keeps_the_turns_and_cuts_at_the_context_limit(tmp_path):
-    f = _sharegpt_file(tmp_path, [[(3, 4), (5, 6), (7, 8)],        # 3 turns: 7 + 11 + 15 = 33 tokens
-                                  [(2, 2)],                          # one turn only: dropped (min_turns 2)
-                                  [(10, 10), (10, 10)]])            # 2 turns: 40 tokens
+    f = _sharegpt_file(
+        tmp_path,
+        [
+            [(3, 4), (5, 6), (7, 8)],  # 3 turns: 7 + 11 + 15 = 33 tokens
+            [(2, 2)],  # one turn only: dropped (min_turns 2)
+            [(10, 10), (10, 10)],
+        ],
+    )  # 2 turns: 40 tokens
+
     def shapes(w) -> list[list[tuple[int, int]]]:
         by_conv: dict[int, list[tuple[int, int]]] = {}
         for r in w.requests:

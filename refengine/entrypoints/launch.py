@@ -5,6 +5,7 @@ The port is checked and bound BEFORE the model loads, so a bad or busy port fail
 caller's ValueError -> exit 2), and the bound socket is handed to uvicorn, so nothing can take the port in between.
 The default host is 127.0.0.1: the server is reachable from this machine only unless `--host 0.0.0.0` is given.
 """
+
 from __future__ import annotations
 
 import errno
@@ -50,19 +51,34 @@ def bind_socket(host: str, port: int) -> socket.socket:
     return sock
 
 
-def make_server(app, sock: socket.socket, log_level: str = "info",
-                grace_s: float = GRACEFUL_SHUTDOWN_S) -> DrainingServer:
+def make_server(
+    app, sock: socket.socket, log_level: str = "info", grace_s: float = GRACEFUL_SHUTDOWN_S
+) -> DrainingServer:
     """uvicorn over `app` with the server's limits (limits.py) and the graceful stop."""
-    config = uvicorn.Config(app, fd=None, log_level=log_level, http=GuardedH11Protocol, ws="none",
-                            timeout_keep_alive=KEEP_ALIVE_S, limit_concurrency=MAX_CONNECTIONS,
-                            h11_max_incomplete_event_size=MAX_HEAD_BYTES,
-                            timeout_graceful_shutdown=UVICORN_FINAL_WAIT_S)
+    config = uvicorn.Config(
+        app,
+        fd=None,
+        log_level=log_level,
+        http=GuardedH11Protocol,
+        ws="none",
+        timeout_keep_alive=KEEP_ALIVE_S,
+        limit_concurrency=MAX_CONNECTIONS,
+        h11_max_incomplete_event_size=MAX_HEAD_BYTES,
+        timeout_graceful_shutdown=UVICORN_FINAL_WAIT_S,
+    )
     return DrainingServer(config, app.state.drain, app.state.serving, grace_s)
 
 
-def run_server(engine_kwargs: dict, host: str = "127.0.0.1", port: int = 8000, served_model_name: str | None = None,
-               log_level: str = "info", api_key: str | None = None, disable_docs: bool = False,
-               shutdown_timeout: float = GRACEFUL_SHUTDOWN_S) -> None:
+def run_server(
+    engine_kwargs: dict,
+    host: str = "127.0.0.1",
+    port: int = 8000,
+    served_model_name: str | None = None,
+    log_level: str = "info",
+    api_key: str | None = None,
+    disable_docs: bool = False,
+    shutdown_timeout: float = GRACEFUL_SHUTDOWN_S,
+) -> None:
     """Bind the port, load the engine (bad knobs raise ValueError), then serve until stopped. `api_key` defaults
     to the VLLM_API_KEY environment variable, as in vLLM."""
     if shutdown_timeout < 0:
@@ -74,9 +90,14 @@ def run_server(engine_kwargs: dict, host: str = "127.0.0.1", port: int = 8000, s
         engine = LLMEngine(**{"stats_log_size": 1, **engine_kwargs})
         app = build_app(engine, served_model_name, api_key=api_key, disable_docs=disable_docs)
         logging.basicConfig(level=log_level.upper(), format="%(levelname)s %(name)s: %(message)s")
-        log.info("serving %s on http://%s:%d (num_gpu_blocks=%d, api key %s)", served_model_name or
-                 engine.config.model, host, port, engine.config.scheduler.num_gpu_blocks,
-                 "required" if api_key else "off")
+        log.info(
+            "serving %s on http://%s:%d (num_gpu_blocks=%d, api key %s)",
+            served_model_name or engine.config.model,
+            host,
+            port,
+            engine.config.scheduler.num_gpu_blocks,
+            "required" if api_key else "off",
+        )
         try:
             make_server(app, sock, log_level, shutdown_timeout).run(sockets=[sock])
         finally:  # the lifespan has normally shut it down already (idempotent); never while its thread may step it

@@ -6,6 +6,7 @@ Two layers own them: `BodyLimit` (ASGI) refuses an oversized body by its Content
 `GuardedH11Protocol` (uvicorn's h11 protocol) bounds how long a connection may take to send a request's head, which
 uvicorn alone does not (its keep-alive timer starts only after a first response), so slowloris connections are closed.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -50,8 +51,13 @@ class _BodyTooLarge(Exception):
 async def send_error(send: Send, status: int, message: str, param: str | None = None) -> None:
     """An OpenAI-shaped error response, straight over ASGI (for the layers in front of FastAPI)."""
     body = json.dumps(error_body(message, status, param)).encode()
-    await send({"type": "http.response.start", "status": status,
-                "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]})
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())],
+        }
+    )
     await send({"type": "http.response.body", "body": body})
 
 
@@ -69,8 +75,11 @@ class BodyLimit:
         too_large = f"the request body is larger than this server's limit of {self.max_bytes} bytes"
         length = dict(scope["headers"]).get(b"content-length")
         if length is not None and (not length.isdigit() or int(length) > self.max_bytes):
-            return await send_error(send, 413 if length.isdigit() else 400,
-                                    too_large if length.isdigit() else "the Content-Length header is not a number")
+            return await send_error(
+                send,
+                413 if length.isdigit() else 400,
+                too_large if length.isdigit() else "the Content-Length header is not a number",
+            )
         try:
             body = await asyncio.wait_for(self._read_body(receive), self.timeout_s)
         except _BodyTooLarge:

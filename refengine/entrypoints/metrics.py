@@ -6,6 +6,7 @@ new one is exported. Gauges are set after every engine step, counters grow per s
 per finished request (as vLLM's frontend does). `vllm:cache_config_info` carries the KV cache's shape as labels
 (num_gpu_blocks, block_size), value 1, as vLLM exports it: an HTTP benchmark reads the pool size from it.
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -15,12 +16,74 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, disa
 disable_created_metrics()  # type: ignore[no-untyped-call]  # prometheus_client leaves it unannotated; no `*_created` series: they double the text and no vLLM dashboard reads them
 
 # vLLM's buckets (vllm/v1/metrics/loggers.py), so that histograms from both servers can be compared bucket by bucket
-_TTFT_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0,
-                 20.0, 40.0, 80.0, 160.0, 640.0, 2560.0)
-_ITL_BUCKETS = (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0,
-                40.0, 80.0)
-_LATENCY_BUCKETS = (0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0, 120.0,
-                    240.0, 480.0, 960.0, 1920.0, 7680.0)
+_TTFT_BUCKETS = (
+    0.001,
+    0.005,
+    0.01,
+    0.02,
+    0.04,
+    0.06,
+    0.08,
+    0.1,
+    0.25,
+    0.5,
+    0.75,
+    1.0,
+    2.5,
+    5.0,
+    7.5,
+    10.0,
+    20.0,
+    40.0,
+    80.0,
+    160.0,
+    640.0,
+    2560.0,
+)
+_ITL_BUCKETS = (
+    0.01,
+    0.025,
+    0.05,
+    0.075,
+    0.1,
+    0.15,
+    0.2,
+    0.3,
+    0.4,
+    0.5,
+    0.75,
+    1.0,
+    2.5,
+    5.0,
+    7.5,
+    10.0,
+    20.0,
+    40.0,
+    80.0,
+)
+_LATENCY_BUCKETS = (
+    0.3,
+    0.5,
+    0.8,
+    1.0,
+    1.5,
+    2.0,
+    2.5,
+    5.0,
+    10.0,
+    15.0,
+    20.0,
+    30.0,
+    40.0,
+    50.0,
+    60.0,
+    120.0,
+    240.0,
+    480.0,
+    960.0,
+    1920.0,
+    7680.0,
+)
 _TOKEN_BUCKETS = (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000, 20000, 50000)
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
@@ -44,30 +107,44 @@ class ServerMetrics:
         info = {"engine": "0", "num_gpu_blocks": str(num_gpu_blocks)}
         if block_size is not None:
             info["block_size"] = str(block_size)
-        Gauge("vllm:cache_config_info", "Information of the LLMEngine CacheConfig", tuple(info),
-              registry=self.registry).labels(**info).set(1)
+        Gauge(
+            "vllm:cache_config_info", "Information of the LLMEngine CacheConfig", tuple(info), registry=self.registry
+        ).labels(**info).set(1)
         self.running = gauge("vllm:num_requests_running", "Number of requests in model execution batches.")
         self.waiting = gauge("vllm:num_requests_waiting", "Number of requests waiting to be processed.")
         self.kv_usage = gauge("vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.")
         self.preemptions = counter("vllm:num_preemptions", "Cumulative number of preemption from the engine.")
         self.prompt_tokens = counter("vllm:prompt_tokens", "Number of prefill tokens processed.")
         self.generation_tokens = counter("vllm:generation_tokens", "Number of generation tokens processed.")
-        self._success = Counter("vllm:request_success", "Count of successfully processed requests.",
-                                (*labels, "finished_reason"), registry=self.registry)
-        self.ttft = histogram("vllm:time_to_first_token_seconds", "Histogram of time to first token in seconds.",
-                              _TTFT_BUCKETS)
-        self.itl = histogram("vllm:inter_token_latency_seconds", "Histogram of inter-token latency in seconds.",
-                             _ITL_BUCKETS)
-        self.tpot = histogram("vllm:request_time_per_output_token_seconds",
-                              "Histogram of time_per_output_token_seconds per request.", _ITL_BUCKETS)
-        self.e2e = histogram("vllm:e2e_request_latency_seconds",
-                             "Histogram of e2e request latency in seconds.", _LATENCY_BUCKETS)
-        self.queue = histogram("vllm:request_queue_time_seconds",
-                               "Histogram of time spent in WAITING phase for request.", _LATENCY_BUCKETS)
-        self.prompt_hist = histogram("vllm:request_prompt_tokens", "Number of prefill tokens processed.",
-                                     _TOKEN_BUCKETS)
-        self.gen_hist = histogram("vllm:request_generation_tokens", "Number of generation tokens processed.",
-                                  _TOKEN_BUCKETS)
+        self._success = Counter(
+            "vllm:request_success",
+            "Count of successfully processed requests.",
+            (*labels, "finished_reason"),
+            registry=self.registry,
+        )
+        self.ttft = histogram(
+            "vllm:time_to_first_token_seconds", "Histogram of time to first token in seconds.", _TTFT_BUCKETS
+        )
+        self.itl = histogram(
+            "vllm:inter_token_latency_seconds", "Histogram of inter-token latency in seconds.", _ITL_BUCKETS
+        )
+        self.tpot = histogram(
+            "vllm:request_time_per_output_token_seconds",
+            "Histogram of time_per_output_token_seconds per request.",
+            _ITL_BUCKETS,
+        )
+        self.e2e = histogram(
+            "vllm:e2e_request_latency_seconds", "Histogram of e2e request latency in seconds.", _LATENCY_BUCKETS
+        )
+        self.queue = histogram(
+            "vllm:request_queue_time_seconds", "Histogram of time spent in WAITING phase for request.", _LATENCY_BUCKETS
+        )
+        self.prompt_hist = histogram(
+            "vllm:request_prompt_tokens", "Number of prefill tokens processed.", _TOKEN_BUCKETS
+        )
+        self.gen_hist = histogram(
+            "vllm:request_generation_tokens", "Number of generation tokens processed.", _TOKEN_BUCKETS
+        )
 
     def on_step(self, num_running: int, num_waiting: int, kv_blocks_used: int, num_preempted: int) -> None:
         self.running.set(num_running)

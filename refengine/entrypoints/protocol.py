@@ -10,6 +10,7 @@ ValueError (naming the field) is the 400.
 Types are strict, as the Python API has them: "5" is not an int, "no" not a bool, true not a token id (pydantic's
 strict mode; an int is still a float). Ranges are SamplingParams' own, which are vLLM's.
 """
+
 from __future__ import annotations
 
 import time
@@ -31,10 +32,19 @@ class BadRequest(ValueError):
 
 # The error `type` per status: the OpenAI SDK's exception names where it has one, so a client can tell its own
 # mistake (4xx) from the server's (5xx) by the type alone.
-_ERROR_TYPES = {400: "BadRequestError", 401: "AuthenticationError", 403: "PermissionDeniedError",
-                404: "NotFoundError", 405: "MethodNotAllowedError", 408: "RequestTimeoutError", 409: "ConflictError",
-                413: "RequestTooLargeError", 422: "UnprocessableEntityError", 429: "RateLimitError",
-                503: "ServiceUnavailableError"}
+_ERROR_TYPES = {
+    400: "BadRequestError",
+    401: "AuthenticationError",
+    403: "PermissionDeniedError",
+    404: "NotFoundError",
+    405: "MethodNotAllowedError",
+    408: "RequestTimeoutError",
+    409: "ConflictError",
+    413: "RequestTooLargeError",
+    422: "UnprocessableEntityError",
+    429: "RateLimitError",
+    503: "ServiceUnavailableError",
+}
 
 
 def error_type(status: int) -> str:
@@ -97,12 +107,23 @@ class _SamplingFields(BaseModel):
     def sampling_params(self, max_tokens: int) -> SamplingParams:
         """Defaults as vLLM's server: temperature 1, top_p 1, top_k off. A ValueError names its field."""
         kw: dict[str, Any] = dict(
-            max_tokens=max_tokens, min_tokens=self.min_tokens, ignore_eos=self.ignore_eos,
-            stop=[self.stop] if isinstance(self.stop, str) else self.stop, stop_token_ids=self.stop_token_ids,
-            include_stop_str_in_output=self.include_stop_str_in_output, seed=self.seed,
+            max_tokens=max_tokens,
+            min_tokens=self.min_tokens,
+            ignore_eos=self.ignore_eos,
+            stop=[self.stop] if isinstance(self.stop, str) else self.stop,
+            stop_token_ids=self.stop_token_ids,
+            include_stop_str_in_output=self.include_stop_str_in_output,
+            seed=self.seed,
         )
-        for name, default in (("temperature", 1.0), ("top_p", 1.0), ("top_k", 0), ("presence_penalty", 0.0),
-                              ("frequency_penalty", 0.0), ("repetition_penalty", 1.0), ("min_p", 0.0)):
+        for name, default in (
+            ("temperature", 1.0),
+            ("top_p", 1.0),
+            ("top_k", 0),
+            ("presence_penalty", 0.0),
+            ("frequency_penalty", 0.0),
+            ("repetition_penalty", 1.0),
+            ("min_p", 0.0),
+        ):
             value = getattr(self, name)
             kw[name] = default if value is None else value
         for name in _PASSED_THROUGH:
@@ -114,8 +135,15 @@ class _SamplingFields(BaseModel):
         return bool(self.stream_options and self.stream_options.include_usage)
 
 
-_PASSED_THROUGH = ("logit_bias", "allowed_token_ids", "bad_words", "skip_special_tokens",
-                   "spaces_between_special_tokens", "truncate_prompt_tokens", "prompt_logprobs")
+_PASSED_THROUGH = (
+    "logit_bias",
+    "allowed_token_ids",
+    "bad_words",
+    "skip_special_tokens",
+    "spaces_between_special_tokens",
+    "truncate_prompt_tokens",
+    "prompt_logprobs",
+)
 
 Prompt = str | list[int] | list[str] | list[list[int]]
 
@@ -158,8 +186,9 @@ class ChatMessage(BaseModel):
         parts = []
         for part in self.content:
             if part.get("type") != "text" or not isinstance(part.get("text"), str):
-                raise BadRequest(f"messages: only text content parts are supported, got {part.get('type')!r}",
-                                 "messages")
+                raise BadRequest(
+                    f"messages: only text content parts are supported, got {part.get('type')!r}", "messages"
+                )
             parts.append(part["text"])
         return "".join(parts)
 
@@ -193,8 +222,11 @@ def now() -> int:
 
 
 def usage(prompt_tokens: int, completion_tokens: int) -> dict[str, int]:
-    return {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
-            "total_tokens": prompt_tokens + completion_tokens}
+    return {
+        "prompt_tokens": prompt_tokens,
+        "completion_tokens": completion_tokens,
+        "total_tokens": prompt_tokens + completion_tokens,
+    }
 
 
 class TokenizeRequest(BaseModel):
@@ -224,4 +256,3 @@ class DetokenizeRequest(BaseModel):
 
     model: str | None = None
     tokens: list[int]
-

@@ -12,6 +12,7 @@ call costs one engine step to admit, not one step per prompt. Chat rendering, to
 worker thread, never on the event loop, and list lengths are checked before anything walks a list. Error texts say
 what the client sent wrong; an engine failure is logged and reported without its internals.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -96,8 +97,9 @@ class OpenAIServing:
                     raise BadRequest(str(e), param) from None
                 continue
             if len(p) > self.max_model_len:  # before anything walks a (possibly huge) list
-                raise BadRequest(f"{param}: {len(p)} token ids is longer than the maximum model length "
-                                 f"({self.max_model_len})", param)
+                raise BadRequest(
+                    f"{param}: {len(p)} token ids is longer than the maximum model length ({self.max_model_len})", param
+                )
             out.append(list(p))
         return out
 
@@ -107,8 +109,11 @@ class OpenAIServing:
     async def completion_call(self, req: CompletionRequest) -> Call:
         prompts = req.prompts()
         if len(prompts) > MAX_PROMPTS_PER_CALL:
-            raise BadRequest(f"prompt: {len(prompts)} prompts in one call is more than this server's limit of "
-                             f"{MAX_PROMPTS_PER_CALL}", "prompt")
+            raise BadRequest(
+                f"prompt: {len(prompts)} prompts in one call is more than this server's limit of "
+                f"{MAX_PROMPTS_PER_CALL}",
+                "prompt",
+            )
         prompt_ids = await self._tokenize(prompts, "prompt")
         params = self._params(req, req.max_tokens, "max_tokens", {})
         return Call("completion", new_id("cmpl"), self.model_name, now(), prompt_ids, params, req.include_usage)
@@ -150,8 +155,9 @@ class OpenAIServing:
         try:
             return req.sampling_params(max_tokens)
         except ValueError as e:
-            raise BadRequest(str(e), param_of(str(e), set(SamplingParams.__dataclass_fields__), "prompt",
-                                              renames)) from None
+            raise BadRequest(
+                str(e), param_of(str(e), set(SamplingParams.__dataclass_fields__), "prompt", renames)
+            ) from None
 
     async def submit(self, call: Call, priority: int) -> None:
         """Queue every prompt of the call at once, all or nothing; a refused one is a 400 naming its field."""
@@ -163,8 +169,9 @@ class OpenAIServing:
             await self.engine.add_requests(items, call.params, call.queue, priority=priority)
         except ValueError as e:
             cause = e.error if isinstance(e, BatchRefused) else e
-            raise BadRequest(str(e), param_of(str(cause), set(SamplingParams.__dataclass_fields__) | {"priority"},
-                                              prompt_param)) from None
+            raise BadRequest(
+                str(e), param_of(str(cause), set(SamplingParams.__dataclass_fields__) | {"priority"}, prompt_param)
+            ) from None
         call.request_ids = [rid for rid, _, _ in items]
         self.live[call.id] = call
 
@@ -219,8 +226,14 @@ class OpenAIServing:
             else:
                 choice["message"] = {"role": "assistant", "content": text}
             choices.append(choice)
-        return {"id": call.id, "object": call.object, "created": call.created, "model": call.model,
-                "choices": choices, "usage": usage(sum(map(len, call.prompt_ids)), sum(counts))}
+        return {
+            "id": call.id,
+            "object": call.object,
+            "created": call.created,
+            "model": call.model,
+            "choices": choices,
+            "usage": usage(sum(map(len, call.prompt_ids)), sum(counts)),
+        }
 
     async def stream(self, call: Call) -> AsyncIterator[str]:
         counts = [0] * len(call.prompt_ids)
@@ -228,14 +241,29 @@ class OpenAIServing:
         extra = {"usage": None} if call.include_usage else {}
 
         def chunk(choices: list) -> str:
-            body = {"id": call.id, "object": obj, "created": call.created, "model": call.model,
-                    "choices": choices, **extra}
+            body = {
+                "id": call.id,
+                "object": obj,
+                "created": call.created,
+                "model": call.model,
+                "choices": choices,
+                **extra,
+            }
             return f"data: {json.dumps(body, ensure_ascii=False)}\n\n"
 
         try:
             if call.kind == "chat":  # OpenAI opens every chat choice with the role
-                yield chunk([{"index": i, "delta": {"role": "assistant", "content": ""}, "logprobs": None,
-                              "finish_reason": None} for i in range(len(call.prompt_ids))])
+                yield chunk(
+                    [
+                        {
+                            "index": i,
+                            "delta": {"role": "assistant", "content": ""},
+                            "logprobs": None,
+                            "finish_reason": None,
+                        }
+                        for i in range(len(call.prompt_ids))
+                    ]
+                )
             async for i, out in self.outputs(call):
                 c = out.outputs[0]
                 counts[i] += len(c.token_ids)

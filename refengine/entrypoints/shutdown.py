@@ -7,6 +7,7 @@ saying the server is shutting down (a waiting non-streaming call gets a 503). No
 Then uvicorn's own shutdown runs (close connections, lifespan: the engine thread stops). A second signal during
 the drain skips what is left of the grace period.
 """
+
 from __future__ import annotations
 
 import asyncio

@@ -14,6 +14,7 @@ Here, per cap, on `sim:a100` with the `opt-13b` shape in bf16:
 - `hf-static`: HF `generate` at the same batch (refengine/sim/hf_static.py: padded prefill, every row computed until
   the batch's longest output ends), the benchmark's own baseline.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -75,8 +76,12 @@ def run_cap(cap: int, num_prompts: int = 1000, seed: int = 0) -> CapRow:
     start = time.perf_counter()
     outputs = output_lengths(num_prompts, cap, seed)
     batch = STATIC_BATCH[cap]
-    cont = engine_throughput(outputs, batching="continuous", max_num_batched_tokens=CONTINUOUS_MAX_NUM_BATCHED_TOKENS,
-                             max_num_seqs=CONTINUOUS_MAX_NUM_SEQS)
+    cont = engine_throughput(
+        outputs,
+        batching="continuous",
+        max_num_batched_tokens=CONTINUOUS_MAX_NUM_BATCHED_TOKENS,
+        max_num_seqs=CONTINUOUS_MAX_NUM_SEQS,
+    )
     static = engine_throughput(outputs, batching="static", max_num_seqs=batch)
     hf = simulate_hf_static_on(DEVICE, MODEL, [(PROMPT_LEN, o, 0.0) for o in outputs], batch, DTYPE)
     hf_tok_s = (PROMPT_LEN * num_prompts + sum(outputs)) / hf.duration_s
@@ -91,19 +96,30 @@ def main(argv: list[str] | None = None) -> None:
     args = ap.parse_args(argv)
     caps = [c.strip() for c in args.caps.split(",")]
     bad = [c for c in caps if not c.isdigit() or int(c) not in STATIC_BATCH]
-    problem = (f"--caps: {', '.join(bad)} not among the benchmark's caps {list(STATIC_BATCH)}" if bad else
-               f"--num-prompts: must be >= 1, got {args.num_prompts}" if args.num_prompts < 1 else None)
+    problem = (
+        f"--caps: {', '.join(bad)} not among the benchmark's caps {list(STATIC_BATCH)}"
+        if bad
+        else f"--num-prompts: must be >= 1, got {args.num_prompts}"
+        if args.num_prompts < 1
+        else None
+    )
     if problem:  # bad input: one line on stderr, exit 2
         print(f"error: {problem}", file=sys.stderr)
         sys.exit(2)
-    print(f"simulated A100, opt-13b bf16, {args.num_prompts} prompts of {PROMPT_LEN} tokens, outputs exp(mean "
-          f"{MEAN_OUTPUT_LEN}) capped; throughput = (prompt + output tokens) / simulated s; published: {PUBLISHED}")
-    print("| output cap | static batch | continuous tok/s | static tok/s | hf-static tok/s | continuous / static "
-          "| continuous / hf-static | wall s |\n|---|---|---|---|---|---|---|---|")
+    print(
+        f"simulated A100, opt-13b bf16, {args.num_prompts} prompts of {PROMPT_LEN} tokens, outputs exp(mean "
+        f"{MEAN_OUTPUT_LEN}) capped; throughput = (prompt + output tokens) / simulated s; published: {PUBLISHED}"
+    )
+    print(
+        "| output cap | static batch | continuous tok/s | static tok/s | hf-static tok/s | continuous / static "
+        "| continuous / hf-static | wall s |\n|---|---|---|---|---|---|---|---|"
+    )
     for cap in map(int, caps):
         r = run_cap(cap, args.num_prompts, args.seed)
-        print(f"| {r.cap} | {r.batch} | {r.continuous_tok_s:.0f} | {r.static_tok_s:.0f} | {r.hf_static_tok_s:.0f} "
-              f"| {r.continuous_over_static:.1f}x | {r.continuous_over_hf_static:.1f}x | {r.wall_s:.0f} |")
+        print(
+            f"| {r.cap} | {r.batch} | {r.continuous_tok_s:.0f} | {r.static_tok_s:.0f} | {r.hf_static_tok_s:.0f} "
+            f"| {r.continuous_over_static:.1f}x | {r.continuous_over_hf_static:.1f}x | {r.wall_s:.0f} |"
+        )
 
 
 if __name__ == "__main__":

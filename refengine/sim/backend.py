@@ -8,6 +8,7 @@ KV pool, as vLLM sizes it on a real GPU (refengine/kv_sizing.py draws the budget
     blocks = (memory x gpu_memory_utilization - weight bytes - ACTIVATION_RESERVE_BYTES)
              // (KV bytes per token x block_size)
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -45,15 +46,16 @@ def sim_dtype(dtype: object) -> str:
     return SIM_DTYPES[name]
 
 
-def num_sim_blocks(gpu: GpuSpec, shape: ModelShape, dtype: str, block_size: int,
-                   gpu_memory_utilization: float) -> int:
+def num_sim_blocks(gpu: GpuSpec, shape: ModelShape, dtype: str, block_size: int, gpu_memory_utilization: float) -> int:
     """The KV pool of the module docstring's formula; ValueError naming the knob when it holds no block."""
     budget = int(gpu.memory_bytes * gpu_memory_utilization) - shape.weight_bytes(dtype) - ACTIVATION_RESERVE_BYTES
     per_block = shape.kv_bytes_per_token(KV_CACHE_DTYPE) * block_size
     if budget < per_block:
-        raise ValueError(f"gpu_memory_utilization={gpu_memory_utilization}: {gpu.name} x {gpu_memory_utilization} "
-                         f"leaves {budget / GiB:.2f} GiB after the weights ({shape.weight_bytes(dtype) / GiB:.2f} "
-                         f"GiB) and the activation reserve: no KV block fits")
+        raise ValueError(
+            f"gpu_memory_utilization={gpu_memory_utilization}: {gpu.name} x {gpu_memory_utilization} "
+            f"leaves {budget / GiB:.2f} GiB after the weights ({shape.weight_bytes(dtype) / GiB:.2f} "
+            f"GiB) and the activation reserve: no KV block fits"
+        )
     return budget // per_block
 
 

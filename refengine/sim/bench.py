@@ -4,6 +4,7 @@ Replays the ShareGPT workload (token-id prompts, exact output lengths, all arriv
 engine per batching mode and prints, per mode: engine steps, wall seconds, steps per wall second, simulated seconds
 and the simulated / wall ratio, and the simulated output throughput.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -30,8 +31,15 @@ def run_mode(model: str, device: str, batching: str, reqs) -> dict:
     sim_s = max(m["finish_time"] for m in metrics) - min(m["arrival_time"] for m in metrics)
     steps = engine.model_runner.num_steps
     out_tokens = sum(m["output_len"] for m in metrics)
-    return {"batching": batching, "steps": steps, "wall_s": wall, "steps_per_s": steps / wall, "sim_s": sim_s,
-            "sim_per_wall": sim_s / wall, "sim_output_tok_per_s": out_tokens / sim_s}
+    return {
+        "batching": batching,
+        "steps": steps,
+        "wall_s": wall,
+        "steps_per_s": steps / wall,
+        "sim_s": sim_s,
+        "sim_per_wall": sim_s / wall,
+        "sim_output_tok_per_s": out_tokens / sim_s,
+    }
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -49,8 +57,10 @@ def main(argv: list[str] | None = None) -> None:
     print(f"{'batching':<11}{'steps':>8}{'wall s':>9}{'steps/s':>10}{'sim s':>10}{'sim/wall':>10}{'sim out tok/s':>15}")
     for mode in args.modes.split(","):
         r = run_mode(args.model, args.device, mode, reqs)
-        print(f"{mode:<11}{r['steps']:>8}{r['wall_s']:>9.2f}{r['steps_per_s']:>10.0f}{r['sim_s']:>10.2f}"
-              f"{r['sim_per_wall']:>10.2f}{r['sim_output_tok_per_s']:>15.0f}")
+        print(
+            f"{mode:<11}{r['steps']:>8}{r['wall_s']:>9.2f}{r['steps_per_s']:>10.0f}{r['sim_s']:>10.2f}"
+            f"{r['sim_per_wall']:>10.2f}{r['sim_output_tok_per_s']:>15.0f}"
+        )
     print(f"total wall {time.perf_counter() - total:.1f} s ({args.num_prompts} prompts, {args.model}, {args.device})")
 
 

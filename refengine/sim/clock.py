@@ -8,6 +8,7 @@ stats) is read from one clock object, `engine.clock`.
 A driver that replays arrivals (the perf runner, a test) reads `clock.now()` and calls `clock.sleep_until(t)` when
 the engine is idle until `t`: the wall clock sleeps, the virtual clock jumps there at once.
 """
+
 from __future__ import annotations
 
 import math

@@ -6,6 +6,7 @@ GPU). The engine's real scheduler, KV cache manager and output side decide every
 The cost-model-only twin of this driver is refengine/sim/replay.py (`replay_fixed_lengths`), which re-implements
 the scheduling for this one case; running both on the same rows checks one against the other.
 """
+
 from __future__ import annotations
 
 import statistics
@@ -28,7 +29,9 @@ def distinct_prompt(index: int, isl: int, vocab_size: int) -> list[int]:
     return [_PROMPT_ID_BASE + (index + 7 * j) % span for j in range(isl)]
 
 
-def run_closed_loop(engine: LLMEngine, isl: int, osl: int, concurrency: int, num_requests: int | None = None) -> list[dict]:
+def run_closed_loop(
+    engine: LLMEngine, isl: int, osl: int, concurrency: int, num_requests: int | None = None
+) -> list[dict]:
     """Send num_requests (default 6 x concurrency) requests from `concurrency` closed-loop clients; returns every
     request's metrics (engine-clock times) in sending order."""
     for name, value in (("isl", isl), ("osl", osl), ("concurrency", concurrency)):
@@ -58,22 +61,35 @@ def run_closed_loop(engine: LLMEngine, isl: int, osl: int, concurrency: int, num
 def steady_state(metrics: list[dict], concurrency: int, osl: int, duration_s: float, num_steps: int) -> ReplayResult:
     """Mean TTFT and TPOT over the steady state, as replay_fixed_lengths measures it: the first wave (all sent at
     once) and the last (sent while the clients drain) are left out."""
-    measured = metrics[concurrency:len(metrics) - concurrency] or metrics
+    measured = metrics[concurrency : len(metrics) - concurrency] or metrics
     ttft = statistics.fmean(m["first_token_time"] - m["arrival_time"] for m in measured)
     tpot = statistics.fmean((m["finish_time"] - m["first_token_time"]) / max(osl - 1, 1) for m in measured)
     return ReplayResult(ttft, tpot, duration_s, num_steps)
 
 
-def closed_loop_on_engine(isl: int, osl: int, concurrency: int, num_requests: int | None = None,
-                          model: str = "llama-3.1-8b", device: str = "sim:h200", dtype: str = "fp8",
-                          **engine_kwargs: object) -> ReplayResult:
+def closed_loop_on_engine(
+    isl: int,
+    osl: int,
+    concurrency: int,
+    num_requests: int | None = None,
+    model: str = "llama-3.1-8b",
+    device: str = "sim:h200",
+    dtype: str = "fp8",
+    **engine_kwargs: object,
+) -> ReplayResult:
     """A fresh engine with vLLM's server defaults on an H100 / H200 (8192 batched tokens, 1024 sequences, chunked
     prefill on) and prefix caching off (the prompts are distinct anyway), driven by run_closed_loop."""
     from refengine import LLMEngine
     from refengine.sim.replay import VLLM_SERVER_MAX_NUM_BATCHED_TOKENS, VLLM_SERVER_MAX_NUM_SEQS
 
-    kwargs = {"max_num_batched_tokens": VLLM_SERVER_MAX_NUM_BATCHED_TOKENS, "max_num_seqs": VLLM_SERVER_MAX_NUM_SEQS,
-              "enable_chunked_prefill": True, "enable_prefix_caching": False, "stats_log_size": 0, **engine_kwargs}
+    kwargs = {
+        "max_num_batched_tokens": VLLM_SERVER_MAX_NUM_BATCHED_TOKENS,
+        "max_num_seqs": VLLM_SERVER_MAX_NUM_SEQS,
+        "enable_chunked_prefill": True,
+        "enable_prefix_caching": False,
+        "stats_log_size": 0,
+        **engine_kwargs,
+    }
     engine = LLMEngine(model, device=device, dtype=dtype, **kwargs)
     start = engine.clock.now()
     metrics = run_closed_loop(engine, isl, osl, concurrency, num_requests)

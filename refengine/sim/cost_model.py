@@ -72,8 +72,15 @@ class ModelShape:
     extra_params: int = 0  # kept in bf16 beside the linears: biases (Qwen2's qkv, all of OPT's), learned positions
 
     def __post_init__(self) -> None:
-        for name in ("num_layers", "hidden_size", "num_heads", "num_kv_heads", "head_dim", "intermediate_size",
-                     "vocab_size"):
+        for name in (
+            "num_layers",
+            "hidden_size",
+            "num_heads",
+            "num_kv_heads",
+            "head_dim",
+            "intermediate_size",
+            "vocab_size",
+        ):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name}: must be positive, got {getattr(self, name)}")
         if self.num_heads % self.num_kv_heads:
@@ -95,16 +102,29 @@ class ModelShape:
         elif is_opt:  # biases of q, k, v, o, fc1, fc2 and both LayerNorms; learned positions (offset by 2)
             positions = int(cfg.get("max_position_embeddings", 2048)) + 2
             extra = layers * (7 * hidden + inter) + hidden + positions * hidden
-        return cls(num_layers=layers, hidden_size=hidden, num_heads=heads, num_kv_heads=kv_heads, head_dim=head_dim,
-                   intermediate_size=inter, vocab_size=int(cfg["vocab_size"]), gated_mlp=not is_opt,
-                   tie_word_embeddings=bool(cfg.get("tie_word_embeddings", is_opt)), extra_params=extra)
+        return cls(
+            num_layers=layers,
+            hidden_size=hidden,
+            num_heads=heads,
+            num_kv_heads=kv_heads,
+            head_dim=head_dim,
+            intermediate_size=inter,
+            vocab_size=int(cfg["vocab_size"]),
+            gated_mlp=not is_opt,
+            tie_word_embeddings=bool(cfg.get("tie_word_embeddings", is_opt)),
+            extra_params=extra,
+        )
 
     def linear_shapes(self) -> dict[str, tuple[int, int]]:
         """(n, k) of each per-layer GEMM, y[M, n] = x[M, k] @ W[k, n]."""
         q, kv = self.num_heads * self.head_dim, self.num_kv_heads * self.head_dim
         up = (2 if self.gated_mlp else 1) * self.intermediate_size
-        return {"qkv": (q + 2 * kv, self.hidden_size), "o": (self.hidden_size, q),
-                "gate_up": (up, self.hidden_size), "down": (self.hidden_size, self.intermediate_size)}
+        return {
+            "qkv": (q + 2 * kv, self.hidden_size),
+            "o": (self.hidden_size, q),
+            "gate_up": (up, self.hidden_size),
+            "down": (self.hidden_size, self.intermediate_size),
+        }
 
     def weight_bytes(self, dtype: str) -> int:
         """Bytes of weights on the device; fp8 checkpoints keep the embedding and lm_head in bf16, as vLLM loads
@@ -137,8 +157,14 @@ def _check_dtype(dtype: str) -> None:
 class CostModel:
     """Seconds per engine step on a simulated GPU, from the step's shape alone; lookups are cached per shape."""
 
-    def __init__(self, gpu: str | GpuSpec, shape: ModelShape, dtype: str = "bfloat16",
-                 async_scheduling: bool = False, host_seconds: HostCost | None = None) -> None:
+    def __init__(
+        self,
+        gpu: str | GpuSpec,
+        shape: ModelShape,
+        dtype: str = "bfloat16",
+        async_scheduling: bool = False,
+        host_seconds: HostCost | None = None,
+    ) -> None:
         _check_dtype(dtype)
         self.gpu = get_gpu(gpu) if isinstance(gpu, str) else gpu
         peak = self.gpu.fp8_flops if dtype == "fp8" else self.gpu.bf16_flops
@@ -152,8 +178,9 @@ class CostModel:
         except FileNotFoundError:  # a GpuSpec of the caller's own, with no measured tables: roofline only
             tables = None
         self.version = COST_MODEL_VERSION if tables else COST_MODEL_VERSION + " roofline-only"
-        self._gemms = [(self._gemm_fn(tables, dtype, n, k, DTYPE_BYTES[dtype]))
-                       for n, k in shape.linear_shapes().values()]
+        self._gemms = [
+            (self._gemm_fn(tables, dtype, n, k, DTYPE_BYTES[dtype])) for n, k in shape.linear_shapes().values()
+        ]
         # vLLM keeps lm_head in bf16 in fp8 checkpoints
         self._lm_head = self._gemm_fn(tables, "bfloat16", shape.vocab_size, shape.hidden_size, 2)
         self._by_tokens: dict[int, tuple[float, float]] = {}  # M -> (gemm, non_gemm) over all layers
@@ -162,20 +189,27 @@ class CostModel:
         self._decode = tables.attention("decode", dtype, h, kvh, d) if tables else None
         self._prefill = tables.attention("prefill", dtype, h, kvh, d) if tables else None
         self._kv_bytes_per_layer = shape.kv_bytes_per_token(dtype) / shape.num_layers
-        act = (8 * shape.hidden_size + 2 * (h + kvh) * d + 4 * kvh * d
-               + (3 if shape.gated_mlp else 2) * shape.intermediate_size)
+        act = (
+            8 * shape.hidden_size
+            + 2 * (h + kvh) * d
+            + 4 * kvh * d
+            + (3 if shape.gated_mlp else 2) * shape.intermediate_size
+        )
         self._non_gemm_bytes_per_token = 2 * act  # bf16 activations, each read or written once per pass
 
-    def _gemm_fn(self, tables: KernelTables | None, dtype: str, n: int, k: int,
-                 weight_bytes: int) -> Callable[[int], float]:
+    def _gemm_fn(
+        self, tables: KernelTables | None, dtype: str, n: int, k: int, weight_bytes: int
+    ) -> Callable[[int], float]:
         """Seconds of the GEMM y[M, n] = x[M, k] @ W[k, n] as a function of M: the table, else the roofline."""
         curve = tables.gemm(dtype, n, k) if tables is not None and tables.has_gemm(dtype) else None
         if curve is not None:
             return lambda m: curve.ms(m) * 1e-3
         peak = self.gpu.fp8_flops if dtype == "fp8" else self.gpu.bf16_flops
         hbm = self.gpu.hbm_bytes_per_s * ROOFLINE_HBM_EFF
-        return lambda m: max(2 * m * n * k / (peak * ROOFLINE_FLOPS_EFF),
-                             (n * k * weight_bytes + 2 * m * (n + k)) / hbm) + KERNEL_FLOOR_S
+        return lambda m: (
+            max(2 * m * n * k / (peak * ROOFLINE_FLOPS_EFF), (n * k * weight_bytes + 2 * m * (n + k)) / hbm)
+            + KERNEL_FLOOR_S
+        )
 
     def _decode_s(self, batch: int, kv_len: int) -> float:
         if self._decode is not None:
@@ -211,8 +245,12 @@ class CostModel:
             if per_m is None:
                 per_m = self._by_tokens[tokens] = (
                     layers * sum(fn(tokens) for fn in self._gemms),
-                    layers * (NON_GEMM_KERNELS_PER_LAYER * KERNEL_FLOOR_S
-                              + tokens * self._non_gemm_bytes_per_token / self._hbm))
+                    layers
+                    * (
+                        NON_GEMM_KERNELS_PER_LAYER * KERNEL_FLOOR_S
+                        + tokens * self._non_gemm_bytes_per_token / self._hbm
+                    ),
+                )
             out["gemm"], out["non_gemm"] = per_m
         if n_dec:
             out["decode_attention"] = layers * self._decode_s(n_dec, round(dec_kv / n_dec))

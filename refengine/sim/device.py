@@ -1,4 +1,5 @@
 """`device="sim:<gpu>"`: parsing the device string of a simulated GPU."""
+
 from __future__ import annotations
 
 from refengine.sim.gpus import GPUS, GpuSpec, get_gpu
@@ -15,8 +16,8 @@ def known_sim_devices() -> list[str]:
 
 
 def parse_sim_device(device: str) -> GpuSpec:
-    """"sim:h200" (any case) -> the H200's spec; ValueError naming `device` and the known GPUs for anything else."""
-    name = device.strip().lower()[len(SIM_PREFIX):] if is_sim_device(device) else ""
+    """ "sim:h200" (any case) -> the H200's spec; ValueError naming `device` and the known GPUs for anything else."""
+    name = device.strip().lower()[len(SIM_PREFIX) :] if is_sim_device(device) else ""
     key = {g.lower(): g for g in GPUS}.get(name)
     if key is None:
         raise ValueError(f"device {device!r} is not a simulated GPU; known: {', '.join(known_sim_devices())}")

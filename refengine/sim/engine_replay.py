@@ -1,6 +1,7 @@
 """Replay a list of requests through an engine on the engine's own clock (virtual on a simulated GPU): each request
 is added when the clock reaches its arrival, and an idle engine waits for the next one (the virtual clock jumps).
 This is what a driver such as the perf runner does with `engine.clock` in place of time.monotonic()."""
+
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
@@ -18,8 +19,9 @@ ReplayRequest = tuple[Sequence[int], int, float]
 
 def replay_params(max_tokens: int) -> SamplingParams:
     """Greedy, ignore_eos, exactly `max_tokens` tokens, whole outputs only (as the perf runner's replay)."""
-    return SamplingParams(max_tokens=max_tokens, temperature=0.0, ignore_eos=True,
-                          output_kind=RequestOutputKind.FINAL_ONLY)
+    return SamplingParams(
+        max_tokens=max_tokens, temperature=0.0, ignore_eos=True, output_kind=RequestOutputKind.FINAL_ONLY
+    )
 
 
 def replay(engine: LLMEngine, reqs: Sequence[ReplayRequest]) -> list[dict[str, Any]]:

@@ -13,6 +13,7 @@ tokens are its output), and it finishes, as its caller sees it, when the batch r
 Records are shaped like the engine's (refengine/output_processor.py `request_metrics`) and steps like the CPU
 peer's synthetic step records, so perf computes the same metrics from them.
 """
+
 from __future__ import annotations
 
 from collections.abc import Sequence
@@ -35,8 +36,10 @@ class HfStaticResult:
 def batch_steps(prompt_lens: Sequence[int], output_lens: Sequence[int]) -> list[StepShape]:
     """The steps `generate` runs for one batch: the padded prefill, then a decode per further output position."""
     if not prompt_lens or len(prompt_lens) != len(output_lens):
-        raise ValueError(f"prompt_lens: need one per request and at least one, got {len(prompt_lens)} prompts "
-                         f"for {len(output_lens)} outputs")
+        raise ValueError(
+            f"prompt_lens: need one per request and at least one, got {len(prompt_lens)} prompts "
+            f"for {len(output_lens)} outputs"
+        )
     for name, lens in (("prompt_lens", prompt_lens), ("output_lens", output_lens)):
         if min(lens) < 1:
             raise ValueError(f"{name}: every length must be >= 1, got {min(lens)}")
@@ -46,12 +49,24 @@ def batch_steps(prompt_lens: Sequence[int], output_lens: Sequence[int]) -> list[
     return steps
 
 
-def _record(rid: int, prompt_len: int, output_len: int, arrival: float, start: float, token_times: list[float],
-            finish: float) -> dict:
-    return {"request_id": str(rid), "prompt_len": prompt_len, "output_len": output_len, "arrival_time": arrival,
-            "first_scheduled_time": start, "first_token_time": token_times[0], "token_times": token_times,
-            "finish_time": finish, "num_preemptions": 0, "num_recomputed_tokens": 0, "num_cached_tokens": None,
-            "finish_reason": "length", "error": None}
+def _record(
+    rid: int, prompt_len: int, output_len: int, arrival: float, start: float, token_times: list[float], finish: float
+) -> dict:
+    return {
+        "request_id": str(rid),
+        "prompt_len": prompt_len,
+        "output_len": output_len,
+        "arrival_time": arrival,
+        "first_scheduled_time": start,
+        "first_token_time": token_times[0],
+        "token_times": token_times,
+        "finish_time": finish,
+        "num_preemptions": 0,
+        "num_recomputed_tokens": 0,
+        "num_cached_tokens": None,
+        "finish_reason": "length",
+        "error": None,
+    }
 
 
 def simulate_hf_static(cost: CostModel, requests: Sequence[HfStaticRequest], batch_size: int) -> HfStaticResult:
@@ -62,7 +77,7 @@ def simulate_hf_static(cost: CostModel, requests: Sequence[HfStaticRequest], bat
     res = HfStaticResult([{}] * len(requests), [])
     end = 0.0
     for b in range(0, len(order), batch_size):
-        idx = order[b:b + batch_size]
+        idx = order[b : b + batch_size]
         prompts, outputs, arrivals = zip(*(requests[i] for i in idx))
         start = max(end, max(arrivals))
         times, now = [], start
@@ -73,9 +88,16 @@ def simulate_hf_static(cost: CostModel, requests: Sequence[HfStaticRequest], bat
         res.batch_seconds.append(end - start)
         for i, p, o, a in zip(idx, prompts, outputs, arrivals):
             res.records[i] = _record(i, p, o, a, start, times[:o], end)
-        res.steps.extend({"time": t, "num_scheduled_tokens": len(idx) * (max(prompts) if k == 0 else 1),
-                          "num_waiting": 0, "num_running": sum(o > k for o in outputs), "slots_held": len(idx)}
-                         for k, t in enumerate(times))
+        res.steps.extend(
+            {
+                "time": t,
+                "num_scheduled_tokens": len(idx) * (max(prompts) if k == 0 else 1),
+                "num_waiting": 0,
+                "num_running": sum(o > k for o in outputs),
+                "slots_held": len(idx),
+            }
+            for k, t in enumerate(times)
+        )
     res.duration_s = end
     return res
 
@@ -85,8 +107,9 @@ def workload_requests(workload: object) -> list[HfStaticRequest]:
     return [(len(r.prompt_token_ids), r.output_len, r.arrival_time) for r in workload.requests]
 
 
-def simulate_hf_static_on(device: str, model: str, requests: Sequence[HfStaticRequest], batch_size: int,
-                          dtype: str = "bfloat16") -> HfStaticResult:
+def simulate_hf_static_on(
+    device: str, model: str, requests: Sequence[HfStaticRequest], batch_size: int, dtype: str = "bfloat16"
+) -> HfStaticResult:
     """simulate_hf_static on `device` ("sim:<gpu>") for a model preset or folder, with the engine's cost model."""
     from refengine.sim.backend import sim_dtype
     from refengine.sim.device import parse_sim_device

@@ -44,9 +44,11 @@ def make_gemm_grid(m: np.ndarray, n: np.ndarray, k: np.ndarray, ms: np.ndarray) 
     # a weight shape never measured at all (h100: 65536 x 65536): the mean of its neighbours' curves, each moved
     # to this shape by the weight-streaming law (latency proportional to n * k)
     for j, i in zip(*np.nonzero(~np.isfinite(norm).any(axis=0))):
-        near = [norm[:, jj, ii] + log_n[j] - log_n[jj] + log_k[i] - log_k[ii]
-                for jj, ii in ((j - 1, i), (j + 1, i), (j, i - 1), (j, i + 1))
-                if 0 <= jj < norm.shape[1] and 0 <= ii < norm.shape[2] and np.isfinite(norm[:, jj, ii]).all()]
+        near = [
+            norm[:, jj, ii] + log_n[j] - log_n[jj] + log_k[i] - log_k[ii]
+            for jj, ii in ((j - 1, i), (j + 1, i), (j, i - 1), (j, i + 1))
+            if 0 <= jj < norm.shape[1] and 0 <= ii < norm.shape[2] and np.isfinite(norm[:, jj, ii]).all()
+        ]
         if near:
             norm[:, j, i] = np.mean(near, axis=0)
     return GemmGrid(log_m, log_n, log_k, norm)
@@ -69,8 +71,9 @@ class GemmCurve:
         n0, n1, wn = _bracket(grid.log_n, math.log(n))
         k0, k1, wk = _bracket(grid.log_k, math.log(k))
         g = grid.log_ms
-        plane = ((1 - wn) * ((1 - wk) * g[:, n0, k0] + wk * g[:, n0, k1])
-                 + wn * ((1 - wk) * g[:, n1, k0] + wk * g[:, n1, k1]))  # (M,) log ms along m
+        plane = (1 - wn) * ((1 - wk) * g[:, n0, k0] + wk * g[:, n0, k1]) + wn * (
+            (1 - wk) * g[:, n1, k0] + wk * g[:, n1, k1]
+        )  # (M,) log ms along m
         n_in = min(max(n, math.exp(grid.log_n[0])), math.exp(grid.log_n[-1]))
         k_in = min(max(k, math.exp(grid.log_k[0])), math.exp(grid.log_k[-1]))
         # beyond the grid a wider or deeper GEMM costs proportionally more; below it the smallest one's time
@@ -101,8 +104,9 @@ class AttentionTable:
     fixed cost, large ones scale with the work.
     """
 
-    def __init__(self, batch: np.ndarray, length: np.ndarray, ms: np.ndarray, length_power: float,
-                 length_scale: float = 1.0) -> None:
+    def __init__(
+        self, batch: np.ndarray, length: np.ndarray, ms: np.ndarray, length_power: float, length_scale: float = 1.0
+    ) -> None:
         self._rows: list[tuple[np.ndarray, np.ndarray]] = []
         bs = np.unique(batch)
         for b in bs:
@@ -138,8 +142,7 @@ class AttentionTable:
 def _pick_heads(pairs: list[tuple[int, int]], h: int, kvh: int) -> tuple[int, int]:
     """The measured (num_heads, num_kv_heads) nearest in GQA group size first, then in num_heads."""
     group = math.log(h / kvh)
-    return min(pairs, key=lambda p: (round(abs(math.log(p[0] / p[1]) - group), 6), abs(math.log(p[0] / h)),
-                                     -p[1]))
+    return min(pairs, key=lambda p: (round(abs(math.log(p[0] / p[1]) - group), 6), abs(math.log(p[0] / h)), -p[1]))
 
 
 class KernelTables:
@@ -157,8 +160,7 @@ class KernelTables:
     @functools.cache  # noqa: B019 -- tables live for the process (one per GPU, cached by load); nothing to leak
     def gemm_grid(self, dtype: str) -> GemmGrid:
         a = self.arrays
-        return make_gemm_grid(a[f"gemm_{dtype}_m"], a[f"gemm_{dtype}_n"], a[f"gemm_{dtype}_k"],
-                              a[f"gemm_{dtype}_ms"])
+        return make_gemm_grid(a[f"gemm_{dtype}_m"], a[f"gemm_{dtype}_n"], a[f"gemm_{dtype}_k"], a[f"gemm_{dtype}_ms"])
 
     @functools.cache  # noqa: B019 -- tables live for the process (one per GPU, cached by load); nothing to leak
     def gemm(self, dtype: str, n: int, k: int) -> GemmCurve | None:

@@ -10,6 +10,7 @@ The pacer maps wall time onto virtual time from the moment it is built: virtual(
   sleeps until the wall reaches the virtual clock. When the host is slower than the simulated step, nothing
   sleeps and the next step's catch-up absorbs the lag, so virtual time never runs ahead of the wall.
 """
+
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
@@ -25,8 +26,13 @@ from refengine.sim.clock import VirtualClock
 
 
 class StepPacer:
-    def __init__(self, clock: VirtualClock, step: Callable[[], list[RequestOutput]], sleep: Callable[[float], None] = time.sleep,
-                 wall: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        clock: VirtualClock,
+        step: Callable[[], list[RequestOutput]],
+        sleep: Callable[[float], None] = time.sleep,
+        wall: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.clock, self._step, self._sleep, self._wall = clock, step, sleep, wall
         self._w0, self._v0 = wall(), clock.now()
 

@@ -7,6 +7,7 @@
 The ModelConfig is the engine's bookkeeping (vocabulary, EOS ids, context length); the ModelShape feeds the cost
 model. Preset text goes through the Qwen BPE (ids folded into a smaller vocabulary, as the engine's presets do).
 """
+
 from __future__ import annotations
 
 import json
@@ -17,28 +18,49 @@ from refengine.sim.cost_model import ModelShape
 from refengine.tokenizer import HFTokenizer, NoTokenizer, QwenTokenizer, Tokenizer
 
 # facebook/opt-13b config.json (the fields the shape needs): MHA, a two-GEMM ReLU MLP of ffn_dim, learned positions
-OPT_13B = {"model_type": "opt", "hidden_size": 5120, "num_attention_heads": 40, "num_hidden_layers": 40,
-           "ffn_dim": 20480, "vocab_size": 50272, "max_position_embeddings": 2048, "bos_token_id": 2,
-           "eos_token_id": 2}
+OPT_13B = {
+    "model_type": "opt",
+    "hidden_size": 5120,
+    "num_attention_heads": 40,
+    "num_hidden_layers": 40,
+    "ffn_dim": 20480,
+    "vocab_size": 50272,
+    "max_position_embeddings": 2048,
+    "bos_token_id": 2,
+    "eos_token_id": 2,
+}
 SIM_ONLY_PRESETS: dict[str, dict] = {"opt-13b": OPT_13B}
 # the architectures loader.config_from_hf also reads (their tokenizer rules are the loader's)
 _ENGINE_TYPES = ("qwen2", "llama", "mistral")
 
 
 def _hf_fields(mc: ModelConfig) -> dict:
-    return {"model_type": "llama", "num_hidden_layers": mc.num_hidden_layers, "hidden_size": mc.hidden_size,
-            "num_attention_heads": mc.num_attention_heads, "num_key_value_heads": mc.num_key_value_heads,
-            "head_dim": mc.head_dim, "intermediate_size": mc.intermediate_size, "vocab_size": mc.vocab_size}
+    return {
+        "model_type": "llama",
+        "num_hidden_layers": mc.num_hidden_layers,
+        "hidden_size": mc.hidden_size,
+        "num_attention_heads": mc.num_attention_heads,
+        "num_key_value_heads": mc.num_key_value_heads,
+        "head_dim": mc.head_dim,
+        "intermediate_size": mc.intermediate_size,
+        "vocab_size": mc.vocab_size,
+    }
 
 
 def _bookkeeping_config(shape: ModelShape, cfg: dict) -> ModelConfig:
     """A ModelConfig for an architecture the engine cannot run (it is never built into a model)."""
     eos = cfg.get("eos_token_id")
     return ModelConfig(
-        vocab_size=shape.vocab_size, hidden_size=shape.hidden_size, num_hidden_layers=shape.num_layers,
-        num_attention_heads=shape.num_heads, num_key_value_heads=shape.num_kv_heads, head_dim=shape.head_dim,
-        intermediate_size=shape.intermediate_size, max_position_embeddings=cfg.get("max_position_embeddings", 4096),
-        bos_token_id=cfg.get("bos_token_id"), eos_token_id=tuple(eos) if isinstance(eos, list) else eos,
+        vocab_size=shape.vocab_size,
+        hidden_size=shape.hidden_size,
+        num_hidden_layers=shape.num_layers,
+        num_attention_heads=shape.num_heads,
+        num_key_value_heads=shape.num_kv_heads,
+        head_dim=shape.head_dim,
+        intermediate_size=shape.intermediate_size,
+        max_position_embeddings=cfg.get("max_position_embeddings", 4096),
+        bos_token_id=cfg.get("bos_token_id"),
+        eos_token_id=tuple(eos) if isinstance(eos, list) else eos,
     )
 
 

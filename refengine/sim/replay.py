@@ -40,9 +40,15 @@ class _Req:
     finish: float = -1.0
 
 
-def replay_fixed_lengths(cost: CostModel, isl: int, osl: int, concurrency: int, num_requests: int | None = None,
-                         max_num_batched_tokens: int = VLLM_SERVER_MAX_NUM_BATCHED_TOKENS,
-                         max_num_seqs: int = VLLM_SERVER_MAX_NUM_SEQS) -> ReplayResult:
+def replay_fixed_lengths(
+    cost: CostModel,
+    isl: int,
+    osl: int,
+    concurrency: int,
+    num_requests: int | None = None,
+    max_num_batched_tokens: int = VLLM_SERVER_MAX_NUM_BATCHED_TOKENS,
+    max_num_seqs: int = VLLM_SERVER_MAX_NUM_SEQS,
+) -> ReplayResult:
     """Replay num_requests (default 6 x concurrency) closed-loop requests; measure the steady state: the first
     wave (all sent at t = 0 at once) and the last wave (sent while clients drain) are left out of the means."""
     for name, value in (("isl", isl), ("osl", osl), ("concurrency", concurrency)):
@@ -87,7 +93,7 @@ def replay_fixed_lengths(cost: CostModel, isl: int, osl: int, concurrency: int, 
                 if len(reqs) < total:  # this client sends its next request at once
                     reqs.append(_Req(arrival=now))
                     waiting.append(reqs[-1])
-    measured = reqs[concurrency:total - concurrency] or reqs
+    measured = reqs[concurrency : total - concurrency] or reqs
     ttft = statistics.fmean(r.first_token - r.arrival for r in measured)
     tpot = statistics.fmean((r.finish - r.first_token) / max(osl - 1, 1) for r in measured)
     return ReplayResult(ttft, tpot, now, steps)

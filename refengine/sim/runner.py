@@ -10,6 +10,7 @@ step's "forward" runs when its output is collected, on the caller's thread, so t
 (deterministic) and step N runs before step N+1, as in the real worker. The overlap of host work with the GPU
 that async scheduling buys is the cost model's (max of the two, not the sum).
 """
+
 from __future__ import annotations
 
 from collections import deque

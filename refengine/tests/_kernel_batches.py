@@ -2,6 +2,7 @@
 poisoned with NaN wherever a kernel must not read or write, a Hypothesis strategy of mixed steps, the comparison with
 the torch oracle (kernels/reference.py) and its tolerances, and the `gpu` / needs-CUDA marks.
 """
+
 from __future__ import annotations
 
 import os

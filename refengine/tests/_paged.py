@@ -4,6 +4,7 @@ It plays the model runner's part without the scheduler: each sequence owns block
 (so block tables are non-contiguous), and `prepare` lays a mixed batch of prefill chunks and decodes out flat,
 with vLLM's `slot_mapping`, `query_start_loc`, `seq_lens` and a zero-padded `block_table`.
 """
+
 from __future__ import annotations
 
 import torch
@@ -16,15 +17,25 @@ def make_kv_caches(
     config: ModelConfig, num_blocks: int, block_size: int, dtype: torch.dtype = torch.float32, device="cpu"
 ) -> list[tuple[torch.Tensor, torch.Tensor]]:
     shape = (num_blocks, block_size, config.num_key_value_heads, config.head_dim)
-    return [(torch.zeros(shape, dtype=dtype, device=device), torch.zeros(shape, dtype=dtype, device=device))
-            for _ in range(config.num_hidden_layers)]
+    return [
+        (torch.zeros(shape, dtype=dtype, device=device), torch.zeros(shape, dtype=dtype, device=device))
+        for _ in range(config.num_hidden_layers)
+    ]
 
 
 class PagedSequences:
     """Block tables and computed-token counts of a few sequences sharing one paged KV cache."""
 
-    def __init__(self, config: ModelConfig, *, num_blocks: int, block_size: int, seed: int = 0,
-                 dtype: torch.dtype = torch.float32, device="cpu") -> None:
+    def __init__(
+        self,
+        config: ModelConfig,
+        *,
+        num_blocks: int,
+        block_size: int,
+        seed: int = 0,
+        dtype: torch.dtype = torch.float32,
+        device="cpu",
+    ) -> None:
         self.block_size = block_size
         self.device = device
         self.kv_caches = make_kv_caches(config, num_blocks, block_size, dtype, device)

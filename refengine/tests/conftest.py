@@ -4,6 +4,7 @@ profile, the same two things conformance/conftest.py sets up, so that these test
 The profile (`fast`, the default, `ci` or `thorough`) is chosen by CBBENCH_HYPOTHESIS_PROFILE; see
 conformance/hypothesis_profiles.py.
 """
+
 import conformance._triton_env  # noqa: F401  (must run before anything imports the Triton kernels)
 from conformance import hypothesis_profiles
 

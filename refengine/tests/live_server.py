@@ -1,6 +1,7 @@
 """A real `cbbench serve` stack (launch.make_server: uvicorn, the server's limits, the graceful stop) on a free
 127.0.0.1 port, in a background thread of the test process, for tests that need real sockets and real streaming
 clients; and an SSE reader that keeps every event, errors included (the black-box client refuses error events)."""
+
 from __future__ import annotations
 
 import contextlib
@@ -29,8 +30,9 @@ class Live:
     def metric(self, name: str) -> float:
         """One vLLM metric from /metrics, summed over its label sets."""
         text = httpx.get(self.url + "/metrics", timeout=10).text
-        return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
-                   if line.startswith((name + "{", name + " ")))
+        return sum(
+            float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith((name + "{", name + " "))
+        )
 
 
 @contextlib.contextmanager
@@ -71,8 +73,9 @@ class Events:
 def read_stream(url: str, body: dict, out: Events, headers: dict | None = None, timeout_s: float = 120.0) -> None:
     """POST a streaming completion and record its events into `out` (for a thread: never raises)."""
     try:
-        with httpx.stream("POST", url + "/v1/completions", json={**body, "stream": True}, headers=headers,
-                          timeout=timeout_s) as r:
+        with httpx.stream(
+            "POST", url + "/v1/completions", json={**body, "stream": True}, headers=headers, timeout=timeout_s
+        ) as r:
             out.status = r.status_code
             if r.status_code != 200:
                 r.read()

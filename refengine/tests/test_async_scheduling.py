@@ -5,6 +5,7 @@ aborts, stop strings and stop ids, max_tokens; and it does overlap the schedulin
 The model-free side (placeholders, stale outputs of preempted requests, in-flight finishes) is checked by the state
 machine (test_scheduler_stateful.py, which draws async_scheduling) and against vLLM (test_vllm_differential.py).
 """
+
 from __future__ import annotations
 
 import threading
@@ -43,8 +44,9 @@ KNOBS = {
     "recompute": dict(num_gpu_blocks=TIGHT_BLOCKS, max_num_batched_tokens=64),
     "swap": dict(num_gpu_blocks=TIGHT_BLOCKS, num_cpu_blocks=64, preemption_mode="swap", max_num_batched_tokens=64),
     "chunked": dict(num_gpu_blocks=512, max_num_batched_tokens=16, long_prefill_token_threshold=8, max_num_seqs=4),
-    "priority-nocache": dict(num_gpu_blocks=TIGHT_BLOCKS, max_num_batched_tokens=64, policy="priority",
-                             enable_prefix_caching=False),
+    "priority-nocache": dict(
+        num_gpu_blocks=TIGHT_BLOCKS, max_num_batched_tokens=64, policy="priority", enable_prefix_caching=False
+    ),
 }
 
 
@@ -65,8 +67,10 @@ def test_greedy_tokens_equal_sync(prompts, name):
 
 
 def test_seeded_sampling_equal_sync(prompts):
-    params = [SamplingParams(max_tokens=m, temperature=0.9, seed=100 + i)  # (top-k/top-p: a slow sort, same path)
-              for i, m in enumerate(MAX_TOKENS[:6])]
+    params = [
+        SamplingParams(max_tokens=m, temperature=0.9, seed=100 + i)  # (top-k/top-p: a slow sort, same path)
+        for i, m in enumerate(MAX_TOKENS[:6])
+    ]
     knobs = dict(KNOBS["recompute"], num_gpu_blocks=TIGHT_SEEDED_BLOCKS)
     sync, _ = _run(prompts[:6], params, **knobs)
     got, llm = _run(prompts[:6], params, async_scheduling=True, **knobs)
@@ -80,8 +84,11 @@ def test_stop_strings_and_stop_ids_equal_sync():
     base = LLM("tiny-qwen2", num_gpu_blocks=512).generate(["Once upon a time", "Hello there"], greedy(24))
     text, ids = base[0].outputs[0].text, base[1].outputs[0].token_ids
     assert len(text) > 12 and len(ids) > 4
-    params = [greedy(24, stop=[text[6:10]]), greedy(24, stop_token_ids=[ids[3]]),
-              greedy(24, stop_token_ids=[ids[0]], min_tokens=5)]
+    params = [
+        greedy(24, stop=[text[6:10]]),
+        greedy(24, stop_token_ids=[ids[3]]),
+        greedy(24, stop_token_ids=[ids[0]], min_tokens=5),
+    ]
     prompts = ["Once upon a time", "Hello there", "Hello there"]
     results = {}
     for mode in (False, True):

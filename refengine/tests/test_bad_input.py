@@ -1,4 +1,5 @@
 """Bad input raises ValueError naming what is wrong, changes nothing, and the engine keeps serving."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -68,13 +69,31 @@ def test_sampling_params_name_the_field(kwargs, field):
 
 @pytest.mark.parametrize(
     "knob, value",
-    [("max_num_batched_tokens", 0), ("max_num_batched_tokens", 1.5), ("max_num_batched_tokens", "8"),
-     ("max_num_seqs", 0), ("max_num_seqs", 10**6), ("max_num_seqs", True), ("block_size", 0), ("block_size", 16.0),
-     ("num_gpu_blocks", -1), ("num_gpu_blocks", None), ("num_cpu_blocks", -1), ("num_cpu_blocks", "0"),
-     ("preemption_mode", "drop"), ("preemption_mode", 1), ("policy", "lifo"), ("policy", ["fcfs"]),
-     ("batching", "dynamic"), ("long_prefill_token_threshold", -1), ("long_prefill_token_threshold", 0.5),
-     ("enable_chunked_prefill", "yes"), ("enable_prefix_caching", 1), ("priority_preemption", "x"),
-     ("max_model_len", 1)],
+    [
+        ("max_num_batched_tokens", 0),
+        ("max_num_batched_tokens", 1.5),
+        ("max_num_batched_tokens", "8"),
+        ("max_num_seqs", 0),
+        ("max_num_seqs", 10**6),
+        ("max_num_seqs", True),
+        ("block_size", 0),
+        ("block_size", 16.0),
+        ("num_gpu_blocks", -1),
+        ("num_gpu_blocks", None),
+        ("num_cpu_blocks", -1),
+        ("num_cpu_blocks", "0"),
+        ("preemption_mode", "drop"),
+        ("preemption_mode", 1),
+        ("policy", "lifo"),
+        ("policy", ["fcfs"]),
+        ("batching", "dynamic"),
+        ("long_prefill_token_threshold", -1),
+        ("long_prefill_token_threshold", 0.5),
+        ("enable_chunked_prefill", "yes"),
+        ("enable_prefix_caching", 1),
+        ("priority_preemption", "x"),
+        ("max_model_len", 1),
+    ],
 )
 def test_scheduler_knobs_name_the_field(knob, value):
     with pytest.raises(ValueError, match=knob):
@@ -203,10 +222,22 @@ def test_params_changed_after_construction_are_checked_again_and_copied(engine):
 
 # Accepted values at their extremes: each must run to the end without error (these used to crash step()).
 ACCEPTED = [
-    dict(seed=2**63 - 1), dict(seed=-(2**63)), dict(seed=0), dict(top_k=10**20), dict(top_k=151936),
-    dict(top_k=-1), dict(top_k=1), dict(stop_token_ids=[151935], min_tokens=2), dict(stop_token_ids=(0, 5)),
-    dict(temperature=1e30), dict(temperature=1e-30), dict(top_p=1e-30), dict(stop=("a", "b")), dict(stop="."),
-    dict(max_tokens=np.int64(3), seed=np.int64(7)), dict(temperature=np.float32(0.5)),
+    dict(seed=2**63 - 1),
+    dict(seed=-(2**63)),
+    dict(seed=0),
+    dict(top_k=10**20),
+    dict(top_k=151936),
+    dict(top_k=-1),
+    dict(top_k=1),
+    dict(stop_token_ids=[151935], min_tokens=2),
+    dict(stop_token_ids=(0, 5)),
+    dict(temperature=1e30),
+    dict(temperature=1e-30),
+    dict(top_p=1e-30),
+    dict(stop=("a", "b")),
+    dict(stop="."),
+    dict(max_tokens=np.int64(3), seed=np.int64(7)),
+    dict(temperature=np.float32(0.5)),
 ]
 
 

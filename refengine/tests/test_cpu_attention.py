@@ -6,6 +6,7 @@ owns and the slots past each sequence's end hold NaN, `out` is NaN before the ca
 backend's key chunks (DECODE_CHUNK_TOKENS) and block boundaries, so a chunk that reads a slot it should not, or a
 row left unwritten, shows up as NaN.
 """
+
 from __future__ import annotations
 
 import torch
@@ -13,11 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from cbbench.kernels.reference import unified_attention_ref
-from refengine.attention import (
-    DECODE_CHUNK_TOKENS,
-    get_attention_backend,
-    unified_attention_cpu,
-)
+from refengine.attention import DECODE_CHUNK_TOKENS, get_attention_backend, unified_attention_cpu
 
 # max |backend - oracle| / max |oracle|: both compute in float32 and differ only in summation order (the online
 # softmax across chunks), measured ~3e-7 here; a wrong mask or gather is off by far more than 1e-4.
@@ -27,8 +24,16 @@ FP32_REL_TOL = 1e-4
 BF16_REL_TOL = 1e-2
 
 
-def make_batch(seqs: list[tuple[int, int]], *, kv_heads: int, group: int, head_dim: int, block_size: int,
-               seed: int, pad_tokens: int = 0) -> tuple:
+def make_batch(
+    seqs: list[tuple[int, int]],
+    *,
+    kv_heads: int,
+    group: int,
+    head_dim: int,
+    block_size: int,
+    seed: int,
+    pad_tokens: int = 0,
+) -> tuple:
     """seqs: (query_len, context before this step) -> (q, k_cache, v_cache, qsl, seq_lens, block_table, scale)."""
     g = torch.Generator().manual_seed(seed)
     seq_lens = [n + c for n, c in seqs]
@@ -78,9 +83,15 @@ def batches(draw) -> tuple:
     seqs = [(1, draw(st.integers(0, longest))) for _ in range(draw(st.integers(1, 12)))]
     for _ in range(draw(st.integers(0, 2))):
         seqs.insert(draw(st.integers(0, len(seqs))), (draw(st.integers(2, 20)), draw(st.integers(0, 40))))
-    return make_batch(seqs, kv_heads=draw(st.sampled_from([1, 2])), group=draw(st.sampled_from([1, 2, 4])),
-                      head_dim=draw(st.sampled_from([16, 64])), block_size=draw(st.sampled_from([1, 16, 32])),
-                      seed=draw(st.integers(0, 2**16)), pad_tokens=draw(st.sampled_from([0, 0, 2])))
+    return make_batch(
+        seqs,
+        kv_heads=draw(st.sampled_from([1, 2])),
+        group=draw(st.sampled_from([1, 2, 4])),
+        head_dim=draw(st.sampled_from([16, 64])),
+        block_size=draw(st.sampled_from([1, 16, 32])),
+        seed=draw(st.integers(0, 2**16)),
+        pad_tokens=draw(st.sampled_from([0, 0, 2])),
+    )
 
 
 @given(batch=batches(), host_lens=st.booleans(), dtype=st.sampled_from([torch.float32, torch.float32, torch.bfloat16]))
@@ -93,8 +104,7 @@ def test_decodes_of_equal_and_chunk_boundary_lengths():
     """Lengths exactly at chunk and block boundaries, and ties (the sort must keep each row its own)."""
     c = DECODE_CHUNK_TOKENS
     lens = [c - 1, c, c + 1, 2 * c, 1, 1, c, 2 * c - 1]  # context before the step; +1 with the decoded token
-    assert_matches_oracle(make_batch([(1, n) for n in lens], kv_heads=2, group=2, head_dim=64, block_size=16,
-                                     seed=3))
+    assert_matches_oracle(make_batch([(1, n) for n in lens], kv_heads=2, group=2, head_dim=64, block_size=16, seed=3))
 
 
 def test_torch_backend_is_the_cpu_path():

@@ -1,6 +1,7 @@
 """CUDA graphs for decode-only steps (refengine/cuda_graphs.py). On the CPU: the size list, the padding, and the
 Triton kernel (interpreted) on a padded decode batch; graphs are never used off CUDA. On a GPU (`gpu`): the
 engine with graphs gives the same greedy tokens as with enforce_eager, and actually replays its graphs."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -60,16 +61,33 @@ def test_triton_kernel_on_a_padded_decode_batch_matches_the_unpadded_oracle(num_
     k_new, v_new = torch.randn(3, kvh, d, generator=g), torch.randn(3, kvh, d, generator=g)
     ref_k, ref_v = k_cache.clone(), v_cache.clone()
     reshape_and_cache(k_new, v_new, ref_k, ref_v, torch.from_numpy(slots))
-    ref = unified_attention_ref(q, ref_k, ref_v, torch.empty_like(q), torch.from_numpy(qsl).int(),
-                                torch.from_numpy(lens).int(), torch.from_numpy(table).int(), d**-0.5)
+    ref = unified_attention_ref(
+        q,
+        ref_k,
+        ref_v,
+        torch.empty_like(q),
+        torch.from_numpy(qsl).int(),
+        torch.from_numpy(lens).int(),
+        torch.from_numpy(table).int(),
+        d**-0.5,
+    )
     p = pad_decode_inputs(np.zeros(3, dtype=np.int64), np.zeros(3, dtype=np.int64), slots, qsl, lens, table, 8)
     pad = torch.zeros(5, kvh, d)
     kp, vp = k_cache.clone(), v_cache.clone()
     reshape_and_cache(torch.cat([k_new, pad + 9.0]), torch.cat([v_new, pad - 9.0]), kp, vp, torch.from_numpy(p[2]))
     assert torch.equal(kp, ref_k) and torch.equal(vp, ref_v)
     qp = torch.cat([q, torch.randn(5, heads, d, generator=g)])
-    out = unified_attention(qp, kp, vp, torch.zeros_like(qp), torch.from_numpy(p[3]), torch.from_numpy(p[4]),
-                            torch.from_numpy(p[5]), d**-0.5, num_kv_segments=num_kv_segments)
+    out = unified_attention(
+        qp,
+        kp,
+        vp,
+        torch.zeros_like(qp),
+        torch.from_numpy(p[3]),
+        torch.from_numpy(p[4]),
+        torch.from_numpy(p[5]),
+        d**-0.5,
+        num_kv_segments=num_kv_segments,
+    )
     torch.testing.assert_close(out[:3], ref, rtol=0, atol=ATTN_ATOL)
 
 
@@ -88,8 +106,7 @@ MAX_NUM_SEQS = 8
 
 
 def _generate(dtype: str, pad_eager: bool = False, **knobs) -> tuple[list[list[int]], LLM]:
-    llm = LLM("tiny-qwen2", device="cuda", dtype=dtype, attention_backend="triton", max_num_seqs=MAX_NUM_SEQS,
-              **knobs)
+    llm = LLM("tiny-qwen2", device="cuda", dtype=dtype, attention_backend="triton", max_num_seqs=MAX_NUM_SEQS, **knobs)
     if pad_eager:  # eager, on the very shapes the graphs were captured at
         llm.llm_engine.model_runner.decode_pad_sizes = capture_sizes(MAX_NUM_SEQS)
     outs = llm.generate(make_prompts(PROMPT_LENS, seed=5), [greedy(m, ignore_eos=True) for m in MAX_TOKENS])

@@ -4,6 +4,7 @@ Both of its streams are checked: the byte stream (the Qwen BPE's id -> bytes tab
 prefix / read offsets over `decode` alone, reached here through a decode-only wrapper of the same tokenizer). The
 reference is always one `tokenizer.decode(all output ids)`.
 """
+
 from __future__ import annotations
 
 import pytest
@@ -60,7 +61,9 @@ class CountingTable:
 TOKENIZERS = {"bytes": lambda: QWEN, "window": lambda: DecodeOnly(QWEN)}
 
 
-def run_stream(tokenizer, ids: list[int], chunks: list[int] | None = None, **sp) -> tuple[str, list[str], IncrementalDetokenizer]:
+def run_stream(
+    tokenizer, ids: list[int], chunks: list[int] | None = None, **sp
+) -> tuple[str, list[str], IncrementalDetokenizer]:
     """Feed `ids` as the engine does (append, update, take_delta), `chunks[k]` ids at step k (default 1 each).
     Returns (all text returned, the deltas, the detokenizer)."""
     req = Request("r", [1, 2, 3], SamplingParams(max_tokens=max(1, len(ids)), **sp))
@@ -68,7 +71,7 @@ def run_stream(tokenizer, ids: list[int], chunks: list[int] | None = None, **sp)
     deltas, pos, k = [], 0, 0
     while pos < len(ids):
         n = chunks[k % len(chunks)] if chunks else 1
-        req.append_output_token_ids(ids[pos:pos + n])
+        req.append_output_token_ids(ids[pos : pos + n])
         pos, k = pos + n, k + 1
         stop = detok.update()
         deltas.append(detok.take_delta(finished=stop is not None or pos >= len(ids)))
@@ -81,7 +84,9 @@ def run_stream(tokenizer, ids: list[int], chunks: list[int] | None = None, **sp)
 # of multi-byte text, any id of the vocabulary, special tokens and padding ids past the BPE (decode to nothing)
 _TEXT_IDS = QWEN.encode(MULTIBYTE)
 token_ids = st.lists(
-    st.one_of(st.integers(0, 255), st.sampled_from(_TEXT_IDS), st.integers(0, 151935), st.sampled_from([151643, 151645])),
+    st.one_of(
+        st.integers(0, 255), st.sampled_from(_TEXT_IDS), st.integers(0, 151935), st.sampled_from([151643, 151645])
+    ),
     max_size=60,
 )
 

@@ -1,5 +1,6 @@
 """Every scheduling behaviour of docs/scheduling.md, end to end on the real tiny model: batching modes, preemption by
 recompute and swap, prefix caching, policies, finish conditions, seeded sampling and bad input."""
+
 from __future__ import annotations
 
 import pytest
@@ -28,8 +29,15 @@ def reference(prompts):
 
 @pytest.mark.parametrize("batching", ["continuous", "sequence", "static", "none"])
 def test_greedy_identical_across_batching_modes(prompts, reference, batching):
-    tokens, llm = run_llm(prompts, MAX_TOKENS, block_size=BLOCK, max_num_batched_tokens=32, max_num_seqs=3,
-                          num_gpu_blocks=1024, batching=batching)
+    tokens, llm = run_llm(
+        prompts,
+        MAX_TOKENS,
+        block_size=BLOCK,
+        max_num_batched_tokens=32,
+        max_num_seqs=3,
+        num_gpu_blocks=1024,
+        batching=batching,
+    )
     assert tokens == reference
     assert llm.llm_engine.scheduler.num_preemptions == 0
 
@@ -37,9 +45,16 @@ def test_greedy_identical_across_batching_modes(prompts, reference, batching):
 @pytest.mark.parametrize("mode", ["recompute", "swap"])
 @pytest.mark.parametrize("caching", [True, False])
 def test_greedy_identical_under_preemption(prompts, reference, mode, caching):
-    tokens, llm = run_llm(prompts, MAX_TOKENS, block_size=BLOCK, max_num_batched_tokens=64,
-                          num_gpu_blocks=TIGHT_BLOCKS, num_cpu_blocks=64, preemption_mode=mode,
-                          enable_prefix_caching=caching)
+    tokens, llm = run_llm(
+        prompts,
+        MAX_TOKENS,
+        block_size=BLOCK,
+        max_num_batched_tokens=64,
+        num_gpu_blocks=TIGHT_BLOCKS,
+        num_cpu_blocks=64,
+        preemption_mode=mode,
+        enable_prefix_caching=caching,
+    )
     sched = llm.llm_engine.scheduler
     assert sched.num_preemptions > 0, "the KV pool was meant to force preemptions"
     recomputed = sum(r.num_recomputed_tokens for r in llm.llm_engine.finished_requests)
@@ -57,8 +72,15 @@ def test_greedy_identical_under_preemption(prompts, reference, mode, caching):
 
 
 def test_swap_falls_back_to_recompute_when_host_pool_is_full(prompts, reference):
-    tokens, llm = run_llm(prompts, MAX_TOKENS, block_size=BLOCK, max_num_batched_tokens=64,
-                          num_gpu_blocks=TIGHT_BLOCKS, num_cpu_blocks=2, preemption_mode="swap")
+    tokens, llm = run_llm(
+        prompts,
+        MAX_TOKENS,
+        block_size=BLOCK,
+        max_num_batched_tokens=64,
+        num_gpu_blocks=TIGHT_BLOCKS,
+        num_cpu_blocks=2,
+        preemption_mode="swap",
+    )
     sched = llm.llm_engine.scheduler
     assert sched.num_preemptions > sched.num_swap_outs  # some victims did not fit in 2 host blocks
     assert tokens == reference
@@ -68,10 +90,18 @@ def test_prefix_cache_hits_and_changes_nothing():
     shared = make_prompts((48,), seed=11)[0]
     tails = make_prompts((3, 9, 14), seed=12)
     prompts = [shared + t for t in tails]
-    on, llm_on = run_llm(prompts, (6, 6, 6), block_size=BLOCK, max_num_batched_tokens=128, num_gpu_blocks=256,
-                         max_num_seqs=1)  # one at a time, so later requests find the first one's blocks
-    off, llm_off = run_llm(prompts, (6, 6, 6), block_size=BLOCK, max_num_batched_tokens=128, num_gpu_blocks=256,
-                           max_num_seqs=1, enable_prefix_caching=False)
+    on, llm_on = run_llm(
+        prompts, (6, 6, 6), block_size=BLOCK, max_num_batched_tokens=128, num_gpu_blocks=256, max_num_seqs=1
+    )  # one at a time, so later requests find the first one's blocks
+    off, llm_off = run_llm(
+        prompts,
+        (6, 6, 6),
+        block_size=BLOCK,
+        max_num_batched_tokens=128,
+        num_gpu_blocks=256,
+        max_num_seqs=1,
+        enable_prefix_caching=False,
+    )
     assert on == off
     cached_on = [r.num_cached_tokens for r in llm_on.llm_engine.finished_requests]
     cached_off = [r.num_cached_tokens for r in llm_off.llm_engine.finished_requests]
@@ -80,8 +110,9 @@ def test_prefix_cache_hits_and_changes_nothing():
 
 
 def test_persistent_batch_writes_rows_only_on_admission(prompts):
-    _, llm = run_llm(prompts, MAX_TOKENS, block_size=BLOCK, max_num_batched_tokens=32, max_num_seqs=3,
-                     num_gpu_blocks=1024)
+    _, llm = run_llm(
+        prompts, MAX_TOKENS, block_size=BLOCK, max_num_batched_tokens=32, max_num_seqs=3, num_gpu_blocks=1024
+    )
     batch = llm.llm_engine.model_runner.input_batch
     assert batch.num_row_writes == len(prompts)  # not once per step
     assert len(batch.row_of) + len(batch.free_rows) == 3  # rows are reused, never more than max_num_seqs
@@ -103,8 +134,15 @@ def _admissions(llm: LLM) -> list[tuple[int, set[str], set[str]]]:
 
 
 def test_static_mode_admits_only_when_the_batch_has_finished(prompts):
-    _, llm = run_llm(prompts, MAX_TOKENS, block_size=BLOCK, max_num_batched_tokens=256, max_num_seqs=3,
-                     num_gpu_blocks=1024, batching="static")
+    _, llm = run_llm(
+        prompts,
+        MAX_TOKENS,
+        block_size=BLOCK,
+        max_num_batched_tokens=256,
+        max_num_seqs=3,
+        num_gpu_blocks=1024,
+        batching="static",
+    )
     admissions = _admissions(llm)
     assert len(admissions) == 2  # 6 requests in batches of 3
     for step, running_before, new in admissions:
@@ -113,23 +151,38 @@ def test_static_mode_admits_only_when_the_batch_has_finished(prompts):
 
 
 def test_none_mode_runs_one_request_at_a_time(prompts):
-    _, llm = run_llm(prompts, MAX_TOKENS, block_size=BLOCK, max_num_batched_tokens=256, num_gpu_blocks=1024,
-                     batching="none")
+    _, llm = run_llm(
+        prompts, MAX_TOKENS, block_size=BLOCK, max_num_batched_tokens=256, num_gpu_blocks=1024, batching="none"
+    )
     assert max(len(s.running_req_ids) for s in llm.llm_engine.step_stats) == 1
     assert len(_admissions(llm)) == len(prompts)
 
 
 def test_sequence_mode_never_mixes_prefill_and_decode(prompts):
-    _, llm = run_llm(prompts, MAX_TOKENS, block_size=BLOCK, max_num_batched_tokens=32, max_num_seqs=4,
-                     num_gpu_blocks=1024, batching="sequence")
+    _, llm = run_llm(
+        prompts,
+        MAX_TOKENS,
+        block_size=BLOCK,
+        max_num_batched_tokens=32,
+        max_num_seqs=4,
+        num_gpu_blocks=1024,
+        batching="sequence",
+    )
     steps = llm.llm_engine.step_stats
     assert all(s.num_prefill_tokens == 0 or s.num_decode_tokens == 0 for s in steps)
     assert any(s.num_prefill_tokens for s in steps) and any(s.num_decode_tokens for s in steps)
 
 
 def test_priority_preemption_lets_an_urgent_request_in(prompts, reference):
-    engine = LLMEngine("tiny-qwen2", block_size=BLOCK, max_num_batched_tokens=64, max_num_seqs=2,
-                       num_gpu_blocks=1024, policy="priority", priority_preemption=True)
+    engine = LLMEngine(
+        "tiny-qwen2",
+        block_size=BLOCK,
+        max_num_batched_tokens=64,
+        max_num_seqs=2,
+        num_gpu_blocks=1024,
+        policy="priority",
+        priority_preemption=True,
+    )
     engine.add_request("low0", prompts[4], greedy(MAX_TOKENS[4]), priority=5)
     engine.add_request("low1", prompts[5], greedy(MAX_TOKENS[5]), priority=5)
     got: dict[str, list[int]] = {}

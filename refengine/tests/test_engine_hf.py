@@ -1,4 +1,5 @@
 """Greedy token ids equal Hugging Face generate's, whatever the chunking, block size or batch around them."""
+
 from __future__ import annotations
 
 import pytest
@@ -21,7 +22,9 @@ def hf_tokens(prompts):
 @pytest.mark.parametrize("block_size", [1, 16, 7])
 def test_greedy_equals_hf_generate_with_chunked_prefill(prompts, hf_tokens, block_size):
     # budget 32 forces every prompt longer than that into chunks, mixed with other requests' decodes
-    ours, llm = run_llm(prompts, block_size=block_size, max_num_batched_tokens=32, num_gpu_blocks=4096 // block_size * 4)
+    ours, llm = run_llm(
+        prompts, block_size=block_size, max_num_batched_tokens=32, num_gpu_blocks=4096 // block_size * 4
+    )
     assert ours == hf_tokens
     assert llm.llm_engine.scheduler.num_free_blocks == llm.llm_engine.scheduler.config.num_gpu_blocks
 
@@ -38,8 +41,16 @@ def test_tokens_independent_of_batch_and_arrival_order(prompts, hf_tokens):
 def test_folder_saved_by_save_pretrained(tmp_path, arch):
     import transformers
 
-    common = dict(vocab_size=1000, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                  num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512, eos_token_id=2)
+    common = dict(
+        vocab_size=1000,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=512,
+        eos_token_id=2,
+    )
     torch.manual_seed(1)
     if arch == "qwen2":
         hf = transformers.Qwen2ForCausalLM(transformers.Qwen2Config(**common, tie_word_embeddings=True))

@@ -6,6 +6,7 @@ stops the worker, and is idempotent; step() / add_request() afterwards raise. An
 stops its worker when it is collected (weakref.finalize), so engines made in a loop do not pile up threads; and
 `cbbench serve` shuts its engine down when the server stops (the lifespan of build_app).
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -91,7 +92,7 @@ def test_shutdown_mid_generation_keeps_tokens_and_aborts_the_rest(sync_tokens, a
     assert finished == {str(i): "abort" for i in range(len(PROMPTS))}  # every request told how it ended
     for i, full in enumerate(sync_tokens):  # the tokens of the steps in flight were kept, and are the right ones
         got = tokens.get(str(i), [])
-        assert got == full[:len(got)] and len(got) == STEPS_BEFORE_SHUTDOWN
+        assert got == full[: len(got)] and len(got) == STEPS_BEFORE_SHUTDOWN
     assert engine.scheduler.kv_cache_manager.block_pool.num_used_blocks == 0
     assert not engine.scheduler.requests
 

@@ -1,6 +1,7 @@
 """A failure while handling one request finishes only that request ("abort" + `error`); a failed forward aborts the
 requests of that step; in every case the others finish with the tokens they would have had, the KV blocks all come
 back, and the engine goes on serving. Failures are injected with monkeypatch."""
+
 from __future__ import annotations
 
 import pytest
@@ -19,8 +20,9 @@ VICTIM = "r1"
 
 
 def _engine(async_scheduling: bool = False) -> LLMEngine:
-    return LLMEngine("tiny-qwen2", num_gpu_blocks=NUM_BLOCKS, block_size=BLOCK, max_model_len=256,
-                     async_scheduling=async_scheduling)
+    return LLMEngine(
+        "tiny-qwen2", num_gpu_blocks=NUM_BLOCKS, block_size=BLOCK, max_model_len=256, async_scheduling=async_scheduling
+    )
 
 
 def _run(engine: LLMEngine, prompts) -> dict[str, tuple[list[int], str, str | None]]:
@@ -169,8 +171,9 @@ def _steps(engine) -> list[tuple]:
 
 def test_stats_are_bounded_by_stats_log_size(prompts):
     def run(size):
-        engine = LLMEngine("tiny-qwen2", num_gpu_blocks=NUM_BLOCKS, block_size=BLOCK, max_model_len=256,
-                           stats_log_size=size)
+        engine = LLMEngine(
+            "tiny-qwen2", num_gpu_blocks=NUM_BLOCKS, block_size=BLOCK, max_model_len=256, stats_log_size=size
+        )
         assert len(_run(engine, prompts)) == len(prompts)
         return engine
 

@@ -6,6 +6,7 @@ also checks that the engine goes on serving after the ones before it.
 Bounded by the Hypothesis profile (conftest.py): a third / a quarter of its max_examples, so `ci` runs 33 + 25
 examples (each a few steps of the tiny model, ~20 s in all here) and CBBENCH_HYPOTHESIS_PROFILE=thorough 500 + 375.
 """
+
 from __future__ import annotations
 
 import math
@@ -24,10 +25,15 @@ REQUEST_EXAMPLES = max(10, settings.default.max_examples // 3)  # (conftest.py l
 CONFIG_EXAMPLES = max(10, settings.default.max_examples // 4)  # each builds an engine: dearer
 
 # Values of every kind, weighted toward the edges where crashes live.
-_ints = st.one_of(st.integers(-3, 20), st.sampled_from([2**31, 2**63 - 1, 2**63, 2**64, -(2**63), -(2**63) - 1,
-                                                         10**20, VOCAB - 1, VOCAB, 200_000]), st.integers())
-_floats = st.one_of(st.floats(allow_nan=True, allow_infinity=True),
-                    st.sampled_from([0.0, -0.0, 1e-30, 1e-5, 1.0, 1e30, math.nan, math.inf, -math.inf]))
+_ints = st.one_of(
+    st.integers(-3, 20),
+    st.sampled_from([2**31, 2**63 - 1, 2**63, 2**64, -(2**63), -(2**63) - 1, 10**20, VOCAB - 1, VOCAB, 200_000]),
+    st.integers(),
+)
+_floats = st.one_of(
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.sampled_from([0.0, -0.0, 1e-30, 1e-5, 1.0, 1e30, math.nan, math.inf, -math.inf]),
+)
 _junk = st.one_of(st.none(), st.booleans(), st.text(max_size=3), st.lists(st.integers(0, 5), max_size=2))
 _any = st.one_of(_ints, _floats, _junk)
 _token_lists = st.lists(st.one_of(st.integers(0, VOCAB - 1), _ints), max_size=3)
@@ -58,18 +64,27 @@ _prompts = st.one_of(
     st.fixed_dictionaries({"prompt_token_ids": st.lists(st.integers(0, 1000), max_size=8)}),
     _any,
 )
-_request = st.fixed_dictionaries({
-    "prompt": _prompts,
-    "params": st.fixed_dictionaries({}, optional=_FIELDS),  # any subset of the fields
-    "arrival_time": st.one_of(st.none(), st.floats(0, 1e9), _any),
-    "priority": st.one_of(st.integers(-5, 5), _any),
-})
+_request = st.fixed_dictionaries(
+    {
+        "prompt": _prompts,
+        "params": st.fixed_dictionaries({}, optional=_FIELDS),  # any subset of the fields
+        "arrival_time": st.one_of(st.none(), st.floats(0, 1e9), _any),
+        "priority": st.one_of(st.integers(-5, 5), _any),
+    }
+)
 
 
 @pytest.fixture(scope="module")
 def engine():
-    return LLMEngine("tiny-qwen2", num_gpu_blocks=NUM_BLOCKS, block_size=BLOCK, max_model_len=MAX_MODEL_LEN,
-                     max_num_batched_tokens=32, max_num_seqs=4, policy="priority")
+    return LLMEngine(
+        "tiny-qwen2",
+        num_gpu_blocks=NUM_BLOCKS,
+        block_size=BLOCK,
+        max_model_len=MAX_MODEL_LEN,
+        max_num_batched_tokens=32,
+        max_num_seqs=4,
+        policy="priority",
+    )
 
 
 def _add(engine: LLMEngine, rid: str, spec: dict) -> bool:
@@ -107,23 +122,26 @@ def test_accepted_requests_run_to_the_end(engine, batch):
     engine.scheduler.check_invariants()
 
 
-_knobs = st.fixed_dictionaries({}, optional={
-    "batching": st.sampled_from(["continuous", "sequence", "static", "none"]),
-    "policy": st.sampled_from(["fcfs", "priority"]),
-    "preemption_mode": st.sampled_from(["recompute", "swap"]),
-    "num_cpu_blocks": st.integers(0, 8),
-    "enable_chunked_prefill": st.booleans(),
-    "enable_prefix_caching": st.booleans(),
-    "long_prefill_token_threshold": st.integers(0, 8),
-    "max_num_batched_tokens": st.integers(1, 64),
-    "max_num_seqs": st.integers(1, 6),
-    "block_size": st.sampled_from([1, 2, 4, 16]),
-    "num_gpu_blocks": st.integers(1, 24),
-    "max_model_len": st.integers(2, MAX_MODEL_LEN),
-    "seed": st.one_of(st.integers(-(2**63), 2**63 - 1), _any),
-    "stats_log_size": st.one_of(st.none(), st.integers(0, 3)),
-    "async_scheduling": st.booleans(),
-})
+_knobs = st.fixed_dictionaries(
+    {},
+    optional={
+        "batching": st.sampled_from(["continuous", "sequence", "static", "none"]),
+        "policy": st.sampled_from(["fcfs", "priority"]),
+        "preemption_mode": st.sampled_from(["recompute", "swap"]),
+        "num_cpu_blocks": st.integers(0, 8),
+        "enable_chunked_prefill": st.booleans(),
+        "enable_prefix_caching": st.booleans(),
+        "long_prefill_token_threshold": st.integers(0, 8),
+        "max_num_batched_tokens": st.integers(1, 64),
+        "max_num_seqs": st.integers(1, 6),
+        "block_size": st.sampled_from([1, 2, 4, 16]),
+        "num_gpu_blocks": st.integers(1, 24),
+        "max_model_len": st.integers(2, MAX_MODEL_LEN),
+        "seed": st.one_of(st.integers(-(2**63), 2**63 - 1), _any),
+        "stats_log_size": st.one_of(st.none(), st.integers(0, 3)),
+        "async_scheduling": st.booleans(),
+    },
+)
 
 
 @settings(max_examples=CONFIG_EXAMPLES)

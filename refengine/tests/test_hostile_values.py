@@ -2,6 +2,7 @@
 built (ValueError naming the field), every accepted value, however extreme, leaves the request batched beside it
 with the tokens it has alone, and a failure no check foresaw (injected here) costs only the request that caused it
 (refengine/step_isolation.py)."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -21,10 +22,19 @@ FLOAT32_TINY = float(np.finfo(np.float32).tiny)  # the smallest normal float32: 
 MARK = 0.8125  # a temperature (exact in float32) that marks the victim of an injected failure
 
 HOSTILE_REFUSED = [
-    ("temperature", 1e39), ("temperature", 3.5e38), ("temperature", 1e300),
-    ("repetition_penalty", 1e39), ("repetition_penalty", 3.5e38), ("repetition_penalty", 1e300),
-    ("repetition_penalty", 1e-300), ("top_p", 1e-300), ("temperature", np.longdouble("1e4000")),
-    ("max_tokens", 2**63), ("min_tokens", 2**63), ("seed", 2**63), ("seed", -(2**63) - 1),
+    ("temperature", 1e39),
+    ("temperature", 3.5e38),
+    ("temperature", 1e300),
+    ("repetition_penalty", 1e39),
+    ("repetition_penalty", 3.5e38),
+    ("repetition_penalty", 1e300),
+    ("repetition_penalty", 1e-300),
+    ("top_p", 1e-300),
+    ("temperature", np.longdouble("1e4000")),
+    ("max_tokens", 2**63),
+    ("min_tokens", 2**63),
+    ("seed", 2**63),
+    ("seed", -(2**63) - 1),
     ("stop_token_ids", [2**63]),
 ]
 
@@ -39,14 +49,27 @@ def test_unrepresentable_values_are_refused_naming_the_field(name, value):
 
 
 def test_the_extremes_that_fit_are_accepted():
-    sp = SamplingParams(temperature=FLOAT32_MAX, repetition_penalty=FLOAT32_MAX, top_p=FLOAT32_TINY,
-                        max_tokens=INT64_MAX, min_tokens=INT64_MAX, top_k=2**70, seed=INT64_MIN)
+    sp = SamplingParams(
+        temperature=FLOAT32_MAX,
+        repetition_penalty=FLOAT32_MAX,
+        top_p=FLOAT32_TINY,
+        max_tokens=INT64_MAX,
+        min_tokens=INT64_MAX,
+        top_k=2**70,
+        seed=INT64_MIN,
+    )
     assert sp.max_tokens == sp.min_tokens == INT64_MAX and sp.temperature == FLOAT32_MAX
 
 
 def _engine(async_scheduling: bool = False, **seams) -> LLMEngine:
-    return LLMEngine("tiny-qwen2", num_gpu_blocks=32, block_size=4, max_model_len=MAX_MODEL_LEN,
-                     async_scheduling=async_scheduling, **seams)
+    return LLMEngine(
+        "tiny-qwen2",
+        num_gpu_blocks=32,
+        block_size=4,
+        max_model_len=MAX_MODEL_LEN,
+        async_scheduling=async_scheduling,
+        **seams,
+    )
 
 
 def _run(engine: LLMEngine, requests: dict[str, tuple[list[int], SamplingParams]]) -> dict[str, tuple]:
@@ -87,8 +110,9 @@ def shared_engine():
 def _extreme(low: float, high: float) -> st.SearchStrategy[float]:
     """Values at and beyond a float field's edges (beyond float32 too): the ones SamplingParams accepts are used."""
     edges = [low, high, FLOAT32_TINY, 1e-30, 1e-300, 1e30, FLOAT32_MAX, 3.5e38, 1e39, 1e300, -FLOAT32_MAX]
-    return st.one_of(st.sampled_from(edges), st.floats(low, high, allow_nan=False, allow_infinity=False),
-                     st.floats(-1e308, 1e308))
+    return st.one_of(
+        st.sampled_from(edges), st.floats(low, high, allow_nan=False, allow_infinity=False), st.floats(-1e308, 1e308)
+    )
 
 
 _HUGE_INTS = [2**31, INT64_MAX, INT64_MAX + 1, 2**64, INT64_MIN, INT64_MIN - 1]
@@ -126,8 +150,10 @@ def hostile_params(draw) -> SamplingParams:
 @settings(max_examples=30)  # each example is ~10 engine steps
 @given(params=hostile_params())
 def test_extreme_accepted_values_do_not_hurt_the_request_beside_them(prompts, alone, shared_engine, params):
-    done = _run(shared_engine, {"hostile": (prompts[0], params),
-                                "innocent": (prompts[1], greedy(INNOCENT_MAX_TOKENS, ignore_eos=True))})
+    done = _run(
+        shared_engine,
+        {"hostile": (prompts[0], params), "innocent": (prompts[1], greedy(INNOCENT_MAX_TOKENS, ignore_eos=True))},
+    )
     assert done["innocent"] == alone
     tokens, reason, error = done["hostile"]
     assert error is None and reason in ("stop", "length"), (reason, error)

@@ -6,6 +6,7 @@ is the same pass written with those helpers (and allocate_slots called every tim
 configuration and a history of steps (sync or async, with preemptions, prefix hits and finished requests); from
 the state it leaves, both passes run on copies of the scheduler and must leave the same step and the same state.
 """
+
 from __future__ import annotations
 
 import copy
@@ -57,12 +58,18 @@ def reference_running_pass(sched: Scheduler, out: SchedulerOutput, prefill_only:
 def _config(draw) -> dict:
     policy = draw(st.sampled_from(["fcfs", "priority"]))
     return dict(
-        max_num_batched_tokens=draw(st.integers(4, 64)), max_num_seqs=draw(st.integers(1, 8)),
-        block_size=draw(st.sampled_from([1, 2, 4, 8])), num_gpu_blocks=draw(st.integers(8, 48)),
-        num_cpu_blocks=draw(st.sampled_from([0, 16])), enable_chunked_prefill=draw(st.booleans()),
-        long_prefill_token_threshold=draw(st.sampled_from([0, 3, 8])), enable_prefix_caching=draw(st.booleans()),
-        preemption_mode=draw(st.sampled_from(["recompute", "swap"])), policy=policy,
-        batching=draw(st.sampled_from(["continuous", "sequence"])), async_scheduling=draw(st.booleans()),
+        max_num_batched_tokens=draw(st.integers(4, 64)),
+        max_num_seqs=draw(st.integers(1, 8)),
+        block_size=draw(st.sampled_from([1, 2, 4, 8])),
+        num_gpu_blocks=draw(st.integers(8, 48)),
+        num_cpu_blocks=draw(st.sampled_from([0, 16])),
+        enable_chunked_prefill=draw(st.booleans()),
+        long_prefill_token_threshold=draw(st.sampled_from([0, 3, 8])),
+        enable_prefix_caching=draw(st.booleans()),
+        preemption_mode=draw(st.sampled_from(["recompute", "swap"])),
+        policy=policy,
+        batching=draw(st.sampled_from(["continuous", "sequence"])),
+        async_scheduling=draw(st.booleans()),
         max_model_len=draw(st.sampled_from([64, 1 << 30])),
     )
 
@@ -82,15 +89,25 @@ def scheduler_states(draw) -> Scheduler:
             prompt_len = rng.randint(1, max(1, min(limit // 2, rng.choice([4, 12, 40]))))
             prompt = [rng.choice([1, 2, 3]) for _ in range(prompt_len)]  # few symbols: prefix hits happen
             max_tokens = rng.randint(1, max(1, min(limit - prompt_len, rng.choice([2, 3, 8, 40]))))
-            sched.add_request(Request(f"s{step}-{k}", prompt, SamplingParams(max_tokens=max_tokens),
-                                      priority=rng.randint(0, 2), arrival_time=float(step)))
+            sched.add_request(
+                Request(
+                    f"s{step}-{k}",
+                    prompt,
+                    SamplingParams(max_tokens=max_tokens),
+                    priority=rng.randint(0, 2),
+                    arrival_time=float(step),
+                )
+            )
         before = {r.request_id: r.num_output_placeholders for r in sched.running}
         out = sched.schedule()
         samples = {}
         for rid in out.num_scheduled_tokens:
             req = sched.requests[rid]
-            sampled = (req.num_output_placeholders > before.get(rid, 0) if knobs["async_scheduling"]
-                       else req.num_computed_tokens == req.num_tokens)
+            sampled = (
+                req.num_output_placeholders > before.get(rid, 0)
+                if knobs["async_scheduling"]
+                else req.num_computed_tokens == req.num_tokens
+            )
             if sampled:
                 samples[rid] = [EOS if rng.random() < 0.05 else rng.randint(1, 49)]
         in_flight.append((out, samples))
@@ -103,14 +120,27 @@ def scheduler_states(draw) -> Scheduler:
 
 
 def _snapshot(sched: Scheduler, out: SchedulerOutput) -> tuple:
-    reqs = sorted((r.request_id, r.status, r.num_computed_tokens, r.num_output_placeholders, r.num_preemptions,
-                   r.num_lost_tokens) for r in [*sched.running, *sched.waiting])
+    reqs = sorted(
+        (r.request_id, r.status, r.num_computed_tokens, r.num_output_placeholders, r.num_preemptions, r.num_lost_tokens)
+        for r in [*sched.running, *sched.waiting]
+    )
     kv = sched.kv_cache_manager
     blocks = {rid: [b.block_id for b in bl] for rid, bl in kv.req_to_blocks.items()}
-    return (dict(out.num_scheduled_tokens), list(out.num_scheduled_tokens), dict(out.is_prefill),
-            list(out.preempted_req_ids), list(out.blocks_to_swap_out), sched._budget,
-            [r.request_id for r in sched.running], [r.request_id for r in sched.waiting], reqs, blocks,
-            dict(kv.num_cached_blocks), kv.num_free_blocks, sched.num_preemptions)
+    return (
+        dict(out.num_scheduled_tokens),
+        list(out.num_scheduled_tokens),
+        dict(out.is_prefill),
+        list(out.preempted_req_ids),
+        list(out.blocks_to_swap_out),
+        sched._budget,
+        [r.request_id for r in sched.running],
+        [r.request_id for r in sched.waiting],
+        reqs,
+        blocks,
+        dict(kv.num_cached_blocks),
+        kv.num_free_blocks,
+        sched.num_preemptions,
+    )
 
 
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])

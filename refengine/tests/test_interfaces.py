@@ -1,6 +1,7 @@
 """The engine's layers meet at their interfaces: Scheduler(config) and make_stats(), the batching and policy enums,
 LLMEngine.add_requests (all or nothing), the constructor seams (model, sampler, detokenizer factory), stop strings
 finished through the scheduler, and the admission limits shared with perf's feasibility check."""
+
 from __future__ import annotations
 
 import pytest
@@ -27,8 +28,11 @@ def _run_static(sched: Scheduler, steps: int) -> list:
     seen = []
     for _ in range(steps):
         out = sched.schedule()
-        sampled = {rid: [7] for rid in out.num_scheduled_tokens
-                   if sched.requests[rid].num_computed_tokens == sched.requests[rid].num_tokens}
+        sampled = {
+            rid: [7]
+            for rid in out.num_scheduled_tokens
+            if sched.requests[rid].num_computed_tokens == sched.requests[rid].num_tokens
+        }
         sched.update_from_output(out, sampled)
         seen.append(sched.make_stats(out))
     return seen
@@ -36,8 +40,10 @@ def _run_static(sched: Scheduler, steps: int) -> list:
 
 def test_scheduler_takes_a_config_or_its_fields() -> None:
     config = SchedulerConfig(max_num_batched_tokens=12, max_num_seqs=2, block_size=4, num_gpu_blocks=16)
-    by_object, by_keyword = Scheduler(config), Scheduler(max_num_batched_tokens=12, max_num_seqs=2, block_size=4,
-                                                          num_gpu_blocks=16)
+    by_object, by_keyword = (
+        Scheduler(config),
+        Scheduler(max_num_batched_tokens=12, max_num_seqs=2, block_size=4, num_gpu_blocks=16),
+    )
     assert by_object.config == by_keyword.config and by_object.config is config
     for s in (by_object, by_keyword):
         s.add_request(_req("a", 10))
@@ -128,8 +134,13 @@ def test_model_sampler_and_detokenizer_are_passed_in() -> None:
         calls["detok"] += 1
         return IncrementalDetokenizer(tokenizer, request)
 
-    engine = LLMEngine("tiny-qwen2", model_impl=_ConstantModel(mc.hidden_size, mc.vocab_size),
-                       sampler=counting_sample, detokenizer_factory=detokenizer, **SMALL)
+    engine = LLMEngine(
+        "tiny-qwen2",
+        model_impl=_ConstantModel(mc.hidden_size, mc.vocab_size),
+        sampler=counting_sample,
+        detokenizer_factory=detokenizer,
+        **SMALL,
+    )
     engine.add_request("r", [1, 2, 3], SamplingParams(max_tokens=3, temperature=0.0))
     tokens = []
     while engine.has_unfinished_requests():
@@ -171,15 +182,26 @@ def test_engine_args_sorts_knobs_into_typed_configs() -> None:
         EngineArgs.from_kwargs("tiny-qwen2", max_num_seq=3)
 
 
-@pytest.mark.parametrize("prompt, max_tokens, knobs, match", [
-    (10, 5, dict(max_model_len=10), "max_model_len"),
-    (10, 30, dict(num_gpu_blocks=2), "num_gpu_blocks=2"),
-    (10, 30, dict(enable_chunked_prefill=False, max_num_batched_tokens=16), "max_num_batched_tokens=16"),
-    (10, 30, dict(), None),
-])
+@pytest.mark.parametrize(
+    "prompt, max_tokens, knobs, match",
+    [
+        (10, 5, dict(max_model_len=10), "max_model_len"),
+        (10, 30, dict(num_gpu_blocks=2), "num_gpu_blocks=2"),
+        (10, 30, dict(enable_chunked_prefill=False, max_num_batched_tokens=16), "max_num_batched_tokens=16"),
+        (10, 30, dict(), None),
+    ],
+)
 def test_check_request_fits(prompt: int, max_tokens: int, knobs: dict, match: str | None) -> None:
-    limits = dict(max_model_len=1000, block_size=16, num_gpu_blocks=100, enable_chunked_prefill=True,
-                  max_num_batched_tokens=64) | knobs
+    limits = (
+        dict(
+            max_model_len=1000,
+            block_size=16,
+            num_gpu_blocks=100,
+            enable_chunked_prefill=True,
+            max_num_batched_tokens=64,
+        )
+        | knobs
+    )
     if match is None:
         check_request_fits(prompt, max_tokens, **limits)
         return

@@ -2,6 +2,7 @@
 with Triton's bundled ptxas, in a process where TRITON_INTERPRET is off, must compile and must not spill registers.
 (Their results against the oracle are test_kernels.py's job.)
 """
+
 from __future__ import annotations
 
 import os
@@ -30,10 +31,26 @@ def compile_for_sm90() -> list[str]:
     fp32_ptr = {"segm_out_ptr", "segm_max_ptr", "segm_sum_ptr"}
 
     def build(fn, dtype: str, consts: dict) -> str:
-        sig = {n: "constexpr" if n in consts else f"*{dtype}" if n in ptr else "*fp32" if n in fp32_ptr
-               else "*i32" if n.endswith("_ptr") else "fp32" if n == "qk_scale" else "i32" for n in fn.arg_names}
+        sig = {
+            n: "constexpr"
+            if n in consts
+            else f"*{dtype}"
+            if n in ptr
+            else "*fp32"
+            if n in fp32_ptr
+            else "*i32"
+            if n.endswith("_ptr")
+            else "fp32"
+            if n == "qk_scale"
+            else "i32"
+            for n in fn.arg_names
+        }
         # as the JIT does for 16-aligned pointers and strides (num_seqs/num_heads/block-table stride: any value)
-        aligned = [i for i, n in enumerate(fn.arg_names) if n not in consts and n not in {"num_seqs", "num_heads", "qk_scale", "stride_bt_seq"}]
+        aligned = [
+            i
+            for i, n in enumerate(fn.arg_names)
+            if n not in consts and n not in {"num_seqs", "num_heads", "qk_scale", "stride_bt_seq"}
+        ]
         src = ASTSource(fn, sig, consts, attrs={(i,): [["tt.divisibility", 16]] for i in aligned})
         cubin = triton.compile(src, target=GPUTarget("cuda", 90, 32)).asm["cubin"]
         tool = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")

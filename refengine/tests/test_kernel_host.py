@@ -3,6 +3,7 @@ the per-step ints, and a warm-up that launches every variant the launch heuristi
 
 The kernels' results against the oracle are refengine/tests/test_kernels.py's job (under TRITON_INTERPRET=1 on a CPU).
 """
+
 from __future__ import annotations
 
 import inspect
@@ -24,8 +25,9 @@ ON_GPU = torch.cuda.is_available()
 def _run(code: str) -> subprocess.CompletedProcess:
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     env.pop("TRITON_INTERPRET", None)
-    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, env=env,
-                          timeout=300)
+    return subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, env=env, timeout=300
+    )
 
 
 def test_torch_backend_never_imports_triton() -> None:
@@ -72,14 +74,13 @@ def _do_not_specialize(kernel, what: str = "do_not_specialize") -> list:
 
 
 def test_per_step_ints_are_not_specialized() -> None:
-    from cbbench.kernels.unified_attention import (
-        DO_NOT_SPECIALIZE,
-        _reduce_segments_kernel,
-        _unified_attention_kernel,
-    )
+    from cbbench.kernels.unified_attention import DO_NOT_SPECIALIZE, _reduce_segments_kernel, _unified_attention_kernel
 
     assert {"num_seqs", "stride_bt_seq"} <= set(DO_NOT_SPECIALIZE)
-    for kernel, names in ((_unified_attention_kernel, {"num_seqs", "stride_bt_seq"}), (_reduce_segments_kernel, {"num_seqs"})):
+    for kernel, names in (
+        (_unified_attention_kernel, {"num_seqs", "stride_bt_seq"}),
+        (_reduce_segments_kernel, {"num_seqs"}),
+    ):
         given = set(_do_not_specialize(kernel))
         assert names <= given
         # Triton ignores a name that is no parameter: a typo would silently specialize again
@@ -87,7 +88,6 @@ def test_per_step_ints_are_not_specialized() -> None:
         if hasattr(kernel, "params"):  # compiled (GPU): the flag reached the parameter itself
             flags = {p.name: p.do_not_specialize for p in kernel.params}
             assert all(flags[n] for n in names)
-
 
 
 def test_slot_mapping_pointer_alignment_is_not_specialized() -> None:
@@ -141,8 +141,11 @@ def test_gpu_no_compile_after_engine_start() -> None:
     from refengine import LLM, SamplingParams
 
     def compiled() -> int:
-        return sum(len(c[0]) for k in (_unified_attention_kernel, _reduce_segments_kernel, _reshape_and_cache_kernel)
-                   for c in k.device_caches.values())
+        return sum(
+            len(c[0])
+            for k in (_unified_attention_kernel, _reduce_segments_kernel, _reshape_and_cache_kernel)
+            for c in k.device_caches.values()
+        )
 
     # eager: every decode batch size goes through the kernels themselves, not a captured graph
     llm = LLM(model="qwen2.5-0.5b", device="cuda", max_model_len=4096, num_gpu_blocks=4096, enforce_eager=True)

@@ -5,6 +5,7 @@ bf16 tensor-core path on CUDA. Every batch is built to catch a wrong gather: blo
 cache blocks no sequence owns and slots past a sequence's end hold NaN, and `out` is NaN before each call, so a
 stray read or an unwritten element shows up as NaN.
 """
+
 from __future__ import annotations
 
 import os
@@ -20,11 +21,7 @@ from hypothesis import given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
 from cbbench.kernels import reshape_and_cache, reshape_and_cache_ref, unified_attention  # noqa: E402
-from cbbench.kernels.unified_attention import (  # noqa: E402
-    MAX_KV_SEGMENTS,
-    choose_num_kv_segments,
-    plan_unified_attention,
-)
+from cbbench.kernels.unified_attention import MAX_KV_SEGMENTS, choose_num_kv_segments, plan_unified_attention  # noqa: E402
 from refengine.tests._kernel_batches import (  # noqa: E402
     DEVICE,
     HYPOTHESIS,
@@ -122,7 +119,9 @@ def test_choose_num_kv_segments():
     assert choose_num_kv_segments(num_seqs=64, num_tokens=64, num_kv_heads=8, max_seqlen_k=8192, **kw) == 1  # full
     assert choose_num_kv_segments(num_seqs=4, num_tokens=4, num_kv_heads=8, max_seqlen_k=128, **kw) == 1  # short
     assert choose_num_kv_segments(num_seqs=4, num_tokens=4, num_kv_heads=8, max_seqlen_k=8192, **kw) == 8
-    assert choose_num_kv_segments(num_seqs=1, num_tokens=1, num_kv_heads=1, max_seqlen_k=1 << 20, **kw) == MAX_KV_SEGMENTS
+    assert (
+        choose_num_kv_segments(num_seqs=1, num_tokens=1, num_kv_heads=1, max_seqlen_k=1 << 20, **kw) == MAX_KV_SEGMENTS
+    )
     n = choose_num_kv_segments(num_seqs=3, num_tokens=3, num_kv_heads=4, max_seqlen_k=4096, **kw)
     assert n & (n - 1) == 0
 

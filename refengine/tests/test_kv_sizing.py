@@ -1,5 +1,6 @@
 """KV cache sizing (refengine/kv_sizing.py): vLLM's determine_available_memory arithmetic, checked on the CPU
 against a fake CUDA caching allocator (mem_get_info / memory stats mocked), and on a GPU for real (`gpu`)."""
+
 from __future__ import annotations
 
 import pytest
@@ -30,7 +31,9 @@ class FakeCudaAllocator:
 
     def install(self, monkeypatch: pytest.MonkeyPatch, activations: int) -> None:
         cuda = torch.cuda
-        monkeypatch.setattr(cuda, "mem_get_info", lambda d=None: (self.total - self.context - self.others - self.reserved, self.total))
+        monkeypatch.setattr(
+            cuda, "mem_get_info", lambda d=None: (self.total - self.context - self.others - self.reserved, self.total)
+        )
         monkeypatch.setattr(cuda, "memory_allocated", lambda d=None: self.allocated)
         monkeypatch.setattr(cuda, "memory_reserved", lambda d=None: self.reserved)
         monkeypatch.setattr(cuda, "max_memory_allocated", lambda d=None: self.peak)
@@ -56,9 +59,18 @@ def _weights() -> tuple[torch.nn.Module, int]:
 
 def _blocks(fake: FakeCudaAllocator, model, util: float = 0.9, max_model_len: int = 4096) -> int:
     return kv_sizing.default_num_gpu_blocks(
-        model, None, device=CUDA, dtype=torch.bfloat16, bytes_per_block=2 * 2**20, block_size=16,
-        max_model_len=max_model_len, max_num_batched_tokens=8192, max_num_seqs=256, kv_cache_memory_gb=None,
-        gpu_memory_utilization=util)
+        model,
+        None,
+        device=CUDA,
+        dtype=torch.bfloat16,
+        bytes_per_block=2 * 2**20,
+        block_size=16,
+        max_model_len=max_model_len,
+        max_num_batched_tokens=8192,
+        max_num_seqs=256,
+        kv_cache_memory_gb=None,
+        gpu_memory_utilization=util,
+    )
 
 
 def test_budget_arithmetic() -> None:
@@ -129,8 +141,18 @@ def test_overrides_skip_profiling(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(torch.cuda, "mem_get_info", no_cuda)
     monkeypatch.setattr(kv_sizing, "profile_run", no_cuda)
     blocks = kv_sizing.default_num_gpu_blocks(
-        None, None, device=CUDA, dtype=torch.bfloat16, bytes_per_block=2**20, block_size=16, max_model_len=64,
-        max_num_batched_tokens=64, max_num_seqs=4, kv_cache_memory_gb=0.5, gpu_memory_utilization=0.9)
+        None,
+        None,
+        device=CUDA,
+        dtype=torch.bfloat16,
+        bytes_per_block=2**20,
+        block_size=16,
+        max_model_len=64,
+        max_num_batched_tokens=64,
+        max_num_seqs=4,
+        kv_cache_memory_gb=0.5,
+        gpu_memory_utilization=0.9,
+    )
     assert blocks == 512
 
 
@@ -141,7 +163,9 @@ def test_engine_knobs() -> None:
         with pytest.raises(ValueError, match="gpu_memory_utilization"):
             LLMEngine("tiny-qwen2", gpu_memory_utilization=bad, num_gpu_blocks=8)
     e = LLMEngine("tiny-qwen2", gpu_memory_utilization=1.0, kv_cache_memory_gb=0.25, block_size=16)
-    per_block = 2 * e.model_config.num_hidden_layers * 16 * e.model_config.num_key_value_heads * e.model_config.head_dim * 4
+    per_block = (
+        2 * e.model_config.num_hidden_layers * 16 * e.model_config.num_key_value_heads * e.model_config.head_dim * 4
+    )
     assert e.scheduler.config.num_gpu_blocks == int(0.25 * GiB // per_block)
     assert LLMEngine("tiny-qwen2", num_gpu_blocks=7).scheduler.config.num_gpu_blocks == 7
 
@@ -155,10 +179,20 @@ def test_profile_run_drives_the_real_model(num_tokens: int, num_seqs: int) -> No
     model = build_random_model(config, device="cpu", attention_backend="torch")
     calls = []
     forward = model.forward
-    model.forward = lambda ids, pos, kv, meta: calls.append((ids.shape[0], meta.seq_lens.tolist())) or forward(ids, pos, kv, meta)
-    kv_sizing.profile_run(model, config, device=torch.device("cpu"), dtype=torch.float32, num_tokens=num_tokens,
-                          num_seqs=num_seqs, block_size=16, max_model_len=4096)
-    (tokens, lens), = calls
+    model.forward = lambda ids, pos, kv, meta: (
+        calls.append((ids.shape[0], meta.seq_lens.tolist())) or forward(ids, pos, kv, meta)
+    )
+    kv_sizing.profile_run(
+        model,
+        config,
+        device=torch.device("cpu"),
+        dtype=torch.float32,
+        num_tokens=num_tokens,
+        num_seqs=num_seqs,
+        block_size=16,
+        max_model_len=4096,
+    )
+    ((tokens, lens),) = calls
     assert tokens == sum(lens) == min(num_tokens, num_seqs * 4096) and len(lens) == min(num_seqs, num_tokens)
     assert max(lens) - min(lens) <= 1 and max(lens) <= 4096
 
@@ -172,7 +206,9 @@ def test_gpu_engines_in_a_row_and_utilization() -> None:
 
     sizes = []
     for _ in range(2):
-        e = LLMEngine("qwen2.5-0.5b", device="cuda", max_model_len=4096, enforce_eager=True)  # (no graph capture: faster)
+        e = LLMEngine(
+            "qwen2.5-0.5b", device="cuda", max_model_len=4096, enforce_eager=True
+        )  # (no graph capture: faster)
         e.add_request("r", list(range(100, 164)), None)
         while e.has_unfinished_requests():
             e.step()
@@ -181,6 +217,5 @@ def test_gpu_engines_in_a_row_and_utilization() -> None:
         gc.collect()
     # the second engine is within a few percent of the first (its weights were already there: same accounting)
     assert sizes[1] > 1000 and abs(sizes[1] - sizes[0]) <= 0.02 * sizes[0]
-    half = LLMEngine("qwen2.5-0.5b", device="cuda", max_model_len=4096, gpu_memory_utilization=0.45,
-                     enforce_eager=True)
+    half = LLMEngine("qwen2.5-0.5b", device="cuda", max_model_len=4096, gpu_memory_utilization=0.45, enforce_eager=True)
     assert 0.4 * sizes[0] < half.scheduler.config.num_gpu_blocks < 0.55 * sizes[0]

@@ -2,6 +2,7 @@
 
 CPU, float32, toy shapes (tiny-qwen2's 151936-row embedding is the largest tensor).
 """
+
 from __future__ import annotations
 
 import json
@@ -79,14 +80,33 @@ def test_mixed_prefill_and_decodes_match_separate(preset):
 def _random_hf(arch: str, tmp_path, shard: bool):
     import transformers
 
-    common = dict(vocab_size=512, hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4,
-                  num_key_value_heads=2, max_position_embeddings=256, rms_norm_eps=1e-5, eos_token_id=2, bos_token_id=1)
+    common = dict(
+        vocab_size=512,
+        hidden_size=64,
+        intermediate_size=96,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=256,
+        rms_norm_eps=1e-5,
+        eos_token_id=2,
+        bos_token_id=1,
+    )
     if arch == "Qwen2ForCausalLM":
         cfg = transformers.Qwen2Config(**common, rope_theta=1e6, tie_word_embeddings=True)
     elif arch == "LlamaForCausalLM":
-        cfg = transformers.LlamaConfig(**common, tie_word_embeddings=False, rope_theta=5e5, rope_scaling=dict(
-            rope_type="llama3", factor=8.0, low_freq_factor=1.0, high_freq_factor=4.0,
-            original_max_position_embeddings=64))
+        cfg = transformers.LlamaConfig(
+            **common,
+            tie_word_embeddings=False,
+            rope_theta=5e5,
+            rope_scaling=dict(
+                rope_type="llama3",
+                factor=8.0,
+                low_freq_factor=1.0,
+                high_freq_factor=4.0,
+                original_max_position_embeddings=64,
+            ),
+        )
     else:
         cfg = transformers.MistralConfig(**common, tie_word_embeddings=False, sliding_window=None)
     cfg.architectures = [arch]
@@ -99,8 +119,9 @@ def _random_hf(arch: str, tmp_path, shard: bool):
     return hf
 
 
-@pytest.mark.parametrize("arch,shard", [("Qwen2ForCausalLM", False), ("LlamaForCausalLM", True),
-                                        ("MistralForCausalLM", False)])
+@pytest.mark.parametrize(
+    "arch,shard", [("Qwen2ForCausalLM", False), ("LlamaForCausalLM", True), ("MistralForCausalLM", False)]
+)
 def test_hf_folder_loads_with_same_logits(tmp_path, arch, shard):
     hf = _random_hf(arch, tmp_path, shard)
     assert (tmp_path / "model.safetensors.index.json").exists() == shard
@@ -135,16 +156,28 @@ def test_bad_model_names_raise(tmp_path):
     (tmp_path / "config.json").write_text(json.dumps({"architectures": ["GPT2LMHeadModel"], "vocab_size": 10}))
     with pytest.raises(ValueError, match="GPT2LMHeadModel"):
         load_model(str(tmp_path))
-    cfg = dict(architectures=["LlamaForCausalLM"], vocab_size=64, hidden_size=32, num_hidden_layers=1,
-               num_attention_heads=2, intermediate_size=64, rope_scaling={"rope_type": "yarn", "factor": 4.0})
+    cfg = dict(
+        architectures=["LlamaForCausalLM"],
+        vocab_size=64,
+        hidden_size=32,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        intermediate_size=64,
+        rope_scaling={"rope_type": "yarn", "factor": 4.0},
+    )
     (tmp_path / "config.json").write_text(json.dumps(cfg))
     with pytest.raises(ValueError, match="yarn"):
         load_model(str(tmp_path))
     with pytest.raises(ValueError, match="num_key_value_heads"):
         PRESETS["tiny-qwen2"].replace(num_key_value_heads=3)
     with pytest.raises(ValueError, match="rope_type"):
-        RopeScaling(factor=2.0, low_freq_factor=1.0, high_freq_factor=4.0, original_max_position_embeddings=8,
-                    rope_type="linear")
+        RopeScaling(
+            factor=2.0,
+            low_freq_factor=1.0,
+            high_freq_factor=4.0,
+            original_max_position_embeddings=8,
+            rope_type="linear",
+        )
 
 
 def test_tokenizers(tmp_path):
@@ -154,8 +187,15 @@ def test_tokenizers(tmp_path):
     assert tok.decode(ids) == "Hello, paged world!"
     assert tok.decode(ids + [151645, 151900]) == "Hello, paged world!"  # special and padding ids drop
     assert max(load_tokenizer("llama-3.1-8b").encode("<|im_end|>")) < PRESETS["llama-3.1-8b"].vocab_size
-    cfg = dict(architectures=["Qwen2ForCausalLM"], vocab_size=151936, hidden_size=32, num_hidden_layers=1,
-               num_attention_heads=2, intermediate_size=64, eos_token_id=151643)
+    cfg = dict(
+        architectures=["Qwen2ForCausalLM"],
+        vocab_size=151936,
+        hidden_size=32,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        intermediate_size=64,
+        eos_token_id=151643,
+    )
     (tmp_path / "config.json").write_text(json.dumps(cfg))
     assert isinstance(load_tokenizer(str(tmp_path)), QwenTokenizer)  # no tokenizer.json, Qwen vocabulary
     (tmp_path / "config.json").write_text(json.dumps({**cfg, "vocab_size": 1000, "eos_token_id": 2}))
@@ -167,8 +207,13 @@ def test_tokenizers(tmp_path):
 
 def test_config_validation_names_field():
     base = PRESETS["tiny-llama"]
-    for field, value in [("hidden_size", 0), ("head_dim", 63), ("eos_token_id", base.vocab_size),
-                         ("architecture", "GPT2"), ("rms_norm_eps", 0.0)]:
+    for field, value in [
+        ("hidden_size", 0),
+        ("head_dim", 63),
+        ("eos_token_id", base.vocab_size),
+        ("architecture", "GPT2"),
+        ("rms_norm_eps", 0.0),
+    ]:
         with pytest.raises(ValueError, match=field):
             base.replace(**{field: value})
     assert ModelConfig(**{**base.__dict__, "eos_token_id": [1, 2]}).eos_token_ids == (1, 2)

@@ -2,6 +2,7 @@
 requests, decode steps, chunked prefill, recompute preemption and resume, swap out and in, a finished request's
 row reused, the ModelRunnerOutput shape, one device -> host transfer per step, and padded decode batches. Its
 greedy tokens must equal the whole engine's on the same prompts."""
+
 from __future__ import annotations
 
 import pytest
@@ -29,9 +30,18 @@ def reference() -> list[list[int]]:
 
 def make_runner(num_cpu_blocks: int = 16, max_num_seqs: int = 4) -> ModelRunner:
     model, cfg = _load_model_cached("tiny-qwen2", torch.device("cpu"), torch.float32, 0, "torch")
-    return ModelRunner(model, cfg, num_gpu_blocks=64, num_cpu_blocks=num_cpu_blocks, block_size=BLOCK,
-                       max_num_seqs=max_num_seqs, max_model_len=128, device=torch.device("cpu"),
-                       dtype=torch.float32, seed=0)
+    return ModelRunner(
+        model,
+        cfg,
+        num_gpu_blocks=64,
+        num_cpu_blocks=num_cpu_blocks,
+        block_size=BLOCK,
+        max_num_seqs=max_num_seqs,
+        max_model_len=128,
+        device=torch.device("cpu"),
+        dtype=torch.float32,
+        seed=0,
+    )
 
 
 class HandScheduler:
@@ -106,8 +116,8 @@ def test_new_request_and_decode_steps(reference):
     hs.new(out, "b", PROMPTS[1], len(PROMPTS[1]))
     assert {k: len(v) for k, v in hs.step(runner, out).items()} == {"a": 1, "b": 1}
     decode_until(hs, runner, [("a", PROMPTS[0]), ("b", PROMPTS[1])], 8)
-    assert hs.tokens["a"][len(PROMPTS[0]):] == reference[0]
-    assert hs.tokens["b"][len(PROMPTS[1]):] == reference[1]
+    assert hs.tokens["a"][len(PROMPTS[0]) :] == reference[0]
+    assert hs.tokens["b"][len(PROMPTS[1]) :] == reference[1]
 
 
 def test_chunked_prefill_samples_only_at_the_last_chunk(reference):
@@ -123,7 +133,7 @@ def test_chunked_prefill_samples_only_at_the_last_chunk(reference):
     hs.cached(out, "c", 4)
     assert len(hs.step(runner, out)["c"]) == 1
     decode_until(hs, runner, [("c", prompt)], 8)
-    assert hs.tokens["c"][len(prompt):] == reference[2]
+    assert hs.tokens["c"][len(prompt) :] == reference[2]
 
 
 def test_recompute_preemption_and_resume(reference):
@@ -140,7 +150,7 @@ def test_recompute_preemption_and_resume(reference):
     hs.cached(out, "a", len(hs.tokens["a"]), resumed=True)  # ... and is re-prefilled whole, prompt + 3 outputs
     assert len(hs.step(runner, out)["a"]) == 1
     decode_until(hs, runner, [("a", PROMPTS[0])], 8)
-    assert hs.tokens["a"][len(PROMPTS[0]):] == reference[0]
+    assert hs.tokens["a"][len(PROMPTS[0]) :] == reference[0]
 
 
 def test_swap_out_and_in(reference):
@@ -165,7 +175,7 @@ def test_swap_out_and_in(reference):
     assert set(hs.blocks["a"]).isdisjoint(device)
     assert len(hs.step(runner, out)["a"]) == 1
     decode_until(hs, runner, [("a", PROMPTS[2])], 8)
-    assert hs.tokens["a"][len(PROMPTS[2]):] == reference[2]
+    assert hs.tokens["a"][len(PROMPTS[2]) :] == reference[2]
 
 
 def test_finished_request_frees_its_row_for_the_next(reference):
@@ -179,7 +189,7 @@ def test_finished_request_frees_its_row_for_the_next(reference):
     hs.new(out, "b", PROMPTS[0], len(PROMPTS[0]))  # the only row, freed by "a"
     hs.step(runner, out)
     decode_until(hs, runner, [("b", PROMPTS[0])], 8)
-    assert hs.tokens["b"][len(PROMPTS[0]):] == reference[0]
+    assert hs.tokens["b"][len(PROMPTS[0]) :] == reference[0]
     assert "a" not in runner.requests and runner.input_batch.row_of == {"b": 0}
 
 
@@ -236,7 +246,7 @@ def test_decode_batches_padded_as_for_cuda_graphs_give_the_same_tokens(reference
         hs.step(runner, out)
         decode_until(hs, runner, [("a", PROMPTS[0]), ("b", PROMPTS[1]), ("c", PROMPTS[2])], 8)
     for rid, p, ref in zip("abc", PROMPTS, reference):
-        assert hs_padded.tokens[rid][len(p):] == ref
+        assert hs_padded.tokens[rid][len(p) :] == ref
     for (k1, v1), (k2, v2) in zip(padded.kv_caches, plain.kv_caches):
         torch.testing.assert_close(k1, k2, rtol=0, atol=PAD_KV_ATOL)
         torch.testing.assert_close(v1, v2, rtol=0, atol=PAD_KV_ATOL)
@@ -261,8 +271,9 @@ def test_graph_runner_static_buffers_on_the_cpu(reference):
     from refengine.cuda_graphs import CudaGraphRunner
 
     runner, hs = make_runner(), HandScheduler()
-    graphs = CudaGraphRunner(runner.model, runner.kv_caches, 4, runner.input_batch.block_table.shape[1],
-                             torch.device("cpu"))
+    graphs = CudaGraphRunner(
+        runner.model, runner.kv_caches, 4, runner.input_batch.block_table.shape[1], torch.device("cpu")
+    )
     hidden_size = runner.model.config.hidden_size
     for size in graphs.sizes:
         replay = _EagerReplay(graphs, size, hidden_size)
@@ -276,7 +287,7 @@ def test_graph_runner_static_buffers_on_the_cpu(reference):
     decode_until(hs, runner, [("a", PROMPTS[0]), ("b", PROMPTS[1]), ("c", PROMPTS[2])], 8)
     assert graphs.num_replays == 7  # every decode step, 3 sequences padded to 4
     for rid, p, ref in zip("abc", PROMPTS, reference):
-        assert hs.tokens[rid][len(p):] == ref
+        assert hs.tokens[rid][len(p) :] == ref
 
 
 def test_staging_buffer_packs_aligned_views_and_grows():
@@ -292,8 +303,12 @@ def test_staging_buffer_packs_aligned_views_and_grows():
     again = buf.pack(np.array([4, 5]))
     assert again[0].tolist() == [4, 5]
     # int32 arrays (the attention metadata) cross as int32, odd lengths included, and stay aligned
-    mixed = [np.array([1, 2, 3], dtype=np.int32), np.arange(4), np.array([2**31 - 1], dtype=np.int32),
-             np.arange(6, dtype=np.int32).reshape(2, 3).ravel()]
+    mixed = [
+        np.array([1, 2, 3], dtype=np.int32),
+        np.arange(4),
+        np.array([2**31 - 1], dtype=np.int32),
+        np.arange(6, dtype=np.int32).reshape(2, 3).ravel(),
+    ]
     views = buf.pack(*mixed)
     assert [v.dtype for v in views] == [torch.int32, torch.int64, torch.int32, torch.int32]
     assert [v.tolist() for v in views] == [a.tolist() for a in mixed]

@@ -2,6 +2,7 @@
 DELTA (the default: the tokens and text new since the last output), CUMULATIVE (everything so far, each step) or
 FINAL_ONLY (one output, when it finishes, with the whole completion). Requests of all three kinds share one batch
 and must get the same tokens and text; only what each step hands back differs."""
+
 from __future__ import annotations
 
 import pytest
@@ -45,13 +46,14 @@ def test_every_kind_gets_the_same_completion_and_returns_what_it_names(prompts, 
         text = "".join(o.outputs[0].text for o in delta)
         assert delta[-1].finished and not any(o.finished for o in delta[:-1])
         explicit = got[f"p{i}-k1"]  # DELTA spelled out: the default
-        assert [(o.outputs[0].token_ids, o.outputs[0].text) for o in explicit] == \
-            [(o.outputs[0].token_ids, o.outputs[0].text) for o in delta]
+        assert [(o.outputs[0].token_ids, o.outputs[0].text) for o in explicit] == [
+            (o.outputs[0].token_ids, o.outputs[0].text) for o in delta
+        ]
         cumulative = got[f"p{i}-k2"]
         assert len(cumulative) == len(delta)
         for n, o in enumerate(cumulative):  # each output repeats everything before it
-            assert o.outputs[0].token_ids == [t for d in delta[:n + 1] for t in d.outputs[0].token_ids]
-            assert o.outputs[0].text == "".join(d.outputs[0].text for d in delta[:n + 1])
+            assert o.outputs[0].token_ids == [t for d in delta[: n + 1] for t in d.outputs[0].token_ids]
+            assert o.outputs[0].text == "".join(d.outputs[0].text for d in delta[: n + 1])
         final = got[f"p{i}-k3"]
         assert len(final) == 1 and final[0].finished
         assert (final[0].outputs[0].token_ids, final[0].outputs[0].text) == (tokens, text)
@@ -70,7 +72,9 @@ def test_final_only_abort_returns_everything_so_far(prompts):
     engine.abort_request("f")
     (out,) = [o for o in engine.step() if o.request_id == "f"]
     assert out.finished and out.outputs[0].finish_reason == "abort"
-    assert out.outputs[0].token_ids == [t for o in seen for t in o.outputs[0].token_ids][:len(out.outputs[0].token_ids)]
+    assert (
+        out.outputs[0].token_ids == [t for o in seen for t in o.outputs[0].token_ids][: len(out.outputs[0].token_ids)]
+    )
     assert len(out.outputs[0].token_ids) >= 4
 
 

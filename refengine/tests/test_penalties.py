@@ -9,6 +9,7 @@
   frequency penalty stops the repetition that the penalty-free run shows;
 * every new field's bad values, vLLM-only fields at other than their defaults, and unknown keywords: ValueError.
 """
+
 from __future__ import annotations
 
 import collections
@@ -31,8 +32,9 @@ from refengine.scheduler_output import SchedulerOutput
 # ---- the oracle ---------------------------------------------------------------------------------------------
 
 
-def reference_penalties(logits: torch.Tensor, prompt: list[int], output: list[int], presence: float,
-                        frequency: float, repetition: float) -> torch.Tensor:
+def reference_penalties(
+    logits: torch.Tensor, prompt: list[int], output: list[int], presence: float, frequency: float, repetition: float
+) -> torch.Tensor:
     """vLLM's formulas for one row, token by token, in float32 (the engine's dtype for logits and parameters).
     A token in neither prompt nor output keeps its logit (x - 0 * penalty = x), so only the seen ones are visited."""
     out = logits.clone()
@@ -58,8 +60,14 @@ def test_penalised_logits_and_tokens_equal_the_per_row_reference(data):
     vocab = data.draw(st.integers(2, 20), label="vocab")
     n = data.draw(st.integers(1, 4), label="rows")
     tok = st.integers(0, vocab - 1)
-    params = [SamplingParams(presence_penalty=data.draw(_penalty), frequency_penalty=data.draw(_penalty),
-                             repetition_penalty=data.draw(_repetition)) for _ in range(n)]
+    params = [
+        SamplingParams(
+            presence_penalty=data.draw(_penalty),
+            frequency_penalty=data.draw(_penalty),
+            repetition_penalty=data.draw(_repetition),
+        )
+        for _ in range(n)
+    ]
     tables = PenaltyTables(n, vocab, torch.device("cpu"))
     token_ids = np.zeros((n, 64), dtype=np.int32)
     history = [data.draw(st.lists(tok, min_size=1, max_size=8), label=f"prompt {r}") for r in range(n)]
@@ -76,11 +84,21 @@ def test_penalised_logits_and_tokens_equal_the_per_row_reference(data):
                 tables.set_row(r, params[r])
         rows = np.array(sorted(data.draw(st.sets(st.integers(0, n - 1), min_size=1), label="sampling rows")))
         num_tokens = np.array([len(h) for h in history], dtype=np.int64)
-        logits = torch.tensor(data.draw(st.lists(st.floats(-20.0, 20.0, width=32), min_size=len(rows) * vocab,
-                                                 max_size=len(rows) * vocab)), dtype=torch.float32)
+        logits = torch.tensor(
+            data.draw(
+                st.lists(st.floats(-20.0, 20.0, width=32), min_size=len(rows) * vocab, max_size=len(rows) * vocab)
+            ),
+            dtype=torch.float32,
+        )
         logits = logits.view(len(rows), vocab)
-        expect = torch.stack([reference_penalties(logits[i], history[r][: num_prompt[r]], history[r][num_prompt[r]:],
-                                                  *_pfr(params[r])) for i, r in enumerate(rows.tolist())])
+        expect = torch.stack(
+            [
+                reference_penalties(
+                    logits[i], history[r][: num_prompt[r]], history[r][num_prompt[r] :], *_pfr(params[r])
+                )
+                for i, r in enumerate(rows.tolist())
+            ]
+        )
         md = SamplingMetadata(all_greedy=True)
         step_state = tables.step_arrays(rows, token_ids, num_tokens, num_prompt)
         if step_state is not None:
@@ -92,9 +110,15 @@ def test_penalised_logits_and_tokens_equal_the_per_row_reference(data):
         assert torch.equal(got, expect)
         assert torch.equal(tokens, expect.argmax(dim=-1))
         # random rows with seeds: the penalties come before temperature, as for the reference logits
-        seeded = dataclasses.replace(md, all_greedy=False, temperature=torch.full((len(rows),), 0.7),
-                                     seeded_idx=torch.arange(len(rows)), seeds=torch.tensor(rows * 31 + step),
-                                     output_index=torch.zeros(len(rows), dtype=torch.int64), any_unseeded=False)
+        seeded = dataclasses.replace(
+            md,
+            all_greedy=False,
+            temperature=torch.full((len(rows),), 0.7),
+            seeded_idx=torch.arange(len(rows)),
+            seeds=torch.tensor(rows * 31 + step),
+            output_index=torch.zeros(len(rows), dtype=torch.int64),
+            any_unseeded=False,
+        )
         unpenalised = dataclasses.replace(seeded, penalty_idx=None)
         assert torch.equal(sample(logits.clone(), seeded, None), sample(expect.clone(), unpenalised, None))
 
@@ -121,9 +145,15 @@ BLOCK = 4
 LENS = (5, 17, 40, 9, 30)
 SHARED = make_prompts((24,), seed=5)[0]  # a prefix two prompts share: prefix-cache hits
 TIGHT_BLOCKS = 20  # fits the longest request alone (13 blocks), not the seven together (~65): preemption
-PENALTIES = [dict(repetition_penalty=1.3), dict(frequency_penalty=0.7),
-             dict(presence_penalty=0.5, repetition_penalty=0.8), {}, dict(frequency_penalty=-0.4, presence_penalty=1.1),
-             dict(repetition_penalty=1.6), {}]
+PENALTIES = [
+    dict(repetition_penalty=1.3),
+    dict(frequency_penalty=0.7),
+    dict(presence_penalty=0.5, repetition_penalty=0.8),
+    {},
+    dict(frequency_penalty=-0.4, presence_penalty=1.1),
+    dict(repetition_penalty=1.6),
+    {},
+]
 
 
 @pytest.fixture(scope="module")
@@ -157,18 +187,33 @@ def test_penalised_greedy_tokens_equal_a_plain_reference_loop(crowd, alone):
 
         ids = torch.tensor([prompt])
         with torch.inference_mode():
-            out = hf_model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=sp.max_tokens,
-                                    do_sample=False, logits_processor=[penalise], eos_token_id=eos,
-                                    pad_token_id=eos[0])
-        assert got == out[0, len(prompt):].tolist(), sp
+            out = hf_model.generate(
+                ids,
+                attention_mask=torch.ones_like(ids),
+                max_new_tokens=sp.max_tokens,
+                do_sample=False,
+                logits_processor=[penalise],
+                eos_token_id=eos,
+                pad_token_id=eos[0],
+            )
+        assert got == out[0, len(prompt) :].tolist(), sp
 
 
-@pytest.mark.parametrize("knobs", [
-    dict(num_gpu_blocks=TIGHT_BLOCKS, max_num_batched_tokens=32),
-    dict(num_gpu_blocks=TIGHT_BLOCKS, max_num_batched_tokens=32, async_scheduling=True),
-    dict(num_gpu_blocks=TIGHT_BLOCKS, num_cpu_blocks=64, preemption_mode="swap", max_num_batched_tokens=32,
-         async_scheduling=True),
-], ids=["recompute-sync", "recompute-async", "swap-async"])
+@pytest.mark.parametrize(
+    "knobs",
+    [
+        dict(num_gpu_blocks=TIGHT_BLOCKS, max_num_batched_tokens=32),
+        dict(num_gpu_blocks=TIGHT_BLOCKS, max_num_batched_tokens=32, async_scheduling=True),
+        dict(
+            num_gpu_blocks=TIGHT_BLOCKS,
+            num_cpu_blocks=64,
+            preemption_mode="swap",
+            max_num_batched_tokens=32,
+            async_scheduling=True,
+        ),
+    ],
+    ids=["recompute-sync", "recompute-async", "swap-async"],
+)
 def test_penalised_requests_give_the_same_tokens_alone_and_in_a_crowd(crowd, alone, knobs):
     llm = LLM("tiny-qwen2", block_size=BLOCK, **knobs)
     outs = llm.generate(*crowd)
@@ -215,11 +260,22 @@ def test_penalised_steps_still_make_one_device_to_host_transfer(monkeypatch):
 # ---- SamplingParams: the fields and their checks --------------------------------------------------------------
 
 BAD_VALUES = [
-    ("presence_penalty", 2.5), ("presence_penalty", -2.01), ("presence_penalty", True), ("presence_penalty", "0.5"),
-    ("frequency_penalty", 3.0), ("frequency_penalty", float("nan")), ("frequency_penalty", False),
-    ("repetition_penalty", 0.0), ("repetition_penalty", -1.0), ("repetition_penalty", float("inf")),
-    ("repetition_penalty", True), ("min_p", -0.1), ("min_p", 1.5), ("min_p", True),
-    ("extra_args", [1]), ("skip_clone", 1),
+    ("presence_penalty", 2.5),
+    ("presence_penalty", -2.01),
+    ("presence_penalty", True),
+    ("presence_penalty", "0.5"),
+    ("frequency_penalty", 3.0),
+    ("frequency_penalty", float("nan")),
+    ("frequency_penalty", False),
+    ("repetition_penalty", 0.0),
+    ("repetition_penalty", -1.0),
+    ("repetition_penalty", float("inf")),
+    ("repetition_penalty", True),
+    ("min_p", -0.1),
+    ("min_p", 1.5),
+    ("min_p", True),
+    ("extra_args", [1]),
+    ("skip_clone", 1),
 ]
 
 
@@ -231,13 +287,29 @@ def test_bad_values_raise_value_error_naming_the_field(field, value):
 
 # one non-default value per vLLM-only field (the set must match the class's, so a new field needs a case here)
 NOT_DEFAULT = {
-    "best_of": 2, "logprobs": 1, "prompt_logprobs": 0, "prompt_logprob_token_ids": [3], "prompt_logprob_start": 1,
-    "logprob_token_ids": [3], "flat_logprobs": True, "detokenize": False, "skip_special_tokens": False,
-    "spaces_between_special_tokens": False, "stream_interval": 2,
-    "structured_outputs": {"regex": "a+"}, "guided_decoding": {"regex": "a+"}, "logit_bias": {3: 1.0},
-    "allowed_token_ids": [3], "bad_words": ["x"], "logits_processors": [lambda ids, x: x],
-    "truncate_prompt_tokens": 8, "thinking_token_budget": 16, "repetition_detection": {"min_count": 3},
-    "skip_reading_prefix_cache": True, "routed_experts_prompt_start": 1, "trace_decode_token_ids": [1, 2],
+    "best_of": 2,
+    "logprobs": 1,
+    "prompt_logprobs": 0,
+    "prompt_logprob_token_ids": [3],
+    "prompt_logprob_start": 1,
+    "logprob_token_ids": [3],
+    "flat_logprobs": True,
+    "detokenize": False,
+    "skip_special_tokens": False,
+    "spaces_between_special_tokens": False,
+    "stream_interval": 2,
+    "structured_outputs": {"regex": "a+"},
+    "guided_decoding": {"regex": "a+"},
+    "logit_bias": {3: 1.0},
+    "allowed_token_ids": [3],
+    "bad_words": ["x"],
+    "logits_processors": [lambda ids, x: x],
+    "truncate_prompt_tokens": 8,
+    "thinking_token_budget": 16,
+    "repetition_detection": {"min_count": 3},
+    "skip_reading_prefix_cache": True,
+    "routed_experts_prompt_start": 1,
+    "trace_decode_token_ids": [1, 2],
 }
 
 
@@ -268,8 +340,15 @@ def test_vllm_only_fields_pass_at_their_default_and_refuse_any_other_value(field
 
 
 def test_values_vllm_treats_as_the_default_are_accepted():
-    SamplingParams(best_of=1, bad_words=[], logit_bias={}, thinking_token_budget=-1, extra_args={"plugin": 1},
-                   skip_clone=True, output_kind=RequestOutputKind.CUMULATIVE)
+    SamplingParams(
+        best_of=1,
+        bad_words=[],
+        logit_bias={},
+        thinking_token_budget=-1,
+        extra_args={"plugin": 1},
+        skip_clone=True,
+        output_kind=RequestOutputKind.CUMULATIVE,
+    )
 
 
 @pytest.mark.parametrize("kw", [{"no_such_field": 1}, {"presence_penalties": 0.5}, {"use_beam_search": True}])
@@ -280,8 +359,18 @@ def test_unknown_keyword_is_a_value_error_naming_it(kw):
 
 def test_positional_use_replace_and_penalty_defaults_are_unchanged():
     sp = SamplingParams(8, 2, 0.5, 0.9, 5, 7, "x", [3], True, True)
-    assert (sp.max_tokens, sp.min_tokens, sp.temperature, sp.top_p, sp.top_k, sp.seed, sp.stop, sp.stop_token_ids,
-            sp.ignore_eos, sp.include_stop_str_in_output) == (8, 2, 0.5, 0.9, 5, 7, ["x"], [3], True, True)
+    assert (
+        sp.max_tokens,
+        sp.min_tokens,
+        sp.temperature,
+        sp.top_p,
+        sp.top_k,
+        sp.seed,
+        sp.stop,
+        sp.stop_token_ids,
+        sp.ignore_eos,
+        sp.include_stop_str_in_output,
+    ) == (8, 2, 0.5, 0.9, 5, 7, ["x"], [3], True, True)
     assert (sp.presence_penalty, sp.frequency_penalty, sp.repetition_penalty, sp.min_p) == (0.0, 0.0, 1.0, 0.0)
     assert not sp.has_penalties
     copy = dataclasses.replace(sp, repetition_penalty=1.5)

@@ -1,6 +1,7 @@
 """The vectorised sampler (refengine/sampler.py) on hand-made logits: greedy and random rows in one batch, top-k,
 top-p, min_tokens masking, the counter-based seeded noise (a pure function of (seed, k, token id)), and that the
 draws follow the softmax of the tempered logits."""
+
 from __future__ import annotations
 
 import torch

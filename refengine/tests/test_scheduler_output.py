@@ -2,6 +2,7 @@
 runner does) must hold, after every step of random traces in every batching mode, preemption mode and with prefix
 caching, exactly the block ids and computed-token counts the scheduler holds, and every scheduled request must be
 described once: as new when the runner has not met it, as cached (resumed after a preemption) otherwise."""
+
 from __future__ import annotations
 
 import itertools
@@ -59,9 +60,18 @@ CONFIGS = list(itertools.product(("continuous", "sequence", "static", "none"), (
 @pytest.mark.parametrize("batching,preemption_mode,enable_prefix_caching", CONFIGS)
 def test_shadow_runner_agrees_with_the_scheduler(batching, preemption_mode, enable_prefix_caching):
     rng = random.Random(CONFIGS.index((batching, preemption_mode, enable_prefix_caching)))
-    sched = Scheduler(eos_token_id=EOS, max_num_batched_tokens=24, max_num_seqs=4, block_size=4, num_gpu_blocks=12,
-                      num_cpu_blocks=12, batching=batching, preemption_mode=preemption_mode,
-                      enable_prefix_caching=enable_prefix_caching, long_prefill_token_threshold=10)
+    sched = Scheduler(
+        eos_token_id=EOS,
+        max_num_batched_tokens=24,
+        max_num_seqs=4,
+        block_size=4,
+        num_gpu_blocks=12,
+        num_cpu_blocks=12,
+        batching=batching,
+        preemption_mode=preemption_mode,
+        enable_prefix_caching=enable_prefix_caching,
+        long_prefill_token_threshold=10,
+    )
     shadow, next_id, shared = ShadowRunner(), 0, [rng.randrange(1, 50) for _ in range(8)]
     preemptions = 0
     for step in range(STEPS):
@@ -80,8 +90,9 @@ def test_shadow_runner_agrees_with_the_scheduler(batching, preemption_mode, enab
             assert shadow.blocks[rid] == sched.kv_cache_manager.get_block_ids(rid), f"step {step}: {rid} blocks"
             assert shadow.computed[rid] == req.num_computed_tokens, f"step {step}: {rid} computed tokens"
         samplers = shadow.sampling(out)
-        assert samplers == [r for r in out.num_scheduled_tokens
-                            if sched.requests[r].num_computed_tokens == sched.requests[r].num_tokens]
+        assert samplers == [
+            r for r in out.num_scheduled_tokens if sched.requests[r].num_computed_tokens == sched.requests[r].num_tokens
+        ]
         sampled = {r: [EOS if rng.random() < 0.1 else rng.randrange(1, 50)] for r in samplers}
         for r, toks in sampled.items():
             shadow.num_tokens[r] += len(toks)

@@ -3,6 +3,7 @@ every server. Every engine knob is a serve option; a bad knob is one line on std
 exactly a 400 naming the field; unsupported OpenAI fields are refused, not ignored; several prompts give one choice
 each; a failing engine step is a 500 for the requests in it and the server goes on; chat prompts use the folder's
 template, else ChatML."""
+
 from __future__ import annotations
 
 import subprocess
@@ -69,8 +70,11 @@ def test_bad_knob_is_one_line_and_exit_2(args, field):
 @pytest.mark.parametrize("case", sorted(BAD))
 def test_refused_input_is_a_400_naming_the_field(client, case):
     path, fields, about = BAD[case]
-    body = {"prompt": "Hello", "max_tokens": 4, **GREEDY} if "chat" not in path else {
-        "messages": [{"role": "user", "content": "Hello"}], "max_tokens": 4, **GREEDY}
+    body = (
+        {"prompt": "Hello", "max_tokens": 4, **GREEDY}
+        if "chat" not in path
+        else {"messages": [{"role": "user", "content": "Hello"}], "max_tokens": 4, **GREEDY}
+    )
     body.update(fields)
     r = _post(client, path, **{k: v for k, v in body.items() if v is not None})
     assert r.status_code == 400, r.text
@@ -79,9 +83,20 @@ def test_refused_input_is_a_400_naming_the_field(client, case):
     assert err["param"] is not None and about in err["param"], err
 
 
-@pytest.mark.parametrize("field, value", [("n", 2), ("logprobs", 1), ("echo", True), ("best_of", 3),
-                                          ("suffix", "x"), ("logit_bias", {"100": 5.0}),
-                                          ("presence_penalty", 2.5), ("repetition_penalty", 0), ("min_p", 1.5)])
+@pytest.mark.parametrize(
+    "field, value",
+    [
+        ("n", 2),
+        ("logprobs", 1),
+        ("echo", True),
+        ("best_of", 3),
+        ("suffix", "x"),
+        ("logit_bias", {"100": 5.0}),
+        ("presence_penalty", 2.5),
+        ("repetition_penalty", 0),
+        ("min_p", 1.5),
+    ],
+)
 def test_unsupported_openai_fields_are_refused(client, field, value):
     r = _post(client, "/v1/completions", prompt="Hi", max_tokens=2, **{field: value})
     assert r.status_code == 400 and r.json()["error"]["param"] == field, r.text
@@ -107,7 +122,7 @@ def test_penalties_pass_through_to_the_same_tokens_as_in_process(client, served_
     body = {"prompt": [9707, 1879, 11, 40]} if "chat" not in path else {"messages": [{"role": "user", "content": "Hi"}]}
     r = _post(client, path, max_tokens=10, **GREEDY, **PENALTIES, **body)
     assert r.status_code == 200, r.text
-    (prompt, tokens), = served.values()
+    ((prompt, tokens),) = served.values()
     choice = r.json()["choices"][0]
     text = choice["text"] if "chat" not in path else choice["message"]["content"]
     llm = LLM(MODEL)
@@ -139,11 +154,19 @@ def test_vllm_extra_fields_are_honoured(client):
     first = _post(client, "/v1/completions", prompt="Hi there", max_tokens=8, **GREEDY).json()
     tokens = client.app.state.engine.engine.tokenizer.encode(first["choices"][0]["text"])
     stop_id = tokens[2]  # the text re-encodes to the same ids for this BPE's plain words
-    r = _post(client, "/v1/completions", prompt="Hi there", max_tokens=8, stop_token_ids=[stop_id],
-              temperature=0.0).json()
+    r = _post(
+        client, "/v1/completions", prompt="Hi there", max_tokens=8, stop_token_ids=[stop_id], temperature=0.0
+    ).json()
     assert r["choices"][0]["finish_reason"] == "stop" and r["usage"]["completion_tokens"] <= 3
-    r = _post(client, "/v1/completions", prompt="Hi there", max_tokens=8, stop_token_ids=[stop_id],
-              min_tokens=8, temperature=0.0).json()
+    r = _post(
+        client,
+        "/v1/completions",
+        prompt="Hi there",
+        max_tokens=8,
+        stop_token_ids=[stop_id],
+        min_tokens=8,
+        temperature=0.0,
+    ).json()
     assert r["usage"]["completion_tokens"] == 8
 
 
@@ -172,14 +195,16 @@ def test_engine_failure_is_a_500_and_the_server_keeps_serving(client, monkeypatc
 def test_chat_template_from_the_folder_else_chatml(tmp_path: Path):
     (tmp_path / "chat_template.jinja").write_text(
         "{% for m in messages %}[{{ m['role'] }}]{{ m['content'] }}{% endfor %}{% if add_generation_prompt %}"
-        "[assistant]{% endif %}")
+        "[assistant]{% endif %}"
+    )
     render, kind = chat_renderer(str(tmp_path))
     msgs = [{"role": "system", "content": "S"}, {"role": "user", "content": "U"}]
     assert kind == "folder" and render(msgs, True) == "[system]S[user]U[assistant]"
     render, kind = chat_renderer(MODEL)
     assert kind == "chatml" and render is chatml
-    assert chatml(msgs, True) == ("<|im_start|>system\nS<|im_end|>\n<|im_start|>user\nU<|im_end|>\n"
-                                  "<|im_start|>assistant\n")
+    assert chatml(msgs, True) == (
+        "<|im_start|>system\nS<|im_end|>\n<|im_start|>user\nU<|im_end|>\n<|im_start|>assistant\n"
+    )
 
 
 def test_tokenize_and_detokenize_as_vllm(client, served_engine):
@@ -196,10 +221,13 @@ def test_tokenize_and_detokenize_as_vllm(client, served_engine):
     assert chat["tokens"] == tok.encode(chatml(messages))
     back = _post(client, "/detokenize", tokens=body["tokens"])
     assert back.status_code == 200 and back.json()["prompt"] == "Hello world"
-    for path, fields, param in (("/tokenize", {}, "prompt"), ("/tokenize", {"prompt": "a", "messages": messages},
-                                                              "prompt"),
-                                ("/tokenize", {"prompt": "a", "return_token_strs": True}, "return_token_strs"),
-                                ("/detokenize", {"tokens": [-1]}, "tokens"), ("/detokenize", {"tokens": "x"}, "tokens")):
+    for path, fields, param in (
+        ("/tokenize", {}, "prompt"),
+        ("/tokenize", {"prompt": "a", "messages": messages}, "prompt"),
+        ("/tokenize", {"prompt": "a", "return_token_strs": True}, "return_token_strs"),
+        ("/detokenize", {"tokens": [-1]}, "tokens"),
+        ("/detokenize", {"tokens": "x"}, "tokens"),
+    ):
         bad = _post(client, path, **fields)
         assert bad.status_code == 400 and bad.json()["error"]["param"] == param, (path, fields, bad.text)
     assert client.post("/tokenize", json={"model": "nope", "prompt": "a"}).status_code == 404

@@ -2,6 +2,7 @@
 (vLLM's --api-key; /health and /metrics stay open), 4xx bodies typed as client errors, no server internals in an
 error body, /docs that loads nothing from a CDN (and vLLM's --disable-fastapi-docs), vllm:cache_config_info, and the
 serve exit codes for a bad or busy port (checked before the model loads)."""
+
 from __future__ import annotations
 
 import re
@@ -54,9 +55,13 @@ def test_serve_binds_loopback_by_default():
 def test_every_4xx_body_is_a_client_error_and_no_body_echoes_internals(engine, monkeypatch):
     with live_server(engine) as live:
         serving = live.app.state.serving
-        cases = [("GET", "/v1/completions", None, 405), ("DELETE", "/health", None, 405),
-                 ("GET", "/nowhere", None, 404), ("POST", "/v1/completions", {**GOOD, "model": "other"}, 404),
-                 ("POST", "/v1/completions", {**GOOD, "max_tokens": 0}, 400)]
+        cases = [
+            ("GET", "/v1/completions", None, 405),
+            ("DELETE", "/health", None, 405),
+            ("GET", "/nowhere", None, 404),
+            ("POST", "/v1/completions", {**GOOD, "model": "other"}, 404),
+            ("POST", "/v1/completions", {**GOOD, "max_tokens": 0}, 400),
+        ]
         for method, path, body, status in cases:
             r = httpx.request(method, live.url + path, json=body, timeout=60)
             err = r.json()["error"]
@@ -96,8 +101,7 @@ def test_cache_config_info_names_the_kv_pool(engine):
 
 def _serve(*args: str) -> subprocess.CompletedProcess:
     # A model folder that does not exist: if the port were checked after loading, the error would name the model.
-    cmd = [sys.executable, "-c", "from cbbench.perf.cli import app; app()", "serve", "--model", "/no/such/model",
-           *args]
+    cmd = [sys.executable, "-c", "from cbbench.perf.cli import app; app()", "serve", "--model", "/no/such/model", *args]
     return subprocess.run(cmd, capture_output=True, text=True, timeout=120, check=False)
 
 

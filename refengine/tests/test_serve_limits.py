@@ -2,6 +2,7 @@
 admitted at once (all or nothing), capped, and aborted whole when its client leaves (seen through /metrics); bodies
 are bounded before parsing; a huge prompt or tokenize call does not stall a concurrent stream; types are strict;
 slowloris connections are closed."""
+
 from __future__ import annotations
 
 import json
@@ -52,16 +53,18 @@ def _in_engine(live) -> float:
 
 def test_many_prompts_are_admitted_at_once(live):
     steps = live.app.state.engine.num_steps
-    r = httpx.post(live.url + "/v1/completions", json={**GREEDY, "prompt": [[11, 12]] * 200, "max_tokens": 1},
-                   timeout=300)
+    r = httpx.post(
+        live.url + "/v1/completions", json={**GREEDY, "prompt": [[11, 12]] * 200, "max_tokens": 1}, timeout=300
+    )
     assert r.status_code == 200 and len(r.json()["choices"]) == 200, r.text[:300]
     assert live.app.state.engine.num_steps - steps <= MAX_STEPS_FOR_200
 
 
 def test_a_refused_prompt_refuses_the_whole_call(live, engine):
     before = live.metric("vllm:prompt_tokens")
-    r = httpx.post(live.url + "/v1/completions", json={**GREEDY, "prompt": [[11, 12], [13], [10**9]],
-                                                         "max_tokens": 4}, timeout=60)
+    r = httpx.post(
+        live.url + "/v1/completions", json={**GREEDY, "prompt": [[11, 12], [13], [10**9]], "max_tokens": 4}, timeout=60
+    )
     assert r.status_code == 400 and r.json()["error"]["param"] == "prompt", r.text
     time.sleep(0.5)
     assert live.metric("vllm:prompt_tokens") == before  # none of the call's prompts ran
@@ -69,16 +72,22 @@ def test_a_refused_prompt_refuses_the_whole_call(live, engine):
 
 
 def test_prompts_per_call_are_capped(live):
-    r = httpx.post(live.url + "/v1/completions",
-                   json={**GREEDY, "prompt": [[11]] * (MAX_PROMPTS_PER_CALL + 1), "max_tokens": 1}, timeout=60)
+    r = httpx.post(
+        live.url + "/v1/completions",
+        json={**GREEDY, "prompt": [[11]] * (MAX_PROMPTS_PER_CALL + 1), "max_tokens": 1},
+        timeout=60,
+    )
     assert r.status_code == 400 and r.json()["error"]["param"] == "prompt" and str(MAX_PROMPTS_PER_CALL) in r.text
 
 
 def test_a_many_prompt_call_is_aborted_whole_when_its_client_leaves(live):
-    body = httpx.Request("POST", live.url + "/v1/completions",
-                         json={**GREEDY, "prompt": [[11, 12]] * 200, "max_tokens": 3000}).read()
-    head = (f"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-            f"Content-Length: {len(body)}\r\n\r\n").encode()
+    body = httpx.Request(
+        "POST", live.url + "/v1/completions", json={**GREEDY, "prompt": [[11, 12]] * 200, "max_tokens": 3000}
+    ).read()
+    head = (
+        f"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        f"Content-Length: {len(body)}\r\n\r\n"
+    ).encode()
     port = int(live.url.rsplit(":", 1)[1])
     with socket.create_connection(("127.0.0.1", port)) as s:
         s.sendall(head + body)
@@ -114,10 +123,12 @@ def test_an_oversized_body_is_refused_before_it_is_read(live):
 def test_hostile_requests_do_not_stall_a_concurrent_stream(live, engine):
     vocab = engine.model_config.vocab_size
     text = "hello world, 123 " * (MAX_BODY_BYTES // 20)  # just under the body limit: accepted, tokenised
-    hostile = [("/tokenize", {"model": MODEL, "prompt": text}, 200),
-               ("/detokenize", {"model": MODEL, "tokens": [i % vocab for i in range(450_000)]}, 200),
-               ("/v1/completions", {**GREEDY, "prompt": [11] * 450_000}, 400),  # too long: refused
-               ("/v1/completions", {**GREEDY, "prompt": [151000] * 1_000_000}, 413)]
+    hostile = [
+        ("/tokenize", {"model": MODEL, "prompt": text}, 200),
+        ("/detokenize", {"model": MODEL, "tokens": [i % vocab for i in range(450_000)]}, 200),
+        ("/v1/completions", {**GREEDY, "prompt": [11] * 450_000}, 400),  # too long: refused
+        ("/v1/completions", {**GREEDY, "prompt": [151000] * 1_000_000}, 413),
+    ]
     # encoded before the stream starts: the client's own json.dumps would hold this process's GIL (the server's too)
     hostile = [(path, json.dumps(body).encode(), status) for path, body, status in hostile]
     ev = Events()
@@ -137,27 +148,41 @@ def test_hostile_requests_do_not_stall_a_concurrent_stream(live, engine):
     reader.join(timeout=300)
     assert ev.done and ev.failure is None, ev
     gaps = [b - a for a, b in zip(ev.times, ev.times[1:])]
-    median = statistics.median(gaps[:calm - 1])
-    worst = max(gaps[calm - 1:n_busy])
-    print(f"hostile requests took {busy:.2f} s; stream gaps: median {median * 1000:.1f} ms before, "
-          f"worst {worst * 1000:.1f} ms during")
+    median = statistics.median(gaps[: calm - 1])
+    worst = max(gaps[calm - 1 : n_busy])
+    print(
+        f"hostile requests took {busy:.2f} s; stream gaps: median {median * 1000:.1f} ms before, "
+        f"worst {worst * 1000:.1f} ms during"
+    )
     assert n_busy - calm >= 3, "the hostile requests were too quick to overlap the stream: nothing was measured"
     assert worst <= ITL_STALL_FACTOR * median + ITL_SLACK_S
 
 
-@pytest.mark.parametrize("field, value", [("max_tokens", "5"), ("ignore_eos", "no"), ("prompt", [True, False]),
-                                          ("temperature", "0.5"), ("temperature", -1.0), ("top_p", 1.5),
-                                          ("stream", 1), ("stop", 5)])
+@pytest.mark.parametrize(
+    "field, value",
+    [
+        ("max_tokens", "5"),
+        ("ignore_eos", "no"),
+        ("prompt", [True, False]),
+        ("temperature", "0.5"),
+        ("temperature", -1.0),
+        ("top_p", 1.5),
+        ("stream", 1),
+        ("stop", 5),
+    ],
+)
 def test_types_are_strict_and_ranges_are_vllms(live, field, value):
-    r = httpx.post(live.url + "/v1/completions", json={**GREEDY, "prompt": "Hi", "max_tokens": 2, field: value},
-                   timeout=60)
+    r = httpx.post(
+        live.url + "/v1/completions", json={**GREEDY, "prompt": "Hi", "max_tokens": 2, field: value}, timeout=60
+    )
     err = r.json()["error"]
     assert r.status_code == 400 and err["param"] == field, (field, value, r.text)
 
 
 def test_an_int_is_still_a_float(live):
-    r = httpx.post(live.url + "/v1/completions", json={**GREEDY, "prompt": "Hi", "max_tokens": 2, "temperature": 0},
-                   timeout=60)
+    r = httpx.post(
+        live.url + "/v1/completions", json={**GREEDY, "prompt": "Hi", "max_tokens": 2, "temperature": 0}, timeout=60
+    )
     assert r.status_code == 200, r.text
 
 

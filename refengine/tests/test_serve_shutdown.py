@@ -2,6 +2,7 @@
 process: new requests are a 503 at once, the streams in flight that can finish within the grace period end with
 their final chunk and [DONE], the rest end with finish_reason "abort", an error event and [DONE]; nothing is a 500
 and no connection is cut mid-stream."""
+
 from __future__ import annotations
 
 import os
@@ -35,8 +36,21 @@ def _wait(cond, timeout_s: float, what: str) -> None:
 
 def test_sigterm_drains_finishes_in_flight_and_aborts_the_rest(tmp_path):
     port = free_port()
-    args = ["serve", "--model", "tiny-qwen2", "--max-num-seqs", "16", "--cpu-threads", "1", "--log-level", "warning",
-            "--port", str(port), "--shutdown-timeout", str(GRACE_S)]
+    args = [
+        "serve",
+        "--model",
+        "tiny-qwen2",
+        "--max-num-seqs",
+        "16",
+        "--cpu-threads",
+        "1",
+        "--log-level",
+        "warning",
+        "--port",
+        str(port),
+        "--shutdown-timeout",
+        str(GRACE_S),
+    ]
     proc = start_process([*cbbench_command(), *args], tmp_path / "serve.log", env={"OMP_NUM_THREADS": "1"})
     url = f"http://127.0.0.1:{port}"
     try:
@@ -53,8 +67,11 @@ def test_sigterm_drains_finishes_in_flight_and_aborts_the_rest(tmp_path):
             except Exception as e:  # noqa: BLE001 - recorded; asserted below
                 plain.update(failure=f"{type(e).__name__}: {e}")
 
-        threads = [threading.Thread(target=read_stream, args=(url, {**body, "max_tokens": n}, ev), daemon=True)
-                   for n, evs in ((SHORT_TOKENS, short), (LONG_TOKENS, long)) for ev in evs]
+        threads = [
+            threading.Thread(target=read_stream, args=(url, {**body, "max_tokens": n}, ev), daemon=True)
+            for n, evs in ((SHORT_TOKENS, short), (LONG_TOKENS, long))
+            for ev in evs
+        ]
         threads.append(threading.Thread(target=call_plain, daemon=True))
         for t in threads:
             t.start()
@@ -97,8 +114,13 @@ def test_a_second_stop_ends_the_grace_period_at_once():
     engine = LLMEngine("tiny-qwen2", max_num_seqs=4, stats_log_size=1)
     with live_server(engine, grace_s=600.0) as live:
         ev = Events()
-        body = {"model": "tiny-qwen2", "prompt": "Hello", "temperature": 0.0, "ignore_eos": True,
-                "max_tokens": LONG_TOKENS}
+        body = {
+            "model": "tiny-qwen2",
+            "prompt": "Hello",
+            "temperature": 0.0,
+            "ignore_eos": True,
+            "max_tokens": LONG_TOKENS,
+        }
         reader = threading.Thread(target=read_stream, args=(live.url, body, ev), daemon=True)
         reader.start()
         _wait(lambda: bool(ev.chunks), FIRST_CHUNK_TIMEOUT_S, "the stream's first chunk")

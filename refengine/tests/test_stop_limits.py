@@ -3,6 +3,7 @@ the stop-string search costs O(new characters x longest stop) per request and st
 strings: counted here as dictionary probes, not timed. (perf/bench/stop_lists.py measures the step time a request
 with the longest allowed lists adds to a batch.) The search still finds what vLLM's does: the first listed stop
 string that ends in the new text."""
+
 from __future__ import annotations
 
 import pytest
@@ -19,21 +20,26 @@ TEXT = "The quick brown fox jumps over the lazy dog, again and again, until the 
 PUA = "\ue000"  # a private-use character: the text never holds it, so these stops never match
 
 
-@pytest.mark.parametrize("kwargs, field", [
-    (dict(stop=["x"] * (MAX_STOP_STRINGS + 1)), "stop"),
-    (dict(stop="y" * (MAX_STOP_STRING_CHARS + 1)), "stop"),
-    (dict(stop=["ok", "z" * (MAX_STOP_STRING_CHARS + 1)]), "stop"),
-    (dict(stop_token_ids=list(range(MAX_STOP_TOKEN_IDS + 1))), "stop_token_ids"),
-    (dict(stop_token_ids=[1] * 1_000_000), "stop_token_ids"),
-], ids=["too-many-stops", "too-long-stop", "one-too-long", "too-many-stop-ids", "a-million-stop-ids"])
+@pytest.mark.parametrize(
+    "kwargs, field",
+    [
+        (dict(stop=["x"] * (MAX_STOP_STRINGS + 1)), "stop"),
+        (dict(stop="y" * (MAX_STOP_STRING_CHARS + 1)), "stop"),
+        (dict(stop=["ok", "z" * (MAX_STOP_STRING_CHARS + 1)]), "stop"),
+        (dict(stop_token_ids=list(range(MAX_STOP_TOKEN_IDS + 1))), "stop_token_ids"),
+        (dict(stop_token_ids=[1] * 1_000_000), "stop_token_ids"),
+    ],
+    ids=["too-many-stops", "too-long-stop", "one-too-long", "too-many-stop-ids", "a-million-stop-ids"],
+)
 def test_stop_lists_beyond_the_caps_are_refused(kwargs, field):
     with pytest.raises(ValueError, match=field):
         SamplingParams(**kwargs)
 
 
 def test_stop_lists_at_the_caps_are_accepted():
-    sp = SamplingParams(stop=["s" * MAX_STOP_STRING_CHARS] * MAX_STOP_STRINGS,
-                        stop_token_ids=list(range(MAX_STOP_TOKEN_IDS)))
+    sp = SamplingParams(
+        stop=["s" * MAX_STOP_STRING_CHARS] * MAX_STOP_STRINGS, stop_token_ids=list(range(MAX_STOP_TOKEN_IDS))
+    )
     assert len(sp.stop) == MAX_STOP_STRINGS and len(sp.stop_token_ids) == MAX_STOP_TOKEN_IDS
 
 
@@ -99,14 +105,17 @@ def test_the_search_finds_what_vllms_does(data):
     pieces = [QWEN.decode(ids[:k]) for k in range(len(ids) + 1)]
     text = pieces[-1]
     substrings = st.builds(lambda a, n: text[a : a + n], st.integers(0, len(text) - 1), st.integers(1, 12))
-    stops = data.draw(st.lists(st.one_of(substrings, st.sampled_from([PUA, "zz", " q"])), min_size=1, max_size=8)
-                      .filter(lambda ss: all(ss)))
+    stops = data.draw(
+        st.lists(st.one_of(substrings, st.sampled_from([PUA, "zz", " q"])), min_size=1, max_size=8).filter(
+            lambda ss: all(ss)
+        )
+    )
     req = Request("r", [1, 2, 3], SamplingParams(max_tokens=10_000, stop=stops))
     detok = IncrementalDetokenizer(QWEN, req)
     got, steps = None, []
     for k, tok in enumerate(ids):
         req.append_output_token_ids((tok,))
-        steps.append(pieces[k + 1][len(pieces[k]):])
+        steps.append(pieces[k + 1][len(pieces[k]) :])
         got = detok.update()
         if got is not None:
             break

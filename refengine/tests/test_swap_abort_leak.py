@@ -1,6 +1,7 @@
 """Swap preemption leaves no host block behind: a request swapped back in and then aborted (or finished) before any
 further step must not keep the host blocks its swap-in read from, or an idle engine holds them for good.
 Also checks that the KV manager's own check_invariants() says so (the host pool holds only swapped-out KV)."""
+
 from __future__ import annotations
 
 import pytest
@@ -16,8 +17,15 @@ MAX_STEPS = 300
 
 
 def _swapping_engine(async_scheduling: bool) -> LLMEngine:
-    engine = LLMEngine("tiny-qwen2", num_gpu_blocks=NUM_GPU_BLOCKS, num_cpu_blocks=NUM_CPU_BLOCKS, block_size=BLOCK,
-                       max_model_len=256, preemption_mode="swap", async_scheduling=async_scheduling)
+    engine = LLMEngine(
+        "tiny-qwen2",
+        num_gpu_blocks=NUM_GPU_BLOCKS,
+        num_cpu_blocks=NUM_CPU_BLOCKS,
+        block_size=BLOCK,
+        max_model_len=256,
+        preemption_mode="swap",
+        async_scheduling=async_scheduling,
+    )
     for i, p in enumerate(make_prompts((10, 11, 9, 12), seed=1)):
         engine.add_request(f"r{i}", p, greedy(MAX_TOKENS, ignore_eos=True))
     return engine

@@ -1,6 +1,7 @@
 """The sync Scheduler driven with two steps outstanding (two schedule() calls before update_from_output, as vLLM's
 base Scheduler allows): a request preempted between them keeps the token its earlier step sampled (vLLM's
 tests/v1/core test_preempt_during_execution), and a partial prefill's sample is still discarded."""
+
 from __future__ import annotations
 
 import pytest
@@ -17,15 +18,25 @@ SAMPLED = 42
 
 
 def _scheduler(mode: str, budget: int = 100, num_blocks: int = NUM_BLOCKS) -> Scheduler:
-    return Scheduler(eos_token_id=EOS, max_num_batched_tokens=budget, block_size=BLOCK, num_gpu_blocks=num_blocks,
-                     num_cpu_blocks=NUM_BLOCKS if mode == "swap" else 0, preemption_mode=mode,
-                     enable_prefix_caching=False)
+    return Scheduler(
+        eos_token_id=EOS,
+        max_num_batched_tokens=budget,
+        block_size=BLOCK,
+        num_gpu_blocks=num_blocks,
+        num_cpu_blocks=NUM_BLOCKS if mode == "swap" else 0,
+        preemption_mode=mode,
+        enable_prefix_caching=False,
+    )
 
 
 def _request(i: int, prompt_len: int = PROMPT_LEN, priority: int = 0) -> Request:
-    return Request(f"r{i}", [100 + i * PROMPT_LEN + j for j in range(prompt_len)],
-                   SamplingParams(max_tokens=8, ignore_eos=True, temperature=0.0), arrival_time=float(i),
-                   priority=priority)
+    return Request(
+        f"r{i}",
+        [100 + i * PROMPT_LEN + j for j in range(prompt_len)],
+        SamplingParams(max_tokens=8, ignore_eos=True, temperature=0.0),
+        arrival_time=float(i),
+        priority=priority,
+    )
 
 
 @pytest.mark.parametrize("mode", ["recompute", "swap"])
@@ -46,8 +57,15 @@ def test_preempted_between_two_outstanding_steps_keeps_its_token(mode):
 
 
 def test_a_preempted_partial_prefill_still_samples_nothing():
-    sched = Scheduler(eos_token_id=EOS, max_num_batched_tokens=64, block_size=BLOCK, num_gpu_blocks=NUM_BLOCKS,
-                      enable_prefix_caching=False, policy="priority", priority_preemption=True)
+    sched = Scheduler(
+        eos_token_id=EOS,
+        max_num_batched_tokens=64,
+        block_size=BLOCK,
+        num_gpu_blocks=NUM_BLOCKS,
+        enable_prefix_caching=False,
+        policy="priority",
+        priority_preemption=True,
+    )
     r0 = _request(0, prompt_len=64)
     r1, r2 = _request(1, priority=5), _request(2, prompt_len=32)
     sched.add_request(r0)

@@ -1,5 +1,6 @@
 """Shared pieces of the simulated-GPU tests: workloads of (prompt, output length, arrival) requests, and the replay
 that drives them through an engine on its own clock (refengine/sim/engine_replay.py)."""
+
 from __future__ import annotations
 
 from refengine import SamplingParams
@@ -10,8 +11,9 @@ def params(max_tokens: int) -> SamplingParams:
     return SamplingParams(max_tokens=max_tokens, temperature=0.0, ignore_eos=True)
 
 
-def workload(n: int, seed: int = 0, prompt_len: tuple[int, int] = (8, 200), out_len: tuple[int, int] = (1, 60),
-             gap: float = 0.0) -> list[tuple[list[int], int, float]]:
+def workload(
+    n: int, seed: int = 0, prompt_len: tuple[int, int] = (8, 200), out_len: tuple[int, int] = (1, 60), gap: float = 0.0
+) -> list[tuple[list[int], int, float]]:
     """n distinct token-id prompts with varied lengths; arrivals `gap` simulated seconds apart (0: all at once)."""
     import random
 

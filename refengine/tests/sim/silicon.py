@@ -15,8 +15,15 @@ from refengine.sim.cost_model import CostModel, ModelShape
 from refengine.sim.kernel_tables import DATA_DIR, load_tables
 from refengine.sim.replay import replay_fixed_lengths
 
-LLAMA_31_8B = ModelShape(num_layers=32, hidden_size=4096, num_heads=32, num_kv_heads=8, head_dim=128,
-                         intermediate_size=14336, vocab_size=128256)
+LLAMA_31_8B = ModelShape(
+    num_layers=32,
+    hidden_size=4096,
+    num_heads=32,
+    num_kv_heads=8,
+    head_dim=128,
+    intermediate_size=14336,
+    vocab_size=128256,
+)
 SILICON_CSV = DATA_DIR / "silicon_llama31_8b_fp8_h200.csv"
 
 
@@ -64,8 +71,7 @@ def replay_rows(async_scheduling: bool = False) -> list[SiliconRow]:
             sim = replay_fixed_lengths(cost, isl, osl, conc)
             cycle_s = (ttft + (osl - 1) * tpot) * 1e-3  # one client's request, send to last token
             implied = conc * (isl + osl) / cycle_s * linear_flops_per_token(LLAMA_31_8B) / 1e12
-            out.append(SiliconRow(isl, osl, conc, ttft, tpot, sim.mean_ttft_s * 1e3, sim.mean_tpot_s * 1e3,
-                                  implied))
+            out.append(SiliconRow(isl, osl, conc, ttft, tpot, sim.mean_ttft_s * 1e3, sim.mean_tpot_s * 1e3, implied))
     return out
 
 
@@ -76,12 +82,18 @@ def median_abs(values: list[float]) -> float:
 if __name__ == "__main__":
     rows = replay_rows()
     print(f"best fp8 decoder-linear throughput in the h200 table: {best_table_tflops(LLAMA_31_8B):.0f} TFLOP/s")
-    print("| isl / osl | concurrency | TTFT measured / sim (ms) | error | TPOT measured / sim (ms) | error "
-          "| TFLOP/s the run implies |\n|---|---|---|---|---|---|---|")
+    print(
+        "| isl / osl | concurrency | TTFT measured / sim (ms) | error | TPOT measured / sim (ms) | error "
+        "| TFLOP/s the run implies |\n|---|---|---|---|---|---|---|"
+    )
     for r in rows:
-        print(f"| {r.isl} / {r.osl} | {r.concurrency} | {r.ttft_ms:.0f} / {r.sim_ttft_ms:.0f} | {r.ttft_error:+.0%} "
-              f"| {r.tpot_ms:.1f} / {r.sim_tpot_ms:.1f} | {r.tpot_error:+.0%} | {r.implied_linear_tflops:.0f} |")
+        print(
+            f"| {r.isl} / {r.osl} | {r.concurrency} | {r.ttft_ms:.0f} / {r.sim_ttft_ms:.0f} | {r.ttft_error:+.0%} "
+            f"| {r.tpot_ms:.1f} / {r.sim_tpot_ms:.1f} | {r.tpot_error:+.0%} | {r.implied_linear_tflops:.0f} |"
+        )
     long = [r for r in rows if r.osl >= 1000]
     for name, sel in (("all rows", rows), ("osl >= 1000", long)):
-        print(f"{name}: median |TTFT error| {median_abs([r.ttft_error for r in sel]):.0%}, "
-              f"median |TPOT error| {median_abs([r.tpot_error for r in sel]):.0%}")
+        print(
+            f"{name}: median |TTFT error| {median_abs([r.ttft_error for r in sel]):.0%}, "
+            f"median |TPOT error| {median_abs([r.tpot_error for r in sel]):.0%}"
+        )

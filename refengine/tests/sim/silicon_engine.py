@@ -6,6 +6,7 @@ the same row.
 Shared by test_silicon_engine.py (which pins the errors) and docs/simulation.md (its table:
 `python -m refengine.tests.sim.silicon_engine [--waves N]`).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -47,12 +48,19 @@ class EngineRow:
 def silicon_rows() -> list[tuple[int, int, int, float, float]]:
     """(isl, osl, concurrency, measured TTFT ms, measured TPOT ms) per CSV row."""
     with open(SILICON_CSV) as f:
-        return [(int(r["isl"]), int(r["osl"]), int(float(r["batch_size"])), float(r["silicon_ttft_ms"]),
-                 float(r["silicon_tpot_ms"])) for r in csv.DictReader(f)]
+        return [
+            (
+                int(r["isl"]),
+                int(r["osl"]),
+                int(float(r["batch_size"])),
+                float(r["silicon_ttft_ms"]),
+                float(r["silicon_tpot_ms"]),
+            )
+            for r in csv.DictReader(f)
+        ]
 
 
-def engine_rows(waves: int = DEFAULT_WAVES,
-                select: Callable[[int, int, int], bool] | None = None) -> list[EngineRow]:
+def engine_rows(waves: int = DEFAULT_WAVES, select: Callable[[int, int, int], bool] | None = None) -> list[EngineRow]:
     """Replay the rows `select(isl, osl, concurrency)` keeps (all by default) with waves x concurrency requests."""
     cost = CostModel("h200", LLAMA_31_8B, "fp8")
     out = []
@@ -62,8 +70,9 @@ def engine_rows(waves: int = DEFAULT_WAVES,
         start = time.perf_counter()
         eng = closed_loop_on_engine(isl, osl, conc, waves * conc)
         wall = time.perf_counter() - start
-        out.append(EngineRow(isl, osl, conc, ttft, tpot, eng, replay_fixed_lengths(cost, isl, osl, conc, waves * conc),
-                             wall))
+        out.append(
+            EngineRow(isl, osl, conc, ttft, tpot, eng, replay_fixed_lengths(cost, isl, osl, conc, waves * conc), wall)
+        )
     return out
 
 
@@ -75,17 +84,23 @@ def main(argv: list[str] | None = None) -> None:
         print(f"error: --waves: must be >= 1, got {args.waves}", file=sys.stderr)
         sys.exit(2)
     rows = engine_rows(args.waves)
-    print("| isl / osl | concurrency | TTFT measured / engine / replay (ms) | TTFT error | TPOT measured / engine / "
-          "replay (ms) | TPOT error | engine steps | wall s |\n|---|---|---|---|---|---|---|---|")
+    print(
+        "| isl / osl | concurrency | TTFT measured / engine / replay (ms) | TTFT error | TPOT measured / engine / "
+        "replay (ms) | TPOT error | engine steps | wall s |\n|---|---|---|---|---|---|---|---|"
+    )
     for r in rows:
         e, p = r.engine, r.replay
-        print(f"| {r.isl} / {r.osl} | {r.concurrency} | {r.ttft_ms:.0f} / {e.mean_ttft_s * 1e3:.0f} / "
-              f"{p.mean_ttft_s * 1e3:.0f} | {r.ttft_error:+.0%} | {r.tpot_ms:.1f} / {e.mean_tpot_s * 1e3:.1f} / "
-              f"{p.mean_tpot_s * 1e3:.1f} | {r.tpot_error:+.0%} | {e.num_steps} | {r.wall_s:.0f} |")
+        print(
+            f"| {r.isl} / {r.osl} | {r.concurrency} | {r.ttft_ms:.0f} / {e.mean_ttft_s * 1e3:.0f} / "
+            f"{p.mean_ttft_s * 1e3:.0f} | {r.ttft_error:+.0%} | {r.tpot_ms:.1f} / {e.mean_tpot_s * 1e3:.1f} / "
+            f"{p.mean_tpot_s * 1e3:.1f} | {r.tpot_error:+.0%} | {e.num_steps} | {r.wall_s:.0f} |"
+        )
     long = [r for r in rows if r.osl >= 1000]
     for name, sel in (("all rows", rows), ("osl >= 1000", long)):
-        print(f"{name}: median |TTFT error| {median_abs([r.ttft_error for r in sel]):.1%}, "
-              f"median |TPOT error| {median_abs([r.tpot_error for r in sel]):.1%}")
+        print(
+            f"{name}: median |TTFT error| {median_abs([r.ttft_error for r in sel]):.1%}, "
+            f"median |TPOT error| {median_abs([r.tpot_error for r in sel]):.1%}"
+        )
     same = sum(r.engine == r.replay for r in rows)
     print(f"engine == replay_fixed_lengths (bit for bit, TTFT, TPOT, duration, steps) on {same} of {len(rows)} rows")
 

@@ -34,9 +34,16 @@ def test_get_gpu_names_the_known_ones() -> None:
 
 
 def test_llama_shape_from_hf_config_matches_published_sizes() -> None:
-    cfg = {"model_type": "llama", "num_hidden_layers": 32, "hidden_size": 4096, "num_attention_heads": 32,
-           "num_key_value_heads": 8, "intermediate_size": 14336, "vocab_size": 128256,
-           "tie_word_embeddings": False}
+    cfg = {
+        "model_type": "llama",
+        "num_hidden_layers": 32,
+        "hidden_size": 4096,
+        "num_attention_heads": 32,
+        "num_key_value_heads": 8,
+        "intermediate_size": 14336,
+        "vocab_size": 128256,
+        "tie_word_embeddings": False,
+    }
     shape = ModelShape.from_hf_config(cfg)
     assert shape == LLAMA_31_8B
     assert shape.weight_bytes("bfloat16") == 2 * LLAMA_31_8B_PARAMS
@@ -48,14 +55,28 @@ def test_llama_shape_from_hf_config_matches_published_sizes() -> None:
 
 
 def test_qwen2_shapes_count_their_qkv_biases() -> None:
-    cfg = {"model_type": "qwen2", "num_hidden_layers": 24, "hidden_size": 896, "num_attention_heads": 14,
-           "num_key_value_heads": 2, "intermediate_size": 4864, "vocab_size": 151936, "tie_word_embeddings": True}
+    cfg = {
+        "model_type": "qwen2",
+        "num_hidden_layers": 24,
+        "hidden_size": 896,
+        "num_attention_heads": 14,
+        "num_key_value_heads": 2,
+        "intermediate_size": 4864,
+        "vocab_size": 151936,
+        "tie_word_embeddings": True,
+    }
     assert ModelShape.from_hf_config(cfg).weight_bytes("bfloat16") == 2 * QWEN25_05B_PARAMS
 
 
 def test_opt_shape_has_an_ungated_mlp_and_tied_embeddings() -> None:
-    cfg = {"model_type": "opt", "num_hidden_layers": 40, "hidden_size": 5120, "num_attention_heads": 40,
-           "ffn_dim": 20480, "vocab_size": 50272}
+    cfg = {
+        "model_type": "opt",
+        "num_hidden_layers": 40,
+        "hidden_size": 5120,
+        "num_attention_heads": 40,
+        "ffn_dim": 20480,
+        "vocab_size": 50272,
+    }
     shape = ModelShape.from_hf_config(cfg)
     assert (shape.num_kv_heads, shape.head_dim, shape.gated_mlp, shape.tie_word_embeddings) == (40, 128, False, True)
     assert shape.linear_shapes()["gate_up"] == (20480, 5120)
@@ -118,8 +139,10 @@ def test_roofline_stands_in_where_no_table_exists() -> None:
 
 def test_same_steps_give_the_same_seconds_bit_for_bit() -> None:
     # the simulated gate compares runs with tight tolerances: a cache hit must return what the miss computed
-    steps = [StepShape((1,) * b + (q,), tuple(range(50, 50 + b)) + (c,), b + 1)
-             for b, q, c in ((3, 700, 0), (40, 2000, 100), (3, 700, 0), (255, 1, 9000), (40, 2000, 100))]
+    steps = [
+        StepShape((1,) * b + (q,), tuple(range(50, 50 + b)) + (c,), b + 1)
+        for b, q, c in ((3, 700, 0), (40, 2000, 100), (3, 700, 0), (255, 1, 9000), (40, 2000, 100))
+    ]
     first = CostModel("h200", LLAMA_31_8B, "fp8")
     cold = [first.step_seconds(s) for s in steps]
     warm = [first.step_seconds(s) for s in steps]

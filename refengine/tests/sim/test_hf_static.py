@@ -1,4 +1,5 @@
 """The simulated hf-static peer (refengine/sim/hf_static.py): its steps, its timestamps and its padding."""
+
 from __future__ import annotations
 
 import pytest
@@ -79,6 +80,8 @@ def test_a_workload_maps_to_prompt_and_output_lengths_with_arrivals() -> None:
 
     from refengine.sim.hf_static import workload_requests
 
-    reqs = [SimpleNamespace(prompt_token_ids=[5] * n, output_len=o, arrival_time=a) for n, o, a in ((3, 2, 0.5),
-                                                                                                  (7, 9, 0.0))]
+    reqs = [
+        SimpleNamespace(prompt_token_ids=[5] * n, output_len=o, arrival_time=a)
+        for n, o, a in ((3, 2, 0.5), (7, 9, 0.0))
+    ]
     assert workload_requests(SimpleNamespace(requests=reqs)) == [(3, 2, 0.5), (7, 9, 0.0)]

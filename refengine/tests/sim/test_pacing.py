@@ -1,4 +1,5 @@
 """A served simulated GPU paces each step to the virtual clock: a step of X simulated ms takes ~X wall ms."""
+
 from __future__ import annotations
 
 import asyncio

@@ -7,6 +7,7 @@ The other half of the check is exact: on every replayed row the engine's steady-
 step count equal replay_fixed_lengths' bit for bit, so the all-row errors pinned in test_replay.py (cost model
 only, fast) are the engine's too. The full table: `python -m refengine.tests.sim.silicon_engine`.
 """
+
 from __future__ import annotations
 
 import pytest

@@ -1,4 +1,5 @@
 """device="sim:<gpu>" on LLM / LLMEngine: device and dtype checks, fixed tokens, max_tokens, virtual time."""
+
 from __future__ import annotations
 
 import pytest
@@ -33,8 +34,16 @@ def test_bad_sim_dtype_and_model_are_refused():
 
 
 # every preset and every GPU at least once (qwen2.5-0.5b's pool is ~700k blocks on an H200: slow to build, so once)
-@pytest.mark.parametrize(("model", "gpu"), [("qwen2.5-0.5b", "a100"), ("qwen2.5-7b", "h200"), ("llama-3.1-8b", "h100"),
-                                            ("llama-3.1-8b", "a100"), ("opt-13b", "h200")])
+@pytest.mark.parametrize(
+    ("model", "gpu"),
+    [
+        ("qwen2.5-0.5b", "a100"),
+        ("qwen2.5-7b", "h200"),
+        ("llama-3.1-8b", "h100"),
+        ("llama-3.1-8b", "a100"),
+        ("opt-13b", "h200"),
+    ],
+)
 def test_presets_run_with_fixed_tokens_to_max_tokens(gpu, model):
     with LLM(model, device=f"sim:{gpu}", gpu_memory_utilization=0.5) as llm:
         engine = llm.llm_engine
@@ -57,10 +66,23 @@ def test_fp8_and_token_ids_checked_against_the_preset_vocab():
 def test_local_config_json(tmp_path):
     import json
 
-    (tmp_path / "config.json").write_text(json.dumps({
-        "model_type": "llama", "architectures": ["LlamaForCausalLM"], "hidden_size": 2048, "num_hidden_layers": 16,
-        "num_attention_heads": 32, "num_key_value_heads": 8, "intermediate_size": 8192, "vocab_size": 128256,
-        "max_position_embeddings": 8192, "eos_token_id": 128001, "hidden_act": "silu"}))
+    (tmp_path / "config.json").write_text(
+        json.dumps(
+            {
+                "model_type": "llama",
+                "architectures": ["LlamaForCausalLM"],
+                "hidden_size": 2048,
+                "num_hidden_layers": 16,
+                "num_attention_heads": 32,
+                "num_key_value_heads": 8,
+                "intermediate_size": 8192,
+                "vocab_size": 128256,
+                "max_position_embeddings": 8192,
+                "eos_token_id": 128001,
+                "hidden_act": "silu",
+            }
+        )
+    )
     with LLM(str(tmp_path), device="sim:h100") as llm:
         out = llm.generate([[1, 2, 3]], params(4))[0]
     assert out.outputs[0].token_ids == [SIM_TOKEN_ID] * 4
@@ -99,8 +121,13 @@ def test_same_inputs_give_bit_identical_timestamps(async_scheduling):
     reqs = workload(40, seed=1, gap=0.003)
 
     def run():
-        engine = LLMEngine("llama-3.1-8b", device="sim:h200", async_scheduling=async_scheduling,
-                           max_num_batched_tokens=512, stats_log_size=None)
+        engine = LLMEngine(
+            "llama-3.1-8b",
+            device="sim:h200",
+            async_scheduling=async_scheduling,
+            max_num_batched_tokens=512,
+            stats_log_size=None,
+        )
         return replay(engine, reqs), [(s.time, s.scheduled_req_ids) for s in engine.step_stats]
 
     first, second = run(), run()
@@ -116,4 +143,8 @@ def test_step_shapes_given_to_the_cost_model():
         engine.step()
         shapes.append(engine.model_runner.last_step)
     assert [(s.new_tokens, s.context_tokens, s.num_sampling_rows) for s in shapes] == [
-        ((128,), (0,), 0), ((128,), (128,), 0), ((44,), (256,), 1), ((1,), (300,), 1)]
+        ((128,), (0,), 0),
+        ((128,), (128,), 0),
+        ((44,), (256,), 1),
+        ((1,), (300,), 1),
+    ]

@@ -1,5 +1,6 @@
 """The KV pool of a simulated GPU: sized from the GPU's memory as vLLM sizes it, so preemption happens where it
 would on the real device."""
+
 from __future__ import annotations
 
 import pytest
@@ -19,11 +20,14 @@ def _expected_blocks(engine: LLMEngine, util: float, block_size: int) -> int:
     return budget // (LLAMA8B_KV_BYTES_PER_TOKEN * block_size)
 
 
-@pytest.mark.parametrize(("gpu", "dtype", "util", "block_size"),
-                         [("h100", "bfloat16", 0.9, 16), ("h200", "fp8", 0.8, 32), ("a100", "bfloat16", 0.5, 16)])
+@pytest.mark.parametrize(
+    ("gpu", "dtype", "util", "block_size"),
+    [("h100", "bfloat16", 0.9, 16), ("h200", "fp8", 0.8, 32), ("a100", "bfloat16", 0.5, 16)],
+)
 def test_pool_follows_the_formula(gpu, dtype, util, block_size):
-    engine = LLMEngine("llama-3.1-8b", device=f"sim:{gpu}", dtype=dtype, gpu_memory_utilization=util,
-                       block_size=block_size)
+    engine = LLMEngine(
+        "llama-3.1-8b", device=f"sim:{gpu}", dtype=dtype, gpu_memory_utilization=util, block_size=block_size
+    )
     assert engine.sim.shape.kv_bytes_per_token("bfloat16") == LLAMA8B_KV_BYTES_PER_TOKEN
     assert engine.scheduler.config.num_gpu_blocks == _expected_blocks(engine, util, block_size) > 0
 

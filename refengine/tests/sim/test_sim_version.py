@@ -1,5 +1,6 @@
 """A served simulated engine says so: GET /version carries the device label under "simulated" (what the HTTP
 suite's `Server.simulated` reads to skip sampling-semantics tests); a real device's /version has no such field."""
+
 from __future__ import annotations
 
 import pytest

@@ -1,5 +1,6 @@
 """The simulated GPU runs the real scheduler: on the same workload and knobs it makes exactly the decisions the CPU
 engine makes (who runs, how many tokens, who is preempted, who finishes), step by step."""
+
 from __future__ import annotations
 
 import pytest
@@ -39,8 +40,9 @@ def one_thread():
     torch.set_num_threads(threads)
 
 
-@pytest.mark.parametrize(("batching", "async_scheduling"),
-                         [("continuous", False), ("continuous", True), ("static", False)])
+@pytest.mark.parametrize(
+    ("batching", "async_scheduling"), [("continuous", False), ("continuous", True), ("static", False)]
+)
 def test_sim_scheduler_decisions_equal_the_cpu_engines(batching, async_scheduling, one_thread):
     reqs = workload(10, seed=4, prompt_len=(10, 50), out_len=(1, 20))
     kw = dict(KNOBS, batching=batching, async_scheduling=async_scheduling)
