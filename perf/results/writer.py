@@ -2,7 +2,8 @@
 row that its JSON lacks.
 
 After each run, `ResultWriter.add` rewrites the JSON (records, steps, rows) and then the CSV, each atomically (a
-temporary file renamed over the old one), so at any moment both files are whole and agree. `--resume` opens an
+temporary file renamed over the old one), so at any moment both files are whole and agree. Each run's records are
+encoded once (perf/results/json_text.py), so the rewrites stay linear in the sweep's size. `--resume` opens an
 existing pair: the rows and records already there are kept, and `done(plan_id)` tells which runs to skip (each row
 carries the id of the plan entry it came from in its `run_options`).
 """
@@ -17,13 +18,14 @@ from typing import Any
 
 from cbbench.perf.records import RequestRecord, StepRecord
 from cbbench.perf.results.cells import restore
+from cbbench.perf.results.json_text import encode, run_json_text
 from cbbench.perf.results.schema import (
     _jsonable,
+    atomic_write_text,
     read_csv,
     remove_stale_temporaries,
     workload_params_key,
     write_csv,
-    write_run_json,
 )
 
 
@@ -48,8 +50,8 @@ class ResultWriter:
         self.json_path = self.csv_path.with_suffix(".json")
         self.config, self.environment, self.workload = dict(config), dict(environment), workload
         self.rows: list[dict[str, Any]] = []
-        self.records: dict[str, Any] = {}
-        self.steps: dict[str, Any] = {}
+        self.records: dict[str, str] = {}  # run label -> its records, as JSON text (encoded once)
+        self.steps: dict[str, str] = {}
         self._done: set[str] = set()
         for p in (self.csv_path, self.json_path):  # a run killed mid-write (SIGKILL) left its temporary behind
             remove_stale_temporaries(p)
@@ -77,7 +79,8 @@ class ResultWriter:
                 self._done.add(opts["plan_id"])
         if self.json_path.exists():
             doc = json.loads(self.json_path.read_text())
-            self.records, self.steps = dict(doc.get("records") or {}), dict(doc.get("steps") or {})
+            self.records = {k: encode(v) for k, v in (doc.get("records") or {}).items()}
+            self.steps = {k: encode(v) for k, v in (doc.get("steps") or {}).items()}
 
     def done(self, pid: str) -> bool:
         return pid in self._done
@@ -92,20 +95,21 @@ class ResultWriter:
         """One finished run: JSON first, then CSV, so an interrupt between the two leaves a JSON with one run more
         than the CSV (harmless: --resume reruns it), never a CSV row without its records."""
         self.rows.append(dict(row))
-        self.records[label], self.steps[label] = [r.to_dict() for r in records], [s.to_dict() for s in steps]
+        self.records[label] = encode([r.to_dict() for r in records])
+        self.steps[label] = encode([s.to_dict() for s in steps])
         opts = json.loads(row["run_options"]) if row.get("run_options") else {}
         if opts.get("plan_id"):
             self._done.add(opts["plan_id"])
         self.flush()
 
     def flush(self) -> None:
-        write_run_json(
-            self.json_path,
+        text = run_json_text(
             config=self.config,
+            environment=self.environment,
+            workload=self.workload,
             rows=self.rows,
             records=self.records,
-            workload=self.workload,
-            environment=self.environment,
             steps=self.steps,
         )
+        atomic_write_text(self.json_path, text)
         write_csv(self.csv_path, self.rows)
