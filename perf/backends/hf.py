@@ -151,7 +151,10 @@ def run_hf_static(
     from refengine.sim.device import is_sim_device
 
     if is_sim_device(device):
-        return run_hf_static_sim(workload, model, device=device, dtype=dtype, max_num_seqs=max_num_seqs)
+        sim = run_hf_static_sim(workload, model, device=device, dtype=dtype, max_num_seqs=max_num_seqs)
+        if progress:  # simulated in one go: the whole run is done at once (the progress line said 0/N)
+            progress(len(sim.records))
+        return sim
     res = RunResult("hf-static", "static", {"max_num_seqs": max_num_seqs}, max_num_seqs=max_num_seqs)
     if workload.is_multi_turn:
         res.error = MULTI_TURN_REFUSED

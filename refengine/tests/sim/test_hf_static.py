@@ -85,3 +85,15 @@ def test_a_workload_maps_to_prompt_and_output_lengths_with_arrivals() -> None:
         for n, o, a in ((3, 2, 0.5), (7, 9, 0.0))
     ]
     assert workload_requests(SimpleNamespace(requests=reqs)) == [(3, 2, 0.5), (7, 9, 0.0)]
+
+
+def test_simulated_hf_static_reports_its_requests_done_to_the_progress_line() -> None:
+    from cbbench.perf.backends.hf import run_hf_static
+    from cbbench.workloads.base import Workload, WorkloadRequest
+
+    reqs = [WorkloadRequest([1] * (3 + i), output_len=2 + i) for i in range(5)]
+    done: list[int] = []
+    res = run_hf_static(
+        Workload("w", {}, reqs), "qwen2.5-0.5b", device="sim:h200", dtype=None, max_num_seqs=2, progress=done.append
+    )
+    assert len(res.records) == 5 and sum(done) == 5  # the line read "0/5 requests" when the run had finished
