@@ -23,7 +23,8 @@ import torch
 from refengine.attention import default_backend_name, get_attention_backend
 from refengine.config import ATTENTION_BACKENDS
 from refengine.engine_setup import check_memory  # noqa: F401  (re-exported: it moved with the memory checks)
-from refengine.hf_folder import config_from_hf, generation_config, load_safetensors  # config_from_hf: re-exported
+from refengine.hf_folder import config_from_hf as config_from_hf  # (re-exported: sim/presets and perf import it here)
+from refengine.hf_folder import generation_config, load_safetensors
 from refengine.hf_twin import hf_config_for, to_hf_model  # noqa: F401  (re-exported)
 from refengine.model import CausalLM, ModelConfig, RopeScaling
 from refengine.tokenizer import QWEN_EOS, QWEN_VOCAB, HFTokenizer, NoTokenizer, QwenTokenizer, Tokenizer
