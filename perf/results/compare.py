@@ -107,14 +107,7 @@ def compare(
     """
     tol = resolve_tolerances(tolerances)
     metrics = list(tol)
-    frames = [extra_metrics(read_csv(x) if not isinstance(x, pd.DataFrame) else x) for x in (baseline_csv, new_csv)]
-    for df, x in zip(frames, (baseline_csv, new_csv)):
-        check_finite(df, metrics, x if not isinstance(x, pd.DataFrame) else "a results table")
-    frames = [filter_rows(df, where, side) for df, side in zip(frames, ("baseline", "new"))]
-    for df in frames:  # an override may name a metric only the `extra` column knows; such a metric reads as NaN
-        for m in metrics:
-            if m not in df.columns:
-                df[m] = math.nan
+    frames = _frames((baseline_csv, new_csv), metrics, where)
     ignored = ignored_key_names(ignore_key)
     base, new = (keyed(df, metrics, ignored, side) for df, side in zip(frames, ("baseline", "new")))
     if base and new and not set(base) & set(new):
@@ -136,18 +129,8 @@ def compare(
         if key not in new or key not in base:
             status = "missing in new" if key not in new else "new config"
             regressed |= status == "missing in new" and fail_on_missing
-            rows.append(
-                {
-                    "config": name,
-                    "metric": "",
-                    "direction": "",
-                    "baseline": math.nan,
-                    "new": math.nan,
-                    "change": math.nan,
-                    "tolerance": math.nan,
-                    "status": status,
-                }
-            )
+            nan = dict.fromkeys(_VALUES, math.nan)
+            rows.append({"config": name, "metric": "", "direction": "", **nan, "status": status})
             continue
         b, n = base[key], new[key]
         for m in metrics:
@@ -156,6 +139,25 @@ def compare(
             regressed |= row["status"] in ("regressed", "missing in new")
             rows.append(row)
     return rows, regressed
+
+
+_VALUES = ("baseline", "new", "change", "tolerance")  # a row's numbers (NaN in a configuration's missing row)
+
+
+def _frames(
+    sources: tuple[str | os.PathLike[str] | pd.DataFrame, ...], metrics: Sequence[str], where: Sequence[str]
+) -> list[pd.DataFrame]:
+    """Each side as a table: read, its `extra` metrics as columns, checked finite, filtered by `where`, and holding
+    every metric compared (an override may name a metric only the `extra` column knows: it reads as NaN)."""
+    frames = [extra_metrics(read_csv(x) if not isinstance(x, pd.DataFrame) else x) for x in sources]
+    for df, x in zip(frames, sources):
+        check_finite(df, metrics, x if not isinstance(x, pd.DataFrame) else "a results table")
+    frames = [filter_rows(df, where, side) for df, side in zip(frames, ("baseline", "new"))]
+    for df in frames:
+        for m in metrics:
+            if m not in df.columns:
+                df[m] = math.nan
+    return frames
 
 
 def _compare_metric(m: str, b: Mapping[str, Any], n: Mapping[str, Any], tol: float) -> dict[str, Any]:
