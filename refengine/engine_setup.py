@@ -1,4 +1,4 @@
-"""What LLMEngine does once, before serving: load (or share) the model, size the KV cache, check memory.
+"""What LLMEngine does once, before serving: load (or share) the model, size the KV pool, check memory, make a runner.
 
 Presets are pure functions of (name, seed, device, dtype, backend), so engines in one process share their weights
 (inference only); a folder is read afresh each time. The KV cache is sized from memory (refengine/kv_sizing.py)

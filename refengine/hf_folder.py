@@ -1,5 +1,6 @@
-"""What a local Hugging Face model folder's files mean: config.json (+ generation_config.json) as a ModelConfig,
-and the *.safetensors (sharded or not) copied into a built model.
+"""A local Hugging Face model folder read: config.json (+ generation_config.json) and the *.safetensors.
+
+The config becomes a ModelConfig; the weights (sharded or not) are copied into a built model.
 
 Only the Llama / Qwen2 / Mistral families, with a bias-free SwiGLU MLP and plain or Llama-3 RoPE, are read; any
 other config fails with ValueError naming what is unsupported, rather than building a model that computes

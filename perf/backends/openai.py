@@ -1,5 +1,6 @@
-"""The "server" backends: `OpenAIBackend` ("openai", /v1/completions) and `OpenAIChatBackend` ("openai-chat"), an
-OpenAI-compatible server at `--base-url`. One measured run (warm-up, /metrics scraped around the replay) is
+"""The "server" backends: "openai" (/v1/completions) and "openai-chat", an OpenAI-compatible server at --base-url.
+
+One measured run (warm-up, /metrics scraped around the replay) is
 http_run.py's; it returns the same `RunResult` the in-process runner does, so the metrics, the CSV row and the
 table are the same code for both.
 """

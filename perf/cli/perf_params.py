@@ -1,5 +1,6 @@
-"""The options of `cbbench perf`, one type alias each (typer reads the option, its help and its type from the
-annotation), so that the command's signature reads as one line per option. The engine knobs are added to it by
+"""The options of `cbbench perf`, one type alias each, so that the command's signature reads one line per option.
+
+Typer reads each option, its help and its type from the annotation. The engine knobs are added to it by
 knobs.engine_knob_options.
 """
 

@@ -1,5 +1,7 @@
-"""Reading and writing result files: the CSV (checked on the way in) and the per-run JSON, each written atomically
-(a temporary beside the target, then a rename), so a reader or an interrupt never sees half a file.
+"""Reading and writing result files: the CSV (checked on the way in) and the per-run JSON.
+
+Each is written atomically (a temporary beside the target, then a rename), so a reader or an interrupt never sees
+half a file.
 """
 
 from __future__ import annotations

@@ -1,5 +1,7 @@
-"""Which rows of two results files `compare` sets side by side: the key a row is matched on (less the columns
-`--ignore-key` leaves out), the `--where` filters, the refusal of infinite metrics, and a configuration's label.
+"""Which rows of two results files `compare` sets side by side, and the label of each configuration.
+
+A row is matched on its key, less the columns `--ignore-key` leaves out, after the `--where` filters; a metric
+that is infinite is refused.
 
 An empty cell is unknown, not different: an HTTP run cannot know the server's batching mode, so it matches any.
 """

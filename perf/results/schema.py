@@ -1,5 +1,7 @@
-"""Result rows: the CSV schema (one row per run; its columns are columns.py's), configuration keys and repeat
-aggregation. Reading and writing the files (CSV and the per-run JSON) is files.py's; both are importable from here.
+"""Result rows: the CSV schema (one row per run), configuration keys and repeat aggregation.
+
+The columns are columns.py's; reading and writing the files (CSV and the per-run JSON) is files.py's; all of them
+are importable from here.
 
 The CSV's columns are `COLUMNS`, in that order, always (a missing value is an empty cell); `schema_version` is its
 first column and changes whenever a column is added, removed or renamed, so `compare` never matches columns by
