@@ -1,15 +1,20 @@
 #!/usr/bin/env bash
-# Lint gate, run by .ci/run before pytest: ruff's lint rules, ruff's formatting check, and mypy (strict on the
-# engine and the perf results layer; pyproject.toml holds every setting). Fast, and any failure fails the run.
-# Usage: bash ci/lint.sh [VENV]   (default .venv, as made by ci/setup.sh with the `test` extra)
+# Lint gate, run before pytest: ruff's lint rules, ruff's formatting check, strict mypy on the engine and the perf
+# results layer, and the shape limits (ci/shape_check.py: no file over 300 lines, no function in perf/ over 60).
+# pyproject.toml holds every ruff and mypy setting, mypy's file list included. Fast; every check runs, and any
+# failure fails the gate (exit 1).
+# Usage: bash ci/lint.sh [VENV]   (default .venv, as made by ci/setup.sh with the `test` extra, which pins ruff
+# and mypy)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 VENV=${1:-.venv}
 rc=0
-"$VENV/bin/ruff" check . || rc=1
-"$VENV/bin/ruff" format --check . || rc=1
-# perf/results may not exist yet on every branch: check only the paths that are there
-paths=()
-for p in refengine perf/results; do [[ -e $p ]] && paths+=("$p"); done
-"$VENV/bin/mypy" "${paths[@]}" || rc=1
+step() {
+  echo "== $*"
+  "$@" || rc=1
+}
+step "$VENV/bin/ruff" check .
+step "$VENV/bin/ruff" format --check .
+step "$VENV/bin/mypy"
+step "$VENV/bin/python" ci/shape_check.py
 exit "$rc"

@@ -12,21 +12,27 @@ benchmark or a test swaps one without patching.
 from __future__ import annotations
 
 import collections
-import functools
 import logging
 from collections.abc import Callable, Sequence
-from typing import Any, Concatenate, ParamSpec, TypeVar
+from typing import Any
 
 import torch
 
 import refengine.sampler as sampler_module
-from refengine.attention import default_backend_name, get_attention_backend
 from refengine.batch_queue import BatchQueue
 from refengine.config import EngineConfig  # noqa: F401  (re-exported)
 from refengine.detokenizer import IncrementalDetokenizer
 from refengine.engine_args import EngineArgs, with_resolved
-from refengine.engine_setup import _load_model_cached, check_engine_memory, sized_num_blocks  # noqa: F401
-from refengine.model_runner import ModelRunner, Sampler
+from refengine.engine_setup import (  # noqa: F401  (_load_model_cached, sized_num_blocks: re-exported)
+    _load_model_cached,
+    check_engine_memory,
+    kv_pool_size,
+    load_on_device,
+    make_model_runner,
+    sized_num_blocks,
+    warm_up_attention,
+)
+from refengine.model_runner import Sampler
 from refengine.output_processor import DetokenizerFactory, OutputProcessor, request_metrics  # noqa: F401
 from refengine.outputs import RequestOutput
 from refengine.processor import Processor
@@ -44,21 +50,6 @@ NewRequest = tuple[Any, ...]  # add_requests' entries: add_request's arguments, 
 logger = logging.getLogger(__name__)
 
 _SHUT_DOWN = "this LLMEngine has been shut down (shutdown(), or the end of its `with` block); create a new one"
-
-_P = ParamSpec("_P")
-_R = TypeVar("_R")
-
-
-def _while_open(method: Callable[Concatenate[LLMEngine, _P], _R]) -> Callable[Concatenate[LLMEngine, _P], _R]:
-    """step() after shutdown() raises, rather than stepping an engine whose requests were aborted."""
-
-    @functools.wraps(method)
-    def guarded(self: LLMEngine, *args: _P.args, **kwargs: _P.kwargs) -> _R:
-        if self._shut_down:
-            raise RuntimeError(f"{method.__name__}(): {_SHUT_DOWN}")
-        return method(self, *args, **kwargs)
-
-    return guarded
 
 
 class LLMEngine:
@@ -79,34 +70,17 @@ class LLMEngine:
         # device="sim:<gpu>": no weights and no forward; a simulated runner on a virtual clock (refengine/sim/)
         self.sim = SimBackend.create(cfg.device, cfg.model, cfg.dtype) if is_sim_device(cfg.device) else None
         self.clock = self.sim.clock if self.sim else WALL_CLOCK
-        (self.device, self.dtype, self.model, self.attention_backend, self.model_config, self.tokenizer) = (
-            self.sim.parts() if self.sim else self._load(cfg, model_impl)
-        )
+        parts = self.sim.parts() if self.sim else load_on_device(cfg, model_impl)
+        (self.device, self.dtype, self.model, self.attention_backend, self.model_config, self.tokenizer) = parts
         self.device_label = self.sim.device_label if self.sim else str(self.device)
-        dtype = self.dtype
         mc = self.model_config
         self.max_model_len = mc.max_position_embeddings if cfg.max_model_len is None else cfg.max_model_len
         if not 2 <= self.max_model_len <= mc.max_position_embeddings:
             raise ValueError(
                 f"max_model_len must be in [2, {mc.max_position_embeddings}] for this model, got {self.max_model_len}"
             )
-        kv_field = (
-            "num_gpu_blocks"
-            if args.num_gpu_blocks_given
-            else "kv_cache_memory_gb"
-            if cfg.kv_cache_memory_gb is not None or self.device.type != "cuda"
-            else "gpu_memory_utilization"
-        )
-        num_blocks = (
-            cfg.scheduler.num_gpu_blocks
-            if args.num_gpu_blocks_given
-            else (
-                self.sim.num_gpu_blocks(cfg.scheduler.block_size, cfg.gpu_memory_utilization)
-                if self.sim
-                else sized_num_blocks(
-                    self.model, mc, cfg, device=self.device, dtype=dtype, max_model_len=self.max_model_len
-                )
-            )
+        kv_field, num_blocks = kv_pool_size(
+            cfg, parts, given=args.num_gpu_blocks_given, sim=self.sim, max_model_len=self.max_model_len
         )
         self.config = cfg = with_resolved(cfg, max_model_len=self.max_model_len, num_gpu_blocks=num_blocks)
         sc = cfg.scheduler
@@ -114,39 +88,15 @@ class LLMEngine:
         # prefix-cache hit), so no more than num_gpu_blocks requests ever need an input-batch row at once.
         num_rows = min(sc.max_num_seqs, sc.num_gpu_blocks)
         if self.sim is None:  # (a simulated GPU allocates nothing)
-            check_engine_memory(mc, sc, num_rows=num_rows, kv_field=kv_field, device=self.device, dtype=dtype)
+            check_engine_memory(mc, sc, num_rows=num_rows, kv_field=kv_field, device=self.device, dtype=self.dtype)
         self.scheduler = Scheduler(sc, eos_token_id=mc.eos_token_id)
         self.scheduler.clock = self.clock.now
         self.model_runner = (
             self.sim.make_runner(sc.async_scheduling)
             if self.sim
-            else ModelRunner(
-                self.model,
-                mc,
-                num_gpu_blocks=sc.num_gpu_blocks,
-                num_cpu_blocks=sc.num_cpu_blocks,
-                block_size=sc.block_size,
-                max_num_seqs=num_rows,
-                max_model_len=self.max_model_len,
-                device=self.device,
-                dtype=dtype,
-                seed=cfg.seed,
-                enforce_eager=cfg.enforce_eager,
-                sampler=sampler or sampler_module.sample,  # (looked up now: a profiler may have wrapped it)
-            )
+            else make_model_runner(parts, cfg, num_rows=num_rows, sampler=sampler or sampler_module.sample)
         )
-        if self.attention_backend == "triton" and self.device.type == "cuda":  # compile now, not in a measured step
-            from cbbench.kernels import warmup_attention_kernels
-
-            warmup_attention_kernels(
-                mc.num_attention_heads,
-                mc.num_key_value_heads,
-                mc.head_dim,
-                sc.block_size,
-                dtype,
-                self.max_model_len,
-                self.device,
-            )
+        warm_up_attention(parts, sc.block_size, self.max_model_len)
         self.processor = Processor(self.tokenizer, mc, sc, self.max_model_len)
         self._pending: list[RequestOutput] = []  # outputs of requests aborted between steps
         queue_type = self.sim.batch_queue if self.sim else BatchQueue
@@ -159,31 +109,11 @@ class LLMEngine:
             self.tokenizer, self.scheduler, self.finished_requests, detokenizer_factory or IncrementalDetokenizer
         )
 
-    def _load(self, cfg: EngineConfig, model_impl: torch.nn.Module | None) -> tuple:
-        """(device, dtype, model, attention_backend, model_config, tokenizer) on a real device."""
-        from refengine.loader import (
-            check_attention_backend,
-            load_model_config,
-            load_tokenizer,
-            resolve_device,
-            resolve_dtype,
-        )
-
-        device = resolve_device(cfg.device)
-        dtype = resolve_dtype(cfg.dtype, device)
-        backend = cfg.attention_backend or default_backend_name(device)
-        check_attention_backend(backend, device)
-        if model_impl is None:
-            module, model_config = _load_model_cached(cfg.model, device, dtype, cfg.seed, backend)
-        else:
-            module, model_config = model_impl, load_model_config(cfg.model)
-        return device, dtype, module, get_attention_backend(backend).name, model_config, load_tokenizer(cfg.model)
-
     # ---- requests -------------------------------------------------------------------------------------------
     def add_request(
         self,
         request_id: str,
-        prompt: str | list[int] | dict,
+        prompt: str | list[int] | dict[str, Any],
         params: SamplingParams | None = None,
         arrival_time: float | None = None,
         priority: int = 0,
@@ -211,7 +141,12 @@ class LLMEngine:
         return [req for req, _ in built]
 
     def _process(
-        self, request_id: str, prompt, params=None, arrival_time=None, priority: int = 0
+        self,
+        request_id: str,
+        prompt: str | list[int] | dict[str, Any],
+        params: SamplingParams | None = None,
+        arrival_time: float | None = None,
+        priority: int = 0,
     ) -> tuple[Request, str | None]:
         """Build the request without queuing it."""
         if self._shut_down:
@@ -280,16 +215,17 @@ class LLMEngine:
     def __enter__(self) -> LLMEngine:
         return self
 
-    def __exit__(self, *exc_info) -> None:
+    def __exit__(self, *exc_info: object) -> None:
         self.shutdown()
 
     # ---- step -----------------------------------------------------------------------------------------------
-    @_while_open
     def step(self) -> list[RequestOutput]:
         """One iteration. It never raises for a request's sake: a failure tied to one request (its stop check,
         detokenisation, output, or its own values failing its row or the sampler: refengine/step_isolation.py)
         finishes that request alone with finish_reason "abort" and `error` set; any other failure of the batched
         forward + sampling aborts the requests of this step the same way; the engine goes on."""
+        if self._shut_down:  # rather than stepping an engine whose requests were aborted
+            raise RuntimeError(f"step(): {_SHUT_DOWN}")
         outputs, self._pending = self._pending, []
         sched = self.scheduler
         if self.batch_queue is None:
@@ -321,9 +257,9 @@ class LLMEngine:
         op = self.output_processor
         # requests whose own values failed their row or the sampler: they sampled nothing; abort them alone
         failed = [
-            op.fail_request(op.request_of(rid), exc, "sampling")
+            op.fail_request(req, exc, "sampling")
             for rid, exc in runner_output.failed.items()
-            if rid in op and rid not in finished
+            if rid not in finished and (req := op.request_of(rid)) is not None
         ]
         outputs, stopped = op.process_outputs(sampled)
         if stopped:  # by a stop string: it decides the reason, also of a request that EOS or its length ended now
@@ -334,7 +270,7 @@ class LLMEngine:
             outputs += op.outputs_of(stopped)
         return failed + outputs
 
-    def _abort_step(self, out, exc: BaseException) -> list[RequestOutput]:
+    def _abort_step(self, out: SchedulerOutput, exc: BaseException) -> list[RequestOutput]:
         """The forward or the batched sampling failed: no request of this step can be trusted to have its KV and
         its token, so each one is aborted with the error (and a swap-preempted one, whose copy may not have run).
         Requests that were not in the step keep running; the next schedule() tells the runner who left."""
@@ -342,7 +278,7 @@ class LLMEngine:
         ids = list(out.num_scheduled_tokens) + (out.preempted_req_ids if out.blocks_to_swap_out else [])
         # (from the output side, not the scheduler: update_from_output may have finished some before it failed)
         op = self.output_processor
-        reqs = [op.request_of(rid) for rid in dict.fromkeys(ids) if rid in op]
+        reqs = [req for rid in dict.fromkeys(ids) if (req := op.request_of(rid)) is not None]
         return [op.fail_request(req, exc, "step") for req in reqs]
 
     def _record(self, out: SchedulerOutput) -> None:

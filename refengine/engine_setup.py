@@ -1,4 +1,4 @@
-"""What LLMEngine does once, before serving: load (or share) the model, size the KV cache, check memory.
+"""What LLMEngine does once, before serving: load (or share) the model, size the KV pool, check memory, make a runner.
 
 Presets are pure functions of (name, seed, device, dtype, backend), so engines in one process share their weights
 (inference only); a folder is read afresh each time. The KV cache is sized from memory (refengine/kv_sizing.py)
@@ -8,13 +8,24 @@ unless num_gpu_blocks is given, and every failure is told as the knob that cause
 from __future__ import annotations
 
 import functools
+import os
+from typing import TYPE_CHECKING
 
 import torch
 
 from refengine.config import EngineConfig, SchedulerConfig
 from refengine.kv_sizing import default_num_gpu_blocks
 from refengine.limits import cdiv
-from refengine.model import ModelConfig
+from refengine.model import CausalLM, ModelConfig
+from refengine.tokenizer import Tokenizer
+
+if TYPE_CHECKING:  # (refengine.sim imports this module's EngineParts; the runner imports the model)
+    from refengine.model_runner import ModelRunner, Sampler
+    from refengine.sim.backend import SimBackend
+
+# (device, dtype, model, attention_backend, model_config, tokenizer): what an engine runs on; the model is None on
+# a simulated GPU, which has no weights
+EngineParts = tuple[torch.device, torch.dtype, torch.nn.Module | None, str, ModelConfig, Tokenizer]
 
 
 def kv_bytes_per_block(mc: ModelConfig, block_size: int, dtype: torch.dtype) -> int:
@@ -23,19 +34,62 @@ def kv_bytes_per_block(mc: ModelConfig, block_size: int, dtype: torch.dtype) -> 
 
 
 @functools.lru_cache(maxsize=2)
-def _preset_model(model: str, device: torch.device, dtype: torch.dtype, seed: int, backend: str):
+def _preset_model(
+    model: str, device: torch.device, dtype: torch.dtype, seed: int, backend: str
+) -> tuple[CausalLM, ModelConfig]:
     from refengine.loader import load_model
 
     return load_model(model, device=device, dtype=dtype, seed=seed, attention_backend=backend)
 
 
-def _load_model_cached(model: str, device: torch.device, dtype: torch.dtype, seed: int, backend: str):
+def _load_model_cached(
+    model: str, device: torch.device, dtype: torch.dtype, seed: int, backend: str
+) -> tuple[CausalLM, ModelConfig]:
     """(model, ModelConfig): a preset's weights shared between engines, a folder's loaded afresh."""
     from refengine.loader import PRESETS, load_model
 
     if model in PRESETS:
         return _preset_model(model, device, dtype, seed, backend)
     return load_model(model, device=device, dtype=dtype, seed=seed, attention_backend=backend)
+
+
+def load_on_device(cfg: EngineConfig, model_impl: torch.nn.Module | None) -> EngineParts:
+    """The EngineParts of a real device: `model_impl` (for `cfg.model`'s config) or the loaded weights."""
+    from refengine.attention import default_backend_name, get_attention_backend
+    from refengine.loader import (
+        check_attention_backend,
+        load_model_config,
+        load_tokenizer,
+        resolve_device,
+        resolve_dtype,
+    )
+
+    device = resolve_device(cfg.device)
+    dtype = resolve_dtype(cfg.dtype, device)
+    backend = cfg.attention_backend or default_backend_name(device)
+    check_attention_backend(backend, device)
+    module: torch.nn.Module
+    if model_impl is None:
+        module, model_config = _load_model_cached(cfg.model, device, dtype, cfg.seed, backend)
+    else:
+        module, model_config = model_impl, load_model_config(cfg.model)
+    return device, dtype, module, get_attention_backend(backend).name, model_config, load_tokenizer(cfg.model)
+
+
+def kv_pool_size(
+    cfg: EngineConfig, parts: EngineParts, *, given: bool, sim: SimBackend | None, max_model_len: int
+) -> tuple[str, int]:
+    """(the knob that sizes the KV pool, num_gpu_blocks): num_gpu_blocks when `given`, else sized from memory
+    (the simulated GPU's, or the device's); errors name that knob."""
+    device, dtype, model, _, mc, _ = parts
+    if given:
+        return "num_gpu_blocks", cfg.scheduler.num_gpu_blocks
+    uses_budget = cfg.kv_cache_memory_gb is not None or device.type != "cuda"
+    kv_field = "kv_cache_memory_gb" if uses_budget else "gpu_memory_utilization"
+    if sim is not None:
+        return kv_field, sim.num_gpu_blocks(cfg.scheduler.block_size, cfg.gpu_memory_utilization)
+    assert model is not None, "a real device always has a model (EngineParts)"
+    return kv_field, sized_num_blocks(model, mc, cfg, device=device, dtype=dtype, max_model_len=max_model_len)
 
 
 def sized_num_blocks(
@@ -77,12 +131,33 @@ def sized_num_blocks(
         ) from None
 
 
+def _host_memory_total() -> int:
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+
+
+def check_memory(device: torch.device, needs: list[tuple[str, int, torch.device]]) -> None:
+    """The engine's up-front buffers, as (knob that sizes it, bytes, device), must fit: on CUDA in the memory free
+    now, on the host in its physical memory (not what is free this moment: pages are committed lazily, and a busy
+    shared machine must not turn a good config into an error). Otherwise ValueError naming the knob, instead of a
+    failed allocation or, on the host, a later OOM kill."""
+    room = {"cpu": _host_memory_total()}
+    if device.type == "cuda":
+        room["cuda"] = torch.cuda.mem_get_info(device)[0]
+    for name, nbytes, where in needs:
+        left = room[where.type]
+        if nbytes > left:
+            what = "free on the device" if where.type == "cuda" else "left of the host's memory"
+            raise ValueError(
+                f"{name}: the engine would allocate {nbytes / 2**30:.2f} GiB on {where.type}, but only "
+                f"{left / 2**30:.2f} GiB is {what}"
+            )
+        room[where.type] = left - nbytes
+
+
 def check_engine_memory(
     mc: ModelConfig, sc: SchedulerConfig, *, num_rows: int, kv_field: str, device: torch.device, dtype: torch.dtype
 ) -> None:
     """Before anything is allocated: the KV caches and the input batch must fit in the memory free now."""
-    from refengine.loader import check_memory
-
     per_block = kv_bytes_per_block(mc, sc.block_size, dtype)
     host = torch.device("cpu")
     batch_row = (sc.max_model_len + cdiv(sc.max_model_len, sc.block_size)) * 4  # int32 token ids + block table
@@ -93,4 +168,39 @@ def check_engine_memory(
             ("num_cpu_blocks", sc.num_cpu_blocks * per_block, host),
             ("max_num_seqs", num_rows * batch_row, host),
         ],
+    )
+
+
+def make_model_runner(parts: EngineParts, cfg: EngineConfig, *, num_rows: int, sampler: Sampler) -> ModelRunner:
+    """The runner of a real device, for `cfg` once its KV pool and max_model_len are resolved."""
+    from refengine.model_runner import ModelRunner
+
+    device, dtype, model, _, mc, _ = parts
+    assert model is not None, "a real device always has a model (EngineParts)"
+    sc = cfg.scheduler
+    return ModelRunner(
+        model,
+        mc,
+        num_gpu_blocks=sc.num_gpu_blocks,
+        num_cpu_blocks=sc.num_cpu_blocks,
+        block_size=sc.block_size,
+        max_num_seqs=num_rows,
+        max_model_len=sc.max_model_len,
+        device=device,
+        dtype=dtype,
+        seed=cfg.seed,
+        enforce_eager=cfg.enforce_eager,
+        sampler=sampler,
+    )
+
+
+def warm_up_attention(parts: EngineParts, block_size: int, max_model_len: int) -> None:
+    """Compile the Triton attention kernels now, not in a measured step (only they need it, only on CUDA)."""
+    device, dtype, _, backend, mc, _ = parts
+    if backend != "triton" or device.type != "cuda":
+        return
+    from cbbench.kernels import warmup_attention_kernels
+
+    warmup_attention_kernels(
+        mc.num_attention_heads, mc.num_key_value_heads, mc.head_dim, block_size, dtype, max_model_len, device
     )

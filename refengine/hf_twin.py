@@ -3,16 +3,21 @@ conformance tests (tokens against transformers) and the Hugging Face perf peers.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 import torch
 
 from refengine.model import CausalLM, ModelConfig
 
+if TYPE_CHECKING:  # transformers is imported only when a twin is built: it is slow to import
+    from transformers import PretrainedConfig, PreTrainedModel
 
-def hf_config_for(config: ModelConfig):
+
+def hf_config_for(config: ModelConfig) -> PretrainedConfig:
     """The transformers config (Qwen2Config / LlamaConfig / MistralConfig) that describes the same model."""
     import transformers
 
-    kw = dict(
+    kw: dict[str, Any] = dict(  # the config fields, of several types
         vocab_size=config.vocab_size,
         hidden_size=config.hidden_size,
         intermediate_size=config.intermediate_size,
@@ -49,13 +54,17 @@ def hf_config_for(config: ModelConfig):
     return transformers.MistralConfig(**kw, sliding_window=None)
 
 
-def to_hf_model(model: CausalLM, config: ModelConfig, *, attn_implementation: str = "eager"):
+def to_hf_model(model: CausalLM, config: ModelConfig, *, attn_implementation: str = "eager") -> PreTrainedModel:
     """A transformers `*ForCausalLM` on `model`'s device and dtype holding a copy of its weights."""
     import transformers
 
     p = model.model.embed_tokens.weight
     cls = getattr(transformers, config.architecture)
     with torch.device(p.device):
-        hf = cls._from_config(hf_config_for(config), attn_implementation=attn_implementation, dtype=p.dtype)
+        hf: PreTrainedModel = cls._from_config(
+            hf_config_for(config), attn_implementation=attn_implementation, dtype=p.dtype
+        )
     hf.load_state_dict(model.state_dict(), strict=True)
-    return hf.eval().requires_grad_(False)
+    hf.train(False)  # (eval(): transformers overrides it untyped)
+    hf.requires_grad_(False)
+    return hf

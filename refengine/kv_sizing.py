@@ -23,8 +23,9 @@ on the CPU with mocked snapshots); `profile_kv_budget` does the measuring.
 from __future__ import annotations
 
 import gc
+from collections.abc import Callable
 from dataclasses import dataclass, fields
-from typing import Any
+from typing import Any, cast
 
 import torch
 
@@ -161,7 +162,9 @@ def profile_run(
     input_ids = torch.zeros(num_tokens, dtype=torch.long, device=device)
     hidden = model(input_ids, positions, kv_caches, AttentionMetadata(**meta))  # [T, hidden]
     last = torch.tensor(qsl[1:], device=device) - 1
-    logits = model.compute_logits(hidden[last])  # [S, vocab] float32
+    # (a Module's attributes type as Tensor | Module: the model's interface says this one is a method)
+    compute_logits = cast("Callable[[torch.Tensor], torch.Tensor]", model.compute_logits)
+    logits = compute_logits(hidden[last])  # [S, vocab] float32
     logits.softmax(dim=-1).sort(dim=-1, descending=True)  # top-k / top-p sampling sorts the probabilities
     if device.type == "cuda":
         torch.cuda.synchronize(device)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import dataclasses
 import re
 from collections.abc import Sequence
-from typing import Any, NoReturn
+from typing import Any, NoReturn, cast
 
 from refengine.engine import LLMEngine
 from refengine.outputs import RequestOutput
@@ -38,7 +38,8 @@ class LLM:
         if isinstance(prompts, (str, dict)) or (
             isinstance(prompts, (list, tuple)) and prompts and not isinstance(prompts[0], (str, dict, list, tuple))
         ):
-            return [prompts]  # (a list of ints, or of something else that add_request will reject by name)
+            # (a list of ints, or of something else that add_request will reject by name)
+            return [cast(Prompt, prompts)]
         if not isinstance(prompts, (list, tuple)):
             raise ValueError(
                 f"prompts must be a string, a list of token ids, or a list of those, got {type(prompts).__name__}"
@@ -47,7 +48,7 @@ class LLM:
 
     def generate(
         self,
-        prompts: str | list[str] | list[list[int]],
+        prompts: Prompt | Sequence[Prompt],
         sampling_params: SamplingParams | list[SamplingParams] | None = None,
         priority: list[int] | None = None,
         *,
@@ -55,24 +56,26 @@ class LLM:
     ) -> list[RequestOutput]:
         """Generate for every prompt; bad input anywhere raises ValueError (naming the field and the prompt index)
         before anything is queued. The outputs are whole completions, in prompt order."""
-        prompts = self._prompt_list(prompts)
+        prompt_list = self._prompt_list(prompts)
         if sampling_params is None:
             sampling_params = SamplingParams()
         if isinstance(sampling_params, (list, tuple)):
             params = list(sampling_params)
-            if len(params) != len(prompts):
-                raise ValueError(f"sampling_params has {len(params)} entries for {len(prompts)} prompts")
+            if len(params) != len(prompt_list):
+                raise ValueError(f"sampling_params has {len(params)} entries for {len(prompt_list)} prompts")
         else:
-            params = [sampling_params] * len(prompts)
-        if priority is not None and (not isinstance(priority, (list, tuple)) or len(priority) != len(prompts)):
-            raise ValueError(f"priority must be a list with one entry per prompt ({len(prompts)}), got {priority!r}")
+            params = [sampling_params] * len(prompt_list)
+        if priority is not None and (not isinstance(priority, (list, tuple)) or len(priority) != len(prompt_list)):
+            raise ValueError(
+                f"priority must be a list with one entry per prompt ({len(prompt_list)}), got {priority!r}"
+            )
         engine = self.llm_engine
         batch = []
-        for i, (prompt, sp) in enumerate(zip(prompts, params)):
+        for i, (prompt, sp) in enumerate(zip(prompt_list, params)):
             try:  # as vLLM's LLM, only whole completions come back: a private copy of the params asks for those
                 final_only = dataclasses.replace(sp, output_kind=RequestOutputKind.FINAL_ONLY)
             except (TypeError, ValueError) as e:  # (not a SamplingParams, or one mutated into a bad state)
-                final_only = sp if isinstance(e, TypeError) else _raise_for_prompt(i, len(prompts), e)
+                final_only = sp if isinstance(e, TypeError) else _raise_for_prompt(i, len(prompt_list), e)
             batch.append((f"llm-{self._counter + i}", prompt, final_only, None, priority[i] if priority else 0))
         try:
             ids = [req.request_id for req in engine.add_requests(batch)]  # all or nothing

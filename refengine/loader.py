@@ -5,7 +5,8 @@ from a seeded generator; a folder is config.json + *.safetensors (sharded or not
 Mistral families. `to_hf_model` (refengine/hf_twin.py, re-exported here) builds the equivalent transformers model
 with identical weights, for the conformance tests and for the Hugging Face perf peers.
 
-Model and tokenizer are resolved the same way: a preset name wins over a folder of the same name.
+Model and tokenizer are resolved the same way: a preset name wins over a folder of the same name. What a folder's
+files mean (config.json, generation_config.json, the safetensors) is refengine/hf_folder.py's.
 """
 
 from __future__ import annotations
@@ -19,9 +20,13 @@ from pathlib import Path
 
 import torch
 
-from refengine.attention import ATTENTION_BACKENDS, default_backend_name, get_attention_backend
+from refengine.attention import default_backend_name, get_attention_backend
+from refengine.config import ATTENTION_BACKENDS
+from refengine.engine_setup import check_memory  # noqa: F401  (re-exported: it moved with the memory checks)
+from refengine.hf_folder import config_from_hf as config_from_hf  # (re-exported: sim/presets and perf import it here)
+from refengine.hf_folder import generation_config, load_safetensors
 from refengine.hf_twin import hf_config_for, to_hf_model  # noqa: F401  (re-exported)
-from refengine.model import ARCHITECTURES, CausalLM, ModelConfig, RopeScaling
+from refengine.model import CausalLM, ModelConfig, RopeScaling
 from refengine.tokenizer import QWEN_EOS, QWEN_VOCAB, HFTokenizer, NoTokenizer, QwenTokenizer, Tokenizer
 
 _LLAMA31_ROPE = RopeScaling(
@@ -170,29 +175,6 @@ def check_attention_backend(name: str, device: torch.device) -> None:
         )
 
 
-def _host_memory_total() -> int:
-    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-
-
-def check_memory(device: torch.device, needs: list[tuple[str, int, torch.device]]) -> None:
-    """The engine's up-front buffers, as (knob that sizes it, bytes, device), must fit: on CUDA in the memory free
-    now, on the host in its physical memory (not what is free this moment: pages are committed lazily, and a busy
-    shared machine must not turn a good config into an error). Otherwise ValueError naming the knob, instead of a
-    failed allocation or, on the host, a later OOM kill."""
-    room = {"cpu": _host_memory_total()}
-    if device.type == "cuda":
-        room["cuda"] = torch.cuda.mem_get_info(device)[0]
-    for name, nbytes, where in needs:
-        left = room[where.type]
-        if nbytes > left:
-            what = "free on the device" if where.type == "cuda" else "left of the host's memory"
-            raise ValueError(
-                f"{name}: the engine would allocate {nbytes / 2**30:.2f} GiB on {where.type}, but only "
-                f"{left / 2**30:.2f} GiB is {what}"
-            )
-        room[where.type] = left - nbytes
-
-
 def resolve_dtype(dtype: torch.dtype | str | None, device: torch.device | str) -> torch.dtype:
     """None / "auto" -> float32 on the CPU, bfloat16 on CUDA; names like "bf16" -> the torch dtype."""
     if dtype is None or dtype == "auto":
@@ -206,7 +188,9 @@ def resolve_dtype(dtype: torch.dtype | str | None, device: torch.device | str) -
     return _DTYPES[dtype]
 
 
-def _empty_model(config: ModelConfig, device, dtype: torch.dtype, attention_backend: str | None) -> CausalLM:
+def _empty_model(
+    config: ModelConfig, device: str | torch.device, dtype: torch.dtype, attention_backend: str | None
+) -> CausalLM:
     """Allocate the model directly at its device and dtype: built on `meta`, then materialised uninitialised."""
     backend = get_attention_backend(attention_backend or default_backend_name(torch.device(device)))
     with torch.device("meta"):
@@ -226,7 +210,12 @@ def _draw(name: str, shape: torch.Size, seed: int) -> torch.Tensor:
 
 
 def build_random_model(
-    config: ModelConfig, *, device="cpu", dtype=None, seed: int = 0, attention_backend: str | None = None
+    config: ModelConfig,
+    *,
+    device: str | torch.device = "cpu",
+    dtype: torch.dtype | str | None = None,
+    seed: int = 0,
+    attention_backend: str | None = None,
 ) -> CausalLM:
     """The model of `config` with weights drawn on the CPU in float32 from generators seeded by (`seed`,
     parameter name), then cast and moved: identical on every device and run, untouched by global RNG state."""
@@ -244,7 +233,12 @@ def build_random_model(
 
 
 def load_model(
-    model: str, *, device="cpu", dtype=None, seed: int = 0, attention_backend: str | None = None
+    model: str,
+    *,
+    device: str | torch.device = "cpu",
+    dtype: torch.dtype | str | None = None,
+    seed: int = 0,
+    attention_backend: str | None = None,
 ) -> tuple[CausalLM, ModelConfig]:
     """A preset name (random weights from `seed`) or a local HF folder (config.json + *.safetensors)."""
     config = load_model_config(model)
@@ -253,7 +247,7 @@ def load_model(
             config, device=device, dtype=dtype, seed=seed, attention_backend=attention_backend
         ), config
     lm = _empty_model(config, device, resolve_dtype(dtype, device), attention_backend)
-    _load_safetensors(lm, _folder(model))
+    load_safetensors(lm, _folder(model))
     return lm, config
 
 
@@ -262,7 +256,7 @@ def load_model_config(model: str) -> ModelConfig:
     if model in PRESETS:
         return PRESETS[model]
     folder = _folder(model)
-    return config_from_hf(json.loads((folder / "config.json").read_text()), _generation_config(folder))
+    return config_from_hf(json.loads((folder / "config.json").read_text()), generation_config(folder))
 
 
 def _folder(model: str) -> Path:
@@ -272,104 +266,6 @@ def _folder(model: str) -> Path:
             f"model {model!r} is neither a preset ({', '.join(PRESETS)}) nor a local folder with a config.json"
         )
     return folder
-
-
-def _generation_config(folder: Path) -> dict:
-    path = folder / "generation_config.json"
-    return json.loads(path.read_text()) if path.is_file() else {}
-
-
-def _as_ids(value) -> list[int]:
-    return [] if value is None else [value] if isinstance(value, int) else list(value)
-
-
-def config_from_hf(cfg: dict, generation_config: dict | None = None) -> ModelConfig:
-    """HF config.json (transformers 4 `rope_theta`/`rope_scaling` or 5 `rope_parameters`) -> ModelConfig."""
-    by_type = {"qwen2": "Qwen2ForCausalLM", "llama": "LlamaForCausalLM", "mistral": "MistralForCausalLM"}
-    arch = (cfg.get("architectures") or [by_type.get(cfg.get("model_type"), cfg.get("model_type"))])[0]
-    if arch not in ARCHITECTURES:
-        raise ValueError(f"unsupported architecture {arch!r}; supported: {', '.join(ARCHITECTURES)}")
-    if cfg.get("hidden_act", "silu") != "silu" or cfg.get("mlp_bias", False):
-        raise ValueError(
-            f"{arch}: only a bias-free SiLU (SwiGLU) MLP is supported, got hidden_act="
-            f"{cfg.get('hidden_act')!r} mlp_bias={cfg.get('mlp_bias')!r}"
-        )
-    rope = cfg.get("rope_parameters") or {}
-    scaling = cfg.get("rope_scaling") or rope
-    rope_type = scaling.get("rope_type", scaling.get("type", "default")) if scaling else "default"
-    if rope_type not in ("default", "llama3") or scaling.get("partial_rotary_factor", 1.0) != 1.0:
-        raise ValueError(f"{arch}: rope scaling {rope_type!r} is not supported (only plain RoPE and 'llama3')")
-    rope_scaling = (
-        None
-        if rope_type == "default"
-        else RopeScaling(
-            factor=float(scaling["factor"]),
-            low_freq_factor=float(scaling["low_freq_factor"]),
-            high_freq_factor=float(scaling["high_freq_factor"]),
-            original_max_position_embeddings=int(scaling["original_max_position_embeddings"]),
-        )
-    )
-    heads = cfg["num_attention_heads"]
-    max_pos = cfg.get("max_position_embeddings", 4096)
-    # We attend to the full context. That equals sliding-window attention as long as no sequence outgrows the
-    # window, so the window caps the usable length instead of being silently ignored.
-    window = cfg.get("sliding_window") if (arch != "Qwen2ForCausalLM" or cfg.get("use_sliding_window")) else None
-    if window:
-        max_pos = min(max_pos, window)
-    eos = list(dict.fromkeys(_as_ids(cfg.get("eos_token_id")) + _as_ids((generation_config or {}).get("eos_token_id"))))
-    return ModelConfig(
-        vocab_size=cfg["vocab_size"],
-        hidden_size=cfg["hidden_size"],
-        num_hidden_layers=cfg["num_hidden_layers"],
-        num_attention_heads=heads,
-        num_key_value_heads=cfg.get("num_key_value_heads") or heads,
-        head_dim=cfg.get("head_dim") or cfg["hidden_size"] // heads,
-        intermediate_size=cfg["intermediate_size"],
-        rope_theta=float(rope.get("rope_theta", cfg.get("rope_theta", 10000.0))),
-        rms_norm_eps=float(cfg.get("rms_norm_eps", 1e-6)),
-        max_position_embeddings=max_pos,
-        tie_word_embeddings=bool(cfg.get("tie_word_embeddings", False)),
-        attention_bias=True if arch == "Qwen2ForCausalLM" else bool(cfg.get("attention_bias", False)),
-        bos_token_id=cfg.get("bos_token_id"),
-        eos_token_id=eos[0] if len(eos) == 1 else (tuple(eos) or None),
-        architecture=arch,
-        rope_scaling=rope_scaling,
-    )
-
-
-def _load_safetensors(model: CausalLM, folder: Path) -> None:
-    from safetensors import safe_open
-
-    index = folder / "model.safetensors.index.json"
-    if index.is_file():
-        files = sorted(set(json.loads(index.read_text())["weight_map"].values()))
-    else:
-        files = sorted(p.name for p in folder.glob("*.safetensors"))
-    if not files:
-        raise ValueError(f"model folder {str(folder)!r} has no *.safetensors weights")
-    targets = dict(model.named_parameters(remove_duplicate=False))  # both names of a tied weight
-    loaded: set[str] = set()
-    for file in files:
-        with safe_open(str(folder / file), framework="pt", device="cpu") as f:
-            for name in f.keys():
-                if name.endswith("rotary_emb.inv_freq"):  # older checkpoints store the RoPE buffer
-                    continue
-                if name not in targets:
-                    raise ValueError(f"{folder}/{file}: unexpected tensor {name!r}")
-                tensor = f.get_tensor(name)
-                if tensor.shape != targets[name].shape:
-                    raise ValueError(
-                        f"{name}: checkpoint shape {tuple(tensor.shape)} != model {tuple(targets[name].shape)}"
-                    )
-                targets[name].copy_(tensor)
-                loaded.add(name)
-    if model.config.tie_word_embeddings and "lm_head.weight" in loaded:
-        loaded.add("model.embed_tokens.weight")
-    missing = [n for n, _ in model.named_parameters() if n not in loaded]
-    if missing:
-        raise ValueError(
-            f"model folder {str(folder)!r} lacks weights: {missing[:5]}{' ...' if len(missing) > 5 else ''}"
-        )
 
 
 def load_tokenizer(model: str) -> Tokenizer:

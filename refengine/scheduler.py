@@ -21,7 +21,7 @@ a request preempted between them still gets the earlier step's token, unless tha
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from refengine.batching import make_batching
 from refengine.block_pool import KVCacheBlock
@@ -37,7 +37,7 @@ from refengine.scheduler_preemption import SchedulerPreemption
 
 class Scheduler(SchedulerPreemption):
     def __init__(
-        self, config: SchedulerConfig | None = None, *, eos_token_id: int | list[int] | None = None, **knobs: object
+        self, config: SchedulerConfig | None = None, *, eos_token_id: int | Sequence[int] | None = None, **knobs: object
     ) -> None:
         """`Scheduler(config)` with a SchedulerConfig, or `Scheduler(**knobs)` with its fields by keyword."""
         if config is not None and knobs:

@@ -60,13 +60,15 @@ def row_metadata(md: SamplingMetadata, i: int) -> SamplingMetadata:
     """The metadata of row i of `md` alone, as a one-row batch."""
     one = SamplingMetadata(all_greedy=True)
     if md.banned_rows is not None:
+        assert md.banned_tokens is not None, "set with banned_rows"
         mine = md.banned_rows == i
         if bool(mine.any()):
             one.banned_tokens = md.banned_tokens[mine]
             one.banned_rows = torch.zeros_like(one.banned_tokens)
-    q = _position(md.penalty_idx, i)
-    if q is not None:
-        one.penalty_idx = torch.zeros(1, dtype=md.penalty_idx.dtype, device=md.penalty_idx.device)
+    penalty_idx = md.penalty_idx
+    q = _position(penalty_idx, i)
+    if penalty_idx is not None and q is not None:
+        one.penalty_idx = torch.zeros(1, dtype=penalty_idx.dtype, device=penalty_idx.device)
         for name in ("prompt_mask", "output_counts", "presence_penalty", "frequency_penalty", "repetition_penalty"):
             setattr(one, name, getattr(md, name)[q : q + 1])
     if md.all_greedy:
@@ -74,21 +76,27 @@ def row_metadata(md: SamplingMetadata, i: int) -> SamplingMetadata:
     j = i if md.random_idx is None else _position(md.random_idx, i)  # its place among the random rows
     if j is None:
         return one
+    assert md.temperature is not None, "a batch that is not all greedy has its temperatures"
     one.all_greedy = False
     one.temperature = md.temperature[j : j + 1]
     for name in ("top_k", "top_p", "min_p"):
         value = getattr(md, name)
         setattr(one, name, None if value is None else value[j : j + 1])
-    s = _position(md.seeded_idx, j)
+    seeded_idx = md.seeded_idx
+    s = _position(seeded_idx, j)
     one.any_unseeded = s is None
-    if s is not None:
-        one.seeded_idx = torch.zeros(1, dtype=md.seeded_idx.dtype, device=md.seeded_idx.device)
+    if seeded_idx is not None and s is not None:
+        assert md.seeds is not None and md.output_index is not None, "set with seeded_idx"
+        one.seeded_idx = torch.zeros(1, dtype=seeded_idx.dtype, device=seeded_idx.device)
         one.seeds, one.output_index = md.seeds[s : s + 1], md.output_index[s : s + 1]
     return one
 
 
 def sample_rows_apart(
-    sample: Callable, logits: torch.Tensor, md: SamplingMetadata, generator: torch.Generator | None
+    sample: Callable[[torch.Tensor, SamplingMetadata, torch.Generator | None], torch.Tensor],
+    logits: torch.Tensor,
+    md: SamplingMetadata,
+    generator: torch.Generator | None,
 ) -> tuple[list[int], dict[int, BaseException]]:
     """The batched sample() failed: sample each row alone. Returns a token per row (0 for a failed row, whose
     token is discarded) and {row index: exception} for the rows that failed alone. Raises if every one of several

@@ -183,9 +183,25 @@ async def stream_request(
     except Exception as e:  # a failed request is a record, never the end of the run
         why = str(e) or f"no complete response after {time.perf_counter() - st:.0f} s"  # a timeout says nothing
         return error_record(request_id, prompt_len, output_len, st, f"{type(e).__name__}: {why}")
+    return _stream_record(
+        request_id, prompt_len, output_len, st, chunk_times, "".join(texts), usage, finish_reason, tokenizer
+    )
+
+
+def _stream_record(
+    request_id: str,
+    prompt_len: int,
+    output_len: int,
+    st: float,
+    chunk_times: list[float],
+    text: str,
+    usage: dict[str, Any],
+    finish_reason: str | None,
+    tokenizer: Any,
+) -> RequestRecord:
+    """The record of a stream that ended well: its output length from the usage, else as vLLM's client counts it."""
     if not chunk_times:
         return error_record(request_id, prompt_len, output_len, st, "the stream held no content chunk")
-    text = "".join(texts)
     n_out, source = usage.get("completion_tokens"), "usage"
     if not n_out and tokenizer is not None and text:  # no usage: vLLM's fallback, the text re-tokenized
         n_out, source = len(tokenizer.encode(text)), "tokenizer"

@@ -1,59 +1,23 @@
-"""One measured HTTP run: warm the server up, scrape /metrics, replay the workload, scrape again.
+"""The "server" backends: "openai" (/v1/completions) and "openai-chat", an OpenAI-compatible server at --base-url.
 
-`OpenAIBackend` ("openai", /v1/completions) and `OpenAIChatBackend` ("openai-chat") are the "server" backends.
-Returns the same `RunResult` the in-process runner does, so the metrics, the CSV row and the table are the same
-code for both. What only the engine sees is NaN unless the server's /metrics tells it (`server_metrics.py`):
-queueing time, recomputed tokens, slot and token-budget utilisation, static slot waste, the step count.
+One measured run (warm-up, /metrics scraped around the replay) is
+http_run.py's; it returns the same `RunResult` the in-process runner does, so the metrics, the CSV row and the
+table are the same code for both.
 """
 
 from __future__ import annotations
 
-import asyncio
-import math
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from cbbench.perf.backends.base import WARMUP_OUTPUT_LEN, Backend, ProgressFn, RunResult, warmup_prompts
-from cbbench.perf.backends.client_workers import check_client_workers, replay_sharded
-from cbbench.perf.backends.http_client import HttpTarget, make_session, replay, run_duration
-from cbbench.perf.backends.http_turns import replay_turns
-from cbbench.perf.backends.server_metrics import ServerMetrics, scrape
+from cbbench.perf.backends.base import Backend, ProgressFn, RunResult
+from cbbench.perf.backends.client_workers import check_client_workers
+from cbbench.perf.backends.http_client import HttpTarget
+from cbbench.perf.backends.http_run import WARMUP_VOCAB_FLOOR, HttpRunResult, request_prompts, run_http  # noqa: F401  (re-exported)
 from cbbench.perf.records import RequestRecord
 
 if TYPE_CHECKING:
     from cbbench.perf.plan.spec import RunSettings, RunSpec
-
-# text warm-up prompts for a tokenizer smaller than the warm-up's id range use ids from here up (past the specials)
-WARMUP_VOCAB_FLOOR = 16
-# the columns an HTTP client cannot observe, NaN whatever compute_metrics makes of the missing step data
-_NOT_OBSERVED = (
-    "recomputed_tokens",
-    "mean_slot_utilisation",
-    "mean_token_budget_utilisation",
-    "slot_waste",
-    "num_steps",
-)
-
-
-@dataclass
-class HttpRunResult(RunResult):
-    """A RunResult whose engine-side figures come from the server's /metrics (NaN where it has none)."""
-
-    server: dict[str, float] = field(default_factory=dict)
-
-    def metrics(self, *, metric_percentiles: Sequence[float], goodput: Mapping[str, float] | None) -> dict[str, Any]:
-        m = super().metrics(metric_percentiles=metric_percentiles, goodput=goodput)
-        m.update(dict.fromkeys(_NOT_OBSERVED, math.nan))
-        for k in ("num_preemptions", "peak_kv_usage", "peak_kv_blocks"):
-            m[k] = self.server.get(k, math.nan)
-        if math.isnan(m["prefix_cache_hit_rate"]):  # no cached_tokens in the usage: the server's own counters
-            m["prefix_cache_hit_rate"] = self.server.get("server_prefix_hit_rate", math.nan)
-        return m
-
-    @property
-    def failures(self) -> list[RequestRecord]:
-        return [r for r in self.records if r.finish_reason == "error"]
 
 
 def http_target(
@@ -91,151 +55,6 @@ def failure_notes(key: tuple[str, str, str], records: list[RequestRecord]) -> li
             f"{short[0].requested_output_len}"
         )
     return out
-
-
-def request_prompts(workload: Any, target: HttpTarget, tokenizer: Any) -> list[str | list[int]]:
-    """Each request's prompt as the target takes it: token ids, or the source text (decoded when it has none)."""
-    if target.prompt_format == "ids":
-        return [list(r.prompt_token_ids) for r in workload.requests]
-    if tokenizer is None:
-        raise ValueError("tokenizer: --prompt-format text needs a tokenizer to turn token-id prompts into text")
-    return [
-        r.prompt_text if r.prompt_text is not None else tokenizer.decode(list(r.prompt_token_ids))
-        for r in workload.requests
-    ]
-
-
-async def _run(
-    workload: Any,
-    target: HttpTarget,
-    *,
-    tokenizer: Any,
-    max_concurrency: int | None,
-    warmup: int,
-    seed: int,
-    progress: ProgressFn | None,
-    client_workers: int = 1,
-    send: Any = None,
-) -> HttpRunResult:
-    res = HttpRunResult(target.backend, "", {})
-    prompts = request_prompts(workload, target, tokenizer)
-    reqs = workload.requests
-    async with make_session(max_concurrency, target.timeout_s) as session:
-        if warmup:  # as vLLM's test prompt: a server that cannot answer fails the run here, not 500 times
-            wp = warmup_prompts(warmup, seed)
-            if target.prompt_format == "text":  # ids within a small vocabulary, so that no prompt decodes to ""
-                vocab = getattr(tokenizer, "vocab_size", None) or WARMUP_VOCAB_FLOOR
-                wp = (
-                    [[WARMUP_VOCAB_FLOOR + i % max(1, vocab - WARMUP_VOCAB_FLOOR) for i in p] for p in wp]
-                    if vocab < 60_000
-                    else wp
-                )
-            wprompts = wp if target.prompt_format == "ids" else [tokenizer.decode(p) or "hello" for p in wp]
-            recs, _, _ = await replay(
-                target,
-                wprompts,
-                [len(p) for p in wp],
-                [WARMUP_OUTPUT_LEN + i for i in range(len(wp))],
-                [0.0] * len(wp),
-                max_concurrency=max_concurrency,
-                tokenizer=tokenizer,
-                session=session,
-                ids=[f"warmup-{i}" for i in range(len(wp))],
-                send=send,
-            )
-            bad = [r for r in recs if r.finish_reason == "error"]
-            if len(bad) == len(recs):  # one answered warm-up request is enough (an early EOS is not the server's fault)
-                res.error = f"every warm-up request failed: {bad[0].error}"
-                return res
-        sm = ServerMetrics(target.root + "/metrics")
-        sm.before = await scrape(session, sm.url)
-        done = asyncio.Event()
-        sampler = asyncio.create_task(sm.sample_until(session, done)) if sm.before is not None else None
-        args = (
-            target,
-            prompts,
-            [r.prompt_len for r in reqs],
-            [r.output_len for r in reqs],
-            [r.arrival_time for r in reqs],
-        )
-        try:
-            texts = {id(r): p for r, p in zip(reqs, prompts)}
-            if workload.is_multi_turn:  # each conversation a chain: turn k after turn k - 1's answer
-                if client_workers > 1:
-                    raise ValueError("client_workers: multi-turn workloads run on one client process")
-                records, t0, end = await replay_turns(
-                    target,
-                    reqs,
-                    text_of=lambda r: texts[id(r)],
-                    tokenizer=tokenizer,
-                    session=session,
-                    max_concurrency=max_concurrency,
-                    progress=progress,
-                )
-            elif client_workers > 1:  # the parent keeps sampling /metrics while the workers replay
-                records, t0, end = await asyncio.to_thread(
-                    replay_sharded,
-                    *args,
-                    workers=client_workers,
-                    max_concurrency=max_concurrency,
-                    tokenizer=tokenizer,
-                    send=send,
-                )
-                if progress:
-                    progress(len(records))
-            else:
-                records, t0, end = await replay(
-                    *args,
-                    max_concurrency=max_concurrency,
-                    tokenizer=tokenizer,
-                    progress=progress,
-                    session=session,
-                    send=send,
-                )
-        finally:
-            done.set()
-            if sampler is not None:
-                await sampler
-        if sm.before is not None:
-            sm.after = await scrape(session, sm.url)
-    res.records, res.duration, res.server = records, run_duration(records, t0, end), sm.results()
-    return res
-
-
-def run_http(
-    workload: Any,
-    target: HttpTarget,
-    *,
-    tokenizer: Any = None,
-    max_concurrency: int | None = None,
-    warmup: int = 8,
-    seed: int = 0,
-    progress: ProgressFn | None = None,
-    client_workers: int = 1,
-    send: Any = None,
-) -> HttpRunResult:
-    """Replay `workload` against `target` (over `client_workers` processes, client_workers.py); a server that
-    cannot be reached, or a client worker that fails, is a failed run, not an exception. `send`: the request
-    function (`http_client.replay`'s), for endpoints that do not stream completions."""
-    if max_concurrency is not None and max_concurrency < 1:
-        raise ValueError(f"max_concurrency must be >= 1, got {max_concurrency}")
-    check_client_workers(client_workers)
-    try:
-        return asyncio.run(
-            _run(
-                workload,
-                target,
-                tokenizer=tokenizer,
-                max_concurrency=max_concurrency,
-                warmup=warmup,
-                seed=seed,
-                progress=progress,
-                client_workers=client_workers,
-                send=send,
-            )
-        )
-    except (TimeoutError, OSError, RuntimeError) as e:
-        return HttpRunResult(target.backend, "", {}, error=f"{type(e).__name__}: {e}")
 
 
 class HttpBackend(Backend):

@@ -113,7 +113,6 @@ def main(argv: list[str] | None = None) -> None:
     import torch
 
     from cbbench.perf.backends.http_client import HttpTarget
-    from cbbench.perf.backends.in_process import run_refengine
     from cbbench.perf.backends.openai import run_http
     from cbbench.workloads import get_workload
     from refengine.loader import load_tokenizer
@@ -142,31 +141,8 @@ def main(argv: list[str] | None = None) -> None:
     try:
         run_http(short, HttpTarget("openai", url, a.model))
         for rep in range(a.repeats):
-            c0 = time.process_time()
-            r = run_refengine(
-                wl,
-                model=a.model,
-                device=a.device,
-                dtype=None,
-                seed=0,
-                batching="continuous",
-                knobs=knobs,
-                max_concurrency=a.concurrency,
-            )
-            m = r.metrics(metric_percentiles=[50], goodput=None)
-            m["cpu_s_per_1k"] = (time.process_time() - c0 - build_cpu) / m["total_output_tokens"] * 1000
-            res["in-process"].append(m)
-            if prof:
-                prof.enable()
-            c0, s0 = time.process_time(), _proc_cpu_s(proc.pid)
-            h = run_http(wl, HttpTarget("openai", url, a.model), max_concurrency=a.concurrency)
-            cpu = time.process_time() - c0 + _proc_cpu_s(proc.pid) - s0
-            if prof:
-                prof.disable()
-            if h.error or h.failures:
-                raise RuntimeError(f"HTTP run failed: {h.error or h.failures[0].error}")
-            m = h.metrics(metric_percentiles=[50], goodput=None)
-            m["cpu_s_per_1k"] = cpu / m["total_output_tokens"] * 1000
+            res["in-process"].append(_in_process_run(a, wl, knobs, build_cpu))
+            m = _http_run(a, wl, url, proc.pid, prof)
             res["http"].append(m)
             print(
                 f"repeat {rep}: in-process {res['in-process'][-1]['output_throughput']:.1f} tok/s "
@@ -181,6 +157,45 @@ def main(argv: list[str] | None = None) -> None:
     if prof:
         prof.dump_stats(a.profile)
         print(f"  client profile: {a.profile}")
+
+
+def _in_process_run(a: argparse.Namespace, wl: Any, knobs: dict[str, Any], build_cpu: float) -> dict[str, Any]:
+    """One in-process run's metrics, with its CPU seconds per 1k output tokens (the engine's build left out)."""
+    from cbbench.perf.backends.in_process import run_refengine
+
+    c0 = time.process_time()
+    r = run_refengine(
+        wl,
+        model=a.model,
+        device=a.device,
+        dtype=None,
+        seed=0,
+        batching="continuous",
+        knobs=knobs,
+        max_concurrency=a.concurrency,
+    )
+    m = r.metrics(metric_percentiles=[50], goodput=None)
+    m["cpu_s_per_1k"] = (time.process_time() - c0 - build_cpu) / m["total_output_tokens"] * 1000
+    return m
+
+
+def _http_run(a: argparse.Namespace, wl: Any, url: str, server_pid: int, prof: Any) -> dict[str, Any]:
+    """One HTTP run's metrics, with the CPU seconds per 1k output tokens of the client and the server together."""
+    from cbbench.perf.backends.http_client import HttpTarget
+    from cbbench.perf.backends.openai import run_http
+
+    if prof:
+        prof.enable()
+    c0, s0 = time.process_time(), _proc_cpu_s(server_pid)
+    h = run_http(wl, HttpTarget("openai", url, a.model), max_concurrency=a.concurrency)
+    cpu = time.process_time() - c0 + _proc_cpu_s(server_pid) - s0
+    if prof:
+        prof.disable()
+    if h.error or h.failures:
+        raise RuntimeError(f"HTTP run failed: {h.error or h.failures[0].error}")
+    m = h.metrics(metric_percentiles=[50], goodput=None)
+    m["cpu_s_per_1k"] = cpu / m["total_output_tokens"] * 1000
+    return m
 
 
 def _print_medians(a: argparse.Namespace, res: dict[str, list[dict[str, float]]]) -> None:

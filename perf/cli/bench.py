@@ -36,15 +36,41 @@ def bench_scheduler(
         )
 
 
+# bench-step's options whose help runs long, named here so that the command reads one line per option
+_StubModel = Annotated[
+    bool,
+    Opt(
+        "--stub-model/--real-model",
+        help="replace the forward by a stub that returns at once (host time only), or run the real model",
+    ),
+]
+_CpuThreads = Annotated[
+    int,
+    Opt(
+        help="torch threads (default 1: the host work is one Python thread, and one "
+        "torch thread keeps a shared CPU's timings stable; 0 = torch's default)"
+    ),
+]
+_Detokenizer = Annotated[
+    str,
+    Opt(
+        help="incremental (the engine's), or full-redecode (the whole output decoded "
+        "every step, as before: the before/after comparison)"
+    ),
+]
+_OutputKind = Annotated[
+    str,
+    Opt(
+        help="what step() returns per request (SamplingParams.output_kind): delta (every "
+        "step's new tokens and text, as a streaming server needs), cumulative, or "
+        "final_only (nothing until a request finishes, as LLM.generate)"
+    ),
+]
+
+
 @one_line_errors("bench-step")
 def bench_step(
-    stub_model: Annotated[
-        bool,
-        Opt(
-            "--stub-model/--real-model",
-            help="replace the forward by a stub that returns at once (host time only), or run the real model",
-        ),
-    ] = False,
+    stub_model: _StubModel = False,
     running: Annotated[str, Opt(help="comma list of running decode counts", metavar=list_metavar("int"))] = "64,256",
     iters: Annotated[int, Opt(help="timed steps per size")] = 100,
     warmup: Annotated[int, Opt(help="untimed steps first")] = 5,
@@ -53,31 +79,12 @@ def bench_step(
     stop: Annotated[
         Optional[list[str]], Opt(help="stop strings every request carries (never met)", metavar="<str>")
     ] = None,
-    cpu_threads: Annotated[
-        int,
-        Opt(
-            help="torch threads (default 1: the host work is one Python thread, and one "
-            "torch thread keeps a shared CPU's timings stable; 0 = torch's default)"
-        ),
-    ] = 1,
+    cpu_threads: _CpuThreads = 1,
     breakdown: Annotated[
         bool, Opt(help="also the CPU time of schedule / execute_model / update_from_output / the rest (outputs)")
     ] = False,
-    detokenizer: Annotated[
-        str,
-        Opt(
-            help="incremental (the engine's), or full-redecode (the whole output decoded "
-            "every step, as before: the before/after comparison)"
-        ),
-    ] = "incremental",
-    output_kind: Annotated[
-        str,
-        Opt(
-            help="what step() returns per request (SamplingParams.output_kind): delta (every "
-            "step's new tokens and text, as a streaming server needs), cumulative, or "
-            "final_only (nothing until a request finishes, as LLM.generate)"
-        ),
-    ] = "delta",
+    detokenizer: _Detokenizer = "incremental",
+    output_kind: _OutputKind = "delta",
 ) -> None:
     """Microseconds per whole engine step (schedule, forward, sampling, update, outputs) at N running decodes.
 

@@ -5,23 +5,23 @@ Every engine knob of `cbbench perf` maps one to one onto a `SchedulerConfig` / `
 list to sweep (`--max-num-batched-tokens 512,2048`). Bad input (unknown workload, batching mode, knob value) ends
 the command with one line on stderr and exit code 2; a regression found by `compare` exits 1.
 
-This file holds `perf` and the command table; the app and its error handling are in app.py, the other commands
-in commands.py and bench.py. `perf` only turns its options into `PerfOptions`: sweep.py does the work.
+This file holds `perf` and the command table; `perf`'s options are declared in perf_params.py, the app and its
+error handling are in app.py, the other commands in commands.py and bench.py. `perf` only turns its options into `PerfOptions`: sweep.py does the work.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any, Optional
+from typing import Any, Optional
 
 import typer
 from rich.console import Console
 
+from cbbench.perf.cli import perf_params as options
 from cbbench.perf.cli.app import (
     DEBUG_ENV,
     LIKE_MAY_SET,
     CliError,
-    Opt,
     app,
     command_line,
     err,
@@ -32,7 +32,7 @@ from cbbench.perf.cli.bench import bench_async, bench_scheduler, bench_step
 from cbbench.perf.cli.commands import compare, generate, kernels, plot, report, serve, show, timeline
 from cbbench.perf.cli.profile import bench_profile
 from cbbench.perf.errors import NoResultError
-from cbbench.perf.knobs import engine_knob_options, list_metavar
+from cbbench.perf.knobs import engine_knob_options
 from cbbench.perf.plan.options import CPU_DEFAULTS, PerfOptions
 
 __all__ = ["app", "main", "DEBUG_ENV", "CliError", "run_perf"]
@@ -49,145 +49,46 @@ __all__ = ["app", "main", "DEBUG_ENV", "CliError", "run_perf"]
 )
 def perf(
     ctx: typer.Context,
-    workload: Annotated[
-        str,
-        Opt(
-            help="sharegpt | fixed | random | lognormal | prefix | custom | hf | trace | "
-            "multiturn | sharegpt-multiturn (docs/workloads.md)"
-        ),
-    ] = "sharegpt",
-    model: Annotated[
-        Optional[str],
-        Opt(help="a preset name or a local Hugging Face folder (default: tiny-qwen2; llama-3.1-8b on sim:<gpu>)"),
-    ] = None,
-    device: Annotated[
-        str,
-        Opt(
-            help="in-process device (cpu, cuda[:N], or a simulated GPU sim:h100 / sim:h200 / "
-            "sim:a100); for --backend openai* it only picks the workload defaults"
-        ),
-    ] = "cpu",
-    dtype: Annotated[Optional[str], Opt(help="default: float32 on CPU, bfloat16 on CUDA and sim:<gpu>")] = None,
-    num_prompts: Annotated[
-        Optional[int], Opt(help=f"default: {CPU_DEFAULTS['num_prompts']} on CPU, 500 on GPU, 1000 on sim:<gpu>")
-    ] = None,
-    seed: Annotated[int, Opt()] = 0,
-    dataset_path: Annotated[
-        Optional[str],
-        Opt(
-            help="the workload's file, never fetched: sharegpt / "
-            "sharegpt-multiturn a ShareGPT_V3 JSON (default: the bundled "
-            "file), custom a JSONL of prompts, hf a local datasets folder "
-            "or parquet / arrow / jsonl / csv file, trace an Azure, "
-            "Mooncake or plain trace"
-        ),
-    ] = None,
-    time_scale: Annotated[
-        Optional[float], Opt(help="--workload trace: arrival-time factor (2 = half speed, 0.5 = double)")
-    ] = None,
-    hf_split: Annotated[Optional[str], Opt(help="--workload hf: the split of a datasets folder")] = None,
-    hf_column: Annotated[
-        Optional[str],
-        Opt(help="--workload hf: the prompt column (default: the first of prompt, text, question, instruction, input)"),
-    ] = None,
-    hf_output_column: Annotated[
-        Optional[str], Opt(help="--workload hf: a column holding each request's output length")
-    ] = None,
-    hf_output_len: Annotated[
-        Optional[int], Opt(help="--workload hf: the output length of every request (default 256)")
-    ] = None,
-    max_prompt_len: Annotated[
-        Optional[int], Opt(help=f"sharegpt prompt cap (CPU default {CPU_DEFAULTS['max_prompt_len']}, GPU none)")
-    ] = None,
-    max_output_len: Annotated[
-        Optional[int], Opt(help=f"sharegpt output cap (CPU default {CPU_DEFAULTS['max_output_len']}, GPU none)")
-    ] = None,
-    request_rate: Annotated[
-        str, Opt(help="requests/s; inf = all at t0 (offline); comma list: one run each", metavar=list_metavar("float"))
-    ] = "inf",
-    burstiness: Annotated[
-        str, Opt(help="gamma shape of inter-arrival times; 1 = Poisson; comma list", metavar=list_metavar("float"))
-    ] = "1",
-    max_concurrency: Annotated[
-        Optional[str],
-        Opt(
-            help="requests in flight at most, as vllm bench serve's (comma list; default no cap)",
-            metavar=list_metavar("int"),
-        ),
-    ] = None,
-    backend: Annotated[
-        str,
-        Opt(
-            help="refengine (in-process) | openai (/v1/completions) | openai-chat | openai-embeddings (/v1/embeddings)"
-        ),
-    ] = "refengine",
-    base_url: Annotated[Optional[str], Opt(help="the server for --backend openai*, e.g. http://127.0.0.1:8000")] = None,
-    tokenizer: Annotated[
-        Optional[str],
-        Opt(
-            help="for the workloads: a preset, a local folder or tokenizer.json, "
-            "or qwen (default: the model's own if a preset/folder, else the "
-            "Qwen BPE); a hub id needs its files in a local folder"
-        ),
-    ] = None,
-    prompt_format: Annotated[str, Opt(help="--backend openai: send prompts as token ids or text")] = "ids",
-    request_timeout: Annotated[float, Opt(help="--backend openai*: seconds a request may take (vLLM's 6 h)")] = 6
-    * 3600,
-    client_workers: Annotated[
-        int, Opt(help="--backend openai*: client processes the requests are sharded over (one clock; records merged)")
-    ] = 1,
-    ignore_eos: Annotated[
-        bool,
-        Opt(
-            "--ignore-eos/--no-ignore-eos",
-            help="--backend openai*: send vLLM's ignore_eos (off for servers that refuse unknown fields)",
-        ),
-    ] = True,
-    batching: Annotated[
-        str, Opt(help="comma list of continuous,sequence,static,none", metavar=list_metavar("str"))
-    ] = "continuous,sequence,static,none",
-    repeats: Annotated[int, Opt(help="runs per configuration; the table shows the median")] = 1,
-    warmup: Annotated[int, Opt(help="short synthetic requests of staggered lengths run first, not measured")] = 8,
-    peers: Annotated[
-        str, Opt(help="comma list of hf-static,hf-cb, or none", metavar=list_metavar("str"))
-    ] = "hf-static,hf-cb",
-    metric_percentiles: Annotated[
-        str,
-        Opt(
-            help="latency percentiles to compute; p50, p75, p90, p95, p99 and "
-            "p99.9 always are, others go to the CSV's extra column",
-            metavar=list_metavar("float"),
-        ),
-    ] = "50,90,99",
-    goodput: Annotated[
-        Optional[list[str]], Opt(help="SLOs NAME:MS, e.g. --goodput ttft:500 tpot:50", metavar="<name:ms>")
-    ] = None,
-    result_dir: Annotated[Path, Opt()] = Path("results"),
-    workload_param: Annotated[
-        Optional[list[str]], Opt(help="KEY=VALUE for the workload, e.g. input_len=1024", metavar="<key=value>")
-    ] = None,
-    cpu_threads: Annotated[
-        Optional[int], Opt(help="torch threads on CPU (default 1: stable on shared CPUs; 0 = torch's default)")
-    ] = None,
-    quiet: Annotated[bool, Opt(help="no progress bar")] = False,
-    format: Annotated[str, Opt("--format", help="the table: text | markdown | json (the files are the same)")] = "text",
-    output: Annotated[
-        Optional[Path],
-        Opt(
-            help="the CSV to write, the JSON beside it (default: RESULT_DIR/"
-            "WORKLOAD-TIME.csv); each run is written as it finishes"
-        ),
-    ] = None,
-    label: Annotated[str, Opt(help="a name for these runs (the CSV's label column; compare and plot show it)")] = "",
-    resume: Annotated[bool, Opt(help="complete --output: skip the runs it already holds")] = False,
-    like: Annotated[
-        Optional[Path],
-        Opt(
-            help="rerun exactly the configurations of this results CSV (a "
-            "baseline): its workload, engines, modes, knobs and repeats"
-        ),
-    ] = None,
-    dry_run: Annotated[bool, Opt("--dry-run", help="print the plan, one line per run, and stop: nothing runs")] = False,
+    workload: options.Workload = "sharegpt",
+    model: options.Model = None,
+    device: options.Device = "cpu",
+    dtype: options.Dtype = None,
+    num_prompts: options.NumPrompts = None,
+    seed: options.Seed = 0,
+    dataset_path: options.DatasetPath = None,
+    time_scale: options.TimeScale = None,
+    hf_split: options.HfSplit = None,
+    hf_column: options.HfColumn = None,
+    hf_output_column: options.HfOutputColumn = None,
+    hf_output_len: options.HfOutputLen = None,
+    max_prompt_len: options.MaxPromptLen = None,
+    max_output_len: options.MaxOutputLen = None,
+    request_rate: options.RequestRate = "inf",
+    burstiness: options.Burstiness = "1",
+    max_concurrency: options.MaxConcurrency = None,
+    backend: options.Backend = "refengine",
+    base_url: options.BaseUrl = None,
+    tokenizer: options.Tokenizer = None,
+    prompt_format: options.PromptFormat = "ids",
+    request_timeout: options.RequestTimeout = 6 * 3600,
+    client_workers: options.ClientWorkers = 1,
+    ignore_eos: options.IgnoreEos = True,
+    batching: options.Batching = "continuous,sequence,static,none",
+    repeats: options.Repeats = 1,
+    warmup: options.Warmup = 8,
+    peers: options.Peers = "hf-static,hf-cb",
+    metric_percentiles: options.MetricPercentiles = "50,90,99",
+    goodput: options.Goodput = None,
+    result_dir: options.ResultDir = Path("results"),
+    workload_param: options.WorkloadParam = None,
+    cpu_threads: options.CpuThreads = None,
+    quiet: options.Quiet = False,
+    format: options.Format = "text",
+    output: options.Output = None,
+    label: options.Label = "",
+    resume: options.Resume = False,
+    like: options.Like = None,
+    dry_run: options.DryRun = False,
     knobs: Optional[dict] = None,
 ) -> None:
     """Replay a workload through every batching mode (and the peers); print the table, write CSV + JSON."""

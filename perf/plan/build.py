@@ -11,7 +11,7 @@ from __future__ import annotations
 import datetime as _dt
 import itertools
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from cbbench.perf.backends.base import warmup_lengths
 from cbbench.perf.backends.registry import Backend
@@ -38,6 +38,9 @@ from cbbench.perf.results.schema import STORED_PERCENTILES
 from refengine.config import BATCHING_MODES
 from refengine.sim.cost_model import COST_MODEL_VERSION
 from refengine.sim.device import is_sim_device
+
+if TYPE_CHECKING:
+    from cbbench.workloads import Workload
 
 Entry = tuple[str, str, dict[str, Any]]  # (backend, batching mode, knobs)
 
@@ -67,20 +70,7 @@ def build_plan(o: PerfOptions) -> RunPlan:
         o.peers = sim_peers(o.peers)
     o.repeats = 1 if o.repeats is None else o.repeats
     o.warmup = 8 if o.warmup is None else o.warmup
-    settings = RunSettings(
-        o.model,
-        o.device,
-        o.dtype,
-        o.seed,
-        o.warmup,
-        o.cpu_threads,
-        base_url=o.base_url,
-        prompt_format=o.prompt_format,
-        ignore_eos=o.ignore_eos,
-        request_timeout=o.request_timeout,
-        client_workers=o.client_workers,
-        engine_knobs=dict(o.knobs),
-    )
+    settings = _settings(o)
     sw = _sweep(o, like_entries)
     backends = {name: Backend.get(name)(settings) for name in dict.fromkeys(e for e, _, _ in sw.entries)}
     in_process = Backend.get(o.backend).kind == "engine"
@@ -93,11 +83,7 @@ def build_plan(o: PerfOptions) -> RunPlan:
     workloads = {load: build_workload(o, o.device == "cpu", load, settings.tokenizer) for load in sw.loads}
     workload = workloads[sw.loads[0]]
     if in_process:  # the whole sweep, before the first run
-        lengths = [(len(r.prompt_token_ids), r.output_len) for r in workload.requests] + warmup_lengths(
-            o.warmup, o.seed
-        )
-        for mode, ks in itertools.product(sw.modes, sw.knob_sets):
-            check_feasible(lengths, ks, label=f"{mode} {knob_label(ks, set(ks))}".strip())
+        _check_sweep_feasible(o, sw, workload)
     from refengine.loader import resolve_dtype
     from refengine.sim.backend import sim_dtype
 
@@ -114,21 +100,13 @@ def build_plan(o: PerfOptions) -> RunPlan:
         if o.output is not None
         else _fresh(Path(o.result_dir), f"{workload.name}-{_dt.datetime.now().strftime('%Y%m%d-%H%M%S')}")
     )
-    config = {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(o).items() if k != "like_params"}
-    config.update(knob_sets=sw.knob_sets, dtype_resolved=settings.dtype_name, batching_modes=sw.modes, peers=sw.peers)
-    if sim:  # what the reports name: the simulated GPU and the cost model's version
-        config.update(
-            simulated=sim_label(o.device, o.dtype),
-            cost_model=COST_MODEL_VERSION,
-            not_simulated=[p for p in PEERS if p not in sw.peers and p in NOT_SIMULATED],
-        )
     return RunPlan(
         settings,
         specs,
         backends,
         workload,
         csv_path,
-        config,
+        _plan_config(o, sw, settings.dtype_name, sim),
         percentiles=sw.percentiles,
         goodput=sw.goodput,
         label=o.label,
@@ -137,6 +115,44 @@ def build_plan(o: PerfOptions) -> RunPlan:
         quiet=o.quiet,
         format=o.format,
     )
+
+
+def _settings(o: PerfOptions) -> RunSettings:
+    """What every run of the plan shares (the model, the device, the client's and the engine's settings)."""
+    return RunSettings(
+        o.model,
+        o.device,
+        o.dtype,
+        o.seed,
+        o.warmup,
+        o.cpu_threads,
+        base_url=o.base_url,
+        prompt_format=o.prompt_format,
+        ignore_eos=o.ignore_eos,
+        request_timeout=o.request_timeout,
+        client_workers=o.client_workers,
+        engine_knobs=dict(o.knobs),
+    )
+
+
+def _check_sweep_feasible(o: PerfOptions, sw: _Sweep, workload: Workload) -> None:
+    """Every request (and warm-up request) must fit every mode and knob set of the sweep: ValueError otherwise."""
+    lengths = [(len(r.prompt_token_ids), r.output_len) for r in workload.requests] + warmup_lengths(o.warmup, o.seed)
+    for mode, ks in itertools.product(sw.modes, sw.knob_sets):
+        check_feasible(lengths, ks, label=f"{mode} {knob_label(ks, set(ks))}".strip())
+
+
+def _plan_config(o: PerfOptions, sw: _Sweep, dtype_name: str, sim: bool) -> dict[str, Any]:
+    """The run's config, as the JSON file records it: the options, the sweep, and on a simulated GPU what it is."""
+    config = {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(o).items() if k != "like_params"}
+    config.update(knob_sets=sw.knob_sets, dtype_resolved=dtype_name, batching_modes=sw.modes, peers=sw.peers)
+    if sim:  # what the reports name: the simulated GPU and the cost model's version
+        config.update(
+            simulated=sim_label(o.device, o.dtype),
+            cost_model=COST_MODEL_VERSION,
+            not_simulated=[p for p in PEERS if p not in sw.peers and p in NOT_SIMULATED],
+        )
+    return config
 
 
 def _sweep(o: PerfOptions, like_entries: list[Entry] | None) -> _Sweep:

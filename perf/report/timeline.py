@@ -132,7 +132,6 @@ def run_timeline(
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    from matplotlib.patches import Patch
 
     if num_requests < 1 or max_num_seqs < 1:
         raise ValueError("num_requests and max_num_seqs must be >= 1")
@@ -154,28 +153,46 @@ def run_timeline(
         stats = run_mode(model, device, mode, prompts, olens, max_num_seqs, seed)
         cells = assign_slots(stats, max_num_seqs)
         util[mode] = utilisation(cells, len(stats), max_num_seqs)
-        for c in cells:
-            color = cmap(int(c.request_id) % 20)
-            if c.kind == "held":
-                ax.barh(c.slot, 1, left=c.step, color="white", edgecolor="0.6", hatch="///", linewidth=0.3)
-            elif c.kind == "idle":
-                ax.barh(c.slot, 1, left=c.step, color=color, alpha=0.25, linewidth=0)
-            else:
-                ax.barh(
-                    c.slot,
-                    1,
-                    left=c.step,
-                    color=color,
-                    alpha=1.0 if c.kind == "prefill" else 0.6,
-                    edgecolor="black" if c.kind == "prefill" else "none",
-                    linewidth=0.6,
-                )
-                if c.kind == "prefill":
-                    ax.text(c.step + 0.5, c.slot, c.request_id, ha="center", va="center", fontsize=6)
+        _draw_cells(ax, cells, cmap)
         ax.set_title(f"{mode}: {len(stats)} steps, slot utilisation {util[mode]:.0%}", fontsize=9, loc="left")
         ax.set_yticks(range(max_num_seqs), [f"slot {i}" for i in range(max_num_seqs)], fontsize=7)
         ax.invert_yaxis()
     axes[-1, 0].set_xlabel("engine step")
+    _legend(fig)
+    fig.suptitle(f"{num_requests} requests, max_num_seqs={max_num_seqs}, {model}", fontsize=10, x=0.01, ha="left")
+    fig.tight_layout(rect=(0, 0, 1, 0.96))
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+    return out, util
+
+
+def _draw_cells(ax: Any, cells: Sequence[Cell], cmap: Any) -> None:  # (matplotlib objects: untyped here)
+    """One mode's row of the figure: a bar per (slot, step), coloured by request, styled by what the slot did."""
+    for c in cells:
+        color = cmap(int(c.request_id) % 20)
+        if c.kind == "held":
+            ax.barh(c.slot, 1, left=c.step, color="white", edgecolor="0.6", hatch="///", linewidth=0.3)
+        elif c.kind == "idle":
+            ax.barh(c.slot, 1, left=c.step, color=color, alpha=0.25, linewidth=0)
+        else:
+            ax.barh(
+                c.slot,
+                1,
+                left=c.step,
+                color=color,
+                alpha=1.0 if c.kind == "prefill" else 0.6,
+                edgecolor="black" if c.kind == "prefill" else "none",
+                linewidth=0.6,
+            )
+            if c.kind == "prefill":
+                ax.text(c.step + 0.5, c.slot, c.request_id, ha="center", va="center", fontsize=6)
+
+
+def _legend(fig: Any) -> None:
+    from matplotlib.patches import Patch
+
     fig.legend(
         handles=[
             Patch(facecolor="0.4", edgecolor="black", label="prefill (request id)"),
@@ -187,10 +204,3 @@ def run_timeline(
         fontsize=7,
         ncol=4,
     )
-    fig.suptitle(f"{num_requests} requests, max_num_seqs={max_num_seqs}, {model}", fontsize=10, x=0.01, ha="left")
-    fig.tight_layout(rect=(0, 0, 1, 0.96))
-    out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, dpi=110)
-    plt.close(fig)
-    return out, util

@@ -32,7 +32,6 @@ Exit codes of `main_compare` (for CI): 0 no regression, 1 a regression (or a mis
 
 from __future__ import annotations
 
-import json
 import math
 import os
 from collections.abc import Mapping, Sequence
@@ -43,7 +42,17 @@ from rich.console import Console
 from rich.text import Text
 
 from cbbench.perf.results.gate import FORMATS, gate_tolerances, render_json, render_markdown, render_table
-from cbbench.perf.results.schema import KEY_NAMES, aggregate_repeats, config_key, extra_metrics, read_csv
+from cbbench.perf.results.matching import (  # noqa: F401  (LOAD_/SERVER_KEY_NAMES, parse_where: re-exported)
+    LOAD_KEY_NAMES,
+    SERVER_KEY_NAMES,
+    check_finite,
+    filter_rows,
+    ignored_key_names,
+    keyed,
+    label,
+    parse_where,
+)
+from cbbench.perf.results.schema import extra_metrics, read_csv
 
 # (the tolerance rules are tolerances.py's; importable from here too, as they always were)
 from cbbench.perf.results.tolerances import (
@@ -75,111 +84,14 @@ __all__ = [
     "resolve_tolerances",
 ]
 
-# key columns whose value reads without its name in a config label
-_BARE = {"engine", "model", "device", "dtype", "workload", "batching"}
-
-
-def _label(key: tuple[str, ...], keys: Sequence[tuple[str, ...]]) -> str:
-    """engine, workload and batching, then only what tells this configuration from the others."""
-    parts = []
-    for i, name in enumerate(KEY_NAMES):
-        if key[i] == "" or (name not in ("engine", "workload", "batching") and len({k[i] for k in keys}) == 1):
-            continue
-        if name == "workload_params":  # only the params that differ between configurations
-            dicts = [json.loads(k[i]) if k[i] else {} for k in keys]
-            mine = json.loads(key[i])
-            parts += [f"{p}={v}" for p, v in mine.items() if len({json.dumps(d.get(p)) for d in dicts}) > 1]
-        else:
-            parts.append(key[i] if name in _BARE else f"{name}={key[i]}")
-    return " ".join(parts)
-
-
-# what identifies the load a run was measured under; `--ignore-key server` ignores every other key column
-LOAD_KEY_NAMES = ("model", "workload", "num_prompts", "seed", "request_rate", "burstiness", "workload_params")
-SERVER_KEY_NAMES = tuple(k for k in KEY_NAMES if k not in LOAD_KEY_NAMES)
-
-
-def ignored_key_names(names: Sequence[str]) -> set[str]:
-    """`["server"]` / `["engine,batching"]` -> the key columns to leave out of matching (ValueError if unknown)."""
-    out: set[str] = set()
-    for item in names:
-        for name in (x.strip() for x in item.split(",") if x.strip()):
-            if name == "server":
-                out.update(SERVER_KEY_NAMES)
-            elif name in KEY_NAMES:
-                out.add(name)
-            else:
-                raise ValueError(f"ignore-key: {name!r} is not a key column (one of server, {', '.join(KEY_NAMES)})")
-    return out
-
-
-def _keyed(df: pd.DataFrame, metrics: Sequence[str], ignored: set[str], side: str) -> dict[tuple[str, ...], Any]:
-    out: dict[tuple[str, ...], Any] = {}
-    for r in aggregate_repeats(df, metrics).to_dict("records"):
-        key = tuple("" if name in ignored else cell for name, cell in zip(KEY_NAMES, config_key(r)))
-        if key in out:
-            raise ValueError(
-                f"ignore-key: two configurations of the {side} file become one "
-                f"({r['engine']} {r['batching']}); pick one with --where (e.g. --where "
-                f"batching={r['batching']}) or ignore fewer key columns"
-            )
-        out[key] = r
-    return out
-
-
-def parse_where(items: Sequence[str]) -> list[tuple[str, str]]:
-    """`["batching=continuous"]` -> [("batching", "continuous")] (ValueError naming a bad item)."""
-    out = []
-    for item in items:
-        name, sep, value = item.partition("=")
-        if not sep or name.strip() not in KEY_NAMES + ("label",):
-            raise ValueError(
-                f"where: {item!r} is not KEY=VALUE with KEY a key column or label ({', '.join(KEY_NAMES)}, label)"
-            )
-        out.append((name.strip(), value.strip()))
-    return out
-
-
-def filter_rows(df: pd.DataFrame, where: Sequence[str], side: str) -> pd.DataFrame:
-    """The rows of `df` whose cells (read as config keys read them: 512.0 is "512") match every `where` item. An
-    empty cell is unknown, not different, and matches: an HTTP run cannot know the server's batching mode, so
-    `--where batching=continuous` keeps it and picks the continuous run of the in-process file."""
-    for name, value in parse_where(where):
-        df = df[[_cell_text(v) in (value, "") for v in df[name]]]
-        if df.empty:
-            raise ValueError(f"where: no row of the {side} file has {name}={value}")
-    return df
-
-
-def _cell_text(v: Any) -> str:
-    if v is None or (isinstance(v, float) and math.isnan(v)):
-        return ""
-    return str(int(v)) if isinstance(v, float) and v.is_integer() else str(v)
-
-
-def check_finite(df: pd.DataFrame, metrics: Sequence[str], source: Any) -> None:
-    """ValueError naming the first row whose metric is +-inf: a gate on it would pass or fail by accident
-    (an empty cell, NaN, is a missing metric and is judged as one)."""
-    for m in metrics:
-        if m not in df.columns:
-            continue
-        v = pd.to_numeric(df[m], errors="coerce")
-        bad = v.abs() == math.inf
-        if bad.any():
-            i = int(bad.to_numpy().nonzero()[0][0])
-            raise ValueError(
-                f"{source}: metric {m} is {v.iloc[i]} on row {i + 1} "
-                f"({df['engine'].iloc[i]} {df['batching'].iloc[i]}): not a finite number"
-            )
-
 
 class NoCommonConfigs(ValueError):
     """The two files share no configuration: nothing was compared, which is never a pass."""
 
 
 def compare(
-    baseline_csv: str | os.PathLike | pd.DataFrame,
-    new_csv: str | os.PathLike | pd.DataFrame,
+    baseline_csv: str | os.PathLike[str] | pd.DataFrame,
+    new_csv: str | os.PathLike[str] | pd.DataFrame,
     tolerances: Mapping[str, float | None] | None = None,
     *,
     fail_on_missing: bool = True,
@@ -195,16 +107,9 @@ def compare(
     """
     tol = resolve_tolerances(tolerances)
     metrics = list(tol)
-    frames = [extra_metrics(read_csv(x) if not isinstance(x, pd.DataFrame) else x) for x in (baseline_csv, new_csv)]
-    for df, x in zip(frames, (baseline_csv, new_csv)):
-        check_finite(df, metrics, x if not isinstance(x, pd.DataFrame) else "a results table")
-    frames = [filter_rows(df, where, side) for df, side in zip(frames, ("baseline", "new"))]
-    for df in frames:  # an override may name a metric only the `extra` column knows; such a metric reads as NaN
-        for m in metrics:
-            if m not in df.columns:
-                df[m] = math.nan
+    frames = _frames((baseline_csv, new_csv), metrics, where)
     ignored = ignored_key_names(ignore_key)
-    base, new = (_keyed(df, metrics, ignored, side) for df, side in zip(frames, ("baseline", "new")))
+    base, new = (keyed(df, metrics, ignored, side) for df, side in zip(frames, ("baseline", "new")))
     if base and new and not set(base) & set(new):
         made = frames[0]["command"].dropna() if "command" in frames[0] else pd.Series(dtype=str)
         how = (
@@ -220,30 +125,39 @@ def compare(
     rows: list[dict[str, Any]] = []
     regressed = False
     for key in keys:
-        label = _label(key, keys)
+        name = label(key, keys)
         if key not in new or key not in base:
             status = "missing in new" if key not in new else "new config"
             regressed |= status == "missing in new" and fail_on_missing
-            rows.append(
-                {
-                    "config": label,
-                    "metric": "",
-                    "direction": "",
-                    "baseline": math.nan,
-                    "new": math.nan,
-                    "change": math.nan,
-                    "tolerance": math.nan,
-                    "status": status,
-                }
-            )
+            nan = dict.fromkeys(_VALUES, math.nan)
+            rows.append({"config": name, "metric": "", "direction": "", **nan, "status": status})
             continue
         b, n = base[key], new[key]
         for m in metrics:
             row = _compare_metric(m, b, n, tol[m])
-            row["config"] = label
+            row["config"] = name
             regressed |= row["status"] in ("regressed", "missing in new")
             rows.append(row)
     return rows, regressed
+
+
+_VALUES = ("baseline", "new", "change", "tolerance")  # a row's numbers (NaN in a configuration's missing row)
+
+
+def _frames(
+    sources: tuple[str | os.PathLike[str] | pd.DataFrame, ...], metrics: Sequence[str], where: Sequence[str]
+) -> list[pd.DataFrame]:
+    """Each side as a table: read, its `extra` metrics as columns, checked finite, filtered by `where`, and holding
+    every metric compared (an override may name a metric only the `extra` column knows: it reads as NaN)."""
+    frames = [extra_metrics(read_csv(x) if not isinstance(x, pd.DataFrame) else x) for x in sources]
+    for df, x in zip(frames, sources):
+        check_finite(df, metrics, x if not isinstance(x, pd.DataFrame) else "a results table")
+    frames = [filter_rows(df, where, side) for df, side in zip(frames, ("baseline", "new"))]
+    for df in frames:
+        for m in metrics:
+            if m not in df.columns:
+                df[m] = math.nan
+    return frames
 
 
 def _compare_metric(m: str, b: Mapping[str, Any], n: Mapping[str, Any], tol: float) -> dict[str, Any]:
@@ -284,8 +198,8 @@ def _compare_metric(m: str, b: Mapping[str, Any], n: Mapping[str, Any], tol: flo
 
 
 def main_compare(
-    baseline: str | os.PathLike,
-    new: str | os.PathLike,
+    baseline: str | os.PathLike[str],
+    new: str | os.PathLike[str],
     tolerance_overrides: Mapping[str, float | None] | None = None,
     *,
     fail_on_missing: bool = True,
@@ -316,6 +230,31 @@ def main_compare(
         msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         err.print(f"cbbench compare: error: {msg}", markup=False, style="bold red")
         return 2
+    summary = _summary(rows, regressed, baseline, new, sources)
+    if fmt == "json":
+        console.file.write(render_json(rows, summary) + "\n")
+    elif fmt == "markdown":
+        console.file.write(render_markdown(rows, summary, only_changes=only_changes))
+    else:
+        names = [
+            f"{summary[side]} ({summary[side + '_label']})" if summary[side + "_label"] else summary[side]
+            for side in ("baseline", "new")
+        ]
+        console.print(render_table(rows, title=f"{names[0]} -> {names[1]}", only_changes=only_changes))
+        if sources:
+            console.print(Text("tolerances from: " + ", ".join(sources), style="dim"))
+        console.print(Text(summary["message"], style="bold red" if regressed else "green"))
+    return 1 if regressed else 0
+
+
+def _summary(
+    rows: list[dict[str, Any]],
+    regressed: bool,
+    baseline: str | os.PathLike[str],
+    new: str | os.PathLike[str],
+    sources: list[str],
+) -> dict[str, Any]:
+    """The verdict of a comparison, in words and counts, with what was compared (`--format json`'s summary)."""
     common = len({r["config"] for r in rows if r["metric"]})
     n_bad = sum(r["status"] in ("regressed", "missing in new") for r in rows)
     n_noise = sum(r["status"] == "noise" for r in rows)
@@ -329,33 +268,18 @@ def main_compare(
         + (f"; {n_noise} change(s) within the spread of the repeats" if n_noise else "")
         + ")"
     )
-    labels = {side: _labels(path) for side, path in (("baseline", baseline), ("new", new))}
-    names = {
-        side: f"{path} ({labels[side]})" if labels[side] else str(path)
-        for side, path in (("baseline", baseline), ("new", new))
-    }
-    summary = {
+    return {
         "baseline": str(baseline),
         "new": str(new),
-        "baseline_label": labels["baseline"],
-        "new_label": labels["new"],
+        "baseline_label": _labels(baseline),
+        "new_label": _labels(new),
         "regressed": regressed,
         "message": message,
         "configurations_in_common": common,
         "tolerance_sources": sources,
     }
-    if fmt == "json":
-        console.file.write(render_json(rows, summary) + "\n")
-    elif fmt == "markdown":
-        console.file.write(render_markdown(rows, summary, only_changes=only_changes))
-    else:
-        console.print(render_table(rows, title=f"{names['baseline']} -> {names['new']}", only_changes=only_changes))
-        if sources:
-            console.print(Text("tolerances from: " + ", ".join(sources), style="dim"))
-        console.print(Text(message, style="bold red" if regressed else "green"))
-    return 1 if regressed else 0
 
 
-def _labels(path: str | os.PathLike) -> str:
+def _labels(path: str | os.PathLike[str]) -> str:
     """The `--label`s of a results file's runs, comma-joined ("" when it has none)."""
     return ", ".join(x for x in read_csv(path)["label"].dropna().astype(str).unique() if x)

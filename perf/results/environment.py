@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 
-def git_revision(cwd: str | os.PathLike | None = None) -> str:
+def git_revision(cwd: str | os.PathLike[str] | None = None) -> str:
     """`git rev-parse HEAD` (+ "-dirty" with uncommitted changes), or "unknown" outside a repository."""
     cwd = cwd or Path(__file__).resolve().parent
     try:

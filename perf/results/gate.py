@@ -34,7 +34,7 @@ FORMATS = ("text", "markdown", "json")
 BAD_STATUSES = ("regressed", "missing in new")
 
 
-def sidecar_path(baseline: str | os.PathLike) -> Path:
+def sidecar_path(baseline: str | os.PathLike[str]) -> Path:
     p = Path(baseline)
     return p.with_name(f"{p.stem}.tolerances.toml")
 
@@ -48,7 +48,9 @@ def _values(table: Mapping[str, Any], where: str) -> dict[str, float | None]:
     return out
 
 
-def read_tolerance_file(path: str | os.PathLike, table: Sequence[str] = ("tolerances",)) -> dict[str, float | None]:
+def read_tolerance_file(
+    path: str | os.PathLike[str], table: Sequence[str] = ("tolerances",)
+) -> dict[str, float | None]:
     """The tolerance table of a TOML file ({} when the table is absent); ValueError naming the file if bad."""
     text = Path(path).read_text()
     try:
@@ -70,7 +72,10 @@ def _pyproject(start: Path) -> Path | None:
 
 
 def gate_tolerances(
-    baseline: str | os.PathLike, cli: Mapping[str, float | None] | None = None, *, cwd: str | os.PathLike | None = None
+    baseline: str | os.PathLike[str],
+    cli: Mapping[str, float | None] | None = None,
+    *,
+    cwd: str | os.PathLike[str] | None = None,
 ) -> tuple[dict[str, float | None], list[str]]:
     """The merged overrides for `compare` (see the module docstring) and the files they came from."""
     merged: dict[str, float | None] = {}

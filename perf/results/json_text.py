@@ -12,18 +12,19 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from cbbench.perf.results.schema import SCHEMA_VERSION, _jsonable
+from cbbench.perf.results.columns import SCHEMA_VERSION
+from cbbench.perf.results.files import jsonable
 
 
 def encode(x: Any) -> str:
-    """Strict, compact JSON of `x`, as `_jsonable` makes it (inf / nan as strings, numpy scalars as numbers).
+    """Strict, compact JSON of `x`, as `jsonable` makes it (inf / nan as strings, numpy scalars as numbers).
 
     The fast path is the C encoder on `x` as it is; only a value it refuses (a non-finite float, a numpy integer, a
-    non-string key) sends the whole value through `_jsonable`, which gives the same document."""
+    non-string key) sends the whole value through `jsonable`, which gives the same document."""
     try:
         return json.dumps(x, allow_nan=False, separators=(",", ":"))
     except (TypeError, ValueError):
-        return json.dumps(_jsonable(x), separators=(",", ":"), default=str)
+        return json.dumps(jsonable(x), separators=(",", ":"), default=str)
 
 
 def encode_runs(runs: Mapping[str, str]) -> str:
@@ -48,6 +49,6 @@ def run_json_text(
         "workload": workload.to_dict() if hasattr(workload, "to_dict") else workload,
         "rows": rows,
     }
-    parts = [f"{json.dumps(k)}: {json.dumps(_jsonable(v), indent=1, default=str)}" for k, v in head.items()]
+    parts = [f"{json.dumps(k)}: {json.dumps(jsonable(v), indent=1, default=str)}" for k, v in head.items()]
     parts += [f'"records": {encode_runs(records)}', f'"steps": {encode_runs(steps)}']
     return "{\n" + ",\n".join(parts) + "\n}"

@@ -1,4 +1,7 @@
-"""Result files: the CSV schema (one row per run), repeat aggregation, and the per-run JSON.
+"""Result rows: the CSV schema (one row per run), configuration keys and repeat aggregation.
+
+The columns are columns.py's; reading and writing the files (CSV and the per-run JSON) is files.py's; all of them
+are importable from here.
 
 The CSV's columns are `COLUMNS`, in that order, always (a missing value is an empty cell); `schema_version` is its
 first column and changes whenever a column is added, removed or renamed, so `compare` never matches columns by
@@ -11,93 +14,35 @@ A configuration is identified by `CONFIG_KEY_COLUMNS` plus the workload's params
 
 from __future__ import annotations
 
-import contextlib
-import csv
 import datetime as _dt
-import io
 import json
 import math
 import os
-import tempfile
 from collections.abc import Mapping, Sequence
-from glob import escape as glob_escape
-from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pandas as pd
 
-from cbbench.perf.metrics import stat_keys
-from cbbench.perf.results.cells import neutralise, restore
-from cbbench.perf.results.environment import environment_info, git_revision
-
-SCHEMA_VERSION = 2
-
-CONFIG_KEY_COLUMNS = (
-    "engine",
-    "model",
-    "device",
-    "dtype",
-    "workload",
-    "num_prompts",
-    "seed",
-    "request_rate",
-    "burstiness",
-    "batching",
-    "max_num_seqs",
-    "max_num_batched_tokens",
-    "block_size",
-    "num_gpu_blocks",
-    "num_cpu_blocks",
-    "enable_chunked_prefill",
-    "long_prefill_token_threshold",
-    "enable_prefix_caching",
-    "preemption_mode",
-    "policy",
-    "priority_preemption",
-    "attention_backend",
+from cbbench.perf.results.columns import (  # noqa: F401  (re-exported: the schema's names, as they always were)
+    COLUMNS,
+    CONFIG_KEY_COLUMNS,
+    ENGINE_COLUMNS,
+    KEY_NAMES,
+    LATENCY_COLUMNS,
+    METRIC_COLUMNS,
+    SCHEMA_VERSION,
+    STORED_PERCENTILES,
+    THROUGHPUT_COLUMNS,
 )
-THROUGHPUT_COLUMNS = ("request_throughput", "output_throughput", "total_token_throughput", "request_goodput")
-# Every run stores this dense set of latency percentiles whatever `--metric-percentiles` asks to show, so a gate can
-# check any of them (other percentiles go into `extra`, and `compare` reads them from there too).
-STORED_PERCENTILES = (50.0, 75.0, 90.0, 95.0, 99.0, 99.9)
-LATENCY_COLUMNS = tuple(k for m in ("ttft", "tpot", "itl", "e2el", "queue") for k in stat_keys(m, STORED_PERCENTILES))
-ENGINE_COLUMNS = (
-    "num_preemptions",
-    "recomputed_tokens",
-    "peak_kv_blocks",
-    "peak_kv_usage",
-    "prefix_cache_hit_rate",
-    "mean_slot_utilisation",
-    "mean_token_budget_utilisation",
-    "slot_waste",
-    "num_steps",
-)
-METRIC_COLUMNS = (
-    "completed",
-    "failed",
-    "duration",
-    "total_input_tokens",
-    "total_output_tokens",
-    *THROUGHPUT_COLUMNS,
-    *LATENCY_COLUMNS,
-    *ENGINE_COLUMNS,
-)
-# label: a name for the run (`--label`), not part of the configuration; command: the `cbbench perf` command line
-# (options given explicitly); run_options: JSON of what shaped the run without defining its configuration
-# (warm-up, threads, and the plan entry that `--resume` matches on).
-COLUMNS = (
-    "schema_version",
-    "label",
-    *CONFIG_KEY_COLUMNS,
-    "repeat",
-    "workload_params",
-    *METRIC_COLUMNS,
-    "git_sha",
-    "timestamp",
-    "command",
-    "run_options",
-    "extra",
+from cbbench.perf.results.environment import environment_info, git_revision  # noqa: F401  (environment_info: re-exported)
+from cbbench.perf.results.files import (  # noqa: F401  (re-exported: reading and writing moved to files.py)
+    append_rows,
+    atomic_write_text,
+    jsonable,
+    read_csv,
+    remove_stale_temporaries,
+    write_csv,
+    write_run_json,
 )
 
 
@@ -130,12 +75,12 @@ def make_row(
         workload=name,
         batching=batching,
         repeat=repeat,
-        workload_params=json.dumps(_jsonable(wparams), sort_keys=True),
+        workload_params=json.dumps(jsonable(wparams), sort_keys=True),
         git_sha=git_sha if git_sha is not None else git_revision(),
         timestamp=timestamp or _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
         label=label,
         command=command,
-        run_options=json.dumps(_jsonable(dict(run_options)), sort_keys=True) if run_options else "",
+        run_options=json.dumps(jsonable(dict(run_options)), sort_keys=True) if run_options else "",
     )
     for k in ("num_prompts", "seed", "request_rate", "burstiness"):
         row[k] = wparams.get(k)
@@ -146,114 +91,8 @@ def make_row(
                 row[k] = v
             else:
                 extra[k] = v
-    row["extra"] = json.dumps(_jsonable(extra), sort_keys=True) if extra else ""
+    row["extra"] = json.dumps(jsonable(extra), sort_keys=True) if extra else ""
     return row
-
-
-def atomic_write_text(path: str | os.PathLike, text: str) -> Path:
-    """Write `text` to a temporary file beside `path`, then rename it over `path`: a reader (or an interrupt)
-    sees the old file or the new one, never half of one."""
-    path = Path(path)
-    if path.exists() and not path.is_file():  # the rename would replace a device (/dev/full) or fail on a folder
-        raise ValueError(f"{path} exists and is not a regular file")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        os.chmod(tmp, _file_mode(path))  # mkstemp makes 0600; a result file is as readable as any other
-        with os.fdopen(fd, "w", newline="") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
-    return path
-
-
-def remove_stale_temporaries(path: str | os.PathLike) -> list[Path]:
-    """Remove the temporaries `atomic_write_text` left beside `path` when it was killed (SIGKILL) mid-write; call
-    it before writing `path` again. Returns what was removed."""
-    path = Path(path)
-    stale = sorted(path.parent.glob(f".{glob_escape(path.name)}.*.tmp")) if path.parent.is_dir() else []
-    for tmp in stale:
-        with contextlib.suppress(OSError):
-            tmp.unlink()
-    return stale
-
-
-def _file_mode(path: Path) -> int:
-    if path.exists():
-        return path.stat().st_mode & 0o777
-    mask = os.umask(0)
-    os.umask(mask)
-    return 0o666 & ~mask
-
-
-def write_csv(path: str | os.PathLike, rows: Sequence[Mapping[str, Any]]) -> Path:
-    """Write `rows` (replacing the file, atomically) with the fixed header."""
-    buf = io.StringIO()
-    w = csv.DictWriter(buf, fieldnames=COLUMNS, extrasaction="raise")
-    w.writeheader()
-    for row in rows:
-        w.writerow({k: neutralise(v) for k, v in row.items()})
-    return atomic_write_text(path, buf.getvalue())
-
-
-def append_rows(path: str | os.PathLike, rows: Sequence[Mapping[str, Any]]) -> Path:
-    """Append rows, writing the header first for a new file; a file with another header raises ValueError."""
-    path = Path(path)
-    if not path.exists() or path.stat().st_size == 0:
-        return write_csv(path, rows)
-    with path.open(newline="") as f:
-        header = next(csv.reader(f), [])
-    if tuple(header) != COLUMNS:
-        raise ValueError(f"{path}: its header is not schema version {SCHEMA_VERSION}'s; write a new file")
-    with path.open("a", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=COLUMNS, extrasaction="raise")
-        for row in rows:
-            w.writerow({k: neutralise(v) for k, v in row.items()})
-    return path
-
-
-def read_csv(path: str | os.PathLike, *, allow_empty: bool = False) -> pd.DataFrame:
-    """Read a results CSV, checking its schema version and columns, that every row is whole (a truncated file
-    raises), that there is at least one row (unless `allow_empty`), and that metric cells are numbers."""
-    text = Path(path).read_text()
-    try:
-        lines = list(csv.reader(io.StringIO(text)))
-    except csv.Error as e:  # e.g. a cell over csv's field size limit (131072 characters)
-        raise ValueError(f"{path}: not a readable CSV ({e})") from None
-    if not lines or "schema_version" not in lines[0]:
-        raise ValueError(f"{path}: not a cbbench results CSV (no schema_version column)")
-    for i, cells in enumerate(lines[1:], start=2):
-        if len(cells) != len(lines[0]):
-            raise ValueError(
-                f"{path}: line {i} has {len(cells)} of {len(lines[0])} cells: the file is truncated or damaged"
-            )
-    if len(lines) > 1 and not text.endswith("\n"):
-        raise ValueError(f"{path}: the last line does not end: the file is truncated")
-    df = pd.read_csv(io.StringIO(text), keep_default_na=True)
-    versions = set(pd.to_numeric(df["schema_version"], errors="coerce").dropna().astype(int))
-    if versions - {SCHEMA_VERSION}:
-        raise ValueError(
-            f"{path}: schema_version {sorted(versions)}, this cbbench reads {SCHEMA_VERSION} "
-            "(rerun the baseline's configurations with `cbbench perf --like` to refresh it)"
-        )
-    if tuple(df.columns) != COLUMNS:
-        raise ValueError(f"{path}: columns differ from schema version {SCHEMA_VERSION}")
-    for c in df.columns:  # user strings were marked against spreadsheet formulas when written (cells.py)
-        if not pd.api.types.is_numeric_dtype(df[c]) and not pd.api.types.is_bool_dtype(df[c]):
-            df[c] = df[c].map(restore)
-    if df.empty and not allow_empty:
-        raise ValueError(f"{path}: no result rows (a header only)")
-    for m in METRIC_COLUMNS:
-        bad = df[m].notna() & pd.to_numeric(df[m], errors="coerce").isna()
-        if bad.any():
-            i = int(bad.to_numpy().nonzero()[0][0])
-            raise ValueError(f"{path}: metric {m} holds {df[m].iloc[i]!r} on row {i + 1}, not a number")
-    return df
 
 
 def extra_metrics(df: pd.DataFrame) -> pd.DataFrame:
@@ -275,7 +114,6 @@ def extra_metrics(df: pd.DataFrame) -> pd.DataFrame:
 
 
 _PARAMS_NOT_IN_KEY = {"dataset_path", "num_tokenized"}
-KEY_NAMES = (*CONFIG_KEY_COLUMNS, "workload_params")
 
 
 def config_key(row: Mapping[str, Any]) -> tuple[str, ...]:
@@ -321,42 +159,3 @@ def aggregate_repeats(df: pd.DataFrame, metrics: Sequence[str] = METRIC_COLUMNS)
         *(f"{m}{s}" for m in metrics for s in ("", "_min", "_max")),
     ]
     return pd.DataFrame(out_rows, columns=cols)
-
-
-def write_run_json(
-    path: str | os.PathLike,
-    *,
-    config: Mapping[str, Any],
-    rows: Sequence[Mapping[str, Any]],
-    records: Mapping[str, Sequence[Mapping[str, Any]]] | Sequence[Mapping[str, Any]],
-    workload: Any = None,
-    environment: Mapping[str, Any] | None = None,
-    steps: Any = None,
-) -> Path:
-    """The full record of a perf invocation: environment, config, workload, CSV rows, per-request records
-    (a list, or a dict run-label -> list), and optionally the per-step traces. Non-finite floats become strings."""
-    doc = {
-        "schema_version": SCHEMA_VERSION,
-        "environment": dict(environment) if environment is not None else environment_info(config.get("device")),
-        "config": dict(config),
-        "workload": workload.to_dict() if hasattr(workload, "to_dict") else workload,
-        "rows": list(rows),
-        "records": records,
-        "steps": steps,
-    }
-    return atomic_write_text(path, json.dumps(_jsonable(doc), indent=1, default=str))
-
-
-def _jsonable(x: Any) -> Any:
-    """Strict JSON: inf / nan as strings, tuples as lists, numpy scalars as Python numbers."""
-    if isinstance(x, Mapping):
-        return {str(k): _jsonable(v) for k, v in x.items()}
-    if isinstance(x, (list, tuple)):
-        return [_jsonable(v) for v in x]
-    if isinstance(x, np.ndarray):
-        return _jsonable(x.tolist())
-    if isinstance(x, np.generic):
-        x = x.item()
-    if isinstance(x, float) and not math.isfinite(x):
-        return str(x)
-    return x

@@ -20,8 +20,8 @@ from cbbench.perf.records import RequestRecord, StepRecord
 from cbbench.perf.results.cells import restore
 from cbbench.perf.results.json_text import encode, run_json_text
 from cbbench.perf.results.schema import (
-    _jsonable,
     atomic_write_text,
+    jsonable,
     read_csv,
     remove_stale_temporaries,
     workload_params_key,
@@ -64,7 +64,7 @@ class ResultWriter:
         if not self.csv_path.exists():
             return  # nothing to resume: start the file
         read_csv(self.csv_path, allow_empty=True)  # schema, whole rows, numbers
-        mine = workload_params_key(json.dumps(_jsonable(getattr(self.workload, "params", {}) or {})))
+        mine = workload_params_key(json.dumps(jsonable(getattr(self.workload, "params", {}) or {})))
         with self.csv_path.open(newline="") as f:
             raw = list(csv.DictReader(f))  # the cells as written, so a resumed file keeps them byte for byte
         for row in raw:

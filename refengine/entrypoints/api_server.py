@@ -17,6 +17,7 @@ import asyncio
 import json
 import logging
 import re
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -41,6 +42,7 @@ from refengine.entrypoints.protocol import (
     error_body,
     now,
 )
+from refengine.entrypoints.responses import full_response, stream_response
 from refengine.entrypoints.serving import ENGINE_FAILED, Call, OpenAIServing, ShutdownAbort
 
 log = logging.getLogger("refengine.server")
@@ -74,8 +76,8 @@ def _validation_error(exc: RequestValidationError) -> JSONResponse:
             if [str(p) for p in e["loc"][1 : tag + 1]] == loc[:tag] and len(e["loc"]) > tag + 1
         )
         return _error(f"{param}: the value is none of the accepted types ({', '.join(kinds)})", 400, param)
-    param = ".".join(loc) or None
-    return _error(f"{param}: {msg}" if param else msg, 400, param)
+    where = ".".join(loc) or None
+    return _error(f"{where}: {msg}" if where else msg, 400, where)
 
 
 # json.dumps holds the GIL for its whole call (~1 s for a million ids on a busy CPU), stalling the engine thread
@@ -83,7 +85,7 @@ def _validation_error(exc: RequestValidationError) -> JSONResponse:
 _IDS_PER_SLICE = 20_000
 
 
-def _dumps_in_slices(body: dict) -> bytes:
+def _dumps_in_slices(body: dict[str, Any]) -> bytes:
     parts = []
     for key, value in body.items():
         if isinstance(value, list) and len(value) > _IDS_PER_SLICE and all(type(v) is int for v in value[:1]):
@@ -100,7 +102,7 @@ def _dumps_in_slices(body: dict) -> bytes:
     return ("{" + ",".join(parts) + "}").encode()
 
 
-async def _json_off_loop(body: dict) -> Response:
+async def _json_off_loop(body: dict[str, Any]) -> Response:
     """A large answer (a /tokenize of megabytes) is encoded in a worker thread: FastAPI would walk it on the loop."""
     return Response(await asyncio.to_thread(_dumps_in_slices, body), media_type="application/json")
 
@@ -159,7 +161,7 @@ def _add_service_routes(app: FastAPI, serving: OpenAIServing, check_model: Any, 
         return await _json_off_loop(await serving.detokenize(req))
 
     @app.get("/version")
-    async def version() -> dict:
+    async def version() -> dict[str, str]:
         from importlib.metadata import PackageNotFoundError
         from importlib.metadata import version as dist_version
 
@@ -203,7 +205,7 @@ def build_app(
     serving = OpenAIServing(async_engine, name, render)
 
     @asynccontextmanager
-    async def lifespan(app: FastAPI):
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         async_engine.start()
         try:
             yield
@@ -230,9 +232,11 @@ def build_app(
     async def respond(request: Request, call: Call, stream: bool, priority: int) -> Any:
         await serving.submit(call, priority)
         if stream:
-            return StreamingResponse(serving.stream(call), media_type="text/event-stream", headers=_SSE_HEADERS)
+            return StreamingResponse(
+                stream_response(serving, call), media_type="text/event-stream", headers=_SSE_HEADERS
+            )
         # Not streaming: a client that hangs up while waiting must abort its requests too.
-        body = asyncio.ensure_future(serving.full_response(call))
+        body = asyncio.ensure_future(full_response(serving, call))
         gone = asyncio.ensure_future(_until_disconnect(request))
         try:
             await asyncio.wait({body, gone}, return_when=asyncio.FIRST_COMPLETED)
@@ -256,7 +260,7 @@ def build_app(
         return await respond(request, await serving.chat_call(req), req.stream, req.priority)
 
     @app.get("/v1/models")
-    async def models() -> dict:
+    async def models() -> dict[str, Any]:
         return {
             "object": "list",
             "data": [
@@ -276,7 +280,7 @@ def build_app(
     return app
 
 
-def run_server(engine_kwargs: dict, **kwargs: Any) -> None:
+def run_server(engine_kwargs: dict[str, Any], **kwargs: Any) -> None:
     """`cbbench serve`'s entry point (launch.run_server: the port checked first, the limits, the graceful stop)."""
     from refengine.entrypoints.launch import run_server as run  # (launch imports this module)
 

@@ -16,6 +16,7 @@ import concurrent.futures
 import logging
 import threading
 import traceback
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from refengine.engine import LLMEngine
@@ -41,9 +42,31 @@ class EngineError(RuntimeError):
     itself raised (every request in flight fails): HTTP 500 or an error event; the server keeps serving."""
 
 
+# what a stream's queue receives: (the caller's tag, the request's next output, or the error that ended it)
+StreamItem = tuple[object, RequestOutput | Exception]
+NewItem = tuple[str, str | list[int], object]  # (request_id, prompt, tag)
+
+
+@dataclass
+class _Add:
+    """Add a batch of requests, all or nothing; `fut` is resolved once the engine has taken or refused them."""
+
+    items: list[NewItem]
+    params: SamplingParams
+    queue: asyncio.Queue[StreamItem]
+    priority: int
+    arrival: float
+    fut: concurrent.futures.Future[None]
+
+
+@dataclass
+class _Abort:
+    request_ids: list[str]
+
+
 @dataclass
 class _Stream:
-    queue: asyncio.Queue
+    queue: asyncio.Queue[StreamItem]
     tag: object  # what the caller wants back with each output (e.g. the choice index)
     started: bool = False  # the first token came back (the prompt is counted then)
 
@@ -57,7 +80,7 @@ class AsyncLLMEngine:
         config = engine.config.scheduler
         self.metrics = ServerMetrics(model_name, config.num_gpu_blocks, config.block_size)
         self._lock = threading.Lock()
-        self._commands: list[tuple] = []
+        self._commands: list[_Add | _Abort] = []
         self._wake = threading.Event()
         self._streams: dict[str, _Stream] = {}  # engine thread only
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -88,7 +111,7 @@ class AsyncLLMEngine:
         request_id: str,
         prompt: str | list[int],
         params: SamplingParams,
-        queue: asyncio.Queue,
+        queue: asyncio.Queue[StreamItem],
         tag: object = None,
         priority: int = 0,
         arrival_time: float | None = None,
@@ -99,30 +122,30 @@ class AsyncLLMEngine:
 
     async def add_requests(
         self,
-        items: list[tuple[str, str | list[int], object]],
+        items: Sequence[NewItem],
         params: SamplingParams,
-        queue: asyncio.Queue,
+        queue: asyncio.Queue[StreamItem],
         priority: int = 0,
         arrival_time: float | None = None,
     ) -> None:
         """Queue several requests (request_id, prompt, tag) at once, all or nothing: the engine thread adds them
         between two steps, and if one is refused it aborts those of the batch already added and raises
         `BatchRefused` (the index and the engine's ValueError)."""
-        fut: concurrent.futures.Future = concurrent.futures.Future()
+        fut: concurrent.futures.Future[None] = concurrent.futures.Future()
         arrival = self._clock() if arrival_time is None else arrival_time
-        self._send(("add", list(items), params, queue, priority, arrival, fut))
+        self._send(_Add(list(items), params, queue, priority, arrival, fut))
         await asyncio.wrap_future(fut)
 
     def abort(self, request_ids: list[str]) -> None:
         """Abort requests (a client went away); their blocks are freed at the engine's next step. Once the server
         is stopping this does nothing: the engine's shutdown aborts every request it still holds."""
         if request_ids and not self._stop:
-            self._send(("abort", list(request_ids)))
+            self._send(_Abort(list(request_ids)))
 
     def is_running(self) -> bool:
         return self._thread is not None and self._thread.is_alive()
 
-    def _send(self, command: tuple) -> None:
+    def _send(self, command: _Add | _Abort) -> None:
         if not self.is_running():
             raise EngineError("the engine thread is not running")
         with self._lock:
@@ -141,8 +164,8 @@ class AsyncLLMEngine:
         with self._lock:
             commands, self._commands = self._commands, []
         for cmd in commands:
-            if cmd[0] == "add" and not cmd[-1].done():
-                cmd[-1].set_exception(EngineError("the server is shutting down"))
+            if isinstance(cmd, _Add) and not cmd.fut.done():
+                cmd.fut.set_exception(EngineError("the server is shutting down"))
         try:
             self._after_step(self.engine.shutdown())
         except Exception as e:  # noqa: BLE001
@@ -171,22 +194,15 @@ class AsyncLLMEngine:
         with self._lock:
             commands, self._commands = self._commands, []
         for cmd in commands:
-            if cmd[0] == "abort":
-                live = [rid for rid in cmd[1] if rid in self._streams]
+            if isinstance(cmd, _Abort):
+                live = [rid for rid in cmd.request_ids if rid in self._streams]
                 if live:
                     self.engine.abort_request(live)
                 continue
-            self._add_batch(*cmd[1:])
+            self._add_batch(cmd)
 
-    def _add_batch(
-        self,
-        items: list,
-        params: SamplingParams,
-        queue: asyncio.Queue,
-        priority: int,
-        arrival: float,
-        fut: concurrent.futures.Future,
-    ) -> None:
+    def _add_batch(self, cmd: _Add) -> None:
+        items, params, priority, arrival, fut = cmd.items, cmd.params, cmd.priority, cmd.arrival, cmd.fut
         added: list[str] = []
         for index, (rid, prompt, tag) in enumerate(items):
             try:
@@ -198,7 +214,7 @@ class AsyncLLMEngine:
                         del self._streams[done]
                 fut.set_exception(e if len(items) == 1 else BatchRefused(index, e))
                 return
-            self._streams[rid] = _Stream(queue, tag)
+            self._streams[rid] = _Stream(cmd.queue, tag)
             added.append(rid)
         fut.set_result(None)
 
@@ -210,7 +226,7 @@ class AsyncLLMEngine:
         engine.finished_requests.clear()
         if stats is not None:
             m.on_step(stats.num_running, stats.num_waiting, stats.kv_blocks_used, stats.num_preempted)
-        deliveries = []
+        deliveries: list[tuple[asyncio.Queue[StreamItem], StreamItem]] = []
         for out in outputs:
             stream = self._streams.get(out.request_id)
             if stream is None:
@@ -241,11 +257,13 @@ class AsyncLLMEngine:
         self._fail_streams(error)
 
     def _fail_streams(self, error: Exception) -> None:
-        deliveries = [(s.queue, (s.tag, error)) for s in self._streams.values()]
+        deliveries: list[tuple[asyncio.Queue[StreamItem], StreamItem]] = [
+            (s.queue, (s.tag, error)) for s in self._streams.values()
+        ]
         self._streams.clear()
         self._deliver(deliveries)
 
-    def _deliver(self, deliveries: list[tuple[asyncio.Queue, tuple]]) -> None:
+    def _deliver(self, deliveries: list[tuple[asyncio.Queue[StreamItem], StreamItem]]) -> None:
         def put_all() -> None:
             for queue, item in deliveries:
                 queue.put_nowait(item)

@@ -17,6 +17,7 @@ from typing import Any
 from refengine.entrypoints.protocol import BadRequest, ChatMessage
 
 CHATML_START, CHATML_END = "<|im_start|>", "<|im_end|>"
+ChatRender = Callable[[list[dict[str, Any]], bool], str]  # (messages, add_generation_prompt) -> the prompt text
 
 
 def chatml(messages: list[dict[str, Any]], add_generation_prompt: bool = True) -> str:
@@ -44,7 +45,7 @@ def _folder_template(model: str) -> tuple[str, dict[str, str]] | None:
     return template, {"bos_token": token("bos_token"), "eos_token": token("eos_token")}
 
 
-def chat_renderer(model: str) -> tuple[Callable[[list[dict[str, Any]], bool], str], str]:
+def chat_renderer(model: str) -> tuple[ChatRender, str]:
     """(render(messages, add_generation_prompt) -> prompt text, a name for the template in use)."""
     found = _folder_template(model)
     if found is None:
@@ -65,9 +66,7 @@ def chat_renderer(model: str) -> tuple[Callable[[list[dict[str, Any]], bool], st
     return render, "folder"
 
 
-def render_messages(
-    render: Callable[[list[dict[str, Any]], bool], str], messages: list[ChatMessage], add_generation_prompt: bool
-) -> str:
+def render_messages(render: ChatRender, messages: list[ChatMessage], add_generation_prompt: bool) -> str:
     plain = [{"role": m.role, "content": m.text()} for m in messages]
     try:
         return render(plain, add_generation_prompt)

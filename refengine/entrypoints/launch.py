@@ -12,8 +12,10 @@ import errno
 import logging
 import os
 import socket
+from typing import Any
 
 import uvicorn
+from fastapi import FastAPI
 
 from refengine.engine import LLMEngine
 from refengine.entrypoints.api_server import build_app
@@ -52,7 +54,7 @@ def bind_socket(host: str, port: int) -> socket.socket:
 
 
 def make_server(
-    app, sock: socket.socket, log_level: str = "info", grace_s: float = GRACEFUL_SHUTDOWN_S
+    app: FastAPI, sock: socket.socket, log_level: str = "info", grace_s: float = GRACEFUL_SHUTDOWN_S
 ) -> DrainingServer:
     """uvicorn over `app` with the server's limits (limits.py) and the graceful stop."""
     config = uvicorn.Config(
@@ -70,7 +72,7 @@ def make_server(
 
 
 def run_server(
-    engine_kwargs: dict,
+    engine_kwargs: dict[str, Any],
     host: str = "127.0.0.1",
     port: int = 8000,
     served_model_name: str | None = None,

@@ -1,10 +1,8 @@
 """The two generation endpoints: prompts -> engine requests -> OpenAI response bodies or SSE chunks.
 
 A completion request may carry several prompts (a list of strings or of token-id lists): each is one engine request
-and one choice, with `index` the prompt's position. Streams send `data: {chunk}` per engine step that produced text,
-the finish reason on the last chunk of each choice, a usage chunk (`choices: []`) when
-`stream_options.include_usage` is set, then `data: [DONE]`. Chunks whose text is empty (held back for a possible
-stop string, or an incomplete UTF-8 character) are not sent. If the client goes away, every request of the call is
+and one choice, with `index` the prompt's position. The bodies built from its outputs (whole, or streamed as
+SSE chunks) are refengine/entrypoints/responses.py's. If the client goes away, every request of the call is
 aborted, which frees its KV blocks at the engine's next step.
 
 A call's prompts reach the engine together, all or nothing (one command to the engine thread), so a many-prompt
@@ -16,13 +14,13 @@ what the client sent wrong; an engine failure is logged and reported without its
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
+from typing import Any, cast
 
-from refengine.entrypoints.async_engine import AsyncLLMEngine, BatchRefused, EngineError
-from refengine.entrypoints.chat import render_messages
+from refengine.entrypoints.async_engine import AsyncLLMEngine, BatchRefused, EngineError, StreamItem
+from refengine.entrypoints.chat import ChatRender, render_messages
 from refengine.entrypoints.limits import MAX_PROMPTS_PER_CALL
 from refengine.entrypoints.protocol import (
     BadRequest,
@@ -32,7 +30,6 @@ from refengine.entrypoints.protocol import (
     TokenizeRequest,
     new_id,
     now,
-    usage,
 )
 from refengine.outputs import RequestOutput
 from refengine.sampling_params import SamplingParams
@@ -67,7 +64,7 @@ class Call:
     prompt_ids: list[list[int]]
     params: SamplingParams
     include_usage: bool = False
-    queue: asyncio.Queue = field(default_factory=asyncio.Queue)
+    queue: asyncio.Queue[StreamItem] = field(default_factory=asyncio.Queue)
     request_ids: list[str] = field(default_factory=list)
     done: set[int] = field(default_factory=set)
 
@@ -77,7 +74,7 @@ class Call:
 
 
 class OpenAIServing:
-    def __init__(self, engine: AsyncLLMEngine, model_name: str, chat_render: Callable) -> None:
+    def __init__(self, engine: AsyncLLMEngine, model_name: str, chat_render: ChatRender) -> None:
         self.engine, self.model_name, self.chat_render = engine, model_name, chat_render
         self.tokenizer = engine.engine.tokenizer
         self.max_model_len = engine.engine.max_model_len
@@ -86,9 +83,9 @@ class OpenAIServing:
         self.closed: str | None = None  # set by abort_all: a call still being built is refused with it
 
     # ---- building calls -------------------------------------------------------------------------------------
-    def _encode_all(self, prompts: list, param: str) -> list[list[int]]:
+    def _encode_all(self, prompts: Sequence[str | list[int]], param: str) -> list[list[int]]:
         """(in a worker thread) Text prompts -> ids; id lists are checked for length first, then copied."""
-        out = []
+        out: list[list[int]] = []
         for p in prompts:
             if isinstance(p, str):
                 try:
@@ -103,7 +100,7 @@ class OpenAIServing:
             out.append(list(p))
         return out
 
-    async def _tokenize(self, prompts: list, param: str) -> list[list[int]]:
+    async def _tokenize(self, prompts: Sequence[str | list[int]], param: str) -> list[list[int]]:
         return await asyncio.to_thread(self._encode_all, prompts, param)
 
     async def completion_call(self, req: CompletionRequest) -> Call:
@@ -129,13 +126,14 @@ class OpenAIServing:
         params = self._params(req, max_tokens, name, {"max_tokens": name})
         return Call("chat", new_id("chatcmpl"), self.model_name, now(), [ids], params, req.include_usage)
 
-    async def tokenize(self, req: TokenizeRequest) -> dict:
+    async def tokenize(self, req: TokenizeRequest) -> dict[str, Any]:
         """vLLM's /tokenize answer: the ids the engine would get for this prompt (or these chat messages)."""
         req.check()
         if req.messages is not None:
             text = await asyncio.to_thread(render_messages, self.chat_render, req.messages, req.add_generation_prompt)
             [ids] = await self._tokenize([text], "messages")
         else:
+            assert req.prompt is not None, "check(): exactly one of prompt and messages"
             [ids] = await self._tokenize([req.prompt], "prompt")
         return {"count": len(ids), "max_model_len": self.max_model_len, "tokens": ids, "token_strs": None}
 
@@ -146,10 +144,12 @@ class OpenAIServing:
             raise BadRequest(f"tokens: ids outside the vocabulary [0, {self.vocab_size}): {bad[:5]}", "tokens")
         return self.tokenizer.decode(tokens)
 
-    async def detokenize(self, req: DetokenizeRequest) -> dict:
+    async def detokenize(self, req: DetokenizeRequest) -> dict[str, str]:
         return {"prompt": await asyncio.to_thread(self._decode, req.tokens)}
 
-    def _params(self, req, max_tokens: int | None, name: str, renames: dict[str, str]) -> SamplingParams:
+    def _params(
+        self, req: CompletionRequest | ChatCompletionRequest, max_tokens: int | None, name: str, renames: dict[str, str]
+    ) -> SamplingParams:
         if max_tokens is None:
             max_tokens = 16
         try:
@@ -191,105 +191,16 @@ class OpenAIServing:
 
     async def outputs(self, call: Call) -> AsyncIterator[tuple[int, RequestOutput]]:
         while len(call.done) < len(call.prompt_ids):
-            index, out = await call.queue.get()
+            tag, out = await call.queue.get()
             if isinstance(out, ShutdownAbort):
                 raise out
-            if isinstance(out, EngineError):
+            if isinstance(out, Exception):  # (an EngineError: the engine thread failed every request in flight)
                 call.done = set(range(len(call.prompt_ids)))
                 raise out
+            index = cast(int, tag)  # submit() tags each request with its prompt's index
             if out.finished:
                 call.done.add(index)
                 if out.outputs[0].error:  # the engine aborted this request because something failed inside it
                     log.error("request %s failed: %s", out.request_id, out.outputs[0].error)
                     raise EngineError(ENGINE_FAILED)
             yield index, out
-
-    # ---- bodies ---------------------------------------------------------------------------------------------
-    async def full_response(self, call: Call) -> dict:
-        texts = [""] * len(call.prompt_ids)
-        counts = [0] * len(call.prompt_ids)
-        reasons: list = [None] * len(call.prompt_ids)
-        stops: list = [None] * len(call.prompt_ids)
-        try:
-            async for i, out in self.outputs(call):
-                c = out.outputs[0]
-                texts[i] += c.text
-                counts[i] += len(c.token_ids)
-                reasons[i], stops[i] = c.finish_reason, c.stop_reason
-        finally:  # an error in one prompt of the call ends the others too
-            self.abort(call)
-        choices = []
-        for i, text in enumerate(texts):
-            choice = {"index": i, "logprobs": None, "finish_reason": reasons[i], "stop_reason": stops[i]}
-            if call.kind == "completion":
-                choice["text"] = text
-            else:
-                choice["message"] = {"role": "assistant", "content": text}
-            choices.append(choice)
-        return {
-            "id": call.id,
-            "object": call.object,
-            "created": call.created,
-            "model": call.model,
-            "choices": choices,
-            "usage": usage(sum(map(len, call.prompt_ids)), sum(counts)),
-        }
-
-    async def stream(self, call: Call) -> AsyncIterator[str]:
-        counts = [0] * len(call.prompt_ids)
-        obj = "text_completion" if call.kind == "completion" else "chat.completion.chunk"
-        extra = {"usage": None} if call.include_usage else {}
-
-        def chunk(choices: list) -> str:
-            body = {
-                "id": call.id,
-                "object": obj,
-                "created": call.created,
-                "model": call.model,
-                "choices": choices,
-                **extra,
-            }
-            return f"data: {json.dumps(body, ensure_ascii=False)}\n\n"
-
-        try:
-            if call.kind == "chat":  # OpenAI opens every chat choice with the role
-                yield chunk(
-                    [
-                        {
-                            "index": i,
-                            "delta": {"role": "assistant", "content": ""},
-                            "logprobs": None,
-                            "finish_reason": None,
-                        }
-                        for i in range(len(call.prompt_ids))
-                    ]
-                )
-            async for i, out in self.outputs(call):
-                c = out.outputs[0]
-                counts[i] += len(c.token_ids)
-                if not c.text and not out.finished:
-                    continue
-                choice = {"index": i, "logprobs": None, "finish_reason": c.finish_reason if out.finished else None}
-                if out.finished:
-                    choice["stop_reason"] = c.stop_reason
-                if call.kind == "completion":
-                    choice["text"] = c.text
-                else:
-                    choice["delta"] = {"content": c.text} if c.text else {}
-                yield chunk([choice])
-            if call.include_usage:
-                extra["usage"] = usage(sum(map(len, call.prompt_ids)), sum(counts))
-                yield chunk([])
-        except ShutdownAbort as e:  # a final chunk for each unfinished choice, then why
-            for i in sorted(set(range(len(call.prompt_ids))) - call.done):
-                choice = {"index": i, "logprobs": None, "finish_reason": "abort", "stop_reason": None}
-                choice.update({"text": ""} if call.kind == "completion" else {"delta": {}})
-                yield chunk([choice])
-            err = {"error": {"message": str(e), "type": "ServiceUnavailableError", "param": None, "code": 503}}
-            yield f"data: {json.dumps(err)}\n\n"
-        except EngineError:
-            err = {"error": {"message": ENGINE_FAILED, "type": "InternalServerError", "param": None, "code": 500}}
-            yield f"data: {json.dumps(err)}\n\n"
-        finally:  # normal end, client disconnect (cancellation) or error: nothing of this call keeps running
-            self.abort(call)
-        yield "data: [DONE]\n\n"

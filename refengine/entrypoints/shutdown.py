@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import socket
 from types import FrameType
 
 import uvicorn
@@ -28,11 +29,11 @@ class DrainingServer(uvicorn.Server):
     def __init__(self, config: uvicorn.Config, drain: Drain, serving: OpenAIServing, grace_s: float) -> None:
         super().__init__(config)
         self.drain, self.serving, self.grace_s = drain, serving, grace_s
-        self._drain: asyncio.Task | None = None
+        self._drain: asyncio.Task[None] | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._skip_grace = asyncio.Event()
 
-    async def startup(self, sockets=None) -> None:
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
         self._loop = asyncio.get_running_loop()
         await super().startup(sockets)
 

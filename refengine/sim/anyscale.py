@@ -69,7 +69,7 @@ def engine_throughput(outputs: list[int], **engine_kwargs: object) -> float:
     vocab = engine.model_config.vocab_size
     metrics = replay(engine, [(distinct_prompt(i, PROMPT_LEN, vocab), o, 0.0) for i, o in enumerate(outputs)])
     duration = max(m["finish_time"] for m in metrics) - min(m["arrival_time"] for m in metrics)
-    return sum(m["prompt_len"] + m["output_len"] for m in metrics) / duration
+    return float(sum(m["prompt_len"] + m["output_len"] for m in metrics) / duration)
 
 
 def run_cap(cap: int, num_prompts: int = 1000, seed: int = 0) -> CapRow:

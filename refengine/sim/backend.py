@@ -11,11 +11,14 @@ KV pool, as vLLM sizes it on a real GPU (refengine/kv_sizing.py draws the budget
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
 
+from refengine.engine_setup import EngineParts
 from refengine.model import ModelConfig
+from refengine.scheduler_output import ModelRunnerOutput, SchedulerOutput
 from refengine.sim.clock import VirtualClock
 from refengine.sim.cost_model import COST_MODEL_VERSION, CostModel, ModelShape
 from refengine.sim.device import parse_sim_device
@@ -84,9 +87,8 @@ class SimBackend:
         """What reports put in titles and rows, e.g. "simulated H200 (cost model roofline-placeholder-0, bfloat16)"."""
         return f"simulated {self.gpu.name} (cost model {COST_MODEL_VERSION}, {self.dtype})"
 
-    def parts(self) -> tuple:
-        """(device, dtype, model, attention_backend, model_config, tokenizer) for LLMEngine: the scheduler's data
-        lives on the host, and there is no model."""
+    def parts(self) -> EngineParts:
+        """LLMEngine's parts: the scheduler's data lives on the host, and there is no model."""
         return torch.device("cpu"), self.torch_dtype, None, "sim", self.model_config, self.tokenizer
 
     def num_gpu_blocks(self, block_size: int, gpu_memory_utilization: float) -> int:
@@ -98,5 +100,5 @@ class SimBackend:
         return SimModelRunner(cost, self.clock, sim_token_id(mc.eos_token_ids, mc.vocab_size))
 
     @staticmethod
-    def batch_queue(execute_model) -> SimBatchQueue:
+    def batch_queue(execute_model: Callable[[SchedulerOutput], ModelRunnerOutput]) -> SimBatchQueue:
         return SimBatchQueue(execute_model)

@@ -9,18 +9,22 @@ from __future__ import annotations
 
 import argparse
 import time
+from collections.abc import Sequence
+from typing import Any
 
 from refengine.config import BATCHING_MODES
+from refengine.sim.engine_replay import ReplayRequest
+from refengine.tokenizer import Tokenizer
 
 
-def sharegpt_requests(tokenizer, num_prompts: int, seed: int) -> list[tuple[list[int], int, float]]:
+def sharegpt_requests(tokenizer: Tokenizer, num_prompts: int, seed: int) -> list[tuple[list[int], int, float]]:
     from cbbench.workloads import get_workload
 
     wl = get_workload("sharegpt", tokenizer=tokenizer, num_prompts=num_prompts, seed=seed)
     return [(r.prompt_token_ids, r.output_len, r.arrival_time) for r in wl.requests]
 
 
-def run_mode(model: str, device: str, batching: str, reqs) -> dict:
+def run_mode(model: str, device: str, batching: str, reqs: Sequence[ReplayRequest]) -> dict[str, Any]:
     from refengine import LLMEngine
     from refengine.sim.engine_replay import replay
 

@@ -10,7 +10,7 @@ the scheduling for this one case; running both on the same rows checks one again
 from __future__ import annotations
 
 import statistics
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from refengine.sim.engine_replay import replay_params
 from refengine.sim.replay import ReplayResult
@@ -31,7 +31,7 @@ def distinct_prompt(index: int, isl: int, vocab_size: int) -> list[int]:
 
 def run_closed_loop(
     engine: LLMEngine, isl: int, osl: int, concurrency: int, num_requests: int | None = None
-) -> list[dict]:
+) -> list[dict[str, Any]]:
     """Send num_requests (default 6 x concurrency) requests from `concurrency` closed-loop clients; returns every
     request's metrics (engine-clock times) in sending order."""
     for name, value in (("isl", isl), ("osl", osl), ("concurrency", concurrency)):
@@ -58,7 +58,9 @@ def run_closed_loop(
     return [done[str(i)] for i in range(total)]
 
 
-def steady_state(metrics: list[dict], concurrency: int, osl: int, duration_s: float, num_steps: int) -> ReplayResult:
+def steady_state(
+    metrics: list[dict[str, Any]], concurrency: int, osl: int, duration_s: float, num_steps: int
+) -> ReplayResult:
     """Mean TTFT and TPOT over the steady state, as replay_fixed_lengths measures it: the first wave (all sent at
     once) and the last (sent while the clients drain) are left out."""
     measured = metrics[concurrency : len(metrics) - concurrency] or metrics

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any, Protocol
 
 from refengine.sim.cost_model import CostModel, StepShape
 
@@ -27,8 +28,8 @@ HfStaticRequest = tuple[int, int, float]
 
 @dataclass
 class HfStaticResult:
-    records: list[dict]  # per request, in request order
-    steps: list[dict]  # per step: time, tokens, running members, slots held
+    records: list[dict[str, Any]]  # per request, in request order
+    steps: list[dict[str, Any]]  # per step: time, tokens, running members, slots held
     batch_seconds: list[float] = field(default_factory=list)  # modelled seconds of each batch, in order
     duration_s: float = 0.0  # from the start (t = 0) to the last batch's return
 
@@ -51,7 +52,7 @@ def batch_steps(prompt_lens: Sequence[int], output_lens: Sequence[int]) -> list[
 
 def _record(
     rid: int, prompt_len: int, output_len: int, arrival: float, start: float, token_times: list[float], finish: float
-) -> dict:
+) -> dict[str, Any]:
     return {
         "request_id": str(rid),
         "prompt_len": prompt_len,
@@ -102,7 +103,23 @@ def simulate_hf_static(cost: CostModel, requests: Sequence[HfStaticRequest], bat
     return res
 
 
-def workload_requests(workload: object) -> list[HfStaticRequest]:
+class _WorkloadRequest(Protocol):
+    """What this module reads of a cbbench workload's request."""
+
+    @property
+    def prompt_token_ids(self) -> Sequence[int]: ...
+    @property
+    def output_len(self) -> int: ...
+    @property
+    def arrival_time(self) -> float: ...
+
+
+class _Workload(Protocol):
+    @property
+    def requests(self) -> Sequence[_WorkloadRequest]: ...
+
+
+def workload_requests(workload: _Workload) -> list[HfStaticRequest]:
     """(prompt length, output length, arrival) of each request of a cbbench workload, in its order."""
     return [(len(r.prompt_token_ids), r.output_len, r.arrival_time) for r in workload.requests]
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 from refengine.model import ModelConfig
 from refengine.sim.cost_model import ModelShape
@@ -29,12 +30,12 @@ OPT_13B = {
     "bos_token_id": 2,
     "eos_token_id": 2,
 }
-SIM_ONLY_PRESETS: dict[str, dict] = {"opt-13b": OPT_13B}
+SIM_ONLY_PRESETS: dict[str, dict[str, Any]] = {"opt-13b": OPT_13B}
 # the architectures loader.config_from_hf also reads (their tokenizer rules are the loader's)
 _ENGINE_TYPES = ("qwen2", "llama", "mistral")
 
 
-def _hf_fields(mc: ModelConfig) -> dict:
+def _hf_fields(mc: ModelConfig) -> dict[str, Any]:
     return {
         "model_type": "llama",
         "num_hidden_layers": mc.num_hidden_layers,
@@ -47,7 +48,7 @@ def _hf_fields(mc: ModelConfig) -> dict:
     }
 
 
-def _bookkeeping_config(shape: ModelShape, cfg: dict) -> ModelConfig:
+def _bookkeeping_config(shape: ModelShape, cfg: dict[str, Any]) -> ModelConfig:
     """A ModelConfig for an architecture the engine cannot run (it is never built into a model)."""
     eos = cfg.get("eos_token_id")
     return ModelConfig(

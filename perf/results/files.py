@@ -1,0 +1,171 @@
+"""Reading and writing result files: the CSV (checked on the way in) and the per-run JSON.
+
+Each is written atomically (a temporary beside the target, then a rename), so a reader or an interrupt never sees
+half a file.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import csv
+import io
+import json
+import math
+import os
+import tempfile
+from collections.abc import Mapping, Sequence
+from glob import escape as glob_escape
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from cbbench.perf.results.cells import neutralise, restore
+from cbbench.perf.results.columns import COLUMNS, METRIC_COLUMNS, SCHEMA_VERSION
+from cbbench.perf.results.environment import environment_info
+
+
+def atomic_write_text(path: str | os.PathLike[str], text: str) -> Path:
+    """Write `text` to a temporary file beside `path`, then rename it over `path`: a reader (or an interrupt)
+    sees the old file or the new one, never half of one."""
+    path = Path(path)
+    if path.exists() and not path.is_file():  # the rename would replace a device (/dev/full) or fail on a folder
+        raise ValueError(f"{path} exists and is not a regular file")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        os.chmod(tmp, _file_mode(path))  # mkstemp makes 0600; a result file is as readable as any other
+        with os.fdopen(fd, "w", newline="") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+    return path
+
+
+def remove_stale_temporaries(path: str | os.PathLike[str]) -> list[Path]:
+    """Remove the temporaries `atomic_write_text` left beside `path` when it was killed (SIGKILL) mid-write; call
+    it before writing `path` again. Returns what was removed."""
+    path = Path(path)
+    stale = sorted(path.parent.glob(f".{glob_escape(path.name)}.*.tmp")) if path.parent.is_dir() else []
+    for tmp in stale:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+    return stale
+
+
+def _file_mode(path: Path) -> int:
+    if path.exists():
+        return path.stat().st_mode & 0o777
+    mask = os.umask(0)
+    os.umask(mask)
+    return 0o666 & ~mask
+
+
+def write_csv(path: str | os.PathLike[str], rows: Sequence[Mapping[str, Any]]) -> Path:
+    """Write `rows` (replacing the file, atomically) with the fixed header."""
+    buf = io.StringIO()
+    w = csv.DictWriter(buf, fieldnames=COLUMNS, extrasaction="raise")
+    w.writeheader()
+    for row in rows:
+        w.writerow({k: neutralise(v) for k, v in row.items()})
+    return atomic_write_text(path, buf.getvalue())
+
+
+def append_rows(path: str | os.PathLike[str], rows: Sequence[Mapping[str, Any]]) -> Path:
+    """Append rows, writing the header first for a new file; a file with another header raises ValueError."""
+    path = Path(path)
+    if not path.exists() or path.stat().st_size == 0:
+        return write_csv(path, rows)
+    with path.open(newline="") as f:
+        header = next(csv.reader(f), [])
+    if tuple(header) != COLUMNS:
+        raise ValueError(f"{path}: its header is not schema version {SCHEMA_VERSION}'s; write a new file")
+    with path.open("a", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=COLUMNS, extrasaction="raise")
+        for row in rows:
+            w.writerow({k: neutralise(v) for k, v in row.items()})
+    return path
+
+
+def read_csv(path: str | os.PathLike[str], *, allow_empty: bool = False) -> pd.DataFrame:
+    """Read a results CSV, checking its schema version and columns, that every row is whole (a truncated file
+    raises), that there is at least one row (unless `allow_empty`), and that metric cells are numbers."""
+    text = Path(path).read_text()
+    try:
+        lines = list(csv.reader(io.StringIO(text)))
+    except csv.Error as e:  # e.g. a cell over csv's field size limit (131072 characters)
+        raise ValueError(f"{path}: not a readable CSV ({e})") from None
+    if not lines or "schema_version" not in lines[0]:
+        raise ValueError(f"{path}: not a cbbench results CSV (no schema_version column)")
+    for i, cells in enumerate(lines[1:], start=2):
+        if len(cells) != len(lines[0]):
+            raise ValueError(
+                f"{path}: line {i} has {len(cells)} of {len(lines[0])} cells: the file is truncated or damaged"
+            )
+    if len(lines) > 1 and not text.endswith("\n"):
+        raise ValueError(f"{path}: the last line does not end: the file is truncated")
+    df = pd.read_csv(io.StringIO(text), keep_default_na=True)
+    versions = set(pd.to_numeric(df["schema_version"], errors="coerce").dropna().astype(int))
+    if versions - {SCHEMA_VERSION}:
+        raise ValueError(
+            f"{path}: schema_version {sorted(versions)}, this cbbench reads {SCHEMA_VERSION} "
+            "(rerun the baseline's configurations with `cbbench perf --like` to refresh it)"
+        )
+    if tuple(df.columns) != COLUMNS:
+        raise ValueError(f"{path}: columns differ from schema version {SCHEMA_VERSION}")
+    for c in df.columns:  # user strings were marked against spreadsheet formulas when written (cells.py)
+        if not pd.api.types.is_numeric_dtype(df[c]) and not pd.api.types.is_bool_dtype(df[c]):
+            df[c] = df[c].map(restore)
+    if df.empty and not allow_empty:
+        raise ValueError(f"{path}: no result rows (a header only)")
+    for m in METRIC_COLUMNS:
+        bad = df[m].notna() & pd.to_numeric(df[m], errors="coerce").isna()
+        if bad.any():
+            i = int(bad.to_numpy().nonzero()[0][0])
+            raise ValueError(f"{path}: metric {m} holds {df[m].iloc[i]!r} on row {i + 1}, not a number")
+    return df
+
+
+def write_run_json(
+    path: str | os.PathLike[str],
+    *,
+    config: Mapping[str, Any],
+    rows: Sequence[Mapping[str, Any]],
+    records: Mapping[str, Sequence[Mapping[str, Any]]] | Sequence[Mapping[str, Any]],
+    workload: Any = None,
+    environment: Mapping[str, Any] | None = None,
+    steps: Any = None,
+) -> Path:
+    """The full record of a perf invocation: environment, config, workload, CSV rows, per-request records
+    (a list, or a dict run-label -> list), and optionally the per-step traces. Non-finite floats become strings."""
+    doc = {
+        "schema_version": SCHEMA_VERSION,
+        "environment": dict(environment) if environment is not None else environment_info(config.get("device")),
+        "config": dict(config),
+        "workload": workload.to_dict() if hasattr(workload, "to_dict") else workload,
+        "rows": list(rows),
+        "records": records,
+        "steps": steps,
+    }
+    return atomic_write_text(path, json.dumps(jsonable(doc), indent=1, default=str))
+
+
+def jsonable(x: Any) -> Any:
+    """Strict JSON: inf / nan as strings, tuples as lists, numpy scalars as Python numbers."""
+    if isinstance(x, Mapping):
+        return {str(k): jsonable(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [jsonable(v) for v in x]
+    if isinstance(x, np.ndarray):
+        return jsonable(x.tolist())
+    if isinstance(x, np.generic):
+        x = x.item()
+    if isinstance(x, float) and not math.isfinite(x):
+        return str(x)
+    return x
