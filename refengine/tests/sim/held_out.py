@@ -1,7 +1,7 @@
 """Operator-level validation: each interior grid line of a measured table is left out in turn and predicted from
 the rest by the same interpolation the cost model uses; the relative errors against the measured values.
 
-Shared by test_kernel_tables.py (which pins them) and docs/simulation.md (whose table they produce:
+Shared by test_kernel_tables.py (which pins them) and docs/sim-validation.md (whose table they produce:
 `python -m refengine.tests.sim.held_out`).
 """
 

@@ -1,7 +1,7 @@
 """Serving-level validation: replay each measured vLLM run of Llama-3.1-8B-Instruct-FP8 on an H200 (TP1) from
 data/silicon_llama31_8b_fp8_h200.csv on the cost model, and compare TTFT and TPOT.
 
-Shared by test_replay.py (which pins the errors) and docs/simulation.md (its table:
+Shared by test_replay.py (which pins the errors) and docs/sim-validation.md (its table:
 `python -m refengine.tests.sim.silicon`).
 """
 

@@ -3,7 +3,7 @@ H200 (TP1, data/silicon_llama31_8b_fp8_h200.csv) replayed by `concurrency` close
 `LLMEngine("llama-3.1-8b", device="sim:h200", dtype="fp8")`, beside the cost-model-only `replay_fixed_lengths` on
 the same row.
 
-Shared by test_silicon_engine.py (which pins the errors) and docs/simulation.md (its table:
+Shared by test_silicon_engine.py (which pins the errors) and docs/sim-validation.md (its table:
 `python -m refengine.tests.sim.silicon_engine [--waves N]`).
 """
 

@@ -10,7 +10,7 @@ from refengine.sim.replay import replay_fixed_lengths
 from refengine.tests.sim.silicon import LLAMA_31_8B, best_table_tflops, median_abs, replay_rows
 
 # The targets are a median TPOT error <= 15% and a median TTFT error <= 30%. Measured over all ten rows:
-# TTFT 44%, TPOT 54%; the targets are not met (docs/simulation.md says why: three rows need more GEMM throughput
+# TTFT 44%, TPOT 54%; the targets are not met (docs/sim-validation.md says why: three rows need more GEMM throughput
 # than the measured tables reach). On the four decode-heavy rows (osl >= 1000) TPOT is 12% (target met) and
 # TTFT 43% (not met). The bounds pin today's errors with a few points of margin, so they cannot grow unnoticed.
 ALL_ROWS_TPOT_MEDIAN_MAX = 0.58

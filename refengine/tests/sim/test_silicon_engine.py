@@ -19,7 +19,7 @@ WAVES = 3
 SUBSET = {(1000, 100), (2000, 100), (4000, 100), (8000, 100), (8000, 500)}
 # Measured on this subset at 3 waves: median |TTFT error| 67.7%, median |TPOT error| 100.1%. These are the rows
 # the targets (TPOT <= 15%, TTFT <= 30%) miss: their measured runs imply more fp8 GEMM throughput than the
-# H200 tables hold (docs/simulation.md). The bounds sit a few points above, so the errors cannot grow unnoticed.
+# H200 tables hold (docs/sim-validation.md). The bounds sit a few points above, so the errors cannot grow unnoticed.
 SUBSET_TTFT_MEDIAN_MAX = 0.72
 SUBSET_TPOT_MEDIAN_MAX = 1.05
 
