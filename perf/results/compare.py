@@ -38,12 +38,12 @@ import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-import pandas as pd
 from rich.console import Console
 from rich.text import Text
 
 from cbbench.perf.results.gate import FORMATS, gate_tolerances, render_json, render_markdown, render_table
-from cbbench.perf.results.schema import KEY_NAMES, aggregate_repeats, config_key, extra_metrics, read_csv
+from cbbench.perf.results.rows import Row, aggregate_rows, as_rows, number, read_rows, with_extra_metrics
+from cbbench.perf.results.schema import KEY_NAMES, config_key
 
 # (the tolerance rules are tolerances.py's; importable from here too, as they always were)
 from cbbench.perf.results.tolerances import (
@@ -113,9 +113,9 @@ def ignored_key_names(names: Sequence[str]) -> set[str]:
     return out
 
 
-def _keyed(df: pd.DataFrame, metrics: Sequence[str], ignored: set[str], side: str) -> dict[tuple[str, ...], Any]:
+def _keyed(rows: Sequence[Row], metrics: Sequence[str], ignored: set[str], side: str) -> dict[tuple[str, ...], Any]:
     out: dict[tuple[str, ...], Any] = {}
-    for r in aggregate_repeats(df, metrics).to_dict("records"):
+    for r in aggregate_rows(rows, metrics):
         key = tuple("" if name in ignored else cell for name, cell in zip(KEY_NAMES, config_key(r)))
         if key in out:
             raise ValueError(
@@ -140,15 +140,16 @@ def parse_where(items: Sequence[str]) -> list[tuple[str, str]]:
     return out
 
 
-def filter_rows(df: pd.DataFrame, where: Sequence[str], side: str) -> pd.DataFrame:
-    """The rows of `df` whose cells (read as config keys read them: 512.0 is "512") match every `where` item. An
+def filter_rows(rows: Sequence[Row], where: Sequence[str], side: str) -> list[Row]:
+    """The rows whose cells (read as config keys read them: 512.0 is "512") match every `where` item. An
     empty cell is unknown, not different, and matches: an HTTP run cannot know the server's batching mode, so
     `--where batching=continuous` keeps it and picks the continuous run of the in-process file."""
+    out = list(rows)
     for name, value in parse_where(where):
-        df = df[[_cell_text(v) in (value, "") for v in df[name]]]
-        if df.empty:
+        out = [r for r in out if _cell_text(r.get(name)) in (value, "")]
+        if not out:
             raise ValueError(f"where: no row of the {side} file has {name}={value}")
-    return df
+    return out
 
 
 def _cell_text(v: Any) -> str:
@@ -157,20 +158,15 @@ def _cell_text(v: Any) -> str:
     return str(int(v)) if isinstance(v, float) and v.is_integer() else str(v)
 
 
-def check_finite(df: pd.DataFrame, metrics: Sequence[str], source: Any) -> None:
+def check_finite(rows: Sequence[Row], metrics: Sequence[str], source: Any) -> None:
     """ValueError naming the first row whose metric is +-inf: a gate on it would pass or fail by accident
     (an empty cell, NaN, is a missing metric and is judged as one)."""
     for m in metrics:
-        if m not in df.columns:
-            continue
-        v = pd.to_numeric(df[m], errors="coerce")
-        bad = v.abs() == math.inf
-        if bad.any():
-            i = int(bad.to_numpy().nonzero()[0][0])
-            raise ValueError(
-                f"{source}: metric {m} is {v.iloc[i]} on row {i + 1} "
-                f"({df['engine'].iloc[i]} {df['batching'].iloc[i]}): not a finite number"
-            )
+        for i, r in enumerate(rows):
+            if abs(v := number(r.get(m))) == math.inf:
+                raise ValueError(
+                    f"{source}: metric {m} is {v} on row {i + 1} ({r['engine']} {r['batching']}): not a finite number"
+                )
 
 
 class NoCommonConfigs(ValueError):
@@ -178,15 +174,16 @@ class NoCommonConfigs(ValueError):
 
 
 def compare(
-    baseline_csv: str | os.PathLike | pd.DataFrame,
-    new_csv: str | os.PathLike | pd.DataFrame,
+    baseline_csv: str | os.PathLike | Any,
+    new_csv: str | os.PathLike | Any,
     tolerances: Mapping[str, float | None] | None = None,
     *,
     fail_on_missing: bool = True,
     ignore_key: Sequence[str] = (),
     where: Sequence[str] = (),
 ) -> tuple[list[dict[str, Any]], bool]:
-    """Compare the median of each configuration's repeats; returns (table rows, regressed).
+    """Compare the median of each configuration's repeats; returns (table rows, regressed). Each side is a results
+    CSV or its rows (a DataFrame, or dicts as `rows.read_rows` gives them).
 
     `where`: KEY=VALUE filters (`batching=continuous`): only the rows of both files that match every one are
     compared, e.g. the continuous-batching run of an in-process sweep against an HTTP run.
@@ -195,26 +192,20 @@ def compare(
     """
     tol = resolve_tolerances(tolerances)
     metrics = list(tol)
-    frames = [extra_metrics(read_csv(x) if not isinstance(x, pd.DataFrame) else x) for x in (baseline_csv, new_csv)]
-    for df, x in zip(frames, (baseline_csv, new_csv)):
-        check_finite(df, metrics, x if not isinstance(x, pd.DataFrame) else "a results table")
-    frames = [filter_rows(df, where, side) for df, side in zip(frames, ("baseline", "new"))]
-    for df in frames:  # an override may name a metric only the `extra` column knows; such a metric reads as NaN
-        for m in metrics:
-            if m not in df.columns:
-                df[m] = math.nan
+    is_file = [isinstance(x, (str, os.PathLike)) for x in (baseline_csv, new_csv)]
+    frames = [with_extra_metrics(read_rows(x) if f else as_rows(x)) for x, f in zip((baseline_csv, new_csv), is_file)]
+    for rows, x, f in zip(frames, (baseline_csv, new_csv), is_file):
+        check_finite(rows, metrics, x if f else "a results table")
+    # (a metric only some `extra` cells know, or none, reads as NaN: `aggregate_rows` gets a missing key as NaN)
+    frames = [filter_rows(rows, where, side) for rows, side in zip(frames, ("baseline", "new"))]
     ignored = ignored_key_names(ignore_key)
-    base, new = (_keyed(df, metrics, ignored, side) for df, side in zip(frames, ("baseline", "new")))
+    base, new = (_keyed(rows, metrics, ignored, side) for rows, side in zip(frames, ("baseline", "new")))
     if base and new and not set(base) & set(new):
-        made = frames[0]["command"].dropna() if "command" in frames[0] else pd.Series(dtype=str)
-        how = (
-            f"the baseline was made with: {made.iloc[0]}"
-            if len(made) and str(made.iloc[0])
-            else "the baseline records no command"
-        )
+        made = [c for r in frames[0] if _cell_text(c := r.get("command"))]
+        how = f"the baseline was made with: {made[0]}" if made else "the baseline records no command"
         raise NoCommonConfigs(
             f"0 configurations in common; {how} (rerun its configurations with "
-            f"`cbbench perf --like {baseline_csv if not isinstance(baseline_csv, pd.DataFrame) else 'BASELINE.csv'}`)"
+            f"`cbbench perf --like {baseline_csv if is_file[0] else 'BASELINE.csv'}`)"
         )
     keys = list(base) + [k for k in new if k not in base]
     rows: list[dict[str, Any]] = []
@@ -312,7 +303,7 @@ def main_compare(
         rows, regressed = compare(
             baseline, new, overrides, fail_on_missing=fail_on_missing, ignore_key=ignore_key, where=where
         )
-    except (OSError, ValueError, pd.errors.ParserError, pd.errors.EmptyDataError) as e:
+    except (OSError, ValueError) as e:
         msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         err.print(f"cbbench compare: error: {msg}", markup=False, style="bold red")
         return 2
@@ -358,4 +349,5 @@ def main_compare(
 
 def _labels(path: str | os.PathLike) -> str:
     """The `--label`s of a results file's runs, comma-joined ("" when it has none)."""
-    return ", ".join(x for x in read_csv(path)["label"].dropna().astype(str).unique() if x)
+    cells = (r["label"] for r in read_rows(path))
+    return ", ".join(x for x in dict.fromkeys(str(c) for c in cells if _cell_text(c) != "") if x)

@@ -18,18 +18,19 @@ import io
 import json
 import math
 import os
+import sys
 import tempfile
 from collections.abc import Mapping, Sequence
 from glob import escape as glob_escape
 from pathlib import Path
-from typing import Any
-
-import numpy as np
-import pandas as pd
+from typing import TYPE_CHECKING, Any
 
 from cbbench.perf.metrics import stat_keys
 from cbbench.perf.results.cells import neutralise, restore
 from cbbench.perf.results.environment import environment_info, git_revision
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 SCHEMA_VERSION = 2
 
@@ -220,6 +221,8 @@ def append_rows(path: str | os.PathLike, rows: Sequence[Mapping[str, Any]]) -> P
 def read_csv(path: str | os.PathLike, *, allow_empty: bool = False) -> pd.DataFrame:
     """Read a results CSV, checking its schema version and columns, that every row is whole (a truncated file
     raises), that there is at least one row (unless `allow_empty`), and that metric cells are numbers."""
+    import pandas as pd  # here, not at the top: `compare` and `show` read with rows.py and must start fast
+
     text = Path(path).read_text()
     try:
         lines = list(csv.reader(io.StringIO(text)))
@@ -304,6 +307,8 @@ def _key_cell(v: Any) -> str:
 def aggregate_repeats(df: pd.DataFrame, metrics: Sequence[str] = METRIC_COLUMNS) -> pd.DataFrame:
     """One row per configuration: `num_repeats`, and per metric its median (`<metric>`) and spread
     (`<metric>_min`, `<metric>_max`), so a gate can tell a change from run-to-run noise."""
+    import pandas as pd
+
     df = df.copy()
     df["_key"] = [config_key(r) for r in df.to_dict("records")]
     out_rows = []
@@ -353,9 +358,10 @@ def _jsonable(x: Any) -> Any:
         return {str(k): _jsonable(v) for k, v in x.items()}
     if isinstance(x, (list, tuple)):
         return [_jsonable(v) for v in x]
-    if isinstance(x, np.ndarray):
+    np = sys.modules.get("numpy")  # a numpy value exists only once numpy is imported: no import just to check
+    if np is not None and isinstance(x, np.ndarray):
         return _jsonable(x.tolist())
-    if isinstance(x, np.generic):
+    if np is not None and isinstance(x, np.generic):
         x = x.item()
     if isinstance(x, float) and not math.isfinite(x):
         return str(x)
