@@ -193,7 +193,7 @@ def run_hf_static(
                     for k, t in enumerate(times)
                 )
                 if progress:
-                    progress(len(reqs))
+                    progress(len(reqs), res.records[-len(reqs) :])
         res.records.sort(key=lambda r: int(r.request_id))
         res.duration = end - t0
     except Exception as e:  # a peer's failure is a row in the table, not the end of the run
@@ -263,7 +263,7 @@ def run_hf_cb(
             times = list(out.timestamps)
             res.records.append(_record(i, r, t0 + r.arrival_time, times, times[-1], out.lifespan[0]))
             if progress:
-                progress(1)
+                progress(1, res.records[-1:])
 
         _collect(manager, len(reqs), done)
         res.records.sort(key=lambda r: int(r.request_id))

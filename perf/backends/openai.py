@@ -182,7 +182,7 @@ async def _run(
                     send=send,
                 )
                 if progress:
-                    progress(len(records))
+                    progress(len(records), records)
             else:
                 records, t0, end = await replay(
                     *args,
