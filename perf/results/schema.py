@@ -337,9 +337,11 @@ def write_run_json(
     workload: Any = None,
     environment: Mapping[str, Any] | None = None,
     steps: Any = None,
+    server_metrics: Mapping[str, Any] | None = None,
 ) -> Path:
     """The full record of a perf invocation: environment, config, workload, CSV rows, per-request records
-    (a list, or a dict run-label -> list), and optionally the per-step traces. Non-finite floats become strings."""
+    (a list, or a dict run-label -> list), and optionally the per-step traces and, for HTTP runs, the scraped
+    /metrics series by run label (`server_metrics`, only when there is one). Non-finite floats become strings."""
     doc = {
         "schema_version": SCHEMA_VERSION,
         "environment": dict(environment) if environment is not None else environment_info(config.get("device")),
@@ -349,6 +351,8 @@ def write_run_json(
         "records": records,
         "steps": steps,
     }
+    if server_metrics:
+        doc["server_metrics"] = dict(server_metrics)
     return atomic_write_text(path, json.dumps(_jsonable(doc), indent=1, default=str))
 
 

@@ -50,6 +50,7 @@ class ResultWriter:
         self.rows: list[dict[str, Any]] = []
         self.records: dict[str, Any] = {}
         self.steps: dict[str, Any] = {}
+        self.server_metrics: dict[str, Any] = {}  # HTTP runs: the /metrics series of each (ServerMetrics.series)
         self._done: set[str] = set()
         for p in (self.csv_path, self.json_path):  # a run killed mid-write (SIGKILL) left its temporary behind
             remove_stale_temporaries(p)
@@ -78,6 +79,7 @@ class ResultWriter:
         if self.json_path.exists():
             doc = json.loads(self.json_path.read_text())
             self.records, self.steps = dict(doc.get("records") or {}), dict(doc.get("steps") or {})
+            self.server_metrics = dict(doc.get("server_metrics") or {})
 
     def done(self, pid: str) -> bool:
         return pid in self._done
@@ -87,12 +89,19 @@ class ResultWriter:
         return len(self._done)
 
     def add(
-        self, row: Mapping[str, Any], label: str, records: Sequence[RequestRecord], steps: Sequence[StepRecord]
+        self,
+        row: Mapping[str, Any],
+        label: str,
+        records: Sequence[RequestRecord],
+        steps: Sequence[StepRecord],
+        server_series: Sequence[Mapping[str, Any]] | None = None,
     ) -> None:
         """One finished run: JSON first, then CSV, so an interrupt between the two leaves a JSON with one run more
         than the CSV (harmless: --resume reruns it), never a CSV row without its records."""
         self.rows.append(dict(row))
         self.records[label], self.steps[label] = [r.to_dict() for r in records], [s.to_dict() for s in steps]
+        if server_series:
+            self.server_metrics[label] = [dict(p) for p in server_series]
         opts = json.loads(row["run_options"]) if row.get("run_options") else {}
         if opts.get("plan_id"):
             self._done.add(opts["plan_id"])
@@ -107,5 +116,6 @@ class ResultWriter:
             workload=self.workload,
             environment=self.environment,
             steps=self.steps,
+            server_metrics=self.server_metrics or None,
         )
         write_csv(self.csv_path, self.rows)
