@@ -175,7 +175,7 @@ def _latest(suffix: str) -> Path | None:
     return found[-1] if found else None
 
 
-def _serve(args: list[str], log: Path) -> subprocess.Popen:
+def _serve(args: list[str], log: Path) -> subprocess.Popen[bytes]:
     """Start `cbbench serve` in the background and wait until it answers /health."""
     import urllib.request
 
@@ -197,7 +197,7 @@ def _serve(args: list[str], log: Path) -> subprocess.Popen:
 
 def full(examples: list[Example], scratch: Path, slow_s: float) -> int:
     """Every example as written, timed; `cbbench serve` stays up in the background until the end."""
-    servers: list[subprocess.Popen] = []
+    servers: list[subprocess.Popen[bytes]] = []
     failed, slow = 0, []
     try:
         for ex in examples:

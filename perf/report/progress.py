@@ -58,7 +58,7 @@ class SoFar:
     """A run's output tok/s and TTFT p50 so far, from the records of the requests that have finished."""
 
     def __init__(self) -> None:
-        self.output_tokens, self.ttfts_s = 0, []
+        self.output_tokens, self.ttfts_s = 0, list[float]()
 
     def add(self, records: Sequence[RequestRecord]) -> None:
         for r in records:
@@ -148,7 +148,10 @@ class RunProgress:
             if self._bar is not None and now - self.shown_at >= SUMMARY_EVERY_S:
                 numbers, self.shown_at = self.so_far.summary(now - self.started), now
         if self._bar is not None:
-            self._bar.update(self._task, advance=n, **({"numbers": numbers} if numbers is not None else {}))
+            if numbers is None:
+                self._bar.update(self._task, advance=n)
+            else:
+                self._bar.update(self._task, advance=n, numbers=numbers)
 
     def finish(self, row: Mapping[str, Any] | None, error: str | None = None) -> None:
         """The run is over: its line says how it went (the row's tok/s and TTFT p50, or the error)."""

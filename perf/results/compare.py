@@ -194,12 +194,12 @@ def compare(
     metrics = list(tol)
     is_file = [isinstance(x, (str, os.PathLike)) for x in (baseline_csv, new_csv)]
     frames = [with_extra_metrics(read_rows(x) if f else as_rows(x)) for x, f in zip((baseline_csv, new_csv), is_file)]
-    for rows, x, f in zip(frames, (baseline_csv, new_csv), is_file):
-        check_finite(rows, metrics, x if f else "a results table")
+    for table, x, f in zip(frames, (baseline_csv, new_csv), is_file):
+        check_finite(table, metrics, x if f else "a results table")
     # (a metric only some `extra` cells know, or none, reads as NaN: `aggregate_rows` gets a missing key as NaN)
-    frames = [filter_rows(rows, where, side) for rows, side in zip(frames, ("baseline", "new"))]
+    frames = [filter_rows(table, where, side) for table, side in zip(frames, ("baseline", "new"))]
     ignored = ignored_key_names(ignore_key)
-    base, new = (_keyed(rows, metrics, ignored, side) for rows, side in zip(frames, ("baseline", "new")))
+    base, new = (_keyed(table, metrics, ignored, side) for table, side in zip(frames, ("baseline", "new")))
     if base and new and not set(base) & set(new):
         made = [c for r in frames[0] if _cell_text(c := r.get("command"))]
         how = f"the baseline was made with: {made[0]}" if made else "the baseline records no command"

@@ -68,7 +68,7 @@ def _typed_column(cells: Sequence[str]) -> list[Any]:
     return [math.nan if c in NA_CELLS else restore(c) for c in cells]
 
 
-def _checked_lines(path: str | os.PathLike) -> list[list[str]]:
+def _checked_lines(path: str | os.PathLike[str]) -> list[list[str]]:
     """The CSV's lines as cells: a cbbench results file, every line whole, the last one ended."""
     text = Path(path).read_text()
     try:
@@ -87,7 +87,7 @@ def _checked_lines(path: str | os.PathLike) -> list[list[str]]:
     return lines
 
 
-def read_rows(path: str | os.PathLike, *, allow_empty: bool = False) -> list[Row]:
+def read_rows(path: str | os.PathLike[str], *, allow_empty: bool = False) -> list[Row]:
     """The rows of a results CSV, checked as `schema.read_csv` checks them (ValueError naming the file)."""
     header, *body = _checked_lines(path)
     columns = {name: _typed_column([cells[i] for cells in body]) for i, name in enumerate(header)}
