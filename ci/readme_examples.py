@@ -165,7 +165,12 @@ def check_one(ex: Example, fixtures: dict[str, Path], scratch: Path) -> tuple[bo
         if args[0] in CHEAP:
             return _run([*cli, *args])
         return _parses(args)
-    paths = [a for a in ex.argv[1:] if not a.startswith("-") and ("/" in a or "." in a)]
+    words = ex.argv[1:]
+    paths = [
+        a
+        for i, a in enumerate(words)
+        if not a.startswith("-") and ("/" in a or "." in a) and (i == 0 or words[i - 1] not in ("-c", "-m"))
+    ]
     missing = [p for p in paths if not (ROOT / p).exists()]
     return (not missing, f"missing: {', '.join(missing)}" if missing else "its files exist")
 

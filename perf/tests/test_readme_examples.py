@@ -5,6 +5,7 @@ real README (every example parses; the perf ones plan)."""
 from __future__ import annotations
 
 import importlib.util
+import re
 import sys
 from pathlib import Path
 
@@ -27,6 +28,7 @@ cbbench show results/<file>.csv --format markdown
 cbbench compare results/baselines/cpu.csv NEW.csv
 cbbench serve --port 8001
 pytest perf/tests/test_rows.py
+python -c "import cbbench.perf.cli"
 ```
 
 ```python
@@ -57,6 +59,7 @@ def test_extract_finds_the_commands_of_bash_blocks():
         (9, ["cbbench", "compare", "results/baselines/cpu.csv", "NEW.csv"]),
         (10, ["cbbench", "serve", "--port", "8001"]),
         (11, ["pytest", "perf/tests/test_rows.py"]),
+        (12, ["python", "-c", "import cbbench.perf.cli"]),
     ]
 
 
@@ -65,7 +68,7 @@ def test_check_passes_a_readme_like_file(tmp_path, fixtures, capsys):
     readme.write_text(README_LIKE)
     assert rx.main(["--check", "--readme", str(readme), "--fixtures", str(fixtures)]) == 0, capsys.readouterr().out
     out = capsys.readouterr().out
-    assert "7 of 7 examples pass" in out
+    assert "8 of 8 examples pass" in out
     assert not list(ROOT.glob("fixture-*")) and not (ROOT / "NEW.csv").exists()  # nothing written into the checkout
 
 
@@ -89,3 +92,15 @@ def test_list_prints_every_example(tmp_path, capsys):
     readme.write_text(README_LIKE)
     assert rx.main(["--list", "--readme", str(readme)]) == 0
     assert capsys.readouterr().out.splitlines()[2] == "6: cbbench perf --workload fixed --num-prompts 4"
+
+
+def test_full_times_every_example_and_lists_the_slow_ones(tmp_path, capsys):
+    readme = tmp_path / "README.md"
+    readme.write_text('```bash\npython -c "import time; time.sleep(0.3)"\npython -c "raise SystemExit(3)"\n```\n')
+    assert rx.main(["--full", "--readme", str(readme), "--slow-s", "0.2"]) == 1  # the second one fails
+    out = capsys.readouterr().out.splitlines()
+    assert re.match(r"\s+\d+\.\d s  line 2: python -c .* ok", out[0]), out
+    assert re.match(r"\s+\d+\.\d s  line 3: python -c .* FAILED", out[1]), out
+    assert [x for x in out if x.startswith("over 0.2 s")][0].endswith(
+        "line 2: python -c 'import time; time.sleep(0.3)'"
+    )
