@@ -134,7 +134,7 @@ def _median(values: Sequence[float]) -> float:
     if not xs:
         return math.nan
     mid = len(xs) // 2
-    return xs[mid] if len(xs) % 2 else (xs[mid - 1] + xs[mid]) / 2
+    return float(xs[mid]) if len(xs) % 2 else (xs[mid - 1] + xs[mid]) / 2
 
 
 def aggregate_rows(rows: Iterable[Mapping[str, Any]], metrics: Sequence[str] = METRIC_COLUMNS) -> list[Row]:
@@ -149,7 +149,11 @@ def aggregate_rows(rows: Iterable[Mapping[str, Any]], metrics: Sequence[str] = M
         row: Row = {c: g[0].get(c) for c in (*CONFIG_KEY_COLUMNS, "workload_params")}
         row["num_repeats"] = len(g)
         for m in metrics:
-            v = [x for x in (number(r.get(m)) for r in g) if not math.isnan(x)]
+            raw = [r.get(m) for r in g]
+            if all(isinstance(x, int) and not isinstance(x, bool) for x in raw):
+                v: list[Any] = raw  # an integer column keeps int extremes, as pandas' min / max of it do
+            else:
+                v = [x for x in map(number, raw) if not math.isnan(x)]
             row[m], row[f"{m}_min"], row[f"{m}_max"] = _median(v), min(v, default=math.nan), max(v, default=math.nan)
         out.append(row)
     return out
