@@ -128,6 +128,15 @@ def run_hf_static_sim(workload: Any, model: str, *, device: str, dtype: str | No
     return res
 
 
+def _batch_steps(reqs: Sequence[Any], times: Sequence[float]) -> list[StepRecord]:
+    """A static batch's synthetic steps: every slot held, running = members whose own output is not complete."""
+    n = len(reqs)
+    return [
+        StepRecord(t, n, sum(r.output_len > k for r in reqs), 0, None, None, None, slots_held=n, layout=PEER_STEP_KEYS)
+        for k, t in enumerate(times)
+    ]
+
+
 def run_hf_static(
     workload: Any,
     model: str,
@@ -169,20 +178,7 @@ def run_hf_static(
                 end = time.perf_counter()
                 for i, r in zip(idx, reqs):
                     res.records.append(_record(str(i), r, t0 + r.arrival_time, times[: r.output_len], end, start))
-                res.steps.extend(
-                    StepRecord(
-                        t,
-                        len(reqs),
-                        sum(r.output_len > k for r in reqs),
-                        0,
-                        None,
-                        None,
-                        None,
-                        slots_held=len(reqs),
-                        layout=PEER_STEP_KEYS,
-                    )
-                    for k, t in enumerate(times)
-                )
+                res.steps.extend(_batch_steps(reqs, times))
                 if progress:
                     progress(len(reqs), res.records[-len(reqs) :])
         res.records.sort(key=lambda r: int(r.request_id))

@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import math
 import time
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from cbbench.perf.backends.base import Backend, ProgressFn, RunResult, warmup_prompts
@@ -45,28 +46,9 @@ def run_hf_cb(
         return res
     manager = None
     try:
-        from transformers import GenerationConfig
-        from transformers.generation.configuration_utils import ContinuousBatchingConfig
-
         reqs = workload.requests
-        max_len = max(r.prompt_len + r.output_len for r in reqs)
-        batch_tokens = max_num_batched_tokens or 2048
-        # enough pages for every request in flight at its full length, plus one page each of slack
-        num_blocks = max_num_seqs * (math.ceil(max_len / HF_CB_PAGE_SIZE) + 1)
-        gen = GenerationConfig(
-            do_sample=False, max_new_tokens=max(r.output_len for r in reqs), eos_token_id=-1, pad_token_id=0
-        )
-        cb = ContinuousBatchingConfig(
-            num_blocks=num_blocks,
-            max_batch_tokens=batch_tokens,
-            page_size=HF_CB_PAGE_SIZE,
-            max_requests_per_batch=max_num_seqs,
-            seed=seed,
-        )
         hf = hf_model(model, device=device, dtype=dtype, seed=seed)
-        logging.getLogger(_CB_LOGGER).setLevel(logging.CRITICAL)
-        manager = hf.init_continuous_batching(generation_config=gen, continuous_batching_config=cb)
-        manager.start()
+        manager = _start_manager(hf, reqs, max_num_seqs, max_num_batched_tokens, seed)
         if warmup:
             for j, p in enumerate(warmup_prompts(warmup, seed)):
                 manager.add_request(p, request_id=f"warmup-{j}", max_new_tokens=4)
@@ -100,6 +82,32 @@ def run_hf_cb(
             manager.stop(block=True, timeout=10)
             manager.destroy()
     return res
+
+
+def _start_manager(
+    hf: Any, reqs: Sequence[Any], max_num_seqs: int, max_num_batched_tokens: int | None, seed: int
+) -> Any:
+    """transformers' continuous-batching manager for `reqs`, started: greedy, EOS disabled, sized explicitly."""
+    from transformers import GenerationConfig
+    from transformers.generation.configuration_utils import ContinuousBatchingConfig
+
+    max_len = max(r.prompt_len + r.output_len for r in reqs)
+    # enough pages for every request in flight at its full length, plus one page each of slack
+    num_blocks = max_num_seqs * (math.ceil(max_len / HF_CB_PAGE_SIZE) + 1)
+    gen = GenerationConfig(
+        do_sample=False, max_new_tokens=max(r.output_len for r in reqs), eos_token_id=-1, pad_token_id=0
+    )
+    cb = ContinuousBatchingConfig(
+        num_blocks=num_blocks,
+        max_batch_tokens=max_num_batched_tokens or 2048,
+        page_size=HF_CB_PAGE_SIZE,
+        max_requests_per_batch=max_num_seqs,
+        seed=seed,
+    )
+    logging.getLogger(_CB_LOGGER).setLevel(logging.CRITICAL)
+    manager = hf.init_continuous_batching(generation_config=gen, continuous_batching_config=cb)
+    manager.start()
+    return manager
 
 
 def _collect(manager: Any, n: int, on_finished) -> None:
