@@ -47,8 +47,6 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-import numpy as np
-
 from cbbench.perf.records import REQUEST_KEYS, RequestRecord, StepRecord, as_request_record, as_step_record
 
 DEFAULT_PERCENTILES = (50.0, 90.0, 99.0)
@@ -99,6 +97,8 @@ def parse_goodput(items: Sequence[str]) -> dict[str, float]:
 def _stats(values_s: Sequence[float], metric: str, percentiles: Sequence[float]) -> dict[str, float]:
     if len(values_s) == 0:
         return dict.fromkeys(stat_keys(metric, percentiles), math.nan)
+    import numpy as np  # here: `compare` and `show` import this module for the metric names and must start fast
+
     ms = np.asarray(values_s, dtype=np.float64) * 1000.0
     out = {
         f"mean_{metric}_ms": float(np.mean(ms)),
@@ -210,6 +210,8 @@ def step_metrics(
     num_gpu_blocks: int | None = None,
 ) -> dict[str, float]:
     """The per-step aggregates: peak KV, slot and token-budget utilisation, static slot waste."""
+    import numpy as np
+
     nan = math.nan
     steps = [as_step_record(s) for s in steps]
     kv = [s.kv_blocks_used for s in steps if s.kv_blocks_used is not None]

@@ -116,7 +116,8 @@ def _record(plan: RunPlan, spec: RunSpec, result: Any, writer: ResultWriter, not
         command=plan.command,
         run_options={**plan.run_options, "plan_id": spec.plan_id},
     )
-    writer.add(row, f"{result.engine}/{result.batching}/{key[2]}/repeat{spec.repeat}", result.records, result.steps)
+    label = f"{result.engine}/{result.batching}/{key[2]}/repeat{spec.repeat}"
+    writer.add(row, label, result.records, result.steps, server_series=getattr(result, "server_series", None))
     return key, row, None
 
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 import numpy as np
 
@@ -32,7 +32,12 @@ WARMUP_OUTPUT_LEN = 4
 _WARMUP_TOKEN_RANGE = (50_000, 60_000)
 KINDS = ("engine", "server", "peer")
 
-ProgressFn = Callable[[int], None]  # called with the number of requests that finished since the last call
+
+class ProgressFn(Protocol):
+    """Called with the number of requests that finished since the last call and, where the backend has them, their
+    records: the progress line shows the run's tok/s and TTFT p50 so far from them."""
+
+    def __call__(self, n: int, records: Sequence[RequestRecord] = ..., /) -> None: ...
 
 
 @dataclass

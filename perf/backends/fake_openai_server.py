@@ -4,7 +4,8 @@ It streams `max_tokens` tokens per request (token k's text is "t<k> ", except ev
 whose text is "" as a detokenizer that holds back a partial character sends), then a finish-only chunk, the usage
 chunk and `[DONE]`, so the tests see every shape of chunk a real server sends. It keeps what the tests check:
 the peak number of requests in flight and every request body. Its /metrics speaks vLLM's names: one preemption
-per completed request, KV usage = in-flight requests / `KV_SLOTS`, and a `cache_config_info` with num_gpu_blocks.
+per completed request, KV usage = in-flight requests / `KV_SLOTS`, running = in flight, none waiting, and a
+`cache_config_info` with num_gpu_blocks.
 A prompt whose first token id is `BAD_PROMPT_TOKEN` gets HTTP 400 with an OpenAI-style error. /v1/embeddings
 answers after one token delay with an `EMBEDDING_DIM`-long vector that depends on the prompt.
 """
@@ -63,6 +64,8 @@ class FakeOpenAIServer:
             f"# TYPE vllm:num_preemptions_total counter\n"
             f'vllm:num_preemptions_total{{model_name="{self.model}"}} {float(self.completed)}\n'
             f'vllm:kv_cache_usage_perc{{model_name="{self.model}"}} {self.in_flight / KV_SLOTS}\n'
+            f'vllm:num_requests_running{{model_name="{self.model}"}} {float(self.in_flight)}\n'
+            f'vllm:num_requests_waiting{{model_name="{self.model}"}} 0.0\n'
             f'vllm:cache_config_info{{block_size="16",num_gpu_blocks="{NUM_GPU_BLOCKS}"}} 1.0\n'
         )
         return web.Response(text=text, content_type="text/plain")

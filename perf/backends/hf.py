@@ -6,11 +6,7 @@
   waste, reported as `slot_waste` from synthetic per-step records (slots held = batch size, running = members whose
   own output is not yet complete). A streamer stamps every generated position (all members of a batch get their
   n-th token at the same time); a request finishes, as its caller sees it, when its batch returns.
-- `hf-cb`: transformers' continuous batching (`init_continuous_batching`, one `add_request` per request with its
-  own `max_new_tokens`, EOS disabled); `max_requests_per_batch = max_num_seqs`, `max_batch_tokens =
-  max_num_batched_tokens`, and an explicit `num_blocks` / `page_size` (its default sizing takes ~10 GB on a CPU).
-  Per-token timestamps come from `record_timestamps=True` (time.perf_counter, the same clock as monotonic on Linux;
-  the run keeps to perf_counter throughout anyway).
+- `hf-cb`: transformers' continuous batching, in hf_cb.py (it uses this module's model and records).
 
 On a simulated GPU (`sim:<gpu>`) hf-static is modelled on the engine's cost model (`run_hf_static_sim`); hf-cb
 is not simulated, and a simulated plan leaves it out.
@@ -21,8 +17,6 @@ backend (`HfStaticBackend`, `HfCbBackend`), run beside refengine when `--peers` 
 
 from __future__ import annotations
 
-import logging
-import math
 import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
@@ -35,10 +29,7 @@ from cbbench.perf.records import PEER_STEP_KEYS, REQUEST_KEYS, RequestRecord, St
 if TYPE_CHECKING:
     from cbbench.perf.plan.spec import RunSpec
 
-HF_CB_PAGE_SIZE = 16  # tokens per page; refengine's default block size, so the cache granularity is alike
-HF_CB_TIMEOUT_S = 600.0  # no result for this long: the generation thread is taken as hung
-# on a CPU it logs an ERROR for the missing optional psutil; a real failure reaches us as a result's error
-_CB_LOGGER = "ContinuousBatchingLogger"
+_MOVED_TO_HF_CB = ("run_hf_cb", "HfCbBackend", "HF_CB_PAGE_SIZE", "HF_CB_TIMEOUT_S")
 
 
 def hf_model(model: str, *, device: str, dtype: str | None, seed: int, attn_implementation: str = "sdpa"):
@@ -137,6 +128,15 @@ def run_hf_static_sim(workload: Any, model: str, *, device: str, dtype: str | No
     return res
 
 
+def _batch_steps(reqs: Sequence[Any], times: Sequence[float]) -> list[StepRecord]:
+    """A static batch's synthetic steps: every slot held, running = members whose own output is not complete."""
+    n = len(reqs)
+    return [
+        StepRecord(t, n, sum(r.output_len > k for r in reqs), 0, None, None, None, slots_held=n, layout=PEER_STEP_KEYS)
+        for k, t in enumerate(times)
+    ]
+
+
 def run_hf_static(
     workload: Any,
     model: str,
@@ -181,114 +181,14 @@ def run_hf_static(
                 end = time.perf_counter()
                 for i, r in zip(idx, reqs):
                     res.records.append(_record(str(i), r, t0 + r.arrival_time, times[: r.output_len], end, start))
-                res.steps.extend(
-                    StepRecord(
-                        t,
-                        len(reqs),
-                        sum(r.output_len > k for r in reqs),
-                        0,
-                        None,
-                        None,
-                        None,
-                        slots_held=len(reqs),
-                        layout=PEER_STEP_KEYS,
-                    )
-                    for k, t in enumerate(times)
-                )
+                res.steps.extend(_batch_steps(reqs, times))
                 if progress:
-                    progress(len(reqs))
+                    progress(len(reqs), res.records[-len(reqs) :])
         res.records.sort(key=lambda r: int(r.request_id))
         res.duration = end - t0
     except Exception as e:  # a peer's failure is a row in the table, not the end of the run
         return RunResult("hf-static", "static", res.knobs, error=f"{type(e).__name__}: {e}")
     return res
-
-
-def run_hf_cb(
-    workload: Any,
-    model: str,
-    *,
-    device: str,
-    dtype: str | None,
-    max_num_seqs: int,
-    max_num_batched_tokens: int | None,
-    warmup: int = 2,
-    seed: int = 0,
-    progress: ProgressFn | None = None,
-) -> RunResult:
-    knobs = {"max_num_seqs": max_num_seqs, "max_num_batched_tokens": max_num_batched_tokens}
-    res = RunResult("hf-cb", "continuous", knobs, max_num_seqs=max_num_seqs)
-    if workload.is_multi_turn:
-        res.error = MULTI_TURN_REFUSED
-        return res
-    manager = None
-    try:
-        from transformers import GenerationConfig
-        from transformers.generation.configuration_utils import ContinuousBatchingConfig
-
-        reqs = workload.requests
-        max_len = max(r.prompt_len + r.output_len for r in reqs)
-        batch_tokens = max_num_batched_tokens or 2048
-        # enough pages for every request in flight at its full length, plus one page each of slack
-        num_blocks = max_num_seqs * (math.ceil(max_len / HF_CB_PAGE_SIZE) + 1)
-        gen = GenerationConfig(
-            do_sample=False, max_new_tokens=max(r.output_len for r in reqs), eos_token_id=-1, pad_token_id=0
-        )
-        cb = ContinuousBatchingConfig(
-            num_blocks=num_blocks,
-            max_batch_tokens=batch_tokens,
-            page_size=HF_CB_PAGE_SIZE,
-            max_requests_per_batch=max_num_seqs,
-            seed=seed,
-        )
-        hf = hf_model(model, device=device, dtype=dtype, seed=seed)
-        logging.getLogger(_CB_LOGGER).setLevel(logging.CRITICAL)
-        manager = hf.init_continuous_batching(generation_config=gen, continuous_batching_config=cb)
-        manager.start()
-        if warmup:
-            for j, p in enumerate(warmup_prompts(warmup, seed)):
-                manager.add_request(p, request_id=f"warmup-{j}", max_new_tokens=4)
-            _collect(manager, warmup, lambda out: None)
-        order = sorted(range(len(reqs)), key=lambda i: reqs[i].arrival_time)
-        t0 = time.perf_counter()
-        for i in order:  # the generation thread runs meanwhile
-            time.sleep(max(0.0, t0 + reqs[i].arrival_time - time.perf_counter()))
-            manager.add_request(
-                reqs[i].prompt_token_ids, request_id=str(i), max_new_tokens=reqs[i].output_len, record_timestamps=True
-            )
-
-        def done(out: Any) -> None:
-            r, i = reqs[int(out.request_id)], out.request_id
-            if out.error is not None:
-                raise RuntimeError(f"request {i}: {out.error}")
-            if len(out.generated_tokens) != r.output_len:
-                raise RuntimeError(f"request {i}: {len(out.generated_tokens)} tokens, asked for {r.output_len}")
-            times = list(out.timestamps)
-            res.records.append(_record(i, r, t0 + r.arrival_time, times, times[-1], out.lifespan[0]))
-            if progress:
-                progress(1)
-
-        _collect(manager, len(reqs), done)
-        res.records.sort(key=lambda r: int(r.request_id))
-        res.duration = max(r.finish_time for r in res.records) - t0
-    except Exception as e:
-        return RunResult("hf-cb", "continuous", knobs, error=f"{type(e).__name__}: {e}"[:300])
-    finally:
-        if manager is not None:
-            manager.stop(block=True, timeout=10)
-            manager.destroy()
-    return res
-
-
-def _collect(manager: Any, n: int, on_finished) -> None:
-    got = 0
-    while got < n:
-        out = manager.get_result(timeout=HF_CB_TIMEOUT_S)
-        if out is None:
-            raise RuntimeError("transformers' continuous batching returned no result (generation thread stopped)")
-        if out.is_finished():
-            on_finished(out)
-            got += 1
 
 
 @Backend.register("hf-static", kind="peer")
@@ -309,20 +209,10 @@ class HfStaticBackend(Backend):
         )
 
 
-@Backend.register("hf-cb", kind="peer")
-class HfCbBackend(Backend):
-    """transformers' continuous batching (`generate_batch`'s manager)."""
+def __getattr__(name: str) -> Any:
+    """hf-cb's names, where they were before hf_cb.py held them (`from cbbench.perf.backends.hf import run_hf_cb`)."""
+    if name in _MOVED_TO_HF_CB:
+        from cbbench.perf.backends import hf_cb
 
-    def run(self, spec: RunSpec, progress: ProgressFn | None = None) -> RunResult:
-        st = self.settings
-        return run_hf_cb(
-            spec.workload,
-            st.model,
-            device=st.device,
-            dtype=st.dtype,
-            max_num_seqs=spec.knobs["max_num_seqs"],
-            max_num_batched_tokens=spec.knobs.get("max_num_batched_tokens"),
-            warmup=st.warmup,
-            seed=st.seed,
-            progress=progress,
-        )
+        return getattr(hf_cb, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -268,7 +268,7 @@ async def replay(
             async with sem:
                 rec = await send(session, target, ids[i], prompts[i], prompt_lens[i], output_lens[i], tokenizer)
         if progress:
-            progress(1)
+            progress(1, [rec])
         return rec
 
     try:

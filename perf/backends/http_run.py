@@ -36,6 +36,7 @@ class HttpRunResult(RunResult):
     """A RunResult whose engine-side figures come from the server's /metrics (NaN where it has none)."""
 
     server: dict[str, float] = field(default_factory=dict)
+    server_series: list[dict[str, float | None]] = field(default_factory=list)  # ServerMetrics.series
 
     def metrics(self, *, metric_percentiles: Sequence[float], goodput: Mapping[str, float] | None) -> dict[str, Any]:
         m = super().metrics(metric_percentiles=metric_percentiles, goodput=goodput)
@@ -85,6 +86,8 @@ async def _run(
                 return res
         sm = ServerMetrics(target.root + "/metrics")
         sm.before = await scrape(session, sm.url)
+        if sm.before is not None:
+            sm.keep(sm.before)
         done = asyncio.Event()
         sampler = asyncio.create_task(sm.sample_until(session, done)) if sm.before is not None else None
         try:
@@ -97,7 +100,10 @@ async def _run(
                 await sampler
         if sm.before is not None:
             sm.after = await scrape(session, sm.url)
+            if sm.after is not None:
+                sm.keep(sm.after)
     res.records, res.duration, res.server = records, run_duration(records, t0, end), sm.results()
+    res.server_series = sm.series
     return res
 
 
@@ -169,7 +175,7 @@ async def _replay(
             send=send,
         )
         if progress:
-            progress(len(records))
+            progress(len(records), records)
         return records, t0, end
     return await replay(
         *args, max_concurrency=max_concurrency, tokenizer=tokenizer, progress=progress, session=session, send=send

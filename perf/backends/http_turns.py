@@ -65,7 +65,7 @@ async def replay_turns(
                 )
             records[i] = tag_record(rec, r)
             if progress:
-                progress(1)
+                progress(1, [rec])
             if rec.finish_reason == "error":
                 for j in feeder.abandon(i):
                     records[j] = tag_record(

@@ -177,7 +177,7 @@ def _replay(
         in_flight -= len(done)
         records.extend(done)
         if progress and done:
-            progress(len(done))
+            progress(len(done), done)
     return records, t0
 
 

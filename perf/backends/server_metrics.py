@@ -14,6 +14,10 @@ Scraped once before and once after the measured run (counters are differences), 
 
 vLLM names its usage gauges "_perc" but exports a fraction in [0, 1]; a value above 1 is read as a percentage.
 Series with several label sets (several engines or models) are summed, the KV gauge averaged.
+
+Every scrape is also kept as a point of `series` (`SERIES_KEYS`: seconds since the first scrape, KV usage,
+vllm:num_requests_running, vllm:num_requests_waiting, preemptions since the first scrape; None for what the server
+does not export): the results JSON stores it per run (`server_metrics`) and `cbbench report` draws it.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import math
 import re
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -33,6 +38,8 @@ PREEMPTIONS = "vllm:num_preemptions_total"
 KV_USAGE = ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc")
 PREFIX_HITS, PREFIX_QUERIES = "vllm:prefix_cache_hits_total", "vllm:prefix_cache_queries_total"
 CACHE_CONFIG = "vllm:cache_config_info"
+RUNNING, WAITING = "vllm:num_requests_running", "vllm:num_requests_waiting"
+SERIES_KEYS = ("time", "kv_usage", "num_running", "num_waiting", "num_preemptions")
 
 _LINE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})?\s+(\S+)")
 _LABEL = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"')
@@ -96,6 +103,32 @@ class ServerMetrics:
     before: dict[str, Any] | None = None
     after: dict[str, Any] | None = None
     kv_samples: list[float] = field(default_factory=list)
+    series: list[dict[str, float | None]] = field(default_factory=list)
+    started: float = field(default_factory=time.perf_counter)
+
+    def keep(self, parsed: dict[str, Any]) -> None:
+        """One scrape as a point of `series` (the first one sets the origin of its time and its preemptions)."""
+        if not self.series:
+            self.started = time.perf_counter()
+        first = self.before if self.before is not None else parsed
+
+        def known(v: float) -> float | None:  # JSON has no NaN: what the server does not export is None
+            return None if math.isnan(v) else v
+
+        self.series.append(
+            dict(
+                zip(
+                    SERIES_KEYS,
+                    (
+                        round(time.perf_counter() - self.started, 4),
+                        known(kv_usage(parsed)),
+                        known(_sum(parsed, RUNNING)),
+                        known(_sum(parsed, WAITING)),
+                        known(_sum(parsed, PREEMPTIONS) - _sum(first, PREEMPTIONS)),
+                    ),
+                )
+            )
+        )
 
     async def sample_until(self, session: aiohttp.ClientSession, done: asyncio.Event) -> None:
         """Sample the KV gauge every SAMPLE_PERIOD_S until `done` is set (only if /metrics answered before)."""
@@ -109,6 +142,7 @@ class ServerMetrics:
             parsed = await scrape(session, self.url)
             if parsed is not None:
                 self.kv_samples.append(kv_usage(parsed))
+                self.keep(parsed)
 
     def results(self) -> dict[str, float]:
         """The result columns this server's /metrics fills (NaN for what it does not expose)."""

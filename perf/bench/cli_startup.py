@@ -1,16 +1,20 @@
-"""Wall time of the commands a user runs most and that need no engine: `cbbench --help` and `cbbench compare A B`.
+"""Wall time of the commands a user runs most and that need no engine: `cbbench --help`, `compare A B`, `show A`,
+`plot --help` and `report --help`.
 
     python -m cbbench.perf.bench.cli_startup [--repeats 7] [--target-s 1.0]
 
-Each repeat starts the venv's `cbbench` script in a fresh process (what a user's shell does); the two commands
-alternate, so a slow patch of a shared machine hits both. Prints the median wall time, its spread and the
-median CPU time (user + sys of the process) per command. `compare`
-reads two small CSVs written here (two configurations, three repeats each) that differ by less than any tolerance.
+Each repeat starts the venv's `cbbench` script in a fresh process (what a user's shell does); the commands
+alternate, so a slow patch of a shared machine hits all of them. Prints, per command, the median wall time with its
+ratio to the target, its spread, and the median CPU time (user + sys of the process: on a shared machine the wall
+time adds the wait for a core, so compare CPU times across machines). `compare` and `show` read two small CSVs
+written here (two configurations, three repeats each) that differ by less than any tolerance. It asserts nothing:
+the numbers are for a reader (and the machine's load, printed with them).
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import resource
 import statistics
 import subprocess
@@ -83,18 +87,25 @@ def main(argv: list[str] | None = None) -> int:
     exe = str(Path(sys.executable).with_name("cbbench"))
     with tempfile.TemporaryDirectory() as tmp:
         a, b = write_csvs(Path(tmp))
-        commands = {"cbbench --help": [exe, "--help"], "cbbench compare a.csv b.csv": [exe, "compare", str(a), str(b)]}
+        commands = {
+            "cbbench --help": [exe, "--help"],
+            "cbbench compare a.csv b.csv": [exe, "compare", str(a), str(b)],
+            "cbbench show a.csv": [exe, "show", str(a)],
+            "cbbench plot --help": [exe, "plot", "--help"],
+            "cbbench report --help": [exe, "report", "--help"],
+        }
         times: dict[str, list[tuple[float, float]]] = {name: [] for name in commands}
         for _ in range(args.repeats):  # interleaved
             for name, cmd in commands.items():
                 times[name].append(time_command(cmd))
+    print(f"load average {' '.join(f'{x:.2f}' for x in os.getloadavg())} (1, 5, 15 min), {os.cpu_count()} cores")
     for name, ts in times.items():
         wall, cpu = [w for w, _ in ts], [c for _, c in ts]
         med = statistics.median(wall)
         verdict = "ok" if med < args.target_s else "OVER TARGET"
         print(
-            f"{name:30s} wall median {med:.3f} s (min {min(wall):.3f}, max {max(wall):.3f}); CPU median "
-            f"{statistics.median(cpu):.3f} s  (n={len(ts)}, target < {args.target_s:g} s wall: {verdict})"
+            f"{name:30s} wall median {med:.3f} s = {med / args.target_s:.2f}x target (min {min(wall):.3f}, "
+            f"max {max(wall):.3f}); CPU median {statistics.median(cpu):.3f} s  (n={len(ts)}, {verdict})"
         )
     return 0
 

@@ -12,7 +12,9 @@ import functools
 import os
 import sys
 import traceback
+import typing
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import typer
@@ -57,10 +59,53 @@ class _FlagOption(typer.core.TyperOption):
         return None if self.is_flag else super().display_type_rich(ctx)
 
 
+class _PlainValue:
+    """How a str, Path or bool parameter's value is coerced, instead of typer's: typer 0.2x builds a pydantic adapter
+    per parameter, and importing pydantic for that costs a third of a second of `compare`'s or `plot --help`'s start.
+    A command-line value is a str already, so turning it into a str or a Path cannot fail; a bool that is not one
+    yet (from an environment variable) goes to typer's own coercion."""
+
+    def __init__(self, kind: type) -> None:
+        self.kind = kind
+
+    def coerce(self, value: Any, param: Any, ctx: Any) -> Any:
+        many = param.multiple or param.nargs == -1
+        if value is None:
+            return () if many else None
+        if many and isinstance(value, str):  # typer's own message for this
+            raise typer.BadParameter("Value must be an iterable.", ctx=ctx, param=param)
+        values = list(value) if many else [value]
+        if self.kind is bool and not all(isinstance(v, bool) for v in values):
+            from typer._coercion import build_runtime_param
+
+            return build_runtime_param(param.type_descriptor).coerce(value, param=param, ctx=ctx)
+        out = [self.kind(v) for v in values]
+        return out if many else out[0]
+
+
+_CHECKS = ("exists", "writable", "resolve_path", "allow_dash", "path_type", "parser", "click_type")
+
+
+def _plain_coercion(p: Any) -> _PlainValue | None:
+    """`_PlainValue` for a parameter typed str, Path, bool or a list of them, with no check attached; None otherwise
+    (or when typer's internals are not the ones this was written against: typer then coerces as it always did)."""
+    desc = getattr(p, "type_descriptor", None)
+    if desc is None or getattr(p, "_runtime_param", False) is not None or desc.file_annotation is not None:
+        return None
+    info, ann = desc.parameter_info, desc.annotation
+    if typing.get_origin(ann) is list and len(typing.get_args(ann)) == 1:
+        ann = typing.get_args(ann)[0]
+    if ann not in (str, Path, bool) or any(getattr(info, name, None) for name in _CHECKS):
+        return None
+    return _PlainValue(ann)
+
+
 def _flags_untyped(params: list[Any]) -> list[Any]:
     for p in params:
         if type(p) is typer.core.TyperOption and p.is_flag:
             p.__class__ = _FlagOption  # a subclass that adds no state: only how its help row reads changes
+        if (plain := _plain_coercion(p)) is not None:
+            p._runtime_param = plain  # typer's own cache of it: its `get_runtime_param` returns this
     return params
 
 

@@ -4,7 +4,8 @@ The page holds the results table (the terminal table's columns, empty ones left 
 and ITL CDFs of every configuration (inline SVG drawn by inline JS from embedded data), the slot timeline of each
 measured refengine run (inline SVG from the per-step request ids in the JSON, request ids on hover, the legend
 drawn from the same colour rule), for a request-rate sweep `cbbench plot`'s latency-against-throughput panels (a
-base64 PNG), the environment, and the configuration as the engine resolved it. Nothing is fetched: no external
+base64 PNG), for HTTP runs the scraped /metrics series (server_series.py), the environment, and the
+configuration as the engine resolved it. Nothing is fetched: no external
 script, style sheet, font or image.
 """
 
@@ -22,6 +23,7 @@ from typing import Any
 import numpy as np
 
 from cbbench.perf.report.assets import CSS, JS
+from cbbench.perf.report.server_series import server_metrics_html
 from cbbench.perf.report.table import Entry, fit_columns, summary_lines, table_columns, table_title
 from cbbench.perf.report.timeline_svg import timeline_html
 from cbbench.perf.results.schema import CONFIG_KEY_COLUMNS, atomic_write_text
@@ -228,7 +230,7 @@ def render_html(doc: Mapping[str, Any], source: str = "") -> str:
 <section id="latency"><h2>Latency distributions</h2><div class="charts">
 <div class="chart" id="ttft-cdf" data-chart="ttft"></div><div class="chart" id="itl-cdf" data-chart="itl"></div>
 </div></section>
-{sweep}
+{sweep}{server_metrics_html(doc)}
 <section id="timeline" class="timeline"><h2>Slot timeline</h2>{timeline}</section>
 <section id="environment"><h2>Environment</h2>{_kv_table(doc.get("environment") or {})}
 <h2>Configuration</h2><p class="sub">As the engine resolved it, per configuration (the CSV's config columns).</p>

@@ -1,25 +1,31 @@
 """`cbbench perf`'s progress: a live line per run in a terminal, plain lines in a log.
 
-In a terminal (the console is a TTY) one rich line per run shows requests done / total, elapsed, ETA, and the
-output tok/s and TTFT p50 of the last finished run. When stdout is not a TTY (a CI log) nothing is redrawn: one
-plain line per finished run, and a heartbeat line every `heartbeat_s` seconds while a run is going, so a long sweep
-is never silent. `CBBENCH_HEARTBEAT_S` overrides the heartbeat interval.
+In a terminal (the console is a TTY) one rich line per run shows requests done / total, elapsed, ETA, and the run's
+output tok/s and TTFT p50 so far (from the records the backend hands to `advance`), its final ones once it is over.
+When stdout is not a TTY (a CI log) nothing is redrawn: one plain line per finished run, and a heartbeat line every
+`heartbeat_s` seconds while a run is going (with the same numbers so far), so a long sweep is never silent.
+`CBBENCH_HEARTBEAT_S` overrides the heartbeat interval.
 """
 
 from __future__ import annotations
 
 import math
 import os
+import statistics
 import threading
 import time
-from collections.abc import Callable, Mapping
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
+if TYPE_CHECKING:
+    from cbbench.perf.records import RequestRecord
+
 HEARTBEAT_S = 30.0  # a CI log that stays silent longer than this reads as a hang
 HEARTBEAT_ENV = "CBBENCH_HEARTBEAT_S"
+SUMMARY_EVERY_S = 0.25  # the numbers so far are recomputed at most this often: a median per request would add up
 
 
 def heartbeat_interval(default: float = HEARTBEAT_S) -> float:
@@ -48,6 +54,30 @@ def run_summary(row: Mapping[str, Any] | None) -> str:
     return ", ".join(parts)
 
 
+class SoFar:
+    """A run's output tok/s and TTFT p50 so far, from the records of the requests that have finished."""
+
+    def __init__(self) -> None:
+        self.output_tokens, self.ttfts_s = 0, list[float]()
+
+    def add(self, records: Sequence[RequestRecord]) -> None:
+        for r in records:
+            if r.error:
+                continue
+            self.output_tokens += r.output_len or 0
+            if r.first_token_time is not None:
+                self.ttfts_s.append(r.first_token_time - r.arrival_time)
+
+    def summary(self, elapsed_s: float) -> str:
+        """`812 tok/s, TTFT p50 12.3 ms so far`, as `run_summary` words a finished run ('' before any record)."""
+        row = {
+            "output_throughput": self.output_tokens / elapsed_s if elapsed_s > 0 and self.output_tokens else None,
+            "median_ttft_ms": statistics.median(self.ttfts_s) * 1000 if self.ttfts_s else None,
+        }
+        text = run_summary(row)
+        return f"{text} so far" if text else ""
+
+
 class RunProgress:
     """Progress of the runs of one plan. Use as a context manager; `start` a run, `advance` it, `finish` it."""
 
@@ -65,7 +95,7 @@ class RunProgress:
         self.live = console.is_terminal if live is None else live
         self.heartbeat_s = heartbeat_interval() if heartbeat_s is None else heartbeat_s
         self.index, self.label, self.done, self.total, self.started = 0, "", 0, 0, 0.0
-        self.last = ""  # the last finished run's tok/s and TTFT p50
+        self.so_far, self.shown_at = SoFar(), -math.inf  # this run's numbers so far, and when the line last had them
         self._bar: Progress | None = None
         self._task: Any = None
         self._stop = threading.Event()
@@ -83,7 +113,7 @@ class RunProgress:
                 TimeElapsedColumn(),
                 TextColumn("ETA"),
                 TimeRemainingColumn(),
-                TextColumn("{task.fields[last]}"),
+                TextColumn("{task.fields[numbers]}"),
                 console=self.console,
                 transient=False,
             )
@@ -104,28 +134,34 @@ class RunProgress:
         with self._lock:
             self.index += 1
             self.label, self.done, self.total, self.started = label, 0, total_requests, self.clock()
+            self.so_far, self.shown_at = SoFar(), -math.inf
         if self._bar is not None:  # a line per run: the finished ones stay on screen
-            self._task = self._bar.add_task(
-                f"[{self.index}/{self.num_runs}] {label}", total=total_requests, last=self.last
-            )
+            self._task = self._bar.add_task(f"[{self.index}/{self.num_runs}] {label}", total=total_requests, numbers="")
 
-    def advance(self, n: int) -> None:
+    def advance(self, n: int, records: Sequence[RequestRecord] = ()) -> None:
+        """`n` more requests finished; `records`, when the backend has them, update the numbers so far."""
         with self._lock:
             self.done += n
+            self.so_far.add(records)
+            now = self.clock()
+            numbers = None
+            if self._bar is not None and now - self.shown_at >= SUMMARY_EVERY_S:
+                numbers, self.shown_at = self.so_far.summary(now - self.started), now
         if self._bar is not None:
-            self._bar.advance(self._task, n)
+            if numbers is None:
+                self._bar.update(self._task, advance=n)
+            else:
+                self._bar.update(self._task, advance=n, numbers=numbers)
 
     def finish(self, row: Mapping[str, Any] | None, error: str | None = None) -> None:
         """The run is over: its line says how it went (the row's tok/s and TTFT p50, or the error)."""
         with self._lock:
             elapsed, label, self.label = self.clock() - self.started, self.label, ""
         summary = f"failed: {error}" if error else run_summary(row)
-        if not error:
-            self.last = summary
         if self.quiet:
             return
         if self._bar is not None:
-            self._bar.update(self._task, completed=self.total, last=summary)
+            self._bar.update(self._task, completed=self.total, numbers=summary)
             return
         self._print(
             f"[{self.index}/{self.num_runs}] {label}: {self.done}/{self.total} requests in {elapsed:.1f} s"
@@ -139,9 +175,12 @@ class RunProgress:
                     continue
                 elapsed = self.clock() - self.started
                 eta = elapsed * (self.total - self.done) / self.done if self.done else math.nan
+                numbers = self.so_far.summary(elapsed)
                 line = (
                     f"... [{self.index}/{self.num_runs}] {self.label}: {self.done}/{self.total} requests, "
-                    f"{elapsed:.0f} s elapsed" + (f", ETA {eta:.0f} s" if math.isfinite(eta) else "")
+                    f"{elapsed:.0f} s elapsed"
+                    + (f", ETA {eta:.0f} s" if math.isfinite(eta) else "")
+                    + (f", {numbers}" if numbers else "")
                 )
             self._print(line)
 

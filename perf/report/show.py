@@ -62,13 +62,11 @@ def labels_of_rows(rows: Sequence[Mapping[str, Any]], record_labels: Sequence[st
 
 
 def saved_entries(csv_path: str | Path) -> tuple[list[Entry], SavedWorkload]:
-    """The table entries of a results CSV (checked by `read_csv`) and its workload, from the JSON when present."""
-    from cbbench.perf.results.schema import read_csv
+    """The table entries of a results CSV (checked by `read_rows`) and its workload, from the JSON when present."""
+    from cbbench.perf.results.rows import read_rows  # not pandas: `show` must start fast
 
-    df = read_csv(csv_path)
     rows = [
-        {k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in r.items()}
-        for r in df.to_dict("records")
+        {k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in r.items()} for r in read_rows(csv_path)
     ]
     json_path = Path(csv_path).with_suffix(".json")
     doc: dict[str, Any] = {}

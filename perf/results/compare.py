@@ -37,7 +37,6 @@ import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-import pandas as pd
 from rich.console import Console
 from rich.text import Text
 
@@ -45,6 +44,7 @@ from cbbench.perf.results.gate import FORMATS, gate_tolerances, render_json, ren
 from cbbench.perf.results.matching import (  # noqa: F401  (LOAD_/SERVER_KEY_NAMES, parse_where: re-exported)
     LOAD_KEY_NAMES,
     SERVER_KEY_NAMES,
+    cell_text,
     check_finite,
     filter_rows,
     ignored_key_names,
@@ -52,7 +52,7 @@ from cbbench.perf.results.matching import (  # noqa: F401  (LOAD_/SERVER_KEY_NAM
     label,
     parse_where,
 )
-from cbbench.perf.results.schema import extra_metrics, read_csv
+from cbbench.perf.results.rows import Row, as_rows, read_rows, with_extra_metrics
 
 # (the tolerance rules are tolerances.py's; importable from here too, as they always were)
 from cbbench.perf.results.tolerances import (
@@ -90,15 +90,16 @@ class NoCommonConfigs(ValueError):
 
 
 def compare(
-    baseline_csv: str | os.PathLike[str] | pd.DataFrame,
-    new_csv: str | os.PathLike[str] | pd.DataFrame,
+    baseline_csv: str | os.PathLike[str] | Any,
+    new_csv: str | os.PathLike[str] | Any,
     tolerances: Mapping[str, float | None] | None = None,
     *,
     fail_on_missing: bool = True,
     ignore_key: Sequence[str] = (),
     where: Sequence[str] = (),
 ) -> tuple[list[dict[str, Any]], bool]:
-    """Compare the median of each configuration's repeats; returns (table rows, regressed).
+    """Compare the median of each configuration's repeats; returns (table rows, regressed). Each side is a results
+    CSV or its rows (a DataFrame, or dicts as `rows.read_rows` gives them).
 
     `where`: KEY=VALUE filters (`batching=continuous`): only the rows of both files that match every one are
     compared, e.g. the continuous-batching run of an in-process sweep against an HTTP run.
@@ -111,15 +112,12 @@ def compare(
     ignored = ignored_key_names(ignore_key)
     base, new = (keyed(df, metrics, ignored, side) for df, side in zip(frames, ("baseline", "new")))
     if base and new and not set(base) & set(new):
-        made = frames[0]["command"].dropna() if "command" in frames[0] else pd.Series(dtype=str)
-        how = (
-            f"the baseline was made with: {made.iloc[0]}"
-            if len(made) and str(made.iloc[0])
-            else "the baseline records no command"
-        )
+        made = [c for r in frames[0] if cell_text(c := r.get("command"))]
+        how = f"the baseline was made with: {made[0]}" if made else "the baseline records no command"
+        is_file = isinstance(baseline_csv, (str, os.PathLike))
         raise NoCommonConfigs(
             f"0 configurations in common; {how} (rerun its configurations with "
-            f"`cbbench perf --like {baseline_csv if not isinstance(baseline_csv, pd.DataFrame) else 'BASELINE.csv'}`)"
+            f"`cbbench perf --like {baseline_csv if is_file else 'BASELINE.csv'}`)"
         )
     keys = list(base) + [k for k in new if k not in base]
     rows: list[dict[str, Any]] = []
@@ -144,20 +142,15 @@ def compare(
 _VALUES = ("baseline", "new", "change", "tolerance")  # a row's numbers (NaN in a configuration's missing row)
 
 
-def _frames(
-    sources: tuple[str | os.PathLike[str] | pd.DataFrame, ...], metrics: Sequence[str], where: Sequence[str]
-) -> list[pd.DataFrame]:
-    """Each side as a table: read, its `extra` metrics as columns, checked finite, filtered by `where`, and holding
-    every metric compared (an override may name a metric only the `extra` column knows: it reads as NaN)."""
-    frames = [extra_metrics(read_csv(x) if not isinstance(x, pd.DataFrame) else x) for x in sources]
-    for df, x in zip(frames, sources):
-        check_finite(df, metrics, x if not isinstance(x, pd.DataFrame) else "a results table")
-    frames = [filter_rows(df, where, side) for df, side in zip(frames, ("baseline", "new"))]
-    for df in frames:
-        for m in metrics:
-            if m not in df.columns:
-                df[m] = math.nan
-    return frames
+def _frames(sources: tuple[Any, ...], metrics: Sequence[str], where: Sequence[str]) -> list[list[Row]]:
+    """Each side as rows: read (a CSV path, or rows already read), its `extra` metrics as columns, checked finite,
+    filtered by `where` (a metric only some `extra` cells know, or none, reads as NaN: `aggregate_rows` gets a
+    missing key as NaN)."""
+    is_file = [isinstance(x, (str, os.PathLike)) for x in sources]
+    frames = [with_extra_metrics(read_rows(x) if f else as_rows(x)) for x, f in zip(sources, is_file)]
+    for table, x, f in zip(frames, sources, is_file):
+        check_finite(table, metrics, x if f else "a results table")
+    return [filter_rows(table, where, side) for table, side in zip(frames, ("baseline", "new"))]
 
 
 def _compare_metric(m: str, b: Mapping[str, Any], n: Mapping[str, Any], tol: float) -> dict[str, Any]:
@@ -226,7 +219,7 @@ def main_compare(
         rows, regressed = compare(
             baseline, new, overrides, fail_on_missing=fail_on_missing, ignore_key=ignore_key, where=where
         )
-    except (OSError, ValueError, pd.errors.ParserError, pd.errors.EmptyDataError) as e:
+    except (OSError, ValueError) as e:
         msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         err.print(f"cbbench compare: error: {msg}", markup=False, style="bold red")
         return 2
@@ -282,4 +275,5 @@ def _summary(
 
 def _labels(path: str | os.PathLike[str]) -> str:
     """The `--label`s of a results file's runs, comma-joined ("" when it has none)."""
-    return ", ".join(x for x in read_csv(path)["label"].dropna().astype(str).unique() if x)
+    cells = (r["label"] for r in read_rows(path))
+    return ", ".join(x for x in dict.fromkeys(str(c) for c in cells if cell_text(c) != "") if x)

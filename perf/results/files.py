@@ -12,14 +12,15 @@ import io
 import json
 import math
 import os
+import sys
 import tempfile
 from collections.abc import Mapping, Sequence
 from glob import escape as glob_escape
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import numpy as np
-import pandas as pd
+if TYPE_CHECKING:  # imported where used: `compare` and `show` read with rows.py and start fast
+    import pandas as pd
 
 from cbbench.perf.results.cells import neutralise, restore
 from cbbench.perf.results.columns import COLUMNS, METRIC_COLUMNS, SCHEMA_VERSION
@@ -96,6 +97,8 @@ def append_rows(path: str | os.PathLike[str], rows: Sequence[Mapping[str, Any]])
 def read_csv(path: str | os.PathLike[str], *, allow_empty: bool = False) -> pd.DataFrame:
     """Read a results CSV, checking its schema version and columns, that every row is whole (a truncated file
     raises), that there is at least one row (unless `allow_empty`), and that metric cells are numbers."""
+    import pandas as pd
+
     text = Path(path).read_text()
     try:
         lines = list(csv.reader(io.StringIO(text)))
@@ -141,9 +144,11 @@ def write_run_json(
     workload: Any = None,
     environment: Mapping[str, Any] | None = None,
     steps: Any = None,
+    server_metrics: Mapping[str, Any] | None = None,
 ) -> Path:
     """The full record of a perf invocation: environment, config, workload, CSV rows, per-request records
-    (a list, or a dict run-label -> list), and optionally the per-step traces. Non-finite floats become strings."""
+    (a list, or a dict run-label -> list), and optionally the per-step traces and, for HTTP runs, the scraped
+    /metrics series by run label (`server_metrics`, only when there is one). Non-finite floats become strings."""
     doc = {
         "schema_version": SCHEMA_VERSION,
         "environment": dict(environment) if environment is not None else environment_info(config.get("device")),
@@ -153,6 +158,8 @@ def write_run_json(
         "records": records,
         "steps": steps,
     }
+    if server_metrics:
+        doc["server_metrics"] = dict(server_metrics)
     return atomic_write_text(path, json.dumps(jsonable(doc), indent=1, default=str))
 
 
@@ -162,9 +169,10 @@ def jsonable(x: Any) -> Any:
         return {str(k): jsonable(v) for k, v in x.items()}
     if isinstance(x, (list, tuple)):
         return [jsonable(v) for v in x]
-    if isinstance(x, np.ndarray):
+    np = sys.modules.get("numpy")  # a numpy value exists only once numpy is imported: no import just to check
+    if np is not None and isinstance(x, np.ndarray):
         return jsonable(x.tolist())
-    if isinstance(x, np.generic):
+    if np is not None and isinstance(x, np.generic):
         x = x.item()
     if isinstance(x, float) and not math.isfinite(x):
         return str(x)

@@ -40,6 +40,7 @@ def run_json_text(
     rows: list[dict[str, Any]],
     records: Mapping[str, str],
     steps: Mapping[str, str],
+    server_metrics: Mapping[str, Any] | None = None,
 ) -> str:
     """The document `schema.write_run_json` writes (same keys, same order, same values), from pre-encoded runs."""
     head = {
@@ -51,4 +52,6 @@ def run_json_text(
     }
     parts = [f"{json.dumps(k)}: {json.dumps(jsonable(v), indent=1, default=str)}" for k, v in head.items()]
     parts += [f'"records": {encode_runs(records)}', f'"steps": {encode_runs(steps)}']
+    if server_metrics:  # HTTP runs only: the scraped /metrics series by run label (small)
+        parts.append(f'"server_metrics": {json.dumps(jsonable(dict(server_metrics)), indent=1, default=str)}')
     return "{\n" + ",\n".join(parts) + "\n}"

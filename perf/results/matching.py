@@ -13,9 +13,8 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-import pandas as pd
-
-from cbbench.perf.results.schema import KEY_NAMES, aggregate_repeats, config_key
+from cbbench.perf.results.rows import Row, aggregate_rows, number
+from cbbench.perf.results.schema import KEY_NAMES, config_key
 
 # key columns whose value reads without its name in a config label
 _BARE = {"engine", "model", "device", "dtype", "workload", "batching"}
@@ -55,9 +54,9 @@ def ignored_key_names(names: Sequence[str]) -> set[str]:
     return out
 
 
-def keyed(df: pd.DataFrame, metrics: Sequence[str], ignored: set[str], side: str) -> dict[tuple[str, ...], Any]:
+def keyed(rows: Sequence[Row], metrics: Sequence[str], ignored: set[str], side: str) -> dict[tuple[str, ...], Any]:
     out: dict[tuple[str, ...], Any] = {}
-    for r in aggregate_repeats(df, metrics).to_dict("records"):
+    for r in aggregate_rows(rows, metrics):
         key = tuple("" if name in ignored else cell for name, cell in zip(KEY_NAMES, config_key(r)))
         if key in out:
             raise ValueError(
@@ -82,34 +81,30 @@ def parse_where(items: Sequence[str]) -> list[tuple[str, str]]:
     return out
 
 
-def filter_rows(df: pd.DataFrame, where: Sequence[str], side: str) -> pd.DataFrame:
-    """The rows of `df` whose cells (read as config keys read them: 512.0 is "512") match every `where` item. An
+def filter_rows(rows: Sequence[Row], where: Sequence[str], side: str) -> list[Row]:
+    """The rows whose cells (read as config keys read them: 512.0 is "512") match every `where` item. An
     empty cell is unknown, not different, and matches: an HTTP run cannot know the server's batching mode, so
     `--where batching=continuous` keeps it and picks the continuous run of the in-process file."""
+    out = list(rows)
     for name, value in parse_where(where):
-        df = df[[_cell_text(v) in (value, "") for v in df[name]]]
-        if df.empty:
+        out = [r for r in out if cell_text(r.get(name)) in (value, "")]
+        if not out:
             raise ValueError(f"where: no row of the {side} file has {name}={value}")
-    return df
+    return out
 
 
-def _cell_text(v: Any) -> str:
+def cell_text(v: Any) -> str:
     if v is None or (isinstance(v, float) and math.isnan(v)):
         return ""
     return str(int(v)) if isinstance(v, float) and v.is_integer() else str(v)
 
 
-def check_finite(df: pd.DataFrame, metrics: Sequence[str], source: Any) -> None:
+def check_finite(rows: Sequence[Row], metrics: Sequence[str], source: Any) -> None:
     """ValueError naming the first row whose metric is +-inf: a gate on it would pass or fail by accident
     (an empty cell, NaN, is a missing metric and is judged as one)."""
     for m in metrics:
-        if m not in df.columns:
-            continue
-        v = pd.to_numeric(df[m], errors="coerce")
-        bad = v.abs() == math.inf
-        if bad.any():
-            i = int(bad.to_numpy().nonzero()[0][0])
-            raise ValueError(
-                f"{source}: metric {m} is {v.iloc[i]} on row {i + 1} "
-                f"({df['engine'].iloc[i]} {df['batching'].iloc[i]}): not a finite number"
-            )
+        for i, r in enumerate(rows):
+            if abs(v := number(r.get(m))) == math.inf:
+                raise ValueError(
+                    f"{source}: metric {m} is {v} on row {i + 1} ({r['engine']} {r['batching']}): not a finite number"
+                )

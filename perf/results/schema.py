@@ -19,9 +19,7 @@ import json
 import math
 import os
 from collections.abc import Mapping, Sequence
-from typing import Any
-
-import pandas as pd
+from typing import TYPE_CHECKING, Any
 
 from cbbench.perf.results.columns import (  # noqa: F401  (re-exported: the schema's names, as they always were)
     COLUMNS,
@@ -44,6 +42,9 @@ from cbbench.perf.results.files import (  # noqa: F401  (re-exported: reading an
     write_csv,
     write_run_json,
 )
+
+if TYPE_CHECKING:  # pandas is imported where it is used: `compare` and `show` read with rows.py and start fast
+    import pandas as pd
 
 
 def make_row(
@@ -142,6 +143,8 @@ def _key_cell(v: Any) -> str:
 def aggregate_repeats(df: pd.DataFrame, metrics: Sequence[str] = METRIC_COLUMNS) -> pd.DataFrame:
     """One row per configuration: `num_repeats`, and per metric its median (`<metric>`) and spread
     (`<metric>_min`, `<metric>_max`), so a gate can tell a change from run-to-run noise."""
+    import pandas as pd
+
     df = df.copy()
     df["_key"] = [config_key(r) for r in df.to_dict("records")]
     out_rows = []

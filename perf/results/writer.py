@@ -52,6 +52,7 @@ class ResultWriter:
         self.rows: list[dict[str, Any]] = []
         self.records: dict[str, str] = {}  # run label -> its records, as JSON text (encoded once)
         self.steps: dict[str, str] = {}
+        self.server_metrics: dict[str, Any] = {}  # HTTP runs: the /metrics series of each (ServerMetrics.series)
         self._done: set[str] = set()
         for p in (self.csv_path, self.json_path):  # a run killed mid-write (SIGKILL) left its temporary behind
             remove_stale_temporaries(p)
@@ -81,6 +82,7 @@ class ResultWriter:
             doc = json.loads(self.json_path.read_text())
             self.records = {k: encode(v) for k, v in (doc.get("records") or {}).items()}
             self.steps = {k: encode(v) for k, v in (doc.get("steps") or {}).items()}
+            self.server_metrics = dict(doc.get("server_metrics") or {})
 
     def done(self, pid: str) -> bool:
         return pid in self._done
@@ -90,13 +92,20 @@ class ResultWriter:
         return len(self._done)
 
     def add(
-        self, row: Mapping[str, Any], label: str, records: Sequence[RequestRecord], steps: Sequence[StepRecord]
+        self,
+        row: Mapping[str, Any],
+        label: str,
+        records: Sequence[RequestRecord],
+        steps: Sequence[StepRecord],
+        server_series: Sequence[Mapping[str, Any]] | None = None,
     ) -> None:
         """One finished run: JSON first, then CSV, so an interrupt between the two leaves a JSON with one run more
         than the CSV (harmless: --resume reruns it), never a CSV row without its records."""
         self.rows.append(dict(row))
         self.records[label] = encode([r.to_dict() for r in records])
         self.steps[label] = encode([s.to_dict() for s in steps])
+        if server_series:
+            self.server_metrics[label] = [dict(p) for p in server_series]
         opts = json.loads(row["run_options"]) if row.get("run_options") else {}
         if opts.get("plan_id"):
             self._done.add(opts["plan_id"])
@@ -110,6 +119,7 @@ class ResultWriter:
             rows=self.rows,
             records=self.records,
             steps=self.steps,
+            server_metrics=self.server_metrics or None,
         )
         atomic_write_text(self.json_path, text)
         write_csv(self.csv_path, self.rows)

@@ -1,5 +1,6 @@
-"""The commands that only read results (`--help`, compare, plot, report, show) never import torch: each runs in a
-fresh interpreter and reports whether `torch` reached `sys.modules`. Timing is perf/bench/cli_startup.py's job."""
+"""The commands that only read results (`--help`, compare, plot, report, show) never import torch, and `--help`,
+compare and show not pandas, numpy or pydantic either (their imports alone outlast the 1 s these commands may take):
+each runs in a fresh interpreter and reports which of them reached `sys.modules`. Timing is perf/bench/cli_startup.py's job."""
 
 from __future__ import annotations
 
@@ -35,13 +36,14 @@ TINY = [
 # Runs the command as the `cbbench` script does, then prints the exit code and whether torch was imported
 PROBE = """
 import json, sys
+HEAVY = ("pandas", "numpy", "pydantic")  # pydantic: typer 0.2x coerces with it (cli/app.py avoids that)
 from cbbench.perf.cli import app
 code = 0
 try:
     app(sys.argv[1:], prog_name="cbbench")
 except SystemExit as e:
     code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
-print(json.dumps({"code": code, "torch": "torch" in sys.modules}))
+print(json.dumps({"code": code, "torch": "torch" in sys.modules, "heavy": [m for m in HEAVY if m in sys.modules]}))
 """
 SUBPROCESS_TIMEOUT_S = 120  # a cold interpreter on a shared 2-core machine; the commands take ~1 s
 
@@ -71,7 +73,18 @@ def _command_names() -> set[str]:
 
 
 def test_help_leaves_torch_out():
-    assert probe("--help") == {"code": 0, "torch": False}
+    assert probe("--help")["torch"] is False
+
+
+@pytest.mark.parametrize("args", [["--help"], ["plot", "--help"], ["report", "--help"], ["compare", "--help"]])
+def test_help_leaves_pandas_and_numpy_out(args):
+    assert probe(*args) == {"code": 0, "torch": False, "heavy": []}
+
+
+def test_compare_and_show_leave_pandas_and_numpy_out(run_files):
+    out, csv, js = run_files
+    for args in (["compare", str(csv), str(csv)], ["show", str(csv)], ["show", str(csv), "--format", "json"]):
+        assert probe(*args) == {"code": 0, "torch": False, "heavy": []}, args
 
 
 def test_result_commands_leave_torch_out(run_files):
@@ -84,10 +97,11 @@ def test_result_commands_leave_torch_out(run_files):
     if "show" in _command_names():  # another change adds it; when it exists it is held to the same rule
         cases.append(["show", str(csv)])
     for args in cases:
-        assert probe(*args) == {"code": 0, "torch": False}, args
+        assert {k: v for k, v in probe(*args).items() if k != "heavy"} == {"code": 0, "torch": False}, args
     assert (out / "r.html").exists() and any(out.glob("p*.png"))
 
 
 def test_probe_sees_torch():
     """The control: a command that needs the engine does import torch, so a False above means something."""
-    assert probe("generate", "hi", "--max-tokens", "1") == {"code": 0, "torch": True}
+    seen = probe("generate", "hi", "--max-tokens", "1")
+    assert seen["code"] == 0 and seen["torch"] is True and "numpy" in seen["heavy"], seen

@@ -30,3 +30,13 @@ def test_piecewise_document_equals_write_run_json(tmp_path):
     fast = json.loads(run_json_text(rows=rows, records=enc, steps={k: encode(v) for k, v in STEPS.items()}, **kw))
     assert fast == slow
     assert list(fast) == list(slow)  # same keys, same order
+    series = {"a": [{"time": 0.0, "kv_usage": None}]}
+    slow = json.loads(
+        write_run_json(
+            tmp_path / "b.json", rows=rows, records=RECORDS, steps=STEPS, server_metrics=series, **kw
+        ).read_text()
+    )
+    steps = {k: encode(v) for k, v in STEPS.items()}
+    fast = json.loads(run_json_text(rows=rows, records=enc, steps=steps, server_metrics=series, **kw))
+    assert fast == slow
+    assert list(fast) == list(slow)  # same keys, same order

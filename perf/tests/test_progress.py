@@ -10,7 +10,9 @@ import time
 from rich.console import Console
 from typer.testing import CliRunner
 
+from cbbench.perf.backends.http_client import error_record
 from cbbench.perf.cli import app
+from cbbench.perf.records import RequestRecord
 from cbbench.perf.report.progress import RunProgress
 
 TINY = [
@@ -106,3 +108,48 @@ def test_perf_in_a_log_prints_each_finished_run(tmp_path, monkeypatch):
     assert done[0].startswith("[1/2] refengine continuous, repeat 1/2: 3/3 requests in ")
     assert done[1].startswith("[2/2] refengine continuous, repeat 2/2: 3/3 requests in ")
     assert all(re.search(r"\d+ tok/s, TTFT p50 \d+\.\d ms$", x) for x in done), done
+
+
+class Clock:
+    """A clock the test moves by hand, so that the numbers so far are exact."""
+
+    def __init__(self) -> None:
+        self.t = 100.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def _records(n: int, ttft_s: float, output_len: int) -> list[RequestRecord]:
+    return [RequestRecord(str(i), 8, output_len, 1.0, 1.0, 1.0 + ttft_s, None, 2.0, 0, 0, "length") for i in range(n)]
+
+
+def test_terminal_line_shows_the_runs_tok_s_and_ttft_p50_so_far():
+    out, clock = io.StringIO(), Clock()
+    console = Console(file=out, force_terminal=True, width=200)
+    with RunProgress(console, 1, heartbeat_s=BEAT_S, clock=clock) as progress:
+        progress.start("refengine continuous, repeat 1/1", 10)
+        clock.t += 2.0  # 3 requests of 10 tokens in 2 s: 15 tok/s, TTFTs of 5 ms; the failed one counts for neither
+        progress.advance(4, _records(3, 0.005, 10) + [error_record("9", 8, 10, 2.0, "boom")])
+        progress.advance(1, _records(1, 0.005, 10))  # within SUMMARY_EVERY_S: the line keeps the numbers it has
+        progress._bar.refresh()
+        live = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", out.getvalue())
+        assert "5/10" in live and "ETA" in live and "15 tok/s, TTFT p50 5.0 ms so far" in live, live
+        clock.t += 1.0
+        progress.advance(1, _records(1, 0.020, 10))
+        progress._bar.refresh()
+        live = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", out.getvalue())
+        assert "6/10" in live and "17 tok/s, TTFT p50 5.0 ms so far" in live, live
+        progress.finish(ROW)
+    assert "812 tok/s, TTFT p50 12.3 ms" in re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", out.getvalue())
+
+
+def test_heartbeat_shows_the_numbers_so_far():
+    out = io.StringIO()
+    with RunProgress(Console(file=out, force_terminal=False, width=200), 1, heartbeat_s=BEAT_S) as progress:
+        progress.start("refengine continuous, repeat 1/1", 4)
+        progress.advance(2, _records(2, 0.010, 5))
+        time.sleep(RUN_S)
+        progress.finish(ROW)
+    beats = [x for x in out.getvalue().splitlines() if x.startswith("... [1/1]")]
+    assert beats and all(re.search(r"2/4 requests, .* tok/s, TTFT p50 10\.0 ms so far$", x) for x in beats), beats
