@@ -142,3 +142,32 @@ def test_the_api_key_defaults_to_vllm_api_key(monkeypatch):
     with pytest.raises(Built):
         launch.run_server({"model": MODEL}, port=free_port(), api_key="flag")
     assert seen["api_key"] == "flag"
+
+
+def test_served_connections_have_nagle_off():
+    """Each accepted connection writes its chunks at once (TCP_NODELAY). With Nagle on, a chunk written while the
+    previous one was unacknowledged waited for the client's delayed ACK: a request sent right after another finished
+    on a keep-alive connection got its first token ~35 ms late."""
+    import asyncio
+
+    from conformance.http.client import free_port
+    from refengine.entrypoints.launch import bind_socket
+
+    async def accepted_nodelay() -> int:
+        seen: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+
+        class Probe(asyncio.Protocol):
+            def connection_made(self, transport: asyncio.BaseTransport) -> None:
+                s = transport.get_extra_info("socket")
+                seen.set_result(s.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY))
+                transport.close()
+
+        sock = bind_socket("127.0.0.1", free_port())
+        server = await asyncio.get_running_loop().create_server(Probe, sock=sock)
+        _, writer = await asyncio.open_connection(*sock.getsockname()[:2])
+        value = await asyncio.wait_for(seen, 10)
+        writer.close()
+        server.close()
+        return value
+
+    assert asyncio.run(accepted_nodelay()) != 0
