@@ -4,7 +4,8 @@ SyntaxError's.
 
 The traces cannot see the scheduler ones: their fake sampler masks EOS until min_tokens (as vLLM's does), never sets
 ignore_eos, and their records do not carry the recompute metric. Those tests drive refengine's Scheduler directly,
-feeding the tokens a caller of update_from_output may feed; the last drives the detokenizer alone.
+feeding the tokens a caller of update_from_output may feed; the stop-string one drives the detokenizer alone, and
+the last runs the tiny model's engine with async scheduling under preemption, DELTA outputs.
 """
 
 from __future__ import annotations
@@ -25,10 +26,11 @@ EOS = 0
 
 
 @pytest.mark.parametrize("mutant", MUTANTS, ids=[m.name for m in MUTANTS])
-def test_mutant_applies_cleanly_or_is_stale(mutant):
+def test_mutant_applies_cleanly(mutant):
+    """A stale mutant (its snippet gone after a refactor) checks nothing any more: it fails here, not in silence."""
     source = (ROOT / mutant.path).read_text()
-    if source.count(mutant.old) != 1:
-        pytest.skip(f"stale: snippet found {source.count(mutant.old)} times (update it in conformance/mutants.py)")
+    found = source.count(mutant.old)
+    assert found == 1, f"stale: snippet found {found} times in {mutant.path} (update it in conformance/mutants/)"
     compile(source.replace(mutant.old, mutant.new), mutant.path, "exec")
 
 
@@ -111,3 +113,32 @@ def test_stop_string_before_min_tokens_does_not_stop():
         assert detok.update() is None, f"stopped at output {i + 1} of min_tokens {len(ids)}"
         text.append(detok.take_delta(finished=i == len(ids) - 1))
     assert "".join(text) == body and detok.stopped_by is None
+
+
+def _deltas(engine, prompts, max_tokens: int) -> dict[str, list]:
+    for i, p in enumerate(prompts):
+        engine.add_request(f"r{i}", p, SamplingParams(max_tokens=max_tokens, temperature=0.0, ignore_eos=True))
+    got: dict[str, list] = {}
+    while engine.has_unfinished_requests():
+        for out in engine.step():
+            got.setdefault(out.request_id, []).append(out)
+    return got
+
+
+def test_async_preempted_request_streams_on_to_its_end():
+    """Async scheduling, DELTA outputs, a KV pool too small for every request: a request preempted while its step
+    is in flight still gets that step's token, and its output then is not a finished one; its stream goes on to
+    max_tokens, with the tokens of the sync engine and exactly one finished output, its last."""
+    from conformance.engine_helpers import make_prompts
+    from refengine import LLMEngine
+
+    prompts, max_tokens = make_prompts((9, 13, 7, 11), seed=3), 12
+    knobs = dict(num_gpu_blocks=12, block_size=4)  # 4 requests need up to 6 blocks each: preemptions
+    ref = _deltas(LLMEngine("tiny-qwen2", **knobs), prompts, max_tokens)
+    engine = LLMEngine("tiny-qwen2", async_scheduling=True, **knobs)
+    got = _deltas(engine, prompts, max_tokens)
+    assert engine.scheduler.num_preemptions > 0, "the pool was sized to force preemptions"
+    for rid, outs in ref.items():
+        tokens = [t for o in got[rid] for t in o.outputs[0].token_ids]
+        assert [o.finished for o in got[rid]].count(True) == 1 and got[rid][-1].finished, rid
+        assert tokens == [t for o in outs for t in o.outputs[0].token_ids] and len(tokens) == max_tokens, rid
