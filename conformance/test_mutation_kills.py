@@ -1,42 +1,22 @@
-"""Tests written for mutants that the recorded vLLM traces let survive (docs/mutation.md), and a check of the mutant
-table itself: every mutant that applies leaves a file that still compiles, so a kill is the suite's, not a
-SyntaxError's.
+"""Tests written for mutants that the recorded vLLM traces or their area's subset let survive (docs/mutation.md).
+`python -m conformance.mutate` runs this file for those mutants (`KILL_TESTS` in conformance/mutants/common.py).
 
 The traces cannot see the scheduler ones: their fake sampler masks EOS until min_tokens (as vLLM's does), never sets
 ignore_eos, and their records do not carry the recompute metric. Those tests drive refengine's Scheduler directly,
-feeding the tokens a caller of update_from_output may feed; the stop-string one drives the detokenizer alone, and
-the last runs the tiny model's engine with async scheduling under preemption, DELTA outputs.
+feeding the tokens a caller of update_from_output may feed; the stop string before min_tokens drives the
+detokenizer alone; the last two run the tiny model's engine: async scheduling under preemption with DELTA outputs,
+and a stop string that must finish its request in the scheduler too.
 """
 
 from __future__ import annotations
 
-from pathlib import Path
-
-import pytest
-
-from conformance.mutants import MUTANTS
 from refengine.detokenizer import IncrementalDetokenizer
 from refengine.request import Request, RequestStatus
 from refengine.sampling_params import SamplingParams
 from refengine.scheduler import Scheduler
 from refengine.tokenizer import QwenTokenizer
 
-ROOT = Path(__file__).resolve().parent.parent
 EOS = 0
-
-
-@pytest.mark.parametrize("mutant", MUTANTS, ids=[m.name for m in MUTANTS])
-def test_mutant_applies_cleanly(mutant):
-    """A stale mutant (its snippet gone after a refactor) checks nothing any more: it fails here, not in silence."""
-    source = (ROOT / mutant.path).read_text()
-    found = source.count(mutant.old)
-    assert found == 1, f"stale: snippet found {found} times in {mutant.path} (update it in conformance/mutants/)"
-    compile(source.replace(mutant.old, mutant.new), mutant.path, "exec")
-
-
-def test_mutant_names_are_unique():
-    names = [m.name for m in MUTANTS]
-    assert len(names) == len(set(names)) and len(names) >= 25
 
 
 def _step(sched: Scheduler, token: int) -> list[str]:
@@ -142,3 +122,26 @@ def test_async_preempted_request_streams_on_to_its_end():
         tokens = [t for o in got[rid] for t in o.outputs[0].token_ids]
         assert [o.finished for o in got[rid]].count(True) == 1 and got[rid][-1].finished, rid
         assert tokens == [t for o in outs for t in o.outputs[0].token_ids] and len(tokens) == max_tokens, rid
+
+
+def test_a_stop_string_finishes_the_request_in_the_scheduler_too():
+    """The step whose text shows a stop string hands back the request's final output, and the request is gone from
+    the scheduler then: nothing left to run, its blocks free, no further step scheduling it to max_tokens."""
+    from conformance.engine_helpers import make_prompts
+    from refengine import LLMEngine
+
+    prompt = make_prompts((9,), seed=3)[0]
+    engine = LLMEngine("tiny-qwen2", num_gpu_blocks=64, block_size=4)
+    free = engine.scheduler.num_free_blocks
+    params = SamplingParams(max_tokens=2, temperature=0.0, ignore_eos=True)
+    engine.add_request("probe", prompt, params)
+    stop = "".join(o.outputs[0].text for _ in range(4) for o in engine.step())  # the text of its first two tokens
+    assert stop and not engine.has_unfinished_requests()
+    engine.add_request("r0", prompt, SamplingParams(max_tokens=30, temperature=0.0, ignore_eos=True, stop=[stop]))
+    for _ in range(30):
+        outs = engine.step()
+        if outs and outs[-1].finished:
+            break
+    assert outs[-1].outputs[0].finish_reason == "stop" and len(outs[-1].outputs[0].token_ids) <= 2
+    assert not engine.has_unfinished_requests() and engine.scheduler.num_free_blocks == free
+    assert engine.step() == []
