@@ -145,3 +145,30 @@ def test_a_stop_string_finishes_the_request_in_the_scheduler_too():
     assert outs[-1].outputs[0].finish_reason == "stop" and len(outs[-1].outputs[0].token_ids) <= 2
     assert not engine.has_unfinished_requests() and engine.scheduler.num_free_blocks == free
     assert engine.step() == []
+
+
+def test_min_tokens_one_masks_the_first_output():
+    """min_tokens=1: the first output may not be a stop token (vLLM masks while fewer than min_tokens are out), so
+    with its greedy first token as a stop token id the request gives another first token, and goes on."""
+    from refengine import LLM
+
+    llm = LLM("tiny-qwen2", num_gpu_blocks=64)
+    prompt = [1000, 2000, 3000]
+    first = llm.generate([prompt], SamplingParams(max_tokens=1, temperature=0.0))[0].outputs[0].token_ids[0]
+    sp = SamplingParams(max_tokens=4, temperature=0.0, min_tokens=1, stop_token_ids=[first])
+    out = llm.generate([prompt], sp)[0].outputs[0]
+    assert out.token_ids[0] != first and len(out.token_ids) >= 2, out.token_ids
+
+
+def test_top_p_keeps_the_token_that_crosses_the_nucleus():
+    """vLLM's top-p keeps the smallest set of most likely tokens whose mass reaches top_p: with probabilities
+    (0.5, 0.3, 0.2) and top_p 0.6 that is the first two (0.5 alone falls short), never the third."""
+    import torch
+
+    from refengine.sampler import SamplingMetadata, sample
+
+    n = 2000  # P(token 1 never drawn) = 0.625**2000: a correct sampler cannot miss it
+    logits = torch.tensor([[0.5, 0.3, 0.2]]).log().repeat(n, 1)
+    md = SamplingMetadata(all_greedy=False, temperature=torch.ones(n), top_p=torch.full((n,), 0.6))
+    drawn = sample(logits, md, torch.Generator().manual_seed(0))
+    assert set(drawn.tolist()) == {0, 1}

@@ -41,7 +41,7 @@ ENGINE_MUTANTS: list[Mutant] = [
         RUNNER,
         "masked = np.flatnonzero(num_out < batch.min_tokens[rows])",
         "masked = np.flatnonzero(num_out < batch.min_tokens[rows] - 1)",
-        RUNNER_TESTS + SAMPLER_TESTS,
+        KILL_TESTS + RUNNER_TESTS + SAMPLER_TESTS,
         "EOS is unmasked one token before min_tokens",
     ),
     # ---- sampler ----
@@ -50,7 +50,7 @@ ENGINE_MUTANTS: list[Mutant] = [
         SAMPLER,
         "drop |= (cum - probs) >= top_p[:, None]",
         "drop |= cum >= top_p[:, None]",
-        SAMPLER_TESTS,
+        KILL_TESTS + SAMPLER_TESTS,
         "top-p drops the token that crosses the nucleus",
     ),
     mutant(
