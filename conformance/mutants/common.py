@@ -32,6 +32,9 @@ OUTPUT_TESTS = [
     "refengine/tests/test_output_kind.py",
     "refengine/tests/test_engine_behaviour.py",
 ]
+# greedy tokens against Hugging Face generate on the same weights: what sees a KV cache written to the wrong slots
+# (the engine's own tests compare the engine with itself)
+HF_TESTS = ["refengine/tests/test_engine_hf.py"]
 # the tests written for the mutants that the area subsets let survive (docs/mutation.md says which)
 KILL_TESTS = ["conformance/test_mutation_kills.py"]
 

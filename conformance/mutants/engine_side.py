@@ -6,6 +6,7 @@ from __future__ import annotations
 from conformance.mutants.common import (
     DETOK,
     ENGINE,
+    HF_TESTS,
     KILL_TESTS,
     OUTPUT,
     OUTPUT_TESTS,
@@ -33,7 +34,7 @@ ENGINE_MUTANTS: list[Mutant] = [
         RUNNER,
         "* bs + positions % bs  # [T]",
         "* bs + (positions + 1) % bs  # [T]",
-        RUNNER_TESTS,
+        HF_TESTS + RUNNER_TESTS,
         "slot_mapping writes each token's KV one slot off",
     ),
     mutant(
@@ -148,7 +149,7 @@ ENGINE_MUTANTS: list[Mutant] = [
         ENGINE,
         "            sched.finish_requests([r.request_id for r in stopped], RequestStatus.FINISHED_STOPPED)\n",
         "            for r in stopped:\n                r.status = RequestStatus.FINISHED_STOPPED\n",
-        OUTPUT_TESTS,
+        KILL_TESTS + OUTPUT_TESTS,
         "a stop string sets the status but the scheduler keeps the request (and its blocks)",
     ),
 ]
