@@ -1,4 +1,4 @@
-"""Mutation score: plant each bug of conformance/mutants.py, one at a time, and see whether the fast suite notices.
+"""Mutation score: plant each bug of conformance/mutants/, one at a time, and see whether the fast suite notices.
 
     python -m conformance.mutate [--only NAME ...] [--tests FILE ...] [--timeout S] [--markdown PATH]
 

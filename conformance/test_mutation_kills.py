@@ -1,40 +1,22 @@
-"""Tests written for mutants that the recorded vLLM traces let survive (docs/mutation.md), and a check of the mutant
-table itself: every mutant that applies leaves a file that still compiles, so a kill is the suite's, not a
-SyntaxError's.
+"""Tests written for mutants that the recorded vLLM traces or their area's subset let survive (docs/mutation.md).
+`python -m conformance.mutate` runs this file for those mutants (`KILL_TESTS` in conformance/mutants/common.py).
 
 The traces cannot see the scheduler ones: their fake sampler masks EOS until min_tokens (as vLLM's does), never sets
 ignore_eos, and their records do not carry the recompute metric. Those tests drive refengine's Scheduler directly,
-feeding the tokens a caller of update_from_output may feed; the last drives the detokenizer alone.
+feeding the tokens a caller of update_from_output may feed; the stop string before min_tokens drives the
+detokenizer alone; the last two run the tiny model's engine: async scheduling under preemption with DELTA outputs,
+and a stop string that must finish its request in the scheduler too.
 """
 
 from __future__ import annotations
 
-from pathlib import Path
-
-import pytest
-
-from conformance.mutants import MUTANTS
 from refengine.detokenizer import IncrementalDetokenizer
 from refengine.request import Request, RequestStatus
 from refengine.sampling_params import SamplingParams
 from refengine.scheduler import Scheduler
 from refengine.tokenizer import QwenTokenizer
 
-ROOT = Path(__file__).resolve().parent.parent
 EOS = 0
-
-
-@pytest.mark.parametrize("mutant", MUTANTS, ids=[m.name for m in MUTANTS])
-def test_mutant_applies_cleanly_or_is_stale(mutant):
-    source = (ROOT / mutant.path).read_text()
-    if source.count(mutant.old) != 1:
-        pytest.skip(f"stale: snippet found {source.count(mutant.old)} times (update it in conformance/mutants.py)")
-    compile(source.replace(mutant.old, mutant.new), mutant.path, "exec")
-
-
-def test_mutant_names_are_unique():
-    names = [m.name for m in MUTANTS]
-    assert len(names) == len(set(names)) and len(names) >= 25
 
 
 def _step(sched: Scheduler, token: int) -> list[str]:
@@ -111,3 +93,82 @@ def test_stop_string_before_min_tokens_does_not_stop():
         assert detok.update() is None, f"stopped at output {i + 1} of min_tokens {len(ids)}"
         text.append(detok.take_delta(finished=i == len(ids) - 1))
     assert "".join(text) == body and detok.stopped_by is None
+
+
+def _deltas(engine, prompts, max_tokens: int) -> dict[str, list]:
+    for i, p in enumerate(prompts):
+        engine.add_request(f"r{i}", p, SamplingParams(max_tokens=max_tokens, temperature=0.0, ignore_eos=True))
+    got: dict[str, list] = {}
+    while engine.has_unfinished_requests():
+        for out in engine.step():
+            got.setdefault(out.request_id, []).append(out)
+    return got
+
+
+def test_async_preempted_request_streams_on_to_its_end():
+    """Async scheduling, DELTA outputs, a KV pool too small for every request: a request preempted while its step
+    is in flight still gets that step's token, and its output then is not a finished one; its stream goes on to
+    max_tokens, with the tokens of the sync engine and exactly one finished output, its last."""
+    from conformance.engine_helpers import make_prompts
+    from refengine import LLMEngine
+
+    prompts, max_tokens = make_prompts((9, 13, 7, 11), seed=3), 12
+    knobs = dict(num_gpu_blocks=12, block_size=4)  # 4 requests need up to 6 blocks each: preemptions
+    ref = _deltas(LLMEngine("tiny-qwen2", **knobs), prompts, max_tokens)
+    engine = LLMEngine("tiny-qwen2", async_scheduling=True, **knobs)
+    got = _deltas(engine, prompts, max_tokens)
+    assert engine.scheduler.num_preemptions > 0, "the pool was sized to force preemptions"
+    for rid, outs in ref.items():
+        tokens = [t for o in got[rid] for t in o.outputs[0].token_ids]
+        assert [o.finished for o in got[rid]].count(True) == 1 and got[rid][-1].finished, rid
+        assert tokens == [t for o in outs for t in o.outputs[0].token_ids] and len(tokens) == max_tokens, rid
+
+
+def test_a_stop_string_finishes_the_request_in_the_scheduler_too():
+    """The step whose text shows a stop string hands back the request's final output, and the request is gone from
+    the scheduler then: nothing left to run, its blocks free, no further step scheduling it to max_tokens."""
+    from conformance.engine_helpers import make_prompts
+    from refengine import LLMEngine
+
+    prompt = make_prompts((9,), seed=3)[0]
+    engine = LLMEngine("tiny-qwen2", num_gpu_blocks=64, block_size=4)
+    free = engine.scheduler.num_free_blocks
+    params = SamplingParams(max_tokens=2, temperature=0.0, ignore_eos=True)
+    engine.add_request("probe", prompt, params)
+    stop = "".join(o.outputs[0].text for _ in range(4) for o in engine.step())  # the text of its first two tokens
+    assert stop and not engine.has_unfinished_requests()
+    engine.add_request("r0", prompt, SamplingParams(max_tokens=30, temperature=0.0, ignore_eos=True, stop=[stop]))
+    for _ in range(30):
+        outs = engine.step()
+        if outs and outs[-1].finished:
+            break
+    assert outs[-1].outputs[0].finish_reason == "stop" and len(outs[-1].outputs[0].token_ids) <= 2
+    assert not engine.has_unfinished_requests() and engine.scheduler.num_free_blocks == free
+    assert engine.step() == []
+
+
+def test_min_tokens_one_masks_the_first_output():
+    """min_tokens=1: the first output may not be a stop token (vLLM masks while fewer than min_tokens are out), so
+    with its greedy first token as a stop token id the request gives another first token, and goes on."""
+    from refengine import LLM
+
+    llm = LLM("tiny-qwen2", num_gpu_blocks=64)
+    prompt = [1000, 2000, 3000]
+    first = llm.generate([prompt], SamplingParams(max_tokens=1, temperature=0.0))[0].outputs[0].token_ids[0]
+    sp = SamplingParams(max_tokens=4, temperature=0.0, min_tokens=1, stop_token_ids=[first])
+    out = llm.generate([prompt], sp)[0].outputs[0]
+    assert out.token_ids[0] != first and len(out.token_ids) >= 2, out.token_ids
+
+
+def test_top_p_keeps_the_token_that_crosses_the_nucleus():
+    """vLLM's top-p keeps the smallest set of most likely tokens whose mass reaches top_p: with probabilities
+    (0.5, 0.3, 0.2) and top_p 0.6 that is the first two (0.5 alone falls short), never the third."""
+    import torch
+
+    from refengine.sampler import SamplingMetadata, sample
+
+    n = 2000  # P(token 1 never drawn) = 0.625**2000: a correct sampler cannot miss it
+    logits = torch.tensor([[0.5, 0.3, 0.2]]).log().repeat(n, 1)
+    md = SamplingMetadata(all_greedy=False, temperature=torch.ones(n), top_p=torch.full((n,), 0.6))
+    drawn = sample(logits, md, torch.Generator().manual_seed(0))
+    assert set(drawn.tolist()) == {0, 1}

@@ -1,0 +1,35 @@
+"""The mutant table itself (conformance/mutants/): every mutant's snippet is found exactly once in its file (a stale
+one, its snippet gone after a refactor, would check nothing any more: it fails here rather than in silence), and
+the patched file still compiles, so that a kill is the suite's, not a SyntaxError's.
+
+Never part of a mutant's `tests`: with a mutant planted, its own snippet is gone from the copy, and this file would
+then "kill" it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from conformance.mutants import MUTANTS
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.mark.parametrize("mutant", MUTANTS, ids=[m.name for m in MUTANTS])
+def test_mutant_applies_cleanly(mutant):
+    """A stale mutant (its snippet gone after a refactor) checks nothing any more: it fails here, not in silence."""
+    source = (ROOT / mutant.path).read_text()
+    found = source.count(mutant.old)
+    assert found == 1, f"stale: snippet found {found} times in {mutant.path} (update it in conformance/mutants/)"
+    compile(source.replace(mutant.old, mutant.new), mutant.path, "exec")
+
+
+def test_mutant_names_are_unique():
+    names = [m.name for m in MUTANTS]
+    assert len(names) == len(set(names)) and len(names) >= 25
+
+
+def test_no_mutant_runs_this_file():
+    assert not [m.name for m in MUTANTS if any(t.endswith("test_mutant_table.py") for t in m.tests)]
