@@ -9,7 +9,7 @@ finder comes after it on sys.meta_path), which is checked before any mutant runs
   killed    the subset failed (or ran past the timeout: a hang it caused);
   survived  the subset passed: the suite misses that bug;
   stale     its snippet is not in the file any more (code refactored): neither, update the snippet.
-The unmutated subsets must pass first, or nothing is scored. Exit status: 0 if nothing survived, 1 otherwise.
+The unmutated subsets must pass first, or nothing is scored. Exit status: 0 if nothing survived but the mutants argued equivalent (`equivalent=True`), 1 otherwise.
 """
 
 from __future__ import annotations
@@ -102,14 +102,16 @@ def score(mutants: list[Mutant], timeout: float, log=print) -> list[tuple[Mutant
 def markdown(results: list[tuple[Mutant, str, float]]) -> str:
     scored = [r for r in results if r[1] != "stale"]
     killed = sum(r[1] == "killed" for r in scored)
+    equivalent = sum(r[1] == "survived" and r[0].equivalent for r in scored)
     lines = [
-        f"Score: {killed}/{len(scored)} killed ({len(results) - len(scored)} stale).",
+        f"Score: {killed}/{len(scored)} killed, {equivalent} argued equivalent ({len(results) - len(scored)} stale).",
         "",
         "| mutant | file | bug | result | seconds |",
         "|---|---|---|---|---|",
     ]
     for m, verdict, secs in results:
-        lines.append(f"| `{m.name}` | {m.path} | {m.what} | {verdict} | {secs:.0f} |")
+        shown = f"{verdict} (argued equivalent)" if m.equivalent and verdict == "survived" else verdict
+        lines.append(f"| `{m.name}` | {m.path} | {m.what} | {shown} | {secs:.0f} |")
     return "\n".join(lines) + "\n"
 
 
@@ -140,7 +142,12 @@ def main(argv: list[str] | None = None) -> int:
     print(table)
     if args.markdown:
         args.markdown.write_text(table)
-    return 1 if any(v == "survived" for _, v, _ in results) else 0
+    return exit_status(results)
+
+
+def exit_status(results: list[tuple[Mutant, str, float]]) -> int:
+    """1 if a mutant survived that is not argued equivalent (docs/mutation.md), else 0."""
+    return 1 if any(v == "survived" and not m.equivalent for m, v, _ in results) else 0
 
 
 if __name__ == "__main__":

@@ -33,3 +33,14 @@ def test_mutant_names_are_unique():
 
 def test_no_mutant_runs_this_file():
     assert not [m.name for m in MUTANTS if any(t.endswith("test_mutant_table.py") for t in m.tests)]
+
+
+def test_only_a_survivor_not_argued_equivalent_fails_the_run():
+    from conformance.mutate import exit_status, markdown
+
+    plain = next(m for m in MUTANTS if not m.equivalent)
+    argued = [m for m in MUTANTS if m.equivalent]
+    assert argued, "docs/mutation.md argues two mutants equivalent: they carry equivalent=True"
+    assert exit_status([(argued[0], "survived", 1.0), (plain, "killed", 1.0)]) == 0
+    assert exit_status([(argued[0], "survived", 1.0), (plain, "survived", 1.0)]) == 1
+    assert "1 argued equivalent" in markdown([(argued[0], "survived", 1.0), (plain, "killed", 1.0)])

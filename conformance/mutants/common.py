@@ -47,7 +47,11 @@ class Mutant:
     new: str
     tests: tuple[str, ...]
     what: str  # the bug, in words
+    # argued in docs/mutation.md to change no behaviour the engine can reach: its survival does not fail the run
+    equivalent: bool = False
 
 
-def mutant(name: str, path: str, old: str, new: str, tests: list[str], what: str) -> Mutant:
-    return Mutant(name, path, old, new, tuple(tests), what)
+def mutant(
+    name: str, path: str, old: str, new: str, tests: list[str], what: str, *, equivalent: bool = False
+) -> Mutant:
+    return Mutant(name, path, old, new, tuple(tests), what, equivalent)

@@ -69,6 +69,7 @@ ENGINE_MUTANTS: list[Mutant] = [
         "",
         SAMPLER_TESTS,
         "top-k/top-p may drop every token of a row",
+        equivalent=True,
     ),
     mutant(
         "sampler-repetition-sign",

@@ -206,6 +206,7 @@ SCHEDULER_MUTANTS: list[Mutant] = [
         "num_full = num_tokens // self.block_size",
         SCHED_TESTS,
         "async: blocks holding placeholder tokens are put in the prefix cache",
+        equivalent=True,
     ),
     mutant(
         "kv-free-hits-not-counted",
