@@ -12,7 +12,6 @@ Ticks are plain numbers (no scientific notation, no offset), so the axes read as
 
 from __future__ import annotations
 
-import json
 import math
 import os
 from collections.abc import Sequence
@@ -21,116 +20,19 @@ from typing import Any
 
 import pandas as pd
 
-from cbbench.perf.results.schema import CONFIG_KEY_COLUMNS, aggregate_repeats, read_csv
-
-PLOT_METRICS = (
-    "mean_ttft_ms",
-    "p99_ttft_ms",
-    "mean_tpot_ms",
-    "p99_tpot_ms",
-    "mean_e2el_ms",
-    "p99_e2el_ms",
-    "output_throughput",
-    "request_throughput",
+from cbbench.perf.report.plot_data import (  # noqa: F401  (re-exported: the data preparation lived here)
+    KINDS,
+    PLOT_METRICS,
+    choose_kind,
+    curves,
+    load_results,
+    not_a_sweep,
+    plain_number,
+    request_rates,
 )
-KINDS = ("auto", "latency", "sweep")
+from cbbench.perf.results.schema import CONFIG_KEY_COLUMNS
+
 LATENCY_PANELS = (("ttft", "TTFT (ms)"), ("tpot", "TPOT (ms)"), ("e2el", "end-to-end latency (ms)"))
-_NOT_A_CURVE = {"num_prompts", "seed", "model", "device", "dtype", "workload"}  # the same across a comparison
-
-
-def plain_number(v: float, _pos: Any = None) -> str:
-    """A tick label without exponent or offset: 16384, 0.25, 1.5 (matplotlib's default writes 1e4 or +1.2e3)."""
-    if not math.isfinite(v):
-        return ""
-    if float(v).is_integer():
-        return str(int(v))
-    s = f"{v:.6f}".rstrip("0").rstrip(".")
-    return s if s not in ("0", "-0") else f"{v:.2g}"
-
-
-def load_results(csv_paths: Sequence[str | Path], labels: Sequence[str] | None = None) -> pd.DataFrame:
-    """Every CSV, repeats aggregated, with a `label` column: the given label, else the CSV's own `label` column
-    (when it has one), else the file's stem."""
-    if not csv_paths:
-        raise ValueError("csv: give at least one results CSV")
-    labels = list(labels or [])
-    if labels and len(labels) != len(csv_paths):
-        raise ValueError(f"label: {len(labels)} labels for {len(csv_paths)} CSVs; give one per CSV or none")
-    frames = []
-    for i, path in enumerate(csv_paths):
-        df = read_csv(path)
-        if labels:
-            own = pd.Series(labels[i], index=df.index)
-        elif "label" in df.columns and df["label"].notna().any():
-            own = df["label"].fillna(Path(path).stem).astype(str)
-        else:
-            own = pd.Series(Path(path).stem, index=df.index)
-        for lab, g in df.groupby(own, sort=False):
-            agg = aggregate_repeats(g, PLOT_METRICS)
-            agg.insert(0, "label", lab)
-            frames.append(agg)
-    return pd.concat(frames, ignore_index=True)
-
-
-def _rates(df: pd.DataFrame) -> pd.Series:
-    return pd.to_numeric(df["request_rate"], errors="coerce").fillna(math.inf)
-
-
-def choose_kind(df: pd.DataFrame, kind: str = "auto") -> str:
-    if kind not in KINDS:
-        raise ValueError(f"kind: expected one of {', '.join(KINDS)}, got {kind!r}")
-    if kind != "auto":
-        return kind
-    return "latency" if _rates(df).nunique() > 1 else "sweep"
-
-
-def _curves(df: pd.DataFrame, x: str, named: bool = False) -> list[tuple[str, pd.DataFrame]]:
-    """Split into curves: every config column that varies (other than x) tells curves apart and names them;
-    `named` (labels given with --label) puts the label in every name, even when there is only one."""
-    df = df.assign(workload_params=df["workload_params"].map(_sample_params))
-    varying = [
-        c
-        for c in ("label", *CONFIG_KEY_COLUMNS, "workload_params")
-        if c != x and c not in _NOT_A_CURVE and df[c].astype(str).nunique() > 1
-    ]
-    if named and "label" not in varying:
-        varying.insert(0, "label")
-    if not varying:
-        return [(_name(df.iloc[0], []), df)]
-    params = [json.loads(c) if c else {} for c in df["workload_params"]]
-    wp_varying = sorted(k for k in {k for p in params for k in p} if len({str(p.get(k)) for p in params}) > 1)
-    out = []
-    for _, g in df.groupby([df[c].astype(str) for c in varying], sort=False):
-        p = json.loads(g.iloc[0]["workload_params"] or "{}")
-        out.append((" ".join([_name(g.iloc[0], varying), *(f"{k}={p.get(k)}" for k in wp_varying)]), g))
-    return out
-
-
-def _sample_params(cell: Any) -> str:
-    """A workload_params cell less what has its own column (the request rate of a rate sweep, the seed)."""
-    if not isinstance(cell, str) or not cell:
-        return ""
-    params = json.loads(cell)
-    return json.dumps({k: v for k, v in params.items() if k not in CONFIG_KEY_COLUMNS}, sort_keys=True)
-
-
-def _given(v: Any) -> bool:
-    """A cell that holds a value (not NaN, None or ''): only those go into a curve's name."""
-    return v is not None and not (isinstance(v, float) and math.isnan(v)) and str(v) not in ("", "nan", "None")
-
-
-def _name(row: pd.Series, varying: Sequence[str]) -> str:
-    parts = [str(row["label"])] if "label" in varying and _given(row["label"]) else []
-    if row["engine"] == "refengine":
-        parts.append(str(row["batching"]))
-    else:
-        parts.append(f"{row['engine']} ({row['batching']})" if _given(row["batching"]) else str(row["engine"]))
-    parts += [
-        f"{c}={row[c]}"
-        for c in varying
-        if c not in ("label", "engine", "batching", "workload_params") and _given(row[c])
-    ]
-    return " ".join(parts)
 
 
 def _arr(v: Any) -> Any:
@@ -150,8 +52,8 @@ def _errorbars(ax, x, y, g: pd.DataFrame, metric: str, xmetric: str | None, **st
 
 
 def _plot_latency(df: pd.DataFrame, axes: Sequence[Any], named: bool = False) -> str:
-    df = df.assign(_rate=_rates(df))
-    for name, g in _curves(df, "request_rate", named):
+    df = df.assign(_rate=request_rates(df))
+    for name, g in curves(df, "request_rate", named):
         g = g.sort_values("_rate")
         x = g["output_throughput"]
         color = None
@@ -191,40 +93,23 @@ def _plot_latency(df: pd.DataFrame, axes: Sequence[Any], named: bool = False) ->
     return "latency against throughput across request rates"
 
 
-def _not_a_sweep(df: pd.DataFrame, knob: str) -> ValueError:
-    """Why a CSV whose rows share one x cannot be drawn against it, and what would make a sweep."""
-    others = [
-        c
-        for c in CONFIG_KEY_COLUMNS
-        if c != knob and c not in _NOT_A_CURVE and pd.to_numeric(df[c], errors="coerce").dropna().nunique() > 1
-    ]
-    hint = (
-        f"; {', '.join(others)} varies: try --knob {others[0]}"
-        if others
-        else "; sweep a knob (e.g. --max-num-batched-tokens 256,1024) or --request-rate (e.g. 1,2,4)"
-    )
-    values = pd.to_numeric(df[knob], errors="coerce").dropna().unique()
-    have = f"every row has {knob}={plain_number(values[0])}" if len(values) else f"no row has a value for {knob}"
-    return ValueError(f"csv: not a sweep ({have}){hint}")
-
-
 def _plot_sweep(df: pd.DataFrame, axes: Sequence[Any], knob: str, named: bool = False) -> str:
     if knob not in CONFIG_KEY_COLUMNS:
         raise ValueError(f"knob: {knob!r} is not a config column; expected one of {', '.join(CONFIG_KEY_COLUMNS)}")
     has_x = pd.to_numeric(df[knob], errors="coerce").notna()
     if pd.to_numeric(df[knob], errors="coerce").nunique() < 2:
-        raise _not_a_sweep(df, knob)
+        raise not_a_sweep(df, knob)
     df, flat = df[has_x].copy(), df[~has_x]
     df[knob] = pd.to_numeric(df[knob])
     ax_t, ax_p = axes
-    for name, g in _curves(flat, knob, named) if not flat.empty else []:
+    for name, g in curves(flat, knob, named) if not flat.empty else []:
         # a peer without this knob (HF, another server) is one level across the whole sweep, not left out
         color = None
         for ax, metric in ((ax_t, "mean_ttft_ms"), (ax_p, "output_throughput")):
             color = ax.axhline(
                 float(pd.to_numeric(g[metric]).median()), linestyle=":", color=color, label=f"{name} (no {knob})"
             ).get_color()
-    for name, g in _curves(df, knob, named):
+    for name, g in curves(df, knob, named):
         g = g.sort_values(knob)
         line = _errorbars(ax_t, g[knob], g["mean_ttft_ms"], g, "mean_ttft_ms", None, marker="o", label=f"{name} mean")
         ax_t.plot(
