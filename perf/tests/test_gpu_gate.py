@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 import pandas as pd
+import pytest
 
 from cbbench.perf.results.compare import DIRECTIONS
 from cbbench.perf.results.gate import read_tolerance_file
@@ -76,6 +77,7 @@ def test_h200_tolerances_parse_and_each_has_its_reason() -> None:
             assert explained or "#" in line, f"no reason given for: {line}"
 
 
+@pytest.mark.slow  # the whole CPU gate script, about a minute: nightly; test_sim_gate.py gates a planted bug every run
 def test_gate_on_the_cpu_passes_then_catches_a_regression(tmp_path: Path) -> None:
     df = pd.read_csv(REPO / "results/baselines/cpu.csv")
     one = df[(df["batching"] == "continuous") & (df["repeat"] == 0)].copy()

@@ -81,6 +81,7 @@ def test_check_fails_each_broken_example(tmp_path, fixtures, capsys):
     assert "no/such/folder/" in lines[2]
 
 
+@pytest.mark.slow  # about 2 minutes (a `perf --dry-run` subprocess per example): nightly; the machinery is tested above
 def test_check_passes_the_real_readme(fixtures, capsys):
     examples = rx.extract((ROOT / "README.md").read_text())
     assert any(rx.cbbench_args(ex) and rx.cbbench_args(ex)[0] == "perf" for ex in examples)

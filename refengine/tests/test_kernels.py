@@ -91,6 +91,7 @@ def test_unified_attention_matches_oracle(batch):
     assert_matches_oracle(batch, batch.run(unified_attention))
 
 
+@pytest.mark.slow  # the forced split-KV path under the Triton interpreter, about 45 s: nightly
 @given(batch=batches(max_seqs=2, max_context=120), num_kv_segments=st.sampled_from([2, 4, 8]))
 @settings(HYPOTHESIS, max_examples=6)
 def test_split_kv_forced_matches_oracle(batch, num_kv_segments):
