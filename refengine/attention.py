@@ -109,6 +109,7 @@ def decode_attention_cpu(
     denom = torch.zeros(n, kvh, g, 1, device=dev)  # running sum of exp(score - m)
     acc = torch.zeros(n, kvh, g, dim, device=dev)  # running sum of exp(score - m) * v
     lens_t = torch.tensor(s_lens, device=dev)
+    positions = torch.arange(-(-s_lens[0] // bs) * bs, device=dev)  # key positions, sliced per chunk
     step = max(1, DECODE_CHUNK_TOKENS // bs)
     for b0 in range(0, -(-s_lens[0] // bs), step):
         start = b0 * bs
@@ -119,10 +120,11 @@ def decode_attention_cpu(
         k = k_cache.index_select(0, ids).view(a, width, kvh, dim).float()  # [a, C, kvH, D]
         v = v_cache.index_select(0, ids).view(a, width, kvh, dim).float()
         s = torch.stack([torch.bmm(qg[:a, h], k[:, :, h].transpose(1, 2)) for h in range(kvh)], 1)  # [a, kvH, G, C]
-        if s_lens[a - 1] < start + width:  # some sequence ends inside this chunk
-            unused = torch.arange(start, start + width, device=dev)[None, :] >= lens_t[:a, None]  # [a, C]
-            s.masked_fill_(unused[:, None, None, :], float("-inf"))
-            v = v.masked_fill_(unused[:, :, None, None], 0.0)
+        full = bisect.bisect_right(neg_lens, -(start + width))  # sequences [full, a) end inside this chunk
+        if full < a:  # (only their rows are masked: the masks are a full pass over s and V)
+            unused = positions[start : start + width][None, :] >= lens_t[full:a, None]  # [a - full, C]
+            s[full:a].masked_fill_(unused[:, None, None, :], float("-inf"))
+            v[full:a].masked_fill_(unused[:, :, None, None], 0.0)
         mm, dd, aa = m[:a], denom[:a], acc[:a]
         m_new = torch.maximum(mm, s.amax(-1, keepdim=True))  # finite: every sequence here has a key in the chunk
         alpha = (mm - m_new).exp_()

@@ -25,6 +25,7 @@ from refengine.attention import AttentionMetadata
 from refengine.cuda_graphs import CudaGraphRunner, pad_decode_inputs, padded_size
 from refengine.input_batch import NO_SEED, InputBatch, StagingBuffer
 from refengine.limits import cdiv
+from refengine.model import CausalLM
 from refengine.penalties import PenaltyStep
 from refengine.sampler import SamplingMetadata, sample
 from refengine.sampling_params import SamplingParams
@@ -107,6 +108,9 @@ class ModelRunner:
         self.decode_pad_sizes: list[int] | None = None
         self.failed_rows: dict[str, BaseException] = {}  # this step's requests whose own values failed them
         self.num_host_syncs = 0  # device -> host transfers made by execute_model (one per step that samples)
+        # (refengine's own model takes an output buffer; a stand-in's compute_logits may not)
+        self._logits_into_buffer = isinstance(model, CausalLM) and device.type == "cpu"
+        self._logits_buf: torch.Tensor | None = None
         self._arange = np.arange(max_num_seqs + 1, dtype=np.int64)  # a decode step's query_start_loc (read-only)
         self._arange.flags.writeable = False
 
@@ -257,12 +261,12 @@ class ModelRunner:
             return ModelRunnerOutput(req_ids, index, [[] for _ in req_ids], failed=self.failed_rows)
         # the hidden rows that sample: all of them, in order, in a decode step (no gather needed)
         sample_hidden = hidden[:num_seqs] if len(samples) == num_tokens == num_seqs else hidden[logits_idx_d]
-        logits = self.model.compute_logits(sample_hidden)  # [n, vocab] float32
+        logits = self._compute_logits(sample_hidden)  # [n, vocab] float32
         md = self._sampling_metadata(sampling, views[7:])
         try:
             tokens = self._to_host(self.sampler(logits, md, self.generator))  # the step's one device -> host transfer
         except Exception:  # noqa: BLE001 (one request's values: find it, keep the others' tokens)
-            logits = self.model.compute_logits(sample_hidden)
+            logits = self._compute_logits(sample_hidden)
             tokens, bad = sample_rows_apart(self.sampler, logits, md, self.generator)
             self.failed_rows.update({req_ids[samples[i]]: exc for i, exc in bad.items()})
         batch.append_tokens(sample_rows, tokens)
@@ -283,6 +287,16 @@ class ModelRunner:
         if self.decode_pad_sizes is not None:
             return padded_size(self.decode_pad_sizes, num_seqs)
         return None
+
+    def _compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        """The logits of the rows that sample, on the CPU into one buffer reused by every step (grown to the most
+        rows seen): the sampler works on them in place and nothing keeps them past the step."""
+        if not self._logits_into_buffer:
+            return self.model.compute_logits(hidden)
+        n = hidden.shape[0]
+        if self._logits_buf is None or self._logits_buf.shape[0] < n:
+            self._logits_buf = torch.empty(n, self.vocab_size, dtype=torch.float32, device=self.device)
+        return self.model.compute_logits(hidden, out=self._logits_buf[:n])
 
     def _to_host(self, token_ids: torch.Tensor) -> list[int]:
         self.num_host_syncs += 1

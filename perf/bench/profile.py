@@ -121,7 +121,7 @@ def _module_phase(module: torch.nn.Module, vocab_size: int) -> str | None:
         return "mlp"
     if name.endswith("RMSNorm"):
         return "norms"
-    if name.endswith("ForCausalLM"):
+    if name.endswith("ForCausalLM") or name == "CausalLM":
         return "model other"  # rope, masks, residual adds: what the layers above leave
     if isinstance(module, torch.nn.Linear) and module.out_features == vocab_size:
         return "lm_head"  # (transformers' lm_head; refengine's is compute_logits, wrapped by _refengine_targets)
@@ -266,17 +266,29 @@ def profile_run(
 
 def _gemm_floor_s(model: torch.nn.Module, m: int) -> float:
     """CPU seconds of the decode step's GEMMs alone at M = m rows: every layer's MLP (gate, up, down) and the
-    lm_head as the model computes it (`compute_logits`), on random activations of the model's dtype."""
+    lm_head as the model runner computes it (`compute_logits` into a reused float32 buffer), on random activations
+    of the model's dtype."""
     cfg = model.config
     x = torch.randn(m, cfg.hidden_size, dtype=model.lm_head.weight.dtype)
     xi = torch.randn(m, cfg.intermediate_size, dtype=x.dtype)
+    logits = _floor_logits_buffer(m, cfg.vocab_size)
     t = time.thread_time()
     for layer in model.model.layers:
         F.linear(x, layer.mlp.gate_proj.weight)
         F.linear(x, layer.mlp.up_proj.weight)
         F.linear(xi, layer.mlp.down_proj.weight)
-    model.compute_logits(x)
+    model.compute_logits(x, out=logits)
     return time.thread_time() - t
+
+
+_floor_buffers: dict[tuple[int, int], torch.Tensor] = {}
+
+
+def _floor_logits_buffer(m: int, vocab: int) -> torch.Tensor:
+    """The floor's logits buffer, made once per shape (as the runner's, which outlives its steps)."""
+    if (m, vocab) not in _floor_buffers:
+        _floor_buffers[(m, vocab)] = torch.empty(m, vocab, dtype=torch.float32)
+    return _floor_buffers[(m, vocab)]
 
 
 def step_vs_floor(num_running: int, iters: int = 20, warmup: int = 3, model: str = "tiny-qwen2") -> dict[str, float]:
