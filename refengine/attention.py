@@ -23,6 +23,10 @@ from refengine.config import ATTENTION_BACKENDS  # noqa: F401  (re-exported)
 # cache is read from memory once. Measured here (64 decodes, ShareGPT-like lengths to 768): 32 to 128 alike.
 DECODE_CHUNK_TOKENS = 64
 
+# (output [B, H, Lq, D], logsumexp [B, H, Lq]) = attention of q [B, H, Lq, D] over k, v [B, kvH, Lk, D]; torch's
+# fused CPU kernel, the one F.scaled_dot_product_attention runs, called directly for its log-sum-exp
+_flash_cpu = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu
+
 
 @dataclass
 class AttentionMetadata:
@@ -96,18 +100,16 @@ def decode_attention_cpu(
     length are masked in the scores and zeroed in V, so stale values (NaN included) never reach the output.
     """
     bs, kvh, dim = k_cache.shape[1:]
-    dev = q.device
-    g = q.shape[1] // kvh  # query heads per KV head
+    dev, heads = q.device, q.shape[1]
     order = sorted(range(len(seqs)), key=lambda j: -lens[j])
     s_lens = [lens[j] for j in order]  # descending
     neg_lens = [-n for n in s_lens]
     n = len(order)
     table = block_table[torch.tensor([seqs[j] for j in order], device=dev)]  # [S, max_blocks]
     row_t = torch.tensor([rows[j] for j in order], device=dev)
-    qg = q[row_t].float().mul_(scale).view(n, kvh, g, dim)  # [S, kvH, G, D]
-    m = torch.full((n, kvh, g, 1), float("-inf"), device=dev)  # running max of the scores
-    denom = torch.zeros(n, kvh, g, 1, device=dev)  # running sum of exp(score - m)
-    acc = torch.zeros(n, kvh, g, dim, device=dev)  # running sum of exp(score - m) * v
+    qh = q[row_t].float()[:, :, None, :]  # [S, H, 1, D]
+    acc = torch.zeros(n, heads, 1, dim, device=dev)  # the output over the keys so far
+    lse = torch.full((n, heads, 1), float("-inf"), device=dev)  # log-sum-exp of their scores
     lens_t = torch.tensor(s_lens, device=dev)
     positions = torch.arange(-(-s_lens[0] // bs) * bs, device=dev)  # key positions, sliced per chunk
     step = max(1, DECODE_CHUNK_TOKENS // bs)
@@ -119,21 +121,22 @@ def decode_attention_cpu(
         ids = table[:a, b0 : b0 + nb].reshape(-1).long()
         k = k_cache.index_select(0, ids).view(a, width, kvh, dim).float()  # [a, C, kvH, D]
         v = v_cache.index_select(0, ids).view(a, width, kvh, dim).float()
-        s = torch.stack([torch.bmm(qg[:a, h], k[:, :, h].transpose(1, 2)) for h in range(kvh)], 1)  # [a, kvH, G, C]
+        mask = None
         full = bisect.bisect_right(neg_lens, -(start + width))  # sequences [full, a) end inside this chunk
-        if full < a:  # (only their rows are masked: the masks are a full pass over s and V)
+        if full < a:  # (only their rows are zeroed: a pass over K and V)
             unused = positions[start : start + width][None, :] >= lens_t[full:a, None]  # [a - full, C]
-            s[full:a].masked_fill_(unused[:, None, None, :], float("-inf"))
+            k[full:a].masked_fill_(unused[:, :, None, None], 0.0)  # (a NaN score stays NaN under the mask)
             v[full:a].masked_fill_(unused[:, :, None, None], 0.0)
-        mm, dd, aa = m[:a], denom[:a], acc[:a]
-        m_new = torch.maximum(mm, s.amax(-1, keepdim=True))  # finite: every sequence here has a key in the chunk
-        alpha = (mm - m_new).exp_()
-        p = s.sub_(m_new).exp_()
-        dd.mul_(alpha).add_(p.sum(-1, keepdim=True))
-        pv = torch.stack([torch.bmm(p[:, h], v[:, :, h]) for h in range(kvh)], 1)  # [a, kvH, G, D]
-        aa.mul_(alpha).add_(pv)
-        mm.copy_(m_new)
-    out[row_t] = acc.div_(denom).view(n, kvh * g, dim).to(out.dtype)
+            mask = torch.zeros(a, 1, 1, width, device=dev)
+            mask[full:a, 0, 0].masked_fill_(unused, float("-inf"))
+        # torch's fused CPU attention (GQA on the strided [a, kvH, C, D] views, no copies) also returns the
+        # log-sum-exp that merges chunks: measured here at 16 decodes x 64 keys, 215 us against 360 us for the
+        # two per-head bmm pairs alone
+        out_c, lse_c = _flash_cpu(qh[:a], k.transpose(1, 2), v.transpose(1, 2), attn_mask=mask, scale=scale)
+        merged = torch.logaddexp(lse[:a], lse_c)
+        acc[:a].mul_((lse[:a] - merged).exp_()[..., None]).add_(out_c.mul_((lse_c - merged).exp_()[..., None]))
+        lse[:a] = merged
+    out[row_t] = acc.view(n, heads, dim).to(out.dtype)
 
 
 def unified_attention_cpu(
