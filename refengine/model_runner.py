@@ -1,7 +1,7 @@
 """ModelRunner: execute_model(SchedulerOutput) -> ModelRunnerOutput, one forward over the paged KV cache + sampling.
 
 It owns the device KV cache (one (k_cache, v_cache) pair per layer), the host cache that swap preemption copies
-into, the persistent InputBatch and its own record of every request it has met (CachedRequestState); it never
+into, the persistent InputBatch and its own record of every request it has met (CachedRequestState, refengine.runner_states); it never
 sees the scheduler's Request objects or the KV manager, only the SchedulerOutput (refengine.scheduler_output).
 
 Per step, on the host (numpy, nothing waits on the device): forget finished requests, park preempted ones, do the
@@ -14,44 +14,32 @@ token ids (`_to_host`).
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import Callable
-from dataclasses import dataclass
+from typing import cast
 
 import numpy as np
 import torch
 
 from refengine.attention import AttentionMetadata
 from refengine.cuda_graphs import CudaGraphRunner, pad_decode_inputs, padded_size
-from refengine.input_batch import NO_SEED, InputBatch, StagingBuffer
+from refengine.input_batch import InputBatch, StagingBuffer
 from refengine.limits import cdiv
-from refengine.model import CausalLM
-from refengine.penalties import PenaltyStep
+from refengine.model import CausalLM, ModelConfig
+from refengine.runner_states import CachedRequestState, update_states
 from refengine.sampler import SamplingMetadata, sample
-from refengine.sampling_params import SamplingParams
-from refengine.scheduler_output import CachedRequestData, ModelRunnerOutput, SchedulerOutput
-from refengine.step_isolation import add_row_isolated, sample_rows_apart
+from refengine.sampling_inputs import sampling_arrays, sampling_metadata
+from refengine.scheduler_output import ModelRunnerOutput, SchedulerOutput
+from refengine.step_isolation import sample_rows_apart
 
 # (logits [n, vocab], metadata, the engine's generator) -> sampled token ids [n] on the device
 Sampler = Callable[[torch.Tensor, SamplingMetadata, "torch.Generator | None"], torch.Tensor]
-
-
-@dataclass
-class CachedRequestState:
-    """What the runner keeps of a request between its steps, including while it is preempted (vLLM's name)."""
-
-    req_id: str
-    num_prompt_tokens: int
-    sampling_params: SamplingParams
-    eos_token_ids: frozenset[int]
-    parked_token_ids: list[int] | None = None  # the row's tokens while preempted (the row itself is freed)
 
 
 class ModelRunner:
     def __init__(
         self,
         model: torch.nn.Module,
-        model_config,
+        model_config: ModelConfig,
         *,
         num_gpu_blocks: int,
         num_cpu_blocks: int,
@@ -128,69 +116,6 @@ class ModelRunner:
                 k[dst.to(k.device)] = hk[src].to(k.device, non_blocking=True)
                 v[dst.to(v.device)] = hv[src].to(v.device, non_blocking=True)
 
-    def _update_states(self, out: SchedulerOutput) -> None:
-        batch = self.input_batch
-        for rid in out.finished_req_ids:
-            batch.remove(rid)
-            self.requests.pop(rid, None)
-        for rid in out.preempted_req_ids:
-            state = self.requests.get(rid)
-            if state is not None and rid in batch:
-                state.parked_token_ids = batch.token_ids_of(rid)
-                batch.remove(rid)
-        for new in out.scheduled_new_reqs:
-            tokens = new.all_token_ids
-            state = self.requests[new.req_id] = CachedRequestState(
-                new.req_id, len(new.prompt_token_ids), new.sampling_params, new.eos_token_ids
-            )
-            add_row_isolated(
-                batch,
-                self.failed_rows,
-                new.req_id,
-                tokens,
-                state.num_prompt_tokens,
-                new.block_ids,
-                new.num_computed_tokens,
-                state.sampling_params,
-                state.eos_token_ids,
-            )
-        cached = out.scheduled_cached_reqs
-        if not cached.req_ids:
-            return
-        row_of, resumed, all_tokens = batch.row_of, cached.resumed_req_ids, cached.all_token_ids
-        if not resumed and row_of.keys() >= set(cached.req_ids):  # (the common step: every row is in place)
-            for i in itertools.compress(range(len(cached.req_ids)), cached.new_block_ids):  # (those with new blocks)
-                batch.append_blocks(cached.req_ids[i], cached.new_block_ids[i])
-        else:
-            self._place_rows(cached)
-        for rid, tokens in all_tokens.items():
-            if rid not in resumed:
-                batch.set_token_ids(rid, tokens)
-        batch.num_computed_tokens[batch.rows_of(cached.req_ids)] = cached.num_computed_tokens
-
-    def _place_rows(self, cached: CachedRequestData) -> None:
-        """Write the rows of resumed requests (and of any the batch lacks), append the others' new blocks."""
-        batch = self.input_batch
-        row_of, resumed, all_tokens = batch.row_of, cached.resumed_req_ids, cached.all_token_ids
-        for i, (rid, blocks) in enumerate(zip(cached.req_ids, cached.new_block_ids)):
-            if rid in resumed or rid not in row_of:
-                state = self.requests[rid]
-                tokens = all_tokens.get(rid) or state.parked_token_ids or batch.token_ids_of(rid)
-                state.parked_token_ids = None
-                add_row_isolated(
-                    batch,
-                    self.failed_rows,
-                    rid,
-                    tokens,
-                    state.num_prompt_tokens,
-                    blocks or [],
-                    cached.num_computed_tokens[i],
-                    state.sampling_params,
-                    state.eos_token_ids,
-                )
-            elif blocks:
-                batch.append_blocks(rid, blocks)
-
     # ---- one step -------------------------------------------------------------------------------------------
     @torch.inference_mode()
     def execute_model(self, out: SchedulerOutput) -> ModelRunnerOutput:
@@ -199,7 +124,7 @@ class ModelRunner:
         self._swap(out.blocks_to_swap_out, to_host=True)
         self._swap(out.blocks_to_swap_in, to_host=False)
         self.failed_rows = {}
-        self._update_states(out)
+        update_states(self.input_batch, self.requests, self.failed_rows, out)
         req_ids = list(out.num_scheduled_tokens)
         if not req_ids:
             return ModelRunnerOutput()
@@ -231,10 +156,11 @@ class ModelRunner:
         sample_rows = rows[samples]
         size = self._decode_padded_size(num_seqs) if num_tokens == num_seqs else None
         width = batch.block_table.shape[1] if size is not None else cdiv(max_seq_len, bs)  # (graphs: every block)
-        step = (input_ids, positions, slot_mapping, qsl, ends, batch.block_table[rows, :width])
+        table = batch.block_table[rows, :width]
+        step: tuple[np.ndarray, ...] = (input_ids, positions, slot_mapping, qsl, ends, table)
         if size is not None:  # padded as a captured graph's batch; the real rows come first
-            step = pad_decode_inputs(*step, size)
-        sampling, extra = self._sampling_arrays(sample_rows)
+            step = pad_decode_inputs(input_ids, positions, slot_mapping, qsl, ends, table, size)
+        sampling, extra = sampling_arrays(self.input_batch, sample_rows)
         # the attention metadata crosses as int32 (the kernels' dtype; the block table is int32 already)
         i32 = np.int32
         views = self.staging.pack(
@@ -262,7 +188,7 @@ class ModelRunner:
         # the hidden rows that sample: all of them, in order, in a decode step (no gather needed)
         sample_hidden = hidden[:num_seqs] if len(samples) == num_tokens == num_seqs else hidden[logits_idx_d]
         logits = self._compute_logits(sample_hidden)  # [n, vocab] float32
-        md = self._sampling_metadata(sampling, views[7:])
+        md = sampling_metadata(self.input_batch, sampling, views[7:])
         try:
             tokens = self._to_host(self.sampler(logits, md, self.generator))  # the step's one device -> host transfer
         except Exception:  # noqa: BLE001 (one request's values: find it, keep the others' tokens)
@@ -291,76 +217,15 @@ class ModelRunner:
     def _compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """The logits of the rows that sample, on the CPU into one buffer reused by every step (grown to the most
         rows seen): the sampler works on them in place and nothing keeps them past the step."""
+        # (looked up per call: bench-step shadows the method on the instance while it times a step)
+        compute = cast("Callable[..., torch.Tensor]", self.model.compute_logits)
         if not self._logits_into_buffer:
-            return self.model.compute_logits(hidden)
+            return compute(hidden)
         n = hidden.shape[0]
         if self._logits_buf is None or self._logits_buf.shape[0] < n:
             self._logits_buf = torch.empty(n, self.vocab_size, dtype=torch.float32, device=self.device)
-        return self.model.compute_logits(hidden, out=self._logits_buf[:n])
+        return compute(hidden, out=self._logits_buf[:n])
 
     def _to_host(self, token_ids: torch.Tensor) -> list[int]:
         self.num_host_syncs += 1
         return token_ids.tolist()
-
-    # ---- sampling inputs ------------------------------------------------------------------------------------
-    def _sampling_arrays(self, rows: np.ndarray) -> tuple[dict, list[np.ndarray]]:
-        """From the host copies: which sampler paths this step needs, and the int64 arrays they read (packed with
-        the model inputs, so that they cross to the device in the same copy)."""
-        batch = self.input_batch
-        num_out = batch.num_tokens[rows] - batch.num_prompt_tokens[rows]  # [n] output tokens so far
-        masked = np.flatnonzero(num_out < batch.min_tokens[rows])
-        pairs = [(i, t) for i in masked.tolist() for t in batch.banned[rows[i]]]
-        names, arrays = [], []
-        if pairs:
-            names += ["banned_rows", "banned_tokens"]
-            arrays += [np.array([i for i, _ in pairs]), np.array([t for _, t in pairs])]
-        penalties = batch.penalties.step_arrays(rows, batch.token_ids, batch.num_tokens, batch.num_prompt_tokens)
-        if penalties is not None:  # (greedy rows too: vLLM penalises before the argmax)
-            names += PenaltyStep.ARRAY_NAMES
-            arrays += penalties.arrays
-        greedy = batch.greedy[rows]
-        info = {"all_greedy": bool(greedy.all()), "names": names, "rows": None, "penalties": penalties}
-        if not info["all_greedy"]:
-            rand = np.flatnonzero(~greedy)  # [r]
-            rrows = rows[rand]
-            seeded = np.flatnonzero(batch.seeds[rrows] != NO_SEED)
-            info.update(
-                rows=rrows,
-                mixed=len(rand) < len(rows),
-                top_k=bool(batch.top_k_on[rrows].any()),
-                top_p=bool(batch.top_p_on[rrows].any()),
-                min_p=bool(batch.min_p_on[rrows].any()),
-                any_seeded=len(seeded) > 0,
-                any_unseeded=len(seeded) < len(rand),
-            )
-            names += ["random_idx", "random_rows"]
-            arrays += [rand, rrows]
-            if len(seeded):
-                names += ["seeded_idx", "output_index"]
-                arrays += [seeded, num_out[rand][seeded]]
-        return info, arrays
-
-    def _sampling_metadata(self, info: dict, views: list[torch.Tensor]) -> SamplingMetadata:
-        t = dict(zip(info["names"], views))
-        md = SamplingMetadata(
-            all_greedy=info["all_greedy"], banned_rows=t.get("banned_rows"), banned_tokens=t.get("banned_tokens")
-        )
-        batch = self.input_batch
-        if info["penalties"] is not None:
-            views = [t[name] for name in PenaltyStep.ARRAY_NAMES]
-            for name, value in batch.penalties.update_and_gather(info["penalties"], views).items():
-                setattr(md, name, value)
-        if md.all_greedy:
-            return md
-        rrows = t["random_rows"]
-        md.random_idx = t["random_idx"] if info["mixed"] else None
-        md.temperature = batch.temperature_dev[rrows]
-        md.top_k = batch.top_k_dev[rrows] if info["top_k"] else None
-        md.top_p = batch.top_p_dev[rrows] if info["top_p"] else None
-        md.min_p = batch.min_p_dev[rrows] if info["min_p"] else None
-        md.any_unseeded = info["any_unseeded"]
-        if info["any_seeded"]:
-            md.seeded_idx = t["seeded_idx"]
-            md.seeds = batch.seeds_dev[rrows[md.seeded_idx]]
-            md.output_index = t["output_index"]
-        return md

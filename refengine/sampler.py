@@ -183,6 +183,13 @@ def _mask_top_k_top_p(logits: torch.Tensor, top_k: torch.Tensor | None, top_p: t
     return torch.empty_like(logits).scatter_(-1, idx, sorted_logits)
 
 
+def _required(value: torch.Tensor | None, name: str) -> torch.Tensor:
+    """A SamplingMetadata field that the fields set for this step imply (the runner fills them together)."""
+    if value is None:
+        raise ValueError(f"SamplingMetadata.{name} is required by the other fields set for this step")
+    return value
+
+
 def sample(logits: torch.Tensor, md: SamplingMetadata, generator: torch.Generator | None) -> torch.Tensor:
     """logits [n, V] float32 (this step's own, modified in place) -> [n] int64 token ids, on the device."""
     if md.banned_rows is not None:  # no stop condition may fire before min_tokens
@@ -190,16 +197,16 @@ def sample(logits: torch.Tensor, md: SamplingMetadata, generator: torch.Generato
     if md.penalty_idx is not None:
         logits[md.penalty_idx] = apply_penalties(
             logits[md.penalty_idx],
-            md.prompt_mask,
-            md.output_counts,
-            md.presence_penalty,
-            md.frequency_penalty,
-            md.repetition_penalty,
+            _required(md.prompt_mask, "prompt_mask"),
+            _required(md.output_counts, "output_counts"),
+            _required(md.presence_penalty, "presence_penalty"),
+            _required(md.frequency_penalty, "frequency_penalty"),
+            _required(md.repetition_penalty, "repetition_penalty"),
         )
     if md.all_greedy:
         return argmax_rows(logits)
     sub = logits if md.random_idx is None else logits[md.random_idx]  # [r, V]
-    sub = sub / md.temperature[:, None]
+    sub = sub / _required(md.temperature, "temperature")[:, None]
     if md.min_p is not None:
         sub = _mask_min_p(sub, md.min_p)
     if md.top_k is not None or md.top_p is not None:
@@ -210,7 +217,8 @@ def sample(logits: torch.Tensor, md: SamplingMetadata, generator: torch.Generato
     else:
         noise = torch.empty_like(probs)
     if md.seeded_idx is not None:
-        noise[md.seeded_idx] = seeded_exponential(md.seeds, md.output_index, probs.shape[-1])
+        seeds, index = _required(md.seeds, "seeds"), _required(md.output_index, "output_index")
+        noise[md.seeded_idx] = seeded_exponential(seeds, index, probs.shape[-1])
     drawn = argmax_rows(probs.div_(noise))  # [r]
     if md.random_idx is None:
         return drawn
