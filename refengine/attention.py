@@ -19,8 +19,9 @@ from cbbench.kernels.reference import prefill_attention_ref, reshape_and_cache_r
 from refengine.config import ATTENTION_BACKENDS  # noqa: F401  (re-exported)
 
 # Keys per chunk of the CPU decode attention: the chunk's gathered K and V (at 64 decodes, 2 KV heads x 64 dims:
-# 64 x 64 x 512 B = 2 MB each) stay in cache between the gather and the two products that read them, so the KV
-# cache is read from memory once. Measured here (64 decodes, ShareGPT-like lengths to 768): 32 to 128 alike.
+# 64 x 64 x 512 B = 2 MB each) stay in cache between the gather and the attention that reads them, so the KV
+# cache is read from memory once. Measured here (16 and 64 decodes, ShareGPT-like lengths to 768): 32 to 128
+# alike at 16, 256 and more slower at 64.
 DECODE_CHUNK_TOKENS = 64
 
 # (output [B, H, Lq, D], logsumexp [B, H, Lq]) = attention of q [B, H, Lq, D] over k, v [B, kvH, Lk, D]; torch's
@@ -96,8 +97,9 @@ def decode_attention_cpu(
 
     Same function as the oracle's decode path, computed so that the KV cache is read once: the sequences are
     sorted by length and the keys are taken a chunk of block-table columns at a time, only for the sequences that
-    reach that chunk (no padding to the longest), with an online softmax across chunks. Slots past a sequence's
-    length are masked in the scores and zeroed in V, so stale values (NaN included) never reach the output.
+    reach that chunk (no padding to the longest); the chunks' partial outputs are merged by their log-sum-exp.
+    Slots past a sequence's length are zeroed in K and V and masked out of the scores, so stale values (NaN
+    included) never reach the output.
     """
     bs, kvh, dim = k_cache.shape[1:]
     dev, heads = q.device, q.shape[1]
