@@ -1,7 +1,8 @@
 """The decoder: Llama / Qwen2 / Mistral-family causal LM over a paged KV cache.
 
 Owns `CausalLM` and its modules; the architecture (`ModelConfig`) is refengine.model_config's, re-exported here.
-Parameter names are exactly Hugging Face's (`model.layers.{i}.self_attn.q_proj.weight`, ...) so an HF state dict loads without renaming.
+Parameter names are exactly Hugging Face's (`model.layers.{i}.self_attn.q_proj.weight`, ...) so an HF state dict
+loads without renaming.
 
 One forward takes the flat token batch of a step: every scheduled token of every sequence, prefill chunks and
 decodes mixed, concatenated in `query_start_loc` order. Each attention layer writes this step's K/V into the

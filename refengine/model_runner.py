@@ -35,6 +35,30 @@ from refengine.step_isolation import sample_rows_apart
 Sampler = Callable[[torch.Tensor, SamplingMetadata, "torch.Generator | None"], torch.Tensor]
 
 
+def _zero_caches(
+    num_layers: int, shape: tuple[int, ...], dtype: torch.dtype, device: torch.device | None, pin_memory: bool = False
+) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """One (k_cache, v_cache) pair per layer. Zeros, not empty: attention reads whole blocks and masks the tail,
+    and 0 * NaN garbage would be NaN."""
+    return [
+        (
+            torch.zeros(shape, dtype=dtype, device=device, pin_memory=pin_memory),
+            torch.zeros(shape, dtype=dtype, device=device, pin_memory=pin_memory),
+        )
+        for _ in range(num_layers)
+    ]
+
+
+def _sampled_lists(num_seqs: int, samples: np.ndarray, tokens: list[int]) -> list[list[int]]:
+    """Each scheduled request's new tokens: its sampled id, or none (a partial prefill)."""
+    if len(tokens) == num_seqs:  # every request samples (a decode step)
+        return [[tok] for tok in tokens]
+    sampled: list[list[int]] = [[] for _ in range(num_seqs)]
+    for i, tok in zip(samples.tolist(), tokens):
+        sampled[i] = [tok]
+    return sampled
+
+
 class ModelRunner:
     def __init__(
         self,
@@ -59,24 +83,10 @@ class ModelRunner:
         self.vocab_size = model_config.vocab_size
         mc = model_config
         shape = (num_gpu_blocks, block_size, mc.num_key_value_heads, mc.head_dim)
-        # zeros, not empty: attention reads whole blocks and masks the tail, and 0 * NaN garbage would be NaN
-        self.kv_caches = [
-            (torch.zeros(shape, dtype=dtype, device=device), torch.zeros(shape, dtype=dtype, device=device))
-            for _ in range(mc.num_hidden_layers)
-        ]
-        host_shape = (num_cpu_blocks, *shape[1:])
+        self.kv_caches = _zero_caches(mc.num_hidden_layers, shape, dtype, device)
         pin = device.type == "cuda"
-        self.host_caches = (
-            [
-                (
-                    torch.zeros(host_shape, dtype=dtype, pin_memory=pin),
-                    torch.zeros(host_shape, dtype=dtype, pin_memory=pin),
-                )
-                for _ in range(mc.num_hidden_layers)
-            ]
-            if num_cpu_blocks
-            else []
-        )
+        host_shape = (num_cpu_blocks, *shape[1:])
+        self.host_caches = _zero_caches(mc.num_hidden_layers, host_shape, dtype, None, pin) if num_cpu_blocks else []
         max_blocks = cdiv(max_model_len, block_size)
         self.input_batch = InputBatch(max_num_seqs, max_model_len, max_blocks, mc.vocab_size, device)
         self.requests: dict[str, CachedRequestState] = {}
@@ -131,22 +141,8 @@ class ModelRunner:
         batch, bs = self.input_batch, self.block_size
         num_seqs = len(req_ids)
         rows = batch.rows_of(req_ids)  # [S]
-        starts = batch.num_computed_tokens[rows]  # [S] tokens already in the cache
         num_tokens = out.total_num_scheduled_tokens
-        if num_tokens == num_seqs:  # decode-only: one token per sequence
-            ends = starts + 1  # [S] seq_lens: context including this step's tokens
-            qsl = self._arange[: num_seqs + 1]
-            max_query_len = 1
-            positions, token_rows = starts, rows
-        else:
-            ns = np.fromiter(out.num_scheduled_tokens.values(), dtype=np.int64, count=num_seqs)  # [S]
-            ends = starts + ns
-            qsl = np.zeros(num_seqs + 1, dtype=np.int64)
-            np.cumsum(ns, out=qsl[1:])
-            max_query_len = int(ns.max())
-            seq_idx = np.repeat(np.arange(num_seqs), ns)  # [T]
-            positions = starts[seq_idx] + np.arange(num_tokens) - qsl[seq_idx]  # [T]
-            token_rows = rows[seq_idx]
+        positions, token_rows, ends, qsl, max_query_len = self._token_layout(out, rows)
         batch.num_computed_tokens[rows] = ends
         input_ids = batch.token_ids[token_rows, positions]  # [T]
         slot_mapping = batch.block_table[token_rows, positions // bs].astype(np.int64) * bs + positions % bs  # [T]
@@ -171,15 +167,9 @@ class ModelRunner:
         if size is not None and self.cuda_graphs is not None:  # [size, hidden], replayed on the graph's static inputs
             hidden = self.cuda_graphs.run(ids_d, pos_d, slot_d, qsl_d, lens_d, table_d)
         else:
-            meta = AttentionMetadata(  # (int32 metadata, as the kernels were warmed up with)
-                slot_mapping=slot_d,
-                query_start_loc=qsl_d,
-                seq_lens=lens_d,
-                block_table=table_d,
-                max_query_len=max_query_len,
-                max_seq_len=max_seq_len,
-                query_start_loc_cpu=step[3].tolist(),
-                seq_lens_cpu=step[4].tolist(),  # (numpy: host, no sync)
+            # (int32 metadata, as the kernels were warmed up with; the host lists come from numpy: no sync)
+            meta = AttentionMetadata(
+                slot_d, qsl_d, lens_d, table_d, max_query_len, max_seq_len, step[3].tolist(), step[4].tolist()
             )
             hidden = self.model(ids_d, pos_d, self.kv_caches, meta)  # [T, hidden]
         index = dict(zip(req_ids, range(num_seqs)))
@@ -187,25 +177,40 @@ class ModelRunner:
             return ModelRunnerOutput(req_ids, index, [[] for _ in req_ids], failed=self.failed_rows)
         # the hidden rows that sample: all of them, in order, in a decode step (no gather needed)
         sample_hidden = hidden[:num_seqs] if len(samples) == num_tokens == num_seqs else hidden[logits_idx_d]
-        logits = self._compute_logits(sample_hidden)  # [n, vocab] float32
-        md = sampling_metadata(self.input_batch, sampling, views[7:])
+        tokens = self._sample(sample_hidden, sampling_metadata(batch, sampling, views[7:]), req_ids, samples)
+        batch.append_tokens(sample_rows, tokens)
+        sampled = _sampled_lists(num_seqs, samples, tokens)
+        for rid in self.failed_rows.keys() & index.keys():  # (no token for a request that failed)
+            sampled[index[rid]] = []
+        return ModelRunnerOutput(req_ids, index, sampled, failed=self.failed_rows)
+
+    def _token_layout(
+        self, out: SchedulerOutput, rows: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, int]:
+        """The step's flat token layout from the rows' computed counts: (positions [T], the row of each token [T],
+        seq_lens [S] including this step's tokens, query_start_loc [S + 1], the longest query)."""
+        num_seqs, num_tokens = len(rows), out.total_num_scheduled_tokens
+        starts = self.input_batch.num_computed_tokens[rows]  # [S] tokens already in the cache
+        if num_tokens == num_seqs:  # decode-only: one token per sequence
+            return starts, rows, starts + 1, self._arange[: num_seqs + 1], 1
+        ns = np.fromiter(out.num_scheduled_tokens.values(), dtype=np.int64, count=num_seqs)  # [S]
+        qsl = np.zeros(num_seqs + 1, dtype=np.int64)
+        np.cumsum(ns, out=qsl[1:])
+        seq_idx = np.repeat(np.arange(num_seqs), ns)  # [T]
+        positions = starts[seq_idx] + np.arange(num_tokens) - qsl[seq_idx]  # [T]
+        return positions, rows[seq_idx], starts + ns, qsl, int(ns.max())
+
+    def _sample(self, hidden: torch.Tensor, md: SamplingMetadata, req_ids: list[str], samples: np.ndarray) -> list[int]:
+        """The sampled ids of the rows of `hidden`, with the step's one device -> host transfer; a request whose
+        values fail the batched sampler lands in failed_rows (refengine/step_isolation.py)."""
+        logits = self._compute_logits(hidden)  # [n, vocab] float32
         try:
-            tokens = self._to_host(self.sampler(logits, md, self.generator))  # the step's one device -> host transfer
+            return self._to_host(self.sampler(logits, md, self.generator))
         except Exception:  # noqa: BLE001 (one request's values: find it, keep the others' tokens)
-            logits = self._compute_logits(sample_hidden)
+            logits = self._compute_logits(hidden)
             tokens, bad = sample_rows_apart(self.sampler, logits, md, self.generator)
             self.failed_rows.update({req_ids[samples[i]]: exc for i, exc in bad.items()})
-        batch.append_tokens(sample_rows, tokens)
-        if len(tokens) == num_seqs:  # every request samples (a decode step)
-            sampled = [[tok] for tok in tokens]
-        else:
-            sampled = [[] for _ in req_ids]
-            for i, tok in zip(samples.tolist(), tokens):
-                sampled[i] = [tok]
-        for rid in self.failed_rows:
-            if rid in index:
-                sampled[index[rid]] = []
-        return ModelRunnerOutput(req_ids, index, sampled, failed=self.failed_rows)
+            return tokens
 
     def _decode_padded_size(self, num_seqs: int) -> int | None:
         if self.cuda_graphs is not None:

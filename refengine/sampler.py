@@ -137,7 +137,8 @@ def apply_penalties(
 
 
 def _argmax_block(vocab_size: int) -> int | None:
-    """The block length `argmax_rows` splits a row into: the first of these that divides the vocab, or None."""
+    """The block length `argmax_rows` splits a row into: the first of these that divides the vocab, or None
+    (256 first: a 151936 vocab makes 593 block maxima per row, a short second pass)."""
     for block in (256, 128, 512, 64, 1024, 2048, 4096):
         if vocab_size % block == 0:
             return block
