@@ -30,7 +30,11 @@ SCHED_TESTS = [
     "conformance/test_scheduler_examples.py",
     "refengine/tests/test_async_scheduling.py",
 ]
-RUNNER_TESTS = ["refengine/tests/test_model_runner.py", "refengine/tests/test_engine_behaviour.py"]
+RUNNER_TESTS = [
+    "refengine/tests/test_model_runner.py",
+    "refengine/tests/test_model_runner_transfers.py",
+    "refengine/tests/test_engine_behaviour.py",
+]
 SAMPLER_TESTS = ["refengine/tests/test_sampler.py", "refengine/tests/test_penalties.py"]
 OUTPUT_TESTS = [
     "refengine/tests/test_detokenizer.py",
@@ -269,7 +273,7 @@ MUTANTS = [
     ),
     _m(
         "runner-min-tokens-mask",
-        RUNNER,
+        "refengine/sampling_inputs.py",
         "masked = np.flatnonzero(num_out < batch.min_tokens[rows])",
         "masked = np.flatnonzero(num_out < batch.min_tokens[rows] - 1)",
         RUNNER_TESTS + SAMPLER_TESTS,

@@ -192,7 +192,8 @@ class ModelRunner:
         num_seqs, num_tokens = len(rows), out.total_num_scheduled_tokens
         starts = self.input_batch.num_computed_tokens[rows]  # [S] tokens already in the cache
         if num_tokens == num_seqs:  # decode-only: one token per sequence
-            return starts, rows, starts + 1, self._arange[: num_seqs + 1], 1
+            ends = starts + 1  # [S] seq_lens: context including this step's tokens
+            return starts, rows, ends, self._arange[: num_seqs + 1], 1
         ns = np.fromiter(out.num_scheduled_tokens.values(), dtype=np.int64, count=num_seqs)  # [S]
         qsl = np.zeros(num_seqs + 1, dtype=np.int64)
         np.cumsum(ns, out=qsl[1:])

@@ -207,7 +207,9 @@ def sample(logits: torch.Tensor, md: SamplingMetadata, generator: torch.Generato
     if md.all_greedy:
         return argmax_rows(logits)
     sub = logits if md.random_idx is None else logits[md.random_idx]  # [r, V]
-    sub = sub / _required(md.temperature, "temperature")[:, None]
+    if md.temperature is None:
+        raise ValueError("SamplingMetadata.temperature is required when a row samples at random")
+    sub = sub / md.temperature[:, None]
     if md.min_p is not None:
         sub = _mask_min_p(sub, md.min_p)
     if md.top_k is not None or md.top_p is not None:

@@ -1,5 +1,5 @@
 """The model runner's tests' hand-driven setup: a runner on tiny-qwen2 with small blocks, the prompts, the whole
-engine's greedy tokens for them, and HandScheduler, which plays the scheduler's part by hand."""
+engine's greedy tokens for them, HandScheduler, which plays the scheduler's part by hand, and count_host_reads."""
 
 from __future__ import annotations
 
@@ -100,3 +100,18 @@ def decode_until(hs: HandScheduler, runner: ModelRunner, rids: list[str], n_out:
             if len(hs.tokens[r]) - len(p) < n_out:
                 hs.cached(out, r, 1)
         hs.step(runner, out)
+
+
+def count_host_reads(monkeypatch) -> list[str]:
+    """From now on, every read of a tensor's value on the host (tolist, item, cpu, numpy, bool/int/float/index) is
+    appended to the returned list: on a GPU each would be a sync."""
+    calls: list[str] = []
+    for name in ("tolist", "item", "cpu", "numpy", "__bool__", "__int__", "__float__", "__index__"):
+        orig = getattr(torch.Tensor, name)
+
+        def counted(self, *a, _orig=orig, _name=name, **kw):
+            calls.append(_name)
+            return _orig(self, *a, **kw)
+
+        monkeypatch.setattr(torch.Tensor, name, counted)
+    return calls

@@ -8,7 +8,14 @@ import pytest
 import torch
 
 from refengine.scheduler_output import SchedulerOutput
-from refengine.tests._hand_runner import PROMPTS, HandScheduler, decode_until, engine_reference, make_runner
+from refengine.tests._hand_runner import (
+    PROMPTS,
+    HandScheduler,
+    count_host_reads,
+    decode_until,
+    engine_reference,
+    make_runner,
+)
 
 # float32 K/V of 8 padded rows vs 3 unpadded may round differently in the projections' matmul (a few ulps); a
 # padded token written to the cache would replace a real K/V vector, an O(1) change
@@ -18,21 +25,6 @@ PAD_KV_ATOL = 1e-4
 @pytest.fixture(scope="module")
 def reference() -> list[list[int]]:
     return engine_reference()
-
-
-def count_host_reads(monkeypatch) -> list[str]:
-    """From now on, every read of a tensor's value on the host (tolist, item, cpu, numpy, bool/int/float/index) is
-    appended to the returned list: on a GPU each would be a sync."""
-    calls: list[str] = []
-    for name in ("tolist", "item", "cpu", "numpy", "__bool__", "__int__", "__float__", "__index__"):
-        orig = getattr(torch.Tensor, name)
-
-        def counted(self, *a, _orig=orig, _name=name, **kw):
-            calls.append(_name)
-            return _orig(self, *a, **kw)
-
-        monkeypatch.setattr(torch.Tensor, name, counted)
-    return calls
 
 
 def test_one_device_to_host_transfer_per_step(monkeypatch):
