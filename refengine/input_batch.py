@@ -93,7 +93,7 @@ class InputBatch:
     def _set_sampling(self, row: int, sp: SamplingParams, eos_token_ids: frozenset[int]) -> None:
         self.greedy[row] = sp.greedy
         self.min_tokens[row] = sp.min_tokens
-        banned = list(sp.stop_token_ids) + ([] if sp.ignore_eos else sorted(eos_token_ids))
+        banned = list(sp.stop_token_ids or ()) + ([] if sp.ignore_eos else sorted(eos_token_ids))
         self.banned[row] = [t for t in banned if 0 <= t < self.vocab_size]
         self.top_k_on[row] = not sp.greedy and 0 < sp.top_k < self.vocab_size
         self.top_p_on[row] = not sp.greedy and sp.top_p < 1.0
@@ -122,7 +122,8 @@ class InputBatch:
 
     def token_ids_of(self, request_id: str) -> list[int]:
         row = self.row_of[request_id]
-        return self.token_ids[row, : self.num_tokens[row]].tolist()
+        tokens: list[int] = self.token_ids[row, : self.num_tokens[row]].tolist()
+        return tokens
 
     def set_token_ids(self, request_id: str, token_ids: list[int]) -> None:
         """Resynchronise a row's tokens with the scheduler's (CachedRequestData.all_token_ids)."""
@@ -194,6 +195,6 @@ class StagingBuffer:
                 views.append(self.dev[o : o + a.size])
         if self.dev is not self.host:
             self.dev[:total].copy_(self.host[:total], non_blocking=True)
-            self._copied = torch.cuda.Event()
+            self._copied = torch.cuda.Event()  # type: ignore[no-untyped-call]
             self._copied.record()
         return views

@@ -1,7 +1,8 @@
 """The decoder: Llama / Qwen2 / Mistral-family causal LM over a paged KV cache.
 
-Owns `ModelConfig` (the architecture, frozen and validated) and `CausalLM`. Parameter names are exactly
-Hugging Face's (`model.layers.{i}.self_attn.q_proj.weight`, ...) so an HF state dict loads without renaming.
+Owns `CausalLM` and its modules; the architecture (`ModelConfig`) is refengine.model_config's, re-exported here.
+Parameter names are exactly Hugging Face's (`model.layers.{i}.self_attn.q_proj.weight`, ...) so an HF state dict
+loads without renaming.
 
 One forward takes the flat token batch of a step: every scheduled token of every sequence, prefill chunks and
 decodes mixed, concatenated in `query_start_loc` order. Each attention layer writes this step's K/V into the
@@ -14,129 +15,15 @@ float32 then cast, rotate-half RoPE, residual order), so float32 logits agree wi
 
 from __future__ import annotations
 
-import math
-from dataclasses import dataclass, fields
-
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from refengine.attention import AttentionBackend, AttentionMetadata
-
-ARCHITECTURES = ("Qwen2ForCausalLM", "LlamaForCausalLM", "MistralForCausalLM")
-
-
-@dataclass(frozen=True)
-class RopeScaling:
-    """Llama-3.1 RoPE scaling (`rope_type: "llama3"`), the only scaling supported; others fail at load."""
-
-    factor: float
-    low_freq_factor: float
-    high_freq_factor: float
-    original_max_position_embeddings: int
-    rope_type: str = "llama3"
-
-    def __post_init__(self) -> None:
-        if self.rope_type != "llama3":
-            raise ValueError(f"rope_scaling.rope_type {self.rope_type!r} is not supported (only 'llama3')")
-        if self.factor <= 0 or self.low_freq_factor <= 0 or self.high_freq_factor <= self.low_freq_factor:
-            raise ValueError(f"rope_scaling: need factor > 0 and high_freq_factor > low_freq_factor > 0, got {self}")
-        if self.original_max_position_embeddings <= 0:
-            raise ValueError("rope_scaling.original_max_position_embeddings must be positive")
-
-
-@dataclass(frozen=True)
-class ModelConfig:
-    """Architecture of a decoder; HF config.json names. `eos_token_id` is an int, a tuple of ints or None
-    (a list is turned into a tuple so the config stays hashable); use `eos_token_ids` to read it."""
-
-    vocab_size: int
-    hidden_size: int
-    num_hidden_layers: int
-    num_attention_heads: int
-    num_key_value_heads: int
-    head_dim: int
-    intermediate_size: int
-    rope_theta: float = 10000.0
-    rms_norm_eps: float = 1e-6
-    max_position_embeddings: int = 4096
-    tie_word_embeddings: bool = False
-    attention_bias: bool = False
-    bos_token_id: int | None = None
-    eos_token_id: int | tuple[int, ...] | None = None
-    architecture: str = "LlamaForCausalLM"
-    rope_scaling: RopeScaling | None = None
-
-    def __post_init__(self) -> None:
-        if isinstance(self.eos_token_id, list):
-            object.__setattr__(self, "eos_token_id", tuple(self.eos_token_id))
-        for name in (
-            "vocab_size",
-            "hidden_size",
-            "num_hidden_layers",
-            "num_attention_heads",
-            "num_key_value_heads",
-            "head_dim",
-            "intermediate_size",
-            "max_position_embeddings",
-        ):
-            value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
-                raise ValueError(f"ModelConfig.{name} must be a positive int, got {value!r}")
-        if self.num_attention_heads % self.num_key_value_heads:
-            raise ValueError(
-                f"ModelConfig.num_key_value_heads ({self.num_key_value_heads}) must divide "
-                f"num_attention_heads ({self.num_attention_heads})"
-            )
-        if self.head_dim % 2:
-            raise ValueError(f"ModelConfig.head_dim must be even for RoPE, got {self.head_dim}")
-        if not self.rope_theta > 0:
-            raise ValueError(f"ModelConfig.rope_theta must be > 0, got {self.rope_theta}")
-        if not self.rms_norm_eps > 0:
-            raise ValueError(f"ModelConfig.rms_norm_eps must be > 0, got {self.rms_norm_eps}")
-        if self.architecture not in ARCHITECTURES:
-            raise ValueError(f"ModelConfig.architecture {self.architecture!r} is not one of {ARCHITECTURES}")
-        if self.rope_scaling is not None and not isinstance(self.rope_scaling, RopeScaling):
-            raise ValueError(f"ModelConfig.rope_scaling must be a RopeScaling or None, got {self.rope_scaling!r}")
-        ids = [("eos_token_id", t) for t in self.eos_token_ids]
-        if self.bos_token_id is not None:
-            ids.append(("bos_token_id", self.bos_token_id))
-        for name, tok in ids:
-            if not isinstance(tok, int) or isinstance(tok, bool) or not 0 <= tok < self.vocab_size:
-                raise ValueError(f"ModelConfig.{name} {tok!r} is not a token id in [0, {self.vocab_size})")
-
-    @property
-    def eos_token_ids(self) -> tuple[int, ...]:
-        """Every end-of-sequence id, as a tuple (empty when the model has none)."""
-        if self.eos_token_id is None:
-            return ()
-        return (self.eos_token_id,) if isinstance(self.eos_token_id, int) else tuple(self.eos_token_id)
-
-    def replace(self, **changes) -> ModelConfig:
-        values = {f.name: getattr(self, f.name) for f in fields(self)}
-        values.update(changes)
-        return ModelConfig(**values)
-
-
-def rope_inv_freq(config: ModelConfig) -> torch.Tensor:
-    """[head_dim // 2] float32 inverse frequencies on the CPU, with Llama-3.1 scaling when configured."""
-    dim = config.head_dim
-    inv_freq = 1.0 / (config.rope_theta ** (torch.arange(0, dim, 2, dtype=torch.float32, device="cpu") / dim))
-    rs = config.rope_scaling
-    if rs is None:
-        return inv_freq
-    # Llama 3.1: long wavelengths (beyond the original context / low_freq_factor) are slowed by `factor`,
-    # short ones (below original / high_freq_factor) are kept, and the band between is interpolated linearly.
-    wavelen = 2 * math.pi / inv_freq
-    low_freq_wavelen = rs.original_max_position_embeddings / rs.low_freq_factor
-    high_freq_wavelen = rs.original_max_position_embeddings / rs.high_freq_factor
-    scaled = torch.where(wavelen > low_freq_wavelen, inv_freq / rs.factor, inv_freq)
-    smooth = (rs.original_max_position_embeddings / wavelen - rs.low_freq_factor) / (
-        rs.high_freq_factor - rs.low_freq_factor
-    )
-    smoothed = (1 - smooth) * scaled / rs.factor + smooth * scaled
-    in_band = (wavelen >= high_freq_wavelen) & (wavelen <= low_freq_wavelen)
-    return torch.where(in_band, smoothed, scaled)
+from refengine.model_config import ARCHITECTURES as ARCHITECTURES  # (re-exported: the loader's and tests' import)
+from refengine.model_config import ModelConfig as ModelConfig
+from refengine.model_config import RopeScaling as RopeScaling
+from refengine.model_config import rope_inv_freq
 
 
 def rotate_half(x: torch.Tensor) -> torch.Tensor:
@@ -207,7 +94,8 @@ class Attention(nn.Module):
         self.backend.reshape_and_cache(k, v, k_cache, v_cache, meta.slot_mapping)
         out = torch.empty_like(q)  # [T, H, D]
         self.backend.attend(q, k_cache, v_cache, out, meta, self.scale)
-        return self.o_proj(out.view(n, self.num_heads * self.head_dim))  # [T, hidden]
+        y: torch.Tensor = self.o_proj(out.view(n, self.num_heads * self.head_dim))  # [T, hidden]
+        return y
 
 
 class MLP(nn.Module):
@@ -221,7 +109,8 @@ class MLP(nn.Module):
         self.down_proj = Linear(i, h, bias=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))  # [T, hidden]
+        y: torch.Tensor = self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))  # [T, hidden]
+        return y
 
 
 class DecoderLayer(nn.Module):
@@ -241,7 +130,8 @@ class DecoderLayer(nn.Module):
         meta: AttentionMetadata,
     ) -> torch.Tensor:
         x = x + self.self_attn(self.input_layernorm(x), cos, sin, kv_cache, meta)
-        return x + self.mlp(self.post_attention_layernorm(x))  # [T, hidden]
+        y: torch.Tensor = x + self.mlp(self.post_attention_layernorm(x))  # [T, hidden]
+        return y
 
 
 class DecoderModel(nn.Module):
@@ -294,14 +184,22 @@ class CausalLM(nn.Module):
         cos, sin = self._rope(positions, x.dtype)  # each [T, D], computed once for every layer
         for layer, kv_cache in zip(self.model.layers, kv_caches):
             x = layer(x, cos, sin, kv_cache, attn_metadata)
-        return self.model.norm(x)  # [T, hidden]
+        y: torch.Tensor = self.model.norm(x)  # [T, hidden]
+        return y
 
-    def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
+    def compute_logits(self, hidden: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
+        """hidden [n, hidden] -> float32 logits [n, vocab], written into `out` when given (a float32 [n, vocab]
+        buffer the caller reuses: on the CPU a fresh 64 x 151936 result is 39 MB of new pages every step)."""
         if hidden.device.type != "cpu":
-            return self.lm_head(hidden).float()  # [n, vocab] float32
+            logits = self.lm_head(hidden).float()  # [n, vocab] float32
+            return logits if out is None else out.copy_(logits)
         # On the CPU, F.linear picks a slow kernel for a few rows against a vocab-sized weight (measured here with
         # one thread, 151936 x 256: 48 ms for 8 rows, 26 ms as a plain matmul with the weight transposed once).
         # (weights never change after loading; the copy is made at the first step)
         if self._lm_head_t is None:
             self._lm_head_t = self.lm_head.weight.detach().t().contiguous()  # [hidden, vocab]
-        return (hidden @ self._lm_head_t).float()  # [n, vocab] float32
+        if out is None:
+            return (hidden @ self._lm_head_t).float()  # [n, vocab] float32
+        if hidden.dtype == torch.float32:
+            return torch.mm(hidden, self._lm_head_t, out=out)
+        return out.copy_(hidden @ self._lm_head_t)

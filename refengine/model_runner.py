@@ -1,7 +1,7 @@
 """ModelRunner: execute_model(SchedulerOutput) -> ModelRunnerOutput, one forward over the paged KV cache + sampling.
 
 It owns the device KV cache (one (k_cache, v_cache) pair per layer), the host cache that swap preemption copies
-into, the persistent InputBatch and its own record of every request it has met (CachedRequestState); it never
+into, the persistent InputBatch and its own record of every request it has met (CachedRequestState, refengine.runner_states); it never
 sees the scheduler's Request objects or the KV manager, only the SchedulerOutput (refengine.scheduler_output).
 
 Per step, on the host (numpy, nothing waits on the device): forget finished requests, park preempted ones, do the
@@ -14,43 +14,56 @@ token ids (`_to_host`).
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import Callable
-from dataclasses import dataclass
+from typing import cast
 
 import numpy as np
 import torch
 
 from refengine.attention import AttentionMetadata
 from refengine.cuda_graphs import CudaGraphRunner, pad_decode_inputs, padded_size
-from refengine.input_batch import NO_SEED, InputBatch, StagingBuffer
+from refengine.input_batch import InputBatch, StagingBuffer
 from refengine.limits import cdiv
-from refengine.penalties import PenaltyStep
+from refengine.model import CausalLM, ModelConfig
+from refengine.runner_states import CachedRequestState, update_states
 from refengine.sampler import SamplingMetadata, sample
-from refengine.sampling_params import SamplingParams
-from refengine.scheduler_output import CachedRequestData, ModelRunnerOutput, SchedulerOutput
-from refengine.step_isolation import add_row_isolated, sample_rows_apart
+from refengine.sampling_inputs import sampling_arrays, sampling_metadata
+from refengine.scheduler_output import ModelRunnerOutput, SchedulerOutput
+from refengine.step_isolation import sample_rows_apart
 
 # (logits [n, vocab], metadata, the engine's generator) -> sampled token ids [n] on the device
 Sampler = Callable[[torch.Tensor, SamplingMetadata, "torch.Generator | None"], torch.Tensor]
 
 
-@dataclass
-class CachedRequestState:
-    """What the runner keeps of a request between its steps, including while it is preempted (vLLM's name)."""
+def _zero_caches(
+    num_layers: int, shape: tuple[int, ...], dtype: torch.dtype, device: torch.device | None, pin_memory: bool = False
+) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """One (k_cache, v_cache) pair per layer. Zeros, not empty: attention reads whole blocks and masks the tail,
+    and 0 * NaN garbage would be NaN."""
+    return [
+        (
+            torch.zeros(shape, dtype=dtype, device=device, pin_memory=pin_memory),
+            torch.zeros(shape, dtype=dtype, device=device, pin_memory=pin_memory),
+        )
+        for _ in range(num_layers)
+    ]
 
-    req_id: str
-    num_prompt_tokens: int
-    sampling_params: SamplingParams
-    eos_token_ids: frozenset[int]
-    parked_token_ids: list[int] | None = None  # the row's tokens while preempted (the row itself is freed)
+
+def _sampled_lists(num_seqs: int, samples: np.ndarray, tokens: list[int]) -> list[list[int]]:
+    """Each scheduled request's new tokens: its sampled id, or none (a partial prefill)."""
+    if len(tokens) == num_seqs:  # every request samples (a decode step)
+        return [[tok] for tok in tokens]
+    sampled: list[list[int]] = [[] for _ in range(num_seqs)]
+    for i, tok in zip(samples.tolist(), tokens):
+        sampled[i] = [tok]
+    return sampled
 
 
 class ModelRunner:
     def __init__(
         self,
         model: torch.nn.Module,
-        model_config,
+        model_config: ModelConfig,
         *,
         num_gpu_blocks: int,
         num_cpu_blocks: int,
@@ -70,24 +83,10 @@ class ModelRunner:
         self.vocab_size = model_config.vocab_size
         mc = model_config
         shape = (num_gpu_blocks, block_size, mc.num_key_value_heads, mc.head_dim)
-        # zeros, not empty: attention reads whole blocks and masks the tail, and 0 * NaN garbage would be NaN
-        self.kv_caches = [
-            (torch.zeros(shape, dtype=dtype, device=device), torch.zeros(shape, dtype=dtype, device=device))
-            for _ in range(mc.num_hidden_layers)
-        ]
-        host_shape = (num_cpu_blocks, *shape[1:])
+        self.kv_caches = _zero_caches(mc.num_hidden_layers, shape, dtype, device)
         pin = device.type == "cuda"
-        self.host_caches = (
-            [
-                (
-                    torch.zeros(host_shape, dtype=dtype, pin_memory=pin),
-                    torch.zeros(host_shape, dtype=dtype, pin_memory=pin),
-                )
-                for _ in range(mc.num_hidden_layers)
-            ]
-            if num_cpu_blocks
-            else []
-        )
+        host_shape = (num_cpu_blocks, *shape[1:])
+        self.host_caches = _zero_caches(mc.num_hidden_layers, host_shape, dtype, None, pin) if num_cpu_blocks else []
         max_blocks = cdiv(max_model_len, block_size)
         self.input_batch = InputBatch(max_num_seqs, max_model_len, max_blocks, mc.vocab_size, device)
         self.requests: dict[str, CachedRequestState] = {}
@@ -107,6 +106,9 @@ class ModelRunner:
         self.decode_pad_sizes: list[int] | None = None
         self.failed_rows: dict[str, BaseException] = {}  # this step's requests whose own values failed them
         self.num_host_syncs = 0  # device -> host transfers made by execute_model (one per step that samples)
+        # (refengine's own model takes an output buffer; a stand-in's compute_logits may not)
+        self._logits_into_buffer = isinstance(model, CausalLM) and device.type == "cpu"
+        self._logits_buf: torch.Tensor | None = None
         self._arange = np.arange(max_num_seqs + 1, dtype=np.int64)  # a decode step's query_start_loc (read-only)
         self._arange.flags.writeable = False
 
@@ -124,69 +126,6 @@ class ModelRunner:
                 k[dst.to(k.device)] = hk[src].to(k.device, non_blocking=True)
                 v[dst.to(v.device)] = hv[src].to(v.device, non_blocking=True)
 
-    def _update_states(self, out: SchedulerOutput) -> None:
-        batch = self.input_batch
-        for rid in out.finished_req_ids:
-            batch.remove(rid)
-            self.requests.pop(rid, None)
-        for rid in out.preempted_req_ids:
-            state = self.requests.get(rid)
-            if state is not None and rid in batch:
-                state.parked_token_ids = batch.token_ids_of(rid)
-                batch.remove(rid)
-        for new in out.scheduled_new_reqs:
-            tokens = new.all_token_ids
-            state = self.requests[new.req_id] = CachedRequestState(
-                new.req_id, len(new.prompt_token_ids), new.sampling_params, new.eos_token_ids
-            )
-            add_row_isolated(
-                batch,
-                self.failed_rows,
-                new.req_id,
-                tokens,
-                state.num_prompt_tokens,
-                new.block_ids,
-                new.num_computed_tokens,
-                state.sampling_params,
-                state.eos_token_ids,
-            )
-        cached = out.scheduled_cached_reqs
-        if not cached.req_ids:
-            return
-        row_of, resumed, all_tokens = batch.row_of, cached.resumed_req_ids, cached.all_token_ids
-        if not resumed and row_of.keys() >= set(cached.req_ids):  # (the common step: every row is in place)
-            for i in itertools.compress(range(len(cached.req_ids)), cached.new_block_ids):  # (those with new blocks)
-                batch.append_blocks(cached.req_ids[i], cached.new_block_ids[i])
-        else:
-            self._place_rows(cached)
-        for rid, tokens in all_tokens.items():
-            if rid not in resumed:
-                batch.set_token_ids(rid, tokens)
-        batch.num_computed_tokens[batch.rows_of(cached.req_ids)] = cached.num_computed_tokens
-
-    def _place_rows(self, cached: CachedRequestData) -> None:
-        """Write the rows of resumed requests (and of any the batch lacks), append the others' new blocks."""
-        batch = self.input_batch
-        row_of, resumed, all_tokens = batch.row_of, cached.resumed_req_ids, cached.all_token_ids
-        for i, (rid, blocks) in enumerate(zip(cached.req_ids, cached.new_block_ids)):
-            if rid in resumed or rid not in row_of:
-                state = self.requests[rid]
-                tokens = all_tokens.get(rid) or state.parked_token_ids or batch.token_ids_of(rid)
-                state.parked_token_ids = None
-                add_row_isolated(
-                    batch,
-                    self.failed_rows,
-                    rid,
-                    tokens,
-                    state.num_prompt_tokens,
-                    blocks or [],
-                    cached.num_computed_tokens[i],
-                    state.sampling_params,
-                    state.eos_token_ids,
-                )
-            elif blocks:
-                batch.append_blocks(rid, blocks)
-
     # ---- one step -------------------------------------------------------------------------------------------
     @torch.inference_mode()
     def execute_model(self, out: SchedulerOutput) -> ModelRunnerOutput:
@@ -195,29 +134,15 @@ class ModelRunner:
         self._swap(out.blocks_to_swap_out, to_host=True)
         self._swap(out.blocks_to_swap_in, to_host=False)
         self.failed_rows = {}
-        self._update_states(out)
+        update_states(self.input_batch, self.requests, self.failed_rows, out)
         req_ids = list(out.num_scheduled_tokens)
         if not req_ids:
             return ModelRunnerOutput()
         batch, bs = self.input_batch, self.block_size
         num_seqs = len(req_ids)
         rows = batch.rows_of(req_ids)  # [S]
-        starts = batch.num_computed_tokens[rows]  # [S] tokens already in the cache
         num_tokens = out.total_num_scheduled_tokens
-        if num_tokens == num_seqs:  # decode-only: one token per sequence
-            ends = starts + 1  # [S] seq_lens: context including this step's tokens
-            qsl = self._arange[: num_seqs + 1]
-            max_query_len = 1
-            positions, token_rows = starts, rows
-        else:
-            ns = np.fromiter(out.num_scheduled_tokens.values(), dtype=np.int64, count=num_seqs)  # [S]
-            ends = starts + ns
-            qsl = np.zeros(num_seqs + 1, dtype=np.int64)
-            np.cumsum(ns, out=qsl[1:])
-            max_query_len = int(ns.max())
-            seq_idx = np.repeat(np.arange(num_seqs), ns)  # [T]
-            positions = starts[seq_idx] + np.arange(num_tokens) - qsl[seq_idx]  # [T]
-            token_rows = rows[seq_idx]
+        positions, token_rows, ends, qsl, max_query_len = self._token_layout(out, rows)
         batch.num_computed_tokens[rows] = ends
         input_ids = batch.token_ids[token_rows, positions]  # [T]
         slot_mapping = batch.block_table[token_rows, positions // bs].astype(np.int64) * bs + positions % bs  # [T]
@@ -227,10 +152,11 @@ class ModelRunner:
         sample_rows = rows[samples]
         size = self._decode_padded_size(num_seqs) if num_tokens == num_seqs else None
         width = batch.block_table.shape[1] if size is not None else cdiv(max_seq_len, bs)  # (graphs: every block)
-        step = (input_ids, positions, slot_mapping, qsl, ends, batch.block_table[rows, :width])
+        table = batch.block_table[rows, :width]
+        step: tuple[np.ndarray, ...] = (input_ids, positions, slot_mapping, qsl, ends, table)
         if size is not None:  # padded as a captured graph's batch; the real rows come first
-            step = pad_decode_inputs(*step, size)
-        sampling, extra = self._sampling_arrays(sample_rows)
+            step = pad_decode_inputs(input_ids, positions, slot_mapping, qsl, ends, table, size)
+        sampling, extra = sampling_arrays(self.input_batch, sample_rows)
         # the attention metadata crosses as int32 (the kernels' dtype; the block table is int32 already)
         i32 = np.int32
         views = self.staging.pack(
@@ -241,15 +167,9 @@ class ModelRunner:
         if size is not None and self.cuda_graphs is not None:  # [size, hidden], replayed on the graph's static inputs
             hidden = self.cuda_graphs.run(ids_d, pos_d, slot_d, qsl_d, lens_d, table_d)
         else:
-            meta = AttentionMetadata(  # (int32 metadata, as the kernels were warmed up with)
-                slot_mapping=slot_d,
-                query_start_loc=qsl_d,
-                seq_lens=lens_d,
-                block_table=table_d,
-                max_query_len=max_query_len,
-                max_seq_len=max_seq_len,
-                query_start_loc_cpu=step[3].tolist(),
-                seq_lens_cpu=step[4].tolist(),  # (numpy: host, no sync)
+            # (int32 metadata, as the kernels were warmed up with; the host lists come from numpy: no sync)
+            meta = AttentionMetadata(
+                slot_d, qsl_d, lens_d, table_d, max_query_len, max_seq_len, step[3].tolist(), step[4].tolist()
             )
             hidden = self.model(ids_d, pos_d, self.kv_caches, meta)  # [T, hidden]
         index = dict(zip(req_ids, range(num_seqs)))
@@ -257,25 +177,41 @@ class ModelRunner:
             return ModelRunnerOutput(req_ids, index, [[] for _ in req_ids], failed=self.failed_rows)
         # the hidden rows that sample: all of them, in order, in a decode step (no gather needed)
         sample_hidden = hidden[:num_seqs] if len(samples) == num_tokens == num_seqs else hidden[logits_idx_d]
-        logits = self.model.compute_logits(sample_hidden)  # [n, vocab] float32
-        md = self._sampling_metadata(sampling, views[7:])
+        tokens = self._sample(sample_hidden, sampling_metadata(batch, sampling, views[7:]), req_ids, samples)
+        batch.append_tokens(sample_rows, tokens)
+        sampled = _sampled_lists(num_seqs, samples, tokens)
+        for rid in self.failed_rows.keys() & index.keys():  # (no token for a request that failed)
+            sampled[index[rid]] = []
+        return ModelRunnerOutput(req_ids, index, sampled, failed=self.failed_rows)
+
+    def _token_layout(
+        self, out: SchedulerOutput, rows: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, int]:
+        """The step's flat token layout from the rows' computed counts: (positions [T], the row of each token [T],
+        seq_lens [S] including this step's tokens, query_start_loc [S + 1], the longest query)."""
+        num_seqs, num_tokens = len(rows), out.total_num_scheduled_tokens
+        starts = self.input_batch.num_computed_tokens[rows]  # [S] tokens already in the cache
+        if num_tokens == num_seqs:  # decode-only: one token per sequence
+            ends = starts + 1  # [S] seq_lens: context including this step's tokens
+            return starts, rows, ends, self._arange[: num_seqs + 1], 1
+        ns = np.fromiter(out.num_scheduled_tokens.values(), dtype=np.int64, count=num_seqs)  # [S]
+        qsl = np.zeros(num_seqs + 1, dtype=np.int64)
+        np.cumsum(ns, out=qsl[1:])
+        seq_idx = np.repeat(np.arange(num_seqs), ns)  # [T]
+        positions = starts[seq_idx] + np.arange(num_tokens) - qsl[seq_idx]  # [T]
+        return positions, rows[seq_idx], starts + ns, qsl, int(ns.max())
+
+    def _sample(self, hidden: torch.Tensor, md: SamplingMetadata, req_ids: list[str], samples: np.ndarray) -> list[int]:
+        """The sampled ids of the rows of `hidden`, with the step's one device -> host transfer; a request whose
+        values fail the batched sampler lands in failed_rows (refengine/step_isolation.py)."""
+        logits = self._compute_logits(hidden)  # [n, vocab] float32
         try:
-            tokens = self._to_host(self.sampler(logits, md, self.generator))  # the step's one device -> host transfer
+            return self._to_host(self.sampler(logits, md, self.generator))
         except Exception:  # noqa: BLE001 (one request's values: find it, keep the others' tokens)
-            logits = self.model.compute_logits(sample_hidden)
+            logits = self._compute_logits(hidden)
             tokens, bad = sample_rows_apart(self.sampler, logits, md, self.generator)
             self.failed_rows.update({req_ids[samples[i]]: exc for i, exc in bad.items()})
-        batch.append_tokens(sample_rows, tokens)
-        if len(tokens) == num_seqs:  # every request samples (a decode step)
-            sampled = [[tok] for tok in tokens]
-        else:
-            sampled = [[] for _ in req_ids]
-            for i, tok in zip(samples.tolist(), tokens):
-                sampled[i] = [tok]
-        for rid in self.failed_rows:
-            if rid in index:
-                sampled[index[rid]] = []
-        return ModelRunnerOutput(req_ids, index, sampled, failed=self.failed_rows)
+            return tokens
 
     def _decode_padded_size(self, num_seqs: int) -> int | None:
         if self.cuda_graphs is not None:
@@ -284,69 +220,18 @@ class ModelRunner:
             return padded_size(self.decode_pad_sizes, num_seqs)
         return None
 
+    def _compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        """The logits of the rows that sample, on the CPU into one buffer reused by every step (grown to the most
+        rows seen): the sampler works on them in place and nothing keeps them past the step."""
+        # (looked up per call: bench-step shadows the method on the instance while it times a step)
+        compute = cast("Callable[..., torch.Tensor]", self.model.compute_logits)
+        if not self._logits_into_buffer:
+            return compute(hidden)
+        n = hidden.shape[0]
+        if self._logits_buf is None or self._logits_buf.shape[0] < n:
+            self._logits_buf = torch.empty(n, self.vocab_size, dtype=torch.float32, device=self.device)
+        return compute(hidden, out=self._logits_buf[:n])
+
     def _to_host(self, token_ids: torch.Tensor) -> list[int]:
         self.num_host_syncs += 1
         return token_ids.tolist()
-
-    # ---- sampling inputs ------------------------------------------------------------------------------------
-    def _sampling_arrays(self, rows: np.ndarray) -> tuple[dict, list[np.ndarray]]:
-        """From the host copies: which sampler paths this step needs, and the int64 arrays they read (packed with
-        the model inputs, so that they cross to the device in the same copy)."""
-        batch = self.input_batch
-        num_out = batch.num_tokens[rows] - batch.num_prompt_tokens[rows]  # [n] output tokens so far
-        masked = np.flatnonzero(num_out < batch.min_tokens[rows])
-        pairs = [(i, t) for i in masked.tolist() for t in batch.banned[rows[i]]]
-        names, arrays = [], []
-        if pairs:
-            names += ["banned_rows", "banned_tokens"]
-            arrays += [np.array([i for i, _ in pairs]), np.array([t for _, t in pairs])]
-        penalties = batch.penalties.step_arrays(rows, batch.token_ids, batch.num_tokens, batch.num_prompt_tokens)
-        if penalties is not None:  # (greedy rows too: vLLM penalises before the argmax)
-            names += PenaltyStep.ARRAY_NAMES
-            arrays += penalties.arrays
-        greedy = batch.greedy[rows]
-        info = {"all_greedy": bool(greedy.all()), "names": names, "rows": None, "penalties": penalties}
-        if not info["all_greedy"]:
-            rand = np.flatnonzero(~greedy)  # [r]
-            rrows = rows[rand]
-            seeded = np.flatnonzero(batch.seeds[rrows] != NO_SEED)
-            info.update(
-                rows=rrows,
-                mixed=len(rand) < len(rows),
-                top_k=bool(batch.top_k_on[rrows].any()),
-                top_p=bool(batch.top_p_on[rrows].any()),
-                min_p=bool(batch.min_p_on[rrows].any()),
-                any_seeded=len(seeded) > 0,
-                any_unseeded=len(seeded) < len(rand),
-            )
-            names += ["random_idx", "random_rows"]
-            arrays += [rand, rrows]
-            if len(seeded):
-                names += ["seeded_idx", "output_index"]
-                arrays += [seeded, num_out[rand][seeded]]
-        return info, arrays
-
-    def _sampling_metadata(self, info: dict, views: list[torch.Tensor]) -> SamplingMetadata:
-        t = dict(zip(info["names"], views))
-        md = SamplingMetadata(
-            all_greedy=info["all_greedy"], banned_rows=t.get("banned_rows"), banned_tokens=t.get("banned_tokens")
-        )
-        batch = self.input_batch
-        if info["penalties"] is not None:
-            views = [t[name] for name in PenaltyStep.ARRAY_NAMES]
-            for name, value in batch.penalties.update_and_gather(info["penalties"], views).items():
-                setattr(md, name, value)
-        if md.all_greedy:
-            return md
-        rrows = t["random_rows"]
-        md.random_idx = t["random_idx"] if info["mixed"] else None
-        md.temperature = batch.temperature_dev[rrows]
-        md.top_k = batch.top_k_dev[rrows] if info["top_k"] else None
-        md.top_p = batch.top_p_dev[rrows] if info["top_p"] else None
-        md.min_p = batch.min_p_dev[rrows] if info["min_p"] else None
-        md.any_unseeded = info["any_unseeded"]
-        if info["any_seeded"]:
-            md.seeded_idx = t["seeded_idx"]
-            md.seeds = batch.seeds_dev[rrows[md.seeded_idx]]
-            md.output_index = t["output_index"]
-        return md

@@ -12,6 +12,7 @@ POOL = "refengine/block_pool.py"
 KV = "refengine/kv_cache_manager.py"
 QUEUE = "refengine/request_queue.py"
 RUNNER = "refengine/model_runner.py"
+SAMPLING_INPUTS = "refengine/sampling_inputs.py"  # the runner's per-step sampling tensors
 SAMPLER = "refengine/sampler.py"
 DETOK = "refengine/detokenizer.py"
 OUTPUT = "refengine/output_processor.py"
@@ -25,7 +26,11 @@ SCHED_TESTS = [
     "conformance/test_scheduler_examples.py",
     "refengine/tests/test_async_scheduling.py",
 ]
-RUNNER_TESTS = ["refengine/tests/test_model_runner.py", "refengine/tests/test_engine_behaviour.py"]
+RUNNER_TESTS = [
+    "refengine/tests/test_model_runner.py",
+    "refengine/tests/test_model_runner_transfers.py",
+    "refengine/tests/test_engine_behaviour.py",
+]
 SAMPLER_TESTS = ["refengine/tests/test_sampler.py", "refengine/tests/test_penalties.py"]
 OUTPUT_TESTS = [
     "refengine/tests/test_detokenizer.py",

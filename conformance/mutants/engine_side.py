@@ -14,6 +14,7 @@ from conformance.mutants.common import (
     RUNNER_TESTS,
     SAMPLER,
     SAMPLER_TESTS,
+    SAMPLING_INPUTS,
     SCHED_TESTS,
     Mutant,
     mutant,
@@ -39,7 +40,7 @@ ENGINE_MUTANTS: list[Mutant] = [
     ),
     mutant(
         "runner-min-tokens-mask",
-        RUNNER,
+        SAMPLING_INPUTS,
         "masked = np.flatnonzero(num_out < batch.min_tokens[rows])",
         "masked = np.flatnonzero(num_out < batch.min_tokens[rows] - 1)",
         KILL_TESTS + RUNNER_TESTS + SAMPLER_TESTS,

@@ -47,6 +47,19 @@ def test_prefill_matches_hf(preset):
     _close(ours, _hf_logits(to_hf_model(model, config), ids))
 
 
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_compute_logits_into_a_buffer(dtype):
+    """The runner's reused logits buffer: the same float32 values as a fresh result, written into `out`."""
+    model, config = load_model("tiny-qwen2", dtype=dtype)
+    hidden = torch.randn(5, config.hidden_size, generator=torch.Generator().manual_seed(3)).to(
+        model.lm_head.weight.dtype
+    )
+    out = torch.full((5, config.vocab_size), float("nan"))
+    got = model.compute_logits(hidden, out=out)
+    assert got.data_ptr() == out.data_ptr() and got.dtype == torch.float32
+    assert torch.equal(got, model.compute_logits(hidden))
+
+
 @pytest.mark.parametrize("block_size", [1, 7, 16])
 def test_chunked_prefill_matches_one_prefill(preset, block_size):
     model, config = preset

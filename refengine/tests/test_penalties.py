@@ -237,7 +237,7 @@ def test_a_strong_frequency_penalty_stops_the_repetition(crowd):
 def test_penalised_steps_still_make_one_device_to_host_transfer(monkeypatch):
     """The runner with penalised rows (greedy and random, a mixed step with a partial prefill, then decodes): every
     host read of a tensor is counted while execute_model runs, and only the sampled ids may cross."""
-    from refengine.tests.test_model_runner import PROMPTS, HandScheduler, count_host_reads, make_runner
+    from refengine.tests._hand_runner import PROMPTS, HandScheduler, count_host_reads, make_runner
 
     runner, hs = make_runner(), HandScheduler()
     calls = count_host_reads(monkeypatch)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import torch
 
-from refengine.sampler import SamplingMetadata, sample, seeded_exponential, seeded_exponential_reference
+from refengine.sampler import SamplingMetadata, argmax_rows, sample, seeded_exponential, seeded_exponential_reference
 
 VOCAB = 64
 # draws of one categorical over 4 tokens: the frequencies' standard error at 20k draws is below 0.004, so 0.02
@@ -98,3 +98,17 @@ def test_draws_follow_the_tempered_softmax():
     got = sample(logits.clone(), md, None)
     freq = torch.bincount(got, minlength=4).float() / NUM_DRAWS
     torch.testing.assert_close(freq, (logits[0] / temperature).softmax(-1), rtol=0, atol=FREQ_ATOL)
+
+
+def test_argmax_rows_is_torch_argmax():
+    """The two-pass argmax returns torch's index: the first maximum when it repeats within a block and across
+    blocks, NaN as the maximum (the first NaN), all -inf rows, one block, and a vocab no block divides."""
+    for vocab in (512, 64 * 3, 1000, 131):  # several 256-blocks; 64-blocks; 8 x 125; prime: torch's argmax
+        x = torch.randn(8, vocab, generator=torch.Generator().manual_seed(vocab))
+        x[1, [5, vocab // 2, vocab - 1]] = 10.0  # ties across blocks: the first wins
+        x[2, [vocab - 2, vocab - 1]] = 10.0  # a tie inside the last block
+        x[3, [7, vocab - 3]] = float("nan")
+        x[4] = float("-inf")
+        x[5, vocab - 1] = float("inf")
+        assert torch.equal(argmax_rows(x), x.argmax(dim=-1)), vocab
+    assert argmax_rows(torch.zeros(0, 512)).shape == (0,)

@@ -1,0 +1,117 @@
+"""The model runner's tests' hand-driven setup: a runner on tiny-qwen2 with small blocks, the prompts, the whole
+engine's greedy tokens for them, HandScheduler, which plays the scheduler's part by hand, and count_host_reads."""
+
+from __future__ import annotations
+
+import torch
+
+from conformance.engine_helpers import greedy, make_prompts, run_llm
+from refengine.engine import _load_model_cached
+from refengine.model_runner import ModelRunner
+from refengine.scheduler_output import NewRequestData, SchedulerOutput
+
+BLOCK = 4
+PROMPTS = make_prompts((9, 3, 14), seed=21)
+MAX_TOKENS = (8, 8, 8)
+
+
+def engine_reference() -> list[list[int]]:
+    """The engine's greedy tokens for PROMPTS (each run alone would give the same: batching changes nothing)."""
+    tokens, _ = run_llm(PROMPTS, MAX_TOKENS, block_size=BLOCK, num_gpu_blocks=256)
+    return tokens
+
+
+def make_runner(num_cpu_blocks: int = 16, max_num_seqs: int = 4) -> ModelRunner:
+    model, cfg = _load_model_cached("tiny-qwen2", torch.device("cpu"), torch.float32, 0, "torch")
+    return ModelRunner(
+        model,
+        cfg,
+        num_gpu_blocks=64,
+        num_cpu_blocks=num_cpu_blocks,
+        block_size=BLOCK,
+        max_num_seqs=max_num_seqs,
+        max_model_len=128,
+        device=torch.device("cpu"),
+        dtype=torch.float32,
+        seed=0,
+    )
+
+
+class HandScheduler:
+    """Plays the scheduler's part by hand: block ids from a free list (handed out from the top, so that block
+    tables are not the identity; block 0 first, the block a padding row would wrongly write), and the
+    per-request counts the contract carries."""
+
+    def __init__(self) -> None:
+        self.free = list(range(1, 64)) + [0]
+        self.blocks: dict[str, list[int]] = {}
+        self.computed: dict[str, int] = {}
+        self.tokens: dict[str, list[int]] = {}
+
+    def _grow(self, rid: str, total: int) -> list[int]:
+        have = self.blocks.setdefault(rid, [])
+        new = [self.free.pop() for _ in range(-(-total // BLOCK) - len(have))]
+        have += new
+        return new
+
+    def new(self, out: SchedulerOutput, rid: str, prompt: list[int], n: int, max_tokens: int = 8) -> None:
+        self.tokens[rid], self.computed[rid] = list(prompt), 0
+        self._grow(rid, n)
+        out.scheduled_new_reqs.append(NewRequestData(rid, list(prompt), greedy(max_tokens), list(self.blocks[rid]), 0))
+        self._schedule(out, rid, n)
+
+    def cached(self, out: SchedulerOutput, rid: str, n: int, resumed: bool = False) -> None:
+        c = out.scheduled_cached_reqs
+        new = self._grow(rid, self.computed[rid] + n)
+        c.req_ids.append(rid)
+        if resumed:
+            c.resumed_req_ids.add(rid)
+            c.all_token_ids[rid] = list(self.tokens[rid])
+            new = list(self.blocks[rid])
+        c.new_block_ids.append(new or None)
+        c.num_computed_tokens.append(self.computed[rid])
+        self._schedule(out, rid, n)
+
+    def _schedule(self, out: SchedulerOutput, rid: str, n: int) -> None:
+        out.num_scheduled_tokens[rid] = n
+        out.total_num_scheduled_tokens += n
+        self.computed[rid] += n
+
+    def drop(self, rid: str) -> list[int]:
+        """Free a request's device blocks (preempted or finished); returns them."""
+        blocks = self.blocks.pop(rid)
+        self.free += reversed(blocks)
+        self.computed[rid] = 0
+        return blocks
+
+    def step(self, runner: ModelRunner, out: SchedulerOutput) -> dict[str, list[int]]:
+        res = runner.execute_model(out)
+        assert res.req_ids == list(out.num_scheduled_tokens)
+        assert res.req_id_to_index == {r: i for i, r in enumerate(res.req_ids)}
+        for rid, toks in zip(res.req_ids, res.sampled_token_ids):
+            self.tokens[rid] += toks
+        return dict(zip(res.req_ids, res.sampled_token_ids))
+
+
+def decode_until(hs: HandScheduler, runner: ModelRunner, rids: list[str], n_out: int) -> None:
+    while any(len(hs.tokens[r]) - len(p) < n_out for r, p in rids):
+        out = SchedulerOutput()
+        for r, p in rids:
+            if len(hs.tokens[r]) - len(p) < n_out:
+                hs.cached(out, r, 1)
+        hs.step(runner, out)
+
+
+def count_host_reads(monkeypatch) -> list[str]:
+    """From now on, every read of a tensor's value on the host (tolist, item, cpu, numpy, bool/int/float/index) is
+    appended to the returned list: on a GPU each would be a sync."""
+    calls: list[str] = []
+    for name in ("tolist", "item", "cpu", "numpy", "__bool__", "__int__", "__float__", "__index__"):
+        orig = getattr(torch.Tensor, name)
+
+        def counted(self, *a, _orig=orig, _name=name, **kw):
+            calls.append(_name)
+            return _orig(self, *a, **kw)
+
+        monkeypatch.setattr(torch.Tensor, name, counted)
+    return calls

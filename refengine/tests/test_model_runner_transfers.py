@@ -1,0 +1,134 @@
+"""The model runner's traffic with the device, driven by hand-built SchedulerOutputs: one device -> host transfer
+per step, decode batches padded as CUDA graphs need them (eagerly, and through CudaGraphRunner's static buffers
+with eager replays), and the staging buffer the step's inputs cross in."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from refengine.scheduler_output import SchedulerOutput
+from refengine.tests._hand_runner import (
+    PROMPTS,
+    HandScheduler,
+    count_host_reads,
+    decode_until,
+    engine_reference,
+    make_runner,
+)
+
+# float32 K/V of 8 padded rows vs 3 unpadded may round differently in the projections' matmul (a few ulps); a
+# padded token written to the cache would replace a real K/V vector, an O(1) change
+PAD_KV_ATOL = 1e-4
+
+
+@pytest.fixture(scope="module")
+def reference() -> list[list[int]]:
+    return engine_reference()
+
+
+def test_one_device_to_host_transfer_per_step(monkeypatch):
+    """Every host read of a tensor is counted while execute_model runs. Only the sampled ids may cross."""
+    runner, hs = make_runner(), HandScheduler()
+    calls = count_host_reads(monkeypatch)
+    out = SchedulerOutput()
+    hs.new(out, "a", PROMPTS[0], len(PROMPTS[0]))
+    hs.new(out, "b", PROMPTS[2], 6)  # a partial prefill beside a full one: a mixed step
+    hs.step(runner, out)
+    assert calls == ["tolist"], calls
+    calls.clear()
+    out = SchedulerOutput()
+    hs.cached(out, "a", 1)
+    hs.cached(out, "b", len(PROMPTS[2]) - 6)
+    hs.step(runner, out)
+    assert calls == ["tolist"], calls
+    calls.clear()
+    out = SchedulerOutput()
+    hs.cached(out, "a", 1)
+    hs.cached(out, "b", 1)
+    hs.step(runner, out)  # decode-only
+    assert calls == ["tolist"], calls
+    assert runner.num_host_syncs == 3
+
+
+def test_decode_batches_padded_as_for_cuda_graphs_give_the_same_tokens(reference):
+    """The padding a CUDA graph replay needs (refengine.cuda_graphs.pad_decode_inputs), run eagerly on the CPU:
+    3 decodes padded to 8 sequences must not change the real rows' tokens, nor write anything to the KV cache
+    that an unpadded runner does not (a padded token that wrote would hit block 0, which "a" holds)."""
+    padded, plain = make_runner(), make_runner()
+    padded.decode_pad_sizes = [8]
+    hs_padded, hs_plain = HandScheduler(), HandScheduler()
+    for runner, hs in ((padded, hs_padded), (plain, hs_plain)):
+        out = SchedulerOutput()
+        for rid, p in zip("abc", PROMPTS):
+            hs.new(out, rid, p, len(p))
+        hs.step(runner, out)
+        decode_until(hs, runner, [("a", PROMPTS[0]), ("b", PROMPTS[1]), ("c", PROMPTS[2])], 8)
+    for rid, p, ref in zip("abc", PROMPTS, reference):
+        assert hs_padded.tokens[rid][len(p) :] == ref
+    for (k1, v1), (k2, v2) in zip(padded.kv_caches, plain.kv_caches):
+        torch.testing.assert_close(k1, k2, rtol=0, atol=PAD_KV_ATOL)
+        torch.testing.assert_close(v1, v2, rtol=0, atol=PAD_KV_ATOL)
+
+
+class _EagerReplay:
+    """Stands in for a captured torch.cuda.CUDAGraph on the CPU: replay() runs the model on the graph runner's
+    static buffers into a fixed output, as a real replay would."""
+
+    def __init__(self, graphs, size: int, hidden_size: int) -> None:
+        self.graphs, self.size = graphs, size
+        self.hidden = torch.zeros(size, hidden_size)
+
+    def replay(self) -> None:
+        g, n = self.graphs, self.size
+        self.hidden.copy_(g.model(g.input_ids[:n], g.positions[:n], g.kv_caches, g._meta(n)))
+
+
+def test_graph_runner_static_buffers_on_the_cpu(reference):
+    """The replay path of CudaGraphRunner (padding, the copies into its static buffers, the returned static
+    output) with each captured graph replaced by an eager replay on those buffers: the same tokens."""
+    from refengine.cuda_graphs import CudaGraphRunner
+
+    runner, hs = make_runner(), HandScheduler()
+    graphs = CudaGraphRunner(
+        runner.model, runner.kv_caches, 4, runner.input_batch.block_table.shape[1], torch.device("cpu")
+    )
+    hidden_size = runner.model.config.hidden_size
+    for size in graphs.sizes:
+        replay = _EagerReplay(graphs, size, hidden_size)
+        graphs.graphs[size] = (replay, replay.hidden)
+    runner.cuda_graphs = graphs
+    out = SchedulerOutput()
+    for rid, p in zip("abc", PROMPTS):
+        hs.new(out, rid, p, len(p))
+    hs.step(runner, out)  # a prefill step: eager
+    assert graphs.num_replays == 0
+    decode_until(hs, runner, [("a", PROMPTS[0]), ("b", PROMPTS[1]), ("c", PROMPTS[2])], 8)
+    assert graphs.num_replays == 7  # every decode step, 3 sequences padded to 4
+    for rid, p, ref in zip("abc", PROMPTS, reference):
+        assert hs.tokens[rid][len(p) :] == ref
+
+
+def test_staging_buffer_packs_aligned_views_and_grows():
+    import numpy as np
+
+    from refengine.input_batch import StagingBuffer
+
+    buf = StagingBuffer(torch.device("cpu"), size=8)
+    arrays = [np.arange(3), np.array([7]), np.arange(10, 15), np.array([], dtype=np.int64), np.array([-1, -2])]
+    views = buf.pack(*arrays)  # 3 + 1 + 5 + 0 + 2 elements, more than 8: the buffer grows
+    assert [v.tolist() for v in views] == [a.tolist() for a in arrays]
+    assert all(v.data_ptr() % 16 == 0 for v in views)  # Triton specializes pointers on 16-byte alignment
+    again = buf.pack(np.array([4, 5]))
+    assert again[0].tolist() == [4, 5]
+    # int32 arrays (the attention metadata) cross as int32, odd lengths included, and stay aligned
+    mixed = [
+        np.array([1, 2, 3], dtype=np.int32),
+        np.arange(4),
+        np.array([2**31 - 1], dtype=np.int32),
+        np.arange(6, dtype=np.int32).reshape(2, 3).ravel(),
+    ]
+    views = buf.pack(*mixed)
+    assert [v.dtype for v in views] == [torch.int32, torch.int64, torch.int32, torch.int32]
+    assert [v.tolist() for v in views] == [a.tolist() for a in mixed]
+    assert all(v.data_ptr() % 16 == 0 for v in views)
