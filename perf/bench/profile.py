@@ -41,51 +41,53 @@ def _vocab_size(model: str) -> int:
     return config_from_hf(json.loads((Path(model) / "config.json").read_text())).vocab_size
 
 
+def _ops_profiler(clock: PhaseClock) -> Any:
+    """torch.profiler over every thread, started at the first step (not while the model loads)."""
+    from torch._C._profiler import _ExperimentalConfig
+
+    prof = torch.profiler.profile(
+        activities=[torch.profiler.ProfilerActivity.CPU],
+        experimental_config=_ExperimentalConfig(profile_all_threads=True),
+    )
+    clock.on_first_step = prof.start
+    return prof
+
+
+def _run_engine(engine: str, workload: Any, *, model: str, max_num_seqs: int, seed: int) -> Any:
+    """refengine continuous, or transformers' CB, over `workload` on the CPU (no warm-up: the clock skips it)."""
+    from cbbench.perf.backends.hf import run_hf_cb
+    from cbbench.perf.backends.in_process import run_refengine
+
+    if engine == "refengine":
+        knobs = {"max_num_seqs": max_num_seqs}
+        return run_refengine(
+            workload, model=model, device="cpu", dtype=None, seed=seed, batching="continuous", knobs=knobs, warmup=0
+        )
+    return run_hf_cb(
+        workload,
+        model,
+        device="cpu",
+        dtype=None,
+        max_num_seqs=max_num_seqs,
+        max_num_batched_tokens=None,
+        warmup=0,
+        seed=seed,
+    )
+
+
 def profile_run(
     engine: str, workload: Any, *, model: str, max_num_seqs: int, seed: int = 0, ops: bool = False
 ) -> dict[str, Any]:
     """Run `workload` through `engine` ("refengine" continuous, or "hf-cb") at `max_num_seqs` in flight; return
     tokens/s, the number of steps and the mean CPU milliseconds per step of each phase (and the top ops)."""
-    from cbbench.perf.backends.hf import run_hf_cb
-    from cbbench.perf.backends.in_process import run_refengine
-
     vocab = _vocab_size(model)
     clock = PhaseClock()
     targets = refengine_targets() if engine == "refengine" else hf_cb_targets()
-    prof = None
-    if ops:  # started at the first step (not while the model loads), in whichever thread steps; all threads
-        from torch._C._profiler import _ExperimentalConfig
-
-        prof = torch.profiler.profile(
-            activities=[torch.profiler.ProfilerActivity.CPU],
-            experimental_config=_ExperimentalConfig(profile_all_threads=True),
-        )
-        clock.on_first_step = prof.start
+    prof = _ops_profiler(clock) if ops else None
     with ExitStack() as stack:
         stack.enter_context(patched(clock, targets))
         stack.enter_context(module_hooks(clock, vocab))
-        if engine == "refengine":
-            res = run_refengine(
-                workload,
-                model=model,
-                device="cpu",
-                dtype=None,
-                seed=seed,
-                batching="continuous",
-                knobs={"max_num_seqs": max_num_seqs},
-                warmup=0,
-            )
-        else:
-            res = run_hf_cb(
-                workload,
-                model,
-                device="cpu",
-                dtype=None,
-                max_num_seqs=max_num_seqs,
-                max_num_batched_tokens=None,
-                warmup=0,
-                seed=seed,
-            )
+        res = _run_engine(engine, workload, model=model, max_num_seqs=max_num_seqs, seed=seed)
         if prof is not None and clock.steps:
             prof.stop()
     if res.error:
