@@ -31,8 +31,12 @@ TINY = [
 ]
 
 
+# a terminal wide enough for the whole table, whatever runs the tests (an xdist worker has no terminal: 80 columns)
+WIDE = {"COLUMNS": "250"}
+
+
 def invoke(*args: str):
-    return CliRunner().invoke(app, list(args))
+    return CliRunner().invoke(app, list(args), env=WIDE)
 
 
 @pytest.fixture(scope="module")
