@@ -94,11 +94,9 @@ def append_rows(path: str | os.PathLike[str], rows: Sequence[Mapping[str, Any]])
     return path
 
 
-def read_csv(path: str | os.PathLike[str], *, allow_empty: bool = False) -> pd.DataFrame:
-    """Read a results CSV, checking its schema version and columns, that every row is whole (a truncated file
-    raises), that there is at least one row (unless `allow_empty`), and that metric cells are numbers."""
-    import pandas as pd
-
+def checked_lines(path: str | os.PathLike[str]) -> tuple[str, list[list[str]]]:
+    """A results CSV's text and its lines as cells: a cbbench results file, every line whole, the last one ended
+    (ValueError naming the file). Shared by `read_csv` and rows.py's reader, which needs no pandas."""
     text = Path(path).read_text()
     try:
         lines = list(csv.reader(io.StringIO(text)))
@@ -113,6 +111,15 @@ def read_csv(path: str | os.PathLike[str], *, allow_empty: bool = False) -> pd.D
             )
     if len(lines) > 1 and not text.endswith("\n"):
         raise ValueError(f"{path}: the last line does not end: the file is truncated")
+    return text, lines
+
+
+def read_csv(path: str | os.PathLike[str], *, allow_empty: bool = False) -> pd.DataFrame:
+    """Read a results CSV, checking its schema version and columns, that every row is whole (a truncated file
+    raises), that there is at least one row (unless `allow_empty`), and that metric cells are numbers."""
+    import pandas as pd
+
+    text, _ = checked_lines(path)
     df = pd.read_csv(io.StringIO(text), keep_default_na=True)
     versions = set(pd.to_numeric(df["schema_version"], errors="coerce").dropna().astype(int))
     if versions - {SCHEMA_VERSION}:

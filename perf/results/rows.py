@@ -8,16 +8,14 @@ is NaN, and text cells are `restore`d. The checks are read_csv's: schema version
 
 from __future__ import annotations
 
-import csv
-import io
 import json
 import math
 import os
 from collections.abc import Iterable, Mapping, Sequence
-from pathlib import Path
 from typing import Any
 
 from cbbench.perf.results.cells import restore
+from cbbench.perf.results.files import checked_lines
 from cbbench.perf.results.schema import COLUMNS, CONFIG_KEY_COLUMNS, METRIC_COLUMNS, SCHEMA_VERSION, config_key
 
 Row = dict[str, Any]
@@ -68,28 +66,9 @@ def _typed_column(cells: Sequence[str]) -> list[Any]:
     return [math.nan if c in NA_CELLS else restore(c) for c in cells]
 
 
-def _checked_lines(path: str | os.PathLike[str]) -> list[list[str]]:
-    """The CSV's lines as cells: a cbbench results file, every line whole, the last one ended."""
-    text = Path(path).read_text()
-    try:
-        lines = list(csv.reader(io.StringIO(text)))
-    except csv.Error as e:  # e.g. a cell over csv's field size limit (131072 characters)
-        raise ValueError(f"{path}: not a readable CSV ({e})") from None
-    if not lines or "schema_version" not in lines[0]:
-        raise ValueError(f"{path}: not a cbbench results CSV (no schema_version column)")
-    for i, cells in enumerate(lines[1:], start=2):
-        if len(cells) != len(lines[0]):
-            raise ValueError(
-                f"{path}: line {i} has {len(cells)} of {len(lines[0])} cells: the file is truncated or damaged"
-            )
-    if len(lines) > 1 and not text.endswith("\n"):
-        raise ValueError(f"{path}: the last line does not end: the file is truncated")
-    return lines
-
-
 def read_rows(path: str | os.PathLike[str], *, allow_empty: bool = False) -> list[Row]:
     """The rows of a results CSV, checked as `schema.read_csv` checks them (ValueError naming the file)."""
-    header, *body = _checked_lines(path)
+    header, *body = checked_lines(path)[1]
     columns = {name: _typed_column([cells[i] for cells in body]) for i, name in enumerate(header)}
     versions = {int(v) for v in map(number, columns["schema_version"]) if not math.isnan(v)}
     if versions - {SCHEMA_VERSION}:
