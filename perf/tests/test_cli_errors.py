@@ -8,29 +8,12 @@ import subprocess
 import sys
 
 import pytest
+from tiny_run import TINY_RUN  # perf/tests/tiny_run.py (pytest puts this folder on sys.path)
 from typer.testing import CliRunner
 
 from cbbench.perf.cli import main as cli
 
-TINY = [
-    "--workload",
-    "fixed",
-    "--workload-param",
-    "input_len=8,output_len=4",
-    "--num-prompts",
-    "3",
-    "--max-num-seqs",
-    "2",
-    "--warmup",
-    "1",
-    "--cpu-threads",
-    "0",
-    "--quiet",
-    "--peers",
-    "none",
-    "--batching",
-    "continuous",
-]
+TINY = TINY_RUN + ["--peers", "none", "--batching", "continuous"]
 
 
 def invoke(*args: str, env: dict | None = None):

@@ -14,31 +14,14 @@ from html.parser import HTMLParser
 from pathlib import Path
 
 import pytest
+from tiny_run import TINY_RUN  # perf/tests/tiny_run.py (pytest puts this folder on sys.path)
 from typer.testing import CliRunner
 
 from cbbench.perf.cli import app
 from cbbench.perf.report.html import latency_values, load_run, render_html
 from cbbench.perf.report.timeline_svg import KINDS, LEGEND_BASE, cell_fill, palette, request_rgb
 
-TINY = [
-    "--workload",
-    "fixed",
-    "--workload-param",
-    "input_len=8,output_len=4",
-    "--num-prompts",
-    "3",
-    "--max-num-seqs",
-    "2",
-    "--warmup",
-    "1",
-    "--cpu-threads",
-    "0",
-    "--quiet",
-    "--peers",
-    "none",
-    "--batching",
-    "continuous,static",
-]
+TINY = TINY_RUN + ["--peers", "none", "--batching", "continuous,static"]
 CHROMIUM_NAMES = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable", "chrome")
 CHROMIUM_FLAGS = [
     "--headless",

@@ -9,26 +9,13 @@ import json
 
 import pandas as pd
 import pytest
+from tiny_run import TINY_RUN  # perf/tests/tiny_run.py (pytest puts this folder on sys.path)
 from typer.testing import CliRunner
 
 from cbbench.perf.cli import app
 from cbbench.perf.results.schema import COLUMNS, read_csv
 
-TINY = [
-    "--workload",
-    "fixed",
-    "--workload-param",
-    "input_len=8,output_len=4",
-    "--num-prompts",
-    "3",
-    "--max-num-seqs",
-    "2",
-    "--warmup",
-    "1",
-    "--cpu-threads",
-    "0",
-    "--quiet",
-]
+TINY = TINY_RUN
 
 
 # a terminal wide enough for the whole table, whatever runs the tests (an xdist worker has no terminal: 80 columns)

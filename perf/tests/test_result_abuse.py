@@ -9,31 +9,14 @@ import os
 import re
 
 import pytest
+from tiny_run import TINY_RUN  # perf/tests/tiny_run.py (pytest puts this folder on sys.path)
 from typer.testing import CliRunner
 
 from cbbench.perf.cli import main as cli
 from cbbench.perf.results.schema import make_row, read_csv, write_csv
 from cbbench.workloads import get_workload
 
-TINY = [
-    "--workload",
-    "fixed",
-    "--workload-param",
-    "input_len=8,output_len=4",
-    "--num-prompts",
-    "3",
-    "--max-num-seqs",
-    "2",
-    "--warmup",
-    "1",
-    "--cpu-threads",
-    "0",
-    "--quiet",
-    "--peers",
-    "none",
-    "--batching",
-    "continuous",
-]
+TINY = TINY_RUN + ["--peers", "none", "--batching", "continuous"]
 CSV_FIELD_LIMIT = 131072  # python's csv module refuses a longer field by default
 HOSTILE = ['=HYPERLINK("http://x","y")', "+1+1", "-cmd|' /C calc'!A0", "@SUM(A1)", "'=already", "plain"]
 

@@ -7,6 +7,7 @@ import json
 
 import pandas as pd
 import pytest
+from tiny_run import TINY_RUN  # perf/tests/tiny_run.py (pytest puts this folder on sys.path)
 from typer.testing import CliRunner
 
 from cbbench.perf.backends import in_process
@@ -14,25 +15,7 @@ from cbbench.perf.cli import app
 from cbbench.perf.results import schema as results
 from cbbench.perf.results.schema import read_csv, write_csv
 
-TINY = [
-    "--workload",
-    "fixed",
-    "--workload-param",
-    "input_len=8,output_len=4",
-    "--num-prompts",
-    "3",
-    "--max-num-seqs",
-    "2",
-    "--warmup",
-    "1",
-    "--cpu-threads",
-    "0",
-    "--quiet",
-    "--peers",
-    "none",
-    "--batching",
-    "continuous,static",
-]
+TINY = TINY_RUN + ["--peers", "none", "--batching", "continuous,static"]
 
 
 def invoke(*args):
