@@ -1,11 +1,12 @@
-"""The model runner's tests' hand-driven setup: a runner on tiny-qwen2 with small blocks, the prompts, the whole
-engine's greedy tokens for them, HandScheduler, which plays the scheduler's part by hand, and count_host_reads."""
+"""The model runner's tests' hand-driven setup: a runner on the tests' model (TEST_MODEL) with small blocks, the
+prompts, the whole engine's greedy tokens for them, HandScheduler, which plays the scheduler's part by hand, and
+count_host_reads."""
 
 from __future__ import annotations
 
 import torch
 
-from conformance.engine_helpers import greedy, make_prompts, run_llm
+from conformance.engine_helpers import TEST_MODEL, greedy, make_prompts, run_llm
 from refengine.engine import _load_model_cached
 from refengine.model_runner import ModelRunner
 from refengine.scheduler_output import NewRequestData, SchedulerOutput
@@ -22,7 +23,7 @@ def engine_reference() -> list[list[int]]:
 
 
 def make_runner(num_cpu_blocks: int = 16, max_num_seqs: int = 4) -> ModelRunner:
-    model, cfg = _load_model_cached("tiny-qwen2", torch.device("cpu"), torch.float32, 0, "torch")
+    model, cfg = _load_model_cached(TEST_MODEL, torch.device("cpu"), torch.float32, 0, "torch")
     return ModelRunner(
         model,
         cfg,

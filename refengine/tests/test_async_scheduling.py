@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from conformance.engine_helpers import greedy, make_prompts
+from conformance.engine_helpers import TEST_MODEL, greedy, make_prompts
 from refengine import LLM, LLMEngine, SamplingParams
 
 LENS = (1, 5, 16, 17, 40, 90, 33, 8)
@@ -35,7 +35,7 @@ def _params(n: int) -> list[SamplingParams]:
 
 
 def _run(prompts, params, **knobs) -> tuple[list[tuple[list[int], str]], LLM]:
-    llm = LLM("tiny-qwen2", block_size=BLOCK, **knobs)
+    llm = LLM(TEST_MODEL, block_size=BLOCK, **knobs)
     outs = llm.generate(prompts, params)
     return [(o.outputs[0].token_ids, o.outputs[0].finish_reason) for o in outs], llm
 
@@ -76,12 +76,12 @@ def test_seeded_sampling_equal_sync(prompts):
     got, llm = _run(prompts[:6], params, async_scheduling=True, **knobs)
     assert got == sync
     assert llm.llm_engine.scheduler.num_preemptions > 0
-    greedy_tokens = LLM("tiny-qwen2", num_gpu_blocks=512).generate([prompts[4]], greedy(MAX_TOKENS[4]))[0]
+    greedy_tokens = LLM(TEST_MODEL, num_gpu_blocks=512).generate([prompts[4]], greedy(MAX_TOKENS[4]))[0]
     assert got[4][0] != greedy_tokens.outputs[0].token_ids  # it really sampled
 
 
 def test_stop_strings_and_stop_ids_equal_sync():
-    base = LLM("tiny-qwen2", num_gpu_blocks=512).generate(["Once upon a time", "Hello there"], greedy(24))
+    base = LLM(TEST_MODEL, num_gpu_blocks=512).generate(["Once upon a time", "Hello there"], greedy(24))
     text, ids = base[0].outputs[0].text, base[1].outputs[0].token_ids
     assert len(text) > 12 and len(ids) > 4
     params = [
@@ -92,7 +92,7 @@ def test_stop_strings_and_stop_ids_equal_sync():
     prompts = ["Once upon a time", "Hello there", "Hello there"]
     results = {}
     for mode in (False, True):
-        outs = LLM("tiny-qwen2", num_gpu_blocks=512, async_scheduling=mode).generate(prompts, params)
+        outs = LLM(TEST_MODEL, num_gpu_blocks=512, async_scheduling=mode).generate(prompts, params)
         results[mode] = [(o.outputs[0].token_ids, o.outputs[0].text, o.outputs[0].finish_reason) for o in outs]
     assert results[True] == results[False]
     assert [r for _, _, r in results[True][:2]] == ["stop", "stop"]
@@ -109,11 +109,11 @@ def _drain(engine: LLMEngine, got: dict[str, list]) -> None:
 def test_abort_while_its_step_is_in_flight():
     prompts = make_prompts((30, 10, 12), seed=1)
     ref = {}
-    ref_engine = LLMEngine("tiny-qwen2", num_gpu_blocks=128, block_size=4)
+    ref_engine = LLMEngine(TEST_MODEL, num_gpu_blocks=128, block_size=4)
     for rid, p in zip("abc", prompts):
         ref_engine.add_request(rid, p, greedy(12))
     _drain(ref_engine, ref)
-    engine = LLMEngine("tiny-qwen2", num_gpu_blocks=128, block_size=4, async_scheduling=True)
+    engine = LLMEngine(TEST_MODEL, num_gpu_blocks=128, block_size=4, async_scheduling=True)
     for rid, p in zip("abc", prompts):
         engine.add_request(rid, p, greedy(12))
     got: dict[str, list] = {}
@@ -141,7 +141,7 @@ def test_abort_while_its_step_is_in_flight():
 def test_scheduling_overlaps_the_forward():
     """The forward runs in the worker thread, and schedule() of step N+1 starts before step N's forward ends.
     (The forward is slowed by a sleep so that the order does not depend on the machine's speed.)"""
-    engine = LLMEngine("tiny-qwen2", num_gpu_blocks=256, async_scheduling=True)
+    engine = LLMEngine(TEST_MODEL, num_gpu_blocks=256, async_scheduling=True)
     runner, sched = engine.model_runner, engine.scheduler
     forwards: list[tuple[float, float, str]] = []
     schedules: list[float] = []

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from conformance.engine_helpers import greedy, make_prompts, run_llm
+from conformance.engine_helpers import TEST_MODEL, greedy, make_prompts, run_llm
 from refengine import LLM, LLMEngine, SamplingParams
 
 LENS = (1, 5, 16, 17, 40, 90)
@@ -175,7 +175,7 @@ def test_sequence_mode_never_mixes_prefill_and_decode(prompts):
 
 def test_priority_preemption_lets_an_urgent_request_in(prompts, reference):
     engine = LLMEngine(
-        "tiny-qwen2",
+        TEST_MODEL,
         block_size=BLOCK,
         max_num_batched_tokens=64,
         max_num_seqs=2,
@@ -203,7 +203,7 @@ def test_priority_preemption_lets_an_urgent_request_in(prompts, reference):
 # ---- finish conditions ---------------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def text_llm():
-    return LLM("tiny-qwen2", num_gpu_blocks=512, max_num_batched_tokens=256)
+    return LLM(TEST_MODEL, num_gpu_blocks=512, max_num_batched_tokens=256)
 
 
 def test_stop_string_cuts_text_not_tokens(text_llm):
@@ -234,7 +234,7 @@ def test_stop_token_ids_and_min_tokens(text_llm):
 def test_eos_finishes_unless_ignored():
     """A random-weight model rarely samples the real EOS, so the request's EOS set is pointed at the token greedy
     decoding is known to produce first: the request stops on it (kept in token_ids), unless ignore_eos."""
-    llm = LLM("tiny-qwen2", num_gpu_blocks=256)
+    llm = LLM(TEST_MODEL, num_gpu_blocks=256)
     prompt = [1000, 2000, 3000]
     first = llm.generate([prompt], greedy(3))[0].outputs[0].token_ids[0]
     engine = llm.llm_engine
@@ -253,7 +253,7 @@ def test_eos_finishes_unless_ignored():
 
 
 def test_abort_mid_generation_returns_blocks():
-    engine = LLMEngine("tiny-qwen2", num_gpu_blocks=128, block_size=4)
+    engine = LLMEngine(TEST_MODEL, num_gpu_blocks=128, block_size=4)
     engine.add_request("a", make_prompts((30,))[0], greedy(40))
     engine.add_request("b", make_prompts((10,), seed=1)[0], greedy(5))
     got: dict[str, list] = {}
@@ -273,13 +273,13 @@ def test_abort_mid_generation_returns_blocks():
 # ---- seeded sampling -----------------------------------------------------------------------------------------
 def test_seeded_sampling_reproducible_across_batches_and_preemption(prompts):
     sp = SamplingParams(max_tokens=10, temperature=0.9, top_k=50, top_p=0.9, seed=1234)
-    alone = LLM("tiny-qwen2", num_gpu_blocks=512, block_size=BLOCK).generate([prompts[4]], sp)[0].outputs[0].token_ids
+    alone = LLM(TEST_MODEL, num_gpu_blocks=512, block_size=BLOCK).generate([prompts[4]], sp)[0].outputs[0].token_ids
     others = [SamplingParams(max_tokens=m, temperature=1.0) for m in MAX_TOKENS]
-    crowd_llm = LLM("tiny-qwen2", num_gpu_blocks=TIGHT_BLOCKS, block_size=BLOCK, max_num_batched_tokens=64)
+    crowd_llm = LLM(TEST_MODEL, num_gpu_blocks=TIGHT_BLOCKS, block_size=BLOCK, max_num_batched_tokens=64)
     outs = crowd_llm.generate(prompts + [prompts[4]], others + [sp])
     assert crowd_llm.llm_engine.scheduler.num_preemptions > 0
     assert outs[-1].outputs[0].token_ids == alone
-    greedy_tokens = LLM("tiny-qwen2", num_gpu_blocks=512).generate([prompts[4]], greedy(10))[0].outputs[0].token_ids
+    greedy_tokens = LLM(TEST_MODEL, num_gpu_blocks=512).generate([prompts[4]], greedy(10))[0].outputs[0].token_ids
     assert alone != greedy_tokens  # it really sampled
     other_seed = SamplingParams(max_tokens=10, temperature=0.9, top_k=50, top_p=0.9, seed=99)
-    assert LLM("tiny-qwen2", num_gpu_blocks=512).generate([prompts[4]], other_seed)[0].outputs[0].token_ids != alone
+    assert LLM(TEST_MODEL, num_gpu_blocks=512).generate([prompts[4]], other_seed)[0].outputs[0].token_ids != alone

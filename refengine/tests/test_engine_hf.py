@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from conformance.engine_helpers import MAX_TOKENS, greedy, hf_greedy, make_prompts, run_llm
+from conformance.engine_helpers import MAX_TOKENS, TEST_MODEL, greedy, hf_greedy, make_prompts, run_llm
 from refengine import LLMEngine
 
 
@@ -75,7 +75,7 @@ def test_folder_saved_by_save_pretrained(tmp_path, arch):
 
 
 def test_all_blocks_return_after_finish_and_abort(prompts):
-    engine = LLMEngine("tiny-qwen2", max_num_batched_tokens=48, num_gpu_blocks=256, block_size=4)
+    engine = LLMEngine(TEST_MODEL, max_num_batched_tokens=48, num_gpu_blocks=256, block_size=4)
     for i, p in enumerate(prompts):
         engine.add_request(str(i), p, greedy(50))
     finished = {}

@@ -15,7 +15,7 @@ import threading
 
 import pytest
 
-from conformance.engine_helpers import greedy, make_prompts
+from conformance.engine_helpers import TEST_MODEL, greedy, make_prompts
 from refengine import LLM, LLMEngine, SamplingParams
 
 KNOBS = dict(block_size=4, num_gpu_blocks=128, max_num_seqs=4, max_model_len=256)  # small: engines made in a loop
@@ -39,12 +39,12 @@ def _drain(engine: LLMEngine) -> dict[str, list[int]]:
 
 @pytest.fixture(scope="module")
 def sync_tokens() -> list[list[int]]:
-    llm = LLM("tiny-qwen2", **KNOBS)
+    llm = LLM(TEST_MODEL, **KNOBS)
     return [o.outputs[0].token_ids for o in llm.generate(PROMPTS, [greedy(m) for m in MAX_TOKENS])]
 
 
 def test_shutdown_stops_the_worker_thread_and_is_idempotent():
-    engine = LLMEngine("tiny-qwen2", async_scheduling=True, **KNOBS)
+    engine = LLMEngine(TEST_MODEL, async_scheduling=True, **KNOBS)
     engine.add_request("a", PROMPTS[0], greedy(3))
     _drain(engine)
     worker = _worker(engine)
@@ -57,14 +57,14 @@ def test_shutdown_stops_the_worker_thread_and_is_idempotent():
 
 @pytest.mark.parametrize("async_scheduling", [False, True])
 def test_step_and_add_request_after_shutdown_raise(async_scheduling):
-    engine = LLMEngine("tiny-qwen2", async_scheduling=async_scheduling, **KNOBS)
+    engine = LLMEngine(TEST_MODEL, async_scheduling=async_scheduling, **KNOBS)
     engine.shutdown()
     with pytest.raises(RuntimeError, match="shut down"):
         engine.step()
     with pytest.raises(RuntimeError, match="shut down"):
         engine.add_request("b", PROMPTS[0], greedy(2))
     assert not engine.has_unfinished_requests()
-    llm = LLM("tiny-qwen2", async_scheduling=async_scheduling, **KNOBS)
+    llm = LLM(TEST_MODEL, async_scheduling=async_scheduling, **KNOBS)
     llm.shutdown()
     with pytest.raises(RuntimeError, match="shut down"):
         llm.generate(PROMPTS[:1], greedy(2))
@@ -72,7 +72,7 @@ def test_step_and_add_request_after_shutdown_raise(async_scheduling):
 
 @pytest.mark.parametrize("async_scheduling", [False, True])
 def test_shutdown_mid_generation_keeps_tokens_and_aborts_the_rest(sync_tokens, async_scheduling):
-    engine = LLMEngine("tiny-qwen2", async_scheduling=async_scheduling, **KNOBS)
+    engine = LLMEngine(TEST_MODEL, async_scheduling=async_scheduling, **KNOBS)
     for i, (prompt, m) in enumerate(zip(PROMPTS, MAX_TOKENS)):
         engine.add_request(str(i), prompt, greedy(m))
     tokens: dict[str, list[int]] = {}
@@ -101,7 +101,7 @@ def test_dropped_async_engines_leave_no_threads():
     gc.collect()
     before = threading.active_count()
     for i in range(NUM_DROPPED_ENGINES):
-        engine = LLMEngine("tiny-qwen2", async_scheduling=True, **KNOBS)
+        engine = LLMEngine(TEST_MODEL, async_scheduling=True, **KNOBS)
         engine.add_request("r", PROMPTS[0], greedy(2))
         _drain(engine)
         worker = _worker(engine)
@@ -112,7 +112,7 @@ def test_dropped_async_engines_leave_no_threads():
 
 @pytest.mark.parametrize("async_scheduling", [False, True])
 def test_engine_context_manager_finishes_its_requests(sync_tokens, async_scheduling):
-    with LLMEngine("tiny-qwen2", async_scheduling=async_scheduling, **KNOBS) as engine:
+    with LLMEngine(TEST_MODEL, async_scheduling=async_scheduling, **KNOBS) as engine:
         for i, (prompt, m) in enumerate(zip(PROMPTS, MAX_TOKENS)):
             engine.add_request(str(i), prompt, greedy(m))
         got = _drain(engine)
@@ -124,7 +124,7 @@ def test_engine_context_manager_finishes_its_requests(sync_tokens, async_schedul
 
 
 def test_llm_context_manager(sync_tokens):
-    with LLM("tiny-qwen2", async_scheduling=True, **KNOBS) as llm:
+    with LLM(TEST_MODEL, async_scheduling=True, **KNOBS) as llm:
         outs = llm.generate(PROMPTS, [greedy(m) for m in MAX_TOKENS])
         worker = _worker(llm.llm_engine)
     assert [o.outputs[0].token_ids for o in outs] == sync_tokens
@@ -136,7 +136,7 @@ def test_server_stop_shuts_the_engine_down():
     pytest.importorskip("fastapi", reason="cbbench serve needs fastapi (pip install -e .)")
     from refengine.entrypoints.api_server import build_app
 
-    engine = LLMEngine("tiny-qwen2", async_scheduling=True, stats_log_size=1, **KNOBS)
+    engine = LLMEngine(TEST_MODEL, async_scheduling=True, stats_log_size=1, **KNOBS)
     app = build_app(engine)
     params = SamplingParams(max_tokens=200, temperature=0.0, ignore_eos=True)  # far more than it gets to run
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from conformance.engine_helpers import greedy, make_prompts
+from conformance.engine_helpers import TEST_MODEL, greedy, make_prompts
 from refengine import LLMEngine
 from refengine.detokenizer import IncrementalDetokenizer
 from refengine.model_runner import ModelRunner
@@ -21,7 +21,7 @@ VICTIM = "r1"
 
 def _engine(async_scheduling: bool = False) -> LLMEngine:
     return LLMEngine(
-        "tiny-qwen2", num_gpu_blocks=NUM_BLOCKS, block_size=BLOCK, max_model_len=256, async_scheduling=async_scheduling
+        TEST_MODEL, num_gpu_blocks=NUM_BLOCKS, block_size=BLOCK, max_model_len=256, async_scheduling=async_scheduling
     )
 
 
@@ -172,7 +172,7 @@ def _steps(engine) -> list[tuple]:
 def test_stats_are_bounded_by_stats_log_size(prompts):
     def run(size):
         engine = LLMEngine(
-            "tiny-qwen2", num_gpu_blocks=NUM_BLOCKS, block_size=BLOCK, max_model_len=256, stats_log_size=size
+            TEST_MODEL, num_gpu_blocks=NUM_BLOCKS, block_size=BLOCK, max_model_len=256, stats_log_size=size
         )
         assert len(_run(engine, prompts)) == len(prompts)
         return engine
@@ -188,7 +188,7 @@ def test_stats_are_bounded_by_stats_log_size(prompts):
 @pytest.mark.parametrize("size", [-1, 1.5, "10", True])
 def test_bad_stats_log_size(size):
     with pytest.raises(ValueError, match="stats_log_size"):
-        LLMEngine("tiny-qwen2", num_gpu_blocks=NUM_BLOCKS, stats_log_size=size)
+        LLMEngine(TEST_MODEL, num_gpu_blocks=NUM_BLOCKS, stats_log_size=size)
 
 
 def test_failure_inside_update_from_output_aborts_the_step(prompts, clean, monkeypatch):

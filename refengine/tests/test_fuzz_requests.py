@@ -15,12 +15,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from conformance.engine_helpers import TEST_MODEL
 from refengine import LLMEngine, SamplingParams
+from refengine.loader import PRESETS
 
 NUM_BLOCKS = 16
 BLOCK = 4
 MAX_MODEL_LEN = 48
-VOCAB = 151936
+VOCAB = PRESETS[TEST_MODEL].vocab_size
 REQUEST_EXAMPLES = max(10, settings.default.max_examples // 3)  # (conftest.py loaded the profile before this import)
 CONFIG_EXAMPLES = max(10, settings.default.max_examples // 4)  # each builds an engine: dearer
 
@@ -77,7 +79,7 @@ _request = st.fixed_dictionaries(
 @pytest.fixture(scope="module")
 def engine():
     return LLMEngine(
-        "tiny-qwen2",
+        TEST_MODEL,
         num_gpu_blocks=NUM_BLOCKS,
         block_size=BLOCK,
         max_model_len=MAX_MODEL_LEN,
@@ -150,7 +152,7 @@ def test_any_engine_config_serves_what_it_accepts(knobs, batch, abort_at):
     """The same contract over random engine configurations (batching modes, swap, tiny KV pools, chunking off),
     with one accepted request aborted mid-run."""
     try:
-        engine = LLMEngine("tiny-qwen2", **knobs)
+        engine = LLMEngine(TEST_MODEL, **knobs)
     except ValueError:
         return
     accepted = [f"f{i}" for i, spec in enumerate(batch) if _add(engine, f"f{i}", spec)]

@@ -10,15 +10,18 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from conformance.engine_helpers import greedy, make_prompts
+from conformance.engine_helpers import TEST_MODEL, greedy, make_prompts
 from refengine import LLMEngine, SamplingParams
 from refengine.checks import INT64_MAX, INT64_MIN
 from refengine.input_batch import InputBatch
+from refengine.loader import PRESETS
 
 MAX_MODEL_LEN = 16  # a max_tokens of 2**63 - 1 ends at the context: keeps each example to ~10 steps
 INNOCENT_MAX_TOKENS = 6
 FLOAT32_MAX = float(np.finfo(np.float32).max)  # the sampler's dtype: the largest value it can hold
 FLOAT32_TINY = float(np.finfo(np.float32).tiny)  # the smallest normal float32: still > 0 in the sampler
+# stop ids at the vocabulary's edges and its EOS ids
+EDGE_IDS = [0, 1, *PRESETS[TEST_MODEL].eos_token_ids, PRESETS[TEST_MODEL].vocab_size - 1]
 MARK = 0.8125  # a temperature (exact in float32) that marks the victim of an injected failure
 
 HOSTILE_REFUSED = [
@@ -63,7 +66,7 @@ def test_the_extremes_that_fit_are_accepted():
 
 def _engine(async_scheduling: bool = False, **seams) -> LLMEngine:
     return LLMEngine(
-        "tiny-qwen2",
+        TEST_MODEL,
         num_gpu_blocks=32,
         block_size=4,
         max_model_len=MAX_MODEL_LEN,
@@ -133,7 +136,7 @@ def hostile_params(draw) -> SamplingParams:
         presence_penalty=draw(_extreme(-2.0, 2.0)),
         frequency_penalty=draw(_extreme(-2.0, 2.0)),
         repetition_penalty=draw(_extreme(FLOAT32_TINY, FLOAT32_MAX)),
-        stop_token_ids=draw(st.lists(st.sampled_from([0, 1, 151642, 151643, 151935]), max_size=3)),
+        stop_token_ids=draw(st.lists(st.sampled_from(EDGE_IDS), max_size=3)),
         ignore_eos=draw(st.booleans()),
     )
     kept = {}

@@ -163,6 +163,21 @@ def test_preset_weights_are_seeded():
         assert torch.equal(w, s0[name].to(torch.bfloat16)), name
 
 
+def test_the_test_suites_preset_is_tiny_qwen2_with_a_small_vocabulary():
+    """tiny-qwen2-8k (the engine tests' model) differs from tiny-qwen2 only in its vocabulary and where Qwen's EOS
+    ids fold to; its text goes through the Qwen BPE with every id folded into range."""
+    base, small = PRESETS["tiny-qwen2"], PRESETS["tiny-qwen2-8k"]
+    assert small.vocab_size == 8192 < base.vocab_size
+    assert small.replace(vocab_size=base.vocab_size, eos_token_id=base.eos_token_id) == base
+    tok = load_tokenizer("tiny-qwen2-8k")
+    assert tok.encode("<|im_end|>") == [small.eos_token_ids[0]] and tok.eos_token_id == small.eos_token_ids[0]
+    ids = tok.encode("Hello world, and a word from far up the vocabulary: Schwarzschild")
+    assert (
+        all(0 <= i < small.vocab_size for i in ids)
+        and max(load_tokenizer("tiny-qwen2").encode("Schwarzschild")) >= 8192
+    )
+
+
 def test_bad_model_names_raise(tmp_path):
     with pytest.raises(ValueError, match="no-such-model.*tiny-qwen2"):
         load_model("no-such-model")

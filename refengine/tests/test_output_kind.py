@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from conformance.engine_helpers import make_prompts
+from conformance.engine_helpers import TEST_MODEL, make_prompts
 from refengine import LLM, LLMEngine, SamplingParams
 from refengine.sampling_params import RequestOutputKind
 
@@ -39,7 +39,7 @@ def prompts():
 @pytest.mark.parametrize("stop", [None, ["e"]])
 def test_every_kind_gets_the_same_completion_and_returns_what_it_names(prompts, stop):
     """`stop` (a stop string that cuts the text, held back while it may still be forming) included."""
-    got = _run(LLMEngine("tiny-qwen2"), prompts, KINDS, stop=stop)
+    got = _run(LLMEngine(TEST_MODEL), prompts, KINDS, stop=stop)
     for i in range(len(prompts)):
         delta = got[f"p{i}-k0"]
         tokens = [t for o in delta for t in o.outputs[0].token_ids]
@@ -62,7 +62,7 @@ def test_every_kind_gets_the_same_completion_and_returns_what_it_names(prompts, 
 
 
 def test_final_only_abort_returns_everything_so_far(prompts):
-    engine = LLMEngine("tiny-qwen2")
+    engine = LLMEngine(TEST_MODEL)
     engine.add_request("f", prompts[0], _params(RequestOutputKind.FINAL_ONLY))
     engine.add_request("d", prompts[0], _params(None))
     seen = []
@@ -79,7 +79,7 @@ def test_final_only_abort_returns_everything_so_far(prompts):
 
 
 def test_llm_generate_returns_whole_completions_whatever_the_kind(prompts):
-    llm = LLM(model="tiny-qwen2")
+    llm = LLM(model=TEST_MODEL)
     outs = [llm.generate(prompts, _params(kind)) for kind in KINDS]
     whole = [[(o.outputs[0].token_ids, o.outputs[0].text) for o in out] for out in outs]
     assert all(w == whole[0] for w in whole)

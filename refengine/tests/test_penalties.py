@@ -21,7 +21,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from conformance.engine_helpers import _hf_for, greedy, make_prompts
+from conformance.engine_helpers import TEST_MODEL, _hf_for, greedy, make_prompts
 from conformance.hypothesis_profiles import scaled
 from refengine import LLM, SamplingParams
 from refengine.penalties import PenaltyTables
@@ -166,7 +166,7 @@ def crowd() -> tuple[list[list[int]], list[SamplingParams]]:
 
 @pytest.fixture(scope="module")
 def alone(crowd) -> list[list[int]]:
-    llm = LLM("tiny-qwen2", block_size=BLOCK, num_gpu_blocks=256)
+    llm = LLM(TEST_MODEL, block_size=BLOCK, num_gpu_blocks=256)
     return [llm.generate([p], sp)[0].outputs[0].token_ids for p, sp in zip(*crowd)]
 
 
@@ -174,7 +174,7 @@ def test_penalised_greedy_tokens_equal_a_plain_reference_loop(crowd, alone):
     """Independent of the engine: Hugging Face's generate on the same weights with the per-row reference penalties
     as its logits processor. (Sync vs async vs alone agreeing could hide a penalty that is consistently wrong,
     e.g. one token behind; this cannot.)"""
-    hf_model, cfg = _hf_for("tiny-qwen2")
+    hf_model, cfg = _hf_for(TEST_MODEL)
     eos = list(cfg.eos_token_ids)
     for prompt, sp, got in zip(*crowd, alone):
         if not sp.greedy or not sp.has_penalties:
@@ -214,7 +214,7 @@ def test_penalised_greedy_tokens_equal_a_plain_reference_loop(crowd, alone):
     ids=["recompute-sync", "recompute-async", "swap-async"],
 )
 def test_penalised_requests_give_the_same_tokens_alone_and_in_a_crowd(crowd, alone, knobs):
-    llm = LLM("tiny-qwen2", block_size=BLOCK, **knobs)
+    llm = LLM(TEST_MODEL, block_size=BLOCK, **knobs)
     outs = llm.generate(*crowd)
     assert [o.outputs[0].token_ids for o in outs] == alone
     sched = llm.llm_engine.scheduler
@@ -224,7 +224,7 @@ def test_penalised_requests_give_the_same_tokens_alone_and_in_a_crowd(crowd, alo
 
 def test_a_strong_frequency_penalty_stops_the_repetition(crowd):
     prompts = crowd[0][:3]
-    llm = LLM("tiny-qwen2", block_size=BLOCK, num_gpu_blocks=256)
+    llm = LLM(TEST_MODEL, block_size=BLOCK, num_gpu_blocks=256)
     free = [o.outputs[0].token_ids for o in llm.generate(prompts, greedy(16))]
     # (the random-weight model loops on one token: the premise that gives the check its teeth)
     assert all(len(set(ids)) < len(ids) for ids in free), free

@@ -15,10 +15,11 @@ import pytest
 
 pytest.importorskip("fastapi", reason="cbbench serve needs fastapi (pip install -e .)")
 
+from conformance.engine_helpers import TEST_MODEL
 from refengine.engine import LLMEngine  # noqa: E402
 from refengine.tests.live_server import live_server  # noqa: E402
 
-MODEL = "tiny-qwen2"
+MODEL = TEST_MODEL
 KEY = "s3cret-key"
 GOOD = {"model": MODEL, "prompt": "Hello", "max_tokens": 2, "temperature": 0.0, "ignore_eos": True}
 

@@ -16,12 +16,13 @@ import pytest
 
 pytest.importorskip("fastapi", reason="cbbench serve needs fastapi (pip install -e .)")
 
+from conformance.engine_helpers import TEST_MODEL
 from refengine.engine import LLMEngine  # noqa: E402
 from refengine.entrypoints import limits  # noqa: E402
 from refengine.entrypoints.limits import MAX_BODY_BYTES, MAX_PROMPTS_PER_CALL  # noqa: E402
 from refengine.tests.live_server import Events, live_server, read_stream  # noqa: E402
 
-MODEL = "tiny-qwen2"
+MODEL = TEST_MODEL
 GREEDY = {"model": MODEL, "temperature": 0.0, "ignore_eos": True}
 # A call's prompts go to the engine together; a handful of steps run them (max_num_seqs 32 -> 200 prompts need
 # ceil(200/32) = 7 prefill rounds). One step per prompt, as before, would be 200.

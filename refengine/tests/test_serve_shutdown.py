@@ -13,6 +13,7 @@ import time
 import httpx
 import pytest
 
+from conformance.engine_helpers import TEST_MODEL
 from conformance.http.client import free_port, start_process, stop_process, wait_healthy
 from conformance.http.conftest import cbbench_command
 from refengine.tests.live_server import Events, read_stream
@@ -39,7 +40,7 @@ def test_sigterm_drains_finishes_in_flight_and_aborts_the_rest(tmp_path):
     args = [
         "serve",
         "--model",
-        "tiny-qwen2",
+        TEST_MODEL,
         "--max-num-seqs",
         "16",
         "--cpu-threads",
@@ -55,7 +56,7 @@ def test_sigterm_drains_finishes_in_flight_and_aborts_the_rest(tmp_path):
     url = f"http://127.0.0.1:{port}"
     try:
         wait_healthy(url, proc)
-        body = {"model": "tiny-qwen2", "prompt": "Hello", "temperature": 0.0, "ignore_eos": True}
+        body = {"model": TEST_MODEL, "prompt": "Hello", "temperature": 0.0, "ignore_eos": True}
         short = [Events() for _ in range(3)]
         long = [Events() for _ in range(3)]
         plain: dict = {}
@@ -111,11 +112,11 @@ def test_a_second_stop_ends_the_grace_period_at_once():
     from refengine.engine import LLMEngine
     from refengine.tests.live_server import live_server
 
-    engine = LLMEngine("tiny-qwen2", max_num_seqs=4, stats_log_size=1)
+    engine = LLMEngine(TEST_MODEL, max_num_seqs=4, stats_log_size=1)
     with live_server(engine, grace_s=600.0) as live:
         ev = Events()
         body = {
-            "model": "tiny-qwen2",
+            "model": TEST_MODEL,
             "prompt": "Hello",
             "temperature": 0.0,
             "ignore_eos": True,

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from conformance.engine_helpers import greedy, make_prompts
+from conformance.engine_helpers import TEST_MODEL, greedy, make_prompts
 from refengine import LLMEngine
 
 NUM_GPU_BLOCKS = 12  # four prompts of ~10 tokens growing to 40 tokens in blocks of 4: swap preemptions
@@ -18,7 +18,7 @@ MAX_STEPS = 300
 
 def _swapping_engine(async_scheduling: bool) -> LLMEngine:
     engine = LLMEngine(
-        "tiny-qwen2",
+        TEST_MODEL,
         num_gpu_blocks=NUM_GPU_BLOCKS,
         num_cpu_blocks=NUM_CPU_BLOCKS,
         block_size=BLOCK,
