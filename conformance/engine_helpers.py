@@ -7,14 +7,15 @@ import functools
 import torch
 
 from refengine import LLM, SamplingParams
+from refengine.loader import TEST_MODEL
 
 # Prompt lengths from 1 to a few hundred tokens; 16 and 17 straddle the default block size.
 PROMPT_LENS = (1, 5, 16, 17, 40, 129, 260)
 MAX_TOKENS = (7, 12, 3, 20, 9, 15, 6)
-# The engine tests' model: tiny-qwen2 with an 8192-row vocabulary (refengine/loader.py). Same code paths, 18x less
-# logits GEMM per step, which on a CPU is most of a tiny-qwen2 step; what the 151936-row default model alone can
-# show (its HF parity, text round trips) is tested on it in refengine/tests/test_model.py and the HTTP suite.
-TEST_MODEL = "tiny-qwen2-8k"
+# TEST_MODEL, the engine and HTTP tests' model: tiny-qwen2 with an 8192-row vocabulary (refengine/loader.py). Same
+# code paths, 18x less logits GEMM per step, which on a CPU is most of a tiny-qwen2 step; what the 151936-row default
+# model alone can show (its HF parity, the Qwen BPE's exact ids) stays tested on it: refengine/tests/test_model.py,
+# test_serve.py, test_bad_input.py, test_kv_sizing.py and the perf CLI's default runs.
 TOKEN_ID_RANGE = (100, 8_000)  # ordinary BPE ids, in both models' vocabularies
 
 

@@ -132,7 +132,8 @@ PRESETS: dict[str, ModelConfig] = {
 # decode step on a CPU, and here it is 18x smaller. Text goes through the Qwen BPE with ids folded into range (as for
 # llama-3.1-8b); end of sequence is where Qwen's two EOS ids fold to.
 TEST_VOCAB = 8192
-PRESETS["tiny-qwen2-8k"] = PRESETS["tiny-qwen2"].replace(
+TEST_MODEL = "tiny-qwen2-8k"
+PRESETS[TEST_MODEL] = PRESETS["tiny-qwen2"].replace(
     vocab_size=TEST_VOCAB, eos_token_id=tuple(i % TEST_VOCAB for i in QWEN_EOS)
 )
 

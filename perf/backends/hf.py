@@ -165,7 +165,7 @@ def run_hf_static(
         pad_id = 0
         with torch.inference_mode():
             if warmup:
-                _generate_batch(hf, warmup_prompts(min(warmup, max_num_seqs), seed), 4, pad_id)
+                _generate_batch(hf, warmup_prompts(min(warmup, max_num_seqs), seed, hf.config.vocab_size), 4, pad_id)
             order = sorted(range(len(workload.requests)), key=lambda i: workload.requests[i].arrival_time)
             t0 = time.perf_counter()
             end = t0

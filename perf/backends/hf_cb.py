@@ -50,7 +50,7 @@ def run_hf_cb(
         hf = hf_model(model, device=device, dtype=dtype, seed=seed)
         manager = _start_manager(hf, reqs, max_num_seqs, max_num_batched_tokens, seed)
         if warmup:
-            for j, p in enumerate(warmup_prompts(warmup, seed)):
+            for j, p in enumerate(warmup_prompts(warmup, seed, hf.config.vocab_size)):
                 manager.add_request(p, request_id=f"warmup-{j}", max_new_tokens=4)
             _collect(manager, warmup, lambda out: None)
         order = sorted(range(len(reqs)), key=lambda i: reqs[i].arrival_time)

@@ -124,7 +124,7 @@ def run_refengine(
     def params(n: int) -> SamplingParams:  # (only finished outputs are read: FINAL_ONLY, as vLLM's offline runs)
         return SamplingParams(max_tokens=n, temperature=0.0, ignore_eos=True, output_kind=RequestOutputKind.FINAL_ONLY)
 
-    for i, prompt in enumerate(warmup_prompts(warmup, seed)):
+    for i, prompt in enumerate(warmup_prompts(warmup, seed, engine.model_config.vocab_size)):
         engine.add_request(f"warmup-{i}", prompt, params(WARMUP_OUTPUT_LEN + i))
     while engine.has_unfinished_requests():
         engine.step()

@@ -91,3 +91,17 @@ def resolve_tokenizer(model: str, tokenizer: str | None) -> Any:
     if tokenizer is not None:
         raise ValueError(f"tokenizer: {tokenizer!r} is neither a preset, a local folder, nor 'qwen'")
     return QwenTokenizer()
+
+
+def vocab_token_id_range(model: str | None, default: tuple[int, int]) -> tuple[int, int] | None:
+    """The synthetic workloads' prompt-id range for a model whose vocabulary ends below `default`'s top (a local
+    folder of a 32k-vocabulary model, the test suites' tiny-qwen2-8k): [min(lo, vocab // 8), vocab), ids the model
+    accepts, as vLLM's random dataset draws from the vocabulary. None when the default fits, or `model` is unset or a
+    served name whose vocabulary is not known here."""
+    from refengine.loader import PRESETS, load_model_config
+
+    if not model or (model not in PRESETS and not Path(model).is_dir()):
+        return None
+    vocab = load_model_config(model).vocab_size
+    lo, hi = default
+    return None if vocab >= hi else (min(lo, vocab // 8), vocab)

@@ -13,7 +13,7 @@ from typing import Any
 
 from cbbench.perf.knobs import parse_knobs as _parse_knob_lists
 from cbbench.perf.knobs import validate_knobs
-from cbbench.perf.plan.load import LoadPoint, parse_load_points, resolve_tokenizer
+from cbbench.perf.plan.load import LoadPoint, parse_load_points, resolve_tokenizer, vocab_token_id_range
 from refengine.config import BATCHING_MODES
 
 PEERS = ("hf-static", "hf-cb")
@@ -169,6 +169,12 @@ def workload_kwargs(o: PerfOptions, on_cpu: bool) -> dict[str, Any]:
             if flag.startswith("hf_") and o.workload != "hf":
                 raise ValueError(f"--{flag.replace('_', '-')} does not apply to workload {o.workload!r}")
             caps[param] = getattr(o, flag)
+    if "token_id_range" in accepted and "token_id_range" not in kw:  # ids the model's vocabulary holds
+        from cbbench.workloads.synthetic import DEFAULT_TOKEN_ID_RANGE
+
+        fitted = vocab_token_id_range(o.model, DEFAULT_TOKEN_ID_RANGE)
+        if fitted is not None:
+            kw["token_id_range"] = fitted
     names = {param: flag for flag, param in _FLAG_PARAMS.items()}
     for k, v in caps.items():
         if v is not None:

@@ -22,7 +22,7 @@ pytest.importorskip("fastapi", reason="cbbench serve needs fastapi (pip install 
 
 # Long enough that the short streams (SHORT_TOKENS steps after their first token, a few seconds even on a busy
 # 2-core machine) finish inside it, and far too short for the long ones (LONG_TOKENS steps).
-GRACE_S = 15
+GRACE_S = 6
 SHORT_TOKENS, LONG_TOKENS = 12, 3000
 FIRST_CHUNK_TIMEOUT_S = 180.0  # every stream has started (model load excluded: the server is healthy by then)
 EXIT_TIMEOUT_S = GRACE_S + 60.0  # drain, aborts, uvicorn's last wait, engine stop
