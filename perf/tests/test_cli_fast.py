@@ -12,9 +12,12 @@ import pytest
 from typer.testing import CliRunner
 
 from cbbench.perf.cli import app
+from refengine.loader import TEST_MODEL
 
 # a sweep of max_num_seqs, so that `plot` has an x axis
 TINY = [
+    "--model",
+    TEST_MODEL,
     "--workload",
     "fixed",
     "--workload-param",
@@ -103,5 +106,5 @@ def test_result_commands_leave_torch_out(run_files):
 
 def test_probe_sees_torch():
     """The control: a command that needs the engine does import torch, so a False above means something."""
-    seen = probe("generate", "hi", "--max-tokens", "1")
+    seen = probe("generate", "hi", "--max-tokens", "1", "--model", TEST_MODEL)
     assert seen["code"] == 0 and seen["torch"] is True and "numpy" in seen["heavy"], seen

@@ -14,6 +14,7 @@ from cbbench.perf.backends import in_process
 from cbbench.perf.cli import app
 from cbbench.perf.results.like import load_like
 from cbbench.perf.results.schema import config_key, read_csv
+from refengine.loader import TEST_MODEL
 
 ROOT = Path(__file__).resolve().parents[2]
 BASELINE = ROOT / "results" / "baselines" / "cpu.csv"
@@ -65,6 +66,8 @@ def test_like_on_a_sweep_with_peers(tmp_path, monkeypatch):
     made = tmp_path / "made.csv"
     res = invoke(
         "perf",
+        "--model",
+        TEST_MODEL,
         "--workload",
         "fixed",
         "--workload-param",

@@ -13,6 +13,7 @@ import pytest
 from cbbench.perf.backends.in_process import step_records
 from cbbench.perf.metrics import compute_metrics
 from cbbench.perf.report.timeline import TIMELINE_OUTPUT_LENS, TIMELINE_PROMPT_LENS, Cell, assign_slots, utilisation
+from refengine.loader import TEST_MODEL
 
 MAX_NUM_SEQS = 3
 NUM_REQUESTS = 8
@@ -25,9 +26,9 @@ def _run(mode: str, **engine_kw):
     from refengine import LLMEngine, SamplingParams
 
     rng = np.random.default_rng(0)
-    prompts = [rng.integers(1000, 30000, size=n).tolist() for n in TIMELINE_PROMPT_LENS[:NUM_REQUESTS]]
+    prompts = [rng.integers(1000, 8000, size=n).tolist() for n in TIMELINE_PROMPT_LENS[:NUM_REQUESTS]]
     engine = LLMEngine(
-        "tiny-qwen2",
+        TEST_MODEL,
         device="cpu",
         seed=0,
         batching=mode,
@@ -201,10 +202,10 @@ def test_static_batch_ids_under_async_scheduling_with_stop_tokens():
     from refengine import LLMEngine, SamplingParams
 
     rng = np.random.default_rng(1)
-    prompts = [rng.integers(1000, 30000, size=8).tolist() for _ in range(NUM_REQUESTS)]
+    prompts = [rng.integers(1000, 8000, size=8).tolist() for _ in range(NUM_REQUESTS)]
 
     def run(params, **kw):
-        engine = LLMEngine("tiny-qwen2", device="cpu", seed=0, batching="static", max_num_seqs=MAX_NUM_SEQS, **kw)
+        engine = LLMEngine(TEST_MODEL, device="cpu", seed=0, batching="static", max_num_seqs=MAX_NUM_SEQS, **kw)
         tokens: dict[str, list[int]] = {}
         for i, p in enumerate(prompts):
             engine.add_request(str(i), p, params[i])
