@@ -37,6 +37,18 @@ def test_tokens_independent_of_batch_and_arrival_order(prompts, hf_tokens):
     assert alone[0] == hf_tokens[0]
 
 
+def test_the_default_model_with_ids_from_its_whole_vocabulary():
+    """The other tests run on tiny-qwen2-8k; this one drives the 151936-row default model with prompt ids from all
+    of its vocabulary (an id truncated or wrapped anywhere on the way in, e.g. to 16 bits, changes the tokens), in
+    chunks beside other requests' decodes."""
+    g = torch.Generator().manual_seed(3)
+    big = [torch.randint(100, 151_643, (n,), generator=g).tolist() for n in (5, 17, 40)]
+    assert max(max(p) for p in big) > 2**16
+    max_tokens = (6, 4, 5)
+    ours, _ = run_llm(big, max_tokens, model="tiny-qwen2", block_size=16, max_num_batched_tokens=32, num_gpu_blocks=64)
+    assert ours == hf_greedy(big, max_tokens, model="tiny-qwen2")
+
+
 @pytest.mark.parametrize("arch", ["qwen2", "llama"])
 def test_folder_saved_by_save_pretrained(tmp_path, arch):
     import transformers
