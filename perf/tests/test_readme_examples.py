@@ -6,10 +6,14 @@ from __future__ import annotations
 
 import importlib.util
 import re
+import shlex
 import sys
 from pathlib import Path
 
 import pytest
+from typer.testing import CliRunner
+
+from cbbench.perf.cli import app
 
 ROOT = Path(__file__).resolve().parents[2]
 _spec = importlib.util.spec_from_file_location("readme_examples", ROOT / "ci" / "readme_examples.py")
@@ -46,7 +50,12 @@ cbbench show results/baselines/cpu.csv --format yaml
 
 @pytest.fixture(scope="module")
 def fixtures(tmp_path_factory):
-    return tmp_path_factory.mktemp("fixtures")
+    """The results files the examples read, made here in this process: --check would start a `cbbench perf` for them
+    (a torch import and a model load, ~10 s). The real README's check (nightly) makes them its own way."""
+    folder = tmp_path_factory.mktemp("fixtures")
+    res = CliRunner().invoke(app, [*shlex.split(rx.FIXTURE_RUN), "--output", str(folder / "sweep.csv")])
+    assert res.exit_code == 0, res.output
+    return folder
 
 
 def test_extract_finds_the_commands_of_bash_blocks():
