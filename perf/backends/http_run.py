@@ -111,7 +111,9 @@ async def _warm_up(
     target: HttpTarget, session: Any, tokenizer: Any, warmup: int, seed: int, max_concurrency: int | None, send: Any
 ) -> str | None:
     """Send the warm-up requests; the run's error when every one of them failed, else None."""
-    wp = warmup_prompts(warmup, seed)
+    from cbbench.perf.plan.load import known_vocab_size
+
+    wp = warmup_prompts(warmup, seed, known_vocab_size(target.model))  # folded when the served model is known here
     if target.prompt_format == "text":  # ids within a small vocabulary, so that no prompt decodes to ""
         vocab = getattr(tokenizer, "vocab_size", None) or WARMUP_VOCAB_FLOOR
         wp = (

@@ -98,10 +98,15 @@ def vocab_token_id_range(model: str | None, default: tuple[int, int]) -> tuple[i
     folder of a 32k-vocabulary model, the test suites' tiny-qwen2-8k): [min(lo, vocab // 8), vocab), ids the model
     accepts, as vLLM's random dataset draws from the vocabulary. None when the default fits, or `model` is unset or a
     served name whose vocabulary is not known here."""
+    vocab = known_vocab_size(model)
+    lo, hi = default
+    return None if vocab is None or vocab >= hi else (min(lo, vocab // 8), vocab)
+
+
+def known_vocab_size(model: str | None) -> int | None:
+    """The vocabulary size of a preset or a local folder; None for anything else (a served name)."""
     from refengine.loader import PRESETS, load_model_config
 
     if not model or (model not in PRESETS and not Path(model).is_dir()):
         return None
-    vocab = load_model_config(model).vocab_size
-    lo, hi = default
-    return None if vocab >= hi else (min(lo, vocab // 8), vocab)
+    return load_model_config(model).vocab_size

@@ -24,6 +24,7 @@ from cbbench.perf.backends.openai import run_http
 from cbbench.perf.cli import app
 from cbbench.perf.results.schema import read_csv
 from cbbench.workloads.base import Workload, WorkloadRequest
+from refengine.loader import TEST_MODEL
 
 MAX_NUM_SEQS = 64
 NUM_STREAMS = 64
@@ -57,7 +58,7 @@ def served(tmp_path_factory):
         "from cbbench.perf.cli import app; app()",
         "serve",
         "--model",
-        "tiny-qwen2",
+        TEST_MODEL,
         "--max-num-seqs",
         str(MAX_NUM_SEQS),
         "--cpu-threads",
@@ -107,6 +108,8 @@ def test_http_run_agrees_with_in_process_run(served, tmp_path):
     (inproc,), doc_in = _run(
         tmp_path / "inproc",
         *RANDOM,
+        "--model",
+        TEST_MODEL,
         "--batching",
         "continuous",
         "--peers",
@@ -117,7 +120,7 @@ def test_http_run_agrees_with_in_process_run(served, tmp_path):
         "0",
     )
     (http,), doc_http = _run(
-        tmp_path / "http", *RANDOM, "--backend", "openai", "--base-url", served, "--model", "tiny-qwen2"
+        tmp_path / "http", *RANDOM, "--backend", "openai", "--base-url", served, "--model", TEST_MODEL
     )
     for k in ("completed", "total_input_tokens", "total_output_tokens"):
         assert http[k] == inproc[k], k
@@ -137,9 +140,9 @@ def test_http_run_agrees_with_in_process_run(served, tmp_path):
         "random",
         num_prompts=w["num_prompts"],
         seed=w["seed"],
-        **{k: w[k] for k in ("input_len_min", "input_len_max", "output_len_min", "output_len_max")},
+        **{k: w[k] for k in ("input_len_min", "input_len_max", "output_len_min", "output_len_max", "token_id_range")},
     )
-    llm = LLM(model="tiny-qwen2", device="cpu", max_num_seqs=MAX_NUM_SEQS)
+    llm = LLM(model=TEST_MODEL, device="cpu", max_num_seqs=MAX_NUM_SEQS)
     outs = [
         llm.generate([r.prompt_token_ids], SamplingParams(max_tokens=r.output_len, temperature=0.0, ignore_eos=True))[0]
         for r in wl.requests
@@ -150,7 +153,7 @@ def test_http_run_agrees_with_in_process_run(served, tmp_path):
 def test_64_concurrent_streams_all_finish(served):
     reqs = [WorkloadRequest([100 + i] + [7] * 15, 8) for i in range(NUM_STREAMS)]
     r = run_http(
-        Workload("streams", {"num_prompts": NUM_STREAMS}, reqs), HttpTarget("openai", served, "tiny-qwen2"), warmup=1
+        Workload("streams", {"num_prompts": NUM_STREAMS}, reqs), HttpTarget("openai", served, TEST_MODEL), warmup=1
     )
     assert r.error is None, r.error
     m = r.metrics(metric_percentiles=[50], goodput=None)
@@ -161,7 +164,7 @@ def test_64_concurrent_streams_all_finish(served):
 
 
 def test_chat_backend_against_cbbench_serve(served, tmp_path):
-    rows, doc = _run(tmp_path, *RANDOM, "--backend", "openai-chat", "--base-url", served, "--model", "tiny-qwen2")
+    rows, doc = _run(tmp_path, *RANDOM, "--backend", "openai-chat", "--base-url", served, "--model", TEST_MODEL)
     (row,) = rows
     (recs,) = doc["records"].values()
     assert row["completed"] == 10 and row["failed"] == 0

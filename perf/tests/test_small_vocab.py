@@ -5,7 +5,7 @@ request with "outside the vocabulary"."""
 from __future__ import annotations
 
 from cbbench.perf.backends.base import warmup_prompts
-from cbbench.perf.plan.load import vocab_token_id_range
+from cbbench.perf.plan.load import known_vocab_size, vocab_token_id_range
 from cbbench.perf.plan.options import PerfOptions, workload_kwargs
 from cbbench.workloads.synthetic import DEFAULT_TOKEN_ID_RANGE
 
@@ -25,6 +25,12 @@ def test_workload_params_take_the_fitted_range_but_a_baseline_keeps_its_own():
     like = PerfOptions(model="tiny-qwen2-8k", workload="random", like_params=recorded)
     assert workload_kwargs(like, on_cpu=True) == recorded
     assert "token_id_range" not in workload_kwargs(PerfOptions(model="tiny-qwen2", workload="random"), on_cpu=True)
+
+
+def test_a_served_model_s_vocabulary_is_known_only_for_a_preset_or_a_local_folder():
+    """What the HTTP backends fold their warm-up ids into (perf/tests/test_http_vs_inprocess.py serves the 8k model)."""
+    assert known_vocab_size("tiny-qwen2-8k") == 8192 and known_vocab_size("tiny-qwen2") == 151936
+    assert known_vocab_size("Qwen/Qwen2.5-7B-Instruct") is None and known_vocab_size(None) is None
 
 
 def test_warmup_ids_fold_into_the_vocabulary():
