@@ -12,8 +12,9 @@ import pytest
 from conformance.engine_helpers import TEST_MODEL
 from conformance.http.client import Server, free_port, start_process, stop_process, wait_healthy
 
-# The served engine's knobs (the test suites' small-vocabulary tiny-qwen2, conformance/engine_helpers.py). max_num_seqs equals the disconnect test's stream count, so a leaked stream would hold a
-# slot and the next request would wait for it: the black-box check then has teeth against this server.
+# The served engine's knobs (the test suites' small-vocabulary tiny-qwen2, conformance/engine_helpers.py).
+# max_num_seqs equals the disconnect test's stream count, so a leaked stream would hold a slot and the next request
+# would wait for it: the black-box check then has teeth against this server.
 SERVE_ARGS = ["--model", TEST_MODEL, "--max-num-seqs", "32", "--cpu-threads", "1", "--log-level", "warning"]
 
 

@@ -31,14 +31,12 @@ from cbbench.perf.bench.phase_clock import hf_cb_targets, module_hooks, patched,
 
 
 def _vocab_size(model: str) -> int:
-    import json
-    from pathlib import Path
+    from cbbench.perf.plan.load import known_vocab_size
 
-    from refengine.loader import PRESETS, config_from_hf
-
-    if model in PRESETS:
-        return PRESETS[model].vocab_size
-    return config_from_hf(json.loads((Path(model) / "config.json").read_text())).vocab_size
+    vocab = known_vocab_size(model)
+    if vocab is None:
+        raise ValueError(f"model: {model!r} is neither a preset nor a local folder")
+    return vocab
 
 
 def _ops_profiler(clock: PhaseClock) -> Any:
