@@ -5,6 +5,7 @@ options map one to one onto these fields; a bad value fails in __post_init__ wit
 from __future__ import annotations
 
 import enum
+import sys
 from dataclasses import dataclass, field, fields
 
 from refengine.checks import (
@@ -123,13 +124,14 @@ class EngineConfig:
     scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)
 
     def __post_init__(self) -> None:
-        import torch  # (here, so that importing the scheduler's config stays light)
-
+        # A torch.device or torch.dtype can only exist once torch is imported, so the check never imports it: the
+        # CLI validates knobs in a moment, before torch loads.
+        torch = sys.modules.get("torch")
         if not isinstance(self.model, str) or not self.model:
             raise ValueError(f"model must be a preset name or a folder path, got {self.model!r}")
-        if not isinstance(self.device, (str, torch.device)):
+        if not isinstance(self.device, (str, torch.device) if torch else str):
             raise ValueError(f"device must be 'cpu', 'cuda' or 'cuda:N', got {self.device!r}")
-        if self.dtype is not None and not isinstance(self.dtype, (str, torch.dtype)):
+        if self.dtype is not None and not isinstance(self.dtype, (str, torch.dtype) if torch else str):
             raise ValueError(f"dtype must be a name such as 'float32' or 'bfloat16', got {self.dtype!r}")
         object.__setattr__(self, "seed", check_int("seed", self.seed, INT64_MIN, INT64_MAX))
         if self.attention_backend is not None:

@@ -203,8 +203,11 @@ def _empty_model(
     backend = get_attention_backend(attention_backend or default_backend_name(torch.device(device)))
     with torch.device("meta"):
         model = CausalLM(config, backend)
-    model = model.to(dtype=dtype).to_empty(device=device)
-    model.tie_weights()  # to_empty replaces parameters one module at a time, which unties a shared weight
+    # What `to_empty` does, with torch.empty for torch.empty_like: empty_like of a meta tensor goes through torch's
+    # Python decompositions and imports torch.fx's symbolic shapes on first use, 1.2 s of every fresh process's load.
+    model = model.to(dtype=dtype)
+    model._apply(lambda t: torch.empty(t.shape, dtype=t.dtype, device=device))  # type: ignore[no-untyped-call]
+    model.tie_weights()  # parameters are replaced one module at a time, which unties a shared weight
     return model.eval().requires_grad_(False)
 
 

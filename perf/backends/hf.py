@@ -21,12 +21,12 @@ import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-import torch
-
 from cbbench.perf.backends.base import Backend, ProgressFn, RunResult, warmup_prompts
 from cbbench.perf.records import PEER_STEP_KEYS, REQUEST_KEYS, RequestRecord, StepRecord
 
 if TYPE_CHECKING:
+    import torch
+
     from cbbench.perf.plan.spec import RunSpec
 
 _MOVED_TO_HF_CB = ("run_hf_cb", "HfCbBackend", "HF_CB_PAGE_SIZE", "HF_CB_TIMEOUT_S")
@@ -77,6 +77,8 @@ class _StampStreamer:
 
 
 def _generate_batch(model: Any, prompts: Sequence[list[int]], new_tokens: int, pad_id: int) -> list[float]:
+    import torch
+
     width = max(len(p) for p in prompts)
     dev = model.device
     ids = torch.tensor([[pad_id] * (width - len(p)) + p for p in prompts], device=dev)
@@ -163,6 +165,8 @@ def run_hf_static(
         hf = hf_model(model, device=device, dtype=dtype, seed=seed)
         hf.generation_config.eos_token_id = None
         pad_id = 0
+        import torch  # (here: importing the backend registry stays light)
+
         with torch.inference_mode():
             if warmup:
                 _generate_batch(hf, warmup_prompts(min(warmup, max_num_seqs), seed, hf.config.vocab_size), 4, pad_id)

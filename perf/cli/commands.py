@@ -41,13 +41,19 @@ def serve(
     knobs: Optional[dict] = None,
 ) -> None:
     """Serve the engine over an OpenAI-compatible HTTP API (/v1/completions, /v1/chat/completions, /metrics)."""
-    from refengine.entrypoints.api_server import run_server
+    from refengine.entrypoints.address import bind_socket, check_shutdown_timeout
 
+    # Every check that needs no model runs before torch and the server are imported: a bad knob, number or port
+    # fails in a moment with one line.
     given = {k: v for k, v in (knobs or {}).items() if v is not None}
-    validate_knobs(given)  # a bad knob fails before the model loads
+    validate_knobs(given)
     engine_kwargs = {"model": model, "device": device, "dtype": dtype, "seed": seed, **given}
     if cpu_threads is not None and cpu_threads < 0:
         raise CliError(f"cpu-threads must be >= 0 (0 = torch's default), got {cpu_threads}")
+    check_shutdown_timeout(shutdown_timeout)
+    sock = bind_socket(host, port)  # run_server serves on it and closes it
+    from refengine.entrypoints.api_server import run_server
+
     if device == "cpu" and cpu_threads != 0:  # the same default as in-process perf: see DEFAULT_CPU_THREADS
         import torch
 
@@ -63,6 +69,7 @@ def serve(
         api_key=api_key,
         disable_docs=disable_fastapi_docs,
         shutdown_timeout=shutdown_timeout,
+        sock=sock,
     )
 
 

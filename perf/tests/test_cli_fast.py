@@ -39,7 +39,9 @@ TINY = [
 # Runs the command as the `cbbench` script does, then prints the exit code and whether torch was imported
 PROBE = """
 import json, sys
-HEAVY = ("pandas", "numpy", "pydantic")  # pydantic: typer 0.2x coerces with it (cli/app.py avoids that)
+# pydantic: typer 0.2x coerces with it (cli/app.py avoids that). symbolic_shapes: torch imports it (1.2 s) on the
+# first empty_like of a meta tensor, which the model loader avoids
+HEAVY = ("pandas", "numpy", "pydantic", "torch.fx.experimental.symbolic_shapes")
 from cbbench.perf.cli import app
 code = 0
 try:
@@ -105,6 +107,8 @@ def test_result_commands_leave_torch_out(run_files):
 
 
 def test_probe_sees_torch():
-    """The control: a command that needs the engine does import torch, so a False above means something."""
+    """The control: a command that needs the engine does import torch, so a False above means something. And
+    loading the model leaves torch.fx's symbolic shapes out (refengine/loader.py's `_empty_model`)."""
     seen = probe("generate", "hi", "--max-tokens", "1", "--model", TEST_MODEL)
     assert seen["code"] == 0 and seen["torch"] is True and "numpy" in seen["heavy"], seen
+    assert "torch.fx.experimental.symbolic_shapes" not in seen["heavy"], seen

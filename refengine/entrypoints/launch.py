@@ -8,7 +8,6 @@ The default host is 127.0.0.1: the server is reachable from this machine only un
 
 from __future__ import annotations
 
-import errno
 import logging
 import os
 import socket
@@ -18,6 +17,7 @@ import uvicorn
 from fastapi import FastAPI
 
 from refengine.engine import LLMEngine
+from refengine.entrypoints.address import bind_socket, check_shutdown_timeout
 from refengine.entrypoints.api_server import build_app
 from refengine.entrypoints.limits import KEEP_ALIVE_S, MAX_CONNECTIONS, MAX_HEAD_BYTES, GuardedH11Protocol
 from refengine.entrypoints.shutdown import DrainingServer
@@ -27,34 +27,6 @@ log = logging.getLogger("refengine.server")
 GRACEFUL_SHUTDOWN_S = 5.0
 # uvicorn's own last wait (connections still open after the drain's aborts) before it cancels their tasks.
 UVICORN_FINAL_WAIT_S = 5
-
-
-def bind_socket(host: str, port: int) -> socket.socket:
-    """A listening socket on host:port; ValueError (one line, naming the field) if the port is out of range, the
-    host unknown or the port taken."""
-    if not 1 <= port <= 65535:
-        raise ValueError(f"port: must be in 1..65535, got {port}")
-    try:
-        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
-    except socket.gaierror as e:
-        raise ValueError(f"host: cannot resolve {host!r} ({e.strerror})") from None
-    family, _, _, _, addr = infos[0]
-    # IPPROTO_TCP, not the default 0: asyncio turns Nagle off (TCP_NODELAY) only on connections of a socket that
-    # names its protocol. With Nagle on, a token chunk written while the last one is unacknowledged waits for the
-    # client's delayed ACK (40 ms on Linux): a request sent right after another finished on the same keep-alive
-    # connection got its first token about 35 ms late (measured on the simulated H200, whose steps are ~6 ms).
-    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn: a restart reuses a TIME_WAIT port
-    try:
-        sock.bind(addr)
-    except OSError as e:
-        sock.close()
-        if e.errno == errno.EADDRINUSE:
-            raise ValueError(f"port: {port} on {host} is already in use") from None
-        raise ValueError(f"host: cannot listen on {host}:{port} ({e.strerror})") from None
-    sock.listen(2048)
-    sock.set_inheritable(True)
-    return sock
 
 
 def make_server(
@@ -84,13 +56,14 @@ def run_server(
     api_key: str | None = None,
     disable_docs: bool = False,
     shutdown_timeout: float = GRACEFUL_SHUTDOWN_S,
+    sock: socket.socket | None = None,
 ) -> None:
-    """Bind the port, load the engine (bad knobs raise ValueError), then serve until stopped. `api_key` defaults
-    to the VLLM_API_KEY environment variable, as in vLLM."""
-    if shutdown_timeout < 0:
-        raise ValueError(f"shutdown_timeout: must be >= 0 seconds, got {shutdown_timeout}")
+    """Bind the port (or take `sock`, bound by bind_socket on host:port already), load the engine (bad knobs raise
+    ValueError), then serve until stopped. `api_key` defaults to the VLLM_API_KEY environment variable, as in vLLM.
+    The socket is closed when the server stops."""
+    check_shutdown_timeout(shutdown_timeout)
     api_key = api_key or os.environ.get("VLLM_API_KEY") or None
-    sock = bind_socket(host, port)
+    sock = sock or bind_socket(host, port)
     try:
         # The server reads each step's stats once and drops them; keeping one is enough (see AsyncLLMEngine).
         engine = LLMEngine(**{"stats_log_size": 1, **engine_kwargs})

@@ -1,7 +1,7 @@
 """Who may call `cbbench serve` and what its error bodies say, against a real server on 127.0.0.1: the API key
 (vLLM's --api-key; /health and /metrics stay open), 4xx bodies typed as client errors, no server internals in an
 error body, /docs that loads nothing from a CDN (and vLLM's --disable-fastapi-docs), vllm:cache_config_info, and the
-serve exit codes for a bad or busy port (checked before the model loads)."""
+serve exit codes for a bad argument or a busy port (refused before torch or the model loads)."""
 
 from __future__ import annotations
 
@@ -100,25 +100,51 @@ def test_cache_config_info_names_the_kv_pool(engine):
     assert line.endswith(" 1.0")
 
 
-def _serve(*args: str) -> subprocess.CompletedProcess:
-    # A model folder that does not exist: if the port were checked after loading, the error would name the model.
-    cmd = [sys.executable, "-c", "from cbbench.perf.cli import app; app()", "serve", "--model", "/no/such/model", *args]
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=120, check=False)
+# `cbbench serve` in a fresh interpreter; it then prints whether torch was imported.
+SERVE = """
+import sys
+from cbbench.perf.cli import app
+try:
+    app(sys.argv[1:], prog_name="cbbench")
+finally:
+    print("torch" in sys.modules)
+"""
+SUBPROCESS_TIMEOUT_S = 120  # a cold interpreter on a shared 2-core machine; a refusal takes well under 1 s
 
 
-def test_bad_port_is_one_line_and_exit_2_before_the_model_loads():
-    r = _serve("--port", "70000")
+def _serve(*args: str) -> tuple[subprocess.CompletedProcess, bool]:
+    # A model folder that does not exist: if an argument were checked after loading, the error would name the model.
+    cmd = [sys.executable, "-c", SERVE, "serve", "--model", "/no/such/model", *args]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=SUBPROCESS_TIMEOUT_S, check=False)
+    return done, done.stdout.strip().splitlines()[-1] == "True"
+
+
+@pytest.mark.parametrize(
+    "args, named",
+    [
+        (["--port", "70000"], ["port", "70000"]),
+        (["--block-size", "0"], ["block_size"]),
+        (["--policy", "lifo"], ["policy"]),
+        (["--shutdown-timeout", "-1"], ["shutdown_timeout"]),
+        (["--cpu-threads", "-1"], ["cpu-threads"]),
+        (["--host", "no.such.host.invalid"], ["host"]),
+    ],
+)
+def test_bad_argument_is_one_line_and_exit_2_before_torch_loads(args, named):
+    r, torch_loaded = _serve(*args)
     lines = r.stderr.strip().splitlines()
-    assert r.returncode == 2 and len(lines) == 1 and "port" in lines[0] and "70000" in lines[0], r.stderr
+    assert r.returncode == 2 and len(lines) == 1 and all(n in lines[0] for n in named), r.stderr
+    assert not torch_loaded, f"serve {args} imported torch before refusing"
 
 
-def test_port_in_use_is_one_line_and_exit_2_before_the_model_loads():
+def test_port_in_use_is_one_line_and_exit_2_before_torch_loads():
     with socket.socket() as busy:
         busy.bind(("127.0.0.1", 0))
         busy.listen(1)
-        r = _serve("--host", "127.0.0.1", "--port", str(busy.getsockname()[1]))
+        r, torch_loaded = _serve("--host", "127.0.0.1", "--port", str(busy.getsockname()[1]))
     lines = r.stderr.strip().splitlines()
     assert r.returncode == 2 and len(lines) == 1 and "in use" in lines[0], r.stderr
+    assert not torch_loaded
 
 
 def test_the_api_key_defaults_to_vllm_api_key(monkeypatch):
@@ -152,7 +178,7 @@ def test_served_connections_have_nagle_off():
     import asyncio
 
     from conformance.http.client import free_port
-    from refengine.entrypoints.launch import bind_socket
+    from refengine.entrypoints.address import bind_socket
 
     async def accepted_nodelay() -> int:
         seen: asyncio.Future[int] = asyncio.get_running_loop().create_future()
