@@ -15,8 +15,8 @@ import httpx
 
 from conformance.http.client import free_port
 from refengine.engine import LLMEngine
-from refengine.entrypoints.api_server import build_app
 from refengine.entrypoints.address import bind_socket
+from refengine.entrypoints.api_server import build_app
 from refengine.entrypoints.launch import make_server
 
 START_TIMEOUT_S = 60.0  # uvicorn's startup on a busy 2-core machine (the engine is already loaded)

@@ -6,8 +6,6 @@ template, else ChatML."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
