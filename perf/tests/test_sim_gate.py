@@ -5,8 +5,6 @@ scheduler regression fails it."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pandas as pd
@@ -19,23 +17,6 @@ from cbbench.perf.results.schema import METRIC_COLUMNS, read_csv
 
 ROOT = Path(__file__).resolve().parents[2]
 BASELINE = ROOT / "results" / "baselines" / "sim-h200.csv"
-
-# Test-only entry: decode-first order reversed (waiting requests are scheduled before running ones), planted by a
-# monkeypatch in a child process; the shipped code path has no hook for it.
-PLANT_DECODE_LAST = """
-import sys
-from refengine.batching import ContinuousBatching
-
-def step(self, sched, out):
-    sched._schedule_waiting(out)
-    if not out.preempted_req_ids:
-        sched._schedule_running(out)
-
-ContinuousBatching.step = step
-from cbbench.perf.cli import app
-app(sys.argv[1:])
-"""
-
 
 def invoke(*args: str):
     return CliRunner().invoke(app, list(args))
@@ -80,14 +61,18 @@ def test_simulated_run_is_deterministic_labelled_and_a_neutral_change_passes(tmp
     assert gate(b) == 0
 
 
-def test_planted_scheduler_regression_fails_the_simulated_gate(tmp_path):
+def test_planted_scheduler_regression_fails_the_simulated_gate(tmp_path, monkeypatch):
+    """Decode-first order reversed (waiting requests are scheduled before running ones), planted for this test
+    only: the shipped code path has no hook for it."""
+    from refengine.batching import ContinuousBatching
+
+    def waiting_first(self, sched, out):
+        sched._schedule_waiting(out)
+        if not out.preempted_req_ids:
+            sched._schedule_running(out)
+
+    monkeypatch.setattr(ContinuousBatching, "step", waiting_first)
     new = tmp_path / "planted.csv"
-    run = subprocess.run(
-        [sys.executable, "-c", PLANT_DECODE_LAST, "perf", "--like", str(BASELINE), "--output", str(new), "--quiet"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
-    assert run.returncode == 0, run.stderr[-2000:]
+    res = invoke("perf", "--like", str(BASELINE), "--output", str(new), "--quiet")
+    assert res.exit_code == 0, res.output
     assert gate(new) == 1

@@ -46,6 +46,9 @@ class FakeCudaAllocator:
             self.free(activations)
 
         monkeypatch.setattr(kv_sizing, "profile_run", fake_profile_run)
+        # take_snapshot's gc.collect frees nothing this allocator counts, and walks the whole test worker's heap
+        # (about 0.5 s a call, two per sizing)
+        monkeypatch.setattr(kv_sizing.gc, "collect", lambda generation=2: 0)
 
 
 TOTAL, CONTEXT = 80 * GiB, GiB // 2
