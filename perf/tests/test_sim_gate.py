@@ -18,6 +18,7 @@ from cbbench.perf.results.schema import METRIC_COLUMNS, read_csv
 ROOT = Path(__file__).resolve().parents[2]
 BASELINE = ROOT / "results" / "baselines" / "sim-h200.csv"
 
+
 def invoke(*args: str):
     return CliRunner().invoke(app, list(args))
 
