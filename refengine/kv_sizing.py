@@ -34,7 +34,9 @@ from refengine.checks import DEFAULT_GPU_MEMORY_UTILIZATION, check_gpu_memory_ut
 from refengine.limits import cdiv
 
 GiB = 2**30
-DEFAULT_CPU_KV_GB = 1.0  # the CPU cache is allocated up front; 1 GiB holds 262k tokens of tiny-qwen2
+# the CPU cache is reserved up front (calloc: pages become resident as blocks are written, model_runner._zeros);
+# 1 GiB holds 262k tokens of tiny-qwen2
+DEFAULT_CPU_KV_GB = 1.0
 
 
 @dataclass(frozen=True)
