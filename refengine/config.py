@@ -43,6 +43,26 @@ BATCHING_MODES = tuple(m.value for m in BatchingMode)
 PREEMPTION_MODES = tuple(m.value for m in PreemptionMode)
 POLICIES = tuple(p.value for p in SchedulingPolicy)
 ATTENTION_BACKENDS = ("torch", "triton")  # here, not in attention.py, so that the CLI reads it without torch
+# The dtype names a model accepts, each to torch's name for it (loader.resolve_dtype maps them to torch dtypes)
+DTYPE_NAMES = {
+    "float32": "float32",
+    "float": "float32",
+    "fp32": "float32",
+    "bfloat16": "bfloat16",
+    "bf16": "bfloat16",
+    "float16": "float16",
+    "half": "float16",
+    "fp16": "float16",
+}
+
+
+def dtype_name(dtype: str | None, device: str) -> str:
+    """resolve_dtype's answer by name, without torch: None / "auto" -> float32 on the CPU, bfloat16 on CUDA."""
+    if dtype is None or dtype == "auto":
+        return "bfloat16" if device.split(":")[0] == "cuda" else "float32"
+    if not isinstance(dtype, str) or dtype not in DTYPE_NAMES:
+        raise ValueError(f"dtype must be one of {sorted(DTYPE_NAMES)} or 'auto', got {dtype!r}")
+    return DTYPE_NAMES[dtype]
 
 
 # A bound on slots that no real deployment reaches (vLLM's defaults are 256-1024); beyond it a typo such as 10**6

@@ -11,9 +11,12 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from refengine.model import ARCHITECTURES, CausalLM, ModelConfig, RopeScaling
+from refengine.model_config import ARCHITECTURES, ModelConfig, RopeScaling
+
+if TYPE_CHECKING:
+    from refengine.model import CausalLM
 
 
 def generation_config(folder: Path) -> dict[str, Any]:

@@ -6,9 +6,10 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, fields
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import torch
+if TYPE_CHECKING:
+    import torch
 
 ARCHITECTURES = ("Qwen2ForCausalLM", "LlamaForCausalLM", "MistralForCausalLM")
 
@@ -107,6 +108,8 @@ class ModelConfig:
 
 def rope_inv_freq(config: ModelConfig) -> torch.Tensor:
     """[head_dim // 2] float32 inverse frequencies on the CPU, with Llama-3.1 scaling when configured."""
+    import torch  # (here: the presets and their configs import without torch, for the CLI's plan and checks)
+
     dim = config.head_dim
     inv_freq = 1.0 / (config.rope_theta ** (torch.arange(0, dim, 2, dtype=torch.float32, device="cpu") / dim))
     rs = config.rope_scaling

@@ -58,6 +58,17 @@ class _Sweep(NamedTuple):
     goodput: dict[str, float] | None
 
 
+def _dtype_name(dtype: str | None, device: str, sim: bool) -> str:
+    """The run's dtype by name; planning a CPU or CUDA run does not import torch for it."""
+    if sim:
+        from refengine.sim.backend import sim_dtype
+
+        return sim_dtype(dtype)
+    from refengine.config import dtype_name
+
+    return dtype_name(dtype, device)
+
+
 def build_plan(o: PerfOptions) -> RunPlan:
     """The plan of `o` (ValueError naming the option for anything that could not run)."""
     from cbbench.perf.results.like import apply_like
@@ -84,10 +95,7 @@ def build_plan(o: PerfOptions) -> RunPlan:
     workload = workloads[sw.loads[0]]
     if in_process:  # the whole sweep, before the first run
         _check_sweep_feasible(o, sw, workload)
-    from refengine.loader import resolve_dtype
-    from refengine.sim.backend import sim_dtype
-
-    settings.dtype_name = sim_dtype(o.dtype) if sim else str(resolve_dtype(o.dtype, o.device)).removeprefix("torch.")
+    settings.dtype_name = _dtype_name(o.dtype, o.device, sim)
     varying = frozenset(k for ks in sw.knob_sets for k in ks if len({str(x.get(k)) for x in sw.knob_sets}) > 1)
     specs = [
         RunSpec(name, mode, ks, load, rep, workloads[load], load.label(sw.load_varying), varying, o.repeats)

@@ -80,7 +80,7 @@ def parse_load_points(request_rate: Any, burstiness: Any, max_concurrency: Any) 
 
 def resolve_tokenizer(model: str, tokenizer: str | None) -> Any:
     """The tokenizer for the workloads (see the module docstring)."""
-    from refengine.loader import PRESETS, load_tokenizer
+    from refengine.presets import PRESETS, load_tokenizer
     from refengine.tokenizer import QwenTokenizer
 
     name = tokenizer or model
@@ -105,7 +105,7 @@ def vocab_token_id_range(model: str | None, default: tuple[int, int]) -> tuple[i
 
 def known_vocab_size(model: str | None) -> int | None:
     """The vocabulary size of a preset or a local folder; None for anything else (a served name)."""
-    from refengine.loader import PRESETS, load_model_config
+    from refengine.presets import PRESETS, load_model_config
 
     if not model or (model not in PRESETS and not Path(model).is_dir()):
         return None

@@ -112,3 +112,11 @@ def test_probe_sees_torch():
     seen = probe("generate", "hi", "--max-tokens", "1", "--model", TEST_MODEL)
     assert seen["code"] == 0 and seen["torch"] is True and "numpy" in seen["heavy"], seen
     assert "torch.fx.experimental.symbolic_shapes" not in seen["heavy"], seen
+
+
+def test_perf_plan_and_refusals_leave_torch_out():
+    """`perf --dry-run` plans a CPU run (presets, tokenizer, dtype by name) and a bad knob is refused without torch,
+    in a moment instead of the 4-5 s a torch import costs."""
+    assert probe("perf", "--model", TEST_MODEL, "--peers", "none", "--dry-run")["torch"] is False
+    refused = probe("perf", "--max-num-seqs", "0", "--dry-run")
+    assert refused["code"] == 2 and refused["torch"] is False, refused

@@ -10,9 +10,10 @@ import json
 import pytest
 import torch
 
-from refengine.loader import PRESETS, NoTokenizer, QwenTokenizer, load_model, load_tokenizer, to_hf_model
+from refengine.loader import PRESETS, load_model, load_tokenizer, to_hf_model
 from refengine.model import ModelConfig, RopeScaling
 from refengine.tests._paged import PagedSequences
+from refengine.tokenizer import NoTokenizer, QwenTokenizer
 
 # float32 logits are O(1). The same arithmetic in a different order (GEMM blocking picked by the row count,
 # einsum vs matmul in attention) moves them by ~1e-6 over 4 layers; 1e-4 leaves room for other BLAS builds
