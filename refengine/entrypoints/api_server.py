@@ -91,7 +91,7 @@ _LARGE_ID_LIST = 20_000
 def _dumps_large(body: dict[str, Any]) -> bytes:
     parts = []
     for key, value in body.items():
-        if isinstance(value, list) and len(value) > _LARGE_ID_LIST and all(type(v) is int for v in value[:1]):
+        if isinstance(value, list) and len(value) > _LARGE_ID_LIST and type(value[0]) is int:
             encoded = str(value)
         else:
             encoded = json.dumps(value, ensure_ascii=False)

@@ -63,7 +63,8 @@ def run_server(
     The socket is closed when the server stops."""
     check_shutdown_timeout(shutdown_timeout)
     api_key = api_key or os.environ.get("VLLM_API_KEY") or None
-    sock = sock or bind_socket(host, port)
+    if sock is None:
+        sock = bind_socket(host, port)
     try:
         # The server reads each step's stats once and drops them; keeping one is enough (see AsyncLLMEngine).
         engine = LLMEngine(**{"stats_log_size": 1, **engine_kwargs})

@@ -4,6 +4,8 @@ with eager replays), and the staging buffer the step's inputs cross in."""
 
 from __future__ import annotations
 
+import os
+
 import pytest
 import torch
 
@@ -139,13 +141,11 @@ UNTOUCHED_RSS_SLACK_BYTES = 64 * 2**20
 
 
 def _resident_bytes() -> int:
-    import os
-
     with open("/proc/self/statm") as f:
         return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
 
 
-@pytest.mark.skipif(not __import__("os").path.exists("/proc/self/statm"), reason="reads Linux's /proc/self/statm")
+@pytest.mark.skipif(not os.path.exists("/proc/self/statm"), reason="reads Linux's /proc/self/statm")
 def test_a_cpu_kv_cache_reads_as_zeros_and_costs_no_memory_until_written():
     """CPU caches come from calloc (model_runner._zeros): zeros in every cache dtype, and a 1 GiB cache is not
     resident until blocks are written (a new engine no longer spends 0.4 s writing zeros)."""
