@@ -1,8 +1,11 @@
 """What a client can learn of a server's engine from its vLLM-named Prometheus /metrics.
 
-Scraped once before and once after the measured run (counters are differences), and sampled every
-`SAMPLE_PERIOD_S` meanwhile (the first after `FIRST_SAMPLE_S`) for the KV usage gauge, whose peak is what the in-process run reports as
-`peak_kv_usage`. A server without /metrics, or without these names, leaves the figures NaN.
+Scraped once before and once after the measured run (counters are differences), and sampled meanwhile for the KV
+usage gauge, whose peak is what the in-process run reports as `peak_kv_usage`: every `FIRST_SAMPLE_S` until a sample
+shows the server at work (requests running or waiting, or KV in use) or `FAST_SAMPLING_S` have passed, then every
+`SAMPLE_PERIOD_S`. (A sample taken before the server has admitted the first request reads an idle engine; with one
+sample at 50 ms and the next at 550 ms, a run shorter than half a second could show a peak of 0.) A server without
+/metrics, or without these names, leaves the figures NaN.
 
 | result column         | from                                                                          |
 |-----------------------|-------------------------------------------------------------------------------|
@@ -32,7 +35,8 @@ from typing import Any
 import aiohttp
 
 SAMPLE_PERIOD_S = 0.5
-FIRST_SAMPLE_S = 0.05  # the first sample soon after the start, so that even a short run has one
+FIRST_SAMPLE_S = 0.05  # the period until the server is seen at work, so that even a short run has samples of it
+FAST_SAMPLING_S = 2.0  # at most this long at FIRST_SAMPLE_S (scraping costs the server's CPU: ~20 /s, not ~2 /s)
 SCRAPE_TIMEOUT_S = 5.0
 PREEMPTIONS = "vllm:num_preemptions_total"
 KV_USAGE = ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc")
@@ -105,6 +109,19 @@ class ServerMetrics:
     kv_samples: list[float] = field(default_factory=list)
     series: list[dict[str, float | None]] = field(default_factory=list)
     started: float = field(default_factory=time.perf_counter)
+    busy_seen: bool = False  # a sample has shown requests running or waiting, or KV in use
+
+    def next_period(self, elapsed: float) -> float:
+        """Seconds to the next sample: FIRST_SAMPLE_S until the server is seen at work or FAST_SAMPLING_S have
+        passed since sampling began (`elapsed`), then SAMPLE_PERIOD_S."""
+        return SAMPLE_PERIOD_S if self.busy_seen or elapsed >= FAST_SAMPLING_S else FIRST_SAMPLE_S
+
+    def sample(self, parsed: dict[str, Any]) -> None:
+        """Keep one scrape taken during the run."""
+        self.kv_samples.append(kv_usage(parsed))
+        self.keep(parsed)
+        gauges = (kv_usage(parsed), _sum(parsed, RUNNING), _sum(parsed, WAITING))
+        self.busy_seen = self.busy_seen or any(v > 0 for v in gauges)  # NaN > 0 is False
 
     def keep(self, parsed: dict[str, Any]) -> None:
         """One scrape as a point of `series` (the first one sets the origin of its time and its preemptions)."""
@@ -131,18 +148,16 @@ class ServerMetrics:
         )
 
     async def sample_until(self, session: aiohttp.ClientSession, done: asyncio.Event) -> None:
-        """Sample the KV gauge every SAMPLE_PERIOD_S until `done` is set (only if /metrics answered before)."""
-        period = FIRST_SAMPLE_S
+        """Sample the gauges (at `next_period`'s pace) until `done` is set (only if /metrics answered before)."""
+        begun = time.perf_counter()
         while not done.is_set():
             try:
-                await asyncio.wait_for(done.wait(), period)
+                await asyncio.wait_for(done.wait(), self.next_period(time.perf_counter() - begun))
             except TimeoutError:
                 pass
-            period = SAMPLE_PERIOD_S
             parsed = await scrape(session, self.url)
             if parsed is not None:
-                self.kv_samples.append(kv_usage(parsed))
-                self.keep(parsed)
+                self.sample(parsed)
 
     def results(self) -> dict[str, float]:
         """The result columns this server's /metrics fills (NaN for what it does not expose)."""
