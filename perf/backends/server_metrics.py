@@ -118,10 +118,10 @@ class ServerMetrics:
 
     def sample(self, parsed: dict[str, Any]) -> None:
         """Keep one scrape taken during the run."""
-        self.kv_samples.append(kv_usage(parsed))
         self.keep(parsed)
-        gauges = (kv_usage(parsed), _sum(parsed, RUNNING), _sum(parsed, WAITING))
-        self.busy_seen = self.busy_seen or any(v > 0 for v in gauges)  # NaN > 0 is False
+        point = self.series[-1]  # what the server does not export is None there
+        self.kv_samples.append(kv_usage(parsed))
+        self.busy_seen = self.busy_seen or any((point[k] or 0) > 0 for k in ("kv_usage", "num_running", "num_waiting"))
 
     def keep(self, parsed: dict[str, Any]) -> None:
         """One scrape as a point of `series` (the first one sets the origin of its time and its preemptions)."""
