@@ -81,11 +81,11 @@ PERF_DIR="$OUT/perf"
 if step perf 160 "${CB[@]}" perf "${GPU_PERF_ARGS[@]}" --result-dir "$PERF_DIR" --quiet; then
   NEW=$(ls -t "$PERF_DIR"/*.csv 2>/dev/null | head -n 1)
   [[ $DRY_RUN == 1 ]] && NEW="$PERF_DIR/<newest>.csv"
-  step baseline 10 "$PY" -c "import shutil, sys; from cbbench.perf.results.schema import read_csv; df = read_csv(sys.argv[1]); \
+  step baseline 10 "$PY" -c "import shutil, sys; from perf.results.schema import read_csv; df = read_csv(sys.argv[1]); \
 assert len(df), 'empty perf CSV'; shutil.copyfile(sys.argv[1], sys.argv[2]); print(f'wrote {sys.argv[2]}: {len(df)} rows')" \
     "${NEW:-missing.csv}" "$BASELINE"
   SIM_ARGS=("${GPU_PERF_ARGS[@]/#cuda/sim:$GPU}")  # the same workload on the simulated twin of this GPU
-  step calibration 20 "$PY" -m cbbench.perf.bench.sim_calibration "${NEW:-missing.csv}" "$OUT" "${SIM_ARGS[@]}"
+  step calibration 20 "$PY" -m perf.bench.sim_calibration "${NEW:-missing.csv}" "$OUT" "${SIM_ARGS[@]}"
 fi
 
 step bench-step 30 "${CB[@]}" bench-step --stub-model --device cuda --running 64,256 --iters 100

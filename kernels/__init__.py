@@ -1,10 +1,11 @@
 """Attention kernels of the reference engine: Triton (GPU, or CPU under TRITON_INTERPRET=1) and the torch oracle.
 
-Imported as `cbbench.kernels` (never `kernels`: that name on PyPI is Hugging Face's). The functions
+Imported as `kernels`, the folder's name. Hugging Face publishes an unrelated PyPI package of that name:
+`CBBENCH_KERNELS` marks this one, and refengine checks for it (refengine/attention.py). The functions
 `reshape_and_cache` / `unified_attention` shadow their submodules of the same name here; reach the submodules'
-other names with `from cbbench.kernels.unified_attention import ...`.
+other names with `from kernels.unified_attention import ...`.
 
-Light import: importing this package, or the oracle (`cbbench.kernels.reference`, the engine's torch backend),
+Light import: importing this package, or the oracle (`kernels.reference`, the engine's torch backend),
 does not import Triton. The Triton kernels load on first use of one of their names here (module `__getattr__`),
 so an engine on the torch backend never pays Triton's import, nor needs Triton installed.
 
@@ -18,7 +19,10 @@ import importlib
 import sys
 import types
 
-from cbbench.kernels.reference import reshape_and_cache_ref, unified_attention_ref
+from kernels.reference import reshape_and_cache_ref, unified_attention_ref
+
+# this repository's kernels, not another distribution's package of the same name (refengine/attention.py checks)
+CBBENCH_KERNELS = True
 
 __all__ = [
     "reshape_and_cache",

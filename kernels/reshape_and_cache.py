@@ -8,7 +8,7 @@ not an argument; its strides are fixed by the model's K/V layout and the cache's
 num_seqs and block-table stride, nothing needs `do_not_specialize`. The one per-step pointer, slot_mapping, may be
 a view into a packed input buffer whose offset changes with the step's size: Triton would compile a second variant
 the first time it is not 16-byte aligned, so it is `do_not_specialize_on_alignment` (a scalar load per program:
-the hint buys nothing). A run then compiles one variant per layout, which `cbbench.kernels.warmup` does up front.
+the hint buys nothing). A run then compiles one variant per layout, which `kernels.warmup` does up front.
 """
 
 from __future__ import annotations
@@ -86,7 +86,7 @@ def check_launchable(kernel: object, device: torch.device) -> None:
     if device.type != "cuda" and not is_interpreted(kernel):
         raise RuntimeError(
             f"Triton kernels got {device.type} tensors but were compiled for a GPU: set TRITON_INTERPRET=1 "
-            "before cbbench.kernels is first imported to run them on the CPU (slowly), or use the torch backend"
+            "before kernels is first imported to run them on the CPU (slowly), or use the torch backend"
         )
 
 

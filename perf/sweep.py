@@ -12,13 +12,13 @@ from typing import Any
 
 from rich.console import Console
 
-from cbbench.perf.errors import NoResultError
-from cbbench.perf.plan.build import build_plan
-from cbbench.perf.plan.options import DEFAULT_CPU_THREADS, PerfOptions
-from cbbench.perf.plan.spec import RunPlan, RunSpec
-from cbbench.perf.report.progress import RunProgress
-from cbbench.perf.results.schema import environment_info, make_row
-from cbbench.perf.results.writer import ResultWriter
+from perf.errors import NoResultError
+from perf.plan.build import build_plan
+from perf.plan.options import DEFAULT_CPU_THREADS, PerfOptions
+from perf.plan.spec import RunPlan, RunSpec
+from perf.report.progress import RunProgress
+from perf.results.schema import environment_info, make_row
+from perf.results.writer import ResultWriter
 
 
 def run_perf(o: PerfOptions, console: Console) -> list[dict[str, Any]]:
@@ -33,7 +33,7 @@ def show_plan(o: PerfOptions, console: Console) -> None:
 
 def run_plan(plan: RunPlan, console: Console) -> list[dict[str, Any]]:
     """Run every spec not already in the output (`--resume`), write each result as it finishes, print the table."""
-    from cbbench.perf.report.show import labels_of_rows, render
+    from perf.report.show import labels_of_rows, render
 
     _set_threads(plan)
     st = plan.settings

@@ -1,8 +1,8 @@
 """Attention metadata of one step and the attention backends that consume it.
 
 The metadata is built by the model runner once per step and passed down explicitly (no global forward context).
-Backends share one signature, so that `torch` (the CPU path) and `triton` (cbbench.kernels, the GPU path; also runs
-under TRITON_INTERPRET=1) are interchangeable. The `torch` backend is the oracle of cbbench.kernels.reference for
+Backends share one signature, so that `torch` (the CPU path) and `triton` (kernels, the GPU path; also runs
+under TRITON_INTERPRET=1) are interchangeable. The `torch` backend is the oracle of kernels.reference for
 prefill chunks and its own chunked decode attention (`decode_attention_cpu`) for the decodes; the oracle stays the
 single source of truth that both backends are tested against.
 """
@@ -15,7 +15,15 @@ from dataclasses import dataclass
 
 import torch
 
-from cbbench.kernels.reference import prefill_attention_ref, reshape_and_cache_ref
+import kernels
+
+if not getattr(kernels, "CBBENCH_KERNELS", False):  # another distribution's `kernels` (Hugging Face's) shadows ours
+    raise ImportError(
+        f"the `kernels` package found at {getattr(kernels, '__file__', None) or list(kernels.__path__)} is not "
+        "cbbench's kernels/ folder: another package of that name shadows it; uninstall it (pip uninstall kernels)"
+        " or use a separate environment"
+    )
+from kernels.reference import prefill_attention_ref, reshape_and_cache_ref  # noqa: E402
 from refengine.config import ATTENTION_BACKENDS as ATTENTION_BACKENDS  # (re-exported: the loader imports it here)
 
 # Keys per chunk of the CPU decode attention: the chunk's gathered K and V (at 64 decodes, 2 KV heads x 64 dims:
@@ -175,7 +183,8 @@ def get_attention_backend(name: str) -> AttentionBackend:
     if name == "torch":
         return AttentionBackend("torch", reshape_and_cache_ref, unified_attention_cpu, takes_host_lens=True)
     if name == "triton":
-        from cbbench.kernels import reshape_and_cache, unified_attention
+        from kernels.reshape_and_cache import reshape_and_cache
+        from kernels.unified_attention import unified_attention
 
         return AttentionBackend("triton", reshape_and_cache, unified_attention)
     raise ValueError(f"attention_backend must be one of {ATTENTION_BACKENDS}, got {name!r}")

@@ -1,4 +1,4 @@
-"""Named, seeded workloads for `cbbench perf` (imported as `cbbench.workloads`).
+"""Named, seeded workloads for `cbbench perf` (imported as `workloads`).
 
 What each module owns: docs/architecture.md (made from the modules' docstrings by ci/codemap.py).
 """

@@ -21,13 +21,13 @@ import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from cbbench.perf.backends.base import Backend, ProgressFn, RunResult, warmup_prompts
-from cbbench.perf.records import PEER_STEP_KEYS, REQUEST_KEYS, RequestRecord, StepRecord
+from perf.backends.base import Backend, ProgressFn, RunResult, warmup_prompts
+from perf.records import PEER_STEP_KEYS, REQUEST_KEYS, RequestRecord, StepRecord
 
 if TYPE_CHECKING:
     import torch
 
-    from cbbench.perf.plan.spec import RunSpec
+    from perf.plan.spec import RunSpec
 
 _MOVED_TO_HF_CB = ("run_hf_cb", "HfCbBackend", "HF_CB_PAGE_SIZE", "HF_CB_TIMEOUT_S")
 
@@ -214,9 +214,9 @@ class HfStaticBackend(Backend):
 
 
 def __getattr__(name: str) -> Any:
-    """hf-cb's names, where they were before hf_cb.py held them (`from cbbench.perf.backends.hf import run_hf_cb`)."""
+    """hf-cb's names, where they were before hf_cb.py held them (`from perf.backends.hf import run_hf_cb`)."""
     if name in _MOVED_TO_HF_CB:
-        from cbbench.perf.backends import hf_cb
+        from perf.backends import hf_cb
 
         return getattr(hf_cb, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

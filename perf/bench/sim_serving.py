@@ -1,7 +1,7 @@
 """Serving at GPU scale with no GPU: `cbbench serve --device sim:h200` (paced to the virtual clock in real time)
 measured by `cbbench perf --backend openai`, against the in-process simulation of the same workload.
 
-    python -m cbbench.perf.bench.sim_serving [--num-prompts N] [--concurrency C] [--out DIR]
+    python -m perf.bench.sim_serving [--num-prompts N] [--concurrency C] [--out DIR]
 
 Both sides run the same ShareGPT prompts (token ids, ignore_eos, each its own output length) at `--max-concurrency
 C`; it prints mean TTFT / TPOT of each and the relative error of the served figures. The pacing holds only while
@@ -19,7 +19,7 @@ import time
 import urllib.request
 from pathlib import Path
 
-from cbbench.perf.results.schema import read_csv
+from perf.results.schema import read_csv
 
 MODEL = "llama-3.1-8b"
 DEVICE = "sim:h200"
@@ -50,7 +50,7 @@ def _perf(*args: str) -> None:
     cmd = [
         sys.executable,
         "-m",
-        "cbbench.perf.cli",
+        "perf.cli",
         "perf",
         "--model",
         MODEL,
@@ -76,7 +76,7 @@ def measure(num_prompts: int, concurrency: int, out: Path) -> dict[str, tuple[fl
             [
                 sys.executable,
                 "-m",
-                "cbbench.perf.cli",
+                "perf.cli",
                 "serve",
                 "--model",
                 MODEL,
@@ -104,7 +104,7 @@ def measure(num_prompts: int, concurrency: int, out: Path) -> dict[str, tuple[fl
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m cbbench.perf.bench.sim_serving")
+    ap = argparse.ArgumentParser(prog="python -m perf.bench.sim_serving")
     ap.add_argument("--num-prompts", type=int, default=512)
     ap.add_argument("--concurrency", type=int, default=256)
     ap.add_argument("--out", type=Path, default=None)

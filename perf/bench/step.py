@@ -24,7 +24,7 @@ import time
 
 import torch
 
-from cbbench.perf.bench.step_engine import (  # noqa: F401  (re-exported: bench-step's engine set-up lived here)
+from perf.bench.step_engine import (  # noqa: F401  (re-exported: bench-step's engine set-up lived here)
     DETOKENIZERS,
     OUTPUT_KINDS,
     PROMPT_LEN,

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 import torch
 
 if TYPE_CHECKING:  # (step.py imports this module: the clock's type only, no import cycle at run time)
-    from cbbench.perf.bench.step import _DeviceClock
+    from perf.bench.step import _DeviceClock
 
 PROMPT_LEN = 32
 STUB_VOCAB = 2048  # see the module docstring: real BPE ids, narrow enough that the argmax is not the benchmark

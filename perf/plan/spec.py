@@ -13,12 +13,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from cbbench.perf.plan.load import LoadPoint
-from cbbench.perf.plan.options import knob_label
-from cbbench.perf.results.writer import plan_id
+from perf.plan.load import LoadPoint
+from perf.plan.options import knob_label
+from perf.results.writer import plan_id
 
 if TYPE_CHECKING:
-    from cbbench.perf.backends.base import Backend, RunResult
+    from perf.backends.base import Backend, RunResult
 
 
 @dataclass
@@ -50,7 +50,7 @@ class RunSpec:
     knobs: Mapping[str, Any]
     load: LoadPoint
     repeat: int
-    workload: Any  # a `cbbench.workloads.Workload`
+    workload: Any  # a `workloads.Workload`
     load_label: str = ""  # the load point as the table names it ("" when the sweep has one)
     varying: frozenset[str] = frozenset()  # the knobs that differ between the plan's knob sets
     num_repeats: int = 1  # how many repeats the plan makes of this configuration

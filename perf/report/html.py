@@ -22,11 +22,11 @@ from typing import Any
 
 import numpy as np
 
-from cbbench.perf.report.assets import CSS, JS
-from cbbench.perf.report.server_series import server_metrics_html
-from cbbench.perf.report.table import Entry, fit_columns, summary_lines, table_columns, table_title
-from cbbench.perf.report.timeline_svg import timeline_html
-from cbbench.perf.results.schema import CONFIG_KEY_COLUMNS, atomic_write_text
+from perf.report.assets import CSS, JS
+from perf.report.server_series import server_metrics_html
+from perf.report.table import Entry, fit_columns, summary_lines, table_columns, table_title
+from perf.report.timeline_svg import timeline_html
+from perf.results.schema import CONFIG_KEY_COLUMNS, atomic_write_text
 
 CDF_POINTS = 400  # each CDF is drawn through this many quantiles: exact enough to read, small enough to embed
 
@@ -136,8 +136,8 @@ def latency_throughput_png(rows: Sequence[Mapping[str, Any]]) -> str | None:
 
     import matplotlib.pyplot as plt
 
-    from cbbench.perf.report.plot import make_figure
-    from cbbench.perf.results.schema import write_csv
+    from perf.report.plot import make_figure
+    from perf.results.schema import write_csv
 
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "rows.csv"
@@ -194,7 +194,7 @@ def _kv_table(d: Mapping[str, Any]) -> str:
 def render_html(doc: Mapping[str, Any], source: str = "") -> str:
     runs = runs_of(doc)
     entries: list[Entry] = [(r["key"], r["row"], None) for r in runs if r["row"] is not None]
-    from cbbench.perf.metrics import parse_goodput
+    from perf.metrics import parse_goodput
 
     cfg = doc.get("config") or {}
     goodput = parse_goodput([g for item in cfg.get("goodput") or [] for g in str(item).replace(",", " ").split()])

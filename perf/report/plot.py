@@ -20,7 +20,7 @@ from typing import Any
 
 import pandas as pd
 
-from cbbench.perf.report.plot_data import (  # noqa: F401  (re-exported: the data preparation lived here)
+from perf.report.plot_data import (  # noqa: F401  (re-exported: the data preparation lived here)
     KINDS,
     PLOT_METRICS,
     choose_kind,
@@ -30,7 +30,7 @@ from cbbench.perf.report.plot_data import (  # noqa: F401  (re-exported: the dat
     plain_number,
     request_rates,
 )
-from cbbench.perf.results.schema import CONFIG_KEY_COLUMNS
+from perf.results.schema import CONFIG_KEY_COLUMNS
 
 LATENCY_PANELS = (("ttft", "TTFT (ms)"), ("tpot", "TPOT (ms)"), ("e2el", "end-to-end latency (ms)"))
 

@@ -15,7 +15,7 @@ from typing import Any
 
 import pandas as pd
 
-from cbbench.perf.results.schema import CONFIG_KEY_COLUMNS, aggregate_repeats, read_csv
+from perf.results.schema import CONFIG_KEY_COLUMNS, aggregate_repeats, read_csv
 
 PLOT_METRICS = (
     "mean_ttft_ms",

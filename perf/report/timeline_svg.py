@@ -13,7 +13,7 @@ import zlib
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from cbbench.perf.report.timeline import Cell, assign_slots
+from perf.report.timeline import Cell, assign_slots
 
 # kind -> (how much of the request's colour shows, legend text); "held" is drawn in HELD_GREY whatever the request
 KINDS = {

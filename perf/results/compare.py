@@ -40,8 +40,8 @@ from typing import Any
 from rich.console import Console
 from rich.text import Text
 
-from cbbench.perf.results.gate import FORMATS, gate_tolerances, render_json, render_markdown, render_table
-from cbbench.perf.results.matching import (  # noqa: F401  (LOAD_/SERVER_KEY_NAMES, parse_where: re-exported)
+from perf.results.gate import FORMATS, gate_tolerances, render_json, render_markdown, render_table
+from perf.results.matching import (  # noqa: F401  (LOAD_/SERVER_KEY_NAMES, parse_where: re-exported)
     LOAD_KEY_NAMES,
     SERVER_KEY_NAMES,
     cell_text,
@@ -52,10 +52,10 @@ from cbbench.perf.results.matching import (  # noqa: F401  (LOAD_/SERVER_KEY_NAM
     label,
     parse_where,
 )
-from cbbench.perf.results.rows import Row, as_rows, read_rows, with_extra_metrics
+from perf.results.rows import Row, as_rows, read_rows, with_extra_metrics
 
 # (the tolerance rules are tolerances.py's; importable from here too, as they always were)
-from cbbench.perf.results.tolerances import (
+from perf.results.tolerances import (
     DEFAULT_TOLERANCES,
     DIRECTIONS,
     HIGHER,

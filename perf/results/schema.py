@@ -21,7 +21,7 @@ import os
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from cbbench.perf.results.columns import (  # noqa: F401  (re-exported: the schema's names, as they always were)
+from perf.results.columns import (  # noqa: F401  (re-exported: the schema's names, as they always were)
     COLUMNS,
     CONFIG_KEY_COLUMNS,
     ENGINE_COLUMNS,
@@ -32,8 +32,8 @@ from cbbench.perf.results.columns import (  # noqa: F401  (re-exported: the sche
     STORED_PERCENTILES,
     THROUGHPUT_COLUMNS,
 )
-from cbbench.perf.results.environment import environment_info, git_revision  # noqa: F401  (environment_info: re-exported)
-from cbbench.perf.results.files import (  # noqa: F401  (re-exported: reading and writing moved to files.py)
+from perf.results.environment import environment_info, git_revision  # noqa: F401  (environment_info: re-exported)
+from perf.results.files import (  # noqa: F401  (re-exported: reading and writing moved to files.py)
     append_rows,
     atomic_write_text,
     jsonable,
@@ -63,7 +63,7 @@ def make_row(
     command: str = "",
     run_options: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """One CSV row. `workload` is a `cbbench.workloads.Workload` (its name and params are saved) or a name;
+    """One CSV row. `workload` is a `workloads.Workload` (its name and params are saved) or a name;
     `config` holds the engine knobs (any CONFIG_KEY_COLUMNS key; others go into `extra`)."""
     name = getattr(workload, "name", workload)
     wparams = dict(getattr(workload, "params", {}) or {})

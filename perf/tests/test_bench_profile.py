@@ -7,7 +7,7 @@ import time
 
 import torch
 
-from cbbench.perf.bench.profile import PHASES, PhaseClock, format_markdown, profile_run
+from perf.bench.profile import PHASES, PhaseClock, format_markdown, profile_run
 
 
 def _spin(seconds: float) -> None:
@@ -26,10 +26,10 @@ def test_phase_clock_charges_nested_time_to_the_inner_phase_only():
 
 
 def test_refengine_profile_fills_the_step_phases_and_removes_its_instrument():
-    from cbbench.perf.plan.load import resolve_tokenizer
-    from cbbench.workloads import get_workload
+    from perf.plan.load import resolve_tokenizer
     from refengine.engine import LLMEngine
     from refengine.scheduler import Scheduler
+    from workloads import get_workload
 
     step, schedule = LLMEngine.step, Scheduler.schedule
     workload = get_workload(

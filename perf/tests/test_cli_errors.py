@@ -11,7 +11,7 @@ import pytest
 from tiny_run import TINY_RUN  # perf/tests/tiny_run.py (pytest puts this folder on sys.path)
 from typer.testing import CliRunner
 
-from cbbench.perf.cli import main as cli
+from perf.cli import main as cli
 
 TINY = TINY_RUN + ["--peers", "none", "--batching", "continuous"]
 
@@ -44,7 +44,7 @@ def one_line(res) -> str:
     ],
 )
 def test_perf_bad_input_is_one_line_exit_2_and_nothing_runs(tmp_path, monkeypatch, args, needle):
-    from cbbench.perf.backends import in_process
+    from perf.backends import in_process
 
     def never(*a, **k):
         raise AssertionError("a run started")
@@ -57,7 +57,7 @@ def test_perf_bad_input_is_one_line_exit_2_and_nothing_runs(tmp_path, monkeypatc
 
 
 def test_unwritable_result_dir_fails_before_the_run(tmp_path, monkeypatch):
-    from cbbench.perf.backends import in_process
+    from perf.backends import in_process
 
     monkeypatch.setattr(in_process, "run_refengine", lambda *a, **k: pytest.fail("a run started"))
     blocker = tmp_path / "a-file"
@@ -155,9 +155,7 @@ def test_usage_and_input_errors_through_the_installed_entry_point():
         (["perf", "--device", "tpu"], 2, "cbbench perf: error:"),
         (["compare", "/nonexistent/a.csv", "/nonexistent/b.csv"], 2, "cbbench compare: error:"),
     ):
-        res = subprocess.run(
-            [sys.executable, "-m", "cbbench.perf.cli", *args], capture_output=True, text=True, timeout=120
-        )
+        res = subprocess.run([sys.executable, "-m", "perf.cli", *args], capture_output=True, text=True, timeout=120)
         assert res.returncode == code, res.stderr
         lines = res.stderr.strip().splitlines()
         assert len(lines) == 1 and lines[0].startswith(prefix), res.stderr

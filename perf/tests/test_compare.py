@@ -9,8 +9,8 @@ import math
 import pytest
 from rich.console import Console
 
-from cbbench.perf.results.compare import compare, main_compare, parse_tolerances, render_table, resolve_tolerances
-from cbbench.perf.results.schema import (
+from perf.results.compare import compare, main_compare, parse_tolerances, render_table, resolve_tolerances
+from perf.results.schema import (
     COLUMNS,
     SCHEMA_VERSION,
     aggregate_repeats,
@@ -21,7 +21,7 @@ from cbbench.perf.results.schema import (
     write_csv,
     write_run_json,
 )
-from cbbench.workloads import get_workload
+from workloads import get_workload
 
 # The column order of schema version 2. Changing COLUMNS means bumping SCHEMA_VERSION and this list together.
 EXPECTED_COLUMNS_V2 = (

@@ -9,10 +9,10 @@ import pytest
 from rich.console import Console
 from typer.testing import CliRunner
 
-from cbbench.perf.cli import app
-from cbbench.perf.results.compare import compare, main_compare
-from cbbench.perf.results.schema import LATENCY_COLUMNS, make_row, write_csv
-from cbbench.workloads import get_workload
+from perf.cli import app
+from perf.results.compare import compare, main_compare
+from perf.results.schema import LATENCY_COLUMNS, make_row, write_csv
+from workloads import get_workload
 
 KNOBS = {"max_num_seqs": 4, "block_size": 16, "dtype": "float32"}
 

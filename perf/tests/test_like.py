@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from cbbench.perf.backends import in_process
-from cbbench.perf.cli import app
-from cbbench.perf.results.like import load_like
-from cbbench.perf.results.schema import config_key, read_csv
+from perf.backends import in_process
+from perf.cli import app
+from perf.results.like import load_like
+from perf.results.schema import config_key, read_csv
 from refengine.loader import TEST_MODEL
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -17,9 +17,9 @@ import pytest  # noqa: E402
 from matplotlib.container import ErrorbarContainer  # noqa: E402
 from typer.testing import CliRunner  # noqa: E402
 
-from cbbench.perf.cli import app  # noqa: E402
-from cbbench.perf.report.plot import make_figure, plain_number  # noqa: E402
-from cbbench.perf.results.schema import make_row, write_csv  # noqa: E402
+from perf.cli import app  # noqa: E402
+from perf.report.plot import make_figure, plain_number  # noqa: E402
+from perf.results.schema import make_row, write_csv  # noqa: E402
 
 RATES = (1.0, 2.0, 4.0, math.inf)
 MODES = ("continuous", "static")

@@ -10,10 +10,10 @@ import time
 from rich.console import Console
 from typer.testing import CliRunner
 
-from cbbench.perf.backends.http_client import error_record
-from cbbench.perf.cli import app
-from cbbench.perf.records import RequestRecord
-from cbbench.perf.report.progress import RunProgress
+from perf.backends.http_client import error_record
+from perf.cli import app
+from perf.records import RequestRecord
+from perf.report.progress import RunProgress
 
 TINY = [
     "--workload",

@@ -11,9 +11,9 @@ import pandas as pd
 from rich.console import Console
 from typer.testing import CliRunner
 
-from cbbench.perf.cli import app
-from cbbench.perf.results.compare import main_compare
-from cbbench.perf.results.schema import METRIC_COLUMNS, read_csv
+from perf.cli import app
+from perf.results.compare import main_compare
+from perf.results.schema import METRIC_COLUMNS, read_csv
 
 ROOT = Path(__file__).resolve().parents[2]
 BASELINE = ROOT / "results" / "baselines" / "sim-h200.csv"

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from cbbench.workloads import get_workload
-from cbbench.workloads.registry import MAX_NUM_PROMPTS
-from cbbench.workloads.trace import MOONCAKE_BLOCK_TOKENS
+from workloads import get_workload
+from workloads.registry import MAX_NUM_PROMPTS
+from workloads.trace import MOONCAKE_BLOCK_TOKENS
 
 
 class WordTokenizer:

@@ -9,8 +9,8 @@ import statistics
 
 import pytest
 
-from cbbench.workloads import arrival_times, get_workload, list_workloads, load_sharegpt
-from cbbench.workloads.sharegpt import JSONArrayReader
+from workloads import arrival_times, get_workload, list_workloads, load_sharegpt
+from workloads.sharegpt import JSONArrayReader
 
 # Tolerances of the seeded statistical checks. Each is several standard errors of the estimate at the sample size
 # used (e.g. a mean of 2000 exponential gaps has a relative standard error of 1/sqrt(2000) = 2.2 %).

@@ -18,7 +18,7 @@ from refengine.tokenizer import Tokenizer
 
 
 def sharegpt_requests(tokenizer: Tokenizer, num_prompts: int, seed: int) -> list[tuple[list[int], int, float]]:
-    from cbbench.workloads import get_workload
+    from workloads import get_workload
 
     wl = get_workload("sharegpt", tokenizer=tokenizer, num_prompts=num_prompts, seed=seed)
     return [(r.prompt_token_ids, r.output_len, r.arrival_time) for r in wl.requests]

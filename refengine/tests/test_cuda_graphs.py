@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-import conformance._triton_env  # noqa: F401  (before cbbench.kernels: the interpreter on a CPU)
+import conformance._triton_env  # noqa: F401  (before kernels: the interpreter on a CPU)
 from conformance.engine_helpers import greedy, make_prompts
 from refengine import LLM, LLMEngine
 from refengine.cuda_graphs import capture_sizes, pad_decode_inputs, padded_size
@@ -47,7 +47,7 @@ def test_pad_decode_inputs():
 def test_triton_kernel_on_a_padded_decode_batch_matches_the_unpadded_oracle(num_kv_segments):
     """What a graph replay runs: the Triton kernels (interpreted here) on 3 decodes padded to 8; the real rows must
     equal the oracle on the unpadded batch, and the padded tokens must write nothing to the cache."""
-    from cbbench.kernels import reshape_and_cache, unified_attention, unified_attention_ref
+    from kernels import reshape_and_cache, unified_attention, unified_attention_ref
 
     g = torch.Generator().manual_seed(0)
     num_blocks, bs, kvh, heads, d = 12, 4, 2, 4, 16

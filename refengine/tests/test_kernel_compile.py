@@ -15,7 +15,7 @@ import pytest
 def compile_for_sm90() -> list[str]:
     """Compile the non-interpreted kernels to sm_90 cubins with Triton's bundled ptxas (no device needed) and
     return, per variant, its resource line: catches GPU-only compile errors and register spills on a CPU box.
-    Must run in a process where TRITON_INTERPRET was unset when cbbench.kernels was imported."""
+    Must run in a process where TRITON_INTERPRET was unset when kernels was imported."""
     import re
     import subprocess
     import tempfile
@@ -24,8 +24,8 @@ def compile_for_sm90() -> list[str]:
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
 
-    from cbbench.kernels.reshape_and_cache import _reshape_and_cache_kernel
-    from cbbench.kernels.unified_attention import _reduce_segments_kernel, _unified_attention_kernel
+    from kernels.reshape_and_cache import _reshape_and_cache_kernel
+    from kernels.unified_attention import _reduce_segments_kernel, _unified_attention_kernel
 
     ptr = {"q_ptr", "k_cache_ptr", "v_cache_ptr", "out_ptr", "k_ptr", "v_ptr"}
     fp32_ptr = {"segm_out_ptr", "segm_max_ptr", "segm_sum_ptr"}

@@ -1,4 +1,4 @@
-"""Triton kernels (cbbench.kernels) against the torch oracle (kernels/reference.py), and the kernel benchmark's CSV.
+"""Triton kernels (kernels) against the torch oracle (kernels/reference.py), and the kernel benchmark's CSV.
 
 On a CPU they run under TRITON_INTERPRET=1 (slow: shapes stay tiny); `gpu`-marked tests run larger shapes and the
 bf16 tensor-core path on CUDA. Every batch is built to catch a wrong gather: block tables are random permutations,
@@ -12,7 +12,7 @@ import os
 
 import torch
 
-if not torch.cuda.is_available():  # before cbbench.kernels is imported: Triton reads it when kernels are decorated
+if not torch.cuda.is_available():  # before kernels is imported: Triton reads it when kernels are decorated
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
 import pandas as pd  # noqa: E402
@@ -20,8 +20,8 @@ import pytest  # noqa: E402
 from hypothesis import given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
-from cbbench.kernels import reshape_and_cache, reshape_and_cache_ref, unified_attention  # noqa: E402
-from cbbench.kernels.unified_attention import MAX_KV_SEGMENTS, choose_num_kv_segments, plan_unified_attention  # noqa: E402
+from kernels import reshape_and_cache, reshape_and_cache_ref, unified_attention  # noqa: E402
+from kernels.unified_attention import MAX_KV_SEGMENTS, choose_num_kv_segments, plan_unified_attention  # noqa: E402
 from refengine.tests._kernel_batches import (  # noqa: E402
     DEVICE,
     HYPOTHESIS,
@@ -186,7 +186,7 @@ def test_gpu_reshape_and_cache_bf16_large():
 
 
 def test_kernel_bench_smoke_csv(tmp_path):
-    from cbbench.perf.bench.kernels import BenchShape, attention_bytes, run_kernel_bench
+    from perf.bench.kernels import BenchShape, attention_bytes, run_kernel_bench
 
     shape = BenchShape("toy", "mixed", num_heads=4, num_kv_heads=2, head_dim=64, batch=3, context=40, prefill_len=8)
     # 2 decodes (seq_len 41) + a chunk of 8 on a context of 40 (seq_len 48): K and V of 2 * 41 + 48 positions;
