@@ -141,6 +141,11 @@ class EngineConfig:
     # suite asks), so that a long-lived engine does not grow without bound
     stats_log_size: int | None = 10_000
     enforce_eager: bool = False  # True: never replay CUDA graphs for decode steps (graphs are CUDA-only anyway)
+    # vLLM's knob: the weights and KV heads split over this many GPUs. refengine's own forward runs on one device,
+    # so only a simulated GPU takes more than 1 (refengine/sim/)
+    tensor_parallel_size: int = field(
+        default=1, metadata={"help": "GPUs the model is split over (tensor parallel; > 1 on a simulated GPU only)"}
+    )
     scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)
 
     def __post_init__(self) -> None:
@@ -164,5 +169,6 @@ class EngineConfig:
         if self.stats_log_size is not None:
             check_int("stats_log_size", self.stats_log_size, 0)
         check_bool("enforce_eager", self.enforce_eager)
+        object.__setattr__(self, "tensor_parallel_size", check_int("tensor_parallel_size", self.tensor_parallel_size, 1))
         if not isinstance(self.scheduler, SchedulerConfig):
             raise ValueError(f"scheduler must be a SchedulerConfig, got {type(self.scheduler).__name__}")

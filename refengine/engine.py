@@ -68,7 +68,16 @@ class LLMEngine:
         args = EngineArgs.from_kwargs(model, **kwargs)
         cfg = args.create_configs()  # bad knobs fail here, before a model is loaded
         # device="sim:<gpu>": no weights and no forward; a simulated runner on a virtual clock (refengine/sim/)
-        self.sim = SimBackend.create(cfg.device, cfg.model, cfg.dtype) if is_sim_device(cfg.device) else None
+        if cfg.tensor_parallel_size > 1 and not is_sim_device(cfg.device):
+            raise ValueError(
+                f"tensor_parallel_size={cfg.tensor_parallel_size}: refengine's forward runs on one device; "
+                "tensor parallelism is simulated only (device='sim:<gpu>')"
+            )
+        self.sim = (
+            SimBackend.create(cfg.device, cfg.model, cfg.dtype, cfg.tensor_parallel_size)
+            if is_sim_device(cfg.device)
+            else None
+        )
         self.clock = self.sim.clock if self.sim else WALL_CLOCK
         parts = self.sim.parts() if self.sim else load_on_device(cfg, model_impl)
         (self.device, self.dtype, self.model, self.attention_backend, self.model_config, self.tokenizer) = parts

@@ -70,13 +70,16 @@ class SimBackend:
     shape: ModelShape
     tokenizer: Tokenizer
     clock: VirtualClock
+    tensor_parallel_size: int = 1
 
     @classmethod
-    def create(cls, device: str, model: str, dtype: object) -> SimBackend:
+    def create(cls, device: str, model: str, dtype: object, tensor_parallel_size: int = 1) -> SimBackend:
         gpu = parse_sim_device(device)
         name = sim_dtype(dtype)
         mc, shape, tokenizer = sim_model(model)
-        return cls(gpu, name, mc, shape, tokenizer, VirtualClock())
+        if tensor_parallel_size != 1:  # the TP cost model is not in yet: refuse rather than simulate one GPU
+            raise ValueError(f"tensor_parallel_size={tensor_parallel_size}: not simulated yet; use 1")
+        return cls(gpu, name, mc, shape, tokenizer, VirtualClock(), tensor_parallel_size)
 
     @property
     def torch_dtype(self) -> torch.dtype:

@@ -32,6 +32,9 @@ from refengine import LLMEngine
         ("num_cpu_blocks", 10**12, "num_cpu_blocks"),
         ("max_num_seqs", 10**6, "max_num_seqs"),
         ("max_num_batched_tokens", 0, "max_num_batched_tokens"),
+        ("tensor_parallel_size", 0, "tensor_parallel_size"),
+        ("tensor_parallel_size", 1.5, "tensor_parallel_size"),
+        ("tensor_parallel_size", 2, "tensor_parallel_size"),  # the CPU engine's forward runs on one device
         ("seed", 2**64, "seed"),
         ("seed", 1.5, "seed"),
         ("seed", "0", "seed"),
