@@ -11,9 +11,9 @@ import csv
 import statistics
 from dataclasses import dataclass
 
+from perf.sim.replay import replay_fixed_lengths
 from refengine.sim.cost_model import CostModel, ModelShape
 from refengine.sim.kernel_tables import DATA_DIR, load_tables
-from refengine.sim.replay import replay_fixed_lengths
 
 LLAMA_31_8B = ModelShape(
     num_layers=32,

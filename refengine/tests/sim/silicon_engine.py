@@ -16,9 +16,9 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from refengine.sim.closed_loop import closed_loop_on_engine
+from perf.sim.closed_loop import closed_loop_on_engine
+from perf.sim.replay import ReplayResult, replay_fixed_lengths
 from refengine.sim.cost_model import CostModel
-from refengine.sim.replay import ReplayResult, replay_fixed_lengths
 from refengine.tests.sim.silicon import LLAMA_31_8B, SILICON_CSV, median_abs
 
 # requests per row = WAVES x concurrency, as replay_fixed_lengths' default; the first and last wave are left out

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
+from perf.sim.replay import replay_fixed_lengths
 from refengine.sim.cost_model import StepShape
-from refengine.sim.replay import replay_fixed_lengths
 from refengine.tests.sim.silicon import LLAMA_31_8B, best_table_tflops, median_abs, replay_rows
 
 # The targets are a median TPOT error <= 15% and a median TTFT error <= 30%. Measured over all ten rows:

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import pytest
 
+from perf.sim.engine_replay import replay
 from refengine import LLM, LLMEngine
 from refengine.sim.cost_model import COST_MODEL_VERSION
 from refengine.sim.gpus import GPUS
 from refengine.sim.runner import SIM_TOKEN_ID
-from refengine.tests.sim.helpers import params, replay, workload
+from refengine.tests.sim.helpers import params, workload
 
 
 @pytest.mark.parametrize("device", ["sim:v100", "sim:", "sim:h200x", "simulated:h200"])

@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import pytest
 
+from perf.sim.engine_replay import replay
 from refengine import LLMEngine
 from refengine.sim.backend import ACTIVATION_RESERVE_BYTES
 from refengine.sim.gpus import GPUS
-from refengine.tests.sim.helpers import replay, workload
+from refengine.tests.sim.helpers import workload
 
 # Llama-3.1-8B: K and V x 32 layers x 8 KV heads x head_dim 128 x 2 bytes (bf16 KV cache)
 LLAMA8B_KV_BYTES_PER_TOKEN = 2 * 32 * 8 * 128 * 2

@@ -3,7 +3,7 @@ every prompt `isl` tokens and every output `osl` tokens (ignore_eos). C clients 
 each sends its next one the moment its previous one finishes, on the engine's own clock (virtual on a simulated
 GPU). The engine's real scheduler, KV cache manager and output side decide every step.
 
-The cost-model-only twin of this driver is refengine/sim/replay.py (`replay_fixed_lengths`), which re-implements
+The cost-model-only twin of this driver is perf/sim/replay.py (`replay_fixed_lengths`), which re-implements
 the scheduling for this one case; running both on the same rows checks one against the other.
 """
 
@@ -12,8 +12,8 @@ from __future__ import annotations
 import statistics
 from typing import TYPE_CHECKING, Any
 
-from refengine.sim.engine_replay import replay_params
-from refengine.sim.replay import ReplayResult
+from perf.sim.engine_replay import replay_params
+from perf.sim.replay import ReplayResult
 
 if TYPE_CHECKING:
     from refengine.engine import LLMEngine
@@ -81,8 +81,8 @@ def closed_loop_on_engine(
 ) -> ReplayResult:
     """A fresh engine with vLLM's server defaults on an H100 / H200 (8192 batched tokens, 1024 sequences, chunked
     prefill on) and prefix caching off (the prompts are distinct anyway), driven by run_closed_loop."""
+    from perf.sim.replay import VLLM_SERVER_MAX_NUM_BATCHED_TOKENS, VLLM_SERVER_MAX_NUM_SEQS
     from refengine import LLMEngine
-    from refengine.sim.replay import VLLM_SERVER_MAX_NUM_BATCHED_TOKENS, VLLM_SERVER_MAX_NUM_SEQS
 
     kwargs = {
         "max_num_batched_tokens": VLLM_SERVER_MAX_NUM_BATCHED_TOKENS,
