@@ -3,7 +3,8 @@
 The simulated GPU times its kernels from vLLM latencies that aiconfigurator-core measured on real GPUs. The package
 installs to 114 MB (plus pyarrow and scipy), so the repo commits a compact extract instead of depending on it: per
 GPU one compressed .npz with the bf16 / fp8 GEMM grid and the FlashAttention decode and prefill tables for head_dim
-64 and 128, plus the ten silicon rows the serving-level validation replays. Run it after a version bump:
+64 and 128, and vLLM's all-reduce / NCCL all-gather tables for tensor parallelism (the measured serving runs the
+simulator is validated against are ci/extract_measured_runs.py's). Run it after a version bump:
 
     pip install aiconfigurator-core==0.12.0     # or: pip install -e '.[sim-extract]'
     python ci/extract_sim_tables.py
@@ -26,7 +27,6 @@ SYSTEMS = [("h100", "h100_sxm", "0.24.0"), ("h200", "h200_sxm", "0.24.0"), ("a10
 # the per-tensor-scaled kernels: nvidia's FP8 checkpoints are per-tensor, and bf16 goes through F.linear
 GEMM_KERNELS = {"bfloat16": ("torch.nn.functional.linear", "vllm_default"), "fp8": ("CutlassFP8ScaledMMLinearKernel",)}
 HEAD_DIMS = (64, 128)  # the head sizes of the presets (Qwen2.5-0.5B: 64; the rest: 128)
-SILICON_MODEL = "nvidia/Llama-3.1-8B-Instruct-FP8"
 ATTN_COLUMNS = ["num_heads", "num_key_value_heads", "head_dim", "batch_size", "isl", "step", "latency"]
 
 
@@ -98,25 +98,6 @@ def extract_system(systems: Path, folder: str, vllm_version: str) -> dict[str, n
     return arrays
 
 
-def extract_silicon(systems: Path) -> pd.DataFrame:
-    df = pd.read_csv(systems / "silicon_sample.csv")
-    keep = (df.model_path == SILICON_MODEL) & (df.system == "h200_sxm") & (df.backend == "vllm")
-    keep &= (df.tp_size == 1) & (df["mode"] == "agg")
-    cols = [
-        "model_path",
-        "system",
-        "backend",
-        "backend_version",
-        "precision",
-        "isl",
-        "osl",
-        "batch_size",
-        "silicon_ttft_ms",
-        "silicon_tpot_ms",
-    ]
-    return df.loc[keep, cols].sort_values(["isl", "osl", "batch_size"])
-
-
 def main() -> None:
     systems = _systems_dir()
     OUT_DIR.mkdir(parents=True, exist_ok=True)
@@ -124,7 +105,6 @@ def main() -> None:
         arrays = extract_system(systems, folder, vllm_version)
         arrays["vllm_version"] = np.array(vllm_version)
         np.savez_compressed(OUT_DIR / f"{name}.npz", **arrays)
-    extract_silicon(systems).to_csv(OUT_DIR / "silicon_llama31_8b_fp8_h200.csv", index=False)
     for name, folder, _ in SYSTEMS:
         shutil.copyfile(systems / f"{folder}.yaml", OUT_DIR / f"{name}_system.yaml")
     print(f"wrote {sorted(p.name for p in OUT_DIR.iterdir())}")

@@ -36,7 +36,7 @@ def run_llm(prompts, max_tokens=MAX_TOKENS, model: str = TEST_MODEL, **knobs) ->
 
 @functools.lru_cache(maxsize=4)
 def _hf_for(model: str):
-    from refengine.engine import _load_model_cached
+    from refengine.engine_setup import _load_model_cached
     from refengine.loader import to_hf_model
 
     lm, cfg = _load_model_cached(model, torch.device("cpu"), torch.float32, 0, "torch")

@@ -169,6 +169,8 @@ class EngineConfig:
         if self.stats_log_size is not None:
             check_int("stats_log_size", self.stats_log_size, 0)
         check_bool("enforce_eager", self.enforce_eager)
-        object.__setattr__(self, "tensor_parallel_size", check_int("tensor_parallel_size", self.tensor_parallel_size, 1))
+        object.__setattr__(
+            self, "tensor_parallel_size", check_int("tensor_parallel_size", self.tensor_parallel_size, 1)
+        )
         if not isinstance(self.scheduler, SchedulerConfig):
             raise ValueError(f"scheduler must be a SchedulerConfig, got {type(self.scheduler).__name__}")

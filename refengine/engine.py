@@ -6,7 +6,8 @@ step) with per-request timestamps for TTFT / TPOT / ITL, and the step's StepStat
 With async_scheduling=True the forward runs in a worker thread and step() schedules and launches step N+1 before
 it processes step N's output (refengine/batch_queue.py): outputs come back one step later, tokens are the same.
 The model (or `model_impl`), the sampler and the detokenizer factory come in through the constructor, so a
-benchmark or a test swaps one without patching.
+benchmark or a test swaps one without patching. What the engine runs on, a real device or a simulated GPU, is its
+Device (`engine.platform`, refengine/device.py), chosen once in the constructor.
 """
 
 from __future__ import annotations
@@ -19,31 +20,18 @@ from typing import Any
 import torch
 
 import refengine.sampler as sampler_module
-from refengine.batch_queue import BatchQueue
-from refengine.config import EngineConfig  # noqa: F401  (re-exported)
 from refengine.detokenizer import IncrementalDetokenizer
+from refengine.device import Device, Runner, StepQueue, make_device
 from refengine.engine_args import EngineArgs, with_resolved
-from refengine.engine_setup import (  # noqa: F401  (_load_model_cached, sized_num_blocks: re-exported)
-    _load_model_cached,
-    check_engine_memory,
-    kv_pool_size,
-    load_on_device,
-    make_model_runner,
-    sized_num_blocks,
-    warm_up_attention,
-)
 from refengine.model_runner import Sampler
-from refengine.output_processor import DetokenizerFactory, OutputProcessor, request_metrics  # noqa: F401
+from refengine.output_processor import DetokenizerFactory, OutputProcessor
 from refengine.outputs import RequestOutput
 from refengine.processor import Processor
 from refengine.request import Request, RequestStatus
 from refengine.sampling_params import SamplingParams
 from refengine.scheduler import Scheduler
 from refengine.scheduler_output import ModelRunnerOutput, SchedulerOutput
-from refengine.sim.backend import SimBackend
-from refengine.sim.clock import WALL_CLOCK
-from refengine.sim.device import is_sim_device
-from refengine.step_stats import StepStats  # noqa: F401  (re-exported)
+from refengine.step_stats import StepStats
 
 NewRequest = tuple[Any, ...]  # add_requests' entries: add_request's arguments, the last three optional
 
@@ -67,49 +55,42 @@ class LLMEngine:
         (forward, compute_logits), for `model`'s config; `sampler` and `detokenizer_factory` replace refengine's."""
         args = EngineArgs.from_kwargs(model, **kwargs)
         cfg = args.create_configs()  # bad knobs fail here, before a model is loaded
-        # device="sim:<gpu>": no weights and no forward; a simulated runner on a virtual clock (refengine/sim/)
-        if cfg.tensor_parallel_size > 1 and not is_sim_device(cfg.device):
-            raise ValueError(
-                f"tensor_parallel_size={cfg.tensor_parallel_size}: refengine's forward runs on one device; "
-                "tensor parallelism is simulated only (device='sim:<gpu>')"
-            )
-        self.sim = (
-            SimBackend.create(cfg.device, cfg.model, cfg.dtype, cfg.tensor_parallel_size)
-            if is_sim_device(cfg.device)
-            else None
-        )
-        self.clock = self.sim.clock if self.sim else WALL_CLOCK
-        parts = self.sim.parts() if self.sim else load_on_device(cfg, model_impl)
+        # the one place the kind of device is decided (refengine/device.py): a real one, or device="sim:<gpu>", a
+        # simulated GPU (no weights, no forward: a runner on a virtual clock, refengine/sim/)
+        self.platform: Device = make_device(cfg, model_impl)
+        self.clock = self.platform.clock
+        parts = self.platform.parts
         (self.device, self.dtype, self.model, self.attention_backend, self.model_config, self.tokenizer) = parts
-        self.device_label = self.sim.device_label if self.sim else str(self.device)
+        self.device_label = self.platform.label
         mc = self.model_config
         self.max_model_len = mc.max_position_embeddings if cfg.max_model_len is None else cfg.max_model_len
         if not 2 <= self.max_model_len <= mc.max_position_embeddings:
             raise ValueError(
                 f"max_model_len must be in [2, {mc.max_position_embeddings}] for this model, got {self.max_model_len}"
             )
-        kv_field, num_blocks = kv_pool_size(
-            cfg, parts, given=args.num_gpu_blocks_given, sim=self.sim, max_model_len=self.max_model_len
+        kv_given = args.num_gpu_blocks_given
+        num_blocks = (
+            cfg.scheduler.num_gpu_blocks
+            if kv_given
+            else self.platform.num_gpu_blocks(cfg, max_model_len=self.max_model_len)
         )
         self.config = cfg = with_resolved(cfg, max_model_len=self.max_model_len, num_gpu_blocks=num_blocks)
         sc = cfg.scheduler
         # Every running request owns at least one KV block of its own (the one holding its last token is never a
         # prefix-cache hit), so no more than num_gpu_blocks requests ever need an input-batch row at once.
         num_rows = min(sc.max_num_seqs, sc.num_gpu_blocks)
-        if self.sim is None:  # (a simulated GPU allocates nothing)
-            check_engine_memory(mc, sc, num_rows=num_rows, kv_field=kv_field, device=self.device, dtype=self.dtype)
+        self.platform.check_memory(cfg, num_rows=num_rows, kv_given=kv_given)
         self.scheduler = Scheduler(sc, eos_token_id=mc.eos_token_id)
         self.scheduler.clock = self.clock.now
-        self.model_runner = (
-            self.sim.make_runner(sc.async_scheduling)
-            if self.sim
-            else make_model_runner(parts, cfg, num_rows=num_rows, sampler=sampler or sampler_module.sample)
+        self.model_runner: Runner = self.platform.make_runner(
+            cfg, num_rows=num_rows, sampler=sampler or sampler_module.sample
         )
-        warm_up_attention(parts, sc.block_size, self.max_model_len)
+        self.platform.warm_up(sc.block_size, self.max_model_len)
         self.processor = Processor(self.tokenizer, mc, sc, self.max_model_len)
         self._pending: list[RequestOutput] = []  # outputs of requests aborted between steps
-        queue_type = self.sim.batch_queue if self.sim else BatchQueue
-        self.batch_queue = queue_type(self.model_runner.execute_model) if sc.async_scheduling else None
+        self.batch_queue: StepQueue | None = (
+            self.platform.make_batch_queue(self.model_runner.execute_model) if sc.async_scheduling else None
+        )
         self._shut_down = False
         # the newest stats_log_size steps and finished requests, for metrics; the caller may clear them
         self.step_stats: collections.deque[StepStats] = collections.deque(maxlen=cfg.stats_log_size)

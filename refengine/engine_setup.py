@@ -1,4 +1,5 @@
-"""What LLMEngine does once, before serving: load (or share) the model, size the KV pool, check memory, make a runner.
+"""A local device's set-up, before serving (refengine/device.py's LocalDevice): load (or share) the model, size the
+KV pool, check memory, make a runner; and EngineParts, what every Device hands the engine.
 
 Presets are pure functions of (name, seed, device, dtype, backend), so engines in one process share their weights
 (inference only); a folder is read afresh each time. The KV cache is sized from memory (refengine/kv_sizing.py)
@@ -19,9 +20,8 @@ from refengine.limits import cdiv
 from refengine.model import CausalLM, ModelConfig
 from refengine.tokenizer import Tokenizer
 
-if TYPE_CHECKING:  # (refengine.sim imports this module's EngineParts; the runner imports the model)
+if TYPE_CHECKING:  # (the runner imports the model)
     from refengine.model_runner import ModelRunner, Sampler
-    from refengine.sim.backend import SimBackend
 
 # (device, dtype, model, attention_backend, model_config, tokenizer): what an engine runs on; the model is None on
 # a simulated GPU, which has no weights
@@ -76,20 +76,11 @@ def load_on_device(cfg: EngineConfig, model_impl: torch.nn.Module | None) -> Eng
     return device, dtype, module, get_attention_backend(backend).name, model_config, load_tokenizer(cfg.model)
 
 
-def kv_pool_size(
-    cfg: EngineConfig, parts: EngineParts, *, given: bool, sim: SimBackend | None, max_model_len: int
-) -> tuple[str, int]:
-    """(the knob that sizes the KV pool, num_gpu_blocks): num_gpu_blocks when `given`, else sized from memory
-    (the simulated GPU's, or the device's); errors name that knob."""
-    device, dtype, model, _, mc, _ = parts
-    if given:
-        return "num_gpu_blocks", cfg.scheduler.num_gpu_blocks
+def kv_budget_knob(cfg: EngineConfig, device: torch.device) -> str:
+    """The knob that sizes a KV pool drawn from memory, which its errors name: kv_cache_memory_gb when given or off
+    CUDA (the host's budget), else gpu_memory_utilization."""
     uses_budget = cfg.kv_cache_memory_gb is not None or device.type != "cuda"
-    kv_field = "kv_cache_memory_gb" if uses_budget else "gpu_memory_utilization"
-    if sim is not None:
-        return kv_field, sim.num_gpu_blocks(cfg.scheduler.block_size, cfg.gpu_memory_utilization)
-    assert model is not None, "a real device always has a model (EngineParts)"
-    return kv_field, sized_num_blocks(model, mc, cfg, device=device, dtype=dtype, max_model_len=max_model_len)
+    return "kv_cache_memory_gb" if uses_budget else "gpu_memory_utilization"
 
 
 def sized_num_blocks(

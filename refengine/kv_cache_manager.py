@@ -142,8 +142,14 @@ class KVCacheManager:
         self.free_host(request)
         self.req_to_block_hashes.pop(request.request_id, None)
 
-    def get_block_ids(self, request_id: str) -> list[int]:
-        return [b.block_id for b in self.req_to_blocks.get(request_id, [])]
+    # ---- block tables (what the scheduler tells the runner; vLLM's get_block_ids) ------------------------------
+    def get_num_blocks(self, request_id: str) -> int:
+        """How many device blocks the request holds: the length of its block table."""
+        return len(self.req_to_blocks.get(request_id, ()))
+
+    def get_block_ids(self, request_id: str, start: int = 0) -> list[int]:
+        """The request's block table from block `start` on (0: all of it; else the blocks the runner lacks)."""
+        return [b.block_id for b in self.req_to_blocks.get(request_id, [])[start:]]
 
     # ---- swap -----------------------------------------------------------------------------------------------
     def swap_out(self, request: Request) -> list[tuple[int, int]] | None:

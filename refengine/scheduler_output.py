@@ -12,10 +12,13 @@ simply "new" at the step that first schedules it).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
-from refengine.block_pool import KVCacheBlock
 from refengine.request import Request
 from refengine.sampling_params import SamplingParams
+
+if TYPE_CHECKING:
+    from refengine.kv_cache_manager import KVCacheManager
 
 
 @dataclass
@@ -104,11 +107,9 @@ class RunnerView:
         self._sent: dict[str, tuple[int, int]] = {}
         self._prev_scheduled: set[str] = set()
 
-    def fill(
-        self, out: SchedulerOutput, requests: dict[str, Request], req_to_blocks: dict[str, list[KVCacheBlock]]
-    ) -> None:
-        """Describe `out.num_scheduled_tokens` to the runner. Call after scheduling, before num_computed_tokens
-        advances."""
+    def fill(self, out: SchedulerOutput, requests: dict[str, Request], kv_cache_manager: KVCacheManager) -> None:
+        """Describe `out.num_scheduled_tokens` to the runner, the block ids as the KV cache manager hands them out
+        (vLLM's get_block_ids). Call after scheduling, before num_computed_tokens advances."""
         for rid in out.finished_req_ids:
             self._sent.pop(rid, None)
         cached = out.scheduled_cached_reqs
@@ -116,13 +117,13 @@ class RunnerView:
         # (this loop runs for every scheduled request every step: locals instead of attribute lookups)
         new_reqs, req_ids, new_block_ids = out.scheduled_new_reqs, cached.req_ids, cached.new_block_ids
         num_computed = cached.num_computed_tokens
+        num_blocks_of, block_ids_of = kv_cache_manager.get_num_blocks, kv_cache_manager.get_block_ids
         for rid in out.num_scheduled_tokens:
             req = requests[rid]
-            blocks = req_to_blocks.get(rid, ())
             known = sent.get(rid)
-            num_blocks, preemptions = len(blocks), req.num_preemptions
+            num_blocks, preemptions = num_blocks_of(rid), req.num_preemptions
             if known is None:
-                new_reqs.append(NewRequestData.from_request(req, [b.block_id for b in blocks]))
+                new_reqs.append(NewRequestData.from_request(req, block_ids_of(rid)))
             else:
                 have = known[0]
                 req_ids.append(rid)
@@ -131,7 +132,7 @@ class RunnerView:
                     have = 0
                 if rid not in prev:
                     cached.all_token_ids[rid] = list(req.all_token_ids)
-                new_block_ids.append([b.block_id for b in blocks[have:]] if num_blocks > have else None)
+                new_block_ids.append(block_ids_of(rid, have) if num_blocks > have else None)
                 num_computed.append(req.num_computed_tokens)
                 if num_blocks == have and known[1] == preemptions:
                     continue  # nothing to record anew (the common decode step)

@@ -49,7 +49,7 @@ class SchedulerUpdate:
         del self.requests[req.request_id]
 
     def _update_after_schedule(self, out: SchedulerOutput) -> None:
-        self.runner_view.fill(out, self.requests, self.kv_cache_manager.req_to_blocks)
+        self.runner_view.fill(out, self.requests, self.kv_cache_manager)
         now = self.clock()
         async_sched = self.config.async_scheduling
         requests, is_prefill = self.requests, out.is_prefill

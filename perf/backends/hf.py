@@ -105,9 +105,9 @@ MULTI_TURN_REFUSED = "multi-turn workloads run on refengine and the HTTP backend
 
 
 def run_hf_static_sim(workload: Any, model: str, *, device: str, dtype: str | None, max_num_seqs: int) -> RunResult:
-    """hf-static on a simulated GPU: the same batching on the engine's cost model (refengine/sim/hf_static.py),
+    """hf-static on a simulated GPU: the same batching on the engine's cost model (perf/sim/hf_static.py),
     times in simulated seconds from 0, as the simulated engine's."""
-    from refengine.sim.hf_static import simulate_hf_static_on, workload_requests
+    from perf.sim.hf_static import simulate_hf_static_on, workload_requests
 
     res = RunResult("hf-static", "static", {"max_num_seqs": max_num_seqs}, max_num_seqs=max_num_seqs)
     sim = simulate_hf_static_on(device, model, workload_requests(workload), max_num_seqs, dtype or "bfloat16")

@@ -167,7 +167,7 @@ def _add_service_routes(app: FastAPI, serving: OpenAIServing, check_model: Any, 
         except PackageNotFoundError:  # (run from a source tree that was never installed)
             out = {"version": "unknown"}
         engine = async_engine.engine
-        if engine.sim is not None:  # clients (and the HTTP suite) must know the tokens and times are simulated
+        if engine.platform.simulated:  # clients (and the HTTP suite) must know the tokens and times are simulated
             out["simulated"] = engine.device_label
         return out
 

@@ -23,7 +23,6 @@ from refengine.engine import LLMEngine
 from refengine.entrypoints.metrics import ServerMetrics
 from refengine.outputs import RequestOutput
 from refengine.sampling_params import SamplingParams
-from refengine.sim.pacing import pacer_for
 
 log = logging.getLogger("refengine.server")
 SHUTDOWN_TIMEOUT_S = 30.0  # server stop waits this long for the engine thread (its step in flight, the drain)
@@ -74,8 +73,8 @@ class _Stream:
 class AsyncLLMEngine:
     def __init__(self, engine: LLMEngine, model_name: str, pace_sim: bool = True) -> None:
         self.engine = engine
-        # a simulated GPU (device="sim:<gpu>") is paced to real time: each step takes its simulated seconds
-        self.pacer = pacer_for(engine, pace_sim)
+        # the device may pace the steps to real time: a simulated GPU's step takes its simulated seconds
+        self.pacer = engine.platform.make_pacer(engine.step) if pace_sim else None
         self._clock = self.pacer.now if self.pacer else engine.clock.now
         config = engine.config.scheduler
         self.metrics = ServerMetrics(model_name, config.num_gpu_blocks, config.block_size)

@@ -15,6 +15,9 @@ from typing import Any
 
 DTYPES = ("bfloat16", "fp8")
 DTYPE_BYTES = {"bfloat16": 2, "fp8": 1}
+# vLLM's kv_cache_dtype="auto" keeps the KV cache in the activation dtype, bf16, also for fp8 weights (an fp8 cache
+# needs --kv-cache-dtype fp8): the simulated KV pool is sized, and attention timed, in bf16
+KV_CACHE_DTYPE = "bfloat16"
 # the tensor-parallel degrees the all-reduce tables measure (aiconfigurator-core's vLLM collectives: 2, 4, 8 GPUs)
 SIMULATED_TP = (1, 2, 4, 8)
 

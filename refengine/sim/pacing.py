@@ -13,16 +13,14 @@ The pacer maps wall time onto virtual time from the moment it is built: virtual(
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from refengine.engine import LLMEngine
-    from refengine.outputs import RequestOutput
-
 import time
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from refengine.sim.clock import VirtualClock
+
+if TYPE_CHECKING:
+    from refengine.outputs import RequestOutput
 
 
 class StepPacer:
@@ -46,9 +44,3 @@ class StepPacer:
         if delay > 0:
             self._sleep(delay)
         return outputs
-
-
-def pacer_for(engine: LLMEngine, pace: bool = True) -> StepPacer | None:
-    """A pacer for a simulated engine (None for a real device, or when pacing is off)."""
-    sim = getattr(engine, "sim", None)
-    return StepPacer(sim.clock, engine.step) if sim is not None and pace else None

@@ -7,7 +7,7 @@ from __future__ import annotations
 import torch
 
 from conformance.engine_helpers import TEST_MODEL, greedy, make_prompts, run_llm
-from refengine.engine import _load_model_cached
+from refengine.engine_setup import _load_model_cached
 from refengine.model_runner import ModelRunner
 from refengine.scheduler_output import NewRequestData, SchedulerOutput
 

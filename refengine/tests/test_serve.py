@@ -45,8 +45,7 @@ def test_every_engine_knob_is_a_serve_option():
     from dataclasses import fields
 
     from perf.cli import app
-    from refengine.config import SchedulerConfig
-    from refengine.engine import EngineConfig
+    from refengine.config import EngineConfig, SchedulerConfig
 
     serve = typer.main.get_command(app).commands["serve"]
     flags = {opt for p in serve.params for opt in p.opts}

@@ -1,10 +1,9 @@
-"""Shared pieces of the simulated-GPU tests: workloads of (prompt, output length, arrival) requests, and the replay
-that drives them through an engine on its own clock (refengine/sim/engine_replay.py)."""
+"""Shared pieces of the simulated-GPU tests: workloads of (prompt, output length, arrival) requests and their
+sampling params (perf/sim/engine_replay.py drives them through an engine on its own clock)."""
 
 from __future__ import annotations
 
 from refengine import SamplingParams
-from refengine.sim.engine_replay import replay  # noqa: F401  (the tests' driver)
 
 
 def params(max_tokens: int) -> SamplingParams:

@@ -7,9 +7,9 @@ import dataclasses
 import pytest
 
 from refengine.sim.cost_model import CostModel, HostCost, StepShape
-from refengine.sim.model_shape import ModelShape
 from refengine.sim.gpus import GPUS, GpuSpec, get_gpu
-from refengine.tests.sim.silicon import LLAMA_31_8B
+from refengine.sim.model_shape import ModelShape
+from refengine.tests.sim.shapes import LLAMA_31_8B
 
 # vLLM reports about 5 ms of GPU time per decode step for Llama-8B on an H100 (a rounded figure)
 VLLM_LLAMA8B_H100_STEP_S = 5e-3

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import pytest
 
+from perf.sim.engine_replay import replay
 from refengine import LLM, LLMEngine
 from refengine.sim.cost_model import COST_MODEL_VERSION
 from refengine.sim.gpus import GPUS
 from refengine.sim.runner import SIM_TOKEN_ID
-from refengine.tests.sim.helpers import params, replay, workload
+from refengine.tests.sim.helpers import params, workload
 
 
 @pytest.mark.parametrize("device", ["sim:v100", "sim:", "sim:h200x", "simulated:h200"])
@@ -47,7 +48,7 @@ def test_bad_sim_dtype_and_model_are_refused():
 def test_presets_run_with_fixed_tokens_to_max_tokens(gpu, model):
     with LLM(model, device=f"sim:{gpu}", gpu_memory_utilization=0.5) as llm:
         engine = llm.llm_engine
-        assert engine.model is None and engine.device_label.startswith(f"simulated {engine.sim.gpu.name}")
+        assert engine.model is None and engine.device_label.startswith(f"simulated {engine.platform.gpu.name}")
         assert COST_MODEL_VERSION in engine.device_label
         outs = llm.generate(["Hello there", [5, 6, 7]], [params(3), params(7)])
     assert [len(o.outputs[0].token_ids) for o in outs] == [3, 7]

@@ -5,17 +5,18 @@ from __future__ import annotations
 
 import pytest
 
+from perf.sim.engine_replay import replay
 from refengine import LLMEngine
 from refengine.sim.backend import ACTIVATION_RESERVE_BYTES
 from refengine.sim.gpus import GPUS
-from refengine.tests.sim.helpers import replay, workload
+from refengine.tests.sim.helpers import workload
 
 # Llama-3.1-8B: K and V x 32 layers x 8 KV heads x head_dim 128 x 2 bytes (bf16 KV cache)
 LLAMA8B_KV_BYTES_PER_TOKEN = 2 * 32 * 8 * 128 * 2
 
 
 def _expected_blocks(engine: LLMEngine, util: float, block_size: int) -> int:
-    sim = engine.sim
+    sim = engine.platform
     budget = int(sim.gpu.memory_bytes * util) - sim.shape.weight_bytes(sim.dtype) - ACTIVATION_RESERVE_BYTES
     return budget // (LLAMA8B_KV_BYTES_PER_TOKEN * block_size)
 
@@ -28,7 +29,7 @@ def test_pool_follows_the_formula(gpu, dtype, util, block_size):
     engine = LLMEngine(
         "llama-3.1-8b", device=f"sim:{gpu}", dtype=dtype, gpu_memory_utilization=util, block_size=block_size
     )
-    assert engine.sim.shape.kv_bytes_per_token("bfloat16") == LLAMA8B_KV_BYTES_PER_TOKEN
+    assert engine.platform.shape.kv_bytes_per_token("bfloat16") == LLAMA8B_KV_BYTES_PER_TOKEN
     assert engine.scheduler.config.num_gpu_blocks == _expected_blocks(engine, util, block_size) > 0
 
 
@@ -49,8 +50,8 @@ def test_a_utilization_leaving_no_block_is_refused_by_name():
 def _util_for_blocks(gpu: str, blocks: int) -> float:
     """The gpu_memory_utilization that leaves `blocks` (and a half) KV blocks of 16 tokens for Llama-3.1-8B."""
     probe = LLMEngine("llama-3.1-8b", device=f"sim:{gpu}", num_gpu_blocks=1)
-    need = probe.sim.shape.weight_bytes("bfloat16") + ACTIVATION_RESERVE_BYTES
-    return (need + (blocks + 0.5) * LLAMA8B_KV_BYTES_PER_TOKEN * 16) / probe.sim.gpu.memory_bytes
+    need = probe.platform.shape.weight_bytes("bfloat16") + ACTIVATION_RESERVE_BYTES
+    return (need + (blocks + 0.5) * LLAMA8B_KV_BYTES_PER_TOKEN * 16) / probe.platform.gpu.memory_bytes
 
 
 def test_a_small_pool_preempts_and_a_full_one_does_not():

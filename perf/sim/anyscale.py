@@ -1,5 +1,5 @@
 """Ratio-level validation: Anyscale's continuous-batching benchmark replayed on a simulated A100,
-`python -m refengine.sim.anyscale [--num-prompts N] [--caps 32,128,512,1536]`.
+`python -m perf.sim.anyscale [--num-prompts N] [--caps 32,128,512,1536]`.
 
 The published setup (Anyscale, "How continuous batching enables 23x throughput in LLM inference", 2023): OPT-13B on
 one A100, 1000 prompts of 512 tokens, output lengths drawn from an exponential distribution of mean 128 and capped
@@ -11,7 +11,7 @@ Here, per cap, on `sim:a100` with the `opt-13b` shape in bf16:
 - `continuous`: refengine with vLLM's offline (`LLM` class) defaults on an A100: 8192 batched tokens, 256 sequences;
 - `static`: refengine's static batching at max_num_seqs = the static batch (a batch forms when the last one ends;
   a finished row stops computing);
-- `hf-static`: HF `generate` at the same batch (refengine/sim/hf_static.py: padded prefill, every row computed until
+- `hf-static`: HF `generate` at the same batch (perf/sim/hf_static.py: padded prefill, every row computed until
   the batch's longest output ends), the benchmark's own baseline.
 """
 
@@ -23,8 +23,7 @@ import sys
 import time
 from dataclasses import dataclass
 
-from refengine.sim.closed_loop import distinct_prompt
-from refengine.sim.hf_static import simulate_hf_static_on
+from perf.sim.hf_static import simulate_hf_static_on
 
 MODEL, DEVICE, DTYPE = "opt-13b", "sim:a100", "bfloat16"
 PROMPT_LEN = 512
@@ -34,6 +33,17 @@ STATIC_BATCH = {32: 16, 128: 12, 512: 8, 1536: 4}  # output cap -> the benchmark
 CONTINUOUS_MAX_NUM_BATCHED_TOKENS = 8192
 CONTINUOUS_MAX_NUM_SEQS = 256
 PUBLISHED = "continuous batching 8x, vLLM 23x over naive HF static batching"
+
+
+# the first token id of the distinct prompts: above every preset's special ids, below every vocabulary
+_PROMPT_ID_BASE = 1000
+
+
+def distinct_prompt(index: int, isl: int, vocab_size: int) -> list[int]:
+    """Request `index`'s prompt: `isl` ids that no other index shares at position 0, so no two prompts share a
+    cached prefix even if prefix caching were on."""
+    span = vocab_size - _PROMPT_ID_BASE
+    return [_PROMPT_ID_BASE + (index + 7 * j) % span for j in range(isl)]
 
 
 @dataclass(frozen=True)
@@ -62,8 +72,8 @@ def output_lengths(num_prompts: int, cap: int, seed: int = 0) -> list[int]:
 
 def engine_throughput(outputs: list[int], **engine_kwargs: object) -> float:
     """(prompt + output tokens) / simulated seconds for all requests present at t = 0 on a fresh simulated engine."""
+    from perf.sim.engine_replay import replay
     from refengine import LLMEngine
-    from refengine.sim.engine_replay import replay
 
     engine = LLMEngine(MODEL, device=DEVICE, dtype=DTYPE, stats_log_size=0, **engine_kwargs)
     vocab = engine.model_config.vocab_size

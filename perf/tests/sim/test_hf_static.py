@@ -1,12 +1,12 @@
-"""The simulated hf-static peer (refengine/sim/hf_static.py): its steps, its timestamps and its padding."""
+"""The simulated hf-static peer (perf/sim/hf_static.py): its steps, its timestamps and its padding."""
 
 from __future__ import annotations
 
 import pytest
 
+from perf.sim.hf_static import batch_steps, simulate_hf_static
 from refengine.sim.cost_model import CostModel, StepShape
-from refengine.sim.hf_static import batch_steps, simulate_hf_static
-from refengine.tests.sim.silicon import LLAMA_31_8B
+from refengine.tests.sim.shapes import LLAMA_31_8B
 
 
 class TokenCost:
@@ -78,7 +78,7 @@ def test_bad_input_names_the_field(h200) -> None:
 def test_a_workload_maps_to_prompt_and_output_lengths_with_arrivals() -> None:
     from types import SimpleNamespace
 
-    from refengine.sim.hf_static import workload_requests
+    from perf.sim.hf_static import workload_requests
 
     reqs = [
         SimpleNamespace(prompt_token_ids=[5] * n, output_len=o, arrival_time=a)
