@@ -59,12 +59,21 @@ def sample_fixed(
     input_len: int = 1024,
     output_len: int = 256,
     token_id_range: tuple[int, int] = DEFAULT_TOKEN_ID_RANGE,
+    dataset_entries: int | None = None,
 ) -> Sample:
-    _check_positive(input_len=input_len, output_len=output_len)
+    """`num_prompts` requests of `input_len` random ids in, `output_len` out. `dataset_entries`: draw each
+    request's prompt uniformly, with replacement, from that many distinct prompts (aiperf's --num-dataset-entries,
+    default 100 there), so repeated prompts meet the server's prefix cache; None: every prompt distinct."""
+    _check_positive(input_len=input_len, output_len=output_len, dataset_entries=dataset_entries)
     id_range = _check_range(token_id_range)
     rng = _rng("fixed", seed)
-    reqs = [WorkloadRequest(_ids(rng, input_len, id_range), output_len) for _ in range(num_prompts)]
-    return reqs, {"input_len": input_len, "output_len": output_len, "token_id_range": list(id_range)}
+    params: dict[str, Any] = {"input_len": input_len, "output_len": output_len, "token_id_range": list(id_range)}
+    if dataset_entries is None:
+        reqs = [WorkloadRequest(_ids(rng, input_len, id_range), output_len) for _ in range(num_prompts)]
+        return reqs, params
+    pool = [_ids(rng, input_len, id_range) for _ in range(dataset_entries)]
+    picks = rng.integers(0, dataset_entries, size=num_prompts).tolist()
+    return [WorkloadRequest(list(pool[i]), output_len) for i in picks], {**params, "dataset_entries": dataset_entries}
 
 
 def sample_random(

@@ -22,6 +22,7 @@ from perf.cli.app import DEBUG_ENV, LIKE_MAY_SET, CliError, app, command_line, e
 from perf.cli.bench import bench_async, bench_scheduler, bench_step
 from perf.cli.commands import compare, generate, kernels, plot, report, serve, show, timeline
 from perf.cli.profile import bench_profile
+from perf.cli.sim import sim_app
 from perf.errors import NoResultError
 from perf.knobs import engine_knob_options
 from perf.plan.options import CPU_DEFAULTS, PerfOptions
@@ -150,6 +151,7 @@ app.command("bench-scheduler")(bench_scheduler)
 app.command("bench-profile")(bench_profile)
 app.command("bench-step")(bench_step)
 app.command("bench-async")(bench_async)
+app.add_typer(sim_app, name="sim")
 
 
 def main() -> None:  # pragma: no cover

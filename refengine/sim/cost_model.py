@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from refengine.sim.comm import CollectiveCurve, collective
 from refengine.sim.gpus import GpuSpec, get_gpu
 from refengine.sim.kernel_tables import KernelTables, load_tables
-from refengine.sim.model_shape import DTYPE_BYTES, ModelShape, check_dtype
+from refengine.sim.model_shape import DTYPE_BYTES, KV_CACHE_DTYPE, ModelShape, check_dtype
 
 COST_MODEL_VERSION = "sim-2 (aiconfigurator-core 0.12.0 vllm 0.24.0 tables; a100: vllm 0.14.0)"
 # aiconfigurator-core's own constants for memory-bound ops (data/<gpu>_system.yaml: mem_bw_empirical_scaling_factor
@@ -41,6 +41,8 @@ ROOFLINE_FLOPS_EFF = 0.7
 # per layer outside the GEMMs and attention: fused add+RMSNorm twice, rotary embedding, the KV cache write and
 # SiLU-and-mul; five kernels, each at least KERNEL_FLOOR_S (vLLM runs decode in CUDA graphs, so no launch gap)
 NON_GEMM_KERNELS_PER_LAYER = 5
+# Qwen3 adds a per-head RMSNorm of the queries and of the keys before RoPE (q_norm, k_norm): two kernels more
+QK_NORM_KERNELS = 2
 # the sampler reads the float32 logits a few times (temperature, softmax / argmax, the sampled-token gather)
 SAMPLER_LOGIT_PASSES = 3
 # vLLM captures CUDA graphs for steps of up to 512 tokens (its default cudagraph capture sizes end at 512); a
@@ -107,10 +109,12 @@ class CostModel:
         self._by_tokens: dict[int, tuple[float, float, float]] = {}  # M -> (gemm, non_gemm, all-reduce), all layers
         self._by_rows: dict[int, float] = {}  # sampling rows -> lm_head + sampler (+ the logits all-gather)
         h, kvh, d = shape.num_heads // tp, shape.kv_heads_per_gpu(tp), shape.head_dim
-        self._decode = tables.attention("decode", dtype, h, kvh, d) if tables else None
-        self._prefill = tables.attention("prefill", dtype, h, kvh, d) if tables else None
+        # attention reads and writes the KV cache in its own dtype (KV_CACHE_DTYPE), whatever the weights' dtype
+        self._decode = tables.attention("decode", KV_CACHE_DTYPE, h, kvh, d) if tables else None
+        self._prefill = tables.attention("prefill", KV_CACHE_DTYPE, h, kvh, d) if tables else None
         self._heads = h
-        self._kv_bytes_per_layer = shape.kv_bytes_per_token(dtype, tp) / shape.num_layers
+        self._kv_bytes_per_layer = shape.kv_bytes_per_token(KV_CACHE_DTYPE, tp) / shape.num_layers
+        self._non_gemm_kernels = NON_GEMM_KERNELS_PER_LAYER + (QK_NORM_KERNELS if shape.qk_norm else 0)
         act = (
             8 * shape.hidden_size
             + 2 * (h + kvh) * d
@@ -189,10 +193,7 @@ class CostModel:
                 per_m = self._by_tokens[tokens] = (
                     layers * sum(fn(tokens) for fn in self._gemms),
                     layers
-                    * (
-                        NON_GEMM_KERNELS_PER_LAYER * KERNEL_FLOOR_S
-                        + tokens * self._non_gemm_bytes_per_token / self._hbm
-                    ),
+                    * (self._non_gemm_kernels * KERNEL_FLOOR_S + tokens * self._non_gemm_bytes_per_token / self._hbm),
                     self._allreduce_s(tokens),
                 )
             out["gemm"], out["non_gemm"], out["communication"] = per_m

@@ -39,6 +39,7 @@ class ModelShape:
     gated_mlp: bool = True  # Llama / Qwen / Mistral: gate_up + down; OPT: fc1 + fc2
     tie_word_embeddings: bool = False  # the embedding doubles as lm_head (no second copy in memory)
     extra_params: int = 0  # kept in bf16 beside the linears: biases (Qwen2's qkv, all of OPT's), learned positions
+    qk_norm: bool = False  # Qwen3: an RMSNorm over every query and key head, two more kernels per layer
 
     def __post_init__(self) -> None:
         for name in (
@@ -85,6 +86,7 @@ class ModelShape:
             gated_mlp=not is_opt,
             tie_word_embeddings=bool(cfg.get("tie_word_embeddings", is_opt)),
             extra_params=extra,
+            qk_norm=kind == "qwen3",
         )
 
     def check_tp(self, tp: int) -> None:

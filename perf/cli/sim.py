@@ -1,0 +1,49 @@
+"""`cbbench sim validate`: the simulator against every measured serving run the project holds (perf/sim/)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+from rich.console import Console
+
+from perf.cli.app import OneLineErrorsTyper, one_line_errors
+
+sim_app = OneLineErrorsTyper(
+    help="Simulated GPUs: validate the simulator against measured vLLM serving runs.", no_args_is_help=True
+)
+
+Opt = typer.Option
+
+
+@sim_app.command("validate")
+@one_line_errors("sim validate")
+def validate(
+    where: Annotated[
+        Optional[str], Opt(help="only rows matching every key=value (model, gpu, tp, dtype, isl, osl), comma list")
+    ] = None,
+    limit: Annotated[Optional[int], Opt(min=1, help="at most this many rows (after --where), in file order")] = None,
+    rounds: Annotated[int, Opt(min=1, help="measured requests per run = rounds x concurrency")] = 20,
+    workers: Annotated[int, Opt(min=1, help="rows simulated at once, one process each")] = max(os.cpu_count() or 1, 1),
+    output: Annotated[Path, Opt(help="per-row results CSV, written as rows finish")] = Path(
+        "results/sim-validation.csv"
+    ),
+    resume: Annotated[bool, Opt(help="reuse the rows --output already holds (same cost model and rounds)")] = False,
+    markdown: Annotated[Optional[Path], Opt(help="write the full tables (docs/sim-validation.md's) here")] = None,
+) -> None:
+    """Replay every measured serving run (perf/sim/data/measured_runs.csv) through `cbbench perf --device
+    sim:<gpu>`; print the median errors of TTFT, TPOT and throughput, beside the peer simulators'."""
+    from perf.sim.run_validation import run_validation
+
+    run_validation(
+        where=where,
+        limit=limit,
+        rounds=rounds,
+        workers=workers,
+        output=output,
+        resume=resume,
+        markdown=markdown,
+        console=Console(soft_wrap=True),
+    )

@@ -1,0 +1,179 @@
+"""The measured serving runs the simulator is validated against (data/measured_runs.csv, sources in data/SOURCE.md),
+and the benchmark protocol a replay of one follows.
+
+A row is one measured vLLM serving run: a model on `tensor_parallel_size` GPUs, `concurrency` closed-loop clients
+sending fixed-length requests (`isl` tokens in, `osl` out, ignore_eos), and what the client measured: mean TTFT and
+TPOT over the requests. How many requests were measured, and what preceded them, the rows do not say; `Protocol`
+is the assumption, stated once: aiconfigurator's own benchmark recipe (its generated bench_run.sh runs `aiperf
+profile --concurrency c --num-requests 20c --warmup-request-count 2c`). aiperf runs its phases one after another
+and waits for the warm-up's requests to come back before the measured phase starts, so the measured phase opens with
+all c clients sending at once into an idle server, and every one of its 20c requests counts.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+DATA_DIR = Path(__file__).resolve().parent / "data"
+MEASURED_RUNS = DATA_DIR / "measured_runs.csv"
+# vLLM's OpenAI-server defaults on GPUs with at least 70 GiB other than the A100 (H100, H200): 8192 batched tokens,
+# 1024 sequences (vllm/engine/arg_utils.py, UsageContext.OPENAI_API_SERVER); chunked prefill and prefix caching on
+SERVER_MAX_NUM_BATCHED_TOKENS = 8192
+SERVER_MAX_NUM_SEQS = 1024
+
+
+@dataclass(frozen=True)
+class MeasuredRun:
+    id: str
+    source: str
+    engine_version: str
+    model: str
+    gpu: str
+    tensor_parallel_size: int
+    dtype: str
+    workload: str
+    isl: int | None
+    osl: int | None
+    concurrency: int | None
+    request_rate: float
+    num_prompts: int | None
+    stat: str
+    ttft_ms: float | None
+    tpot_ms: float | None
+    output_throughput: float | None
+    notes: str
+
+    @property
+    def replayable(self) -> bool:
+        """A fixed-length closed-loop run with both latencies measured (the rows the validation replays)."""
+        return (
+            self.workload == "fixed"
+            and None not in (self.isl, self.osl, self.concurrency, self.ttft_ms, self.tpot_ms)
+            and math.isinf(self.request_rate)
+        )
+
+    @property
+    def implied_output_throughput(self) -> float | None:
+        """Output tokens/s the run's own figures imply (Little's law: c requests in flight, each lasting TTFT +
+        (osl - 1) x TPOT): the measured throughput where the source gives none."""
+        if self.output_throughput is not None:
+            return self.output_throughput
+        if None in (self.concurrency, self.osl, self.ttft_ms, self.tpot_ms):
+            return None
+        assert self.concurrency and self.osl and self.ttft_ms is not None and self.tpot_ms is not None
+        e2e_s = (self.ttft_ms + (self.osl - 1) * self.tpot_ms) / 1e3
+        return self.concurrency * self.osl / e2e_s
+
+
+def _int(cell: str, name: str, row: str) -> int | None:
+    if not cell.strip():
+        return None
+    try:
+        value = int(float(cell))
+    except ValueError:
+        raise ValueError(f"{MEASURED_RUNS.name}: row {row}: {name} {cell!r} is not a number") from None
+    if value <= 0:
+        raise ValueError(f"{MEASURED_RUNS.name}: row {row}: {name} must be positive, got {value}")
+    return value
+
+
+def _float(cell: str, name: str, row: str) -> float | None:
+    if not cell.strip():
+        return None
+    try:
+        value = float(cell)
+    except ValueError:
+        raise ValueError(f"{MEASURED_RUNS.name}: row {row}: {name} {cell!r} is not a number") from None
+    if not value > 0:
+        raise ValueError(f"{MEASURED_RUNS.name}: row {row}: {name} must be positive, got {value}")
+    return value
+
+
+def load_measured_runs(path: Path | None = None) -> list[MeasuredRun]:
+    """Every row of the measured-runs CSV, checked (ValueError naming the row and field)."""
+    with (path or MEASURED_RUNS).open(newline="") as f:
+        rows = list(csv.DictReader(f))
+    out = []
+    for r in rows:
+        rid = r["id"]
+        out.append(
+            MeasuredRun(
+                id=rid,
+                source=r["source"],
+                engine_version=r["engine_version"],
+                model=r["model"],
+                gpu=r["gpu"],
+                tensor_parallel_size=_int(r["tensor_parallel_size"], "tensor_parallel_size", rid) or 1,
+                dtype=r["dtype"],
+                workload=r["workload"],
+                isl=_int(r["isl"], "isl", rid),
+                osl=_int(r["osl"], "osl", rid),
+                concurrency=_int(r["concurrency"], "concurrency", rid),
+                request_rate=math.inf if r["request_rate"] in ("", "inf") else float(r["request_rate"]),
+                num_prompts=_int(r["num_prompts"], "num_prompts", rid),
+                stat=r["stat"] or "mean",
+                ttft_ms=_float(r["ttft_ms"], "ttft_ms", rid),
+                tpot_ms=_float(r["tpot_ms"], "tpot_ms", rid),
+                output_throughput=_float(r["output_throughput"], "output_throughput", rid),
+                notes=r["notes"],
+            )
+        )
+    ids = [r.id for r in out]
+    if len(set(ids)) != len(ids):
+        raise ValueError(f"{MEASURED_RUNS.name}: ids repeat: {sorted({i for i in ids if ids.count(i) > 1})[:3]}")
+    return out
+
+
+@dataclass(frozen=True)
+class Protocol:
+    """How a measured run is replayed (see the module docstring for why these values)."""
+
+    rounds: int = 20  # measured requests = rounds x concurrency (aiconfigurator's bench_run.sh: 20)
+    # distinct prompts the requests draw from, uniformly with replacement: aiperf's default --num-dataset-entries
+    # (100), which bench_run.sh leaves as it is; repeated prompts meet vLLM's prefix cache (on by default)
+    dataset_entries: int = 100
+    max_num_batched_tokens: int = SERVER_MAX_NUM_BATCHED_TOKENS
+    max_num_seqs: int = SERVER_MAX_NUM_SEQS
+
+    def __post_init__(self) -> None:
+        if self.rounds < 1:
+            raise ValueError(f"rounds must be >= 1, got {self.rounds}")
+        if self.dataset_entries < 1:
+            raise ValueError(f"dataset_entries must be >= 1, got {self.dataset_entries}")
+
+    def perf_argv(self, run: MeasuredRun) -> list[str]:
+        """The `cbbench perf` command line that replays `run` on its simulated GPU(s): the validation runs exactly
+        this, so anyone can rerun one row by hand."""
+        if not run.replayable:
+            raise ValueError(f"run {run.id}: only fixed-length closed-loop runs with TTFT and TPOT replay")
+        assert run.isl and run.osl and run.concurrency
+        return [
+            "perf",
+            "--device",
+            f"sim:{run.gpu}",
+            "--model",
+            run.model,
+            "--dtype",
+            run.dtype,
+            "--tensor-parallel-size",
+            str(run.tensor_parallel_size),
+            "--workload",
+            "fixed",
+            "--workload-param",
+            f"input_len={run.isl},output_len={run.osl},dataset_entries={self.dataset_entries}",
+            "--num-prompts",
+            str(self.rounds * run.concurrency),
+            "--max-concurrency",
+            str(run.concurrency),
+            "--max-num-batched-tokens",
+            str(self.max_num_batched_tokens),
+            "--max-num-seqs",
+            str(self.max_num_seqs),
+            "--batching",
+            "continuous",
+            "--peers",
+            "none",
+        ]

@@ -1,0 +1,122 @@
+"""The whole `cbbench sim validate` job: pick the rows, replay them (perf/sim/validate.py), check each row's
+feasibility, put the peers' predictions beside, print the medians and write the tables."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from pathlib import Path
+
+from rich.console import Console
+
+from perf.sim.consistency import feasibility
+from perf.sim.errors import Prediction, RowErrors, row_errors
+from perf.sim.measured import MeasuredRun, Protocol, load_measured_runs
+from perf.sim.report import render_markdown, render_summary
+from perf.sim.validate import Replay, read_replays, replay_all, write_replays
+
+_WHERE_KEYS = {"model", "gpu", "tp", "dtype", "isl", "osl", "concurrency", "id"}
+
+
+def select(runs: Sequence[MeasuredRun], where: str | None, limit: int | None) -> list[MeasuredRun]:
+    """The replayable runs matching every key=value of `where`; ValueError naming a bad key."""
+    wanted: dict[str, str] = {}
+    for part in (where or "").split(","):
+        if not part.strip():
+            continue
+        key, sep, value = part.partition("=")
+        key = key.strip()
+        if not sep or key not in _WHERE_KEYS:
+            raise ValueError(f"--where: {part.strip()!r}; expected key=value with key one of {sorted(_WHERE_KEYS)}")
+        wanted[key] = value.strip()
+    out = []
+    for r in runs:
+        cells = {
+            "model": r.model,
+            "gpu": r.gpu,
+            "tp": str(r.tensor_parallel_size),
+            "dtype": r.dtype,
+            "isl": str(r.isl),
+            "osl": str(r.osl),
+            "concurrency": str(r.concurrency),
+            "id": r.id,
+        }
+        if r.replayable and all(cells[k] == v for k, v in wanted.items()):
+            out.append(r)
+    if not out:
+        raise ValueError(f"--where {where!r} matches no replayable measured run")
+    return out[:limit] if limit else out
+
+
+def peer_predictions() -> dict[str, dict[str, Prediction]]:
+    """simulator -> row id -> its prediction, from perf/sim/data/peer_predictions.csv (ci/peer_sims.sh), when the
+    file exists; only the rows a peer predicted (status ok)."""
+    try:
+        from perf.sim.peers import load_peer_predictions
+    except ImportError:
+        return {}
+    out: dict[str, dict[str, Prediction]] = {}
+    try:
+        found = load_peer_predictions()
+    except FileNotFoundError:
+        return {}
+    for (rid, sim), p in found.items():
+        if p.status == "ok":
+            tput = p.output_throughput if p.output_throughput is not None else math.nan
+            out.setdefault(sim, {})[rid] = Prediction(p.ttft_ms, p.tpot_ms, tput)
+    return out
+
+
+def build_rows(runs: Sequence[MeasuredRun], replays: dict[str, Replay]) -> tuple[list[RowErrors], list[str]]:
+    from refengine.sim.presets import sim_model
+
+    peers = peer_predictions()
+    rows = []
+    for run in runs:
+        rep = replays[run.id]
+        if rep.error:
+            continue
+        shape = sim_model(run.model)[1]
+        mine = {name: by_id[run.id] for name, by_id in peers.items() if run.id in by_id}
+        rows.append(row_errors(run, rep, mine, feasibility(run, shape)))
+    return rows, sorted(peers)
+
+
+def run_validation(
+    *,
+    where: str | None,
+    limit: int | None,
+    rounds: int,
+    workers: int,
+    output: Path,
+    resume: bool,
+    markdown: Path | None,
+    console: Console,
+) -> list[RowErrors]:
+    from refengine.sim.cost_model import COST_MODEL_VERSION
+
+    protocol = Protocol(rounds=rounds)
+    runs = select(load_measured_runs(), where, limit)
+    done = read_replays(output) if resume else {}
+    if output.exists() and not resume:
+        raise ValueError(f"--output {output} exists; add --resume to reuse its rows, or name a new file")
+    kept = dict(done)
+
+    def on_result(r: Replay) -> None:
+        kept[r.id] = r
+        write_replays(output, kept.values())
+        status = r.error or f"TTFT {r.ttft_ms:.0f} ms, TPOT {r.tpot_ms:.2f} ms in {r.wall_s:.0f} s"
+        console.print(f"[{len(kept)}/{len(runs)}] {r.id}: {status}", markup=False, highlight=False)
+
+    replays = replay_all(runs, protocol, workers=workers, done=done, on_result=on_result)
+    write_replays(output, {**kept, **replays}.values())
+    failed = [r for r in replays.values() if r.error]
+    rows, peers = build_rows(runs, replays)
+    console.print(render_summary(rows, peers), markup=False, highlight=False)
+    for r in failed:
+        console.print(f"failed: {r.id}: {r.error}", markup=False, highlight=False)
+    if markdown is not None:
+        markdown.write_text(render_markdown(rows, protocol, peers, COST_MODEL_VERSION))
+        console.print(f"wrote {markdown}", markup=False, highlight=False)
+    console.print(f"wrote {output}", markup=False, highlight=False)
+    return rows

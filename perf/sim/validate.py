@@ -1,0 +1,145 @@
+"""`cbbench sim validate`: replay every measured serving run through `cbbench perf --device sim:<gpu>` and report
+the simulator's error per row and its medians, beside the peer simulators' predictions on the same rows.
+
+Each row runs the exact `cbbench perf` command line `Protocol.perf_argv` prints (in-process, so the simulated
+engine, the perf runner and the metrics are the ones a user gets); rows run in parallel worker processes and are
+written to the output CSV as they finish, so an interrupted validation resumes (`--resume`). A row's result is
+only reused when the cost model's version and the protocol are the same.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import csv
+import io
+import math
+import os
+import tempfile
+import time
+from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+
+from perf.sim.measured import MeasuredRun, Protocol
+
+RESULT_FIELDS = ("ttft_ms", "tpot_ms", "output_throughput")
+
+
+@dataclass(frozen=True)
+class Replay:
+    """The simulated figures of one measured run (means over the measured requests, as the run's client took)."""
+
+    id: str
+    cost_model: str
+    rounds: int
+    ttft_ms: float
+    tpot_ms: float
+    output_throughput: float
+    num_preemptions: int
+    steps: int
+    wall_s: float
+    error: str = ""
+
+
+def _cost_model_version() -> str:
+    from refengine.sim.cost_model import COST_MODEL_VERSION
+
+    return COST_MODEL_VERSION
+
+
+def replay(run: MeasuredRun, protocol: Protocol) -> Replay:
+    """Run `cbbench perf` on `run`'s command line (its output silenced) and read its CSV row back."""
+    import typer
+
+    from perf.cli import app
+    from perf.results.rows import read_rows
+
+    version = _cost_model_version()
+    wall = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="cbbench-validate-") as tmp:
+        argv = [*protocol.perf_argv(run), "--quiet", "--output", str(Path(tmp) / "run.csv")]
+        sink = io.StringIO()
+        try:
+            with contextlib.redirect_stdout(sink), contextlib.redirect_stderr(sink):
+                typer.main.get_command(app).main(args=argv, standalone_mode=False)
+            (row,) = read_rows(Path(tmp) / "run.csv")
+        except (Exception, SystemExit) as e:  # noqa: BLE001 - one failed row is reported, the others go on
+            last = sink.getvalue().strip().splitlines()[-1:] or [f"{type(e).__name__}: {e}"]
+            return Replay(run.id, version, protocol.rounds, math.nan, math.nan, math.nan, 0, 0, 0.0, last[0])
+    return Replay(
+        run.id,
+        version,
+        protocol.rounds,
+        float(row["mean_ttft_ms"]),
+        float(row["mean_tpot_ms"]),
+        float(row["output_throughput"]),
+        int(row["num_preemptions"]),
+        int(row["num_steps"]),
+        time.perf_counter() - wall,
+    )
+
+
+def read_replays(path: Path) -> dict[str, Replay]:
+    """The replays an earlier validation wrote to `path` (none if it does not exist)."""
+    if not path.exists():
+        return {}
+    out = {}
+    with path.open(newline="") as f:
+        for r in csv.DictReader(f):
+            kw = {}
+            for fld in fields(Replay):
+                cell = r[fld.name]
+                kw[fld.name] = (
+                    float(cell) if fld.type == "float" else int(cell) if fld.type == "int" else cell
+                )  # (the annotations are strings under `from __future__ import annotations`)
+            out[r["id"]] = Replay(**kw)  # type: ignore[arg-type]  # built field by field from the dataclass
+    return out
+
+
+def write_replays(path: Path, replays: Iterable[Replay]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    with tmp.open("w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=[fld.name for fld in fields(Replay)], lineterminator="\n")
+        w.writeheader()
+        for r in replays:
+            w.writerow(asdict(r))
+    os.replace(tmp, path)
+
+
+def replay_all(
+    runs: Sequence[MeasuredRun],
+    protocol: Protocol,
+    *,
+    workers: int = 1,
+    done: dict[str, Replay] | None = None,
+    on_result: Callable[[Replay], None] | None = None,
+) -> dict[str, Replay]:
+    """Every run's replay: reused from `done` when made by this cost model and protocol, else simulated (in
+    `workers` processes, longest runs first so the pool drains evenly)."""
+    version = _cost_model_version()
+    out: dict[str, Replay] = {}
+    todo = []
+    for run in runs:
+        old = (done or {}).get(run.id)
+        if old is not None and old.cost_model == version and old.rounds == protocol.rounds and not old.error:
+            out[run.id] = old
+        else:
+            todo.append(run)
+    todo.sort(key=lambda r: -(r.osl or 0) * (r.concurrency or 0))
+    if workers <= 1:
+        results: Iterable[Replay] = (replay(r, protocol) for r in todo)
+        for res in results:
+            out[res.id] = res
+            if on_result:
+                on_result(res)
+        return out
+    with ProcessPoolExecutor(max_workers=workers) as pool:
+        futures = [pool.submit(replay, r, protocol) for r in todo]
+        for fut in as_completed(futures):
+            res = fut.result()
+            out[res.id] = res
+            if on_result:
+                on_result(res)
+    return out

@@ -1,0 +1,118 @@
+"""`cbbench sim validate`: the measured rows, the feasibility check, the protocol's command line, and the simulator's
+error on a few rows replayed through the real `cbbench perf` path, pinned so that it cannot silently grow; a planted
+cost-model bug (decode attention off by 2x) must break the pin."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import pytest
+from typer.testing import CliRunner
+
+from perf.cli import app
+from perf.sim.consistency import feasibility
+from perf.sim.errors import row_errors
+from perf.sim.measured import MeasuredRun, Protocol, load_measured_runs
+from perf.sim.validate import replay
+from refengine.sim.cost_model import CostModel
+from refengine.sim.presets import sim_model
+
+# The rows replayed here: decode-heavy, one per GPU / TP / model family, small enough to replay in seconds
+# (c clients x 1024 output tokens x 20 rounds), and consistent by the feasibility check.
+PINNED = [("llama-3.1-70b", "h200", 4, 1024, 1024, 4), ("qwen3-32b", "h100", 2, 1024, 512, 8)]
+# fewer rounds than the validation's 20 (docs/sim-validation.md): TPOT is a steady-state figure, which 5 rounds
+# already give, in a quarter of the time
+PIN_PROTOCOL = Protocol(rounds=5)
+# The worst TPOT error of these rows today is 8% (70B: +4%, Qwen3: -8%; docs/sim-validation.md); the bound sits
+# under the issue's 15% goal, so a cost-model change that loses the fit fails here before the full validation runs.
+PINNED_TPOT_ERROR = 0.12
+# Decode attention is about a tenth of the 70B row's decode step: doubling it moves that row to +15%, past the bound,
+# so the pin catches it (the planted bug below).
+PLANTED_ATTENTION_FACTOR = 2.0
+
+
+def _pinned_runs() -> list[MeasuredRun]:
+    runs = load_measured_runs()
+    out = []
+    for model, gpu, tp, isl, osl, c in PINNED:
+        found = [
+            r
+            for r in runs
+            if (r.model, r.gpu, r.tensor_parallel_size, r.isl, r.osl, r.concurrency) == (model, gpu, tp, isl, osl, c)
+        ]
+        assert len(found) == 1, (model, gpu, tp, isl, osl, c)
+        out.append(found[0])
+    return out
+
+
+def test_every_measured_row_loads_and_the_fixed_ones_replay() -> None:
+    runs = load_measured_runs()
+    assert len(runs) >= 219 and len({r.id for r in runs}) == len(runs)
+    fixed = [r for r in runs if r.replayable]
+    assert len(fixed) >= 219
+    for r in fixed:
+        argv = Protocol().perf_argv(r)
+        assert argv[argv.index("--num-prompts") + 1] == str(20 * (r.concurrency or 0))
+        assert argv[argv.index("--tensor-parallel-size") + 1] == str(r.tensor_parallel_size)
+
+
+def test_the_feasibility_bound_flags_the_short_output_8b_rows_and_no_decode_heavy_one() -> None:
+    runs = [r for r in load_measured_runs() if r.replayable]
+    bad = [r for r in runs if not feasibility(r, sim_model(r.model)[1]).consistent]  # type: ignore[union-attr]
+    assert bad and all(r.model == "llama-3.1-8b" and (r.osl or 0) <= 500 for r in bad)
+    # the 2000/100 row at 64 clients needs its GPU busy 160% of the time even at the tables' best rates
+    worst = next(r for r in bad if (r.isl, r.osl, r.concurrency, r.tensor_parallel_size) == (2000, 100, 64, 1))
+    assert feasibility(worst, sim_model(worst.model)[1]).busy > 1.5  # type: ignore[union-attr]
+    for r in _pinned_runs():
+        assert feasibility(r, sim_model(r.model)[1]).consistent  # type: ignore[union-attr]
+
+
+def test_a_row_twice_as_fast_as_measured_would_be_infeasible() -> None:
+    r = _pinned_runs()[0]
+    shape = sim_model(r.model)[1]
+    base = feasibility(r, shape)
+    assert base is not None and base.consistent
+    fast = dataclasses.replace(r, concurrency=(r.concurrency or 1) * 40)  # the same latencies at 40x the load
+    assert not feasibility(fast, shape).consistent  # type: ignore[union-attr]
+
+
+def _worst_tpot_error() -> float:
+    worst = 0.0
+    for run in _pinned_runs():
+        rep = replay(run, PIN_PROTOCOL)
+        assert not rep.error, rep.error
+        worst = max(worst, abs(row_errors(run, rep, {}, None).errors["tpot"]))
+    return worst
+
+
+def test_pinned_rows_stay_within_their_tpot_bound() -> None:
+    err = _worst_tpot_error()
+    assert math.isfinite(err) and err <= PINNED_TPOT_ERROR
+
+
+def test_a_planted_attention_bug_breaks_the_pin(monkeypatch: pytest.MonkeyPatch) -> None:
+    real = CostModel._decode_s
+    monkeypatch.setattr(
+        CostModel, "_decode_s", lambda self, b, kv: PLANTED_ATTENTION_FACTOR * real(self, b, kv), raising=True
+    )
+    assert _worst_tpot_error() > PINNED_TPOT_ERROR
+
+
+def test_the_command_refuses_a_bad_filter_in_one_line(tmp_path) -> None:
+    res = CliRunner().invoke(app, ["sim", "validate", "--where", "colour=red", "--output", str(tmp_path / "v.csv")])
+    assert res.exit_code == 2
+    assert "--where: 'colour=red'" in res.output and len(res.output.strip().splitlines()) == 1
+
+
+def test_the_command_replays_a_row_and_resumes_without_replaying_it(tmp_path) -> None:
+    run = _pinned_runs()[0]
+    out = tmp_path / "v.csv"
+    args = ["sim", "validate", "--where", f"id={run.id}", "--workers", "1", "--rounds", "2", "--output", str(out)]
+    first = CliRunner().invoke(app, [*args, "--markdown", str(tmp_path / "v.md")])
+    assert first.exit_code == 0, first.output
+    assert "[1/1]" in first.output and "TPOT" in (tmp_path / "v.md").read_text()
+    again = CliRunner().invoke(app, args)
+    assert again.exit_code == 2 and "exists" in again.output
+    resumed = CliRunner().invoke(app, [*args, "--resume"])
+    assert resumed.exit_code == 0 and "[1/1]" not in resumed.output  # reused, not replayed
