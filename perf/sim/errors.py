@@ -55,7 +55,12 @@ def errors_of(run: MeasuredRun, p: Prediction) -> dict[str, float]:
 def row_errors(
     run: MeasuredRun, replay: Replay, peers: Mapping[str, Prediction], feasibility: Feasibility | None
 ) -> RowErrors:
-    sim = Prediction(replay.ttft_ms, replay.tpot_ms, replay.output_throughput)
+    median = run.stat == "median"  # compare like with like: the statistic the source reports
+    sim = Prediction(
+        replay.median_ttft_ms if median else replay.ttft_ms,
+        replay.median_tpot_ms if median else replay.tpot_ms,
+        replay.output_throughput,
+    )
     peer_errors = {name: errors_of(run, p) for name, p in peers.items()}
     return RowErrors(run, sim, errors_of(run, sim), peer_errors, feasibility)
 

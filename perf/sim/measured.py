@@ -18,11 +18,17 @@ from dataclasses import dataclass
 from pathlib import Path
 
 DATA_DIR = Path(__file__).resolve().parent / "data"
+AICONFIGURATOR_SOURCE = "aiconfigurator-core"
+# the workloads `cbbench perf` replays as the source ran them (fixed lengths; vLLM's random dataset at range ratio 0
+# is fixed lengths of random tokens; ShareGPT as vLLM samples it)
+REPLAYED_WORKLOADS = ("fixed", "random", "sharegpt")
 MEASURED_RUNS = DATA_DIR / "measured_runs.csv"
-# vLLM's OpenAI-server defaults on GPUs with at least 70 GiB other than the A100 (H100, H200): 8192 batched tokens,
-# 1024 sequences (vllm/engine/arg_utils.py, UsageContext.OPENAI_API_SERVER); chunked prefill and prefix caching on
+# vLLM's OpenAI-server defaults (vllm/engine/arg_utils.py, UsageContext.OPENAI_API_SERVER): on GPUs with at least
+# 70 GiB other than the A100 (H100, H200) 8192 batched tokens and 1024 sequences, else (A100) 2048 and 256; chunked
+# prefill and prefix caching on
 SERVER_MAX_NUM_BATCHED_TOKENS = 8192
 SERVER_MAX_NUM_SEQS = 1024
+SERVER_DEFAULTS = {"a100": (2048, 256)}
 
 
 @dataclass(frozen=True)
@@ -47,13 +53,32 @@ class MeasuredRun:
     notes: str
 
     @property
+    def aiperf(self) -> bool:
+        """Measured by aiconfigurator's recipe (aiperf; see the module docstring), else by `vllm bench serve`."""
+        return self.source.startswith(AICONFIGURATOR_SOURCE)
+
+    @property
+    def not_replayable(self) -> str:
+        """Why the validation cannot replay this row ("" when it can)."""
+        from refengine.sim.gpus import GPUS
+
+        if self.gpu not in GPUS:
+            return f"no kernel tables for the {self.gpu}"
+        if self.workload not in REPLAYED_WORKLOADS:
+            return f"workload {self.workload!r} is replayed by its own driver (perf/sim/anyscale.py), not here"
+        if self.ttft_ms is None and self.tpot_ms is None and self.output_throughput is None:
+            return "no metric to compare"
+        if self.workload in ("fixed", "random") and (self.isl is None or self.osl is None):
+            return "no input / output length"
+        if self.aiperf and self.concurrency is None:
+            return "an aiperf run without its concurrency"
+        if not self.aiperf and self.num_prompts is None:
+            return "no request count"
+        return ""
+
+    @property
     def replayable(self) -> bool:
-        """A fixed-length closed-loop run with both latencies measured (the rows the validation replays)."""
-        return (
-            self.workload == "fixed"
-            and None not in (self.isl, self.osl, self.concurrency, self.ttft_ms, self.tpot_ms)
-            and math.isinf(self.request_rate)
-        )
+        return not self.not_replayable
 
     @property
     def implied_output_throughput(self) -> float | None:
@@ -146,34 +171,26 @@ class Protocol:
 
     def perf_argv(self, run: MeasuredRun) -> list[str]:
         """The `cbbench perf` command line that replays `run` on its simulated GPU(s): the validation runs exactly
-        this, so anyone can rerun one row by hand."""
-        if not run.replayable:
-            raise ValueError(f"run {run.id}: only fixed-length closed-loop runs with TTFT and TPOT replay")
-        assert run.isl and run.osl and run.concurrency
-        return [
-            "perf",
-            "--device",
-            f"sim:{run.gpu}",
-            "--model",
-            run.model,
-            "--dtype",
-            run.dtype,
-            "--tensor-parallel-size",
-            str(run.tensor_parallel_size),
-            "--workload",
-            "fixed",
-            "--workload-param",
-            f"input_len={run.isl},output_len={run.osl},dataset_entries={self.dataset_entries}",
-            "--num-prompts",
-            str(self.rounds * run.concurrency),
-            "--max-concurrency",
-            str(run.concurrency),
-            "--max-num-batched-tokens",
-            str(self.max_num_batched_tokens),
-            "--max-num-seqs",
-            str(self.max_num_seqs),
-            "--batching",
-            "continuous",
-            "--peers",
-            "none",
-        ]
+        this, so anyone can rerun one row by hand. An aiperf row follows this protocol; a `vllm bench serve` row
+        its own figures: its request count, rate and concurrency, every prompt distinct."""
+        if run.not_replayable:
+            raise ValueError(f"run {run.id}: {run.not_replayable}")
+        mnbt, seqs = SERVER_DEFAULTS.get(run.gpu, (self.max_num_batched_tokens, self.max_num_seqs))
+        argv = ["perf", "--device", f"sim:{run.gpu}", "--model", run.model, "--dtype", run.dtype]
+        argv += ["--tensor-parallel-size", str(run.tensor_parallel_size)]
+        if run.workload == "sharegpt":
+            argv += ["--workload", "sharegpt"]
+        else:
+            params = f"input_len={run.isl},output_len={run.osl}"
+            argv += ["--workload", "fixed", "--workload-param"]
+            argv.append(params + (f",dataset_entries={self.dataset_entries}" if run.aiperf else ""))
+        if run.aiperf:
+            assert run.concurrency
+            argv += ["--num-prompts", str(self.rounds * run.concurrency), "--max-concurrency", str(run.concurrency)]
+        else:
+            argv += ["--num-prompts", str(run.num_prompts), "--request-rate", str(run.request_rate)]
+            if run.concurrency:
+                argv += ["--max-concurrency", str(run.concurrency)]
+        argv += ["--max-num-batched-tokens", str(mnbt), "--max-num-seqs", str(seqs)]
+        # one run: in this process (a validation worker already runs one row per process)
+        return [*argv, "--batching", "continuous", "--peers", "none", "--executor", "serial"]

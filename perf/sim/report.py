@@ -7,7 +7,7 @@ import math
 from collections.abc import Sequence
 
 from perf.sim.errors import METRICS, Medians, RowErrors, groups, medians
-from perf.sim.measured import Protocol
+from perf.sim.measured import MeasuredRun, Protocol
 
 
 def _pct(x: float) -> str:
@@ -79,7 +79,13 @@ def row_table(rows: Sequence[RowErrors], peers: Sequence[str]) -> list[str]:
     return out
 
 
-def render_markdown(rows: Sequence[RowErrors], protocol: Protocol, peers: Sequence[str], version: str) -> str:
+def render_markdown(
+    rows: Sequence[RowErrors],
+    protocol: Protocol,
+    peers: Sequence[str],
+    version: str,
+    skipped: Sequence[MeasuredRun] = (),
+) -> str:
     bad = [r for r in rows if not r.consistent]
     parts = [
         f"Cost model `{version}`; protocol: {protocol.rounds} x concurrency measured requests per run, the "
@@ -100,6 +106,10 @@ def render_markdown(rows: Sequence[RowErrors], protocol: Protocol, peers: Sequen
         "Every row (errors signed: simulated - measured, over measured):",
         "",
         *row_table(rows, peers),
+        "",
+        f"Held but not replayed: {len(skipped)} rows.",
+        "",
+        *(f"- `{r.id}`: {r.not_replayable}" for r in skipped),
     ]
     return "\n".join(parts) + "\n"
 

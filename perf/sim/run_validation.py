@@ -41,27 +41,21 @@ def select(runs: Sequence[MeasuredRun], where: str | None, limit: int | None) ->
             "concurrency": str(r.concurrency),
             "id": r.id,
         }
-        if r.replayable and all(cells[k] == v for k, v in wanted.items()):
+        if all(cells[k] == v for k, v in wanted.items()):
             out.append(r)
     if not out:
-        raise ValueError(f"--where {where!r} matches no replayable measured run")
+        raise ValueError(f"--where {where!r} matches no measured run")
     return out[:limit] if limit else out
 
 
 def peer_predictions() -> dict[str, dict[str, Prediction]]:
-    """simulator -> row id -> its prediction, from perf/sim/data/peer_predictions.csv (ci/peer_sims.sh), when the
-    file exists; only the rows a peer predicted (status ok)."""
-    try:
-        from perf.sim.peers import load_peer_predictions
-    except ImportError:
-        return {}
+    """simulator -> row id -> its prediction, from perf/sim/data/peer_predictions.csv (ci/peer_sims.sh); only the
+    rows a peer predicted (status ok)."""
+    from perf.sim.peers import load_peer_predictions
+
     out: dict[str, dict[str, Prediction]] = {}
-    try:
-        found = load_peer_predictions()
-    except FileNotFoundError:
-        return {}
-    for (rid, sim), p in found.items():
-        if p.status == "ok":
+    for (rid, sim), p in load_peer_predictions().items():
+        if p.status == "ok" and p.ttft_ms is not None and p.tpot_ms is not None:
             tput = p.output_throughput if p.output_throughput is not None else math.nan
             out.setdefault(sim, {})[rid] = Prediction(p.ttft_ms, p.tpot_ms, tput)
     return out
@@ -96,7 +90,9 @@ def run_validation(
     from refengine.sim.cost_model import COST_MODEL_VERSION
 
     protocol = Protocol(rounds=rounds)
-    runs = select(load_measured_runs(), where, limit)
+    chosen = select(load_measured_runs(), where, limit)
+    runs = [r for r in chosen if r.replayable]
+    skipped = [r for r in chosen if not r.replayable]
     done = read_replays(output) if resume else {}
     if output.exists() and not resume:
         raise ValueError(f"--output {output} exists; add --resume to reuse its rows, or name a new file")
@@ -115,8 +111,13 @@ def run_validation(
     console.print(render_summary(rows, peers), markup=False, highlight=False)
     for r in failed:
         console.print(f"failed: {r.id}: {r.error}", markup=False, highlight=False)
+    reasons: dict[str, int] = {}
+    for run in skipped:
+        reasons[run.not_replayable] = reasons.get(run.not_replayable, 0) + 1
+    for why, n in sorted(reasons.items()):
+        console.print(f"not replayed: {n} row(s): {why}", markup=False, highlight=False)
     if markdown is not None:
-        markdown.write_text(render_markdown(rows, protocol, peers, COST_MODEL_VERSION))
+        markdown.write_text(render_markdown(rows, protocol, peers, COST_MODEL_VERSION, skipped))
         console.print(f"wrote {markdown}", markup=False, highlight=False)
     console.print(f"wrote {output}", markup=False, highlight=False)
     return rows

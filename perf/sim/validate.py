@@ -33,8 +33,10 @@ class Replay:
     id: str
     cost_model: str
     rounds: int
-    ttft_ms: float
+    ttft_ms: float  # means over the measured requests
     tpot_ms: float
+    median_ttft_ms: float
+    median_tpot_ms: float
     output_throughput: float
     num_preemptions: int
     steps: int
@@ -66,13 +68,16 @@ def replay(run: MeasuredRun, protocol: Protocol) -> Replay:
             (row,) = read_rows(Path(tmp) / "run.csv")
         except (Exception, SystemExit) as e:  # noqa: BLE001 - one failed row is reported, the others go on
             last = sink.getvalue().strip().splitlines()[-1:] or [f"{type(e).__name__}: {e}"]
-            return Replay(run.id, version, protocol.rounds, math.nan, math.nan, math.nan, 0, 0, 0.0, last[0])
+            nan = math.nan
+            return Replay(run.id, version, protocol.rounds, nan, nan, nan, nan, nan, 0, 0, 0.0, last[0])
     return Replay(
         run.id,
         version,
         protocol.rounds,
         float(row["mean_ttft_ms"]),
         float(row["mean_tpot_ms"]),
+        float(row["median_ttft_ms"]),
+        float(row["median_tpot_ms"]),
         float(row["output_throughput"]),
         int(row["num_preemptions"]),
         int(row["num_steps"]),

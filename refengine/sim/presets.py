@@ -46,7 +46,40 @@ QWEN3_32B = {
     "bos_token_id": 151643,
     "eos_token_id": 151645,
 }
-SIM_ONLY_PRESETS: dict[str, dict[str, Any]] = {"opt-13b": OPT_13B, "qwen3-32b": QWEN3_32B}
+
+
+def _config(model_type: str, layers: int, hidden: int, heads: int, inter: int, vocab: int, **kw: Any) -> dict[str, Any]:
+    """The config.json fields a shape needs (8 KV heads of 128 dims unless given), for the presets below."""
+    return {
+        "model_type": model_type,
+        "num_hidden_layers": layers,
+        "hidden_size": hidden,
+        "num_attention_heads": heads,
+        "num_key_value_heads": kw.pop("kv_heads", 8),
+        "head_dim": kw.pop("head_dim", 128),
+        "intermediate_size": inter,
+        "vocab_size": vocab,
+        "tie_word_embeddings": False,
+        **kw,
+    }
+
+
+# Models of the measured serving runs (perf/sim/data/measured_runs.csv) that the engine has no preset for: their
+# published config.json fields (Qwen/Qwen3-8B, Qwen/Qwen3-14B, mistralai/Mistral-7B-Instruct-v0.3,
+# mistralai/Mistral-Nemo-Instruct-2407, mistralai/Mistral-Large-Instruct-2407, meta-llama/Llama-3.1-405B)
+MEASURED_MODELS: dict[str, dict[str, Any]] = {
+    "qwen3-8b": _config("qwen3", 36, 4096, 32, 12288, 151936, max_position_embeddings=40960, eos_token_id=151645),
+    "qwen3-14b": _config("qwen3", 40, 5120, 40, 17408, 151936, max_position_embeddings=40960, eos_token_id=151645),
+    "mistral-7b": _config("mistral", 32, 4096, 32, 14336, 32768, max_position_embeddings=32768, eos_token_id=2),
+    "mistral-nemo-12b": _config("mistral", 40, 5120, 32, 14336, 131072, max_position_embeddings=131072, eos_token_id=2),
+    "mistral-large-123b": _config(
+        "mistral", 88, 12288, 96, 28672, 32768, max_position_embeddings=131072, eos_token_id=2
+    ),
+    "llama-3.1-405b": _config(
+        "llama", 126, 16384, 128, 53248, 128256, max_position_embeddings=131072, eos_token_id=128001
+    ),
+}
+SIM_ONLY_PRESETS: dict[str, dict[str, Any]] = {"opt-13b": OPT_13B, "qwen3-32b": QWEN3_32B, **MEASURED_MODELS}
 # the architectures loader.config_from_hf also reads (their tokenizer rules are the loader's)
 _ENGINE_TYPES = ("qwen2", "llama", "mistral")
 
