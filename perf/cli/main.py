@@ -80,6 +80,7 @@ def perf(
     resume: options.Resume = False,
     like: options.Like = None,
     dry_run: options.DryRun = False,
+    executor: options.Executor = None,
     knobs: Optional[dict] = None,
 ) -> None:
     """Replay a workload through every batching mode (and the peers); print the table, write CSV + JSON."""
@@ -125,7 +126,7 @@ def _perf_options(ctx: typer.Context, p: dict[str, Any]) -> PerfOptions:
     )
     if p["like"] is not None:  # the configurations are the baseline's; only how to run them may be given
         explicit = explicit_params(ctx)
-        given = [name for name in explicit if name not in LIKE_MAY_SET]
+        given = [name for name in explicit if name not in LIKE_MAY_SET and name != "executor"]  # how, not what
         if given:
             raise CliError(
                 f"--like takes the configurations from {p['like']}; leave out --{given[0].replace('_', '-')}"
