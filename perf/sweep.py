@@ -36,9 +36,9 @@ def show_plan(o: PerfOptions, console: Console) -> None:
     console.print(text, markup=False, highlight=False, soft_wrap=True)
 
 
-def run_plan(plan: RunPlan, console: Console) -> list[dict[str, Any]]:
+def run_plan(plan: RunPlan, console: Console, *, table: bool = True) -> list[dict[str, Any]]:
     """Run every spec not already in the output (`--resume`) on the plan's executor (perf/grid/), write each result
-    as it finishes, put the files in plan order, print the table."""
+    as it finishes, put the files in plan order, print the table (unless `table` is False: `cbbench plan`)."""
     from perf.grid.executor import parse_executor, resolve_executor
     from perf.grid.order import plan_positions, put_in_plan_order, row_position
     from perf.grid.run import Grid
@@ -86,7 +86,8 @@ def run_plan(plan: RunPlan, console: Console) -> list[dict[str, Any]]:
     if not put_in_plan_order(writer, plan) and (not writer.rows or speed):
         writer.flush()
     entries.sort(key=lambda e: e[0])
-    render(console, [e for _, e in entries], plan.workload, plan.format, goodput=plan.goodput)
+    if table:
+        render(console, [e for _, e in entries], plan.workload, plan.format, goodput=plan.goodput)
     for line in notes + grid.notes:
         info.print(line, markup=False, highlight=False)
     info.print(f"wrote {plan.csv_path} and {writer.json_path}", markup=False)

@@ -1,4 +1,4 @@
-"""The `cbbench` command line: perf (the main job), serve, timeline, plot, report, compare, generate, kernels,
+"""The `cbbench` command line: perf (the main job), plan (the capacity planner), serve, timeline, plot, report, compare, generate, kernels,
 bench-scheduler, bench-step, bench-async.
 
 Every engine knob of `cbbench perf` maps one to one onto a `SchedulerConfig` / `LLMEngine` keyword, and takes a comma
@@ -21,6 +21,7 @@ from perf.cli import perf_params as options
 from perf.cli.app import DEBUG_ENV, LIKE_MAY_SET, CliError, app, command_line, err, explicit_params, one_line_errors
 from perf.cli.bench import bench_async, bench_scheduler, bench_step
 from perf.cli.commands import compare, generate, kernels, plot, report, serve, show, timeline
+from perf.cli.plan_cmd import plan
 from perf.cli.profile import bench_profile
 from perf.errors import NoResultError
 from perf.knobs import engine_knob_options
@@ -139,6 +140,7 @@ def _perf_options(ctx: typer.Context, p: dict[str, Any]) -> PerfOptions:
 
 # The command table, in --help order. perf stays here, where it finds `run_perf` (tests replace it on this module).
 app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": False})(perf)
+app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": False})(plan)
 app.command()(serve)
 app.command()(timeline)
 app.command()(plot)
