@@ -60,6 +60,30 @@ def _attention(df: pd.DataFrame, prefix: str) -> dict[str, np.ndarray]:
     return out
 
 
+def _allreduce(comm: Path, vllm_version: str) -> dict[str, np.ndarray]:
+    """vLLM's tensor_model_parallel_all_reduce (bf16) at 2 / 4 / 8 GPUs, in CUDA-graph and eager mode, over message
+    sizes in elements; and NCCL's all-gather (half) for the logits gather of a vocabulary-parallel lm_head."""
+    out: dict[str, np.ndarray] = {}
+    ar = pd.read_parquet(comm / "vllm" / vllm_version / "custom_allreduce_perf.parquet")
+    gpus = np.sort(ar.num_gpus.unique())
+    sizes = np.sort(ar.message_size.unique())
+    for mode in ("graph", "eager"):
+        rows = ar[ar.kernel_source == f"vLLM_custom_{mode}"]
+        lat = np.full((len(gpus), len(sizes)), np.nan, dtype=np.float32)
+        lat[np.searchsorted(gpus, rows.num_gpus), np.searchsorted(sizes, rows.message_size)] = rows.latency
+        out[f"allreduce_{mode}_ms"] = lat
+    out["allreduce_gpus"], out["allreduce_elements"] = gpus, sizes
+    nccl_dir = max((comm / "nccl").iterdir(), key=lambda p: tuple(int(x) for x in p.name.split(".")))
+    ag = pd.read_parquet(nccl_dir / "nccl_perf.parquet")
+    ag = ag[(ag.op_name == "all_gather") & (ag.nccl_dtype == "half")]
+    ag_gpus, ag_sizes = np.sort(ag.num_gpus.unique()), np.sort(ag.message_size.unique())
+    lat = np.full((len(ag_gpus), len(ag_sizes)), np.nan, dtype=np.float32)
+    lat[np.searchsorted(ag_gpus, ag.num_gpus), np.searchsorted(ag_sizes, ag.message_size)] = ag.latency
+    out.update(allgather_gpus=ag_gpus, allgather_elements=ag_sizes, allgather_ms=lat)
+    out["nccl_version"] = np.array(nccl_dir.name)
+    return out
+
+
 def extract_system(systems: Path, folder: str, vllm_version: str) -> dict[str, np.ndarray]:
     base = systems / "data" / folder
     arrays: dict[str, np.ndarray] = {}
@@ -70,6 +94,7 @@ def extract_system(systems: Path, folder: str, vllm_version: str) -> dict[str, n
     attn_dir = base / "attention" / "vllm" / vllm_version
     arrays.update(_attention(pd.read_parquet(attn_dir / "generation_attention_perf.parquet"), "decode"))
     arrays.update(_attention(pd.read_parquet(attn_dir / "context_attention_perf.parquet"), "prefill"))
+    arrays.update(_allreduce(base / "comm", vllm_version))
     return arrays
 
 

@@ -111,6 +111,43 @@ PRESETS: dict[str, ModelConfig] = {
         architecture="LlamaForCausalLM",
         rope_scaling=_LLAMA31_ROPE,
     ),
+    # Real Llama-3.1-70B shapes (for simulated GPUs and tensor parallelism; random weights if ever built)
+    "llama-3.1-70b": ModelConfig(
+        vocab_size=128256,
+        hidden_size=8192,
+        num_hidden_layers=80,
+        num_attention_heads=64,
+        num_key_value_heads=8,
+        head_dim=128,
+        intermediate_size=28672,
+        rope_theta=500000.0,
+        rms_norm_eps=1e-5,
+        max_position_embeddings=131072,
+        tie_word_embeddings=False,
+        attention_bias=False,
+        bos_token_id=128000,
+        eos_token_id=(128001, 128008, 128009),
+        architecture="LlamaForCausalLM",
+        rope_scaling=_LLAMA31_ROPE,
+    ),
+    # Real Qwen2.5-72B(-Instruct) shapes: the 152064-row padded vocabulary, qkv biases
+    "qwen2.5-72b": ModelConfig(
+        vocab_size=152064,
+        hidden_size=8192,
+        num_hidden_layers=80,
+        num_attention_heads=64,
+        num_key_value_heads=8,
+        head_dim=128,
+        intermediate_size=29568,
+        rope_theta=1e6,
+        rms_norm_eps=1e-6,
+        max_position_embeddings=32768,
+        tie_word_embeddings=False,
+        attention_bias=True,
+        bos_token_id=None,
+        eos_token_id=QWEN_EOS,
+        architecture="Qwen2ForCausalLM",
+    ),
 }
 # tiny-qwen2 with an 8192-row vocabulary, for the test suites: the vocab-sized logits GEMM is most of a tiny-qwen2
 # decode step on a CPU, and here it is 18x smaller. Text goes through the Qwen BPE with ids folded into range (as for

@@ -118,6 +118,7 @@ def run_refengine(
         {k.name: getattr(sc, k.name) for k in engine_knobs() if k.source == "SchedulerConfig" and k.name in SWEEP_KNOBS}
     )
     result.knobs["attention_backend"] = engine.attention_backend
+    result.knobs["tensor_parallel_size"] = engine.config.tensor_parallel_size
 
     from refengine.sampling_params import RequestOutputKind
 

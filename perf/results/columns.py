@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from perf.metrics import stat_keys
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 CONFIG_KEY_COLUMNS = (
     "engine",
@@ -34,6 +34,7 @@ CONFIG_KEY_COLUMNS = (
     "policy",
     "priority_preemption",
     "attention_backend",
+    "tensor_parallel_size",  # schema 3
 )
 THROUGHPUT_COLUMNS = ("request_throughput", "output_throughput", "total_token_throughput", "request_goodput")
 # Every run stores this dense set of latency percentiles whatever `--metric-percentiles` asks to show, so a gate can
@@ -78,3 +79,27 @@ COLUMNS = (
     "extra",
 )
 KEY_NAMES = (*CONFIG_KEY_COLUMNS, "workload_params")
+
+# Older files read as this version: each upgrade names the columns the version added and the value every old row
+# had in them (schema 2 predates tensor parallelism: every run was on one GPU).
+UPGRADES: dict[int, dict[str, str]] = {2: {"tensor_parallel_size": "1"}}
+
+
+def upgrade_lines(lines: list[list[str]]) -> list[list[str]] | None:
+    """An older schema's file (header + lines) as this version's: the added columns filled with their old value and
+    `schema_version` set to SCHEMA_VERSION; None if the header is not exactly an older version's."""
+    header = tuple(lines[0])
+    for version, added in UPGRADES.items():
+        if header != tuple(c for c in COLUMNS if c not in added):
+            continue
+        at = sorted((i, added[c]) for i, c in enumerate(COLUMNS) if c in added)
+        out = [list(COLUMNS)]
+        for cells in lines[1:]:
+            cells = list(cells)
+            if cells and cells[0] == str(version):
+                cells[0] = str(SCHEMA_VERSION)
+            for i, value in at:
+                cells.insert(i, value)
+            out.append(cells)
+        return out
+    return None

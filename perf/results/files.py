@@ -23,7 +23,7 @@ if TYPE_CHECKING:  # imported where used: `compare` and `show` read with rows.py
     import pandas as pd
 
 from perf.results.cells import neutralise, restore
-from perf.results.columns import COLUMNS, METRIC_COLUMNS, SCHEMA_VERSION
+from perf.results.columns import COLUMNS, METRIC_COLUMNS, SCHEMA_VERSION, upgrade_lines
 from perf.results.environment import environment_info
 
 
@@ -111,6 +111,11 @@ def checked_lines(path: str | os.PathLike[str]) -> tuple[str, list[list[str]]]:
             )
     if len(lines) > 1 and not text.endswith("\n"):
         raise ValueError(f"{path}: the last line does not end: the file is truncated")
+    upgraded = upgrade_lines(lines)  # a file of an older schema reads as this one's
+    if upgraded is not None:
+        buf = io.StringIO()
+        csv.writer(buf, lineterminator="\n").writerows(upgraded)
+        return buf.getvalue(), upgraded
     return text, lines
 
 

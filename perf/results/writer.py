@@ -10,7 +10,6 @@ carries the id of the plan entry it came from in its `run_options`).
 
 from __future__ import annotations
 
-import csv
 import json
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -18,7 +17,7 @@ from typing import Any
 
 from perf.records import RequestRecord, StepRecord
 from perf.results.cells import restore
-from perf.results.files import atomic_write_text, jsonable, read_csv, remove_stale_temporaries, write_csv
+from perf.results.files import atomic_write_text, checked_lines, jsonable, read_csv, remove_stale_temporaries, write_csv
 from perf.results.json_text import encode, run_json_text
 from perf.results.schema import workload_params_key
 
@@ -60,8 +59,9 @@ class ResultWriter:
             return  # nothing to resume: start the file
         read_csv(self.csv_path, allow_empty=True)  # schema, whole rows, numbers
         mine = workload_params_key(json.dumps(jsonable(getattr(self.workload, "params", {}) or {})))
-        with self.csv_path.open(newline="") as f:
-            raw = list(csv.DictReader(f))  # the cells as written, so a resumed file keeps them byte for byte
+        # the cells as written (an older schema's upgraded), so a resumed file keeps them byte for byte
+        header, *body = checked_lines(self.csv_path)[1]
+        raw = [dict(zip(header, cells)) for cells in body]
         for row in raw:
             if workload_params_key(row.get("workload_params")) != mine or row.get("workload") != self.workload.name:
                 raise ValueError(

@@ -10,11 +10,13 @@ import pytest
 from rich.console import Console
 
 from perf.results.compare import compare, main_compare, parse_tolerances, render_table, resolve_tolerances
+from perf.results.rows import read_rows
 from perf.results.schema import (
     COLUMNS,
     SCHEMA_VERSION,
     aggregate_repeats,
     append_rows,
+    config_key,
     environment_info,
     make_row,
     read_csv,
@@ -23,8 +25,9 @@ from perf.results.schema import (
 )
 from workloads import get_workload
 
-# The column order of schema version 2. Changing COLUMNS means bumping SCHEMA_VERSION and this list together.
-EXPECTED_COLUMNS_V2 = (
+# The column order of schema version 3 (2 plus tensor_parallel_size). Changing COLUMNS means bumping SCHEMA_VERSION
+# and this list together.
+EXPECTED_COLUMNS_V3 = (
     "schema_version",
     "label",
     "engine",
@@ -49,6 +52,7 @@ EXPECTED_COLUMNS_V2 = (
     "policy",
     "priority_preemption",
     "attention_backend",
+    "tensor_parallel_size",
     "repeat",
     "workload_params",
     "completed",
@@ -129,13 +133,13 @@ def gate(tmp_path, baseline, rows, **kw):
 
 
 def test_csv_schema_is_fixed(tmp_path):
-    assert COLUMNS == EXPECTED_COLUMNS_V2 and SCHEMA_VERSION == 2
+    assert COLUMNS == EXPECTED_COLUMNS_V3 and SCHEMA_VERSION == 3
     path = write_csv(tmp_path / "r.csv", [row()])
     with path.open() as f:
         header = next(csv.reader(f))
-    assert tuple(header) == EXPECTED_COLUMNS_V2
+    assert tuple(header) == EXPECTED_COLUMNS_V3
     df = read_csv(path)
-    assert df.loc[0, "schema_version"] == 2 and df.loc[0, "engine"] == "refengine"
+    assert df.loc[0, "schema_version"] == 3 and df.loc[0, "engine"] == "refengine"
     assert df.loc[0, "workload"] == "fixed" and df.loc[0, "num_prompts"] == 4
     assert json.loads(df.loc[0, "workload_params"])["input_len"] == 8
     assert df.loc[0, "request_rate"] == math.inf
@@ -148,11 +152,35 @@ def test_unknown_metrics_go_to_extra_and_headers_must_match(tmp_path):
     append_rows(path, [row(repeat=1)])
     assert len(read_csv(path)) == 2
     other = tmp_path / "other.csv"
-    other.write_text("schema_version,engine\n2,refengine\n")
+    other.write_text("schema_version,engine\n3,refengine\n")
     with pytest.raises(ValueError, match="header"):
         append_rows(other, [row()])
     with pytest.raises(ValueError, match="columns"):
         read_csv(other)
+
+
+def test_a_schema_2_file_reads_as_schema_3_on_one_gpu(tmp_path):
+    """Schema 2 (before tensor parallelism) files, e.g. older baselines, read with tensor_parallel_size 1, by both
+    readers, and a resumed or compared run matches them by configuration."""
+    new = write_csv(tmp_path / "new.csv", [row(tensor_parallel_size=1)])
+    header, line = new.read_text().splitlines()
+    cells = next(csv.reader([line]))
+    at = header.split(",").index("tensor_parallel_size")
+    old_cells = ["2", *cells[1:at], *cells[at + 1 :]]
+    old = tmp_path / "old.csv"
+    with old.open("w", newline="") as f:
+        w = csv.writer(f, lineterminator="\n")
+        w.writerow([c for c in EXPECTED_COLUMNS_V3 if c != "tensor_parallel_size"])
+        w.writerow(old_cells)
+    df = read_csv(old)
+    assert tuple(df.columns) == COLUMNS and df.loc[0, "tensor_parallel_size"] == 1 and df.loc[0, "schema_version"] == 3
+    (rows,) = read_rows(old)
+    assert rows["tensor_parallel_size"] == 1 and config_key(rows) == config_key(read_rows(new)[0])
+    # a schema-2 file missing one of its own columns is not upgraded: the version mismatch is named
+    broken = tmp_path / "broken.csv"
+    broken.write_text(",".join(EXPECTED_COLUMNS_V3[:5]) + "\n" + "2,a,b,c,d\n")
+    with pytest.raises(ValueError, match="schema_version \\[2\\]"):
+        read_csv(broken)
 
 
 def test_aggregate_repeats_gives_median_and_spread(tmp_path):

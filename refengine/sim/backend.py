@@ -20,7 +20,8 @@ from refengine.engine_setup import EngineParts
 from refengine.model import ModelConfig
 from refengine.scheduler_output import ModelRunnerOutput, SchedulerOutput
 from refengine.sim.clock import VirtualClock
-from refengine.sim.cost_model import COST_MODEL_VERSION, CostModel, ModelShape
+from refengine.sim.cost_model import COST_MODEL_VERSION, CostModel
+from refengine.sim.model_shape import ModelShape
 from refengine.sim.device import parse_sim_device
 from refengine.sim.gpus import GpuSpec
 from refengine.sim.presets import sim_model
@@ -49,15 +50,19 @@ def sim_dtype(dtype: object) -> str:
     return SIM_DTYPES[name]
 
 
-def num_sim_blocks(gpu: GpuSpec, shape: ModelShape, dtype: str, block_size: int, gpu_memory_utilization: float) -> int:
-    """The KV pool of the module docstring's formula; ValueError naming the knob when it holds no block."""
-    budget = int(gpu.memory_bytes * gpu_memory_utilization) - shape.weight_bytes(dtype) - ACTIVATION_RESERVE_BYTES
-    per_block = shape.kv_bytes_per_token(KV_CACHE_DTYPE) * block_size
+def num_sim_blocks(
+    gpu: GpuSpec, shape: ModelShape, dtype: str, block_size: int, gpu_memory_utilization: float, tp: int = 1
+) -> int:
+    """The KV pool of the module docstring's formula, per GPU of the tensor-parallel group (each GPU holds its
+    share of every block: its KV heads); ValueError naming the knob when it holds no block."""
+    weights = shape.weight_bytes(dtype, tp)
+    budget = int(gpu.memory_bytes * gpu_memory_utilization) - weights - ACTIVATION_RESERVE_BYTES
+    per_block = shape.kv_bytes_per_token(KV_CACHE_DTYPE, tp) * block_size
     if budget < per_block:
         raise ValueError(
             f"gpu_memory_utilization={gpu_memory_utilization}: {gpu.name} x {gpu_memory_utilization} "
-            f"leaves {budget / GiB:.2f} GiB after the weights ({shape.weight_bytes(dtype) / GiB:.2f} "
-            f"GiB) and the activation reserve: no KV block fits"
+            f"leaves {budget / GiB:.2f} GiB after the weights ({weights / GiB:.2f} GiB per GPU at "
+            f"tensor_parallel_size={tp}) and the activation reserve: no KV block fits"
         )
     return budget // per_block
 
@@ -77,8 +82,7 @@ class SimBackend:
         gpu = parse_sim_device(device)
         name = sim_dtype(dtype)
         mc, shape, tokenizer = sim_model(model)
-        if tensor_parallel_size != 1:  # the TP cost model is not in yet: refuse rather than simulate one GPU
-            raise ValueError(f"tensor_parallel_size={tensor_parallel_size}: not simulated yet; use 1")
+        shape.check_tp(tensor_parallel_size)
         return cls(gpu, name, mc, shape, tokenizer, VirtualClock(), tensor_parallel_size)
 
     @property
@@ -87,18 +91,28 @@ class SimBackend:
 
     @property
     def device_label(self) -> str:
-        """What reports put in titles and rows, e.g. "simulated H200 (cost model roofline-placeholder-0, bfloat16)"."""
-        return f"simulated {self.gpu.name} (cost model {COST_MODEL_VERSION}, {self.dtype})"
+        """What reports put in titles and rows, e.g. "simulated H200 (cost model sim-2 (...), bfloat16)", and
+        "simulated 4x H200 (...)" for a tensor-parallel group."""
+        gpus = f"{self.tensor_parallel_size}x {self.gpu.name}" if self.tensor_parallel_size > 1 else self.gpu.name
+        return f"simulated {gpus} (cost model {COST_MODEL_VERSION}, {self.dtype})"
 
     def parts(self) -> EngineParts:
         """LLMEngine's parts: the scheduler's data lives on the host, and there is no model."""
         return torch.device("cpu"), self.torch_dtype, None, "sim", self.model_config, self.tokenizer
 
     def num_gpu_blocks(self, block_size: int, gpu_memory_utilization: float) -> int:
-        return num_sim_blocks(self.gpu, self.shape, self.dtype, block_size, gpu_memory_utilization)
+        return num_sim_blocks(
+            self.gpu, self.shape, self.dtype, block_size, gpu_memory_utilization, self.tensor_parallel_size
+        )
 
     def make_runner(self, async_scheduling: bool) -> SimModelRunner:
-        cost = CostModel(self.gpu, self.shape, self.dtype, async_scheduling=async_scheduling)
+        cost = CostModel(
+            self.gpu,
+            self.shape,
+            self.dtype,
+            async_scheduling=async_scheduling,
+            tensor_parallel_size=self.tensor_parallel_size,
+        )
         mc = self.model_config
         return SimModelRunner(cost, self.clock, sim_token_id(mc.eos_token_ids, mc.vocab_size))
 

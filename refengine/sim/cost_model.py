@@ -7,7 +7,11 @@ A step's time is the forward of the tokens the scheduler picked, read off kernel
                         + decode_attention(decoding requests, their mean KV length)
                         + prefill_attention(prefill chunks, their causal work)
                         + non_gemm(M))                                          norms, rope, KV write, activation
-          + gemm(lm_head) at M = sampling rows + sampler(sampling rows)
+          + (2 * num_layers + 1) * all_reduce(M x hidden)                       tensor parallel only
+          + gemm(lm_head) at M = sampling rows (+ logits all-gather) + sampler(sampling rows)
+
+With tensor_parallel_size = tp every shape is one GPU's share (refengine/sim/model_shape.py): the GEMMs, attention
+heads, KV and lm_head split over tp GPUs that run at once, joined by vLLM's all-reduce (refengine/sim/comm.py).
     cpu = HOST.step_s + HOST.per_request_s * scheduled requests
     step = max(cpu, gpu) under async scheduling (the host prepares step N+1 while N runs), else cpu + gpu
 
@@ -20,14 +24,13 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
+from refengine.sim.comm import CollectiveCurve, collective
 from refengine.sim.gpus import GpuSpec, get_gpu
 from refengine.sim.kernel_tables import KernelTables, load_tables
+from refengine.sim.model_shape import DTYPE_BYTES, ModelShape, check_dtype
 
-COST_MODEL_VERSION = "sim-1 (aiconfigurator-core 0.12.0 vllm 0.24.0 tables; a100: vllm 0.14.0)"
-DTYPES = ("bfloat16", "fp8")
-DTYPE_BYTES = {"bfloat16": 2, "fp8": 1}
+COST_MODEL_VERSION = "sim-2 (aiconfigurator-core 0.12.0 vllm 0.24.0 tables; a100: vllm 0.14.0)"
 # aiconfigurator-core's own constants for memory-bound ops (data/<gpu>_system.yaml: mem_bw_empirical_scaling_factor
 # 0.8, mem_empirical_constant_latency 3 us); reused for the roofline fallback and the non-GEMM term
 ROOFLINE_HBM_EFF = 0.8
@@ -40,6 +43,9 @@ ROOFLINE_FLOPS_EFF = 0.7
 NON_GEMM_KERNELS_PER_LAYER = 5
 # the sampler reads the float32 logits a few times (temperature, softmax / argmax, the sampled-token gather)
 SAMPLER_LOGIT_PASSES = 3
+# vLLM captures CUDA graphs for steps of up to 512 tokens (its default cudagraph capture sizes end at 512); a
+# larger step runs eagerly, which the all-reduce tables measure separately
+CUDA_GRAPH_MAX_TOKENS = 512
 
 
 @dataclass(frozen=True)
@@ -59,99 +65,10 @@ DEFAULT_HOST = HostCost(step_s=0.2e-3, per_request_s=5.8e-6)
 
 
 @dataclass(frozen=True)
-class ModelShape:
-    num_layers: int
-    hidden_size: int
-    num_heads: int
-    num_kv_heads: int
-    head_dim: int
-    intermediate_size: int
-    vocab_size: int
-    gated_mlp: bool = True  # Llama / Qwen2 / Mistral: gate_up + down; OPT: fc1 + fc2
-    tie_word_embeddings: bool = False  # the embedding doubles as lm_head (no second copy in memory)
-    extra_params: int = 0  # kept in bf16 beside the linears: biases (Qwen2's qkv, all of OPT's), learned positions
-
-    def __post_init__(self) -> None:
-        for name in (
-            "num_layers",
-            "hidden_size",
-            "num_heads",
-            "num_kv_heads",
-            "head_dim",
-            "intermediate_size",
-            "vocab_size",
-        ):
-            if getattr(self, name) <= 0:
-                raise ValueError(f"{name}: must be positive, got {getattr(self, name)}")
-        if self.num_heads % self.num_kv_heads:
-            raise ValueError(f"num_kv_heads: {self.num_kv_heads} does not divide num_heads {self.num_heads}")
-
-    @classmethod
-    def from_hf_config(cls, cfg: dict[str, Any]) -> ModelShape:
-        """From a Hugging Face config.json (Llama, Qwen2, Mistral or OPT)."""
-        is_opt = cfg.get("model_type") == "opt"
-        heads = int(cfg["num_attention_heads"])
-        hidden = int(cfg["hidden_size"])
-        layers = int(cfg["num_hidden_layers"])
-        kv_heads = int(cfg.get("num_key_value_heads") or heads)
-        head_dim = int(cfg.get("head_dim") or hidden // heads)
-        inter = int(cfg["ffn_dim"] if is_opt else cfg["intermediate_size"])
-        extra = 0
-        if cfg.get("model_type") == "qwen2":  # q, k and v projections carry biases
-            extra = layers * (heads + 2 * kv_heads) * head_dim
-        elif is_opt:  # biases of q, k, v, o, fc1, fc2 and both LayerNorms; learned positions (offset by 2)
-            positions = int(cfg.get("max_position_embeddings", 2048)) + 2
-            extra = layers * (7 * hidden + inter) + hidden + positions * hidden
-        return cls(
-            num_layers=layers,
-            hidden_size=hidden,
-            num_heads=heads,
-            num_kv_heads=kv_heads,
-            head_dim=head_dim,
-            intermediate_size=inter,
-            vocab_size=int(cfg["vocab_size"]),
-            gated_mlp=not is_opt,
-            tie_word_embeddings=bool(cfg.get("tie_word_embeddings", is_opt)),
-            extra_params=extra,
-        )
-
-    def linear_shapes(self) -> dict[str, tuple[int, int]]:
-        """(n, k) of each per-layer GEMM, y[M, n] = x[M, k] @ W[k, n]."""
-        q, kv = self.num_heads * self.head_dim, self.num_kv_heads * self.head_dim
-        up = (2 if self.gated_mlp else 1) * self.intermediate_size
-        return {
-            "qkv": (q + 2 * kv, self.hidden_size),
-            "o": (self.hidden_size, q),
-            "gate_up": (up, self.hidden_size),
-            "down": (self.hidden_size, self.intermediate_size),
-        }
-
-    def weight_bytes(self, dtype: str) -> int:
-        """Bytes of weights on the device; fp8 checkpoints keep the embedding and lm_head in bf16, as vLLM loads
-        them (ModelOpt and compressed-tensors FP8 quantise the decoder linears only)."""
-        _check_dtype(dtype)
-        linear = sum(n * k for n, k in self.linear_shapes().values()) * self.num_layers
-        embeddings = self.vocab_size * self.hidden_size * (1 if self.tie_word_embeddings else 2)
-        norms = (2 * self.num_layers + 1) * self.hidden_size
-        return linear * DTYPE_BYTES[dtype] + (embeddings + norms + self.extra_params) * 2
-
-    def kv_bytes_per_token(self, dtype: str) -> int:
-        """K and V of every layer for one token; dtype "fp8" also means an fp8 KV cache (an assumption: NVIDIA's
-        FP8 checkpoints ship fp8 KV scales, and vLLM uses them with kv_cache_dtype=fp8)."""
-        _check_dtype(dtype)
-        return 2 * self.num_layers * self.num_kv_heads * self.head_dim * DTYPE_BYTES[dtype]
-
-
-@dataclass(frozen=True)
 class StepShape:
     new_tokens: tuple[int, ...]  # per scheduled request: tokens scheduled this step
     context_tokens: tuple[int, ...]  # per scheduled request: num_computed_tokens before this step
     num_sampling_rows: int  # rows that sample (lm_head M)
-
-
-def _check_dtype(dtype: str) -> None:
-    if dtype not in DTYPES:
-        raise ValueError(f"dtype: {dtype!r} is not simulated; use one of {', '.join(DTYPES)}")
 
 
 class CostModel:
@@ -164,13 +81,16 @@ class CostModel:
         dtype: str = "bfloat16",
         async_scheduling: bool = False,
         host_seconds: HostCost | None = None,
+        tensor_parallel_size: int = 1,
     ) -> None:
-        _check_dtype(dtype)
+        check_dtype(dtype)
+        shape.check_tp(tensor_parallel_size)
         self.gpu = get_gpu(gpu) if isinstance(gpu, str) else gpu
         peak = self.gpu.fp8_flops if dtype == "fp8" else self.gpu.bf16_flops
         if peak <= 0:
             raise ValueError(f"dtype: {self.gpu.name} has no {dtype} tensor cores")
         self.shape, self.dtype, self.async_scheduling = shape, dtype, async_scheduling
+        self.tp = tp = tensor_parallel_size
         self.host = host_seconds or DEFAULT_HOST
         self._hbm = self.gpu.hbm_bytes_per_s * ROOFLINE_HBM_EFF
         try:
@@ -178,24 +98,44 @@ class CostModel:
         except FileNotFoundError:  # a GpuSpec of the caller's own, with no measured tables: roofline only
             tables = None
         self.version = COST_MODEL_VERSION if tables else COST_MODEL_VERSION + " roofline-only"
+        # every GPU of the group runs the same per-GPU shapes at once: one GPU's time is the step's
         self._gemms = [
-            (self._gemm_fn(tables, dtype, n, k, DTYPE_BYTES[dtype])) for n, k in shape.linear_shapes().values()
+            (self._gemm_fn(tables, dtype, n, k, DTYPE_BYTES[dtype])) for n, k in shape.linear_shapes(tp).values()
         ]
-        # vLLM keeps lm_head in bf16 in fp8 checkpoints
-        self._lm_head = self._gemm_fn(tables, "bfloat16", shape.vocab_size, shape.hidden_size, 2)
-        self._by_tokens: dict[int, tuple[float, float]] = {}  # M -> (gemm, non_gemm) over all layers
-        self._by_rows: dict[int, float] = {}  # sampling rows -> lm_head + sampler
-        h, kvh, d = shape.num_heads, shape.num_kv_heads, shape.head_dim
+        # vLLM keeps lm_head in bf16 in fp8 checkpoints; vocabulary-parallel: vocab / tp rows per GPU
+        self._lm_head = self._gemm_fn(tables, "bfloat16", -(-shape.vocab_size // tp), shape.hidden_size, 2)
+        self._by_tokens: dict[int, tuple[float, float, float]] = {}  # M -> (gemm, non_gemm, all-reduce), all layers
+        self._by_rows: dict[int, float] = {}  # sampling rows -> lm_head + sampler (+ the logits all-gather)
+        h, kvh, d = shape.num_heads // tp, shape.kv_heads_per_gpu(tp), shape.head_dim
         self._decode = tables.attention("decode", dtype, h, kvh, d) if tables else None
         self._prefill = tables.attention("prefill", dtype, h, kvh, d) if tables else None
-        self._kv_bytes_per_layer = shape.kv_bytes_per_token(dtype) / shape.num_layers
+        self._heads = h
+        self._kv_bytes_per_layer = shape.kv_bytes_per_token(dtype, tp) / shape.num_layers
         act = (
             8 * shape.hidden_size
             + 2 * (h + kvh) * d
             + 4 * kvh * d
-            + (3 if shape.gated_mlp else 2) * shape.intermediate_size
+            + (3 if shape.gated_mlp else 2) * shape.intermediate_size // tp
         )
         self._non_gemm_bytes_per_token = 2 * act  # bf16 activations, each read or written once per pass
+        self._allreduce: tuple[CollectiveCurve, CollectiveCurve] | None = None
+        self._allgather: CollectiveCurve | None = None
+        if tp > 1:
+            arrays = tables.arrays if tables else {}
+            graph, eager = collective(arrays, "allreduce_graph", tp), collective(arrays, "allreduce_eager", tp)
+            if graph is None or eager is None:
+                raise ValueError(f"tensor_parallel_size={tp}: {self.gpu.name} has no measured all-reduce tables")
+            self._allreduce, self._allgather = (graph, eager), collective(arrays, "allgather", tp)
+
+    def _allreduce_s(self, tokens: int) -> float:
+        """All-reduces of one step over all layers: two per layer (after o and after down, the row-parallel
+        GEMMs) and one after the vocabulary-parallel embedding, each of tokens x hidden bf16 elements. A step of up
+        to CUDA_GRAPH_MAX_TOKENS tokens replays a CUDA graph; a larger one runs eagerly."""
+        if self._allreduce is None:
+            return 0.0
+        graph, eager = self._allreduce
+        curve = graph if tokens <= CUDA_GRAPH_MAX_TOKENS else eager
+        return (2 * self.shape.num_layers + 1) * curve.seconds(tokens * self.shape.hidden_size)
 
     def _gemm_fn(
         self, tables: KernelTables | None, dtype: str, n: int, k: int, weight_bytes: int
@@ -219,12 +159,13 @@ class CostModel:
     def _prefill_s(self, chunks: int, isl: int, work: float) -> float:
         if self._prefill is not None:
             return self._prefill.ms(chunks, isl) * 1e-3
-        flops = 2 * self.shape.num_heads * self.shape.head_dim * work  # QK^T and PV over the causal triangle
+        flops = 2 * self._heads * self.shape.head_dim * work  # QK^T and PV over the causal triangle
         return flops / (self.gpu.bf16_flops * ROOFLINE_FLOPS_EFF) + KERNEL_FLOOR_S
 
     def breakdown(self, step: StepShape) -> dict[str, float]:
-        """Seconds per term: gemm, decode_attention, prefill_attention, non_gemm, lm_head (all layers), then
-        gpu (their sum), cpu, and step (what step_seconds returns)."""
+        """Seconds per term: gemm, decode_attention, prefill_attention, non_gemm, communication (the
+        tensor-parallel all-reduces), lm_head (all layers), then gpu (their sum), cpu, and step (what step_seconds
+        returns)."""
         new, ctx = step.new_tokens, step.context_tokens
         tokens = sum(new)
         # a request with one new token decodes (a one-token prompt too: attention over one key either way); the
@@ -239,7 +180,9 @@ class CostModel:
                 n_pre += 1
                 pre_work += q * (2 * ctx[i] + q)
         layers = self.shape.num_layers
-        out = dict.fromkeys(("gemm", "decode_attention", "prefill_attention", "non_gemm", "lm_head"), 0.0)
+        out = dict.fromkeys(
+            ("gemm", "decode_attention", "prefill_attention", "non_gemm", "communication", "lm_head"), 0.0
+        )
         if tokens:
             per_m = self._by_tokens.get(tokens)
             if per_m is None:
@@ -250,8 +193,9 @@ class CostModel:
                         NON_GEMM_KERNELS_PER_LAYER * KERNEL_FLOOR_S
                         + tokens * self._non_gemm_bytes_per_token / self._hbm
                     ),
+                    self._allreduce_s(tokens),
                 )
-            out["gemm"], out["non_gemm"] = per_m
+            out["gemm"], out["non_gemm"], out["communication"] = per_m
         if n_dec:
             out["decode_attention"] = layers * self._decode_s(n_dec, round(dec_kv / n_dec))
         if n_pre:
@@ -262,7 +206,8 @@ class CostModel:
             head = self._by_rows.get(rows)
             if head is None:
                 sampler = rows * self.shape.vocab_size * 4 * SAMPLER_LOGIT_PASSES / self._hbm + KERNEL_FLOOR_S
-                head = self._by_rows[rows] = self._lm_head(rows) + sampler
+                gather = self._allgather.seconds(rows * self.shape.vocab_size) if self._allgather else 0.0
+                head = self._by_rows[rows] = self._lm_head(rows) + gather + sampler
             out["lm_head"] = head
         gpu = sum(out.values())
         cpu = self.host.seconds(len(step.new_tokens))

@@ -11,7 +11,8 @@ import csv
 import statistics
 from dataclasses import dataclass
 
-from refengine.sim.cost_model import CostModel, ModelShape
+from refengine.sim.cost_model import CostModel
+from refengine.sim.model_shape import ModelShape
 from refengine.sim.kernel_tables import DATA_DIR, load_tables
 from refengine.sim.replay import replay_fixed_lengths
 

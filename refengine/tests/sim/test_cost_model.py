@@ -6,7 +6,8 @@ import dataclasses
 
 import pytest
 
-from refengine.sim.cost_model import CostModel, HostCost, ModelShape, StepShape
+from refengine.sim.cost_model import CostModel, HostCost, StepShape
+from refengine.sim.model_shape import ModelShape
 from refengine.sim.gpus import GPUS, GpuSpec, get_gpu
 from refengine.tests.sim.silicon import LLAMA_31_8B
 
