@@ -99,6 +99,8 @@ def run_capacity_plan(o: PerfOptions, slo: Slo, given: set[str], console: Consol
     o, notes = plan_options(o, slo, given)
     if dry_run:
         show_plan(o, console)
+        for line in notes:
+            console.print(line, markup=False, highlight=False, soft_wrap=True)
         return
     plan = build_plan(o)
     plan.config["capacity_plan"] = {**slo.as_config(), "frontier_latency": FRONTIER_LATENCY}
