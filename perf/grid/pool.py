@@ -61,33 +61,38 @@ class ProcessPool:
     workers: int
     max_retries: int = MAX_RETRIES
     events: list[str] = field(default_factory=list)
-    busy: dict[int, int] = field(default_factory=dict)  # worker pid -> the index of the run it holds now
     _ctx: Any = None
     _blob: bytes = b""
     _todo: deque[int] = field(default_factory=deque)
     _tries: dict[int, int] = field(default_factory=dict)  # index -> attempts so far
+    _started: list[_Slot] = field(default_factory=list)
 
     def run(self, indices: Sequence[int]) -> Iterator[Outcome]:
         """Every run of `indices`, as an `Outcome` the moment it is over (in finishing order)."""
         self._ctx, self._blob = _context(self.job), pickle.dumps(self.job)
-        self._todo, self._tries = deque(indices), dict.fromkeys(indices, 0)
+        self._todo, self._tries, self._started = deque(indices), dict.fromkeys(indices, 0), []
         slots = [self._start() for _ in range(min(self.workers, len(self._todo)))]
         try:
             while any(s.index is not None for s in slots):
                 ready = set(wait([s.conn for s in slots] + [s.proc.sentinel for s in slots]))
-                for k, s in enumerate(list(slots)):  # (a dead worker's pipe may read EOF before its sentinel)
+                alive: list[_Slot] = []
+                for s in slots:  # (a dead worker's pipe may read EOF before its sentinel is ready)
                     out = self._receive(s) if s.conn in ready else None
                     if out is not None:
                         yield out
                         self._dispatch(s)
+                        alive.append(s)
                     elif s.proc.sentinel in ready:  # dead: its run goes back to the queue, or is given up
                         given_up = self._bury(s)
                         if given_up is not None:
                             yield given_up
-                        slots[k] = self._start() if self._todo else None
-                slots = [s for s in slots if s is not None]  # the dead not replaced: nothing was left to do
+                        if self._todo:
+                            alive.append(self._start())
+                    else:
+                        alive.append(s)
+                slots = alive
         finally:
-            _stop(slots)
+            _stop(self._started)  # every worker this run started: an interrupt may come between two of the above
 
     def _start(self) -> _Slot:
         """A fresh worker, given the next run at once."""
@@ -96,6 +101,7 @@ class ProcessPool:
         proc.start()
         theirs.close()
         slot = _Slot(proc, ours)
+        self._started.append(slot)
         self._dispatch(slot)
         return slot
 
@@ -103,7 +109,6 @@ class ProcessPool:
         s.index = self._todo.popleft() if self._todo else None
         if s.index is not None:
             self._tries[s.index] += 1
-            self.busy[s.proc.pid] = s.index
             s.conn.send(s.index)
 
     def _receive(self, s: _Slot) -> Outcome | None:
@@ -111,7 +116,6 @@ class ProcessPool:
             out: Outcome = s.conn.recv()
         except (EOFError, OSError):
             return None  # the worker died: its sentinel tells the rest
-        self.busy.pop(s.proc.pid, None)
         s.index = None
         out.attempts = self._tries[out.index]
         return out
@@ -121,7 +125,6 @@ class ProcessPool:
         s.proc.join()
         s.conn.close()
         lost, s.index = s.index, None
-        self.busy.pop(s.proc.pid, None)
         if lost is None:
             return None
         spec, how, tries = self.job.specs[lost], _how(s.proc.exitcode), self._tries[lost]

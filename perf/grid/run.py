@@ -32,7 +32,7 @@ class Grid:
     todo: Sequence[int]
     events: list[str] = field(default_factory=list)
     elapsed_s: float = 0.0
-    runner: Any = None  # the ProcessPool / RayRunner while the grid runs (tests read `busy` from it)
+    runner: Any = None  # the ProcessPool / RayRunner of a parallel grid (its `events` become notes)
 
     def progress(self, console: Console) -> Any:
         if self.choice.kind == "serial":
