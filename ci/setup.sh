@@ -12,5 +12,6 @@ if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then
 else
   "${pip[@]}" "torch==2.13.0"
 fi
-"${pip[@]}" -e ".[test]"
+# ray: the Ray executor's tests run in CI too (perf/tests/test_grid_rows.py); about 25 s and 250 MB more
+"${pip[@]}" -e ".[test,ray]"
 echo "cbbench installed in $venv ($("$venv/bin/python" -c 'import torch; print("torch", torch.__version__)'))"

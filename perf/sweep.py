@@ -7,7 +7,7 @@
 
 from __future__ import annotations
 
-import time
+from contextlib import closing
 from typing import Any
 
 from rich.console import Console
@@ -16,7 +16,6 @@ from perf.errors import NoResultError
 from perf.plan.build import build_plan
 from perf.plan.options import DEFAULT_CPU_THREADS, PerfOptions
 from perf.plan.spec import RunPlan, RunSpec
-from perf.report.progress import RunProgress
 from perf.results.schema import environment_info, make_row
 from perf.results.writer import ResultWriter
 
@@ -27,44 +26,56 @@ def run_perf(o: PerfOptions, console: Console) -> list[dict[str, Any]]:
 
 
 def show_plan(o: PerfOptions, console: Console) -> None:
-    """`cbbench perf --dry-run`: the validated plan, one line per run; nothing runs."""
-    console.print(build_plan(o).describe(), markup=False, highlight=False, soft_wrap=True)
+    """`cbbench perf --dry-run`: the validated plan, one line per run, and the executor; nothing runs."""
+    from perf.grid.executor import parse_executor, resolve_executor
+
+    plan = build_plan(o)
+    head, _, runs = plan.describe().partition("\n")
+    choice = resolve_executor(parse_executor(plan.executor), plan, len(plan.specs))
+    text = f"{head}; executor {choice.describe(len(plan.specs))}" + (f"\n{runs}" if runs else "")
+    console.print(text, markup=False, highlight=False, soft_wrap=True)
 
 
-def run_plan(plan: RunPlan, console: Console) -> list[dict[str, Any]]:
-    """Run every spec not already in the output (`--resume`), write each result as it finishes, print the table."""
+def run_plan(plan: RunPlan, console: Console, *, table: bool = True) -> list[dict[str, Any]]:
+    """Run every spec not already in the output (`--resume`) on the plan's executor (perf/grid/), write each result
+    as it finishes, put the files in plan order, print the table (unless `table` is False: `cbbench plan`)."""
+    from perf.grid.executor import parse_executor, resolve_executor
+    from perf.grid.order import plan_positions, put_in_plan_order, row_position
+    from perf.grid.run import Grid
     from perf.report.show import labels_of_rows, render
 
     _set_threads(plan)
-    st = plan.settings
     writer = ResultWriter(
         plan.csv_path,
         config=plan.config,
-        environment=environment_info(st.device),
+        environment=environment_info(plan.settings.device),
         workload=plan.workload,
         resume=plan.resume,
     )
-    todo = [spec for spec in plan.specs if not writer.done(spec.plan_id)]
+    todo = [i for i, spec in enumerate(plan.specs) if not writer.done(spec.plan_id)]
+    grid = Grid(plan, resolve_executor(parse_executor(plan.executor), plan, len(todo)), todo)
     info = console if plan.format == "text" else Console(stderr=True)  # stdout holds only the markdown / JSON
     if plan.resume and writer.num_done:
         info.print(f"resume: {writer.num_done} run(s) already in {plan.csv_path}; {len(todo)} to go", markup=False)
-    # the table covers the whole file: the runs saved before the interruption, named as they were, then the new
-    entries: list[Any] = [
-        (k, row, None) for k, row in zip(labels_of_rows(writer.rows, list(writer.records)), writer.rows)
+    # the table covers the whole file: the runs saved before the interruption, named as they were, then the new,
+    # all in plan order however they finished
+    positions = plan_positions(plan)
+    entries: list[tuple[Any, Any]] = [
+        (row_position(row, positions, k), (key, row, None))
+        for k, (key, row) in enumerate(zip(labels_of_rows(writer.rows, list(writer.records)), writer.rows))
     ]
     notes: list[str] = []
     speed: list[tuple[str, float, float]] = []  # simulated runs: (run, simulated seconds, wall seconds)
     try:
-        with RunProgress(console, len(todo), quiet=plan.quiet) as progress:
-            for spec in todo:
-                progress.start(spec.describe(), len(spec.workload))
-                wall = time.perf_counter()
-                result = plan.backends[spec.backend].run(spec, progress.advance)
-                wall = time.perf_counter() - wall
-                entries.append(_record(plan, spec, result, writer, notes))
-                progress.finish(entries[-1][1], entries[-1][2])
+        with grid.progress(console) as progress, closing(grid.outcomes(progress)) as outcomes:
+            for out in outcomes:  # closing: a raise here stops the workers at once
+                if out.exception is not None:  # a worker's run raised: as the same run would raise here
+                    raise out.exception
+                spec, result = plan.specs[out.index], out.result
+                entries.append(((0, out.index), _record(plan, spec, result, writer, notes)))
+                progress.finish(entries[-1][1][1], entries[-1][1][2])
                 if "simulated" in plan.config and not result.error:
-                    speed.append((spec.describe(), result.duration, wall))
+                    speed.append((spec.describe(), result.duration, out.wall_s))
     except KeyboardInterrupt:
         writer.flush()  # also creates the pair when nothing had finished yet
         raise KeyboardInterrupt(
@@ -72,13 +83,15 @@ def run_plan(plan: RunPlan, console: Console) -> list[dict[str, Any]]:
         ) from None
     if speed:
         notes.append(_speed_note(speed, writer))
-    if not writer.rows or speed:
+    if not put_in_plan_order(writer, plan) and (not writer.rows or speed):
         writer.flush()
-    render(console, entries, plan.workload, plan.format, goodput=plan.goodput)
-    for line in notes:
+    entries.sort(key=lambda e: e[0])
+    if table:
+        render(console, [e for _, e in entries], plan.workload, plan.format, goodput=plan.goodput)
+    for line in notes + grid.notes:
         info.print(line, markup=False, highlight=False)
     info.print(f"wrote {plan.csv_path} and {writer.json_path}", markup=False)
-    _check_measured(entries)
+    _check_measured([e for _, e in entries])
     return writer.rows
 
 

@@ -1,4 +1,4 @@
-"""The `cbbench` command line: perf (the main job), serve, timeline, plot, report, compare, generate, kernels,
+"""The `cbbench` command line: perf (the main job), plan (the capacity planner), serve, timeline, plot, report, compare, generate, kernels,
 bench-scheduler, bench-step, bench-async.
 
 Every engine knob of `cbbench perf` maps one to one onto a `SchedulerConfig` / `LLMEngine` keyword, and takes a comma
@@ -21,6 +21,7 @@ from perf.cli import perf_params as options
 from perf.cli.app import DEBUG_ENV, LIKE_MAY_SET, CliError, app, command_line, err, explicit_params, one_line_errors
 from perf.cli.bench import bench_async, bench_scheduler, bench_step
 from perf.cli.commands import compare, generate, kernels, plot, report, serve, show, timeline
+from perf.cli.plan_cmd import plan
 from perf.cli.profile import bench_profile
 from perf.cli.sim import sim_app
 from perf.errors import NoResultError
@@ -81,6 +82,7 @@ def perf(
     resume: options.Resume = False,
     like: options.Like = None,
     dry_run: options.DryRun = False,
+    executor: options.Executor = None,
     knobs: Optional[dict] = None,
 ) -> None:
     """Replay a workload through every batching mode (and the peers); print the table, write CSV + JSON."""
@@ -126,7 +128,7 @@ def _perf_options(ctx: typer.Context, p: dict[str, Any]) -> PerfOptions:
     )
     if p["like"] is not None:  # the configurations are the baseline's; only how to run them may be given
         explicit = explicit_params(ctx)
-        given = [name for name in explicit if name not in LIKE_MAY_SET]
+        given = [name for name in explicit if name not in LIKE_MAY_SET and name != "executor"]  # how, not what
         if given:
             raise CliError(
                 f"--like takes the configurations from {p['like']}; leave out --{given[0].replace('_', '-')}"
@@ -139,6 +141,7 @@ def _perf_options(ctx: typer.Context, p: dict[str, Any]) -> PerfOptions:
 
 # The command table, in --help order. perf stays here, where it finds `run_perf` (tests replace it on this module).
 app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": False})(perf)
+app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": False})(plan)
 app.command()(serve)
 app.command()(timeline)
 app.command()(plot)

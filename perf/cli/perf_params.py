@@ -137,3 +137,11 @@ Like = Annotated[
     ),
 ]
 DryRun = Annotated[bool, Opt("--dry-run", help="print the plan, one line per run, and stop: nothing runs")]
+Executor = Annotated[
+    Optional[str],
+    Opt(
+        help="serial | pool[:N] (N local processes, simulated runs only) | ray[:ADDRESS] (a Ray task per run; "
+        "pip install 'cbbench\\[ray]'); default: pool on sim:<gpu>, else serial",
+        metavar="<executor>",
+    ),
+]

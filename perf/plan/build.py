@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from perf.backends.base import warmup_lengths
 from perf.backends.registry import Backend
+from perf.grid.executor import check_executor, parse_executor
 from perf.knobs import knob
 from perf.metrics import parse_goodput, parse_metric_percentiles
 from perf.plan.checks import check_feasible, check_options, check_output_name, check_writable
@@ -108,7 +109,7 @@ def build_plan(o: PerfOptions) -> RunPlan:
         if o.output is not None
         else _fresh(Path(o.result_dir), f"{workload.name}-{_dt.datetime.now().strftime('%Y%m%d-%H%M%S')}")
     )
-    return RunPlan(
+    plan = RunPlan(
         settings,
         specs,
         backends,
@@ -122,7 +123,10 @@ def build_plan(o: PerfOptions) -> RunPlan:
         resume=o.resume,
         quiet=o.quiet,
         format=o.format,
+        executor=o.executor,
     )
+    check_executor(parse_executor(o.executor), plan)  # pool or Ray for runs it cannot take: refused before any run
+    return plan
 
 
 def _settings(o: PerfOptions) -> RunSettings:

@@ -75,6 +75,7 @@ class PerfOptions:
     resume: bool = False  # complete `output`: skip the runs it already holds
     like: Path | None = None  # rerun exactly this results CSV's configurations (`like.py`)
     command: str = ""  # the command line, recorded in every row
+    executor: str | None = None  # serial | pool[:N] | ray[:ADDRESS] (perf/grid/executor.py); None: the default
     like_params: dict[str, Any] | None = field(default=None, repr=False)  # set from `like`
 
 

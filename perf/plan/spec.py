@@ -93,6 +93,7 @@ class RunPlan:
     resume: bool = False
     quiet: bool = False
     format: str = "text"  # the table: text | markdown | json (report/show.py)
+    executor: str | None = None  # --executor as given (perf/grid/executor.py; None: the plan's default)
 
     @property
     def run_options(self) -> dict[str, Any]:

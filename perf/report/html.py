@@ -4,7 +4,7 @@ The page holds the results table (the terminal table's columns, empty ones left 
 and ITL CDFs of every configuration (inline SVG drawn by inline JS from embedded data), the slot timeline of each
 measured refengine run (inline SVG from the per-step request ids in the JSON, request ids on hover, the legend
 drawn from the same colour rule), for a request-rate sweep `cbbench plot`'s latency-against-throughput panels (a
-base64 PNG), for HTTP runs the scraped /metrics series (server_series.py), the environment, and the
+base64 PNG), for a `cbbench plan` grid its throughput-per-GPU frontier (frontier_svg.py), for HTTP runs the scraped /metrics series (server_series.py), the environment, and the
 configuration as the engine resolved it. Nothing is fetched: no external
 script, style sheet, font or image.
 """
@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 
 from perf.report.assets import CSS, JS
+from perf.report.frontier_svg import frontier_html
 from perf.report.server_series import server_metrics_html
 from perf.report.table import Entry, fit_columns, summary_lines, table_columns, table_title
 from perf.report.timeline_svg import timeline_html
@@ -230,7 +231,7 @@ def render_html(doc: Mapping[str, Any], source: str = "") -> str:
 <section id="latency"><h2>Latency distributions</h2><div class="charts">
 <div class="chart" id="ttft-cdf" data-chart="ttft"></div><div class="chart" id="itl-cdf" data-chart="itl"></div>
 </div></section>
-{sweep}{server_metrics_html(doc)}
+{sweep}{frontier_html(doc)}{server_metrics_html(doc)}
 <section id="timeline" class="timeline"><h2>Slot timeline</h2>{timeline}</section>
 <section id="environment"><h2>Environment</h2>{_kv_table(doc.get("environment") or {})}
 <h2>Configuration</h2><p class="sub">As the engine resolved it, per configuration (the CSV's config columns).</p>

@@ -74,6 +74,7 @@ def test_planted_scheduler_regression_fails_the_simulated_gate(tmp_path, monkeyp
 
     monkeypatch.setattr(ContinuousBatching, "step", waiting_first)
     new = tmp_path / "planted.csv"
-    res = invoke("perf", "--like", str(BASELINE), "--output", str(new), "--quiet")
+    # serial: the planted step lives in this process only (a simulated plan's default pool runs in workers)
+    res = invoke("perf", "--like", str(BASELINE), "--output", str(new), "--quiet", "--executor", "serial")
     assert res.exit_code == 0, res.output
     assert gate(new) == 1

@@ -1,0 +1,140 @@
+"""`cbbench plan`: the capacity planner. Given a workload, an SLO and a device, it searches max_num_seqs x
+max_num_batched_tokens x tensor_parallel_size x batching mode through the grid executor, writes the CSV + JSON
+as `cbbench perf` does (so `cbbench report` draws the frontier), and prints the best configuration per GPU, the
+throughput-per-GPU against TPOT p99 frontier, and the runs that miss the SLO with by how much (frontier.py).
+
+The search lists default to `DEFAULT_SEARCH`; a tensor-parallel size that the device cannot take is dropped from
+the default list with a note, and refused when asked for by name. The grid is capped at `MAX_PLAN_RUNS` runs. The
+SLO is also passed on as vLLM's goodput (`--goodput ttft:MS tpot:MS`), so each row carries its request_goodput.
+A simulated GPU plans in minutes; a real device works too, run by run (serially), at its real speed.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any
+
+from rich.console import Console
+
+from perf.grid.frontier import FRONTIER_LATENCY, Candidate, Slo, best_per_gpu, candidates, pareto
+from perf.knobs import knob
+from perf.plan.options import DEFAULT_MODEL, SIM_MODEL, PerfOptions
+
+# vLLM-scale defaults: its own max_num_seqs (256) and token budgets (2048 online, 8192 / 16384 offline) bracketed
+DEFAULT_SEARCH = {"max_num_seqs": "64,128,256,512", "max_num_batched_tokens": "2048,8192,16384"}
+DEFAULT_TP = "1,2,4,8"
+DEFAULT_BATCHING = "continuous,sequence,static"  # `none` serves one request at a time: no capacity to plan
+MAX_PLAN_RUNS = 512  # 4 x 3 x 4 x 3 = 144 by default; past this a typo in a list would run for hours
+SEARCHED = ("max_num_seqs", "max_num_batched_tokens", "tensor_parallel_size")
+
+
+def supported_tp(device: str, model: str, dtype: str | None, sizes: list[int]) -> tuple[list[int], dict[int, str]]:
+    """The tensor-parallel sizes the device can run `model` at, and why each other one is refused."""
+    from refengine.sim.device import is_sim_device
+
+    ok, refused = [], {}
+    for tp in sizes:
+        if not is_sim_device(device):
+            if tp != 1:
+                refused[tp] = f"tensor_parallel_size={tp}: refengine's forward runs on one device (sim:<gpu> only)"
+                continue
+        else:
+            from refengine.sim.backend import SimBackend
+
+            try:
+                SimBackend.create(device, model, dtype, tp)
+            except ValueError as e:
+                refused[tp] = str(e)
+                continue
+        ok.append(tp)
+    return ok, refused
+
+
+def plan_options(o: PerfOptions, slo: Slo, given: set[str]) -> tuple[PerfOptions, list[str]]:
+    """`o` with the planner's search filled in (`given`: the search options named on the command line), and the
+    notes on what was left out; ValueError naming the option for a search that cannot run."""
+    notes: list[str] = []
+    for name, default in DEFAULT_SEARCH.items():
+        if o.knobs.get(name) is None:
+            o.knobs[name] = default
+    sizes = knob("tensor_parallel_size").parse_list(o.knobs.get("tensor_parallel_size") or DEFAULT_TP)
+    model = o.model or (SIM_MODEL if o.device.startswith("sim:") else DEFAULT_MODEL)
+    ok, refused = supported_tp(o.device, model, o.dtype, sizes)
+    if refused and ("tensor_parallel_size" in given or not ok):
+        raise ValueError(next(iter(refused.values())))
+    if refused:
+        reason = next(iter(refused.values())).split(": ", 1)[-1]
+        notes.append(
+            f"tensor_parallel_size {','.join(map(str, refused))} left out ({reason}); searched {','.join(map(str, ok))}"
+        )
+    o.knobs["tensor_parallel_size"] = ",".join(map(str, ok))
+    for name in ("request_rate", "burstiness", "max_concurrency"):
+        if "," in str(getattr(o, name) or ""):
+            raise ValueError(f"{name}: cbbench plan takes one value (the load the SLO holds at)")
+    if str(o.request_rate).strip().lower() == "inf" and o.max_concurrency is None:
+        notes.append(
+            "every request arrives at t0 (--request-rate inf): TTFT p99 is mostly queueing; give the "
+            "serving load with --request-rate (or --max-concurrency) for an online SLO"
+        )
+    o.peers, o.repeats = "none", 1
+    o.goodput = [f"{k}:{v:g}" for k, v in (("ttft", slo.ttft_p99_ms), ("tpot", slo.tpot_p99_ms)) if v is not None]
+    lists = {n: knob(n).parse_list(o.knobs[n]) for n in SEARCHED}
+    modes = knob("batching").parse_list(o.batching)
+    runs = math.prod(len(v) for v in lists.values()) * len(modes)
+    if runs > MAX_PLAN_RUNS:
+        shape = " x ".join(f"{n} {len(v)}" for n, v in lists.items()) + f" x batching {len(modes)}"
+        raise ValueError(
+            f"plan: the search is {runs} runs ({shape}), over MAX_PLAN_RUNS={MAX_PLAN_RUNS}; shorten a list"
+        )
+    return o, notes
+
+
+def run_capacity_plan(o: PerfOptions, slo: Slo, given: set[str], console: Console, *, dry_run: bool = False) -> None:
+    """The whole `cbbench plan`: search, write, summarise (NoResultError after the summary when a run failed)."""
+    from perf.errors import NoResultError
+    from perf.plan.build import build_plan
+    from perf.sweep import run_plan, show_plan
+
+    o, notes = plan_options(o, slo, given)
+    if dry_run:
+        show_plan(o, console)
+        for line in notes:
+            console.print(line, markup=False, highlight=False, soft_wrap=True)
+        return
+    plan = build_plan(o)
+    plan.config["capacity_plan"] = {**slo.as_config(), "frontier_latency": FRONTIER_LATENCY}
+    failed: NoResultError | None = None
+    try:
+        run_plan(plan, console, table=False)
+    except NoResultError as e:  # the other runs are planned on all the same; the command still fails after
+        failed = e
+    rows = json.loads(plan.csv_path.with_suffix(".json").read_text())["rows"]
+    for line in notes + summary_lines(rows, slo):
+        console.print(line, markup=False, highlight=False, soft_wrap=True)
+    if failed is not None:
+        raise failed
+
+
+def _point(c: Candidate) -> str:
+    return (
+        f"{c.per_gpu:8.1f} tok/s/GPU ({c.throughput:.1f} on {c.gpus} GPU{'s' if c.gpus > 1 else ''})  "
+        f"TTFT p99 {c.ttft_p99_ms:8.1f} ms  TPOT p99 {c.tpot_p99_ms:6.2f} ms  {c.config}"
+    )
+
+
+def summary_lines(rows: list[dict[str, Any]], slo: Slo) -> list[str]:
+    """What `cbbench plan` prints: the SLO, the best configuration per GPU, the frontier, the misses."""
+    cands = candidates(rows, slo)
+    bounds = ", ".join(f"{name} <= {limit:g} ms" for _, name, limit in slo.bounds())
+    best = best_per_gpu(cands)
+    meet = sum(c.meets_slo for c in cands)
+    lines = [f"SLO {bounds}: {meet} of {len(cands)} run(s) meet it"]
+    lines.append(f"best per GPU: {_point(best).strip()}" if best else "best per GPU: no run meets the SLO")
+    lines.append("frontier (output tok/s per GPU against TPOT p99; * meets the SLO):")
+    lines += [f"  {'*' if c.meets_slo else ' '} {_point(c)}" for c in pareto(cands)]
+    missed = [c for c in cands if not c.meets_slo]
+    if missed:
+        lines.append(f"missed the SLO ({len(missed)} run(s)):")
+        lines += [f"    {c.config}: {'; '.join(c.misses)}" for c in missed]
+    return lines

@@ -1,0 +1,119 @@
+"""`--executor serial|pool[:N]|ray[:ADDRESS]`: which executor runs a plan's runs, parsed and checked before any run.
+
+- `serial`: one run after another in this process (the only choice for real-device runs by default: two in-process
+  runs on one CPU or GPU would time each other);
+- `pool[:N]`: N local worker processes (default `os.cpu_count()`), for simulated runs only: a simulated run's
+  numbers are the cost model's virtual clock, so runs side by side cannot disturb each other's results;
+- `ray[:ADDRESS]`: one Ray task per run on the cluster `ray.init(address=ADDRESS)` reaches (no address:
+  `ray.init()`, which starts a local cluster unless RAY_ADDRESS is set). A simulated run asks for one CPU, a CUDA run
+  for one GPU, so that on a GPU cluster every run has a GPU of its own.
+
+With no `--executor`, a plan whose every run is simulated goes to a pool, any other plan runs serially.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import re
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from perf.plan.spec import RunPlan
+
+KINDS = ("serial", "pool", "ray")
+RAY_MISSING = "--executor ray needs Ray: pip install 'cbbench[ray]'"
+_FORM = "expected serial, pool, pool:N (N worker processes) or ray, ray:ADDRESS"
+
+
+@dataclass(frozen=True)
+class ExecutorChoice:
+    """What `--executor` names: `kind`, a pool's worker count, a Ray cluster's address."""
+
+    kind: str
+    workers: int | None = None  # pool: processes (None: os.cpu_count())
+    address: str | None = None  # ray: the cluster (None: ray.init()'s own choice)
+
+    def describe(self, num_runs: int | None = None) -> str:
+        """`pool (2 worker processes)`: what `--dry-run` and the closing note print."""
+        if self.kind == "pool":
+            n = pool_size(self, num_runs)
+            return f"pool ({n} worker process{'es' if n != 1 else ''})"
+        if self.kind == "ray":
+            return f"ray ({self.address or 'ray.init() default: RAY_ADDRESS or a local cluster'})"
+        return "serial"
+
+
+def parse_executor(text: str | None) -> ExecutorChoice | None:
+    """The choice `--executor TEXT` names; None when it was not given (the plan's default applies)."""
+    if text is None:
+        return None
+    kind, sep, arg = text.strip().partition(":")
+    kind = kind.strip().lower()
+    if kind not in KINDS or (kind == "serial" and sep):
+        raise ValueError(f"executor: {_FORM}, got {text!r}")
+    if kind == "pool" and sep:
+        if not re.fullmatch(r"\s*\d+\s*", arg) or int(arg) < 1:
+            raise ValueError(f"executor: pool:N takes a worker count >= 1, got {text!r}")
+        return ExecutorChoice("pool", workers=int(arg))
+    if kind == "ray" and sep:
+        if not arg.strip():
+            raise ValueError(
+                f"executor: ray:ADDRESS needs an address (e.g. ray:auto or ray:10.0.0.1:6379), got {text!r}"
+            )
+        return ExecutorChoice("ray", address=arg.strip())
+    return ExecutorChoice(kind)
+
+
+def pool_size(choice: ExecutorChoice, num_runs: int | None) -> int:
+    """A pool's processes: as asked (default one per CPU), never more than the runs it has to do."""
+    n = choice.workers or os.cpu_count() or 1
+    return max(1, min(n, num_runs)) if num_runs else n
+
+
+def is_simulated(plan: RunPlan) -> bool:
+    """Every run of the plan is on a simulated GPU: an in-process backend (engine or peer) on `sim:<gpu>`. A server
+    backend's runs are real HTTP runs whatever `--device` says (it only picks the workload's defaults there)."""
+    from refengine.sim.device import is_sim_device
+
+    return is_sim_device(plan.settings.device) and all(b.kind != "server" for b in plan.backends.values())
+
+
+def check_executor(choice: ExecutorChoice | None, plan: RunPlan) -> None:
+    """ValueError, one line naming the option, for an executor that cannot run this plan's runs."""
+    if choice is None or choice.kind == "serial":
+        return
+    if choice.kind == "ray" and importlib.util.find_spec("ray") is None:
+        raise ValueError(RAY_MISSING)
+    if is_simulated(plan):
+        return
+    device = plan.settings.device
+    if any(b.kind == "server" for b in plan.backends.values()):
+        raise ValueError(
+            f"executor: --executor {choice.kind} with --backend {next(iter(plan.backends))}: every run goes to the "
+            "one server, and runs side by side would time each other; use --executor serial"
+        )
+    if choice.kind == "pool":
+        raise ValueError(
+            f"executor: --executor pool runs simulated runs only (--device sim:<gpu>); runs on {device} in processes "
+            "of one host would time each other; use --executor serial, or --executor ray with a GPU per run"
+        )
+    if device == "cpu":
+        raise ValueError(
+            "executor: --executor ray runs simulated runs, or CUDA runs with a GPU each; CPU runs would share "
+            "their hosts' cores; use --executor serial"
+        )
+    if device not in ("cuda", "cuda:0"):
+        raise ValueError(f"executor: --executor ray gives each run a GPU of its own (cuda); got --device {device}")
+
+
+def resolve_executor(choice: ExecutorChoice | None, plan: RunPlan, num_runs: int) -> ExecutorChoice:
+    """The executor that runs `num_runs` runs of `plan`: the choice (checked), else the default, which is a pool
+    when every run is simulated and there is more than one run and one CPU, else serial."""
+    check_executor(choice, plan)
+    if choice is not None:
+        return choice
+    if is_simulated(plan) and num_runs > 1 and (os.cpu_count() or 1) > 1:
+        return ExecutorChoice("pool")
+    return ExecutorChoice("serial")

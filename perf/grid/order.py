@@ -1,0 +1,57 @@
+"""Plan order for results that came in finishing order: a parallel grid writes each row the moment its run is over,
+and once the runs are in the CSV and the JSON are rewritten with the rows in the order of the plan (and the JSON's
+records and steps alike, which `cbbench report` pairs with the rows by position), so that a pool's or Ray's files
+hold the same rows, in the same order, as a serial run's.
+
+A row's place is the index of the plan entry named by the `plan_id` in its `run_options`; rows that name no entry
+of this plan (none do in a file this plan wrote) keep their relative order after the others.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from perf.plan.spec import RunPlan
+    from perf.results.writer import ResultWriter
+
+# The CSV columns that differ between two runs of one plan whatever the executor: when the row was made, and the
+# command line, which names --executor when it was given. Every other cell is the same, serial, pool or Ray (the
+# JSON's config also holds `executor`, `output` and, for simulated runs, `sim_speed`: wall-clock, the host's).
+RUN_SPECIFIC_COLUMNS = ("timestamp", "command")
+
+Position = tuple[int, int]  # (0, index in the plan) or (1, index in the file): what the rows are sorted by
+
+
+def plan_positions(plan: RunPlan) -> dict[str, int]:
+    """plan_id -> the index of its spec in the plan."""
+    return {spec.plan_id: i for i, spec in enumerate(plan.specs)}
+
+
+def row_position(row: Mapping[str, Any], positions: Mapping[str, int], fallback: int) -> Position:
+    """Where `row` goes: its plan entry's index, or after every planned row at `fallback` (its index in the file)."""
+    opts = row.get("run_options")
+    try:
+        pid = (json.loads(opts) if isinstance(opts, str) and opts else opts or {}).get("plan_id")
+    except (ValueError, AttributeError):
+        pid = None
+    return (0, positions[pid]) if pid in positions else (1, fallback)
+
+
+def put_in_plan_order(writer: ResultWriter, plan: RunPlan) -> bool:
+    """Reorder the writer's rows, records and steps into plan order and rewrite both files; False (and nothing
+    written) when they already are in order, or the JSON's records cannot be paired with the rows one to one."""
+    rows, labels = writer.rows, list(writer.records)
+    if len(labels) != len(rows):  # the pairing `report` relies on is broken already: leave the files as they are
+        return False
+    positions = plan_positions(plan)
+    order = sorted(range(len(rows)), key=lambda k: row_position(rows[k], positions, k))
+    if order == list(range(len(rows))):
+        return False
+    writer.rows = [rows[k] for k in order]
+    writer.records = {labels[k]: writer.records[labels[k]] for k in order}
+    writer.steps = {labels[k]: writer.steps[labels[k]] for k in order if labels[k] in writer.steps}
+    writer.flush()
+    return True

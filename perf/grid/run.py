@@ -1,0 +1,118 @@
+"""The runs of a plan through the chosen executor, as `Outcome`s in finishing order, and their progress lines.
+
+`outcomes` is the one loop sweep.py iterates, whatever the executor: serially it runs each spec here, with the live
+per-request progress of report/progress.py; a pool or Ray yields each run when a worker is done with it, and
+`GridProgress` prints one line per finished run (a worker's requests cannot be followed from here).
+`Grid.notes` are the lines printed under the table: where the runs ran, and any worker that died on the way.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from rich.console import Console
+
+from perf.grid.executor import ExecutorChoice, pool_size
+from perf.grid.worker import Outcome
+from perf.report.progress import RunProgress, run_summary
+
+if TYPE_CHECKING:
+    from perf.plan.spec import RunPlan
+
+
+@dataclass
+class Grid:
+    """The runs `todo` (indices into `plan.specs`) on `choice`."""
+
+    plan: RunPlan
+    choice: ExecutorChoice
+    todo: Sequence[int]
+    events: list[str] = field(default_factory=list)
+    elapsed_s: float = 0.0
+    runner: Any = None  # the ProcessPool / RayRunner of a parallel grid (its `events` become notes)
+
+    def progress(self, console: Console) -> Any:
+        if self.choice.kind == "serial":
+            return RunProgress(console, len(self.todo), quiet=self.plan.quiet)
+        return GridProgress(console, len(self.todo), self.choice.describe(len(self.todo)), quiet=self.plan.quiet)
+
+    def outcomes(self, progress: Any) -> Iterator[Outcome]:
+        """Each run's outcome as it ends. A parallel run's progress line is started here, its numbers filled in by
+        the caller's `progress.finish(row, error)` once the row is made."""
+        start = time.perf_counter()
+        try:
+            if self.choice.kind == "serial":
+                yield from self._serial(progress)
+                return
+            for out in self._parallel():
+                spec = self.plan.specs[out.index]
+                progress.start(spec.describe(), len(spec.workload), out.wall_s, out.attempts)
+                yield out
+        finally:
+            self.elapsed_s = time.perf_counter() - start
+            if self.runner is not None:
+                self.events += self.runner.events
+
+    def _serial(self, progress: RunProgress) -> Iterator[Outcome]:
+        for i in self.todo:
+            spec = self.plan.specs[i]
+            progress.start(spec.describe(), len(spec.workload))
+            start = time.perf_counter()
+            result = self.plan.backends[spec.backend].run(spec, progress.advance)
+            yield Outcome(i, result, time.perf_counter() - start)
+
+    def _parallel(self) -> Iterator[Outcome]:
+        from perf.grid.worker import make_job
+
+        job = make_job(self.plan)
+        if self.choice.kind == "pool":
+            from perf.grid.pool import ProcessPool
+
+            self.runner = ProcessPool(job, pool_size(self.choice, len(self.todo)))
+        else:
+            from perf.grid.ray_runner import RayRunner
+
+            gpu = self.plan.settings.device.startswith("cuda")
+            self.runner = RayRunner(job, address=self.choice.address, gpu=gpu)
+        yield from self.runner.run(self.todo)
+
+    @property
+    def notes(self) -> list[str]:
+        """What the table's notes say about the executor (nothing for a serial run that went as always)."""
+        if self.choice.kind == "serial" or not self.todo:
+            return list(self.events)
+        line = f"{len(self.todo)} run(s) on {self.choice.describe(len(self.todo))} in {self.elapsed_s:.1f} s"
+        return [line, *self.events]
+
+
+class GridProgress:
+    """One plain line per finished run of a parallel grid, in finishing order: `[3/8] refengine continuous, ...:
+    16 requests, 0.4 s on a worker, 1890 tok/s, TTFT p50 66.0 ms`."""
+
+    def __init__(self, console: Console, num_runs: int, where: str, *, quiet: bool = False) -> None:
+        self.console, self.num_runs, self.where, self.quiet = console, num_runs, where, quiet
+        self.index, self.line = 0, ""
+
+    def __enter__(self) -> GridProgress:
+        if not self.quiet and self.num_runs:
+            self._print(f"running {self.num_runs} run(s) on {self.where}")
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        pass
+
+    def start(self, label: str, total: int, wall_s: float = 0.0, attempts: int = 1) -> None:
+        self.index += 1
+        tried = f", attempt {attempts}" if attempts > 1 else ""
+        self.line = f"[{self.index}/{self.num_runs}] {label}: {total} requests, {wall_s:.1f} s on a worker{tried}"
+
+    def finish(self, row: Mapping[str, Any] | None, error: str | None = None) -> None:
+        summary = f"failed: {error}" if error else run_summary(row)
+        if not self.quiet:
+            self._print(self.line + (f", {summary}" if summary else ""))
+
+    def _print(self, line: str) -> None:
+        self.console.print(line, markup=False, highlight=False, soft_wrap=True)
