@@ -49,16 +49,26 @@ def _pinned_runs() -> list[MeasuredRun]:
 def test_every_measured_row_loads_and_the_fixed_ones_replay() -> None:
     runs = load_measured_runs()
     assert len(runs) >= 219 and len({r.id for r in runs}) == len(runs)
-    fixed = [r for r in runs if r.replayable]
-    assert len(fixed) >= 219
-    for r in fixed:
+    aiperf = [r for r in runs if r.aiperf]
+    assert len(aiperf) == 219 and all(r.replayable for r in aiperf)
+    for r in aiperf:  # aiperf's protocol: 20 rounds of the clients, drawn from its 100 distinct prompts
         argv = Protocol().perf_argv(r)
         assert argv[argv.index("--num-prompts") + 1] == str(20 * (r.concurrency or 0))
         assert argv[argv.index("--tensor-parallel-size") + 1] == str(r.tensor_parallel_size)
+        assert "dataset_entries=100" in argv[argv.index("--workload-param") + 1]
+    for r in runs:  # vllm bench serve's: the source's own request count, every prompt distinct
+        if r.replayable and not r.aiperf:
+            argv = Protocol().perf_argv(r)
+            assert argv[argv.index("--num-prompts") + 1] == str(r.num_prompts)
+            assert "dataset_entries" not in " ".join(argv)
+    held = [r for r in runs if not r.replayable]
+    assert all(r.not_replayable for r in held)
+    with pytest.raises(ValueError, match="no kernel tables"):
+        Protocol().perf_argv(next(r for r in held if r.gpu == "a100-40gb"))
 
 
 def test_the_feasibility_bound_flags_the_short_output_8b_rows_and_no_decode_heavy_one() -> None:
-    runs = [r for r in load_measured_runs() if r.replayable]
+    runs = [r for r in load_measured_runs() if r.aiperf]
     bad = [r for r in runs if not feasibility(r, sim_model(r.model)[1]).consistent]  # type: ignore[union-attr]
     assert bad and all(r.model == "llama-3.1-8b" and (r.osl or 0) <= 500 for r in bad)
     # the 2000/100 row at 64 clients needs its GPU busy 160% of the time even at the tables' best rates
