@@ -31,7 +31,7 @@ REPLAY_MODULES = [
     "refengine.kv_cache_manager",
     "refengine.request_queue",
     "refengine.scheduler_update",
-    "refengine.scheduler_preemption",
+    "refengine.preemption",
     "refengine.batching",
     "refengine.scheduler",
     "conformance.adapters.refengine_adapter",

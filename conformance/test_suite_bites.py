@@ -16,6 +16,7 @@ from hypothesis.stateful import run_state_machine_as_test
 from conformance.adapters.refengine_adapter import RefEngineAdapter
 from conformance.test_scheduler_stateful import make_machine
 from refengine.block_pool import hash_block_tokens
+from refengine.preemption import PreemptionPolicy
 from refengine.request import RequestStatus
 from refengine.scheduler import Scheduler
 
@@ -54,13 +55,19 @@ class AdmitBeforeDecodes(Scheduler):
         self.running += admitted
 
 
+class OldestFirstPolicy(PreemptionPolicy):
+    def pick_victim(self, running):
+        if self.policy == "priority":
+            return min(running, key=lambda r: (r.priority, r.arrival_time))
+        return running[0]
+
+
 class OldestVictim(Scheduler):
     """Preempts the least recently admitted (FCFS) / most urgent (priority) request instead of the policy's victim."""
 
-    def _pick_victim(self):
-        if self.config.policy == "priority":
-            return min(self.running, key=lambda r: (r.priority, r.arrival_time))
-        return self.running[0]
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.preemption = OldestFirstPolicy(self.config, self.kv_cache_manager, self.batching.reserves_full_length)
 
 
 class KeepComputedOnRecompute(Scheduler):
@@ -81,7 +88,7 @@ class StaticAdmitsMidBatch(Scheduler):
         out = self._begin_step()
         self._schedule_running(out)
         self._schedule_waiting(out, admit_without_budget=True)
-        self._update_after_schedule(out)
+        self._end_step(out)
         return out
 
 

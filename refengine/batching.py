@@ -4,18 +4,29 @@ Each object owns its mode's rules (docs/scheduling.md): the order of the schedul
 running requests, then the waiting ones), how many requests may run at once, whether admission reserves blocks for
 the whole length (prompt + max_tokens, so nothing is ever preempted) and, for static batching, which batch each
 request belongs to (a batch holds its slots until the whole batch has left). The passes themselves are the
-scheduler's (`Scheduler._schedule_running` / `_schedule_waiting`); `Scheduler.schedule()` just calls `mode.step`.
+scheduler's (`Scheduler._schedule_running` / `_schedule_waiting`, what `SchedulingPasses` names);
+`Scheduler.schedule()` just calls `mode.step`.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from refengine.config import BatchingMode, SchedulerConfig
 
 if TYPE_CHECKING:
-    from refengine.scheduler import Scheduler
+    from refengine.request import Request
     from refengine.scheduler_output import SchedulerOutput
+
+
+class SchedulingPasses(Protocol):
+    """What a mode drives: the scheduler's two passes over its running and waiting requests (refengine/scheduler.py)."""
+
+    @property
+    def running(self) -> list[Request]: ...
+    def _in_prefill(self, req: Request) -> bool: ...
+    def _schedule_running(self, out: SchedulerOutput, prefill_only: bool = False) -> None: ...
+    def _schedule_waiting(self, out: SchedulerOutput, admit_without_budget: bool = False) -> None: ...
 
 
 class ContinuousBatching:
@@ -27,7 +38,7 @@ class ContinuousBatching:
     def __init__(self, config: SchedulerConfig) -> None:
         self.max_num_seqs = config.max_num_seqs
 
-    def step(self, sched: Scheduler, out: SchedulerOutput) -> None:
+    def step(self, sched: SchedulingPasses, out: SchedulerOutput) -> None:
         sched._schedule_running(out)
         if not out.preempted_req_ids:
             sched._schedule_waiting(out)
@@ -52,7 +63,7 @@ class SequenceBatching(ContinuousBatching):
     mode = BatchingMode.SEQUENCE
     reserves_full_length = True
 
-    def step(self, sched: Scheduler, out: SchedulerOutput) -> None:
+    def step(self, sched: SchedulingPasses, out: SchedulerOutput) -> None:
         if any(sched._in_prefill(r) for r in sched.running):
             sched._schedule_running(out, prefill_only=True)
             sched._schedule_waiting(out)
@@ -76,7 +87,7 @@ class StaticBatching(ContinuousBatching):
         self._batch_id = 0  # the batch now running (1, 2, ...)
         self.batch_of: dict[str, int] = {}
 
-    def step(self, sched: Scheduler, out: SchedulerOutput) -> None:
+    def step(self, sched: SchedulingPasses, out: SchedulerOutput) -> None:
         if sched.running:
             sched._schedule_running(out)
             return

@@ -115,6 +115,21 @@ class SchedulerConfig:
         if self.priority_preemption and self.policy is not SchedulingPolicy.PRIORITY:
             raise ValueError("priority_preemption needs policy='priority'")
 
+    @classmethod
+    def of(cls, config: SchedulerConfig | None, knobs: dict[str, object]) -> SchedulerConfig:
+        """The config of `Scheduler(config)` or `Scheduler(**knobs)`: the SchedulerConfig given, or one made of its
+        fields by keyword; ValueError for both at once, an unknown field, or a config of another type."""
+        if config is not None and knobs:
+            raise ValueError("give the scheduler either a SchedulerConfig or its fields by keyword, not both")
+        if config is None:
+            unknown = set(knobs) - set(cls.__dataclass_fields__)
+            if unknown:
+                raise ValueError(f"unknown scheduler option(s): {sorted(unknown)}")
+            return cls(**knobs)  # type: ignore[arg-type]
+        if not isinstance(config, cls):
+            raise ValueError(f"config must be a SchedulerConfig, got {type(config).__name__}")
+        return config
+
 
 SCHEDULER_FIELDS = tuple(f.name for f in fields(SchedulerConfig))
 

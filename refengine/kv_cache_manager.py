@@ -25,6 +25,7 @@ class KVCacheManager:
         self.req_to_block_hashes: dict[str, list[BlockHash]] = {}
         self.num_cached_blocks: dict[str, int] = {}  # leading blocks of the request already in the hash map
         self.swapped: dict[str, list[KVCacheBlock]] = {}  # request id -> host blocks holding its KV
+        self._host_blocks_to_free: list[list[KVCacheBlock]] = []  # swap-in sources of this step (end_step frees them)
 
     @property
     def num_free_blocks(self) -> int:
@@ -167,16 +168,27 @@ class KVCacheManager:
 
     def swap_in(
         self, request: Request, num_new_tokens: int, num_tokens_to_fit: int, reserve: bool
-    ) -> tuple[list[tuple[int, int]], list[KVCacheBlock]] | None:
+    ) -> list[tuple[int, int]] | None:
         """Device blocks for a swapped-out request's computed tokens plus this step's; returns the host -> device
-        copy plan and the host blocks, which the caller frees only after the copy has been issued."""
+        copy plan, or None (nothing changed). Its host blocks stay held until end_step()."""
         host = self.swapped[request.request_id]
         new = self.allocate_slots(request, num_new_tokens, None, num_tokens_to_fit, reserve)
         if new is None:
             return None
         device = self.req_to_blocks[request.request_id]
         del self.swapped[request.request_id]
-        return [(h.block_id, d.block_id) for h, d in zip(host, device)], host
+        self._host_blocks_to_free.append(host)
+        return [(h.block_id, d.block_id) for h, d in zip(host, device)]
+
+    def end_step(self) -> None:
+        """The host blocks this step swaps in from go back to the host pool as schedule() returns, not a step later:
+        held until the next schedule(), they stayed held for good once the engine went idle. Not earlier: a victim
+        preempted later in the same schedule() could be swapped out into them, and the runner issues a step's
+        swap-out copies before its swap-in copies. A later step's swap-out is copied after this step's swap-in,
+        because the runner executes steps in order (async scheduling too: one worker thread)."""
+        for host in self._host_blocks_to_free:
+            self.host_pool.free_blocks(reversed(host))
+        self._host_blocks_to_free = []
 
     def check_invariants(self) -> None:
         self.block_pool.check_invariants()

@@ -1,21 +1,18 @@
 """Scheduler: token-level, iteration-level scheduling as in vLLM V1, and the three modes the engine compares it to.
 
-The rules it follows are written out in docs/scheduling.md. One schedule() call asks the batching mode object
-(refengine/batching.py) to run the two passes in its order: the running requests (`_schedule_running`: each gets
-min(tokens left, long_prefill_token_threshold, budget), preempting the policy's victim when a block cannot be had,
-as refengine/scheduler_preemption.py does) and the waiting ones (`_schedule_waiting`: admitted only when blocks for
-the whole prompt can be had).
-`num_computed_tokens` advances at the end of schedule(); update_from_output() (refengine/scheduler_update.py)
-appends the sampled tokens and finishes requests. Only the scheduler sets `Request.status`.
+The rules it follows are written out in docs/scheduling.md. The scheduler owns the requests, its queues and the
+step's token budget, and works with three collaborators, each in its own module:
+- the batching mode (refengine/batching.py) runs the two passes in its order: the running requests
+  (`_schedule_running`: each gets min(tokens left, long_prefill_token_threshold, budget)) and the waiting ones
+  (`_schedule_waiting`: admitted only when blocks for the whole prompt can be had);
+- the preemption policy (refengine/preemption.py) names the victim when a block cannot be had and preempts it
+  (swap or recompute, back to the front of the waiting queue); `_preempt` gives its tokens back to the budget;
+- the update step (refengine/scheduler_update.py) advances `num_computed_tokens` at the end of schedule(), and in
+  update_from_output() appends the sampled tokens and finishes the requests the stop checks end (`finish`, which
+  aborts use too).
+Only the scheduler and these collaborators set `Request.status`.
 
-Async scheduling (`async_scheduling=True`, vLLM's AsyncScheduler): schedule() for step N+1 runs before step N's
-output is back. A step that samples leaves a placeholder (`num_output_placeholders`) that the next schedule()
-treats as a known token (a decode schedules it as its input); the real token replaces it in update_from_output(),
-where the stop checks run. A request whose in-flight token reaches max_tokens is not scheduled again; one preempted
-while a step is in flight still gets that step's output appended (its "stale" output; it may even finish by it) and
-is not re-admitted before that output is back; a step's output for a request that has finished since is dropped.
-The sync scheduler may likewise be driven with two schedule() calls outstanding (vLLM's base Scheduler allows it):
-a request preempted between them still gets the earlier step's token, unless that step was a partial prefill.
+Async scheduling (vLLM's AsyncScheduler) and its output placeholders: refengine/scheduler_update.py.
 """
 
 from __future__ import annotations
@@ -24,49 +21,37 @@ import time
 from collections.abc import Callable, Sequence
 
 from refengine.batching import make_batching
-from refengine.block_pool import KVCacheBlock
 from refengine.config import SchedulerConfig, SchedulingPolicy
 from refengine.kv_cache_manager import KVCacheManager
 from refengine.limits import max_kv_tokens
+from refengine.preemption import PreemptionPolicy
 from refengine.request import Request, RequestStatus
 from refengine.request_queue import create_request_queue
 from refengine.scheduler_invariants import check_scheduler_invariants
-from refengine.scheduler_output import CachedRequestData, ModelRunnerOutput, NewRequestData, RunnerView, SchedulerOutput  # noqa: F401  (re-exported: the contract's names, as vLLM's)
-from refengine.scheduler_preemption import SchedulerPreemption
+from refengine.scheduler_output import SchedulerOutput
+from refengine.scheduler_stats import SchedulerStats, scheduler_stats
+from refengine.scheduler_update import SchedulerUpdate
 
 
-class Scheduler(SchedulerPreemption):
+class Scheduler:
     def __init__(
         self, config: SchedulerConfig | None = None, *, eos_token_id: int | Sequence[int] | None = None, **knobs: object
     ) -> None:
         """`Scheduler(config)` with a SchedulerConfig, or `Scheduler(**knobs)` with its fields by keyword."""
-        if config is not None and knobs:
-            raise ValueError("give the scheduler either a SchedulerConfig or its fields by keyword, not both")
-        if config is None:
-            unknown = set(knobs) - set(SchedulerConfig.__dataclass_fields__)
-            if unknown:
-                raise ValueError(f"unknown scheduler option(s): {sorted(unknown)}")
-            config = SchedulerConfig(**knobs)  # type: ignore[arg-type]
-        elif not isinstance(config, SchedulerConfig):
-            raise ValueError(f"config must be a SchedulerConfig, got {type(config).__name__}")
-        self.config = c = config
+        self.config = c = SchedulerConfig.of(config, knobs)
         self.eos_token_id = eos_token_id
         self.batching = make_batching(c)
-        self.policy = SchedulingPolicy(c.policy)
         self.kv_cache_manager = KVCacheManager(
             c.num_gpu_blocks, c.block_size, c.enable_prefix_caching, c.num_cpu_blocks
         )
         self.waiting = create_request_queue(c.policy)
         self.running: list[Request] = []
         self.requests: dict[str, Request] = {}
-        self.finished_req_ids: set[str] = set()
-        self._host_blocks_to_free: list[list[KVCacheBlock]] = []  # swap-in sources of this schedule(), freed after
-        self.num_preemptions = 0
-        self.num_swap_outs = 0  # preemptions that went to the host pool rather than recompute
+        self.preemption = PreemptionPolicy(c, self.kv_cache_manager, self.batching.reserves_full_length)
+        self.update_step = SchedulerUpdate(c, self.kv_cache_manager, self.requests, self.waiting)
         self.num_steps = 0
         self.num_prefix_cache_queries = 0  # tokens of admitted requests (vLLM's PrefixCacheStats.queries)
         self.num_prefix_cache_hits = 0  # of those, tokens found in the prefix cache
-        self.runner_view = RunnerView()  # what the model runner has been told (builds each output's request data)
         # every timestamp the scheduler sets; the engine swaps in its clock (a virtual one on a simulated GPU)
         self.clock: Callable[[], float] = time.monotonic
 
@@ -95,7 +80,7 @@ class Scheduler(SchedulerPreemption):
                 self.running.remove(req)
             else:
                 self.waiting.remove(req)
-            self._finish(req, status)
+            self.update_step.finish(req, status, self.clock())
 
     def has_unfinished_requests(self) -> bool:
         return bool(self.running) or bool(self.waiting)
@@ -107,28 +92,30 @@ class Scheduler(SchedulerPreemption):
     def num_free_blocks(self) -> int:
         return self.kv_cache_manager.num_free_blocks
 
+    @property
+    def num_preemptions(self) -> int:
+        return self.preemption.num_preemptions
+
+    @property
+    def num_swap_outs(self) -> int:
+        """The preemptions that went to the host pool rather than recompute."""
+        return self.preemption.num_swap_outs
+
     # ---- schedule -------------------------------------------------------------------------------------------
     def schedule(self) -> SchedulerOutput:
         out = self._begin_step()
         self.batching.step(self, out)
-        self._update_after_schedule(out)
-        self._free_swapped_in_host_blocks()
+        self._end_step(out)
         return out
 
-    def _free_swapped_in_host_blocks(self) -> None:
-        """The host blocks this step swaps in from go back to the host pool as schedule() returns, not a step later:
-        held until the next schedule(), they stayed held for good once the engine went idle. Not earlier: a victim
-        preempted later in the same schedule() could be swapped out into them, and the runner issues a step's
-        swap-out copies before its swap-in copies. A later step's swap-out is copied after this step's swap-in,
-        because the runner executes steps in order (async scheduling too: one worker thread)."""
-        for host in self._host_blocks_to_free:
-            self.kv_cache_manager.host_pool.free_blocks(reversed(host))
-        self._host_blocks_to_free = []
+    def _end_step(self, out: SchedulerOutput) -> None:
+        self.update_step.after_schedule(out, self.clock())
+        self.num_steps += 1
+        self.kv_cache_manager.end_step()
 
     def _begin_step(self) -> SchedulerOutput:
         """Per-step state: the budget, the prefill cap."""
-        out = SchedulerOutput(finished_req_ids=self.finished_req_ids)
-        self.finished_req_ids = set()
+        out = SchedulerOutput(finished_req_ids=self.update_step.take_finished_req_ids())
         self._budget = self.config.max_num_batched_tokens
         # The long-prefill cap exists so that one prefill cannot starve the others; alone, a request has no one to
         # starve and uses the whole budget (as vLLM does).
@@ -164,7 +151,7 @@ class Scheduler(SchedulerPreemption):
         kv, c = self.kv_cache_manager, self.config
         running, scheduled, is_prefill = self.running, out.num_scheduled_tokens, out.is_prefill
         threshold, last_pos, chunked = self._threshold, c.max_model_len - 1, c.enable_chunked_prefill
-        budget, priority = self._budget, self.policy is SchedulingPolicy.PRIORITY
+        budget, priority = self._budget, self.preemption.policy is SchedulingPolicy.PRIORITY
         i = 0
         while i < len(running) and budget > 0:
             req = running[i]
@@ -185,7 +172,7 @@ class Scheduler(SchedulerPreemption):
             if not kv.has_room(req, n):
                 self._budget = budget
                 while kv.allocate_slots(req, n) is None:
-                    victim = self._pick_victim()
+                    victim = self.preemption.pick_victim(running)
                     if running.index(victim) < i:
                         i -= 1  # (priority policy) an earlier, already scheduled request gave way
                     self._preempt(victim, out)
@@ -234,11 +221,9 @@ class Scheduler(SchedulerPreemption):
             n = min(n, self._budget)
             fit = self._tokens_to_fit(req)
             if swapped:
-                res = kv.swap_in(req, n, fit, reserve)
-                ok = res is not None
-                if res is not None:  # (ok, narrowed for the type checker)
-                    out.blocks_to_swap_in.extend(res[0])
-                    self._host_blocks_to_free.append(res[1])
+                plan = kv.swap_in(req, n, fit, reserve)
+                ok = plan is not None
+                out.blocks_to_swap_in.extend(plan or ())
             else:
                 ok = kv.allocate_slots(req, n, hits, fit, reserve) is not None
             if not ok:
@@ -266,7 +251,44 @@ class Scheduler(SchedulerPreemption):
         out.is_prefill[req.request_id] = req.num_computed_tokens < max(req.num_prompt_tokens, req.num_tokens - 1)
         self._budget -= n
 
+    # ---- preemption -----------------------------------------------------------------------------------------
+    def _preempt(self, req: Request, out: SchedulerOutput) -> None:
+        """Preempt the policy's victim `req` (refengine/preemption.py); its tokens of this step go back to the budget."""
+        self._budget += self.preemption.preempt(req, out, self.running, self.waiting)
+
+    def _preempt_for(self, req: Request, out: SchedulerOutput) -> bool:
+        """Beyond vLLM (priority_preemption): preempt the running request that waiting `req` outranks, if any."""
+        victim = self.preemption.victim_to_admit(req, self.running)
+        if victim is None:
+            return False
+        self._preempt(victim, out)
+        return True
+
+    # ---- outputs --------------------------------------------------------------------------------------------
+    def update_from_output(self, out: SchedulerOutput, sampled_token_ids: dict[str, list[int]]) -> list[Request]:
+        """Append each request's sampled tokens (a partial prefill samples nothing) and finish those that hit
+        EOS, a stop token id or their length limit (refengine/scheduler_update.py). Returns the requests finished
+        by this call. Under async scheduling `out` is the oldest step whose output has not come back yet."""
+        finished = self.update_step.update_from_output(out, sampled_token_ids, self.clock)
+        if finished:
+            self.running = [r for r in self.running if r.status == RequestStatus.RUNNING]
+        return finished
+
+    def set_finished_status(self, requests: list[Request], status: RequestStatus) -> None:
+        """Give requests finished already (their blocks freed) another finish status: a stop string found in the
+        step that also ended the request by EOS or its length decides the reason (as in vLLM), and a request whose
+        output failed is reported aborted."""
+        for req in requests:
+            if not req.is_finished():
+                raise ValueError(f"request {req.request_id!r} is not finished: use finish_requests")
+            req.status = status
+
+    def make_stats(self, scheduler_output: SchedulerOutput | None = None) -> SchedulerStats:
+        """The scheduler's state now (vLLM's name); with `scheduler_output`, also the batch of each request it
+        scheduled and of each running one."""
+        return scheduler_stats(self, scheduler_output)
+
     # ---- self-check -----------------------------------------------------------------------------------------
     def check_invariants(self) -> None:
         """The state every step must leave behind; the conformance suite calls this after every step."""
-        check_scheduler_invariants(self)
+        check_scheduler_invariants(self.config, self.kv_cache_manager, self.batching, self.running, self.waiting)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 SCHED = "refengine/scheduler.py"
-SCHED_PREEMPT = "refengine/scheduler_preemption.py"
+PREEMPTION = "refengine/preemption.py"
 SCHED_UPDATE = "refengine/scheduler_update.py"
 BATCHING = "refengine/batching.py"
 POOL = "refengine/block_pool.py"

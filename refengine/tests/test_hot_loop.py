@@ -41,14 +41,14 @@ def reference_running_pass(sched: Scheduler, out: SchedulerOutput, prefill_only:
             i += 1
             continue
         while sched.kv_cache_manager.allocate_slots(req, n) is None:
-            victim = sched._pick_victim()
+            victim = sched.preemption.pick_victim(running)
             if running.index(victim) < i:
                 i -= 1
             sched._preempt(victim, out)
             if victim is req:
                 break
         if req.status != RequestStatus.RUNNING:
-            if sched.policy is SchedulingPolicy.PRIORITY:
+            if sched.preemption.policy is SchedulingPolicy.PRIORITY:
                 continue
             break
         sched._schedule(out, req, n)
