@@ -7,7 +7,7 @@ import functools
 import torch
 
 from refengine import LLM, SamplingParams
-from refengine.loader import TEST_MODEL
+from refengine.presets import TEST_MODEL
 
 # Prompt lengths from 1 to a few hundred tokens; 16 and 17 straddle the default block size.
 PROMPT_LENS = (1, 5, 16, 17, 40, 129, 260)
@@ -37,7 +37,7 @@ def run_llm(prompts, max_tokens=MAX_TOKENS, model: str = TEST_MODEL, **knobs) ->
 @functools.lru_cache(maxsize=4)
 def _hf_for(model: str):
     from refengine.engine_setup import _load_model_cached
-    from refengine.loader import to_hf_model
+    from refengine.hf_twin import to_hf_model
 
     lm, cfg = _load_model_cached(model, torch.device("cpu"), torch.float32, 0, "torch")
     return to_hf_model(lm, cfg), cfg

@@ -23,7 +23,8 @@ from pathlib import Path
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import seed as hypothesis_seed
 
-from conformance.sched_traces import EOS, Trace, drive, final_outputs, traces
+from conformance.sched_traces import drive, final_outputs
+from conformance.trace_spec import EOS, Trace, traces
 
 CORPUS = Path(__file__).parent / "traces" / "vllm_decisions.jsonl.gz"
 CONFIGS = [

@@ -5,7 +5,7 @@ step (`StepRecord`), and the replay of a recorded trace against any adapter (`re
 vLLM differential compares (conformance/test_vllm_differential.py drives refengine and vLLM side by side), and the
 decisions a recorded corpus stores (conformance/record_traces.py records vLLM's; test_recorded_traces.py replays
 them against any adapter with no vLLM installed). `first_difference` names the first field two records disagree on.
-What a trace is, and the strategy that draws one, live in conformance/trace_spec.py (re-exported here).
+What a trace is, and the strategy that draws one, live in conformance/trace_spec.py.
 """
 
 from __future__ import annotations
@@ -13,25 +13,9 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from conformance.trace_spec import EOS, MAX_MODEL_LEN, MAX_STEPS, PREFIXES, VOCAB, Req, Trace, sample, traces
+from conformance.trace_spec import EOS, MAX_STEPS, Req, Trace, sample
 
-__all__ = [
-    "EOS",
-    "MAX_MODEL_LEN",
-    "MAX_STEPS",
-    "PREFIXES",
-    "VOCAB",
-    "Req",
-    "StepRecord",
-    "Trace",
-    "TraceDivergence",
-    "drive",
-    "final_outputs",
-    "first_difference",
-    "replay",
-    "sample",
-    "traces",
-]
+__all__ = ["StepRecord", "TraceDivergence", "drive", "final_outputs", "first_difference", "replay"]
 
 
 # ---- what one step decided ------------------------------------------------------------------------------------------

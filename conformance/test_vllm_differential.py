@@ -39,17 +39,8 @@ from hypothesis import given, note, settings  # noqa: E402
 
 from conformance.adapters.refengine_adapter import RefEngineAdapter  # noqa: E402
 from conformance.adapters.vllm_adapter import VLLMAdapter  # noqa: E402
-from conformance.sched_traces import (  # noqa: E402
-    EOS,
-    MAX_MODEL_LEN,
-    MAX_STEPS,
-    Req,
-    Trace,
-    drive,
-    final_outputs,
-    first_difference,
-    traces,
-)
+from conformance.sched_traces import drive, final_outputs, first_difference  # noqa: E402
+from conformance.trace_spec import EOS, MAX_MODEL_LEN, MAX_STEPS, Req, Trace, traces  # noqa: E402
 
 pytestmark = pytest.mark.vllm
 

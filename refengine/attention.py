@@ -24,7 +24,7 @@ if not getattr(kernels, "CBBENCH_KERNELS", False):  # another distribution's `ke
         " or use a separate environment"
     )
 from kernels.reference import prefill_attention_ref, reshape_and_cache_ref  # noqa: E402
-from refengine.config import ATTENTION_BACKENDS as ATTENTION_BACKENDS  # (re-exported: the loader imports it here)
+from refengine.config import ATTENTION_BACKENDS  # noqa: E402
 
 # Keys per chunk of the CPU decode attention: the chunk's gathered K and V (at 64 decodes, 2 KV heads x 64 dims:
 # 64 x 64 x 512 B = 2 MB each) stay in cache between the gather and the attention that reads them, so the KV

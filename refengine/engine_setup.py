@@ -17,7 +17,8 @@ import torch
 from refengine.config import EngineConfig, SchedulerConfig
 from refengine.kv_sizing import default_num_gpu_blocks
 from refengine.limits import cdiv
-from refengine.model import CausalLM, ModelConfig
+from refengine.model import CausalLM
+from refengine.model_config import ModelConfig
 from refengine.tokenizer import Tokenizer
 
 if TYPE_CHECKING:  # (the runner imports the model)
@@ -46,7 +47,8 @@ def _load_model_cached(
     model: str, device: torch.device, dtype: torch.dtype, seed: int, backend: str
 ) -> tuple[CausalLM, ModelConfig]:
     """(model, ModelConfig): a preset's weights shared between engines, a folder's loaded afresh."""
-    from refengine.loader import PRESETS, load_model
+    from refengine.loader import load_model
+    from refengine.presets import PRESETS
 
     if model in PRESETS:
         return _preset_model(model, device, dtype, seed, backend)
@@ -56,13 +58,8 @@ def _load_model_cached(
 def load_on_device(cfg: EngineConfig, model_impl: torch.nn.Module | None) -> EngineParts:
     """The EngineParts of a real device: `model_impl` (for `cfg.model`'s config) or the loaded weights."""
     from refengine.attention import default_backend_name, get_attention_backend
-    from refengine.loader import (
-        check_attention_backend,
-        load_model_config,
-        load_tokenizer,
-        resolve_device,
-        resolve_dtype,
-    )
+    from refengine.loader import check_attention_backend, resolve_device, resolve_dtype
+    from refengine.presets import load_model_config, load_tokenizer
 
     device = resolve_device(cfg.device)
     dtype = resolve_dtype(cfg.dtype, device)

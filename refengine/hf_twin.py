@@ -7,7 +7,8 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from refengine.model import CausalLM, ModelConfig
+from refengine.model import CausalLM
+from refengine.model_config import ModelConfig
 
 if TYPE_CHECKING:  # transformers is imported only when a twin is built: it is slow to import
     from transformers import PretrainedConfig, PreTrainedModel

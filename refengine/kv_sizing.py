@@ -29,8 +29,8 @@ from typing import Any, cast
 
 import torch
 
-# the two below live in checks.py, so that the configs (and the CLI that reads them) import without torch
-from refengine.checks import DEFAULT_GPU_MEMORY_UTILIZATION, check_gpu_memory_utilization  # noqa: F401
+# (checks.py's, so that the configs, and the CLI that reads them, import without torch)
+from refengine.checks import check_gpu_memory_utilization
 from refengine.limits import cdiv
 
 GiB = 2**30

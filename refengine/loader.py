@@ -2,11 +2,11 @@
 
 Nothing here touches the network. A preset is a `ModelConfig` at a real or toy shape whose weights are drawn
 from a seeded generator; a folder is config.json + *.safetensors (sharded or not) of the Llama / Qwen2 /
-Mistral families. `to_hf_model` (refengine/hf_twin.py, re-exported here) builds the equivalent transformers model
-with identical weights, for the conformance tests and for the Hugging Face perf peers.
+Mistral families. `to_hf_model` (refengine/hf_twin.py) builds the equivalent transformers model with identical
+weights, for the conformance tests and for the Hugging Face perf peers.
 
 Model and tokenizer are resolved the same way: a preset name wins over a folder of the same name. The presets and
-that resolution (config and tokenizer, no weights, no torch) are refengine/presets.py's, re-exported here. What a
+that resolution (config and tokenizer, no weights, no torch) are refengine/presets.py's. What a
 folder's files mean (config.json, generation_config.json, the safetensors) is refengine/hf_folder.py's.
 """
 
@@ -21,17 +21,10 @@ import torch
 
 from refengine.attention import default_backend_name, get_attention_backend
 from refengine.config import ATTENTION_BACKENDS, DTYPE_NAMES, dtype_name
-from refengine.engine_setup import check_memory  # noqa: F401  (re-exported: it moved with the memory checks)
-from refengine.hf_folder import config_from_hf as config_from_hf  # (re-exported: sim/presets and perf import it here)
 from refengine.hf_folder import load_safetensors
-from refengine.hf_twin import hf_config_for, to_hf_model  # noqa: F401  (re-exported)
-from refengine.model import CausalLM, ModelConfig
-from refengine.presets import PRESETS as PRESETS  # (re-exported, as the next three: presets.py is their home)
-from refengine.presets import TEST_MODEL as TEST_MODEL
-from refengine.presets import TEST_VOCAB as TEST_VOCAB
-from refengine.presets import load_model_config as load_model_config
-from refengine.presets import load_tokenizer as load_tokenizer
-from refengine.presets import model_folder
+from refengine.model import CausalLM
+from refengine.model_config import ModelConfig
+from refengine.presets import PRESETS, load_model_config, model_folder
 
 INIT_STD = 0.02  # normal(0, 0.02) for weights and biases, ones for norms: the usual initializer_range
 _DTYPES: dict[str, torch.dtype] = {name: getattr(torch, canonical) for name, canonical in DTYPE_NAMES.items()}

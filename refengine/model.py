@@ -1,6 +1,6 @@
 """The decoder: Llama / Qwen2 / Mistral-family causal LM over a paged KV cache.
 
-Owns `CausalLM` and its modules; the architecture (`ModelConfig`) is refengine.model_config's, re-exported here.
+Owns `CausalLM` and its modules; the architecture (`ModelConfig`) is refengine.model_config's.
 Parameter names are exactly Hugging Face's (`model.layers.{i}.self_attn.q_proj.weight`, ...) so an HF state dict
 loads without renaming.
 
@@ -20,10 +20,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from refengine.attention import AttentionBackend, AttentionMetadata
-from refengine.model_config import ARCHITECTURES as ARCHITECTURES  # (re-exported: the loader's and tests' import)
-from refengine.model_config import ModelConfig as ModelConfig
-from refengine.model_config import RopeScaling as RopeScaling
-from refengine.model_config import rope_inv_freq
+from refengine.model_config import ModelConfig, rope_inv_freq
 
 
 def rotate_half(x: torch.Tensor) -> torch.Tensor:

@@ -1,6 +1,6 @@
 """The architecture of a decoder: `ModelConfig` (HF config.json names, frozen and validated), its Llama-3.1 RoPE
 scaling (`RopeScaling`) and the rotary inverse frequencies it implies (`rope_inv_freq`). refengine.model builds the
-modules from it and re-exports these names."""
+modules from it."""
 
 from __future__ import annotations
 

@@ -25,7 +25,8 @@ from refengine.attention import AttentionMetadata
 from refengine.cuda_graphs import CudaGraphRunner, pad_decode_inputs, padded_size
 from refengine.input_batch import InputBatch, StagingBuffer
 from refengine.limits import cdiv
-from refengine.model import CausalLM, ModelConfig
+from refengine.model import CausalLM
+from refengine.model_config import ModelConfig
 from refengine.runner_states import CachedRequestState, update_states
 from refengine.sampler import SamplingMetadata, sample
 from refengine.sampling_inputs import sampling_arrays, sampling_metadata

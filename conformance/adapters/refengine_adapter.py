@@ -7,7 +7,8 @@ from collections import deque
 from conformance.adapters import ReqView, StepView
 from refengine.request import Request, RequestStatus
 from refengine.sampling_params import SamplingParams
-from refengine.scheduler import Scheduler, SchedulerOutput
+from refengine.scheduler import Scheduler
+from refengine.scheduler_output import SchedulerOutput
 
 _STATUS = {RequestStatus.WAITING: "waiting", RequestStatus.RUNNING: "running", RequestStatus.PREEMPTED: "preempted"}
 

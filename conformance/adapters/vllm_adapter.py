@@ -18,7 +18,7 @@ Knob mapping (our name -> vLLM):
   max_model_len                    -> ModelConfig.max_model_len (and the config.json's max_position_embeddings)
   num_cpu_blocks                   -> ignored (V1 has no host pool; swap is refused below)
   async_scheduling                 -> SchedulerConfig.async_scheduling, and the scheduler class is vLLM's AsyncScheduler
-Not supported by vLLM V1 (`VLLMAdapter.supports(knobs)` says why; the constructor raises VLLMUnsupported, a
+Not supported by vLLM V1 (`VLLMAdapter.supports(knobs)` says why; the constructor raises vllm_build.VLLMUnsupported, a
 NotImplementedError): batching other than "continuous", preemption_mode="swap", priority_preemption=True, and
 max_num_batched_tokens < max_num_seqs (refused by vLLM's SchedulerConfig). vLLM's config also refuses chunked
 prefill off with max_num_batched_tokens < max_model_len (its engine would reject longer prompts at the API); the
@@ -34,14 +34,13 @@ from __future__ import annotations
 from collections import deque
 
 from conformance.adapters import ReqView, StepView
-from conformance.adapters.vllm_build import (  # noqa: F401  (VLLMUnsupported: re-exported, what the constructor raises)
+from conformance.adapters.vllm_build import (
     KNOB_DEFAULTS,
     STATUS_NAMES,
     ModelRunnerOutput,
     Request,
     RequestStatus,
     SamplingParams,
-    VLLMUnsupported,
     build_vllm_scheduler,
     get_request_block_hasher,
     prefix_hash_fn,

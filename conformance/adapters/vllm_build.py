@@ -12,17 +12,19 @@ import tempfile
 
 os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")  # must be set before vllm is first imported
 
-try:  # everything vLLM that the adapter needs, so that one message says it is missing
+try:  # everything vLLM that the adapter needs, so that one message says it is missing (vllm_adapter.py takes the
+    # names marked F401 from here: imported there directly, ahead of this module by import order, vLLM's own
+    # ImportError would come first)
     import torch
     from vllm.config import CacheConfig, DeviceConfig, ModelConfig, SchedulerConfig, VllmConfig
-    from vllm.sampling_params import SamplingParams  # noqa: F401  (for vllm_adapter.py)
+    from vllm.sampling_params import SamplingParams  # noqa: F401
     from vllm.utils.hashing import get_hash_fn_by_name
-    from vllm.v1.core.kv_cache_utils import get_request_block_hasher, init_none_hash  # noqa: F401  (for vllm_adapter.py)
+    from vllm.v1.core.kv_cache_utils import get_request_block_hasher, init_none_hash  # noqa: F401
     from vllm.v1.core.sched.async_scheduler import AsyncScheduler
     from vllm.v1.core.sched.scheduler import Scheduler
     from vllm.v1.kv_cache_interface import FullAttentionSpec, KVCacheConfig, KVCacheGroupSpec
-    from vllm.v1.outputs import ModelRunnerOutput  # noqa: F401  (for vllm_adapter.py)
-    from vllm.v1.request import Request, RequestStatus  # noqa: F401  (for vllm_adapter.py)
+    from vllm.v1.outputs import ModelRunnerOutput  # noqa: F401
+    from vllm.v1.request import Request, RequestStatus  # noqa: F401
     from vllm.v1.structured_output import StructuredOutputManager
 except ImportError as e:  # pragma: no cover - depends on the environment
     raise ImportError(

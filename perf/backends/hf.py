@@ -35,7 +35,8 @@ _MOVED_TO_HF_CB = ("run_hf_cb", "HfCbBackend", "HF_CB_PAGE_SIZE", "HF_CB_TIMEOUT
 def hf_model(model: str, *, device: str, dtype: str | None, seed: int, attn_implementation: str = "sdpa"):
     """A transformers model holding the weights refengine loads for (model, dtype, seed): a preset's random draw
     is a pure function of its seed, a folder is read again."""
-    from refengine.loader import load_model, to_hf_model
+    from refengine.hf_twin import to_hf_model
+    from refengine.loader import load_model
 
     ref, config = load_model(model, device=device, dtype=dtype, seed=seed)
     return to_hf_model(ref, config, attn_implementation=attn_implementation)

@@ -55,7 +55,7 @@ def _run_once(engine: LLMEngine, prompts: list[list[int]], max_tokens: int, tag:
 
 def _sleeping_stub(model: str, device_ms: float):
     from perf.bench.step import StubModel
-    from refengine.loader import load_model_config
+    from refengine.presets import load_model_config
 
     stub = StubModel(load_model_config(model).hidden_size)
     forward = stub.forward

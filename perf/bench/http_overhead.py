@@ -114,7 +114,7 @@ def main(argv: list[str] | None = None) -> None:
 
     from perf.backends.http_client import HttpTarget
     from perf.backends.openai import run_http
-    from refengine.loader import load_tokenizer
+    from refengine.presets import load_tokenizer
     from workloads import get_workload
 
     if a.device == "cpu":

@@ -106,7 +106,7 @@ def make_decoding_engine(
     steps, and (`stub`) the stub model in place of the real one; returns (engine, stub model or None). `clock`
     becomes the engine's sampler, so that it can time it (and stand in for it with the stub's)."""
     from refengine import LLMEngine, SamplingParams
-    from refengine.loader import load_model_config
+    from refengine.presets import load_model_config
     from refengine.sampling_params import RequestOutputKind
 
     if detokenizer not in DETOKENIZERS:

@@ -30,7 +30,7 @@ def median_step_ms(steps: int, **hostile) -> float:
     """Median step time (ms) of NUM_INNOCENT greedy requests, plus one carrying `hostile` SamplingParams fields."""
     from perf.bench.step import StubModel
     from refengine import LLMEngine, SamplingParams
-    from refengine.loader import load_model_config
+    from refengine.presets import load_model_config
 
     stub = StubModel(load_model_config("tiny-qwen2").hidden_size)
     engine = LLMEngine(

@@ -12,7 +12,7 @@ import pytest
 from typer.testing import CliRunner
 
 from perf.cli import app
-from refengine.loader import TEST_MODEL
+from refengine.presets import TEST_MODEL
 
 # a sweep of max_num_seqs, so that `plot` has an x axis
 TINY = [

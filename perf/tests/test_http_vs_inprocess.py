@@ -23,7 +23,7 @@ from perf.backends.http_client import HttpTarget
 from perf.backends.openai import run_http
 from perf.cli import app
 from perf.results.schema import read_csv
-from refengine.loader import TEST_MODEL
+from refengine.presets import TEST_MODEL
 from workloads.base import Workload, WorkloadRequest
 
 MAX_NUM_SEQS = 64

@@ -14,7 +14,7 @@ from perf.backends import in_process
 from perf.cli import app
 from perf.results.like import load_like
 from perf.results.schema import config_key, read_csv
-from refengine.loader import TEST_MODEL
+from refengine.presets import TEST_MODEL
 
 ROOT = Path(__file__).resolve().parents[2]
 BASELINE = ROOT / "results" / "baselines" / "cpu.csv"

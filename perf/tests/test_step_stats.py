@@ -13,7 +13,7 @@ import pytest
 from perf.backends.in_process import step_records
 from perf.metrics import compute_metrics
 from perf.report.timeline import TIMELINE_OUTPUT_LENS, TIMELINE_PROMPT_LENS, Cell, assign_slots, utilisation
-from refengine.loader import TEST_MODEL
+from refengine.presets import TEST_MODEL
 
 MAX_NUM_SEQS = 3
 NUM_REQUESTS = 8

@@ -14,7 +14,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from refengine.model import ModelConfig
+from refengine.model_config import ModelConfig
 from refengine.sim.model_shape import ModelShape
 from refengine.tokenizer import HFTokenizer, NoTokenizer, QwenTokenizer, Tokenizer
 
@@ -116,7 +116,8 @@ def _bookkeeping_config(shape: ModelShape, cfg: dict[str, Any]) -> ModelConfig:
 
 
 def sim_model(model: str) -> tuple[ModelConfig, ModelShape, Tokenizer]:
-    from refengine.loader import PRESETS, config_from_hf, load_tokenizer
+    from refengine.hf_folder import config_from_hf
+    from refengine.presets import PRESETS, load_tokenizer
 
     if model in PRESETS:
         mc = PRESETS[model]

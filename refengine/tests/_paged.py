@@ -10,7 +10,8 @@ from __future__ import annotations
 import torch
 
 from refengine.attention import AttentionMetadata
-from refengine.model import CausalLM, ModelConfig
+from refengine.model import CausalLM
+from refengine.model_config import ModelConfig
 
 
 def make_kv_caches(

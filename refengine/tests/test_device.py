@@ -14,7 +14,7 @@ from refengine import LLMEngine
 from refengine.config import EngineConfig
 from refengine.device import LocalDevice, make_device
 from refengine.engine_args import EngineArgs
-from refengine.loader import TEST_MODEL
+from refengine.presets import TEST_MODEL
 from refengine.sim.clock import WALL_CLOCK
 from refengine.sim.device import SimDevice
 from refengine.sim.pacing import StepPacer

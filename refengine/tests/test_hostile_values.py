@@ -14,7 +14,7 @@ from conformance.engine_helpers import TEST_MODEL, greedy, make_prompts
 from refengine import LLMEngine, SamplingParams
 from refengine.checks import INT64_MAX, INT64_MIN
 from refengine.input_batch import InputBatch
-from refengine.loader import PRESETS
+from refengine.presets import PRESETS
 
 MAX_MODEL_LEN = 16  # a max_tokens of 2**63 - 1 ends at the context: keeps each example to ~10 steps
 INNOCENT_MAX_TOKENS = 6

@@ -121,7 +121,7 @@ class _ConstantModel(torch.nn.Module):
 
 
 def test_model_sampler_and_detokenizer_are_passed_in() -> None:
-    from refengine.loader import load_model_config
+    from refengine.presets import load_model_config
 
     mc = load_model_config("tiny-qwen2")
     calls = {"sample": 0, "detok": 0}

@@ -74,7 +74,8 @@ def _do_not_specialize(kernel, what: str = "do_not_specialize") -> list:
 
 
 def test_per_step_ints_are_not_specialized() -> None:
-    from kernels.unified_attention import DO_NOT_SPECIALIZE, _reduce_segments_kernel, _unified_attention_kernel
+    from kernels.unified_attention import _reduce_segments_kernel, _unified_attention_kernel
+    from kernels.unified_attention_kernels import DO_NOT_SPECIALIZE
 
     assert {"num_seqs", "stride_bt_seq"} <= set(DO_NOT_SPECIALIZE)
     for kernel, names in (

@@ -176,7 +176,8 @@ def test_engine_knobs() -> None:
 @pytest.mark.parametrize("num_tokens,num_seqs", [(64, 4), (37, 256), (5000, 1)])
 def test_profile_run_drives_the_real_model(num_tokens: int, num_seqs: int) -> None:
     """The dummy batch is one the model accepts (CPU, torch backend): catches a metadata change breaking it."""
-    from refengine.loader import PRESETS, build_random_model
+    from refengine.loader import build_random_model
+    from refengine.presets import PRESETS
 
     config = PRESETS["tiny-qwen2"]
     model = build_random_model(config, device="cpu", attention_backend="torch")

@@ -10,8 +10,10 @@ import json
 import pytest
 import torch
 
-from refengine.loader import PRESETS, load_model, load_tokenizer, to_hf_model
-from refengine.model import ModelConfig, RopeScaling
+from refengine.hf_twin import to_hf_model
+from refengine.loader import load_model
+from refengine.model_config import ModelConfig, RopeScaling
+from refengine.presets import PRESETS, load_tokenizer
 from refengine.tests._paged import PagedSequences
 from refengine.tokenizer import NoTokenizer, QwenTokenizer
 

@@ -12,7 +12,8 @@ import pytest
 
 from refengine.request import Request
 from refengine.sampling_params import SamplingParams
-from refengine.scheduler import Scheduler, SchedulerOutput
+from refengine.scheduler import Scheduler
+from refengine.scheduler_output import SchedulerOutput
 
 EOS = 0
 STEPS = 150
