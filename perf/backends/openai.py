@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from perf.backends.base import Backend, ProgressFn, RunResult
 from perf.backends.client_workers import check_client_workers
 from perf.backends.http_client import HttpTarget
-from perf.backends.http_run import WARMUP_VOCAB_FLOOR, HttpRunResult, request_prompts, run_http  # noqa: F401  (re-exported)
+from perf.backends.http_run import run_http
 from perf.records import RequestRecord
 
 if TYPE_CHECKING:

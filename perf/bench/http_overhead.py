@@ -113,7 +113,7 @@ def main(argv: list[str] | None = None) -> None:
     import torch
 
     from perf.backends.http_client import HttpTarget
-    from perf.backends.openai import run_http
+    from perf.backends.http_run import run_http
     from refengine.presets import load_tokenizer
     from workloads import get_workload
 
@@ -182,7 +182,7 @@ def _in_process_run(a: argparse.Namespace, wl: Any, knobs: dict[str, Any], build
 def _http_run(a: argparse.Namespace, wl: Any, url: str, server_pid: int, prof: Any) -> dict[str, Any]:
     """One HTTP run's metrics, with the CPU seconds per 1k output tokens of the client and the server together."""
     from perf.backends.http_client import HttpTarget
-    from perf.backends.openai import run_http
+    from perf.backends.http_run import run_http
 
     if prof:
         prof.enable()

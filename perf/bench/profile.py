@@ -25,9 +25,7 @@ from typing import Any
 import torch
 
 from perf.bench.gemm_floor import step_vs_floor
-from perf.bench.phase_clock import PHASES as PHASES  # (re-exported: the tests' import)
-from perf.bench.phase_clock import PhaseClock as PhaseClock
-from perf.bench.phase_clock import hf_cb_targets, module_hooks, patched, refengine_targets
+from perf.bench.phase_clock import PHASES, PhaseClock, hf_cb_targets, module_hooks, patched, refengine_targets
 
 
 def _vocab_size(model: str) -> int:

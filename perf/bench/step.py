@@ -24,15 +24,7 @@ import time
 
 import torch
 
-from perf.bench.step_engine import (  # noqa: F401  (re-exported: bench-step's engine set-up lived here)
-    DETOKENIZERS,
-    OUTPUT_KINDS,
-    PROMPT_LEN,
-    STUB_VOCAB,
-    FullRedecodeDetokenizer,
-    StubModel,
-    make_decoding_engine,
-)
+from perf.bench.step_engine import STUB_VOCAB, StubModel, make_decoding_engine
 
 TARGET_US = 1500.0  # host time per decode step at 256 running requests, so an H200 is not left idle
 

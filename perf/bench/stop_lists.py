@@ -28,7 +28,7 @@ def _stops(count: int, length: int) -> list[str]:
 
 def median_step_ms(steps: int, **hostile) -> float:
     """Median step time (ms) of NUM_INNOCENT greedy requests, plus one carrying `hostile` SamplingParams fields."""
-    from perf.bench.step import StubModel
+    from perf.bench.step_engine import StubModel
     from refengine import LLMEngine, SamplingParams
     from refengine.presets import load_model_config
 

@@ -41,17 +41,7 @@ from rich.console import Console
 from rich.text import Text
 
 from perf.results.gate import FORMATS, gate_tolerances, render_json, render_markdown, render_table
-from perf.results.matching import (  # noqa: F401  (LOAD_/SERVER_KEY_NAMES, parse_where: re-exported)
-    LOAD_KEY_NAMES,
-    SERVER_KEY_NAMES,
-    cell_text,
-    check_finite,
-    filter_rows,
-    ignored_key_names,
-    keyed,
-    label,
-    parse_where,
-)
+from perf.results.matching import cell_text, check_finite, filter_rows, ignored_key_names, keyed, label
 from perf.results.rows import Row, as_rows, read_rows, with_extra_metrics
 
 # (the tolerance rules are tolerances.py's; importable from here too, as they always were)

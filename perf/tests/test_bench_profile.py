@@ -7,7 +7,8 @@ import time
 
 import torch
 
-from perf.bench.profile import PHASES, PhaseClock, format_markdown, profile_run
+from perf.bench.phase_clock import PHASES, PhaseClock
+from perf.bench.profile import format_markdown, profile_run
 
 
 def _spin(seconds: float) -> None:

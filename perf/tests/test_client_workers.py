@@ -11,7 +11,7 @@ from typer.testing import CliRunner
 from perf.backends.client_workers import shard_concurrency
 from perf.backends.fake_openai_server import FakeOpenAIServer
 from perf.backends.http_client import HttpTarget
-from perf.backends.openai import run_http
+from perf.backends.http_run import run_http
 from perf.cli import app
 from workloads.base import Workload, WorkloadRequest
 

@@ -10,7 +10,7 @@ from typer.testing import CliRunner
 
 from perf.backends.fake_openai_server import BAD_PROMPT_TOKEN, FakeOpenAIServer
 from perf.backends.http_client import HttpTarget
-from perf.backends.openai import run_http
+from perf.backends.http_run import run_http
 from perf.backends.openai_embeddings import OpenAIEmbeddingsBackend
 from perf.cli import app
 from perf.results.schema import read_csv

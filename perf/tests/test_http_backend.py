@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 
 from perf.backends.fake_openai_server import BAD_PROMPT_TOKEN, NUM_GPU_BLOCKS, FakeOpenAIServer
 from perf.backends.http_client import HttpTarget, build_payload, chunk_content
-from perf.backends.openai import run_http
+from perf.backends.http_run import run_http
 from perf.backends.server_metrics import kv_usage, parse_prometheus
 from perf.cli import app
 from perf.results.schema import read_csv

@@ -20,7 +20,7 @@ import pytest
 from typer.testing import CliRunner
 
 from perf.backends.http_client import HttpTarget
-from perf.backends.openai import run_http
+from perf.backends.http_run import run_http
 from perf.cli import app
 from perf.results.schema import read_csv
 from refengine.presets import TEST_MODEL

@@ -16,7 +16,7 @@ from perf.backends.conversations import TurnFeeder, conversation_metrics
 from perf.backends.fake_openai_server import FakeOpenAIServer
 from perf.backends.hf import MULTI_TURN_REFUSED, run_hf_static
 from perf.backends.http_client import HttpTarget
-from perf.backends.openai import run_http
+from perf.backends.http_run import run_http
 from perf.cli import app
 from workloads import get_workload
 from workloads.base import Workload, WorkloadRequest
