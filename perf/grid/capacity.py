@@ -40,10 +40,10 @@ def supported_tp(device: str, model: str, dtype: str | None, sizes: list[int]) -
                 refused[tp] = f"tensor_parallel_size={tp}: refengine's forward runs on one device (sim:<gpu> only)"
                 continue
         else:
-            from refengine.sim.backend import SimBackend
+            from refengine.sim.device import SimDevice
 
             try:
-                SimBackend.create(device, model, dtype, tp)
+                SimDevice.create(device, model, dtype, tp)
             except ValueError as e:
                 refused[tp] = str(e)
                 continue

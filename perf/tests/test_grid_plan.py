@@ -111,16 +111,16 @@ def test_plan_refusals_are_one_line_exit_2(monkeypatch) -> None:
 
 
 def test_a_tp_the_device_refuses_is_dropped_from_the_default_list_and_refused_by_name(monkeypatch) -> None:
-    from refengine.sim.backend import SimBackend
+    from refengine.sim.device import SimDevice
 
-    real = SimBackend.create.__func__
+    real = SimDevice.create.__func__
 
     def only_one_and_two(cls, device, model, dtype, tensor_parallel_size=1):
         if tensor_parallel_size > 2:
             raise ValueError(f"tensor_parallel_size={tensor_parallel_size}: planted refusal")
         return real(cls, device, model, dtype, tensor_parallel_size)
 
-    monkeypatch.setattr(SimBackend, "create", classmethod(only_one_and_two))
+    monkeypatch.setattr(SimDevice, "create", classmethod(only_one_and_two))
     res = invoke(*SMALL, "--slo-tpot-p99-ms", "50", "--max-num-seqs", "8", "--batching", "continuous", "--dry-run")
     assert res.exit_code == 0, res.output
     runs = [x for x in res.stdout.splitlines() if x.startswith("  refengine ")]
