@@ -26,16 +26,20 @@ from perf.records import PEER_STEP_KEYS, REQUEST_KEYS, RequestRecord, StepRecord
 
 if TYPE_CHECKING:
     import torch
+    from transformers import PreTrainedModel
 
     from perf.plan.spec import RunSpec
 
 _MOVED_TO_HF_CB = ("run_hf_cb", "HfCbBackend", "HF_CB_PAGE_SIZE", "HF_CB_TIMEOUT_S")
 
 
-def hf_model(model: str, *, device: str, dtype: str | None, seed: int, attn_implementation: str = "sdpa"):
+def hf_model(
+    model: str, *, device: str, dtype: str | None, seed: int, attn_implementation: str = "sdpa"
+) -> PreTrainedModel:
     """A transformers model holding the weights refengine loads for (model, dtype, seed): a preset's random draw
     is a pure function of its seed, a folder is read again."""
-    from refengine.loader import load_model, to_hf_model
+    from refengine.hf_twin import to_hf_model
+    from refengine.loader import load_model
 
     ref, config = load_model(model, device=device, dtype=dtype, seed=seed)
     return to_hf_model(ref, config, attn_implementation=attn_implementation)

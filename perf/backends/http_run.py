@@ -157,7 +157,8 @@ async def _replay(
     if workload.is_multi_turn:  # each conversation a chain: turn k after turn k - 1's answer
         if client_workers > 1:
             raise ValueError("client_workers: multi-turn workloads run on one client process")
-        texts = {id(r): p for r, p in zip(reqs, prompts)}
+        # text_of is asked only for text prompts (openai-chat, or --prompt-format text): there every prompt is one
+        texts = {id(r): p for r, p in zip(reqs, prompts) if isinstance(p, str)}
         return await replay_turns(
             target,
             reqs,

@@ -34,7 +34,7 @@ def measure(
     base_url: str, concurrency: int, workers: int, output_len: int, delay_s: float, timeout_s: float
 ) -> dict[str, float]:
     from perf.backends.http_client import HttpTarget
-    from perf.backends.openai import run_http
+    from perf.backends.http_run import run_http
     from perf.metrics import request_latencies
     from workloads.base import Workload, WorkloadRequest
 

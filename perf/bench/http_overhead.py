@@ -32,10 +32,11 @@ STARTUP_TIMEOUT_S = 180.0
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+        port: int = s.getsockname()[1]
+        return port
 
 
-def start_server(model: str, device: str, knobs: dict[str, Any], threads: int) -> tuple[subprocess.Popen, str]:
+def start_server(model: str, device: str, knobs: dict[str, Any], threads: int) -> tuple[subprocess.Popen[bytes], str]:
     port = _free_port()
     cmd = [
         sys.executable,
@@ -113,7 +114,7 @@ def main(argv: list[str] | None = None) -> None:
     import torch
 
     from perf.backends.http_client import HttpTarget
-    from perf.backends.openai import run_http
+    from perf.backends.http_run import run_http
     from refengine.loader import load_tokenizer
     from workloads import get_workload
 
@@ -182,7 +183,7 @@ def _in_process_run(a: argparse.Namespace, wl: Any, knobs: dict[str, Any], build
 def _http_run(a: argparse.Namespace, wl: Any, url: str, server_pid: int, prof: Any) -> dict[str, Any]:
     """One HTTP run's metrics, with the CPU seconds per 1k output tokens of the client and the server together."""
     from perf.backends.http_client import HttpTarget
-    from perf.backends.openai import run_http
+    from perf.backends.http_run import run_http
 
     if prof:
         prof.enable()

@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import statistics
 import time
+from typing import Any
 
 NUM_INNOCENT = 8
 PROMPT_LEN = 16
@@ -26,9 +27,9 @@ def _stops(count: int, length: int) -> list[str]:
     return [chr(0xE000 + i) * (length or i + 1) for i in range(count)]
 
 
-def median_step_ms(steps: int, **hostile) -> float:
+def median_step_ms(steps: int, **hostile: Any) -> float:
     """Median step time (ms) of NUM_INNOCENT greedy requests, plus one carrying `hostile` SamplingParams fields."""
-    from perf.bench.step import StubModel
+    from perf.bench.step_engine import StubModel
     from refengine import LLMEngine, SamplingParams
     from refengine.loader import load_model_config
 
@@ -46,7 +47,7 @@ def median_step_ms(steps: int, **hostile) -> float:
             SamplingParams(max_tokens=steps + 2, temperature=0.0, ignore_eos=True, **hostile),
         )
     engine.step()  # the prefills
-    times = []
+    times: list[float] = []
     for _ in range(steps):
         t = time.thread_time()
         engine.step()
@@ -64,7 +65,7 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=100)
     parser.add_argument("--rounds", type=int, default=3, help="cases are interleaved, median of the rounds")
     args = parser.parse_args()
-    cases = {
+    cases: dict[str, dict[str, Any]] = {
         "baseline": {},
         f"stop: {args.stops} strings": {"stop": _stops(args.stops, args.stop_len)},
         f"stop_token_ids: {args.stop_ids}": {"stop_token_ids": [STOP_ID_BASE + i for i in range(args.stop_ids)]},

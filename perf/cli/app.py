@@ -19,6 +19,7 @@ from typing import Any
 
 import typer
 from rich.console import Console
+from typer.models import CommandFunctionType
 
 _exc = sys.modules[typer.BadParameter.__module__]
 _NO_ARGS_IS_HELP = getattr(_exc, "NoArgsIsHelpError", ())
@@ -28,14 +29,16 @@ class OneLineErrorsTyper(typer.Typer):
     """Usage errors (unknown option, bad integer) as one line on stderr, exit code 2, instead of a boxed panel; and
     every command built as `_Command` (flags show no type in --help)."""
 
-    def command(self, *args: Any, **kwargs: Any) -> Callable:
+    def command(  # (typer's own signature type: the decorator returns the command function it was given)
+        self, *args: Any, **kwargs: Any
+    ) -> Callable[[CommandFunctionType], CommandFunctionType]:
         kwargs.setdefault("cls", _Command)
         return super().command(*args, **kwargs)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         command = typer.main.get_command(self)
         try:
-            rv = command.main(*args, standalone_mode=False, **kwargs)
+            rv = command.main(*args, **{**kwargs, "standalone_mode": False})  # we print the errors, one line each
         except _NO_ARGS_IS_HELP as e:
             e.show()
             sys.exit(e.exit_code)
@@ -154,11 +157,11 @@ def _internal_error(prog: str, e: BaseException) -> None:
     )
 
 
-def one_line_errors(name: str) -> Callable:
+def one_line_errors(name: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """Every way a command can fail ends with one line on stderr: bad input (CliError, ValueError, a missing or
     unwritable file) exits 2, an interrupt 130, anything else is an internal error and exits 1."""
 
-    def wrap(fn: Callable) -> Callable:
+    def wrap(fn: Callable[..., Any]) -> Callable[..., Any]:
         @functools.wraps(fn)
         def inner(*args: Any, **kwargs: Any) -> Any:
             try:

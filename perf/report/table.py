@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from rich.cells import cell_len
-from rich.console import Console, Group
+from rich.console import Console, Group, JustifyMethod, RenderableType
 from rich.measure import Measurement
 from rich.table import Table
 from rich.text import Text
@@ -51,7 +51,7 @@ class Column:
     header: str
     cells: list[str | Text]
     priority: int  # -1: never dropped
-    justify: str = "right"
+    justify: JustifyMethod = "right"
     wrap: bool = False  # cells may wrap at spaces (the knob label of a sweep can be long)
 
     @property
@@ -291,6 +291,6 @@ def print_perf_table(
         console.width = saved
 
 
-def _measure(table: Table) -> Measurement:
+def _measure(table: RenderableType) -> Measurement:
     console = Console(width=10_000, file=io.StringIO())
     return Measurement.get(console, console.options, table)
