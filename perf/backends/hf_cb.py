@@ -54,6 +54,8 @@ def run_hf_cb(
                 manager.add_request(p, request_id=f"warmup-{j}", max_new_tokens=4)
             _collect(manager, warmup, lambda out: None)
         order = sorted(range(len(reqs)), key=lambda i: reqs[i].arrival_time)
+        if progress:
+            progress(0)  # the measured run starts: the manager is up and warmed up
         t0 = time.perf_counter()
         for i in order:  # the generation thread runs meanwhile
             time.sleep(max(0.0, t0 + reqs[i].arrival_time - time.perf_counter()))

@@ -90,6 +90,8 @@ async def _run(
             sm.keep(sm.before)
         done = asyncio.Event()
         sampler = asyncio.create_task(sm.sample_until(session, done)) if sm.before is not None else None
+        if progress:
+            progress(0)  # the measured run starts: the server answered the warm-up
         try:
             records, t0, end = await _replay(
                 workload, target, session, prompts, tokenizer, max_concurrency, progress, client_workers, send

@@ -13,6 +13,7 @@ import zlib
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from perf.report.table import percent
 from perf.report.timeline import Cell, assign_slots
 
 # kind -> (how much of the request's colour shows, legend text); "held" is drawn in HELD_GREY whatever the request
@@ -95,7 +96,7 @@ def slot_use(row: Mapping[str, Any] | None) -> str:
         v = float(value)
     except (TypeError, ValueError):
         return ""
-    return f"slot util {v:.0%}" if math.isfinite(v) else ""
+    return f"slot util {percent(v)}" if math.isfinite(v) else ""
 
 
 def legend_html() -> str:
