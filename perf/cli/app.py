@@ -9,6 +9,7 @@ else into a one-line internal error, exit 1 (CBBENCH_DEBUG=1 shows the traceback
 from __future__ import annotations
 
 import functools
+import importlib
 import os
 import sys
 import traceback
@@ -21,7 +22,12 @@ import typer
 from rich.console import Console
 from typer.models import CommandFunctionType
 
+from perf.cli.help_layout import fitted_help
+from perf.cli.wording import flag_wording
+
 _exc = sys.modules[typer.BadParameter.__module__]
+# typer 0.2x runs on its own copy of click (typer._click): the context of a running command is on that copy's stack
+_click_globals = importlib.import_module(_exc.__name__.rpartition(".")[0] + ".globals")
 _NO_ARGS_IS_HELP = getattr(_exc, "NoArgsIsHelpError", ())
 
 
@@ -113,17 +119,26 @@ def _flags_untyped(params: list[Any]) -> list[Any]:
 
 
 class _Command(typer.core.TyperCommand):
-    """Every cbbench command: its flags' --help rows name no type (`_FlagOption`)."""
+    """Every cbbench command: its flags' --help rows name no type (`_FlagOption`), and a narrow terminal's --help
+    keeps every name and default whole (help_layout.py)."""
 
     def get_params(self, ctx: Any) -> list[Any]:
         return _flags_untyped(super().get_params(ctx))
+
+    def format_help(self, ctx: Any, formatter: Any) -> None:
+        with fitted_help():
+            super().format_help(ctx, formatter)
 
 
 class _Group(typer.core.TyperGroup):
-    """The `cbbench` group: its own --help row names no type either."""
+    """The `cbbench` group: its own --help row names no type either, and fits a narrow terminal as well."""
 
     def get_params(self, ctx: Any) -> list[Any]:
         return _flags_untyped(super().get_params(ctx))
+
+    def format_help(self, ctx: Any, formatter: Any) -> None:
+        with fitted_help():
+            super().format_help(ctx, formatter)
 
 
 app = OneLineErrorsTyper(
@@ -157,6 +172,13 @@ def _internal_error(prog: str, e: BaseException) -> None:
     )
 
 
+def _cli_message(e: BaseException) -> str:
+    """The error's first line, as the command line words it (`flag_wording`)."""
+    ctx: Any = _click_globals.get_current_context(silent=True)
+    line = _first_line(e)
+    return flag_wording(line, ctx.command.params) if ctx is not None else line
+
+
 def one_line_errors(name: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """Every way a command can fail ends with one line on stderr: bad input (CliError, ValueError, a missing or
     unwritable file) exits 2, an interrupt 130, anything else is an internal error and exits 1."""
@@ -176,7 +198,7 @@ def one_line_errors(name: str) -> Callable[[Callable[..., Any]], Callable[..., A
                 IsADirectoryError,
                 NotADirectoryError,
             ) as e:
-                err.print(f"cbbench {name}: error: {_first_line(e)}", markup=False)
+                err.print(f"cbbench {name}: error: {_cli_message(e)}", markup=False)
                 raise typer.Exit(2) from None
             except (typer.Abort, KeyboardInterrupt) as e:
                 why = str(e).strip()  # perf says where the finished runs are

@@ -85,9 +85,9 @@ def test_timeline_writes_png(tmp_path):
     [
         (["--workload", "nosuch"], "unknown name 'nosuch'"),
         (["--batching", "continuous,dynamic"], "batching must be one of"),
-        (["--max-num-seqs", "0"], "max_num_seqs must be an integer"),
-        (["--block-size", "sixteen"], "block_size: expected a comma list of integers"),
-        (["--preemption-mode", "evict"], "preemption_mode must be one of"),
+        (["--max-num-seqs", "0"], "--max-num-seqs must be an integer"),
+        (["--block-size", "sixteen"], "--block-size: expected a comma list of integers"),
+        (["--preemption-mode", "evict"], "--preemption-mode must be one of"),
         (["--peers", "vllm"], "unknown peer 'vllm'"),
         (["--workload-param", "no_such_param=3"], "no_such_param"),
         (["--goodput", "latency:5"], "goodput"),
