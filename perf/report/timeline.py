@@ -30,7 +30,7 @@ class Cell:
 
 def _step_view(s: Any) -> tuple[list[str], list[str], list[str], dict[str, int | None]]:
     """(scheduled, running, prefill ids, batch id per request) of a StepStats or of a step dict from a run's JSON
-    (perf.runner.step_dicts, where one `batch_id` stands for every request of the step)."""
+    (a `StepRecord` as the JSON stores it, perf/records.py: one `batch_id` stands for every request of the step)."""
     if isinstance(s, Mapping):
         present = [*s["scheduled_req_ids"], *s["running_req_ids"]]
         return (
