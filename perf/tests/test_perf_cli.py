@@ -119,3 +119,14 @@ def test_usage_error_is_one_line_and_exit_2(args):
     assert res.returncode == 2
     lines = res.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("cbbench: error:"), res.stderr
+
+
+def test_piped_output_prints_each_written_path_on_one_line(tmp_path):
+    """issue 28: `cbbench perf ... | cat` (no terminal: 80 columns) wrapped the result paths across lines."""
+    deep = tmp_path / ("a-folder-name-long-enough-that-the-paths-pass-eighty-columns" * 2)
+    csv = deep / "run.csv"
+    res = CliRunner().invoke(
+        app, ["perf", *TINY, "--peers", "none", "--batching", "continuous", "--output", str(csv)], env={"COLUMNS": ""}
+    )
+    assert res.exit_code == 0, res.output
+    assert f"wrote {csv} and {csv.with_suffix('.json')}" in res.stdout.splitlines(), res.stdout
