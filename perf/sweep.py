@@ -94,7 +94,9 @@ def _check_measured(entries: list[Any]) -> None:
             raise NoResultError(f"{name}: every request failed ({failed:.0f} of {failed + completed:.0f})")
 
 
-def _record(plan: RunPlan, spec: RunSpec, result: Any, writer: ResultWriter, notes: list[str]) -> tuple:
+def _record(
+    plan: RunPlan, spec: RunSpec, result: Any, writer: ResultWriter, notes: list[str]
+) -> tuple[tuple[str, str, str], dict[str, Any] | None, str | None]:
     """One finished run: its row and records written; its entry of the table (key, row or None, error)."""
     key = (result.engine, result.batching, spec.label_of(result))
     if result.error:
