@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Lint gate, run before pytest: ruff's lint rules, ruff's formatting check, strict mypy on the engine and the perf
-# results layer, and the shape limits (ci/shape_check.py: no file over 300 lines, no function in perf/ over 60).
+# Lint gate, run before pytest: ruff's lint rules, ruff's formatting check, strict mypy on refengine/, kernels/,
+# workloads/ and perf/ (their tests aside), and the shape limits (ci/shape_check.py: no file over 300 lines, no
+# function in perf/ over 60).
 # pyproject.toml holds every ruff and mypy setting, mypy's file list included. Fast; every check runs, and any
 # failure fails the gate (exit 1).
 # Usage: bash ci/lint.sh [VENV]   (default .venv, as made by ci/setup.sh with the `test` extra, which pins ruff

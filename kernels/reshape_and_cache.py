@@ -28,8 +28,10 @@ _JIT_OPTIONS = (
 )
 
 
-@triton.jit(**_JIT_OPTIONS)
-def _reshape_and_cache_kernel(
+# A Triton program: Triton reads its parameter annotations (tl.constexpr), and its pointers and scalars have no
+# Python type for mypy to check, so the decorator and the definition are left untyped (pyproject.toml [tool.mypy]).
+@triton.jit(**_JIT_OPTIONS)  # type: ignore[untyped-decorator]
+def _reshape_and_cache_kernel(  # type: ignore[no-untyped-def]
     k_ptr,  # [num_tokens, num_kv_heads, head_dim]        token/head strides free, last dim contiguous
     v_ptr,  # [num_tokens, num_kv_heads, head_dim]        same
     k_cache_ptr,  # [num_blocks, block_size, num_kv_heads, head_dim]  last dim contiguous

@@ -17,7 +17,7 @@ import types
 import typing
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Annotated, Any
+from typing import Annotated, Any, cast
 
 import typer
 
@@ -121,7 +121,7 @@ def _base_type(hint: Any) -> type:
         hint = args[0]
     if hint not in (int, float, bool, str):
         raise TypeError(f"config field of type {hint!r} cannot be a command-line knob")
-    return hint
+    return cast(type, hint)  # one of the four, checked above
 
 
 @functools.lru_cache(maxsize=1)
@@ -191,7 +191,7 @@ def _option(k: Knob, sweep: bool, help_override: str | None) -> tuple[Any, Any]:
 
 def engine_knob_options(
     *, sweep: bool, exclude: Iterable[str] = (), help: Mapping[str, str] | None = None
-) -> Callable[[Callable], Callable]:
+) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """Decorator: add one option per engine knob to a typer command.
 
     The command takes a `knobs: dict` parameter (hidden from the CLI) and receives {knob name: value} for the knobs
@@ -201,7 +201,7 @@ def engine_knob_options(
     excluded = set(exclude)
     overrides = dict(help or {})
 
-    def deco(fn: Callable) -> Callable:
+    def deco(fn: Callable[..., Any]) -> Callable[..., Any]:
         names = [k.name for k in engine_knobs() if k.name not in excluded]
         sig = inspect.signature(fn, eval_str=True)
         params = [p for p in sig.parameters.values() if p.name != "knobs"]

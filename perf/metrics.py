@@ -143,10 +143,10 @@ def compute_metrics(
     """Aggregate metrics of one run (see the module docstring for every definition)."""
     if not duration > 0:
         raise ValueError(f"duration must be > 0 s, got {duration}")
-    records = [as_request_record(r) for r in records]
-    for r in records:
+    recs = [as_request_record(r) for r in records]
+    for r in recs:
         _check_record(r)
-    done = [r for r in records if r.finish_reason not in NOT_COMPLETED]
+    done = [r for r in recs if r.finish_reason not in NOT_COMPLETED]
     lat = [request_latencies(r) for r in done]
     pooled: dict[str, list[float]] = {m: [] for m in LATENCY_METRICS}
     for d in lat:
@@ -158,7 +158,7 @@ def compute_metrics(
     total_out = sum(r.output_len for r in done)
     out: dict[str, float] = {
         "completed": len(done),
-        "failed": len(records) - len(done),
+        "failed": len(recs) - len(done),
         "duration": float(duration),
         "total_input_tokens": total_in,
         "total_output_tokens": total_out,
@@ -173,8 +173,9 @@ def compute_metrics(
     if recomputed_tokens is None and done and all(r.num_recomputed_tokens is not None for r in done):
         recomputed_tokens = sum(int(r.num_recomputed_tokens or 0) for r in done)
     out["recomputed_tokens"] = math.nan if recomputed_tokens is None else recomputed_tokens
-    cached = [r.num_cached_tokens for r in done]
-    out["prefix_cache_hit_rate"] = sum(cached) / total_in if total_in and None not in cached else math.nan
+    cached = [r.num_cached_tokens for r in done if r.num_cached_tokens is not None]
+    # nan unless every completed request reports its cached tokens
+    out["prefix_cache_hit_rate"] = sum(cached) / total_in if total_in and len(cached) == len(done) else math.nan
     out.update(
         step_metrics(
             [as_step_record(s) for s in steps or []],
@@ -213,23 +214,23 @@ def step_metrics(
     import numpy as np
 
     nan = math.nan
-    steps = [as_step_record(s) for s in steps]
-    kv = [s.kv_blocks_used for s in steps if s.kv_blocks_used is not None]
+    recs = [as_step_record(s) for s in steps]
+    kv = [s.kv_blocks_used for s in recs if s.kv_blocks_used is not None]
     peak = max(kv) if kv else nan
     out = {
-        "num_steps": len(steps),
+        "num_steps": len(recs),
         "peak_kv_blocks": peak,
         "peak_kv_usage": peak / num_gpu_blocks if (kv and num_gpu_blocks) else nan,
     }
     out["mean_slot_utilisation"] = (
-        float(np.mean([s.num_running / max_num_seqs for s in steps])) if steps and max_num_seqs else nan
+        float(np.mean([s.num_running / max_num_seqs for s in recs])) if recs and max_num_seqs else nan
     )
     out["mean_token_budget_utilisation"] = (
-        float(np.mean([s.num_scheduled_tokens / max_num_batched_tokens for s in steps]))
-        if steps and max_num_batched_tokens
+        float(np.mean([s.num_scheduled_tokens / max_num_batched_tokens for s in recs]))
+        if recs and max_num_batched_tokens
         else nan
     )
-    held = [s for s in steps if s.slots_held is not None]
+    held = [s for s in recs if s.slots_held is not None]
     useful = sum(s.num_running for s in held)
     out["slot_waste"] = sum(s.slots_held or 0 for s in held) / useful if useful else nan
     return out

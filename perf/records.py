@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 # What every source records about a request (the Hugging Face peers record exactly these).
 REQUEST_KEYS = (
@@ -146,7 +146,10 @@ class StepRecord:
         return _from_dict(cls, d, (), "step")  # a field left out (a hand-made trace's) is None
 
 
-def _from_dict(cls: Any, d: Mapping[str, Any], required: tuple[str, ...], what: str) -> Any:
+_Record = TypeVar("_Record", RequestRecord, StepRecord)
+
+
+def _from_dict(cls: type[_Record], d: Mapping[str, Any], required: tuple[str, ...], what: str) -> _Record:
     names = {f.name for f in dataclasses.fields(cls)} - {"layout"}
     missing = [k for k in required if k not in d]
     if missing:

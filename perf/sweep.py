@@ -72,6 +72,7 @@ def run_plan(plan: RunPlan, console: Console, *, table: bool = True) -> list[dic
                 if out.exception is not None:  # a worker's run raised: as the same run would raise here
                     raise out.exception
                 spec, result = plan.specs[out.index], out.result
+                assert result is not None  # an outcome holds a result or the exception raised above
                 entries.append(((0, out.index), _record(plan, spec, result, writer, notes)))
                 progress.finish(entries[-1][1][1], entries[-1][1][2])
                 if "simulated" in plan.config and not result.error:
@@ -107,7 +108,9 @@ def _check_measured(entries: list[Any]) -> None:
             raise NoResultError(f"{name}: every request failed ({failed:.0f} of {failed + completed:.0f})")
 
 
-def _record(plan: RunPlan, spec: RunSpec, result: Any, writer: ResultWriter, notes: list[str]) -> tuple:
+def _record(
+    plan: RunPlan, spec: RunSpec, result: Any, writer: ResultWriter, notes: list[str]
+) -> tuple[tuple[str, str, str], dict[str, Any] | None, str | None]:
     """One finished run: its row and records written; its entry of the table (key, row or None, error)."""
     key = (result.engine, result.batching, spec.label_of(result))
     if result.error:

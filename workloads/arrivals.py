@@ -34,4 +34,5 @@ def arrival_times(
         return [0.0] * num_requests
     rng = np.random.default_rng([seed, ARRIVAL_STREAM])
     gaps = rng.gamma(shape=burstiness, scale=1.0 / (request_rate * burstiness), size=num_requests - 1)
-    return [0.0] + np.cumsum(gaps).tolist()
+    times: list[float] = np.cumsum(gaps).tolist()
+    return [0.0] + times

@@ -153,7 +153,8 @@ def _rows(files: list[Path]) -> list[dict[str, Any]]:
             frames.append(pd.read_csv(f))
         else:
             frames.append(pd.read_json(f, lines=f.suffix == ".jsonl"))
-    return pd.concat(frames, ignore_index=True).to_dict("records")
+    records: list[dict[str, Any]] = pd.concat(frames, ignore_index=True).to_dict("records")
+    return records
 
 
 def sample_hf(

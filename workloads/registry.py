@@ -66,6 +66,13 @@ def _sampler(name: str) -> Sampler:
         raise ValueError(f"workload: unknown name {name!r}; known: {', '.join(WORKLOADS)}") from None
 
 
+def _conversation_id(request: WorkloadRequest, name: str) -> int:
+    # a sampler marked `conversations` sets conversation_id on every turn; one that does not is a sampler bug
+    if request.conversation_id is None:
+        raise ValueError(f"conversation_id: workload {name!r} samples conversations but a request has none")
+    return request.conversation_id
+
+
 def get_workload(
     name: str,
     *,
@@ -114,7 +121,7 @@ def get_workload(
         times = [r.arrival_time for r in requests]
     elif getattr(sampler, "conversations", False):  # one arrival per conversation, shared by its turns
         starts = arrival_times(num_prompts, request_rate, burstiness, seed)
-        times = [starts[r.conversation_id] for r in requests]
+        times = [starts[_conversation_id(r, name)] for r in requests]
     else:
         times = arrival_times(len(requests), request_rate, burstiness, seed)
     requests = [dataclasses.replace(r, arrival_time=t) for r, t in zip(requests, times)]

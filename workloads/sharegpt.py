@@ -161,7 +161,7 @@ def _note_loaded(source: str, num_records: int, truncated: bool) -> None:
         logger.info("%s: loaded %d records", source, num_records)
 
 
-def load_sharegpt(dataset_path: str | os.PathLike | None = None) -> ShareGPTPairs:
+def load_sharegpt(dataset_path: str | os.PathLike[str] | None = None) -> ShareGPTPairs:
     """Parse a ShareGPT JSON (the embedded one when `dataset_path` is None); cached in-process."""
     if dataset_path is None:
         path, source = _package_source()
@@ -178,7 +178,7 @@ def sample_sharegpt(
     tokenizer: Tokenizer | None,
     num_prompts: int,
     seed: int,
-    dataset_path: str | os.PathLike | None = None,
+    dataset_path: str | os.PathLike[str] | None = None,
     filter_min_len: int = FILTER_MIN_LEN,
     filter_max_prompt_len: int = FILTER_MAX_PROMPT_LEN,
     filter_max_total_len: int = FILTER_MAX_TOTAL_LEN,

@@ -49,7 +49,8 @@ def _check_positive(**values: int | None) -> None:
 
 
 def _ids(rng: np.random.Generator, n: int, id_range: tuple[int, int]) -> list[int]:
-    return rng.integers(id_range[0], id_range[1], size=n).tolist()
+    ids: list[int] = rng.integers(id_range[0], id_range[1], size=n).tolist()
+    return ids
 
 
 def sample_fixed(
@@ -114,7 +115,8 @@ def lognormal_lengths(rng: np.random.Generator, n: int, mean: float, cv: float, 
         raise ValueError(f"coefficient of variation must be >= 0, got {cv}")
     sigma2 = math.log1p(cv * cv)
     x = rng.lognormal(mean=math.log(mean) - sigma2 / 2, sigma=math.sqrt(sigma2), size=n)
-    return np.clip(np.rint(x), 1, cap if cap is not None else np.inf).astype(np.int64).tolist()
+    lengths: list[int] = np.clip(np.rint(x), 1, cap if cap is not None else np.inf).astype(np.int64).tolist()
+    return lengths
 
 
 def sample_lognormal(

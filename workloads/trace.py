@@ -70,6 +70,7 @@ def _azure_seconds(stamp: str) -> float:
 
 
 def _row(rec: dict[str, Any], fmt: str, where: str) -> Row:
+    ids: tuple[int, ...]
     try:
         if fmt == "azure":
             t, n_in, n_out, ids = _azure_seconds(rec["TIMESTAMP"]), rec["ContextTokens"], rec["GeneratedTokens"], ()
@@ -89,7 +90,8 @@ def _row(rec: dict[str, Any], fmt: str, where: str) -> Row:
 def _prompt(row: Row, index: int, seed: int, lo: int, hi: int) -> list[int]:
     _, n_in, _, hash_ids = row
     if not hash_ids:
-        return np.random.default_rng([seed, _TRACE_STREAM, index]).integers(lo, hi, n_in).tolist()
+        random_ids: list[int] = np.random.default_rng([seed, _TRACE_STREAM, index]).integers(lo, hi, n_in).tolist()
+        return random_ids
     ids: list[int] = []
     for h in hash_ids:  # the same hash id gives the same block in every request: a shared prefix
         ids += np.random.default_rng([seed, _TRACE_STREAM, 1 << 40, h]).integers(lo, hi, MOONCAKE_BLOCK_TOKENS).tolist()

@@ -35,7 +35,9 @@ KINDS = ("engine", "server", "peer")
 
 class ProgressFn(Protocol):
     """Called with the number of requests that finished since the last call and, where the backend has them, their
-    records: the progress line shows the run's tok/s and TTFT p50 so far from them."""
+    records: the progress line shows the run's tok/s and TTFT p50 so far from them. A backend first calls it with
+    0 and no records when the measured run starts (engine built and warmed up), so that the run's elapsed time
+    leaves those out, as its duration does."""
 
     def __call__(self, n: int, records: Sequence[RequestRecord] = ..., /) -> None: ...
 

@@ -45,7 +45,7 @@ def shard_concurrency(max_concurrency: int | None, workers: int) -> list[int | N
 
 
 async def _worker_main(
-    conn: Connection, target: HttpTarget, shard: dict[str, list], cap: int | None, tokenizer: Any, send: Any
+    conn: Connection, target: HttpTarget, shard: dict[str, list[Any]], cap: int | None, tokenizer: Any, send: Any
 ) -> None:
     async with make_session(cap, target.timeout_s) as session:
         conn.send("ready")
@@ -67,7 +67,7 @@ async def _worker_main(
 
 
 def _worker(
-    conn: Connection, target: HttpTarget, shard: dict[str, list], cap: int | None, tokenizer: Any, send: Any
+    conn: Connection, target: HttpTarget, shard: dict[str, list[Any]], cap: int | None, tokenizer: Any, send: Any
 ) -> None:
     """A client process's entry point (module level, so that spawn can find it)."""
     try:

@@ -136,21 +136,22 @@ def tag_record(rec: RequestRecord, request: Any) -> RequestRecord:
 
 def conversation_metrics(records: Sequence[RequestRecord]) -> dict[str, Any]:
     """Per-turn and per-conversation metrics (see the module docstring); {} for a run without conversations."""
-    turns = [r for r in records if r.conversation_id is not None]
-    if not turns:
-        return {}
     by_turn: dict[int, list[float]] = {}
     convs: dict[int, list[RequestRecord]] = {}
-    for r in turns:
+    for r in records:
+        if r.conversation_id is None:
+            continue
         convs.setdefault(r.conversation_id, []).append(r)
         if r.finish_reason not in _NOT_DONE and r.first_token_time is not None:
             by_turn.setdefault(r.turn or 0, []).append((r.first_token_time - r.arrival_time) * 1e3)
+    if not convs:
+        return {}
     # a conversation's latency counts only if every turn completed (a cut conversation has no end to time)
-    lat = [
-        (max(r.finish_time for r in rs) - min(r.arrival_time for r in rs)) * 1e3
-        for rs in convs.values()
-        if all(r.finish_reason not in _NOT_DONE and r.finish_time is not None for r in rs)
-    ]
+    lat = []
+    for rs in convs.values():
+        ends = [r.finish_time for r in rs if r.finish_reason not in _NOT_DONE and r.finish_time is not None]
+        if len(ends) == len(rs):
+            lat.append((max(ends) - min(r.arrival_time for r in rs)) * 1e3)
     nan = float("nan")
     return {
         "num_conversations": len(convs),

@@ -26,13 +26,16 @@ from perf.records import PEER_STEP_KEYS, REQUEST_KEYS, RequestRecord, StepRecord
 
 if TYPE_CHECKING:
     import torch
+    from transformers import PreTrainedModel
 
     from perf.plan.spec import RunSpec
 
 _MOVED_TO_HF_CB = ("run_hf_cb", "HfCbBackend", "HF_CB_PAGE_SIZE", "HF_CB_TIMEOUT_S")
 
 
-def hf_model(model: str, *, device: str, dtype: str | None, seed: int, attn_implementation: str = "sdpa"):
+def hf_model(
+    model: str, *, device: str, dtype: str | None, seed: int, attn_implementation: str = "sdpa"
+) -> PreTrainedModel:
     """A transformers model holding the weights refengine loads for (model, dtype, seed): a preset's random draw
     is a pure function of its seed, a folder is read again."""
     from refengine.hf_twin import to_hf_model
@@ -154,6 +157,8 @@ def run_hf_static(
     from refengine.sim.device import is_sim_device
 
     if is_sim_device(device):
+        if progress:
+            progress(0)  # the simulation is the measured run
         sim = run_hf_static_sim(workload, model, device=device, dtype=dtype, max_num_seqs=max_num_seqs)
         if progress:  # simulated in one go: the whole run is done at once (the progress line said 0/N)
             progress(len(sim.records))
@@ -172,6 +177,8 @@ def run_hf_static(
             if warmup:
                 _generate_batch(hf, warmup_prompts(min(warmup, max_num_seqs), seed, hf.config.vocab_size), 4, pad_id)
             order = sorted(range(len(workload.requests)), key=lambda i: workload.requests[i].arrival_time)
+            if progress:
+                progress(0)  # the measured run starts: the model is loaded and warmed up
             t0 = time.perf_counter()
             end = t0
             for b in range(0, len(order), max_num_seqs):

@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 import math
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from perf.backends.base import Backend, ProgressFn, RunResult, warmup_prompts
@@ -54,6 +54,8 @@ def run_hf_cb(
                 manager.add_request(p, request_id=f"warmup-{j}", max_new_tokens=4)
             _collect(manager, warmup, lambda out: None)
         order = sorted(range(len(reqs)), key=lambda i: reqs[i].arrival_time)
+        if progress:
+            progress(0)  # the measured run starts: the manager is up and warmed up
         t0 = time.perf_counter()
         for i in order:  # the generation thread runs meanwhile
             time.sleep(max(0.0, t0 + reqs[i].arrival_time - time.perf_counter()))
@@ -74,7 +76,7 @@ def run_hf_cb(
 
         _collect(manager, len(reqs), done)
         res.records.sort(key=lambda r: int(r.request_id))
-        res.duration = max(r.finish_time for r in res.records) - t0
+        res.duration = max(r.finish_time for r in res.records if r.finish_time is not None) - t0  # _record sets it
     except Exception as e:
         return RunResult("hf-cb", "continuous", knobs, error=f"{type(e).__name__}: {e}"[:300])
     finally:
@@ -94,7 +96,7 @@ def _start_manager(
     max_len = max(r.prompt_len + r.output_len for r in reqs)
     # enough pages for every request in flight at its full length, plus one page each of slack
     num_blocks = max_num_seqs * (math.ceil(max_len / HF_CB_PAGE_SIZE) + 1)
-    gen = GenerationConfig(
+    gen = GenerationConfig(  # type: ignore[no-untyped-call]  # transformers leaves its **kwargs __init__ unannotated
         do_sample=False, max_new_tokens=max(r.output_len for r in reqs), eos_token_id=-1, pad_token_id=0
     )
     cb = ContinuousBatchingConfig(
@@ -110,7 +112,7 @@ def _start_manager(
     return manager
 
 
-def _collect(manager: Any, n: int, on_finished) -> None:
+def _collect(manager: Any, n: int, on_finished: Callable[[Any], None]) -> None:
     got = 0
     while got < n:
         out = manager.get_result(timeout=HF_CB_TIMEOUT_S)

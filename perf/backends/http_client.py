@@ -111,7 +111,7 @@ def chunk_content(backend: str, choice: dict[str, Any]) -> str | None:
     """The text of a streamed choice if it is a content chunk (see the module docstring), else None."""
     finished = choice.get("finish_reason") is not None
     if backend == "openai":
-        text = choice.get("text")
+        text: str | None = choice.get("text")
         if text is None or (text == "" and finished):
             return None
         return text
@@ -262,6 +262,7 @@ async def replay(
     ids = list(ids) if ids is not None else [str(i) for i in range(len(prompts))]
 
     async def one(i: int) -> RequestRecord:
+        rec: RequestRecord
         if sem is None:
             rec = await send(session, target, ids[i], prompts[i], prompt_lens[i], output_lens[i], tokenizer)
         else:
@@ -274,7 +275,7 @@ async def replay(
     try:
         order = sorted(range(len(prompts)), key=lambda i: arrivals[i])
         t0 = time.perf_counter() if t0 is None else t0
-        tasks: dict[int, asyncio.Task] = {}
+        tasks: dict[int, asyncio.Task[RequestRecord]] = {}
         for i in order:
             delay = t0 + arrivals[i] - time.perf_counter()
             if delay > 0:

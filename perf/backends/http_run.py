@@ -90,6 +90,8 @@ async def _run(
             sm.keep(sm.before)
         done = asyncio.Event()
         sampler = asyncio.create_task(sm.sample_until(session, done)) if sm.before is not None else None
+        if progress:
+            progress(0)  # the measured run starts: the server answered the warm-up
         try:
             records, t0, end = await _replay(
                 workload, target, session, prompts, tokenizer, max_concurrency, progress, client_workers, send
@@ -157,7 +159,8 @@ async def _replay(
     if workload.is_multi_turn:  # each conversation a chain: turn k after turn k - 1's answer
         if client_workers > 1:
             raise ValueError("client_workers: multi-turn workloads run on one client process")
-        texts = {id(r): p for r, p in zip(reqs, prompts)}
+        # text_of is asked only for text prompts (openai-chat, or --prompt-format text): there every prompt is one
+        texts = {id(r): p for r, p in zip(reqs, prompts) if isinstance(p, str)}
         return await replay_turns(
             target,
             reqs,

@@ -150,6 +150,8 @@ def _replay(
     clock = engine.clock  # every time below is the engine's, so a simulated run's are all virtual
     t0 = clock.now()
     in_flight, slot_freed = 0, t0
+    if progress:
+        progress(0)  # the measured run starts: the engine is built and warmed up
     while len(records) < len(requests):
         now = clock.now()
         while in_flight < cap and (due := feeder.pop_due(now - t0)) is not None:

@@ -16,10 +16,14 @@ from __future__ import annotations
 import statistics
 import time
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from refengine import LLMEngine, SamplingParams
+
+if TYPE_CHECKING:
+    from perf.bench.step_engine import StubModel
 
 _TOKEN_IDS = (100, 100_000)  # ordinary BPE ids, clear of the special tokens
 
@@ -40,7 +44,7 @@ def _prompts(num_requests: int, prompt_len: int, seed: int) -> list[list[int]]:
     return [torch.randint(*_TOKEN_IDS, (prompt_len,), generator=g).tolist() for _ in range(num_requests)]
 
 
-def _run_once(engine: LLMEngine, prompts: list[list[int]], max_tokens: int, tag: str) -> tuple[float, list]:
+def _run_once(engine: LLMEngine, prompts: list[list[int]], max_tokens: int, tag: str) -> tuple[float, list[list[int]]]:
     params = SamplingParams(max_tokens=max_tokens, temperature=0.0, ignore_eos=True)
     ids = [f"{tag}-{i}" for i in range(len(prompts))]
     start = time.perf_counter()
@@ -53,18 +57,18 @@ def _run_once(engine: LLMEngine, prompts: list[list[int]], max_tokens: int, tag:
     return time.perf_counter() - start, [tokens[rid] for rid in ids]
 
 
-def _sleeping_stub(model: str, device_ms: float):
+def _sleeping_stub(model: str, device_ms: float) -> StubModel:
     from perf.bench.step_engine import StubModel
     from refengine.presets import load_model_config
 
     stub = StubModel(load_model_config(model).hidden_size)
     forward = stub.forward
 
-    def slept(*args, **kwargs):
+    def slept(*args: Any, **kwargs: Any) -> torch.Tensor:
         time.sleep(device_ms / 1e3)  # releases the GIL, as a wait on a device would
         return forward(*args, **kwargs)
 
-    stub.forward = slept
+    stub.forward = slept  # type: ignore[method-assign]  # an instance attribute shadowing the method, on purpose
     return stub
 
 
@@ -77,7 +81,7 @@ def bench_async(
     device: str = "cpu",
     seed: int = 0,
     device_ms: float | None = None,
-    **knobs,
+    **knobs: Any,
 ) -> list[AsyncBenchRow]:
     """[sync row, async row]; raises AssertionError if the two modes' tokens differ (real model)."""
     prompts = _prompts(num_requests, prompt_len, seed)

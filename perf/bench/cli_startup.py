@@ -22,6 +22,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 DEFAULT_TARGET_S = 1.0  # the goal for a command that needs no engine
 COMMAND_TIMEOUT_S = 120  # a cold start on a loaded machine is slow, never this slow
@@ -29,11 +30,12 @@ COMMAND_TIMEOUT_S = 120  # a cold start on a loaded machine is slow, never this 
 
 def write_csvs(folder: Path) -> tuple[Path, Path]:
     """Two results CSVs of the same configurations, the second 1% faster (within every default tolerance)."""
-    from perf.results.schema import make_row, write_csv
+    from perf.results.files import write_csv
+    from perf.results.schema import make_row
 
     knobs = {"max_num_seqs": 8, "max_num_batched_tokens": 512, "block_size": 16, "dtype": "float32"}
 
-    def rows(scale: float) -> list[dict]:
+    def rows(scale: float) -> list[dict[str, Any]]:
         metrics = {
             "request_throughput": 2.0 / scale,
             "output_throughput": 200.0 / scale,

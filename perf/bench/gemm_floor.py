@@ -6,12 +6,16 @@ from __future__ import annotations
 
 import statistics
 import time
+from typing import TYPE_CHECKING, cast
 
 import torch
 import torch.nn.functional as F
 
+if TYPE_CHECKING:
+    from refengine.model import CausalLM, DecoderLayer
 
-def _gemm_floor_s(model: torch.nn.Module, m: int) -> float:
+
+def _gemm_floor_s(model: CausalLM, m: int) -> float:
     """CPU seconds of the decode step's GEMMs alone at M = m rows: every layer's MLP (gate, up, down) and the
     lm_head as the model runner computes it (`compute_logits` into a reused float32 buffer), on random activations
     of the model's dtype."""
@@ -20,7 +24,7 @@ def _gemm_floor_s(model: torch.nn.Module, m: int) -> float:
     xi = torch.randn(m, cfg.intermediate_size, dtype=x.dtype)
     logits = _floor_logits_buffer(m, cfg.vocab_size)
     t = time.thread_time()
-    for layer in model.model.layers:
+    for layer in cast("list[DecoderLayer]", model.model.layers):  # (torch types a ModuleList's items as Module)
         F.linear(x, layer.mlp.gate_proj.weight)
         F.linear(x, layer.mlp.up_proj.weight)
         F.linear(xi, layer.mlp.down_proj.weight)
@@ -42,9 +46,12 @@ def step_vs_floor(num_running: int, iters: int = 20, warmup: int = 3, model: str
     """Median CPU ms of a real decode step at `num_running` (bench_step's engine: short prompts, greedy) and of its
     GEMM floor, measured alternately in this thread, and the ratio of the medians."""
     from perf.bench.step_engine import make_decoding_engine
+    from refengine.model import CausalLM
 
     engine, _ = make_decoding_engine(num_running, iters + warmup, model=model, stub=False)
     lm = engine.model_runner.model
+    if not isinstance(lm, CausalLM):  # stub=False: refengine's own model (narrows the type for _gemm_floor_s)
+        raise RuntimeError(f"bench-profile: the GEMM floor reads refengine's CausalLM, got {type(lm).__name__}")
     steps, floors = [], []
     with torch.inference_mode():
         for i in range(warmup + iters):

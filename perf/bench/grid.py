@@ -20,10 +20,11 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 from rich.console import Console
 
-GRID_BASE = dict(
+GRID_BASE: dict[str, Any] = dict(
     workload="fixed",
     device="sim:h200",
     model="llama-3.1-8b",

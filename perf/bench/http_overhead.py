@@ -32,10 +32,11 @@ STARTUP_TIMEOUT_S = 180.0
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+        port: int = s.getsockname()[1]
+        return port
 
 
-def start_server(model: str, device: str, knobs: dict[str, Any], threads: int) -> tuple[subprocess.Popen, str]:
+def start_server(model: str, device: str, knobs: dict[str, Any], threads: int) -> tuple[subprocess.Popen[bytes], str]:
     port = _free_port()
     cmd = [
         sys.executable,

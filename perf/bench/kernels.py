@@ -13,6 +13,7 @@ as a fraction of the HBM bandwidth measured in the same run by a large device-to
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import sys
 import time
@@ -83,7 +84,7 @@ def make_inputs(shape: BenchShape, dtype: torch.dtype, device: str) -> dict[str,
     )
 
 
-def sdpa_step(shape: BenchShape, dtype: torch.dtype, device: str) -> Callable[[], None]:
+def sdpa_step(shape: BenchShape, dtype: torch.dtype, device: str) -> Callable[[], object]:
     """The peer: SDPA on contiguous [B, kvH, L, D] caches; decodes batched, the prefill chunk as its own call
     with a bottom-right causal mask (its queries sit at the end of the context)."""
     import torch.nn.functional as F
@@ -93,7 +94,9 @@ def sdpa_step(shape: BenchShape, dtype: torch.dtype, device: str) -> Callable[[]
     L = shape.context + 1
     dq = torch.randn(n_dec, h, 1, d, dtype=dtype, device=device)
     dk, dv = (torch.randn(n_dec, kvh, L, d, dtype=dtype, device=device) for _ in range(2))
-    calls = [lambda: F.scaled_dot_product_attention(dq, dk, dv, enable_gqa=True)] if n_dec else []
+    calls: list[Callable[[], torch.Tensor]] = (
+        [lambda: F.scaled_dot_product_attention(dq, dk, dv, enable_gqa=True)] if n_dec else []
+    )
     if shape.kind == "mixed":
         n, Lp = shape.prefill_len, shape.context + shape.prefill_len
         pq = torch.randn(1, h, n, d, dtype=dtype, device=device)
@@ -148,8 +151,7 @@ def run_kernel_bench(out_csv: str, quick: bool = False, allow_cpu: bool = False)
         raise RuntimeError("kernel_bench needs a CUDA GPU (pass allow_cpu / --allow-cpu for an interpreter smoke run)")
     if not on_gpu:
         os.environ.setdefault("TRITON_INTERPRET", "1")  # effective only if kernels is not imported yet
-    from kernels import unified_attention
-    from kernels.unified_attention import plan_unified_attention
+    from kernels.unified_attention import plan_unified_attention, unified_attention
 
     device = "cuda" if on_gpu else "cpu"
     dtype = torch.bfloat16 if on_gpu else torch.float32
@@ -162,7 +164,7 @@ def run_kernel_bench(out_csv: str, quick: bool = False, allow_cpu: bool = False)
         scale = shape.head_dim**-0.5
         args = (x["q"], x["k_cache"], x["v_cache"], out, x["query_start_loc"], x["seq_lens"], x["block_table"], scale)
         plan = plan_unified_attention(x["q"], x["k_cache"], x["block_table"], shape.batch)
-        triton_ms = timer(lambda args=args: unified_attention(*args))
+        triton_ms = timer(functools.partial(unified_attention, *args))
         sdpa_ms = timer(sdpa_step(shape, dtype, device))
         nbytes = attention_bytes(shape, torch.finfo(dtype).bits // 8)
         gbps = nbytes / triton_ms / 1e6

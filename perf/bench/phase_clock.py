@@ -64,10 +64,11 @@ class PhaseClock:
     def _stack(self) -> list[str]:
         if not hasattr(self._local, "stack"):
             self._local.stack = []
-        return self._local.stack
+        stack: list[str] = self._local.stack  # (threading.local's attributes are untyped)
+        return stack
 
-    def timed(self, fn: Callable, name: str, is_step: bool = False) -> Callable:
-        def wrapper(*args, **kwargs):
+    def timed(self, fn: Callable[..., Any], name: str, is_step: bool = False) -> Callable[..., Any]:
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
             self.steps += is_step
             if is_step and self.steps == 1 and self.on_first_step is not None:
                 self.on_first_step()
@@ -120,12 +121,12 @@ def _module_phase(module: torch.nn.Module, vocab_size: int) -> str | None:
 def module_hooks(clock: PhaseClock, vocab_size: int) -> Iterator[None]:
     from torch.nn.modules import module as nn_module
 
-    def pre(mod, args):
+    def pre(mod: torch.nn.Module, args: Any) -> None:
         phase = _module_phase(mod, vocab_size)
         if phase is not None:
             clock.enter(phase)
 
-    def post(mod, args, out):
+    def post(mod: torch.nn.Module, args: Any, out: Any) -> None:
         if _module_phase(mod, vocab_size) is not None:
             clock.exit()
 

@@ -1,6 +1,6 @@
 """Microbenchmark of the sampler's per-step device work at the model's real vocabulary width (151936).
 
-    OMP_NUM_THREADS=1 python -m perf.bench_sampler [--rows 8] [--repeats 20]
+    OMP_NUM_THREADS=1 python -m perf.bench.sampler [--rows 8] [--repeats 20]
 
 Prints milliseconds per call of `seeded_exponential` (the counter-based noise of seeded rows) beside its int64
 reference (the definition, which is what the sampler ran before the int32 path) and their ratio, measured
@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import argparse
 import time
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 import torch
@@ -23,7 +25,7 @@ from refengine.sampling_params import SamplingParams
 VOCAB = 151936  # tiny-qwen2's vocabulary, as the engine samples it
 
 
-def _ms(fn, repeats: int) -> float:
+def _ms(fn: Callable[[], object], repeats: int) -> float:
     fn()  # warm-up (caches, allocator)
     t0 = time.perf_counter()
     for _ in range(repeats):
@@ -31,7 +33,7 @@ def _ms(fn, repeats: int) -> float:
     return (time.perf_counter() - t0) / repeats * 1e3
 
 
-def _interleaved_ms(fns: dict, repeats: int) -> dict[str, float]:
+def _interleaved_ms(fns: dict[str, Callable[[], object]], repeats: int) -> dict[str, float]:
     """Each function once per round, round after round: the load of a shared machine falls on all of them."""
     total = dict.fromkeys(fns, 0.0)
     for f in fns.values():
@@ -53,7 +55,8 @@ def _penalised_md(n: int) -> SamplingMetadata:
         tables.set_row(r, sp)
     rows = np.arange(n)
     step = tables.step_arrays(rows, token_ids, np.full(n, 320), np.full(n, 256))
-    fields = tables.update_and_gather(step, [torch.from_numpy(a.astype(np.int64)) for a in step.arrays])
+    assert step is not None  # None only when no row holds a penalty; every row here does (narrows the type)
+    fields: dict[str, Any] = tables.update_and_gather(step, [torch.from_numpy(a.astype(np.int64)) for a in step.arrays])
     return SamplingMetadata(all_greedy=True, **fields)
 
 

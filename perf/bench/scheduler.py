@@ -11,6 +11,10 @@ from __future__ import annotations
 import statistics
 import time
 from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from refengine.scheduler import Scheduler
 
 PROMPT_LEN = 32
 BLOCK_SIZE = 16
@@ -18,7 +22,7 @@ _TOKEN = 7  # the token every request "samples"; never EOS (and ignore_eos is se
 _EOS = 0
 
 
-def make_decoding_scheduler(num_running: int, max_steps: int = 2000):
+def make_decoding_scheduler(num_running: int, max_steps: int = 2000) -> Scheduler:
     """A Scheduler with `num_running` requests past their prefill, each with room for `max_steps` more tokens."""
     from refengine.request import Request
     from refengine.sampling_params import SamplingParams
@@ -49,7 +53,7 @@ def make_decoding_scheduler(num_running: int, max_steps: int = 2000):
     return sched
 
 
-def step_fn(sched) -> Callable[[], None]:
+def step_fn(sched: Scheduler) -> Callable[[], None]:
     sampled = {r.request_id: [_TOKEN] for r in sched.running}  # what the model runner hands back: one token each
 
     def step() -> None:

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from perf.results.schema import read_csv
+from perf.results.files import read_csv
 
 METRICS = (
     "output_throughput",

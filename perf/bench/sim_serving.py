@@ -19,7 +19,7 @@ import time
 import urllib.request
 from pathlib import Path
 
-from perf.results.schema import read_csv
+from perf.results.files import read_csv
 
 MODEL = "llama-3.1-8b"
 DEVICE = "sim:h200"
@@ -30,10 +30,11 @@ METRICS = ("mean_ttft_ms", "mean_tpot_ms", "median_ttft_ms", "median_tpot_ms")
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+        port: int = s.getsockname()[1]
+        return port
 
 
-def _wait_ready(url: str, proc: subprocess.Popen) -> None:
+def _wait_ready(url: str, proc: subprocess.Popen[bytes]) -> None:
     deadline = time.monotonic() + STARTUP_TIMEOUT_S
     while time.monotonic() < deadline:
         if proc.poll() is not None:

@@ -21,10 +21,19 @@ from __future__ import annotations
 
 import statistics
 import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
 import torch
 
 from perf.bench.step_engine import STUB_VOCAB, StubModel, make_decoding_engine
+
+if TYPE_CHECKING:
+    from refengine import LLMEngine
+    from refengine.sampler import SamplingMetadata
+
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
 
 TARGET_US = 1500.0  # host time per decode step at 256 running requests, so an H200 is not left idle
 
@@ -38,7 +47,7 @@ PHASES = {
 }
 
 
-def _time_phases(engine) -> dict[str, list[float]]:
+def _time_phases(engine: LLMEngine) -> dict[str, list[float]]:
     """Wrap the engine's phase methods (instance attributes) to record this thread's CPU microseconds per call."""
     spent: dict[str, list[float]] = {}
     for name, (owner, method) in PHASES.items():
@@ -48,7 +57,7 @@ def _time_phases(engine) -> dict[str, list[float]]:
             continue
         spent[name] = []
 
-        def timed(*args, _fn=fn, _out=spent[name], **kwargs):
+        def timed(*args: Any, _fn: Callable[..., Any] = fn, _out: list[float] = spent[name], **kwargs: Any) -> Any:
             c = time.thread_time()
             try:
                 return _fn(*args, **kwargs)
@@ -72,7 +81,7 @@ class _DeviceClock:
         self._real_sample, self._sample = sample, sample
         self._model: torch.nn.Module | None = None
 
-    def sample(self, logits, md, generator) -> torch.Tensor:
+    def sample(self, logits: torch.Tensor, md: SamplingMetadata, generator: torch.Generator | None) -> torch.Tensor:
         return self._sample(logits, md, generator)
 
     def start(self, model: torch.nn.Module) -> None:
@@ -83,8 +92,8 @@ class _DeviceClock:
         for name in ("forward", "compute_logits"):  # (instance attributes, shadowing the methods while timed)
             setattr(model, name, self._timed(getattr(model, name)))
 
-    def _timed(self, fn):
-        def timed(*args, **kwargs):
+    def _timed(self, fn: Callable[_P, _R]) -> Callable[_P, _R]:
+        def timed(*args: _P.args, **kwargs: _P.kwargs) -> _R:
             t = time.thread_time()
             try:
                 return fn(*args, **kwargs)
@@ -103,12 +112,14 @@ class _DeviceClock:
 
 
 def _time_steps(
-    engine, clock: _DeviceClock, spent: dict[str, list[float]], iters: int, expected: int, device: str
+    engine: LLMEngine, clock: _DeviceClock, spent: dict[str, list[float]], iters: int, expected: int, device: str
 ) -> tuple[list[float], list[float], list[float], dict[str, list[float]]]:
     """Run `iters` timed decode steps: per step, the wall and CPU microseconds, the device stand-in CPU microseconds
     (`clock`), and the CPU microseconds of each phase recorded in `spent` (by _time_phases)."""
-    sync = torch.cuda.synchronize if torch.device(device).type == "cuda" else (lambda: None)
-    times, cpu, device_us = [], [], []
+    sync: Callable[[], None] = torch.cuda.synchronize if torch.device(device).type == "cuda" else (lambda: None)
+    times: list[float] = []
+    cpu: list[float] = []
+    device_us: list[float] = []
     per_step: dict[str, list[float]] = {k: [] for k in spent}
     clock.start(engine.model)
     try:
@@ -144,7 +155,7 @@ def bench_engine_step_us(
     breakdown: bool = False,
     detokenizer: str = "incremental",
     output_kind: str = "delta",
-) -> dict:
+) -> dict[str, Any]:
     """Microseconds per engine.step() (median, p90, min) over `iters` decode steps at `num_running` requests;
     with `breakdown`, also the median CPU microseconds of each of PHASES and of the rest ("outputs")."""
     clock = _DeviceClock()
@@ -166,7 +177,7 @@ def bench_engine_step_us(
     spent = _time_phases(engine) if breakdown else {}
     times, cpu, device_us, per_step = _time_steps(engine, clock, spent, iters, expected, device)
     host = [c - d for c, d in zip(cpu, device_us)]
-    result = {
+    result: dict[str, Any] = {
         "num_running": num_running,
         "median_us": statistics.median(times),
         "p90_us": sorted(times)[int(0.9 * (len(times) - 1))],
@@ -185,7 +196,7 @@ def bench_engine_step_us(
     return result
 
 
-def format_breakdown(rows: list[dict]) -> str:
+def format_breakdown(rows: list[dict[str, Any]]) -> str:
     """One line per N: the median CPU microseconds of each phase (from bench_engine_step_us(breakdown=True))."""
     names = list(rows[0]["phases_us"])
     lines = [f"{'running':>8} " + " ".join(f"{n:>18}" for n in names)]

@@ -16,12 +16,16 @@ its logits are a placeholder; perf/bench/step.py's docstring says why.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 if TYPE_CHECKING:  # (step.py imports this module: the clock's type only, no import cycle at run time)
     from perf.bench.step import _DeviceClock
+    from refengine import LLMEngine
+    from refengine.detokenizer import IncrementalDetokenizer
+    from refengine.request import Request
+    from refengine.sampler import SamplingMetadata
 
 PROMPT_LEN = 32
 STUB_VOCAB = 2048  # see the module docstring: real BPE ids, narrow enough that the argmax is not the benchmark
@@ -42,7 +46,9 @@ class StubModel(torch.nn.Module):
         self.one_hot = True  # compute_logits makes real one-hot logits; False: a placeholder (with `sample`)
         self.last_ids: torch.Tensor | None = None  # [n] the argmax of the last logits
 
-    def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, kv_caches, attn_metadata) -> torch.Tensor:
+    def forward(
+        self, input_ids: torch.Tensor, positions: torch.Tensor, kv_caches: Any, attn_metadata: Any
+    ) -> torch.Tensor:
         return torch.zeros(input_ids.shape[0], self.hidden_size, device=input_ids.device)  # [T, hidden]
 
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
@@ -57,10 +63,12 @@ class StubModel(torch.nn.Module):
         logits[rows.to(hidden.device), ids] = 1.0
         return logits
 
-    def sample(self, logits: torch.Tensor, md, generator) -> torch.Tensor:
+    def sample(self, logits: torch.Tensor, md: SamplingMetadata, generator: torch.Generator | None) -> torch.Tensor:
         """Stands in for refengine.model_runner.sample on the stub's logits: the greedy argmax, known already."""
         if not md.all_greedy or md.banned_rows is not None:
             raise RuntimeError("StubModel.sample stands in for greedy sampling with nothing masked only")
+        if self.last_ids is None:  # the engine samples only after compute_logits: never None here
+            raise RuntimeError("StubModel.sample called before compute_logits")
         return self.last_ids
 
 
@@ -69,7 +77,9 @@ class FullRedecodeDetokenizer:
     before/after comparison: every step decodes the whole output again (O(output length) per step), then keeps
     the new text past what it had (less a trailing U+FFFD: a character still split)."""
 
-    def __new__(cls, tokenizer, request):
+    # __new__ returns the detokenizer itself (a subclass made here, where refengine is imported), not an instance of
+    # this class: mypy requires a subclass of cls from __new__
+    def __new__(cls, tokenizer: Any, request: Request) -> IncrementalDetokenizer:  # type: ignore[misc]
         from refengine.detokenizer import IncrementalDetokenizer
 
         class _Full(IncrementalDetokenizer):
@@ -101,7 +111,7 @@ def make_decoding_engine(
     detokenizer: str = "incremental",
     output_kind: str = "delta",
     clock: _DeviceClock | None = None,
-):
+) -> tuple[LLMEngine, StubModel | None]:
     """An LLMEngine with `num_running` requests past their prefill, each with room for `max_steps` more decode
     steps, and (`stub`) the stub model in place of the real one; returns (engine, stub model or None). `clock`
     becomes the engine's sampler, so that it can time it (and stand in for it with the stub's)."""

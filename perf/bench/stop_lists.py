@@ -4,7 +4,7 @@ decoding requests, alone and beside one request that carries a long `stop` or `s
 The engine's host work is serial, so a stop check that grows with the stop list slows every request's step. Run:
     python -m perf.bench.stop_lists [--stops N] [--stop-len L] [--stop-ids N] [--steps S]
 It prints the median step time of each case and its factor over the baseline. The forward is bench-step's stub
-(perf/bench_step.py), so that the step is the host work the stop lists add to; the time is this thread's CPU time
+(perf/bench/step_engine.py), so that the step is the host work the stop lists add to; the time is this thread's CPU time
 (the engine steps in it), which other load on the machine disturbs less than the wall clock; still, compare only
 numbers from one run (the cases are interleaved). The stop strings are private-use characters, which the stub's
 tokens never decode to, so the stop-list request runs to the end and pays for the search every step.
@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import statistics
 import time
+from typing import Any
 
 NUM_INNOCENT = 8
 PROMPT_LEN = 16
@@ -26,7 +27,7 @@ def _stops(count: int, length: int) -> list[str]:
     return [chr(0xE000 + i) * (length or i + 1) for i in range(count)]
 
 
-def median_step_ms(steps: int, **hostile) -> float:
+def median_step_ms(steps: int, **hostile: Any) -> float:
     """Median step time (ms) of NUM_INNOCENT greedy requests, plus one carrying `hostile` SamplingParams fields."""
     from perf.bench.step_engine import StubModel
     from refengine import LLMEngine, SamplingParams
@@ -46,7 +47,7 @@ def median_step_ms(steps: int, **hostile) -> float:
             SamplingParams(max_tokens=steps + 2, temperature=0.0, ignore_eos=True, **hostile),
         )
     engine.step()  # the prefills
-    times = []
+    times: list[float] = []
     for _ in range(steps):
         t = time.thread_time()
         engine.step()
@@ -64,7 +65,7 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=100)
     parser.add_argument("--rounds", type=int, default=3, help="cases are interleaved, median of the rounds")
     args = parser.parse_args()
-    cases = {
+    cases: dict[str, dict[str, Any]] = {
         "baseline": {},
         f"stop: {args.stops} strings": {"stop": _stops(args.stops, args.stop_len)},
         f"stop_token_ids: {args.stop_ids}": {"stop_token_ids": [STOP_ID_BASE + i for i in range(args.stop_ids)]},

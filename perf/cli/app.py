@@ -9,6 +9,7 @@ else into a one-line internal error, exit 1 (CBBENCH_DEBUG=1 shows the traceback
 from __future__ import annotations
 
 import functools
+import importlib
 import os
 import sys
 import traceback
@@ -19,8 +20,14 @@ from typing import Any
 
 import typer
 from rich.console import Console
+from typer.models import CommandFunctionType
+
+from perf.cli.help_layout import fitted_help
+from perf.cli.wording import flag_wording
 
 _exc = sys.modules[typer.BadParameter.__module__]
+# typer 0.2x runs on its own copy of click (typer._click): the context of a running command is on that copy's stack
+_click_globals = importlib.import_module(_exc.__name__.rpartition(".")[0] + ".globals")
 _NO_ARGS_IS_HELP = getattr(_exc, "NoArgsIsHelpError", ())
 
 
@@ -28,14 +35,16 @@ class OneLineErrorsTyper(typer.Typer):
     """Usage errors (unknown option, bad integer) as one line on stderr, exit code 2, instead of a boxed panel; and
     every command built as `_Command` (flags show no type in --help)."""
 
-    def command(self, *args: Any, **kwargs: Any) -> Callable:
+    def command(  # (typer's own signature type: the decorator returns the command function it was given)
+        self, *args: Any, **kwargs: Any
+    ) -> Callable[[CommandFunctionType], CommandFunctionType]:
         kwargs.setdefault("cls", _Command)
         return super().command(*args, **kwargs)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         command = typer.main.get_command(self)
         try:
-            rv = command.main(*args, standalone_mode=False, **kwargs)
+            rv = command.main(*args, **{**kwargs, "standalone_mode": False})  # we print the errors, one line each
         except _NO_ARGS_IS_HELP as e:
             e.show()
             sys.exit(e.exit_code)
@@ -110,17 +119,26 @@ def _flags_untyped(params: list[Any]) -> list[Any]:
 
 
 class _Command(typer.core.TyperCommand):
-    """Every cbbench command: its flags' --help rows name no type (`_FlagOption`)."""
+    """Every cbbench command: its flags' --help rows name no type (`_FlagOption`), and a narrow terminal's --help
+    keeps every name and default whole (help_layout.py)."""
 
     def get_params(self, ctx: Any) -> list[Any]:
         return _flags_untyped(super().get_params(ctx))
+
+    def format_help(self, ctx: Any, formatter: Any) -> None:
+        with fitted_help():
+            super().format_help(ctx, formatter)
 
 
 class _Group(typer.core.TyperGroup):
-    """The `cbbench` group: its own --help row names no type either."""
+    """The `cbbench` group: its own --help row names no type either, and fits a narrow terminal as well."""
 
     def get_params(self, ctx: Any) -> list[Any]:
         return _flags_untyped(super().get_params(ctx))
+
+    def format_help(self, ctx: Any, formatter: Any) -> None:
+        with fitted_help():
+            super().format_help(ctx, formatter)
 
 
 app = OneLineErrorsTyper(
@@ -154,11 +172,18 @@ def _internal_error(prog: str, e: BaseException) -> None:
     )
 
 
-def one_line_errors(name: str) -> Callable:
+def _cli_message(e: BaseException) -> str:
+    """The error's first line, as the command line words it (`flag_wording`)."""
+    ctx: Any = _click_globals.get_current_context(silent=True)
+    line = _first_line(e)
+    return flag_wording(line, ctx.command.params) if ctx is not None else line
+
+
+def one_line_errors(name: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """Every way a command can fail ends with one line on stderr: bad input (CliError, ValueError, a missing or
     unwritable file) exits 2, an interrupt 130, anything else is an internal error and exits 1."""
 
-    def wrap(fn: Callable) -> Callable:
+    def wrap(fn: Callable[..., Any]) -> Callable[..., Any]:
         @functools.wraps(fn)
         def inner(*args: Any, **kwargs: Any) -> Any:
             try:
@@ -173,7 +198,7 @@ def one_line_errors(name: str) -> Callable:
                 IsADirectoryError,
                 NotADirectoryError,
             ) as e:
-                err.print(f"cbbench {name}: error: {_first_line(e)}", markup=False)
+                err.print(f"cbbench {name}: error: {_cli_message(e)}", markup=False)
                 raise typer.Exit(2) from None
             except (typer.Abort, KeyboardInterrupt) as e:
                 why = str(e).strip()  # perf says where the finished runs are

@@ -7,7 +7,7 @@ Heavy modules (the engine, matplotlib, the server) are imported inside the comma
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated, Any, Optional
 
 import typer
 from rich.console import Console
@@ -21,11 +21,11 @@ from perf.knobs import engine_knob_options, knob, list_metavar, validate_knobs
 def serve(
     model: Annotated[str, Opt(help="a preset name or a local Hugging Face folder")] = "tiny-qwen2",
     host: Annotated[str, Opt(help="127.0.0.1: this machine only; 0.0.0.0 exposes the server")] = "127.0.0.1",
-    port: Annotated[int, Opt()] = 8000,
+    port: Annotated[int, Opt(help="the TCP port to listen on (1-65535), on --host")] = 8000,
     served_model_name: Annotated[Optional[str], Opt(help='the name clients send as "model" (default: --model)')] = None,
-    device: Annotated[str, Opt()] = "cpu",
+    device: Annotated[str, Opt(help="the engine's device: cpu, cuda[:N], or a simulated GPU sim:<gpu>")] = "cpu",
     dtype: Annotated[Optional[str], Opt(help="default: float32 on CPU, bfloat16 on CUDA")] = None,
-    seed: Annotated[int, Opt()] = 0,
+    seed: Annotated[int, Opt(help="the engine's seed: a preset's random weights and seeded sampling")] = 0,
     cpu_threads: Annotated[
         Optional[int], Opt(help="torch threads on CPU (default 1, as in-process perf's; 0 = torch's default)")
     ] = None,
@@ -38,7 +38,7 @@ def serve(
     shutdown_timeout: Annotated[
         float, Opt(help="on SIGTERM, seconds the requests in flight get to finish before they are aborted")
     ] = 5.0,
-    knobs: Optional[dict] = None,
+    knobs: Optional[dict[str, Any]] = None,
 ) -> None:
     """Serve the engine over an OpenAI-compatible HTTP API (/v1/completions, /v1/chat/completions, /metrics)."""
     from refengine.entrypoints.address import bind_socket, check_shutdown_timeout
@@ -92,7 +92,7 @@ def timeline(
     path, util = run_timeline(
         out, model=model, device=device, num_requests=num_requests, max_num_seqs=max_num_seqs, seed=seed, modes=modes
     )
-    Console().print(
+    Console(soft_wrap=True).print(
         f"wrote {path}  (slot utilisation: " + ", ".join(f"{m} {u:.0%}" for m, u in util.items()) + ")", markup=False
     )
 
@@ -120,7 +120,9 @@ def plot(
     """Result CSVs as curves with error bars from repeats: latency against throughput, or against a swept knob."""
     from perf.report.plot import plot_results
 
-    Console().print(f"wrote {plot_results(result_csvs, labels=label, kind=kind, knob=knob, out=out)}", markup=False)
+    Console(soft_wrap=True).print(
+        f"wrote {plot_results(result_csvs, labels=label, kind=kind, knob=knob, out=out)}", markup=False
+    )
 
 
 @one_line_errors("report")
@@ -131,7 +133,7 @@ def report(
     """One self-contained HTML page: results table, TTFT / ITL CDFs, slot timelines, environment."""
     from perf.report.html import write_report
 
-    Console().print(f"wrote {write_report(run_json, out)}", markup=False)
+    Console(soft_wrap=True).print(f"wrote {write_report(run_json, out)}", markup=False)
 
 
 @one_line_errors("show")
@@ -248,4 +250,4 @@ def kernels(
             raise CliError("needs a CUDA GPU; --allow-cpu runs a tiny interpreter smoke test instead") from None
         raise CliError(str(e)) from None
     Console().print(df.to_string(index=False), markup=False)
-    Console().print(f"wrote {out}", markup=False)
+    Console(soft_wrap=True).print(f"wrote {out}", markup=False)

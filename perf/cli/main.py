@@ -83,17 +83,17 @@ def perf(
     like: options.Like = None,
     dry_run: options.DryRun = False,
     executor: options.Executor = None,
-    knobs: Optional[dict] = None,
+    knobs: Optional[dict[str, Any]] = None,
 ) -> None:
     """Replay a workload through every batching mode (and the peers); print the table, write CSV + JSON."""
     opts = _perf_options(ctx, dict(locals()))  # every option by its name
     if dry_run:
         from perf.sweep import show_plan
 
-        show_plan(opts, Console())
+        show_plan(opts, Console(soft_wrap=True))  # a piped line (a result path) is never broken
     else:
         try:
-            run_perf(opts, Console())  # the table fits the terminal (report/table.py)
+            run_perf(opts, Console(soft_wrap=True))  # the table fits the terminal; a piped line is never broken
         except NoResultError as e:  # a benchmark that measured nothing never passes; the files are written
             err.print(f"cbbench perf: error: {e}", markup=False)
             raise typer.Exit(1) from None

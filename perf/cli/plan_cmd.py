@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated, Any, Optional
 
 import typer
 from rich.console import Console
@@ -65,7 +65,7 @@ def plan(
     executor: options.Executor = None,
     quiet: options.Quiet = False,
     dry_run: options.DryRun = False,
-    knobs: Optional[dict] = None,
+    knobs: Optional[dict[str, Any]] = None,
 ) -> None:
     """Capacity planning: search the knobs for the best config per GPU under a TTFT / TPOT p99 SLO; CSV + JSON."""
     from perf.grid.capacity import run_capacity_plan

@@ -37,7 +37,7 @@ def row_position(row: Mapping[str, Any], positions: Mapping[str, int], fallback:
         pid = (json.loads(opts) if isinstance(opts, str) and opts else opts or {}).get("plan_id")
     except (ValueError, AttributeError):
         pid = None
-    return (0, positions[pid]) if pid in positions else (1, fallback)
+    return (0, positions[pid]) if isinstance(pid, str) and pid in positions else (1, fallback)
 
 
 def put_in_plan_order(writer: ResultWriter, plan: RunPlan) -> bool:

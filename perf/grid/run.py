@@ -9,7 +9,7 @@ per-request progress of report/progress.py; a pool or Ray yields each run when a
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Generator, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -39,7 +39,7 @@ class Grid:
             return RunProgress(console, len(self.todo), quiet=self.plan.quiet)
         return GridProgress(console, len(self.todo), self.choice.describe(len(self.todo)), quiet=self.plan.quiet)
 
-    def outcomes(self, progress: Any) -> Iterator[Outcome]:
+    def outcomes(self, progress: Any) -> Generator[Outcome, None, None]:
         """Each run's outcome as it ends. A parallel run's progress line is started here, its numbers filled in by
         the caller's `progress.finish(row, error)` once the row is made."""
         start = time.perf_counter()

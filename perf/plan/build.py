@@ -35,7 +35,7 @@ from perf.plan.options import (
     validate_configs,
 )
 from perf.plan.spec import RunPlan, RunSettings, RunSpec
-from perf.results.schema import STORED_PERCENTILES
+from perf.results.columns import STORED_PERCENTILES
 from refengine.config import BATCHING_MODES
 from refengine.sim.cost_model import COST_MODEL_VERSION
 from refengine.sim.device import is_sim_device
@@ -131,6 +131,7 @@ def build_plan(o: PerfOptions) -> RunPlan:
 
 def _settings(o: PerfOptions) -> RunSettings:
     """What every run of the plan shares (the model, the device, the client's and the engine's settings)."""
+    assert o.model is not None and o.warmup is not None, "build_plan fills them in first"  # narrows the types
     return RunSettings(
         o.model,
         o.device,
@@ -149,6 +150,7 @@ def _settings(o: PerfOptions) -> RunSettings:
 
 def _check_sweep_feasible(o: PerfOptions, sw: _Sweep, workload: Workload) -> None:
     """Every request (and warm-up request) must fit every mode and knob set of the sweep: ValueError otherwise."""
+    assert o.warmup is not None, "build_plan fills it in first"  # narrows the type
     lengths = [(len(r.prompt_token_ids), r.output_len) for r in workload.requests] + warmup_lengths(o.warmup, o.seed)
     for mode, ks in itertools.product(sw.modes, sw.knob_sets):
         check_feasible(lengths, ks, label=f"{mode} {knob_label(ks, set(ks))}".strip())
@@ -178,6 +180,7 @@ def _sweep(o: PerfOptions, like_entries: list[Entry] | None) -> _Sweep:
     if o.format not in ("text", "markdown", "json"):
         raise ValueError(f"format must be one of text, markdown, json, got {o.format!r}")
     peers = _peers(o.peers)
+    assert o.repeats is not None and o.warmup is not None, "build_plan fills them in first"  # narrows the types
     check_options(
         device=o.device, cpu_threads=o.cpu_threads, num_prompts=o.num_prompts, repeats=o.repeats, warmup=o.warmup
     )

@@ -56,7 +56,7 @@ def check_output_name(csv_path: Path) -> None:
             raise ValueError(f"output: {p} exists and is not a regular file")
 
 
-def check_writable(folder: str | os.PathLike, what: str = "result-dir") -> Path:
+def check_writable(folder: str | os.PathLike[str], what: str = "result-dir") -> Path:
     """Create `folder` if needed and prove a file can be written in it (then removed)."""
     folder = Path(folder)
     if folder.exists() and not folder.is_dir():

@@ -9,12 +9,15 @@ import itertools
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from perf.knobs import parse_knobs as _parse_knob_lists
 from perf.knobs import validate_knobs
 from perf.plan.load import LoadPoint, parse_load_points, resolve_tokenizer, vocab_token_id_range
 from refengine.config import BATCHING_MODES
+
+if TYPE_CHECKING:
+    from workloads import Workload
 
 PEERS = ("hf-static", "hf-cb")
 # CPU-sized defaults: the default run (4 modes + 2 peers, tiny-qwen2, 1 torch thread) takes about two minutes on a
@@ -187,7 +190,7 @@ def workload_kwargs(o: PerfOptions, on_cpu: bool) -> dict[str, Any]:
     return kw
 
 
-def build_workload(o: PerfOptions, on_cpu: bool, load: LoadPoint | None = None, tokenizer: Any = None):
+def build_workload(o: PerfOptions, on_cpu: bool, load: LoadPoint | None = None, tokenizer: Any = None) -> Workload:
     from workloads import get_workload
 
     load = load or parse_load_points(o.request_rate, o.burstiness, o.max_concurrency)[0][0]
@@ -200,9 +203,12 @@ def build_workload(o: PerfOptions, on_cpu: bool, load: LoadPoint | None = None, 
             CPU_DEFAULTS["num_prompts"] if on_cpu else SIM_NUM_PROMPTS if is_sim_device(o.device) else GPU_NUM_PROMPTS
         )
     )
+    if not tokenizer:
+        assert o.model is not None, "build_plan fills in the model first"  # narrows the type: never a user's error
+        tokenizer = resolve_tokenizer(o.model, o.tokenizer)
     return get_workload(
         o.workload,
-        tokenizer=tokenizer or resolve_tokenizer(o.model, o.tokenizer),
+        tokenizer=tokenizer,
         num_prompts=num_prompts,
         seed=o.seed,
         request_rate=load.request_rate,

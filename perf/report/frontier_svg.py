@@ -93,7 +93,7 @@ def frontier_html(doc: Mapping[str, Any]) -> str:
     if not isinstance(cfg, Mapping):
         return ""
     slo = Slo(cfg.get("slo_ttft_p99_ms"), cfg.get("slo_tpot_p99_ms"))
-    rows = [r for r in doc.get("rows") or [] if isinstance(r, Mapping)]
+    rows = [dict(r) for r in doc.get("rows") or [] if isinstance(r, Mapping)]
     svg = frontier_svg(candidates(rows, slo), slo)
     text = "\n".join(summary_lines(list(rows), slo))
     return (

@@ -116,7 +116,7 @@ def latency_values(records: Sequence[Mapping[str, Any]]) -> tuple[list[float], l
 def cdf_data(runs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     """The embedded chart data: per configuration (its first repeat), the TTFT and ITL CDFs."""
     first = [r for r in runs if r["repeat"] == min(x["repeat"] for x in runs if x["key"] == r["key"])]
-    charts = {
+    charts: dict[str, dict[str, Any]] = {
         "ttft": {"title": "TTFT", "xlabel": "TTFT (ms)", "unit": "requests", "series": []},
         "itl": {"title": "ITL", "xlabel": "inter-token latency (ms)", "unit": "token gaps", "series": []},
     }

@@ -30,7 +30,7 @@ from perf.report.plot_data import (  # noqa: F401  (re-exported: the data prepar
     plain_number,
     request_rates,
 )
-from perf.results.schema import CONFIG_KEY_COLUMNS
+from perf.results.columns import CONFIG_KEY_COLUMNS
 
 LATENCY_PANELS = (("ttft", "TTFT (ms)"), ("tpot", "TPOT (ms)"), ("e2el", "end-to-end latency (ms)"))
 
@@ -41,7 +41,7 @@ def _arr(v: Any) -> Any:
     return np.asarray(pd.to_numeric(pd.Series(v)), dtype=float)
 
 
-def _errorbars(ax, x, y, g: pd.DataFrame, metric: str, xmetric: str | None, **style) -> Any:
+def _errorbars(ax: Any, x: Any, y: Any, g: pd.DataFrame, metric: str, xmetric: str | None, **style: Any) -> Any:
     """A line with min-max error bars when the points have repeats, else a plain line."""
     x, y = _arr(x), _arr(y)
     if (g["num_repeats"] > 1).any():
@@ -160,8 +160,8 @@ def make_figure(
     df = load_results(csv_paths, labels)
     kind = choose_kind(df, kind)
     npanels = len(LATENCY_PANELS) if kind == "latency" else 2
-    fig, axes = plt.subplots(1, npanels, figsize=(5.2 * npanels, 4.2), squeeze=False)
-    axes = list(axes[0])
+    fig, grid = plt.subplots(1, npanels, figsize=(5.2 * npanels, 4.2), squeeze=False)
+    axes = list(grid[0])
     try:
         named = bool(labels)
         what = _plot_latency(df, axes, named) if kind == "latency" else _plot_sweep(df, axes, knob, named)

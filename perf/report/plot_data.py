@@ -15,7 +15,9 @@ from typing import Any
 
 import pandas as pd
 
-from perf.results.schema import CONFIG_KEY_COLUMNS, aggregate_repeats, read_csv
+from perf.results.columns import CONFIG_KEY_COLUMNS
+from perf.results.files import read_csv
+from perf.results.schema import aggregate_repeats
 
 PLOT_METRICS = (
     "mean_ttft_ms",

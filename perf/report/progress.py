@@ -5,6 +5,13 @@ output tok/s and TTFT p50 so far (from the records the backend hands to `advance
 When stdout is not a TTY (a CI log) nothing is redrawn: one plain line per finished run, and a heartbeat line every
 `heartbeat_s` seconds while a run is going (with the same numbers so far), so a long sweep is never silent.
 `CBBENCH_HEARTBEAT_S` overrides the heartbeat interval.
+
+Time bases. Elapsed time and ETA are wall seconds of the measured run: they start when the backend says the
+measured run starts (`advance(0)`, once the engine is built and warmed up), not when the run's line appears. The
+tok/s so far is on the run's own clock, the one its records' times are in: output tokens over the span from the
+earliest arrival to the latest finish among the finished requests. On a real device that is wall time; on a
+simulated GPU it is simulated seconds, as the final table's `output_throughput` (tokens / (last finish - start)),
+which it meets once every request has finished.
 """
 
 from __future__ import annotations
@@ -59,19 +66,28 @@ class SoFar:
 
     def __init__(self) -> None:
         self.output_tokens, self.ttfts_s = 0, list[float]()
+        self.first_arrival, self.last_finish = math.inf, -math.inf  # on the records' clock (see the docstring)
 
     def add(self, records: Sequence[RequestRecord]) -> None:
         for r in records:
             if r.error:
                 continue
             self.output_tokens += r.output_len or 0
+            self.first_arrival = min(self.first_arrival, r.arrival_time)
+            if r.finish_time is not None:
+                self.last_finish = max(self.last_finish, r.finish_time)
             if r.first_token_time is not None:
                 self.ttfts_s.append(r.first_token_time - r.arrival_time)
 
-    def summary(self, elapsed_s: float) -> str:
+    def output_throughput(self) -> float | None:
+        """Output tokens per second of the run's own clock so far (None before a finished request has a span)."""
+        span = self.last_finish - self.first_arrival
+        return self.output_tokens / span if self.output_tokens and span > 0 else None
+
+    def summary(self) -> str:
         """`812 tok/s, TTFT p50 12.3 ms so far`, as `run_summary` words a finished run ('' before any record)."""
         row = {
-            "output_throughput": self.output_tokens / elapsed_s if elapsed_s > 0 and self.output_tokens else None,
+            "output_throughput": self.output_throughput(),
             "median_ttft_ms": statistics.median(self.ttfts_s) * 1000 if self.ttfts_s else None,
         }
         text = run_summary(row)
@@ -95,6 +111,7 @@ class RunProgress:
         self.live = console.is_terminal if live is None else live
         self.heartbeat_s = heartbeat_interval() if heartbeat_s is None else heartbeat_s
         self.index, self.label, self.done, self.total, self.started = 0, "", 0, 0, 0.0
+        self.measuring = False  # the measured run has started (`advance(0)`, or a first finished request)
         self.so_far, self.shown_at = SoFar(), -math.inf  # this run's numbers so far, and when the line last had them
         self._bar: Progress | None = None
         self._task: Any = None
@@ -116,6 +133,7 @@ class RunProgress:
                 TextColumn("{task.fields[numbers]}"),
                 console=self.console,
                 transient=False,
+                get_time=self.clock,  # elapsed and ETA on the same clock as the plain lines
             )
             self._bar.__enter__()
         else:
@@ -131,22 +149,33 @@ class RunProgress:
             self._bar.__exit__(*exc)
 
     def start(self, label: str, total_requests: int) -> None:
+        """A run's line appears: its engine is being built and warmed up; its clock starts with `advance(0)`."""
         with self._lock:
             self.index += 1
             self.label, self.done, self.total, self.started = label, 0, total_requests, self.clock()
-            self.so_far, self.shown_at = SoFar(), -math.inf
-        if self._bar is not None:  # a line per run: the finished ones stay on screen
-            self._task = self._bar.add_task(f"[{self.index}/{self.num_runs}] {label}", total=total_requests, numbers="")
+            self.so_far, self.shown_at, self.measuring = SoFar(), -math.inf, False
+        if self._bar is not None:  # a line per run: the finished ones stay on screen; elapsed waits for advance(0)
+            self._task = self._bar.add_task(
+                f"[{self.index}/{self.num_runs}] {label}", total=total_requests, numbers="", start=False
+            )
 
     def advance(self, n: int, records: Sequence[RequestRecord] = ()) -> None:
-        """`n` more requests finished; `records`, when the backend has them, update the numbers so far."""
+        """`n` more requests finished; `records`, when the backend has them, update the numbers so far.
+        `advance(0)` with no records: the measured run starts now (elapsed and ETA count from here). A backend that
+        never says so has its run timed from `start`, and its live line from its first finished request."""
         with self._lock:
+            if not self.measuring:
+                self.measuring = True
+                if n == 0 and not records:
+                    self.started = self.clock()
+                if self._bar is not None:
+                    self._bar.start_task(self._task)
             self.done += n
             self.so_far.add(records)
             now = self.clock()
             numbers = None
             if self._bar is not None and now - self.shown_at >= SUMMARY_EVERY_S:
-                numbers, self.shown_at = self.so_far.summary(now - self.started), now
+                numbers, self.shown_at = self.so_far.summary(), now
         if self._bar is not None:
             if numbers is None:
                 self._bar.update(self._task, advance=n)
@@ -174,14 +203,17 @@ class RunProgress:
                 if not self.label:
                     continue
                 elapsed = self.clock() - self.started
-                eta = elapsed * (self.total - self.done) / self.done if self.done else math.nan
-                numbers = self.so_far.summary(elapsed)
-                line = (
-                    f"... [{self.index}/{self.num_runs}] {self.label}: {self.done}/{self.total} requests, "
-                    f"{elapsed:.0f} s elapsed"
-                    + (f", ETA {eta:.0f} s" if math.isfinite(eta) else "")
-                    + (f", {numbers}" if numbers else "")
-                )
+                head = f"... [{self.index}/{self.num_runs}] {self.label}: "
+                if not self.measuring:
+                    line = f"{head}building and warming up the engine, {elapsed:.0f} s"
+                else:
+                    eta = elapsed * (self.total - self.done) / self.done if self.done else math.nan
+                    numbers = self.so_far.summary()
+                    line = (
+                        f"{head}{self.done}/{self.total} requests, {elapsed:.0f} s elapsed"
+                        + (f", ETA {eta:.0f} s" if math.isfinite(eta) else "")
+                        + (f", {numbers}" if numbers else "")
+                    )
             self._print(line)
 
     def _print(self, line: str) -> None:

@@ -51,7 +51,7 @@ def labels_of_rows(rows: Sequence[Mapping[str, Any]], record_labels: Sequence[st
             engine, batching, knobs = (head.split("/", 2) + ["-", "-"])[:3]
             keys.append((engine, batching, knobs or "-"))
         return keys
-    from perf.results.schema import CONFIG_KEY_COLUMNS
+    from perf.results.columns import CONFIG_KEY_COLUMNS
 
     skip = {"engine", "batching", "model", "device", "dtype", "workload"}
     varying = [c for c in CONFIG_KEY_COLUMNS if c not in skip and len({str(r.get(c)) for r in rows}) > 1]

@@ -10,7 +10,6 @@ the table keeps its natural width: a log file does not wrap.
 from __future__ import annotations
 
 import io
-import json
 import math
 import os
 import statistics
@@ -19,14 +18,18 @@ from dataclasses import dataclass
 from typing import Any
 
 from rich.cells import cell_len
-from rich.console import Console, Group
+from rich.console import Console, Group, JustifyMethod, RenderableType
 from rich.measure import Measurement
 from rich.table import Table
 from rich.text import Text
 
+from perf.report.table_title import cell_number, simulated_heading
+from perf.report.table_title import table_title as table_title  # (re-exported: the HTML report names it here)
+
 Key = tuple[str, str, str]  # engine, batching, knob label
 Entry = tuple[Key, Mapping[str, Any] | None, str | None]  # key, CSV row (None if failed), error
 
+PERCENT = "percent"  # a COLUMNS format: `percent(v)`
 # (header, row key, format, priority): a narrow terminal drops the highest priority number first
 COLUMNS = (
     ("out tok/s", "output_throughput", "{:.1f}", 0),
@@ -39,8 +42,8 @@ COLUMNS = (
     ("ITL mean ms", "mean_itl_ms", "{:.1f}", 9),
     ("preempt", "num_preemptions", "{:.0f}", 10),
     ("peak KV blk", "peak_kv_blocks", "{:.0f}", 11),
-    ("peak KV", "peak_kv_usage", "{:.0%}", 12),
-    ("slot util", "mean_slot_utilisation", "{:.0%}", 5),
+    ("peak KV", "peak_kv_usage", PERCENT, 12),
+    ("slot util", "mean_slot_utilisation", PERCENT, 5),
     ("slot waste", "slot_waste", "{:.2f}x", 4),
 )
 RATIO_PRIORITY = 1  # "÷ static" and "cont ÷ this": the table's point
@@ -51,7 +54,7 @@ class Column:
     header: str
     cells: list[str | Text]
     priority: int  # -1: never dropped
-    justify: str = "right"
+    justify: JustifyMethod = "right"
     wrap: bool = False  # cells may wrap at spaces (the knob label of a sweep can be long)
 
     @property
@@ -59,19 +62,23 @@ class Column:
         return all(not str(c).strip() or str(c) == "-" for c in self.cells)
 
 
-def _num(v: Any) -> float:
-    try:
-        return float(v)
-    except (TypeError, ValueError):
-        return math.nan
-
-
 def _median(vals: Sequence[float]) -> float:
     vals = [v for v in vals if not math.isnan(v)]
     return statistics.median(vals) if vals else math.nan
 
 
+def percent(v: float) -> str:
+    """A share in whole percent, for the table (text, markdown, HTML) and the HTML timeline alike ('' for nan). A
+    share above 0 that rounds to 0% reads "<1%": 58 of 16384 KV blocks were used, and "0%" would say none were."""
+    if math.isnan(v):
+        return ""
+    text = f"{v:.0%}"
+    return "<1%" if v > 0 and text == "0%" else text
+
+
 def _fmt(fmt: str, v: float) -> str:
+    if fmt == PERCENT:
+        return percent(v)
     return "" if math.isnan(v) else fmt.format(v)
 
 
@@ -86,8 +93,8 @@ def summarise(entries: Sequence[Entry]) -> tuple[dict[Key, dict[str, float]], di
             by_key.setdefault(key, []).append(row)
     out: dict[Key, dict[str, float]] = {}
     for key, rows in by_key.items():
-        med = {m: _median([_num(r.get(m)) for r in rows]) for _, m, _, _ in COLUMNS}
-        tp = [_num(r.get("output_throughput")) for r in rows]
+        med = {m: _median([cell_number(r.get(m)) for r in rows]) for _, m, _, _ in COLUMNS}
+        tp = [cell_number(r.get("output_throughput")) for r in rows]
         med["spread"] = (max(tp) - min(tp)) / 2 / med["output_throughput"] if len(rows) > 1 else math.nan
         med["repeats"] = len(rows)
         out[key] = med
@@ -111,43 +118,6 @@ def ratios(med: Mapping[Key, Mapping[str, float]]) -> tuple[dict[Key, float], di
             if conts:
                 cont_vs_peer[(eng, mode, label)] = conts[0]["output_throughput"] / m["output_throughput"]
     return vs_static, cont_vs_peer
-
-
-def describe_arrivals(params: Mapping[str, Any], rows: Sequence[Mapping[str, Any]] = ()) -> str:
-    """The request rate as the title says it: offline, Poisson at R/s, gamma arrivals with their burstiness, or the
-    rates of a sweep (when the rows hold several)."""
-    rates = sorted({v for v in (_num(r.get("request_rate")) for r in rows) if not math.isnan(v)})
-    if len(rates) > 1:
-        return "request rates " + ", ".join("inf" if math.isinf(r) else f"{r:g}" for r in rates) + " /s"
-    rate, burst = _num(params.get("request_rate", math.inf)), _num(params.get("burstiness", 1.0))
-    if math.isnan(rate) or math.isinf(rate):
-        return "request rate inf (all at t0)"
-    kind = "Poisson" if math.isnan(burst) or burst == 1.0 else f"gamma, burstiness {burst:g}"
-    return f"request rate {rate:g}/s ({kind})"
-
-
-def simulated_heading(rows: Sequence[Mapping[str, Any]]) -> str:
-    """ "simulated H200 (cost model <version>, bfloat16)" when the rows ran on a `sim:<gpu>` device, else ""."""
-    sim = next((r for r in rows if str(r.get("device", "")).startswith("sim:")), None)
-    if sim is None:
-        return ""
-    from refengine.sim.device import parse_sim_device
-
-    opts = sim.get("run_options") or "{}"
-    version = (json.loads(opts) if isinstance(opts, str) else opts).get("cost_model", "?")
-    return f"simulated {parse_sim_device(sim['device']).name.upper()} (cost model {version}, {sim.get('dtype')})"
-
-
-def table_title(
-    name: str, summary: Mapping[str, Any], params: Mapping[str, Any], rows: Sequence[Mapping[str, Any]] = ()
-) -> str:
-    s = summary
-    sim = simulated_heading(rows)
-    return (
-        f"cbbench perf{' on a ' + sim if sim else ''}: {name}, {s['num_requests']} requests, {describe_arrivals(params, rows)}, prompt mean "
-        f"{s['mean_prompt_len']:.0f} (max {s['max_prompt_len']}), output mean {s['mean_output_len']:.0f} "
-        f"(max {s['max_output_len']}, cv {s['cv_output_len']:.2f})"
-    )
 
 
 def table_columns(entries: Sequence[Entry], *, goodput: Mapping[str, float] | None = None) -> list[Column]:
@@ -291,6 +261,6 @@ def print_perf_table(
         console.width = saved
 
 
-def _measure(table: Table) -> Measurement:
+def _measure(table: RenderableType) -> Measurement:
     console = Console(width=10_000, file=io.StringIO())
     return Measurement.get(console, console.options, table)

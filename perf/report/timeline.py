@@ -30,7 +30,7 @@ class Cell:
 
 def _step_view(s: Any) -> tuple[list[str], list[str], list[str], dict[str, int | None]]:
     """(scheduled, running, prefill ids, batch id per request) of a StepStats or of a step dict from a run's JSON
-    (perf.runner.step_dicts, where one `batch_id` stands for every request of the step)."""
+    (a `StepRecord` as the JSON stores it, perf/records.py: one `batch_id` stands for every request of the step)."""
     if isinstance(s, Mapping):
         present = [*s["scheduled_req_ids"], *s["running_req_ids"]]
         return (
@@ -53,9 +53,9 @@ def assign_slots(steps: Sequence[Any], max_num_seqs: int) -> list[Cell]:
     cells: list[Cell] = []
     free = list(range(max_num_seqs))
     for i, step in enumerate(steps):
-        scheduled, running, prefill_ids, batch_ids = _step_view(step)
-        running = set(running)
-        present = set(scheduled) | running
+        scheduled_ids, running_ids, prefill_ids, batch_ids = _step_view(step)
+        running = set(running_ids)
+        present = set(scheduled_ids) | running
         new_batches = {batch_ids.get(r) for r in present} - {None} - set(batch_of.values())
         if new_batches:  # a new static batch forms only once the previous one has wholly left
             for rid in [r for r in slot_of if r in batch_of]:
@@ -65,9 +65,10 @@ def assign_slots(steps: Sequence[Any], max_num_seqs: int) -> list[Cell]:
             free.sort()
             # (more requests than max_num_seqs only in a foreign or inconsistent log: give them extra rows)
             slot_of[rid] = free.pop(0) if free else max(slot_of.values(), default=-1) + 1
-            if batch_ids.get(rid) is not None:
-                batch_of[rid] = batch_ids[rid]
-        prefill, scheduled = set(prefill_ids), set(scheduled)
+            batch = batch_ids.get(rid)
+            if batch is not None:
+                batch_of[rid] = batch
+        prefill, scheduled = set(prefill_ids), set(scheduled_ids)
         for rid, slot in slot_of.items():
             if rid in scheduled:
                 kind = "prefill" if rid in prefill else "decode"

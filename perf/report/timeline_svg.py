@@ -13,6 +13,7 @@ import zlib
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from perf.report.table import percent
 from perf.report.timeline import Cell, assign_slots
 
 # kind -> (how much of the request's colour shows, legend text); "held" is drawn in HELD_GREY whatever the request
@@ -30,7 +31,8 @@ STEP_PX, SLOT_PX, MAX_WIDTH_PX = 6, 14, 1200  # a step's width shrinks so long r
 def palette() -> list[tuple[float, float, float]]:
     import matplotlib
 
-    return [tuple(c) for c in matplotlib.colormaps["tab20"].colors]
+    cmap = matplotlib.colormaps["tab20"]  # a table of cmap.N = 20 colours: cmap(i) is the i-th, as RGBA
+    return [(float(r), float(g), float(b)) for r, g, b, _ in (cmap(i) for i in range(cmap.N))]
 
 
 def request_rgb(request_id: str, colours: Sequence[tuple[float, float, float]]) -> tuple[float, float, float]:
@@ -40,6 +42,7 @@ def request_rgb(request_id: str, colours: Sequence[tuple[float, float, float]]) 
 
 def cell_fill(rgb: Sequence[float], kind: str) -> str:
     """The `#rrggbb` a cell of this kind is drawn in: the colour mixed with white by the kind's strength."""
+    mixed: tuple[float, ...]
     if kind == "held":
         mixed = (HELD_GREY,) * 3
     else:
@@ -88,11 +91,12 @@ def run_svg(run: Mapping[str, Any], max_num_seqs: int, colours: Sequence[tuple[f
 
 def slot_use(row: Mapping[str, Any] | None) -> str:
     """The table's slot-use figure for this run ('' when the row has none)."""
+    value: Any = (row or {}).get("mean_slot_utilisation")  # None, a number, or a CSV's text: float() decides
     try:
-        v = float((row or {}).get("mean_slot_utilisation"))
+        v = float(value)
     except (TypeError, ValueError):
         return ""
-    return f"slot util {v:.0%}" if math.isfinite(v) else ""
+    return f"slot util {percent(v)}" if math.isfinite(v) else ""
 
 
 def legend_html() -> str:

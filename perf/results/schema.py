@@ -21,27 +21,26 @@ import os
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from perf.results.columns import (  # noqa: F401  (re-exported: the schema's names, as they always were)
-    COLUMNS,
-    CONFIG_KEY_COLUMNS,
-    ENGINE_COLUMNS,
-    KEY_NAMES,
-    LATENCY_COLUMNS,
-    METRIC_COLUMNS,
-    SCHEMA_VERSION,
-    STORED_PERCENTILES,
-    THROUGHPUT_COLUMNS,
-)
-from perf.results.environment import environment_info, git_revision  # noqa: F401  (environment_info: re-exported)
-from perf.results.files import (  # noqa: F401  (re-exported: reading and writing moved to files.py)
-    append_rows,
-    atomic_write_text,
-    jsonable,
-    read_csv,
-    remove_stale_temporaries,
-    write_csv,
-    write_run_json,
-)
+# re-exported, each `X as X` (strict mypy's explicit re-export): the schema's names, as they always were, and the
+# reading and writing that moved to files.py
+from perf.results.columns import COLUMNS as COLUMNS
+from perf.results.columns import CONFIG_KEY_COLUMNS as CONFIG_KEY_COLUMNS
+from perf.results.columns import ENGINE_COLUMNS as ENGINE_COLUMNS
+from perf.results.columns import KEY_NAMES as KEY_NAMES
+from perf.results.columns import LATENCY_COLUMNS as LATENCY_COLUMNS
+from perf.results.columns import METRIC_COLUMNS as METRIC_COLUMNS
+from perf.results.columns import SCHEMA_VERSION as SCHEMA_VERSION
+from perf.results.columns import STORED_PERCENTILES as STORED_PERCENTILES
+from perf.results.columns import THROUGHPUT_COLUMNS as THROUGHPUT_COLUMNS
+from perf.results.environment import environment_info as environment_info
+from perf.results.environment import git_revision
+from perf.results.files import append_rows as append_rows
+from perf.results.files import atomic_write_text as atomic_write_text
+from perf.results.files import jsonable as jsonable
+from perf.results.files import read_csv as read_csv
+from perf.results.files import remove_stale_temporaries as remove_stale_temporaries
+from perf.results.files import write_csv as write_csv
+from perf.results.files import write_run_json as write_run_json
 
 if TYPE_CHECKING:  # pandas is imported where it is used: `compare` and `show` read with rows.py and start fast
     import pandas as pd

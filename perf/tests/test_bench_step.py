@@ -110,4 +110,4 @@ def test_bench_step_final_only_outputs() -> None:
     )
     assert res.exit_code == 0 and "final_only outputs" in res.output, res.output
     res = CliRunner().invoke(app, ["bench-step", "--stub-model", "--running", "2", "--output-kind", "nope"])
-    assert res.exit_code == 2 and "output_kind must be one of" in res.output
+    assert res.exit_code == 2 and "--output-kind must be one of" in res.output  # the flag, as typed

@@ -31,16 +31,16 @@ def one_line(res) -> str:
     [
         (["--workload-param", "input_len=abc"], "workload-param input_len: expected an integer, got 'abc'"),
         (["--device", "tpu"], "device must be cpu, cuda, cuda:N or a simulated GPU (sim:"),
-        (["--cpu-threads", "-1"], "cpu_threads must be >= 0"),
-        (["--num-prompts", "0"], "num_prompts must be >= 1, got 0"),
+        (["--cpu-threads", "-1"], "--cpu-threads must be >= 0"),
+        (["--num-prompts", "0"], "--num-prompts must be >= 1, got 0"),
         (["--repeats", "0"], "repeats must be >= 1"),
         # the infeasible configuration is the sweep's second: it must fail before the first runs
         (
             ["--max-num-batched-tokens", "512,8", "--no-enable-chunked-prefill"],
-            "max_num_batched_tokens=8 with enable_chunked_prefill=False",
+            "--max-num-batched-tokens=8 with --enable-chunked-prefill=False",
         ),
-        (["--num-gpu-blocks", "64,1"], "more than num_gpu_blocks=1"),
-        (["--max-model-len", "64,8"], "under max_model_len=8"),
+        (["--num-gpu-blocks", "64,1"], "more than --num-gpu-blocks=1"),
+        (["--max-model-len", "64,8"], "under --max-model-len=8"),
     ],
 )
 def test_perf_bad_input_is_one_line_exit_2_and_nothing_runs(tmp_path, monkeypatch, args, needle):
@@ -159,3 +159,29 @@ def test_usage_and_input_errors_through_the_installed_entry_point():
         assert res.returncode == code, res.stderr
         lines = res.stderr.strip().splitlines()
         assert len(lines) == 1 and lines[0].startswith(prefix), res.stderr
+
+
+def test_errors_name_the_flag_the_user_typed_and_the_api_the_field():
+    """issue 28: `cbbench perf` said `max_num_seqs`, which no one can type; the API keeps the field's name."""
+    for command in (["perf", *TINY], ["serve"]):
+        res = invoke(*command, "--max-num-seqs", "0")
+        assert res.exit_code == 2
+        assert one_line(res).startswith(f"cbbench {command[0]}: error: --max-num-seqs must be an integer in [1, "), res
+    from refengine.config import SchedulerConfig
+
+    with pytest.raises(ValueError, match=r"^max_num_seqs must be an integer"):
+        SchedulerConfig(max_num_seqs=0)
+
+
+def test_flag_wording_leaves_paths_flags_and_other_names_alone():
+    from perf.cli.wording import flag_wording
+
+    class Param:
+        def __init__(self, name: str, flag: str) -> None:
+            self.name, self.opts = name, [flag]
+
+    params = [Param("max_num_seqs", "--max-num-seqs"), Param("device", "--device"), Param("output", "--output")]
+    assert flag_wording("device: max_num_seqs=4 too big", params) == "--device: --max-num-seqs=4 too big"
+    assert flag_wording("output: /tmp/max_num_seqs.csv exists", params) == "--output: /tmp/max_num_seqs.csv exists"
+    assert flag_wording("--max-num-seqs and input_len", params) == "--max-num-seqs and input_len"
+    assert flag_wording("the device is busy; device: x", params) == "the device is busy; device: x"  # subject only

@@ -74,3 +74,14 @@ def test_perf_guide_command_block_names_every_subcommand() -> None:
         assert any(line.split()[1] == command for line in lines), (
             f"docs/perf.md's command block lacks cbbench {command}"
         )
+
+
+def test_serve_describes_every_option() -> None:
+    """issue 28: `serve --help` left --port and --device (and --seed) without a word."""
+    serve = get_command(cli.app).commands["serve"]
+    bare = [
+        p.opts[0] for p in serve.params if p.opts[0].startswith("--") and not (getattr(p, "help", "") or "").strip()
+    ]
+    assert bare == []
+    rows = {line.split()[1]: line for line in _help("serve").splitlines() if line.startswith("│ --")}
+    assert "TCP port" in rows["--port"] and "sim:<gpu>" in rows["--device"]

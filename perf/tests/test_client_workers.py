@@ -71,5 +71,5 @@ def test_bad_worker_count_is_one_line(tmp_path):
             str(tmp_path),
         ],
     )
-    assert res.exit_code == 2 and "client_workers" in res.output
+    assert res.exit_code == 2 and "--client-workers: expected an integer >= 1" in res.output  # the flag, as typed
     assert len(res.output.strip().splitlines()) == 1

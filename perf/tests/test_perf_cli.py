@@ -85,9 +85,9 @@ def test_timeline_writes_png(tmp_path):
     [
         (["--workload", "nosuch"], "unknown name 'nosuch'"),
         (["--batching", "continuous,dynamic"], "batching must be one of"),
-        (["--max-num-seqs", "0"], "max_num_seqs must be an integer"),
-        (["--block-size", "sixteen"], "block_size: expected a comma list of integers"),
-        (["--preemption-mode", "evict"], "preemption_mode must be one of"),
+        (["--max-num-seqs", "0"], "--max-num-seqs must be an integer"),
+        (["--block-size", "sixteen"], "--block-size: expected a comma list of integers"),
+        (["--preemption-mode", "evict"], "--preemption-mode must be one of"),
         (["--peers", "vllm"], "unknown peer 'vllm'"),
         (["--workload-param", "no_such_param=3"], "no_such_param"),
         (["--goodput", "latency:5"], "goodput"),
@@ -119,3 +119,14 @@ def test_usage_error_is_one_line_and_exit_2(args):
     assert res.returncode == 2
     lines = res.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("cbbench: error:"), res.stderr
+
+
+def test_piped_output_prints_each_written_path_on_one_line(tmp_path):
+    """issue 28: `cbbench perf ... | cat` (no terminal: 80 columns) wrapped the result paths across lines."""
+    deep = tmp_path / ("a-folder-name-long-enough-that-the-paths-pass-eighty-columns" * 2)
+    csv = deep / "run.csv"
+    res = CliRunner().invoke(
+        app, ["perf", *TINY, "--peers", "none", "--batching", "continuous", "--output", str(csv)], env={"COLUMNS": ""}
+    )
+    assert res.exit_code == 0, res.output
+    assert f"wrote {csv} and {csv.with_suffix('.json')}" in res.stdout.splitlines(), res.stdout

@@ -1,9 +1,12 @@
 """`cbbench perf`'s progress: run labels that read as `refengine continuous, repeat 1/2` (with the load point in a
-sweep), a live line per run in a terminal, and plain lines plus a heartbeat when stdout is not a TTY."""
+sweep), a live line per run in a terminal, and plain lines plus a heartbeat when stdout is not a TTY. Elapsed time
+counts from the measured run's start (`advance(0)`, after engine build and warm-up); the tok/s so far is on the
+records' clock (simulated seconds on a simulated GPU), so that it ends at the final table's figure."""
 
 from __future__ import annotations
 
 import io
+import math
 import re
 import time
 
@@ -53,6 +56,7 @@ def test_dry_run_labels_name_repeat_of_total_and_the_load_point(tmp_path):
 
 def _fake_run(progress: RunProgress, label: str, n: int) -> None:
     progress.start(label, n)
+    progress.advance(0)  # the measured run starts
     for _ in range(n):
         time.sleep(RUN_S / n)
         progress.advance(1)
@@ -120,8 +124,11 @@ class Clock:
         return self.t
 
 
-def _records(n: int, ttft_s: float, output_len: int) -> list[RequestRecord]:
-    return [RequestRecord(str(i), 8, output_len, 1.0, 1.0, 1.0 + ttft_s, None, 2.0, 0, 0, "length") for i in range(n)]
+def _records(n: int, ttft_s: float, output_len: int, finish: float = 2.0) -> list[RequestRecord]:
+    """n requests that arrive at 1.0 and finish at `finish` on the run's own clock (the engine's)."""
+    return [
+        RequestRecord(str(i), 8, output_len, 1.0, 1.0, 1.0 + ttft_s, None, finish, 0, 0, "length") for i in range(n)
+    ]
 
 
 def test_terminal_line_shows_the_runs_tok_s_and_ttft_p50_so_far():
@@ -129,17 +136,20 @@ def test_terminal_line_shows_the_runs_tok_s_and_ttft_p50_so_far():
     console = Console(file=out, force_terminal=True, width=200)
     with RunProgress(console, 1, heartbeat_s=BEAT_S, clock=clock) as progress:
         progress.start("refengine continuous, repeat 1/1", 10)
-        clock.t += 2.0  # 3 requests of 10 tokens in 2 s: 15 tok/s, TTFTs of 5 ms; the failed one counts for neither
-        progress.advance(4, _records(3, 0.005, 10) + [error_record("9", 8, 10, 2.0, "boom")])
+        progress.advance(0)
+        clock.t += 2.0
+        # 3 requests of 10 tokens over 2 s of the records' clock (1.0 -> 3.0): 15 tok/s, TTFTs of 5 ms; the failed
+        # one counts for neither
+        progress.advance(4, _records(3, 0.005, 10, finish=3.0) + [error_record("9", 8, 10, 2.0, "boom")])
         progress.advance(1, _records(1, 0.005, 10))  # within SUMMARY_EVERY_S: the line keeps the numbers it has
         progress._bar.refresh()
         live = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", out.getvalue())
         assert "5/10" in live and "ETA" in live and "15 tok/s, TTFT p50 5.0 ms so far" in live, live
         clock.t += 1.0
-        progress.advance(1, _records(1, 0.020, 10))
+        progress.advance(1, _records(1, 0.020, 10, finish=3.5))  # 50 tokens over 1.0 -> 3.5: 20 tok/s
         progress._bar.refresh()
         live = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", out.getvalue())
-        assert "6/10" in live and "17 tok/s, TTFT p50 5.0 ms so far" in live, live
+        assert "6/10" in live and "20 tok/s, TTFT p50 5.0 ms so far" in live, live
         progress.finish(ROW)
     assert "812 tok/s, TTFT p50 12.3 ms" in re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", out.getvalue())
 
@@ -148,8 +158,79 @@ def test_heartbeat_shows_the_numbers_so_far():
     out = io.StringIO()
     with RunProgress(Console(file=out, force_terminal=False, width=200), 1, heartbeat_s=BEAT_S) as progress:
         progress.start("refengine continuous, repeat 1/1", 4)
+        progress.advance(0)
         progress.advance(2, _records(2, 0.010, 5))
         time.sleep(RUN_S)
         progress.finish(ROW)
     beats = [x for x in out.getvalue().splitlines() if x.startswith("... [1/1]")]
     assert beats and all(re.search(r"2/4 requests, .* tok/s, TTFT p50 10\.0 ms so far$", x) for x in beats), beats
+
+
+BUILD_S, MEASURED_S = 20.0, 5.0  # engine build + warm-up, then the measured run (issue 28: 25.5 s vs 11.95 s)
+
+
+def test_elapsed_counts_from_the_measured_start_in_a_log_and_on_a_terminal():
+    out, clock = io.StringIO(), Clock()
+    with RunProgress(Console(file=out, force_terminal=False, width=200), 1, heartbeat_s=60, clock=clock) as progress:
+        progress.start("refengine continuous, repeat 1/1", 2)
+        clock.t += BUILD_S
+        progress.advance(0)
+        clock.t += MEASURED_S
+        progress.advance(2, _records(2, 0.01, 4))
+        progress.finish(ROW)
+    assert ": 2/2 requests in 5.0 s, 812 tok/s" in out.getvalue(), out.getvalue()
+    out, clock = io.StringIO(), Clock()
+    with RunProgress(Console(file=out, force_terminal=True, width=200), 1, heartbeat_s=60, clock=clock) as progress:
+        progress.start("refengine continuous, repeat 1/1", 2)
+        clock.t += BUILD_S
+        progress.advance(0)
+        clock.t += MEASURED_S
+        progress.advance(1, _records(1, 0.01, 4))
+        progress._bar.refresh()
+    live = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", out.getvalue())
+    assert "0:00:05" in live and "0:00:25" not in live, live  # the bar's clock is the progress clock
+
+
+def test_heartbeat_before_the_measured_start_says_the_engine_is_being_built():
+    out = io.StringIO()
+    with RunProgress(Console(file=out, force_terminal=False, width=200), 1, heartbeat_s=BEAT_S) as progress:
+        progress.start("refengine continuous, repeat 1/1", 4)
+        time.sleep(RUN_S)
+        progress.finish(None, error="boom")
+    beats = [x for x in out.getvalue().splitlines() if x.startswith("... [1/1]")]
+    assert beats and all("building and warming up the engine" in x for x in beats), beats
+
+
+def test_tok_s_so_far_is_on_the_records_clock_not_the_wall():
+    """A simulated GPU: 8 s of wall time for a run whose records span 0.5 simulated seconds."""
+    out, clock = io.StringIO(), Clock()
+    with RunProgress(Console(file=out, force_terminal=True, width=200), 1, heartbeat_s=60, clock=clock) as progress:
+        progress.start("refengine continuous, repeat 1/1", 4)
+        progress.advance(0)
+        clock.t += 8.0
+        progress.advance(4, _records(4, 0.01, 100, finish=1.5))  # 400 tokens, arrivals 1.0, finishes 1.5
+        progress._bar.refresh()
+    live = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", out.getvalue())
+    assert "800 tok/s" in live and "50 tok/s" not in live, live
+
+
+REL_TOL = 1e-9  # the same sum over the same span, in another order: float rounding only
+
+
+def test_a_simulated_run_marks_its_start_and_its_live_rate_ends_at_the_tables():
+    from perf.backends.in_process import run_refengine
+    from perf.report.progress import SoFar
+    from workloads import get_workload
+
+    calls: list[tuple[int, list[RequestRecord]]] = []
+    w = get_workload("fixed", tokenizer=None, num_prompts=8, seed=0, input_len=64, output_len=16)
+    r = run_refengine(
+        w, model="llama-3.1-8b", device="sim:h200", dtype=None, seed=0, batching="continuous", knobs={}, warmup=1,
+        progress=lambda n, recs=(): calls.append((n, list(recs))),
+    )  # fmt: skip
+    assert calls[0] == (0, []) and all(n > 0 for n, _ in calls[1:])  # the start mark, once, before any finish
+    so_far = SoFar()
+    for _, recs in calls:
+        so_far.add(recs)
+    table = r.metrics(metric_percentiles=[50], goodput=None)["output_throughput"]
+    assert math.isclose(so_far.output_throughput(), table, rel_tol=REL_TOL), (so_far.output_throughput(), table)

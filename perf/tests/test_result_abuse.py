@@ -99,7 +99,7 @@ def test_huge_num_prompts_is_refused_before_any_workload_is_built(monkeypatch, t
 
     monkeypatch.setattr(build, "build_workload", lambda *a, **k: pytest.fail("a workload was built"))
     res = invoke("perf", *TINY, "--num-prompts", str(10**12), "--result-dir", str(tmp_path))
-    assert res.exit_code == 2 and f"num_prompts must be <= {MAX_NUM_PROMPTS}" in one_line(res)
+    assert res.exit_code == 2 and f"--num-prompts must be <= {MAX_NUM_PROMPTS}" in one_line(res)
 
 
 def test_csv_field_over_the_csv_limit_is_one_line(tmp_path):

@@ -123,9 +123,9 @@ def _serve(*args: str) -> tuple[subprocess.CompletedProcess, bool]:
     "args, named",
     [
         (["--port", "70000"], ["port", "70000"]),
-        (["--block-size", "0"], ["block_size"]),
+        (["--block-size", "0"], ["--block-size"]),  # the CLI names the flag as typed
         (["--policy", "lifo"], ["policy"]),
-        (["--shutdown-timeout", "-1"], ["shutdown_timeout"]),
+        (["--shutdown-timeout", "-1"], ["--shutdown-timeout"]),
         (["--cpu-threads", "-1"], ["cpu-threads"]),
         (["--host", "no.such.host.invalid"], ["host"]),
     ],

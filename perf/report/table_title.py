@@ -1,0 +1,54 @@
+"""The perf table's title (the workload, its arrivals, the simulated GPU when the rows ran on one) and the parse of
+a table cell as a number, which the table (table.py) shares."""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+
+def cell_number(v: Any) -> float:
+    """A CSV or row value as a float; nan for an empty or non-numeric cell."""
+    try:
+        return float(v)
+    except (TypeError, ValueError):
+        return math.nan
+
+
+def describe_arrivals(params: Mapping[str, Any], rows: Sequence[Mapping[str, Any]] = ()) -> str:
+    """The request rate as the title says it: offline, Poisson at R/s, gamma arrivals with their burstiness, or the
+    rates of a sweep (when the rows hold several)."""
+    rates = sorted({v for v in (cell_number(r.get("request_rate")) for r in rows) if not math.isnan(v)})
+    if len(rates) > 1:
+        return "request rates " + ", ".join("inf" if math.isinf(r) else f"{r:g}" for r in rates) + " /s"
+    rate, burst = cell_number(params.get("request_rate", math.inf)), cell_number(params.get("burstiness", 1.0))
+    if math.isnan(rate) or math.isinf(rate):
+        return "request rate inf (all at t0)"
+    kind = "Poisson" if math.isnan(burst) or burst == 1.0 else f"gamma, burstiness {burst:g}"
+    return f"request rate {rate:g}/s ({kind})"
+
+
+def simulated_heading(rows: Sequence[Mapping[str, Any]]) -> str:
+    """ "simulated H200 (cost model <version>, bfloat16)" when the rows ran on a `sim:<gpu>` device, else ""."""
+    sim = next((r for r in rows if str(r.get("device", "")).startswith("sim:")), None)
+    if sim is None:
+        return ""
+    from refengine.sim.device import parse_sim_device
+
+    opts = sim.get("run_options") or "{}"
+    version = (json.loads(opts) if isinstance(opts, str) else opts).get("cost_model", "?")
+    return f"simulated {parse_sim_device(sim['device']).name.upper()} (cost model {version}, {sim.get('dtype')})"
+
+
+def table_title(
+    name: str, summary: Mapping[str, Any], params: Mapping[str, Any], rows: Sequence[Mapping[str, Any]] = ()
+) -> str:
+    s = summary
+    sim = simulated_heading(rows)
+    return (
+        f"cbbench perf{' on a ' + sim if sim else ''}: {name}, {s['num_requests']} requests, {describe_arrivals(params, rows)}, prompt mean "
+        f"{s['mean_prompt_len']:.0f} (max {s['max_prompt_len']}), output mean {s['mean_output_len']:.0f} "
+        f"(max {s['max_output_len']}, cv {s['cv_output_len']:.2f})"
+    )
