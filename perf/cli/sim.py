@@ -26,6 +26,7 @@ def validate(
     ] = None,
     limit: Annotated[Optional[int], Opt(min=1, help="at most this many rows (after --where), in file order")] = None,
     rounds: Annotated[int, Opt(min=1, help="measured requests per run = rounds x concurrency")] = 20,
+    long_rounds: Annotated[int, Opt(min=1, help="rounds of runs with 4096+ output tokens per request")] = 2,
     workers: Annotated[int, Opt(min=1, help="rows simulated at once, one process each")] = max(os.cpu_count() or 1, 1),
     output: Annotated[Path, Opt(help="per-row results CSV, written as rows finish")] = Path(
         "results/sim-validation.csv"
@@ -41,6 +42,7 @@ def validate(
         where=where,
         limit=limit,
         rounds=rounds,
+        long_rounds=long_rounds,
         workers=workers,
         output=output,
         resume=resume,

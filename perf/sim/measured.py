@@ -29,6 +29,7 @@ MEASURED_RUNS = DATA_DIR / "measured_runs.csv"
 SERVER_MAX_NUM_BATCHED_TOKENS = 8192
 SERVER_MAX_NUM_SEQS = 1024
 SERVER_DEFAULTS = {"a100": (2048, 256)}
+LONG_OUTPUT = 4096  # tokens out per request from which Protocol.long_rounds applies
 
 
 @dataclass(frozen=True)
@@ -157,6 +158,10 @@ class Protocol:
     """How a measured run is replayed (see the module docstring for why these values)."""
 
     rounds: int = 20  # measured requests = rounds x concurrency (aiconfigurator's bench_run.sh: 20)
+    # ... but rounds of requests of LONG_OUTPUT tokens or more are this many: a 1024 x 8192 row at 64 clients is
+    # 164k engine steps per 20 rounds, 15 minutes of this host's time; its TPOT is a steady-state figure either way
+    # (its TTFT weighs the opening burst, 1 round in long_rounds, more)
+    long_rounds: int = 2
     # distinct prompts the requests draw from, uniformly with replacement: aiperf's default --num-dataset-entries
     # (100), which bench_run.sh leaves as it is; repeated prompts meet vLLM's prefix cache (on by default)
     dataset_entries: int = 100
@@ -166,8 +171,13 @@ class Protocol:
     def __post_init__(self) -> None:
         if self.rounds < 1:
             raise ValueError(f"rounds must be >= 1, got {self.rounds}")
+        if self.long_rounds < 1:
+            raise ValueError(f"long_rounds must be >= 1, got {self.long_rounds}")
         if self.dataset_entries < 1:
             raise ValueError(f"dataset_entries must be >= 1, got {self.dataset_entries}")
+
+    def rounds_for(self, run: MeasuredRun) -> int:
+        return self.long_rounds if (run.osl or 0) >= LONG_OUTPUT else self.rounds
 
     def perf_argv(self, run: MeasuredRun) -> list[str]:
         """The `cbbench perf` command line that replays `run` on its simulated GPU(s): the validation runs exactly
@@ -186,7 +196,8 @@ class Protocol:
             argv.append(params + (f",dataset_entries={self.dataset_entries}" if run.aiperf else ""))
         if run.aiperf:
             assert run.concurrency
-            argv += ["--num-prompts", str(self.rounds * run.concurrency), "--max-concurrency", str(run.concurrency)]
+            rounds = self.rounds_for(run)
+            argv += ["--num-prompts", str(rounds * run.concurrency), "--max-concurrency", str(run.concurrency)]
         else:
             argv += ["--num-prompts", str(run.num_prompts), "--request-rate", str(run.request_rate)]
             if run.concurrency:

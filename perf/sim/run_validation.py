@@ -15,7 +15,7 @@ from perf.sim.measured import MeasuredRun, Protocol, load_measured_runs
 from perf.sim.report import render_markdown, render_summary
 from perf.sim.validate import Replay, read_replays, replay_all, write_replays
 
-_WHERE_KEYS = {"model", "gpu", "tp", "dtype", "isl", "osl", "concurrency", "id"}
+_WHERE_KEYS = {"model", "gpu", "tp", "dtype", "isl", "osl", "concurrency", "workload", "id"}
 
 
 def select(runs: Sequence[MeasuredRun], where: str | None, limit: int | None) -> list[MeasuredRun]:
@@ -39,6 +39,7 @@ def select(runs: Sequence[MeasuredRun], where: str | None, limit: int | None) ->
             "isl": str(r.isl),
             "osl": str(r.osl),
             "concurrency": str(r.concurrency),
+            "workload": r.workload,
             "id": r.id,
         }
         if all(cells[k] == v for k, v in wanted.items()):
@@ -81,6 +82,7 @@ def run_validation(
     where: str | None,
     limit: int | None,
     rounds: int,
+    long_rounds: int,
     workers: int,
     output: Path,
     resume: bool,
@@ -89,7 +91,7 @@ def run_validation(
 ) -> list[RowErrors]:
     from refengine.sim.cost_model import COST_MODEL_VERSION
 
-    protocol = Protocol(rounds=rounds)
+    protocol = Protocol(rounds=rounds, long_rounds=long_rounds)
     chosen = select(load_measured_runs(), where, limit)
     runs = [r for r in chosen if r.replayable]
     skipped = [r for r in chosen if not r.replayable]

@@ -69,11 +69,12 @@ def replay(run: MeasuredRun, protocol: Protocol) -> Replay:
         except (Exception, SystemExit) as e:  # noqa: BLE001 - one failed row is reported, the others go on
             last = sink.getvalue().strip().splitlines()[-1:] or [f"{type(e).__name__}: {e}"]
             nan = math.nan
-            return Replay(run.id, version, protocol.rounds, nan, nan, nan, nan, nan, 0, 0, 0.0, last[0])
+            rounds = protocol.rounds_for(run)
+            return Replay(run.id, version, rounds, nan, nan, nan, nan, nan, 0, 0, 0.0, last[0])
     return Replay(
         run.id,
         version,
-        protocol.rounds,
+        protocol.rounds_for(run),
         float(row["mean_ttft_ms"]),
         float(row["mean_tpot_ms"]),
         float(row["median_ttft_ms"]),
@@ -128,7 +129,7 @@ def replay_all(
     todo = []
     for run in runs:
         old = (done or {}).get(run.id)
-        if old is not None and old.cost_model == version and old.rounds == protocol.rounds and not old.error:
+        if old is not None and old.cost_model == version and old.rounds == protocol.rounds_for(run) and not old.error:
             out[run.id] = old
         else:
             todo.append(run)

@@ -53,7 +53,8 @@ def test_every_measured_row_loads_and_the_fixed_ones_replay() -> None:
     assert len(aiperf) == 219 and all(r.replayable for r in aiperf)
     for r in aiperf:  # aiperf's protocol: 20 rounds of the clients, drawn from its 100 distinct prompts
         argv = Protocol().perf_argv(r)
-        assert argv[argv.index("--num-prompts") + 1] == str(20 * (r.concurrency or 0))
+        rounds = 2 if (r.osl or 0) >= 4096 else 20  # Protocol's rounds and long_rounds
+        assert argv[argv.index("--num-prompts") + 1] == str(rounds * (r.concurrency or 0))
         assert argv[argv.index("--tensor-parallel-size") + 1] == str(r.tensor_parallel_size)
         assert "dataset_entries=100" in argv[argv.index("--workload-param") + 1]
     for r in runs:  # vllm bench serve's: the source's own request count, every prompt distinct
