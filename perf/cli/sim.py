@@ -9,10 +9,10 @@ from typing import Annotated, Optional
 import typer
 from rich.console import Console
 
-from perf.cli.app import OneLineErrorsTyper, one_line_errors
+from perf.cli.app import OneLineErrorsTyper, _Group, one_line_errors
 
 sim_app = OneLineErrorsTyper(
-    help="Simulated GPUs: validate the simulator against measured vLLM serving runs.", no_args_is_help=True
+    cls=_Group, help="Simulated GPUs: validate the simulator against measured vLLM serving runs.", no_args_is_help=True
 )
 
 Opt = typer.Option

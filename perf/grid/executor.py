@@ -91,21 +91,21 @@ def check_executor(choice: ExecutorChoice | None, plan: RunPlan) -> None:
     device = plan.settings.device
     if any(b.kind == "server" for b in plan.backends.values()):
         raise ValueError(
-            f"executor: --executor {choice.kind} with --backend {next(iter(plan.backends))}: every run goes to the "
+            f"executor: {choice.kind} with --backend {next(iter(plan.backends))}: every run goes to the "
             "one server, and runs side by side would time each other; use --executor serial"
         )
     if choice.kind == "pool":
         raise ValueError(
-            f"executor: --executor pool runs simulated runs only (--device sim:<gpu>); runs on {device} in processes "
+            f"executor: pool runs simulated runs only (--device sim:<gpu>); runs on {device} in processes "
             "of one host would time each other; use --executor serial, or --executor ray with a GPU per run"
         )
     if device == "cpu":
         raise ValueError(
-            "executor: --executor ray runs simulated runs, or CUDA runs with a GPU each; CPU runs would share "
+            "executor: ray runs simulated runs, or CUDA runs with a GPU each; CPU runs would share "
             "their hosts' cores; use --executor serial"
         )
     if device not in ("cuda", "cuda:0"):
-        raise ValueError(f"executor: --executor ray gives each run a GPU of its own (cuda); got --device {device}")
+        raise ValueError(f"executor: ray gives each run a GPU of its own (cuda); got --device {device}")
 
 
 def resolve_executor(choice: ExecutorChoice | None, plan: RunPlan, num_runs: int) -> ExecutorChoice:

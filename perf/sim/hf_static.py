@@ -1,7 +1,7 @@
 """Hugging Face static `generate` on a simulated GPU: the hf-static peer of a perf run, on the same cost model the
 simulated engine uses (refengine/sim/cost_model.py).
 
-As the CPU peer (perf/peers.py) runs it: requests form batches of `batch_size` in arrival order; a batch starts
+As the CPU peer (perf/backends/hf.py) runs it: requests form batches of `batch_size` in arrival order; a batch starts
 once its last member has arrived and the previous batch has returned; every member generates the batch's longest
 output (no EOS). On the cost model that is, per batch of b requests with longest prompt L and longest output N:
 - one prefill step of b prompts padded to L (M = b x L tokens, causal attention over L keys per row);

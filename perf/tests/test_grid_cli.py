@@ -44,7 +44,7 @@ def test_executor_forms(text, want) -> None:
 def test_a_bad_executor_is_one_line_naming_the_option(text: str) -> None:
     res = invoke("perf", *SIM, "--executor", text, "--dry-run")
     assert res.exit_code == 2
-    assert one_line(res).startswith("cbbench perf: error: executor: ")
+    assert one_line(res).startswith("cbbench perf: error: --executor: ")
 
 
 def test_a_simulated_plan_defaults_to_a_pool_and_a_cpu_plan_to_serial(monkeypatch) -> None:
@@ -61,7 +61,7 @@ def test_pool_refuses_real_device_runs() -> None:
     res = invoke("perf", *TINY_RUN, "--executor", "pool", "--dry-run")
     assert res.exit_code == 2
     line = one_line(res)
-    assert line.startswith("cbbench perf: error: executor: --executor pool runs simulated runs only")
+    assert line.startswith("cbbench perf: error: --executor: pool runs simulated runs only")
     assert "would time each other" in line
 
 
@@ -91,4 +91,4 @@ def test_like_takes_an_executor() -> None:
     assert res.exit_code == 0, res.output
     assert res.stdout.splitlines()[0].endswith("; executor serial")
     res = invoke("perf", "--like", str(baseline), "--executor", "pool:x", "--dry-run")
-    assert res.exit_code == 2 and one_line(res).startswith("cbbench perf: error: executor: ")
+    assert res.exit_code == 2 and one_line(res).startswith("cbbench perf: error: --executor: ")

@@ -97,11 +97,11 @@ def test_plan_on_a_simulated_grid_with_tensor_parallelism(tmp_path) -> None:
 def test_plan_refusals_are_one_line_exit_2(monkeypatch) -> None:
     cases = [
         ([*SMALL, "--dry-run"], "cbbench plan: error: slo: give --slo-ttft-p99-ms, --slo-tpot-p99-ms or both"),
-        ([*SMALL, "--slo-tpot-p99-ms", "50", "--request-rate", "1,2", "--dry-run"], "request_rate: cbbench plan"),
+        ([*SMALL, "--slo-tpot-p99-ms", "50", "--request-rate", "1,2", "--dry-run"], "--request-rate: cbbench plan"),
         (
             [*SMALL, "--slo-tpot-p99-ms", "50", "--max-num-seqs", ",".join(map(str, range(1, 101))), "--dry-run"],
-            f"plan: the search is 3600 runs (max_num_seqs 100 x max_num_batched_tokens 3 x tensor_parallel_size "
-            f"4 x batching 3), over MAX_PLAN_RUNS={MAX_PLAN_RUNS}",
+            f"plan: the search is 3600 runs (--max-num-seqs 100 x --max-num-batched-tokens 3 x "
+            f"--tensor-parallel-size 4 x batching 3), over MAX_PLAN_RUNS={MAX_PLAN_RUNS}",
         ),
     ]
     for args, want in cases:
@@ -128,4 +128,4 @@ def test_a_tp_the_device_refuses_is_dropped_from_the_default_list_and_refused_by
     assert "tensor_parallel_size 4,8 left out (planted refusal); searched 1,2" in res.stdout
     res = invoke(*SMALL, "--slo-tpot-p99-ms", "50", "--tensor-parallel-size", "1,4", "--dry-run")
     lines = res.stderr.strip().splitlines()
-    assert res.exit_code == 2 and lines == ["cbbench plan: error: tensor_parallel_size=4: planted refusal"]
+    assert res.exit_code == 2 and lines == ["cbbench plan: error: --tensor-parallel-size=4: planted refusal"]

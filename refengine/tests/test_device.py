@@ -55,12 +55,13 @@ def test_the_local_device_refuses_tensor_parallelism_before_loading_anything() -
         LocalDevice.create(cfg)
 
 
-def test_the_simulated_device_takes_tensor_parallel_size_and_refuses_it_until_its_cost_model_lands() -> None:
+def test_the_simulated_device_takes_tensor_parallel_size_and_refuses_a_split_it_does_not_simulate() -> None:
     assert SimDevice.create("sim:h200", "llama-3.1-8b", "bfloat16", 1).tensor_parallel_size == 1
-    with pytest.raises(ValueError, match=r"^tensor_parallel_size=4: not simulated yet; use 1$"):
-        SimDevice.create("sim:h200", "llama-3.1-8b", "bfloat16", 4)
-    with pytest.raises(ValueError, match="tensor_parallel_size=2: not simulated yet"):
-        LLMEngine("llama-3.1-8b", device="sim:h200", tensor_parallel_size=2)
+    assert SimDevice.create("sim:h200", "llama-3.1-8b", "bfloat16", 4).tensor_parallel_size == 4
+    with pytest.raises(ValueError, match=r"^tensor_parallel_size=3: not simulated"):
+        SimDevice.create("sim:h200", "llama-3.1-8b", "bfloat16", 3)
+    with pytest.raises(ValueError, match="tensor_parallel_size=16: not simulated"):
+        LLMEngine("llama-3.1-8b", device="sim:h200", tensor_parallel_size=16)
 
 
 class CountingDevice(LocalDevice):
