@@ -99,12 +99,14 @@ def run_validation(
     if output.exists() and not resume:
         raise ValueError(f"--output {output} exists; add --resume to reuse its rows, or name a new file")
     kept = dict(done)
+    finished: list[str] = []
 
     def on_result(r: Replay) -> None:
         kept[r.id] = r
+        finished.append(r.id)
         write_replays(output, kept.values())
         status = r.error or f"TTFT {r.ttft_ms:.0f} ms, TPOT {r.tpot_ms:.2f} ms in {r.wall_s:.0f} s"
-        console.print(f"[{len(kept)}/{len(runs)}] {r.id}: {status}", markup=False, highlight=False)
+        console.print(f"[{len(finished)}/{len(runs)}] {r.id}: {status}", markup=False, highlight=False)
 
     replays = replay_all(runs, protocol, workers=workers, done=done, on_result=on_result)
     write_replays(output, {**kept, **replays}.values())
