@@ -16,7 +16,8 @@ from perf.errors import NoResultError
 from perf.plan.build import build_plan
 from perf.plan.options import DEFAULT_CPU_THREADS, PerfOptions
 from perf.plan.spec import RunPlan, RunSpec
-from perf.results.schema import environment_info, make_row
+from perf.results.environment import environment_info
+from perf.results.schema import make_row
 from perf.results.writer import ResultWriter
 
 

@@ -25,9 +25,11 @@ import numpy as np
 from perf.report.assets import CSS, JS
 from perf.report.frontier_svg import frontier_html
 from perf.report.server_series import server_metrics_html
-from perf.report.table import Entry, fit_columns, summary_lines, table_columns, table_title
+from perf.report.table import Entry, fit_columns, summary_lines, table_columns
+from perf.report.table_title import table_title
 from perf.report.timeline_svg import timeline_html
-from perf.results.schema import CONFIG_KEY_COLUMNS, atomic_write_text
+from perf.results.columns import CONFIG_KEY_COLUMNS
+from perf.results.files import atomic_write_text
 
 CDF_POINTS = 400  # each CDF is drawn through this many quantiles: exact enough to read, small enough to embed
 
@@ -138,7 +140,7 @@ def latency_throughput_png(rows: Sequence[Mapping[str, Any]]) -> str | None:
     import matplotlib.pyplot as plt
 
     from perf.report.plot import make_figure
-    from perf.results.schema import write_csv
+    from perf.results.files import write_csv
 
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "rows.csv"

@@ -1,7 +1,7 @@
 """Result rows: the CSV schema (one row per run), configuration keys and repeat aggregation.
 
-The columns are columns.py's; reading and writing the files (CSV and the per-run JSON) is files.py's; all of them
-are importable from here.
+The columns are columns.py's; reading and writing the files (CSV and the per-run JSON) is files.py's: import them
+from there.
 
 The CSV's columns are `COLUMNS`, in that order, always (a missing value is an empty cell); `schema_version` is its
 first column and changes whenever a column is added, removed or renamed, so `compare` never matches columns by
@@ -21,26 +21,9 @@ import os
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-# re-exported, each `X as X` (strict mypy's explicit re-export): the schema's names, as they always were, and the
-# reading and writing that moved to files.py
-from perf.results.columns import COLUMNS as COLUMNS
-from perf.results.columns import CONFIG_KEY_COLUMNS as CONFIG_KEY_COLUMNS
-from perf.results.columns import ENGINE_COLUMNS as ENGINE_COLUMNS
-from perf.results.columns import KEY_NAMES as KEY_NAMES
-from perf.results.columns import LATENCY_COLUMNS as LATENCY_COLUMNS
-from perf.results.columns import METRIC_COLUMNS as METRIC_COLUMNS
-from perf.results.columns import SCHEMA_VERSION as SCHEMA_VERSION
-from perf.results.columns import STORED_PERCENTILES as STORED_PERCENTILES
-from perf.results.columns import THROUGHPUT_COLUMNS as THROUGHPUT_COLUMNS
-from perf.results.environment import environment_info as environment_info
+from perf.results.columns import COLUMNS, CONFIG_KEY_COLUMNS, METRIC_COLUMNS, SCHEMA_VERSION
 from perf.results.environment import git_revision
-from perf.results.files import append_rows as append_rows
-from perf.results.files import atomic_write_text as atomic_write_text
-from perf.results.files import jsonable as jsonable
-from perf.results.files import read_csv as read_csv
-from perf.results.files import remove_stale_temporaries as remove_stale_temporaries
-from perf.results.files import write_csv as write_csv
-from perf.results.files import write_run_json as write_run_json
+from perf.results.files import jsonable
 
 if TYPE_CHECKING:  # pandas is imported where it is used: `compare` and `show` read with rows.py and start fast
     import pandas as pd

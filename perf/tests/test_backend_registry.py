@@ -13,7 +13,7 @@ from perf.backends.registry import Backend  # with the built-in backends registe
 from perf.cli import app
 from perf.plan.spec import RunSpec
 from perf.records import RequestRecord, StepRecord
-from perf.results.schema import read_csv
+from perf.results.files import read_csv
 
 NAME = "echo-test"
 TOKEN_S = 0.01  # the throwaway backend's pretend time per output token

@@ -13,7 +13,7 @@ from perf.backends.http_client import HttpTarget
 from perf.backends.http_run import run_http
 from perf.backends.openai_embeddings import OpenAIEmbeddingsBackend
 from perf.cli import app
-from perf.results.schema import read_csv
+from perf.results.files import read_csv
 from workloads.base import Workload, WorkloadRequest
 
 DELAY_S = 0.02  # the fake server's wait before it answers: every latency is at least this

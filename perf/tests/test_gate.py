@@ -10,8 +10,10 @@ from rich.console import Console
 from typer.testing import CliRunner
 
 from perf.cli import app
+from perf.results.columns import LATENCY_COLUMNS
 from perf.results.compare import compare, main_compare
-from perf.results.schema import LATENCY_COLUMNS, make_row, write_csv
+from perf.results.files import write_csv
+from perf.results.schema import make_row
 from workloads import get_workload
 
 KNOBS = {"max_num_seqs": 4, "block_size": 16, "dtype": "float32"}

@@ -18,7 +18,7 @@ from perf.backends.http_client import HttpTarget, build_payload, chunk_content
 from perf.backends.http_run import run_http
 from perf.backends.server_metrics import kv_usage, parse_prometheus
 from perf.cli import app
-from perf.results.schema import read_csv
+from perf.results.files import read_csv
 from workloads.base import Workload, WorkloadRequest
 
 INPUT_LEN, OUTPUT_LEN, NUM_PROMPTS = 8, 5, 6

@@ -22,7 +22,7 @@ from typer.testing import CliRunner
 from perf.backends.http_client import HttpTarget
 from perf.backends.http_run import run_http
 from perf.cli import app
-from perf.results.schema import read_csv
+from perf.results.files import read_csv
 from refengine.presets import TEST_MODEL
 from workloads.base import Workload, WorkloadRequest
 

@@ -12,8 +12,9 @@ from typer.testing import CliRunner
 
 from perf.backends import in_process
 from perf.cli import app
+from perf.results.files import read_csv
 from perf.results.like import load_like
-from perf.results.schema import config_key, read_csv
+from perf.results.schema import config_key
 from refengine.presets import TEST_MODEL
 
 ROOT = Path(__file__).resolve().parents[2]

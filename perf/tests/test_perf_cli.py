@@ -13,7 +13,8 @@ from tiny_run import TINY_RUN  # perf/tests/tiny_run.py (pytest puts this folder
 from typer.testing import CliRunner
 
 from perf.cli import app
-from perf.results.schema import COLUMNS, read_csv
+from perf.results.columns import COLUMNS
+from perf.results.files import read_csv
 
 TINY = TINY_RUN
 

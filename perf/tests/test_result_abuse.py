@@ -13,7 +13,8 @@ from tiny_run import TINY_RUN  # perf/tests/tiny_run.py (pytest puts this folder
 from typer.testing import CliRunner
 
 from perf.cli import main as cli
-from perf.results.schema import make_row, read_csv, write_csv
+from perf.results.files import read_csv, write_csv
+from perf.results.schema import make_row
 from workloads import get_workload
 
 TINY = TINY_RUN + ["--peers", "none", "--batching", "continuous"]

@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 from perf.backends import in_process
 from perf.cli import app
 from perf.results import schema as results
-from perf.results.schema import read_csv, write_csv
+from perf.results.files import read_csv, write_csv
 
 TINY = TINY_RUN + ["--peers", "none", "--batching", "continuous,static"]
 

@@ -12,8 +12,9 @@ from rich.console import Console
 from typer.testing import CliRunner
 
 from perf.cli import app
+from perf.results.columns import METRIC_COLUMNS
 from perf.results.compare import main_compare
-from perf.results.schema import METRIC_COLUMNS, read_csv
+from perf.results.files import read_csv
 
 ROOT = Path(__file__).resolve().parents[2]
 BASELINE = ROOT / "results" / "baselines" / "sim-h200.csv"
