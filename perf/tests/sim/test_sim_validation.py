@@ -127,3 +127,18 @@ def test_the_command_replays_a_row_and_resumes_without_replaying_it(tmp_path) ->
     assert again.exit_code == 2 and "exists" in again.output
     resumed = CliRunner().invoke(app, [*args, "--resume"])
     assert resumed.exit_code == 0 and "[1/1]" not in resumed.output  # reused, not replayed
+
+
+def test_the_committed_validation_tables_are_this_cost_models() -> None:
+    """docs/sim-validation-rows.md is `cbbench sim validate --markdown`'s output: it must have been made by the cost
+    model in the tree and hold every replayable row, so a cost-model change without a rerun fails here."""
+    from pathlib import Path
+
+    from refengine.sim.cost_model import COST_MODEL_VERSION
+
+    doc = (Path(__file__).resolve().parents[3] / "docs" / "sim-validation-rows.md").read_text()
+    assert f"Cost model `{COST_MODEL_VERSION}`" in doc
+    replayable = [r for r in load_measured_runs() if r.replayable]
+    table = doc.split("Every row (errors signed")[1].split("Held but not replayed")[0]
+    body = [line for line in table.splitlines() if line.startswith("| ") and not line.startswith("| model ")]
+    assert len(body) == len(replayable)
