@@ -83,11 +83,16 @@ def resolve_tokenizer(model: str, tokenizer: str | None) -> Any:
     from refengine.presets import PRESETS, load_tokenizer
     from refengine.tokenizer import QwenTokenizer
 
+    from refengine.sim.presets import SIM_ONLY_PRESETS
+
     name = tokenizer or model
     if name.lower() in ("qwen", "qwen2.5"):
         return QwenTokenizer()
     if name in PRESETS or Path(name).is_dir():
         return load_tokenizer(name)
+    if name in SIM_ONLY_PRESETS:  # a simulated GPU's shape-only preset: the Qwen BPE, ids folded into its vocabulary
+        cfg = SIM_ONLY_PRESETS[name]
+        return QwenTokenizer(cfg["eos_token_id"], cfg["vocab_size"])
     if tokenizer is not None:
         raise ValueError(f"tokenizer: {tokenizer!r} is neither a preset, a local folder, nor 'qwen'")
     return QwenTokenizer()
@@ -106,7 +111,10 @@ def vocab_token_id_range(model: str | None, default: tuple[int, int]) -> tuple[i
 def known_vocab_size(model: str | None) -> int | None:
     """The vocabulary size of a preset or a local folder; None for anything else (a served name)."""
     from refengine.presets import PRESETS, load_model_config
+    from refengine.sim.presets import SIM_ONLY_PRESETS
 
+    if model in SIM_ONLY_PRESETS:
+        return int(SIM_ONLY_PRESETS[model]["vocab_size"])
     if not model or (model not in PRESETS and not Path(model).is_dir()):
         return None
     return load_model_config(model).vocab_size
