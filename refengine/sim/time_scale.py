@@ -51,11 +51,13 @@ def _round_down(x: float) -> float:
 
 class ScaleController:
     def __init__(self, started: float, max_scale: float = 1.0) -> None:
-        """`started`: the wall time the clock began at `initial` (a first rise waits SPEED_UP_DWELL_S from it)."""
+        """`started`: the wall time the clock began at `initial` (a first rise waits SPEED_UP_DWELL_S from it; a
+        first slow-down waits for nothing)."""
         self.max_scale = max_scale
         self.initial = min(max_scale, INITIAL_TIME_SCALE)
         self._costs: deque[float] = deque(maxlen=SPEED_UP_WINDOW)
-        self._changed_at = started
+        self._changed_at = -math.inf
+        self._settled_at = started  # the last change, or the start
 
     def observe(self, scale: float, host_s: float, step_s: float, wall: float) -> float:
         """The scale after a step of `step_s` simulated seconds that took the host `host_s` wall seconds, at
@@ -70,7 +72,7 @@ class ScaleController:
         if recent * scale > SLOW_DOWN_SHARE:
             new = _round_down(TARGET_HOST_SHARE / recent)
         elif len(costs) == SPEED_UP_WINDOW and max(costs) * scale < SPEED_UP_SHARE:
-            if wall - self._changed_at < SPEED_UP_DWELL_S:
+            if wall - self._settled_at < SPEED_UP_DWELL_S:
                 return scale
             new = _round_down(TARGET_HOST_SHARE / max(costs)) if max(costs) > 0 else self.max_scale
         else:
@@ -79,5 +81,5 @@ class ScaleController:
         if new == scale:
             return scale
         self._costs.clear()  # the next decision waits for a full window measured at the new scale
-        self._changed_at = wall
+        self._changed_at = self._settled_at = wall
         return new

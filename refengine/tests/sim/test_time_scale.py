@@ -31,6 +31,12 @@ def test_a_host_over_its_share_slows_the_clock_to_the_target_share():
     assert scale <= ts.TARGET_HOST_SHARE / cost  # rounded down, never up
 
 
+def test_a_fresh_clock_slows_down_at_once():
+    c = ScaleController(started=10.0)  # a server that has just started, on a host it cannot keep up with
+    scale, wall = _feed(c, 0.25, 0.03, ts.SLOW_DOWN_WINDOW, wall=10.0, dt=0.01)
+    assert scale < 0.25 and wall - 10.0 < ts.MIN_DWELL_S
+
+
 def test_one_slow_step_moves_nothing_and_a_share_between_the_bounds_holds():
     c = ScaleController(started=0.0)
     held = 0.5 * (ts.SLOW_DOWN_SHARE + ts.SPEED_UP_SHARE)  # a share inside the band
