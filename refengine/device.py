@@ -70,6 +70,7 @@ class Pacer(Protocol):
     """Steps a served engine in real time, or at a reported time scale (refengine/sim/pacing.py's StepPacer)."""
 
     loop_lag: Callable[[], float] | None  # the server's lag in writing a step's outputs, counted as host work
+    late: bool  # the last step's outputs came out after they were due
 
     @property
     def scale(self) -> float: ...

@@ -49,6 +49,7 @@ class StepPacer:
         self._due: float | None = None  # wall time the last step's outputs were due; None: idle since
         self.loop_lag: Callable[[], float] | None = None  # the server's event-loop lag in writing outputs (s)
         self.host_s = 0.0  # the last step's measured host work (wall seconds)
+        self.late = False  # the last step's outputs came out after they were due
 
     @property
     def scale(self) -> float:
@@ -87,9 +88,10 @@ class StepPacer:
                 self._set_scale(self.controller.observe(self.scale, self.host_s, end - start, t), t)
         w0, v0, scale = self._map
         due = w0 + (end - v0) / scale
-        if due > t:
+        self.late = due <= t
+        if not self.late:
             self._sleep(due - t)
-        else:  # late: the host's lateness becomes simulated time
+        else:  # the host's lateness becomes simulated time
             self.clock.sleep_until(self.now())
             due = t
         self._due = due
