@@ -67,9 +67,16 @@ class StepQueue(Protocol):
 
 
 class Pacer(Protocol):
-    """Steps a served engine in real time (refengine/sim/pacing.py's StepPacer)."""
+    """Steps a served engine in real time, or at a reported time scale (refengine/sim/pacing.py's StepPacer)."""
 
+    loop_lag: Callable[[], float] | None  # the server's lag in writing a step's outputs, counted as host work
+    late: bool  # the last step's outputs came out after they were due
+
+    @property
+    def scale(self) -> float: ...
     def now(self) -> float: ...
+    def reading(self) -> tuple[float, float, float]: ...
+    def idle(self) -> None: ...
     def step(self) -> list[RequestOutput]: ...
 
 
@@ -93,7 +100,7 @@ class Device(Protocol):
     def make_runner(self, cfg: EngineConfig, *, num_rows: int, sampler: Sampler) -> Runner: ...
     def make_batch_queue(self, execute_model: ExecuteModel) -> StepQueue: ...
     def warm_up(self, block_size: int, max_model_len: int) -> None: ...
-    def make_pacer(self, step: EngineStep) -> Pacer | None: ...
+    def make_pacer(self, step: EngineStep, time_scale: float | None = None) -> Pacer | None: ...
 
 
 @dataclass
@@ -137,7 +144,7 @@ class LocalDevice:
     def warm_up(self, block_size: int, max_model_len: int) -> None:
         warm_up_attention(self.parts, block_size, max_model_len)
 
-    def make_pacer(self, step: EngineStep) -> None:
+    def make_pacer(self, step: EngineStep, time_scale: float | None = None) -> None:
         """A real device needs no pacing: its steps take the time they take."""
         return None
 

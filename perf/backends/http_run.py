@@ -1,7 +1,9 @@
 """One measured HTTP run: warm the server up, scrape /metrics, replay the workload, scrape again.
 
 What only the engine sees is NaN unless the server's /metrics tells it (`server_metrics.py`): queueing time,
-recomputed tokens, slot and token-budget utilisation, static slot waste, the step count.
+recomputed tokens, slot and token-budget utilisation, static slot waste, the step count. A served simulated GPU
+whose clock ran slower than real time (its /metrics says so) has the run's times converted into its simulated
+time (`sim_time.py`), and a note says so.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from perf.backends.client_workers import check_client_workers, replay_sharded
 from perf.backends.http_client import HttpTarget, make_session, replay, run_duration
 from perf.backends.http_turns import replay_turns
 from perf.backends.server_metrics import ServerMetrics, scrape
+from perf.backends.sim_time import SimClock, time_note
 from perf.records import RequestRecord
 
 # text warm-up prompts for a tokenizer smaller than the warm-up's id range use ids from here up (past the specials)
@@ -37,6 +40,8 @@ class HttpRunResult(RunResult):
 
     server: dict[str, float] = field(default_factory=dict)
     server_series: list[dict[str, float | None]] = field(default_factory=list)  # ServerMetrics.series
+    sim_time_scale: float | None = None  # the served clock's mean scale over the run, where times were converted
+    time_note: str | None = None
 
     def metrics(self, *, metric_percentiles: Sequence[float], goodput: Mapping[str, float] | None) -> dict[str, Any]:
         m = super().metrics(metric_percentiles=metric_percentiles, goodput=goodput)
@@ -104,6 +109,10 @@ async def _run(
             sm.after = await scrape(session, sm.url)
             if sm.after is not None:
                 sm.keep(sm.after)
+    clock = SimClock.from_samples(sm.clock_samples)
+    if clock is not None and not clock.real_time:  # the server's clock ran slow: its simulated time, not ours
+        res.time_note, res.sim_time_scale = time_note(clock, t0, end), clock.mean_scale(t0, end)
+        records, t0, end = [clock.convert(r) for r in records], clock.to_sim(t0), clock.to_sim(end)
     res.records, res.duration, res.server = records, run_duration(records, t0, end), sm.results()
     res.server_series = sm.series
     return res

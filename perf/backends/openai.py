@@ -92,10 +92,16 @@ class HttpBackend(Backend):
     def row_config(self, result: RunResult) -> tuple[dict[str, Any], str]:
         # device, dtype and knobs are the server's: left empty; where it was reached goes into `extra`
         t = self.target
-        return {"base_url": t.base_url, "prompt_format": t.prompt_format, "ignore_eos": t.ignore_eos}, ""
+        config: dict[str, Any] = {"base_url": t.base_url, "prompt_format": t.prompt_format, "ignore_eos": t.ignore_eos}
+        scale = getattr(result, "sim_time_scale", None)
+        if scale is not None:  # the times are the server's simulated time, converted at this mean scale
+            config["sim_time_scale"] = round(scale, 4)
+        return config, ""
 
     def notes(self, key: tuple[str, str, str], result: RunResult) -> list[str]:
-        return failure_notes(key, result.records) + super().notes(key, result)
+        timing = getattr(result, "time_note", None)
+        own = [f"{key[0]} {key[2]}: {timing}".replace("  ", " ")] if timing else []
+        return own + failure_notes(key, result.records) + super().notes(key, result)
 
 
 @Backend.register("openai", kind="server")

@@ -18,6 +18,7 @@ sample at 50 ms and the next at 550 ms, a run shorter than half a second could s
 vLLM names its usage gauges "_perc" but exports a fraction in [0, 1]; a value above 1 is read as a percentage.
 Series with several label sets (several engines or models) are summed, the KV gauge averaged.
 
+A served simulated GPU's clock (cbbench:sim_*) is kept per scrape too, for sim_time.py to convert the run's times.
 Every scrape is also kept as a point of `series` (`SERIES_KEYS`: seconds since the first scrape, KV usage,
 vllm:num_requests_running, vllm:num_requests_waiting, preemptions since the first scrape; None for what the server
 does not export): the results JSON stores it per run (`server_metrics`) and `cbbench report` draws it.
@@ -33,6 +34,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import aiohttp
+
+from perf.backends.sim_time import CLOCK, SCALE, WALL
 
 SAMPLE_PERIOD_S = 0.5
 FIRST_SAMPLE_S = 0.05  # the period until the server is seen at work, so that even a short run has samples of it
@@ -110,6 +113,8 @@ class ServerMetrics:
     series: list[dict[str, float | None]] = field(default_factory=list)
     started: float = field(default_factory=time.perf_counter)
     busy_seen: bool = False  # a sample has shown requests running or waiting, or KV in use
+    # a served simulated GPU's clock, one point a scrape: (client time, server wall, simulated, scale); sim_time.py
+    clock_samples: list[tuple[float, float, float, float]] = field(default_factory=list)
 
     def next_period(self, elapsed: float) -> float:
         """Seconds to the next sample: FIRST_SAMPLE_S until the server is seen at work or FAST_SAMPLING_S have
@@ -125,9 +130,13 @@ class ServerMetrics:
 
     def keep(self, parsed: dict[str, Any]) -> None:
         """One scrape as a point of `series` (the first one sets the origin of its time and its preemptions)."""
+        now = time.perf_counter()
         if not self.series:
-            self.started = time.perf_counter()
+            self.started = now
         first = self.before if self.before is not None else parsed
+        clock = [_sum(parsed, name) for name in (WALL, CLOCK, SCALE)]
+        if not any(math.isnan(x) for x in clock):
+            self.clock_samples.append((now, *clock))  # type: ignore[arg-type]  # (three floats)
 
         def known(v: float) -> float | None:  # JSON has no NaN: what the server does not export is None
             return None if math.isnan(v) else v

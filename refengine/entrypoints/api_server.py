@@ -44,6 +44,7 @@ from refengine.entrypoints.protocol import (
 )
 from refengine.entrypoints.responses import full_response, stream_response
 from refengine.entrypoints.serving import ENGINE_FAILED, Call, OpenAIServing, ShutdownAbort
+from refengine.entrypoints.sim_clock import SimClockGauges, SimClockHeader
 
 log = logging.getLogger("refengine.server")
 _SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
@@ -146,6 +147,8 @@ def _install_error_handlers(app: FastAPI) -> None:
 def _add_service_routes(app: FastAPI, serving: OpenAIServing, check_model: Any, disable_docs: bool) -> None:
     """vLLM's /tokenize, /detokenize, /version; /health, /metrics; the offline /docs page."""
     async_engine = serving.engine
+    pacer = async_engine.pacer  # a served simulated GPU reports its clock (sim_clock.py)
+    gauges = SimClockGauges(pacer, async_engine.metrics.registry) if pacer else None
 
     @app.post("/tokenize")
     async def tokenize(req: TokenizeRequest) -> Response:
@@ -158,10 +161,11 @@ def _add_service_routes(app: FastAPI, serving: OpenAIServing, check_model: Any, 
         return await _json_off_loop(await serving.detokenize(req))
 
     @app.get("/version")
-    async def version() -> dict[str, str]:
+    async def version() -> dict[str, str | float]:
         from importlib.metadata import PackageNotFoundError
         from importlib.metadata import version as dist_version
 
+        out: dict[str, str | float]
         try:
             out = {"version": dist_version("cbbench")}
         except PackageNotFoundError:  # (run from a source tree that was never installed)
@@ -169,6 +173,8 @@ def _add_service_routes(app: FastAPI, serving: OpenAIServing, check_model: Any, 
         engine = async_engine.engine
         if engine.platform.simulated:  # clients (and the HTTP suite) must know the tokens and times are simulated
             out["simulated"] = engine.device_label
+            if pacer:
+                out["sim_time_scale"] = pacer.scale
         return out
 
     @app.get("/health")
@@ -177,6 +183,8 @@ def _add_service_routes(app: FastAPI, serving: OpenAIServing, check_model: Any, 
 
     @app.get("/metrics")
     async def metrics() -> Response:
+        if gauges:
+            gauges.update()
         return Response(async_engine.metrics.render(), media_type=CONTENT_TYPE)
 
     if not disable_docs:
@@ -192,12 +200,14 @@ def build_app(
     model_path: str | None = None,
     api_key: str | None = None,
     disable_docs: bool = False,
+    time_scale: float | None = None,
 ) -> FastAPI:
     """The ASGI app over `engine`. `model_name` is what clients put in "model" (default: the model argument);
     `api_key`: required as a Bearer token on all routes but /health and /metrics; `disable_docs`: no /docs and
-    no /openapi.json (vLLM's --disable-fastapi-docs)."""
+    no /openapi.json (vLLM's --disable-fastapi-docs); `time_scale`: a simulated GPU's served clock in simulated
+    seconds per wall second (None: as fast as this host keeps up with, at most real time)."""
     name = model_name or engine.config.model
-    async_engine = AsyncLLMEngine(engine, name)
+    async_engine = AsyncLLMEngine(engine, name, time_scale=time_scale)
     render, _ = chat_renderer(model_path or engine.config.model)
     serving = OpenAIServing(async_engine, name, render)
 
@@ -218,7 +228,9 @@ def build_app(
     )
     app.state.engine, app.state.serving, app.state.drain = async_engine, serving, Drain()
     app.add_middleware(BodyLimit)
-    app.add_middleware(Gate, drain=app.state.drain, api_key=api_key)  # outermost: before any body is read
+    app.add_middleware(Gate, drain=app.state.drain, api_key=api_key)  # before any body is read
+    if async_engine.pacer:  # outermost: Gate's own refusals carry the scale too
+        app.add_middleware(SimClockHeader, pacer=async_engine.pacer)
 
     _install_error_handlers(app)
 

@@ -3,9 +3,9 @@
 The engine is not thread-safe, so only the engine thread touches it. The event loop sends it commands (add, abort)
 through a lock-guarded list; each add carries a concurrent Future that the engine thread resolves once the engine
 has validated the request, so a bad request fails its HTTP call with a 400 before any byte is streamed. Between
-commands the thread runs one `engine.step()` at a time and hands every step's outputs to the loop in ONE
-`call_soon_threadsafe` (per-request asyncio queues), which keeps the per-token overhead independent of how many
-streams are open. While nothing is queued the thread sleeps on an Event. On server stop the thread shuts the
+commands the thread runs one `engine.step()` at a time (a simulated GPU's paced by its device's pacer) and hands
+every step's outputs to the loop in ONE `call_soon_threadsafe` (per-request asyncio queues; delivery.py), which
+keeps the per-token overhead independent of how many streams are open. While nothing is queued the thread sleeps on an Event. On server stop the thread shuts the
 engine down itself (LLMEngine.shutdown), so the streams still open get their last, aborted output.
 """
 
@@ -20,12 +20,18 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from refengine.engine import LLMEngine
+from refengine.entrypoints.delivery import OutputHandoff
 from refengine.entrypoints.metrics import ServerMetrics
 from refengine.outputs import RequestOutput
 from refengine.sampling_params import SamplingParams
 
 log = logging.getLogger("refengine.server")
 SHUTDOWN_TIMEOUT_S = 30.0  # server stop waits this long for the engine thread (its step in flight, the drain)
+# A paced engine on time waits (at most this long) for the loop to write a step's outputs before it computes the
+# next: the two threads share the GIL, and a step computed while the loop writes makes each of the loop's socket
+# writes wait for the GIL after its system call (measured: the loop's per-chunk write time fell by 40% at 256
+# streams). Unpaced, or late, the two overlap: then throughput is worth more than what the GIL costs.
+WRITE_WAIT_S = 0.5
 
 
 class BatchRefused(ValueError):
@@ -71,10 +77,16 @@ class _Stream:
 
 
 class AsyncLLMEngine:
-    def __init__(self, engine: LLMEngine, model_name: str, pace_sim: bool = True) -> None:
+    def __init__(
+        self, engine: LLMEngine, model_name: str, pace_sim: bool = True, time_scale: float | None = None
+    ) -> None:
         self.engine = engine
-        # the device may pace the steps to real time: a simulated GPU's step takes its simulated seconds
-        self.pacer = engine.platform.make_pacer(engine.step) if pace_sim else None
+        # the device may pace the steps to real time: a simulated GPU's step takes its simulated seconds (divided
+        # by the pacer's time scale: fixed, or None for as fast as this host keeps up with)
+        self.pacer = engine.platform.make_pacer(engine.step, time_scale) if pace_sim else None
+        self._handoff = OutputHandoff()
+        if self.pacer:
+            self.pacer.loop_lag = self._handoff.lag
         self._clock = self.pacer.now if self.pacer else engine.clock.now
         config = engine.config.scheduler
         self.metrics = ServerMetrics(model_name, config.num_gpu_blocks, config.block_size)
@@ -82,14 +94,13 @@ class AsyncLLMEngine:
         self._commands: list[_Add | _Abort] = []
         self._wake = threading.Event()
         self._streams: dict[str, _Stream] = {}  # engine thread only
-        self._loop: asyncio.AbstractEventLoop | None = None
         self._stop = False
         self._thread: threading.Thread | None = None
         self.num_steps = 0
 
     # ---- event-loop side ------------------------------------------------------------------------------------
     def start(self) -> None:
-        self._loop = asyncio.get_running_loop()
+        self._handoff.loop = asyncio.get_running_loop()
         self._thread = threading.Thread(target=self._run, name="refengine-engine", daemon=True)
         self._thread.start()
 
@@ -176,10 +187,14 @@ class AsyncLLMEngine:
         while not self._stop:
             self._do_commands()
             if not engine.has_unfinished_requests():
+                if self.pacer:
+                    self.pacer.idle()
                 self._publish_idle()
                 self._wake.wait()
                 self._wake.clear()
                 continue
+            if self.pacer and not self.pacer.late:  # see WRITE_WAIT_S
+                self._handoff.wait_written(WRITE_WAIT_S)
             try:
                 outputs = self.pacer.step() if self.pacer else engine.step()
             except Exception as e:  # an engine bug must not take the server down: fail what was in flight
@@ -202,6 +217,8 @@ class AsyncLLMEngine:
 
     def _add_batch(self, cmd: _Add) -> None:
         items, params, priority, arrival, fut = cmd.items, cmd.params, cmd.priority, cmd.arrival, cmd.fut
+        if self.pacer:  # it joins the step about to run, which began (simulated) when the previous one ended
+            arrival = min(arrival, self.engine.clock.now())
         added: list[str] = []
         for index, (rid, prompt, tag) in enumerate(items):
             try:
@@ -226,21 +243,23 @@ class AsyncLLMEngine:
         if stats is not None:
             m.on_step(stats.num_running, stats.num_waiting, stats.kv_blocks_used, stats.num_preempted)
         deliveries: list[tuple[asyncio.Queue[StreamItem], StreamItem]] = []
+        prompt_tokens = new_tokens = 0  # counted once a step, not once an output
         for out in outputs:
             stream = self._streams.get(out.request_id)
             if stream is None:
                 continue
             new = len(out.outputs[0].token_ids)
-            prompt_now = 0
+            new_tokens += new
             if new and not stream.started:
-                stream.started, prompt_now = True, len(out.prompt_token_ids)
-            m.on_tokens(prompt_now, new)
+                stream.started = True
+                prompt_tokens += len(out.prompt_token_ids)
             if out.finished:
                 m.on_finished(out.metrics)
                 del self._streams[out.request_id]
             deliveries.append((stream.queue, (stream.tag, out)))
+        m.on_tokens(prompt_tokens, new_tokens)
         if deliveries:
-            self._deliver(deliveries)
+            self._handoff.deliver(deliveries)
 
     def _publish_idle(self) -> None:
         stats = self.engine.scheduler.make_stats()
@@ -260,15 +279,4 @@ class AsyncLLMEngine:
             (s.queue, (s.tag, error)) for s in self._streams.values()
         ]
         self._streams.clear()
-        self._deliver(deliveries)
-
-    def _deliver(self, deliveries: list[tuple[asyncio.Queue[StreamItem], StreamItem]]) -> None:
-        def put_all() -> None:
-            for queue, item in deliveries:
-                queue.put_nowait(item)
-
-        assert self._loop is not None
-        try:
-            self._loop.call_soon_threadsafe(put_all)
-        except RuntimeError:  # the loop closed (shutdown): nobody is listening any more
-            pass
+        self._handoff.deliver(deliveries)

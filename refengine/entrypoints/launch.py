@@ -57,10 +57,11 @@ def run_server(
     disable_docs: bool = False,
     shutdown_timeout: float = GRACEFUL_SHUTDOWN_S,
     sock: socket.socket | None = None,
+    time_scale: float | None = None,
 ) -> None:
     """Bind the port (or take `sock`, bound by bind_socket on host:port already), load the engine (bad knobs raise
     ValueError), then serve until stopped. `api_key` defaults to the VLLM_API_KEY environment variable, as in vLLM.
-    The socket is closed when the server stops."""
+    The socket is closed when the server stops. `time_scale`: a simulated GPU's served clock (build_app)."""
     check_shutdown_timeout(shutdown_timeout)
     api_key = api_key or os.environ.get("VLLM_API_KEY") or None
     if sock is None:
@@ -68,7 +69,7 @@ def run_server(
     try:
         # The server reads each step's stats once and drops them; keeping one is enough (see AsyncLLMEngine).
         engine = LLMEngine(**{"stats_log_size": 1, **engine_kwargs})
-        app = build_app(engine, served_model_name, api_key=api_key, disable_docs=disable_docs)
+        app = build_app(engine, served_model_name, api_key=api_key, disable_docs=disable_docs, time_scale=time_scale)
         logging.basicConfig(level=log_level.upper(), format="%(levelname)s %(name)s: %(message)s")
         log.info(
             "serving %s on http://%s:%d (num_gpu_blocks=%d, api key %s)",
@@ -78,6 +79,9 @@ def run_server(
             engine.config.scheduler.num_gpu_blocks,
             "required" if api_key else "off",
         )
+        if app.state.engine.pacer:  # a simulated GPU: say at what pace its clock is served
+            pace = f"{time_scale:g} simulated s per wall s" if time_scale else "an adaptive time scale"
+            log.info("simulated clock served at %s (x-sim-time-scale, cbbench:sim_time_scale)", pace)
         try:
             make_server(app, sock, log_level, shutdown_timeout).run(sockets=[sock])
         finally:  # the lifespan has normally shut it down already (idempotent); never while its thread may step it

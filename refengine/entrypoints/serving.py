@@ -31,7 +31,7 @@ from refengine.entrypoints.protocol import (
     new_id,
     now,
 )
-from refengine.outputs import RequestOutput
+from refengine.outputs import CompletionOutput, RequestOutput
 from refengine.sampling_params import SamplingParams
 
 log = logging.getLogger("refengine.server")
@@ -51,6 +51,15 @@ def param_of(message: str, fields: set[str], prompt_param: str, renames: dict[st
     if word in fields:
         return (renames or {}).get(word, word)
     return None
+
+
+def merged(a: RequestOutput, b: RequestOutput) -> RequestOutput:
+    """Two successive delta outputs of one request as one: the new tokens and text of both, `b`'s ending."""
+    ca, cb = a.outputs[0], b.outputs[0]
+    both = CompletionOutput(
+        cb.index, ca.text + cb.text, ca.token_ids + cb.token_ids, cb.finish_reason, cb.stop_reason, cb.error
+    )
+    return RequestOutput(b.request_id, b.prompt, b.prompt_token_ids, [both], b.finished, b.metrics)
 
 
 @dataclass
@@ -190,8 +199,18 @@ class OpenAIServing:
         return len(calls)
 
     async def outputs(self, call: Call) -> AsyncIterator[tuple[int, RequestOutput]]:
+        """Each output of the call's requests as (prompt index, output); the outputs of one request already
+        queued together (the loop fell behind the engine) come as one, so a stream writes one chunk for them."""
+        held: StreamItem | None = None
         while len(call.done) < len(call.prompt_ids):
-            tag, out = await call.queue.get()
+            tag, out = held if held is not None else await call.queue.get()
+            held = None
+            while isinstance(out, RequestOutput) and not out.finished and not call.queue.empty():
+                nxt = call.queue.get_nowait()
+                if nxt[0] != tag or not isinstance(nxt[1], RequestOutput):
+                    held = nxt
+                    break
+                out = merged(out, nxt[1])
             if isinstance(out, ShutdownAbort):
                 raise out
             if isinstance(out, Exception):  # (an EngineError: the engine thread failed every request in flight)

@@ -127,6 +127,7 @@ class SimDevice:
     def warm_up(self, block_size: int, max_model_len: int) -> None:
         """Nothing to compile: no kernel runs."""
 
-    def make_pacer(self, step: Callable[[], list[RequestOutput]]) -> StepPacer:
-        """Served, a simulated GPU runs in real time: each step takes its simulated seconds (refengine/sim/pacing.py)."""
-        return StepPacer(self.clock, step)
+    def make_pacer(self, step: Callable[[], list[RequestOutput]], time_scale: float | None = None) -> StepPacer:
+        """Served, a simulated GPU runs in real time, or at `time_scale` simulated seconds per wall second (None:
+        as fast as the host keeps up with, at most real time; refengine/sim/pacing.py)."""
+        return StepPacer(self.clock, step, time_scale=time_scale)
