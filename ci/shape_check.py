@@ -27,6 +27,7 @@ GENERATED = (
     "refengine/sim/data/",  # the simulated GPUs' kernel tables (ci/extract_sim_tables.py)
     # measured serving runs (ci/extract_measured_runs.py and cited rows), the peers' predictions (ci/peer_sims.sh)
     "perf/sim/data/",
+    "docs/sim-validation-rows.md",  # `cbbench sim validate --markdown`'s output, one line per measured row
 )
 
 

@@ -81,9 +81,8 @@ def parse_load_points(request_rate: Any, burstiness: Any, max_concurrency: Any) 
 def resolve_tokenizer(model: str, tokenizer: str | None) -> Any:
     """The tokenizer for the workloads (see the module docstring)."""
     from refengine.presets import PRESETS, load_tokenizer
-    from refengine.tokenizer import QwenTokenizer
-
     from refengine.sim.presets import SIM_ONLY_PRESETS
+    from refengine.tokenizer import QwenTokenizer
 
     name = tokenizer or model
     if name.lower() in ("qwen", "qwen2.5"):
