@@ -8,22 +8,12 @@ import subprocess
 import sys
 
 import pytest
+from cli_runs import invoke, one_line
 from tiny_run import TINY_RUN  # perf/tests/tiny_run.py (pytest puts this folder on sys.path)
-from typer.testing import CliRunner
 
 from perf.cli import main as cli
 
 TINY = TINY_RUN + ["--peers", "none", "--batching", "continuous"]
-
-
-def invoke(*args: str, env: dict | None = None):
-    return CliRunner().invoke(cli.app, list(args), env=env)
-
-
-def one_line(res) -> str:
-    lines = res.stderr.strip().splitlines()
-    assert len(lines) == 1, res.stderr
-    return lines[0]
 
 
 @pytest.mark.parametrize(

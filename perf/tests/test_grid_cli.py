@@ -4,24 +4,13 @@
 from __future__ import annotations
 
 import pytest
+from cli_runs import invoke, one_line
 from tiny_run import TINY_RUN
-from typer.testing import CliRunner
 
-from perf import cli
 from perf.grid import executor as ex
 from perf.grid.executor import ExecutorChoice, parse_executor
 
 SIM = ["--device", "sim:h200", "--workload", "fixed", "--num-prompts", "4", "--peers", "none"]
-
-
-def invoke(*args: str):
-    return CliRunner().invoke(cli.app, list(args))
-
-
-def one_line(res) -> str:
-    lines = res.stderr.strip().splitlines()
-    assert len(lines) == 1, res.stderr
-    return lines[0]
 
 
 @pytest.mark.parametrize(

@@ -9,10 +9,9 @@ import os
 import re
 
 import pytest
+from cli_runs import invoke, one_line
 from tiny_run import TINY_RUN  # perf/tests/tiny_run.py (pytest puts this folder on sys.path)
-from typer.testing import CliRunner
 
-from perf.cli import main as cli
 from perf.results.files import read_csv, write_csv
 from perf.results.schema import make_row
 from workloads import get_workload
@@ -20,16 +19,6 @@ from workloads import get_workload
 TINY = TINY_RUN + ["--peers", "none", "--batching", "continuous"]
 CSV_FIELD_LIMIT = 131072  # python's csv module refuses a longer field by default
 HOSTILE = ['=HYPERLINK("http://x","y")', "+1+1", "-cmd|' /C calc'!A0", "@SUM(A1)", "'=already", "plain"]
-
-
-def invoke(*args: str):
-    return CliRunner().invoke(cli.app, list(args))
-
-
-def one_line(res) -> str:
-    lines = res.stderr.strip().splitlines()
-    assert len(lines) == 1, res.stderr
-    return lines[0]
 
 
 def row(label: str = "", batching: str = "continuous", **metrics):
