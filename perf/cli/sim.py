@@ -31,8 +31,16 @@ def validate(
     output: Annotated[Path, Opt(help="per-row results CSV, written as rows finish")] = Path(
         "results/sim-validation.csv"
     ),
-    resume: Annotated[bool, Opt(help="reuse the rows --output already holds (same cost model and rounds)")] = False,
+    resume: Annotated[
+        bool, Opt(help="reuse the rows --output already holds (same cost model, rounds and protocol)")
+    ] = False,
     markdown: Annotated[Optional[Path], Opt(help="write the full tables (docs/sim-validation.md's) here")] = None,
+    prompts: Annotated[
+        str, Opt(help="aiperf rows' prompts: recipe (drawn from their recipe's pool), distinct (all new), or a count")
+    ] = "recipe",
+    server: Annotated[
+        str, Opt(help="aiperf rows' server flags: vllm (its defaults) or generator (aiconfigurator's generated)")
+    ] = "vllm",
 ) -> None:
     """Replay every measured serving run (perf/sim/data/measured_runs.csv) through `cbbench perf --device
     sim:<gpu>`; print the median errors of TTFT, TPOT and throughput, beside the peer simulators'."""
@@ -48,4 +56,6 @@ def validate(
         resume=resume,
         markdown=markdown,
         console=Console(soft_wrap=True),
+        prompts=prompts,
+        server=server,
     )

@@ -4,10 +4,18 @@ and the benchmark protocol a replay of one follows.
 A row is one measured vLLM serving run: a model on `tensor_parallel_size` GPUs, `concurrency` closed-loop clients
 sending fixed-length requests (`isl` tokens in, `osl` out, ignore_eos), and what the client measured: mean TTFT and
 TPOT over the requests. How many requests were measured, and what preceded them, the rows do not say; `Protocol`
-is the assumption, stated once: aiconfigurator's own benchmark recipe (its generated bench_run.sh runs `aiperf
-profile --concurrency c --num-requests 20c --warmup-request-count 2c`). aiperf runs its phases one after another
-and waits for the warm-up's requests to come back before the measured phase starts, so the measured phase opens with
-all c clients sending at once into an idle server, and every one of its 20c requests counts.
+is the assumption, stated once: aiconfigurator's own benchmark recipes, which both run `aiperf profile --concurrency
+c` for 20c measured requests after a warm-up. aiperf runs its phases one after another and waits for the warm-up's
+requests to come back before the measured phase starts, so the measured phase opens with all c clients sending at
+once into an idle server, and every one of its 20c requests counts. The two recipes differ in the prompts: aiperf
+draws each request's prompt at random, with replacement, from `--num-dataset-entries` synthetic prompts, and repeated
+prompts meet vLLM's prefix cache (on by default):
+- `bench_run`: the generator's bench_run.sh (`--num-requests 20c --warmup-request-count 2c`) leaves the dataset at
+  aiperf's default, 100 prompts;
+- `sflow`: the generator's sflow recipe (aiconfigurator 2026-03-17 on) sets `--num-dataset-entries 20c`, as many
+  prompts as requests (so about 1 - 1/e = 63% of the requests' prompts are distinct).
+Which recipe a campaign of rows used its rows do not say either; `SFLOW_CAMPAIGNS` is read off the rows themselves
+(data/SOURCE.md, "Which recipe"): one discrete choice per campaign, no constant.
 """
 
 from __future__ import annotations
@@ -29,7 +37,17 @@ MEASURED_RUNS = DATA_DIR / "measured_runs.csv"
 SERVER_MAX_NUM_BATCHED_TOKENS = 8192
 SERVER_MAX_NUM_SEQS = 1024
 SERVER_DEFAULTS = {"a100": (2048, 256)}
+# the server aiconfigurator's generator configures instead (rule_plugin/vllm.rule, aiconfigurator 2025-12-04 on):
+# --max-num-seqs = the config's batch size b (a row's concurrency), raised to 512 below 512 and doubled from it, and
+# --max-num-batched-tokens = that + isl + 1500 (`Protocol(server="generator")`)
+GENERATOR_MIN_SEQS = 512
+GENERATOR_EXTRA_TOKENS = 1500
+SERVERS = ("vllm", "generator")
+PROMPTS = ("recipe", "distinct")
 LONG_OUTPUT = 4096  # tokens out per request from which Protocol.long_rounds applies
+# the aiconfigurator campaigns (their silicon_sample.csv source file) measured with the sflow recipe; the others with
+# bench_run.sh. Why: data/SOURCE.md, "Which recipe"
+SFLOW_CAMPAIGNS = ("source_file=2026-04-06.csv", "/Qwen_Qwen3-32B.csv")
 
 
 @dataclass(frozen=True)
@@ -57,6 +75,14 @@ class MeasuredRun:
     def aiperf(self) -> bool:
         """Measured by aiconfigurator's recipe (aiperf; see the module docstring), else by `vllm bench serve`."""
         return self.source.startswith(AICONFIGURATOR_SOURCE)
+
+    @property
+    def recipe(self) -> str:
+        """An aiperf row's recipe, `bench_run` or `sflow` (see the module docstring); "" for a `vllm bench serve`
+        row."""
+        if not self.aiperf:
+            return ""
+        return "sflow" if any(c in self.source for c in SFLOW_CAMPAIGNS) else "bench_run"
 
     @property
     def not_replayable(self) -> str:
@@ -162,13 +188,22 @@ class Protocol:
     # 164k engine steps per 20 rounds, 15 minutes of this host's time; its TPOT is a steady-state figure either way
     # (its TTFT weighs the opening burst, 1 round in long_rounds, more)
     long_rounds: int = 2
-    # distinct prompts the requests draw from, uniformly with replacement: aiperf's default --num-dataset-entries
-    # (100), which bench_run.sh leaves as it is; repeated prompts meet vLLM's prefix cache (on by default)
+    # distinct prompts a bench_run row's requests draw from, uniformly with replacement: aiperf's default
+    # --num-dataset-entries (100), which bench_run.sh leaves as it is (an sflow row: one per measured request)
     dataset_entries: int = 100
     max_num_batched_tokens: int = SERVER_MAX_NUM_BATCHED_TOKENS
     max_num_seqs: int = SERVER_MAX_NUM_SEQS
+    # the aiperf rows' prompts: "recipe" (the pool their recipe drew from, above), "distinct" (every prompt new) or
+    # a number N (every aiperf row draws from N, whatever its recipe)
+    prompts: str = "recipe"
+    # the aiperf rows' server: "vllm" (vLLM's defaults) or "generator" (aiconfigurator's generated flags, above)
+    server: str = "vllm"
 
     def __post_init__(self) -> None:
+        if self.prompts not in PROMPTS and not (self.prompts.isdigit() and int(self.prompts) >= 1):
+            raise ValueError(f"prompts must be {', '.join(PROMPTS)} or a count >= 1, got {self.prompts!r}")
+        if self.server not in SERVERS:
+            raise ValueError(f"server must be one of {', '.join(SERVERS)}, got {self.server!r}")
         if self.rounds < 1:
             raise ValueError(f"rounds must be >= 1, got {self.rounds}")
         if self.long_rounds < 1:
@@ -179,13 +214,40 @@ class Protocol:
     def rounds_for(self, run: MeasuredRun) -> int:
         return self.long_rounds if (run.osl or 0) >= LONG_OUTPUT else self.rounds
 
+    def prompt_pool(self, run: MeasuredRun) -> int:
+        """How many distinct prompts `run`'s replayed requests draw from at random; 0: every prompt distinct (a
+        `vllm bench serve` row)."""
+        if not run.recipe or self.prompts == "distinct":
+            return 0
+        if self.prompts.isdigit():
+            return int(self.prompts)
+        if run.recipe == "sflow":  # the measured run's requests (20c), however many rounds a long row replays
+            assert run.concurrency
+            return self.rounds * run.concurrency
+        return self.dataset_entries
+
+    def server_limits(self, run: MeasuredRun) -> tuple[int, int]:
+        """The replayed server's (max_num_batched_tokens, max_num_seqs)."""
+        if self.server == "generator" and run.recipe:
+            assert run.concurrency and run.isl
+            c = run.concurrency
+            seqs = GENERATOR_MIN_SEQS if c < GENERATOR_MIN_SEQS else 2 * c
+            return seqs + run.isl + GENERATOR_EXTRA_TOKENS, seqs
+        return SERVER_DEFAULTS.get(run.gpu, (self.max_num_batched_tokens, self.max_num_seqs))
+
+    def key(self, run: MeasuredRun) -> str:
+        """What of the protocol a replay of `run` depends on besides its rounds: a replay is reused only under
+        the same key."""
+        mnbt, seqs = self.server_limits(run)
+        return f"prompts={self.prompt_pool(run)} max_num_batched_tokens={mnbt} max_num_seqs={seqs}"
+
     def perf_argv(self, run: MeasuredRun) -> list[str]:
         """The `cbbench perf` command line that replays `run` on its simulated GPU(s): the validation runs exactly
         this, so anyone can rerun one row by hand. An aiperf row follows this protocol; a `vllm bench serve` row
         its own figures: its request count, rate and concurrency, every prompt distinct."""
         if run.not_replayable:
             raise ValueError(f"run {run.id}: {run.not_replayable}")
-        mnbt, seqs = SERVER_DEFAULTS.get(run.gpu, (self.max_num_batched_tokens, self.max_num_seqs))
+        mnbt, seqs = self.server_limits(run)
         argv = ["perf", "--device", f"sim:{run.gpu}", "--model", run.model, "--dtype", run.dtype]
         argv += ["--tensor-parallel-size", str(run.tensor_parallel_size)]
         if run.workload == "sharegpt":
@@ -193,7 +255,8 @@ class Protocol:
         else:
             params = f"input_len={run.isl},output_len={run.osl}"
             argv += ["--workload", "fixed", "--workload-param"]
-            argv.append(params + (f",dataset_entries={self.dataset_entries}" if run.aiperf else ""))
+            pool = self.prompt_pool(run)
+            argv.append(params + (f",dataset_entries={pool}" if pool else ""))
         if run.aiperf:
             assert run.concurrency
             rounds = self.rounds_for(run)

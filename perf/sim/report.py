@@ -88,9 +88,11 @@ def render_markdown(
 ) -> str:
     bad = [r for r in rows if not r.consistent]
     parts = [
-        f"Cost model `{version}`. Rows measured with aiperf (aiconfigurator's recipe): {protocol.rounds} x "
-        f"concurrency requests ({protocol.long_rounds} x for 4096+ output tokens) drawn from "
-        f"{protocol.dataset_entries} distinct prompts, starting at once into an idle server; rows measured with "
+        f"Cost model `{version}`. Rows measured with aiperf (aiconfigurator's recipes): {protocol.rounds} x "
+        f"concurrency requests ({protocol.long_rounds} x for 4096+ output tokens) starting at once into an idle "
+        f"server, their prompts drawn at random from {protocol.dataset_entries} distinct prompts (bench_run.sh) "
+        "or from as many as there are requests (sflow; which campaign used which: perf/sim/data/SOURCE.md); rows "
+        "measured with "
         "`vllm bench serve`: their own request count, rate and concurrency, distinct prompts. vLLM's server "
         f"defaults ({protocol.max_num_batched_tokens} batched tokens, {protocol.max_num_seqs} sequences; A100: "
         "2048 and 256). Each row's `cbbench perf` command: `Protocol.perf_argv` (perf/sim/measured.py).",

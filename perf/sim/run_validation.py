@@ -88,10 +88,12 @@ def run_validation(
     resume: bool,
     markdown: Path | None,
     console: Console,
+    prompts: str = "recipe",
+    server: str = "vllm",
 ) -> list[RowErrors]:
     from refengine.sim.cost_model import COST_MODEL_VERSION
 
-    protocol = Protocol(rounds=rounds, long_rounds=long_rounds)
+    protocol = Protocol(rounds=rounds, long_rounds=long_rounds, prompts=prompts, server=server)
     chosen = select(load_measured_runs(), where, limit)
     runs = [r for r in chosen if r.replayable]
     skipped = [r for r in chosen if not r.replayable]

@@ -33,7 +33,8 @@ class Replay:
     id: str
     cost_model: str
     rounds: int
-    ttft_ms: float  # means over the measured requests
+    protocol: str  # Protocol.key: its prompt pool (0: every prompt distinct) and its server's limits
+    ttft_ms: float  # means over the measured requests (a long-output row: as if all its rounds ran, see below)
     tpot_ms: float
     median_ttft_ms: float
     median_tpot_ms: float
@@ -66,16 +67,20 @@ def replay(run: MeasuredRun, protocol: Protocol) -> Replay:
             with contextlib.redirect_stdout(sink), contextlib.redirect_stderr(sink):
                 typer.main.get_command(app).main(args=argv, standalone_mode=False)
             (row,) = read_rows(Path(tmp) / "run.csv")
+            ttft = float(row["mean_ttft_ms"])
+            if protocol.rounds_for(run) < protocol.rounds:
+                ttft = _as_if_all_rounds(Path(tmp) / "run.json", run, protocol.rounds)
         except (Exception, SystemExit) as e:  # noqa: BLE001 - one failed row is reported, the others go on
             last = sink.getvalue().strip().splitlines()[-1:] or [f"{type(e).__name__}: {e}"]
             nan = math.nan
-            rounds = protocol.rounds_for(run)
-            return Replay(run.id, version, rounds, nan, nan, nan, nan, nan, 0, 0, 0.0, last[0])
+            rounds, key = protocol.rounds_for(run), protocol.key(run)
+            return Replay(run.id, version, rounds, key, nan, nan, nan, nan, nan, 0, 0, 0.0, last[0])
     return Replay(
         run.id,
         version,
         protocol.rounds_for(run),
-        float(row["mean_ttft_ms"]),
+        protocol.key(run),
+        ttft,
         float(row["mean_tpot_ms"]),
         float(row["median_ttft_ms"]),
         float(row["median_tpot_ms"]),
@@ -84,6 +89,23 @@ def replay(run: MeasuredRun, protocol: Protocol) -> Replay:
         int(row["num_steps"]),
         time.perf_counter() - wall,
     )
+
+
+def _as_if_all_rounds(json_path: Path, run: MeasuredRun, rounds: int) -> float:
+    """Mean TTFT (ms) as a run of `rounds` rounds would weigh a shorter replay's: a long-output row replays fewer
+    rounds (Protocol.long_rounds), and its opening round, all c prompts at once into an idle server, is a far larger
+    share of its requests than of the measured run's 20 rounds. The opening round (the first c arrivals) keeps its
+    weight of 1 in `rounds`; the replayed rounds after it stand for the rest."""
+    import json
+
+    (records,) = json.loads(json_path.read_text())["records"].values()
+    by_arrival = sorted(records, key=lambda r: r["arrival_time"])
+    ttfts = [1e3 * (float(r["first_token_time"]) - float(r["arrival_time"])) for r in by_arrival]
+    c = run.concurrency or len(ttfts)
+    opening, rest = ttfts[:c], ttfts[c:]
+    if not rest:
+        return sum(opening) / len(opening)
+    return (sum(opening) / len(opening) + (rounds - 1) * sum(rest) / len(rest)) / rounds
 
 
 def read_replays(path: Path) -> dict[str, Replay]:
@@ -129,7 +151,12 @@ def replay_all(
     todo = []
     for run in runs:
         old = (done or {}).get(run.id)
-        if old is not None and old.cost_model == version and old.rounds == protocol.rounds_for(run) and not old.error:
+        same = old is not None and (old.cost_model, old.rounds, old.protocol) == (
+            version,
+            protocol.rounds_for(run),
+            protocol.key(run),
+        )
+        if old is not None and same and not old.error:
             out[run.id] = old
         else:
             todo.append(run)
