@@ -39,8 +39,8 @@ def validate(
         str, Opt(help="aiperf rows' prompts: recipe (drawn from their recipe's pool), distinct (all new), or a count")
     ] = "recipe",
     server: Annotated[
-        str, Opt(help="aiperf rows' server flags: vllm (its defaults) or generator (aiconfigurator's generated)")
-    ] = "vllm",
+        str, Opt(help="aiperf rows' server flags: generator (aiconfigurator's, for a benchmark) or vllm (defaults)")
+    ] = "generator",
 ) -> None:
     """Replay every measured serving run (perf/sim/data/measured_runs.csv) through `cbbench perf --device
     sim:<gpu>`; print the median errors of TTFT, TPOT and throughput, beside the peer simulators'."""

@@ -37,10 +37,11 @@ MEASURED_RUNS = DATA_DIR / "measured_runs.csv"
 SERVER_MAX_NUM_BATCHED_TOKENS = 8192
 SERVER_MAX_NUM_SEQS = 1024
 SERVER_DEFAULTS = {"a100": (2048, 256)}
-# the server aiconfigurator's generator configures instead (rule_plugin/vllm.rule, aiconfigurator 2025-12-04 on):
-# --max-num-seqs = the config's batch size b (a row's concurrency), raised to 512 below 512 and doubled from it, and
-# --max-num-batched-tokens = that + isl + 1500 (`Protocol(server="generator")`)
-GENERATOR_MIN_SEQS = 512
+# the server aiconfigurator's generator configures for a benchmark (`Protocol(server="generator")`): its vLLM rule
+# since 2025-12-04 (src/aiconfigurator/generator/rule_plugin/vllm.rule, kept as rule_plugin/benchmark/vllm.rule
+# when the deployment rule changed on 2026-01-30) sets an aggregated worker's --max-num-seqs to the config's batch
+# size, which is the benchmark's concurrency c (the silicon rows' batch_size), and --max-num-batched-tokens to
+# c + isl + 1500
 GENERATOR_EXTRA_TOKENS = 1500
 SERVERS = ("vllm", "generator")
 PROMPTS = ("recipe", "distinct")
@@ -196,8 +197,9 @@ class Protocol:
     # the aiperf rows' prompts: "recipe" (the pool their recipe drew from, above), "distinct" (every prompt new) or
     # a number N (every aiperf row draws from N, whatever its recipe)
     prompts: str = "recipe"
-    # the aiperf rows' server: "vllm" (vLLM's defaults) or "generator" (aiconfigurator's generated flags, above)
-    server: str = "vllm"
+    # the aiperf rows' server: "generator" (the flags aiconfigurator's generator writes for a benchmark, above:
+    # these runs are its benchmarks) or "vllm" (vLLM's defaults); `vllm bench serve` rows keep vLLM's defaults
+    server: str = "generator"
 
     def __post_init__(self) -> None:
         if self.prompts not in PROMPTS and not (self.prompts.isdigit() and int(self.prompts) >= 1):
@@ -230,9 +232,7 @@ class Protocol:
         """The replayed server's (max_num_batched_tokens, max_num_seqs)."""
         if self.server == "generator" and run.recipe:
             assert run.concurrency and run.isl
-            c = run.concurrency
-            seqs = GENERATOR_MIN_SEQS if c < GENERATOR_MIN_SEQS else 2 * c
-            return seqs + run.isl + GENERATOR_EXTRA_TOKENS, seqs
+            return run.concurrency + run.isl + GENERATOR_EXTRA_TOKENS, run.concurrency
         return SERVER_DEFAULTS.get(run.gpu, (self.max_num_batched_tokens, self.max_num_seqs))
 
     def key(self, run: MeasuredRun) -> str:

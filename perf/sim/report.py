@@ -79,6 +79,31 @@ def row_table(rows: Sequence[RowErrors], peers: Sequence[str]) -> list[str]:
     return out
 
 
+def _protocol_text(protocol: Protocol) -> str:
+    if protocol.prompts == "recipe":
+        prompts = (
+            f"their prompts drawn at random from {protocol.dataset_entries} distinct prompts (bench_run.sh) or from "
+            "as many as there are requests (sflow; which campaign ran which: perf/sim/data/SOURCE.md)"
+        )
+    elif protocol.prompts == "distinct":
+        prompts = "every prompt distinct"
+    else:
+        prompts = f"their prompts drawn at random from {protocol.prompts} distinct prompts"
+    server = (
+        "under the server flags aiconfigurator's generator writes for a benchmark (c sequences, c + isl + 1500 "
+        "batched tokens)"
+        if protocol.server == "generator"
+        else f"under vLLM's server defaults ({protocol.max_num_batched_tokens} batched tokens, "
+        f"{protocol.max_num_seqs} sequences)"
+    )
+    return (
+        f"Rows measured with aiperf (aiconfigurator's recipes): {protocol.rounds} x concurrency requests "
+        f"({protocol.long_rounds} x for 4096+ output tokens) starting at once into an idle server, {prompts}, "
+        f"{server}; rows measured with `vllm bench serve`: their own request count, rate and concurrency, distinct "
+        "prompts, vLLM's server defaults (8192 batched tokens and 1024 sequences; A100: 2048 and 256)."
+    )
+
+
 def render_markdown(
     rows: Sequence[RowErrors],
     protocol: Protocol,
@@ -88,14 +113,8 @@ def render_markdown(
 ) -> str:
     bad = [r for r in rows if not r.consistent]
     parts = [
-        f"Cost model `{version}`. Rows measured with aiperf (aiconfigurator's recipes): {protocol.rounds} x "
-        f"concurrency requests ({protocol.long_rounds} x for 4096+ output tokens) starting at once into an idle "
-        f"server, their prompts drawn at random from {protocol.dataset_entries} distinct prompts (bench_run.sh) "
-        "or from as many as there are requests (sflow; which campaign used which: perf/sim/data/SOURCE.md); rows "
-        "measured with "
-        "`vllm bench serve`: their own request count, rate and concurrency, distinct prompts. vLLM's server "
-        f"defaults ({protocol.max_num_batched_tokens} batched tokens, {protocol.max_num_seqs} sequences; A100: "
-        "2048 and 256). Each row's `cbbench perf` command: `Protocol.perf_argv` (perf/sim/measured.py).",
+        f"Cost model `{version}`. {_protocol_text(protocol)} Each row's `cbbench perf` command: "
+        "`Protocol.perf_argv` (perf/sim/measured.py).",
         "",
         *median_table(rows, peers),
         "",

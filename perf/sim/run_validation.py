@@ -89,7 +89,7 @@ def run_validation(
     markdown: Path | None,
     console: Console,
     prompts: str = "recipe",
-    server: str = "vllm",
+    server: str = "generator",
 ) -> list[RowErrors]:
     from refengine.sim.cost_model import COST_MODEL_VERSION
 
