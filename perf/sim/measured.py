@@ -15,7 +15,9 @@ prompts meet vLLM's prefix cache (on by default):
 - `sflow`: the generator's sflow recipe (aiconfigurator 2026-03-17 on) sets `--num-dataset-entries 20c`, as many
   prompts as requests (so about 1 - 1/e = 63% of the requests' prompts are distinct).
 Which recipe a campaign of rows used its rows do not say either; `SFLOW_CAMPAIGNS` is read off the rows themselves
-(data/SOURCE.md, "Which recipe"): one discrete choice per campaign, no constant.
+(data/SOURCE.md, "Which recipe"): one discrete choice per campaign, no constant. The server is the one the same
+generator writes for a benchmark (`GENERATOR_EXTRA_TOKENS` below; `Protocol.server`); docs/sim-validation.md shows
+the other choices replayed.
 """
 
 from __future__ import annotations
