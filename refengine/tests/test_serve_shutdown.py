@@ -20,10 +20,13 @@ from refengine.tests.live_server import Events, read_stream
 
 pytest.importorskip("fastapi", reason="cbbench serve needs fastapi (pip install -e .)")
 
-# Long enough that the short streams (SHORT_TOKENS steps after their first token, a few seconds even on a busy
-# 2-core machine) finish inside it, and far too short for the long ones (LONG_TOKENS steps).
-GRACE_S = 6
-SHORT_TOKENS, LONG_TOKENS = 12, 3000
+# Long enough that the short streams (SHORT_TOKENS steps after their first token: 0.6 s at the test model's ~6 ms
+# per step here, 6 s on a machine 10x slower) finish inside it, and far too short for the long ones (LONG_TOKENS
+# steps, ~24 s here; the model's 4096 positions bound them). SHORT_TOKENS is also long enough that the short streams
+# are still running when SIGTERM is sent: at 12 tokens a quiet machine finished them first (a clean clone's CI,
+# 2026-12-03), and the test then checked nothing.
+GRACE_S = 10
+SHORT_TOKENS, LONG_TOKENS = 100, 4000
 FIRST_CHUNK_TIMEOUT_S = 180.0  # every stream has started (model load excluded: the server is healthy by then)
 EXIT_TIMEOUT_S = GRACE_S + 60.0  # drain, aborts, uvicorn's last wait, engine stop
 
@@ -32,7 +35,7 @@ def _wait(cond, timeout_s: float, what: str) -> None:
     deadline = time.monotonic() + timeout_s
     while not cond():
         assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.05)
+        time.sleep(0.01)
 
 
 def test_sigterm_drains_finishes_in_flight_and_aborts_the_rest(tmp_path):
