@@ -16,8 +16,6 @@ the same architecture (MODEL_PATHS), and `how` says so.
 
 from __future__ import annotations
 
-import argparse
-import importlib.metadata
 import io
 import logging
 import sys
@@ -27,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import fixed_closed_loop, measured_rows, prediction, write_part  # noqa: E402
+from common import fixed_closed_loop, prediction, runner_start, write_part  # noqa: E402
 
 SIMULATOR = "aiconfigurator"
 PINNED = "0.12.0"
@@ -116,22 +114,14 @@ def predict(row: dict[str, str], version: str) -> dict[str, str]:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("part", type=Path, help="where to write this peer's rows")
-    ap.add_argument("--limit", type=int, default=0, help="only the first N measured rows (a quick check)")
-    args = ap.parse_args()
-    version = importlib.metadata.version("aiconfigurator")
-    if version != PINNED:
-        sys.exit(f"aiconfigurator {version} installed; ci/peer_sims.sh pins {PINNED}")
+    part, version, rows = runner_start(__doc__ or "", SIMULATOR, PINNED)
     logging.disable(logging.INFO)  # per-query INFO lines; its warnings still reach stderr (the run's log)
-    rows = measured_rows()
-    rows = rows[: args.limit] if args.limit else rows
     start, out = time.monotonic(), []
     for i, row in enumerate(rows, 1):
         out.append(predict(row, version))
         if i % 20 == 0 or i == len(rows):
             print(f"  aiconfigurator: {i}/{len(rows)} rows, {time.monotonic() - start:.0f}s", flush=True)
-    write_part(args.part, out)
+    write_part(part, out)
     return 0
 
 

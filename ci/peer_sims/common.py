@@ -8,8 +8,11 @@ its COLUMNS must stay equal to these (perf/tests/sim/test_peer_predictions.py ch
 
 from __future__ import annotations
 
+import argparse
 import csv
+import importlib.metadata
 import math
+import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
@@ -75,3 +78,17 @@ def write_part(path: Path, rows: list[dict[str, str]]) -> None:
         writer = csv.DictWriter(f, fieldnames=COLUMNS, lineterminator="\n")
         writer.writeheader()
         writer.writerows(rows)
+
+
+def runner_start(doc: str, dist: str, pinned: str) -> tuple[Path, str, list[dict[str, str]]]:
+    """A runner's command line (`PART [--limit N]`) and the checks before it predicts: the peer's installed version
+    must be the one ci/peer_sims.sh pins. Returns the part file to write, that version and the rows to predict."""
+    ap = argparse.ArgumentParser(description=doc.splitlines()[0])
+    ap.add_argument("part", type=Path, help="where to write this peer's rows")
+    ap.add_argument("--limit", type=int, default=0, help="only the first N measured rows (a quick check)")
+    args = ap.parse_args()
+    version = importlib.metadata.version(dist)
+    if version != pinned:
+        sys.exit(f"{dist} {version} installed; ci/peer_sims.sh pins {pinned}")
+    rows = measured_rows()
+    return args.part, version, rows[: args.limit] if args.limit else rows

@@ -19,8 +19,6 @@ code that has never run would be a claim, not a prediction. A row that fits all 
 
 from __future__ import annotations
 
-import argparse
-import importlib.metadata
 import os
 import sys
 import tempfile
@@ -29,7 +27,7 @@ from typing import Any
 
 os.environ["HF_HUB_OFFLINE"] = "1"  # before huggingface_hub is imported: no network at run time
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import fixed_closed_loop, measured_rows, prediction, write_part  # noqa: E402
+from common import fixed_closed_loop, prediction, runner_start, write_part  # noqa: E402
 
 SIMULATOR = "vidur"
 PINNED = "0.0.26"
@@ -140,16 +138,9 @@ def predict_all(rows: list[dict[str, str]], version: str) -> list[dict[str, str]
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("part", type=Path, help="where to write this peer's rows")
-    ap.add_argument("--limit", type=int, default=0, help="only the first N measured rows (a quick check)")
-    args = ap.parse_args()
-    version = importlib.metadata.version("vidur")
-    if version != PINNED:
-        sys.exit(f"vidur {version} installed; ci/peer_sims.sh pins {PINNED}")
-    rows = measured_rows()
-    out = predict_all(rows[: args.limit] if args.limit else rows, version)
-    write_part(args.part, out)
+    part, version, rows = runner_start(__doc__ or "", SIMULATOR, PINNED)
+    out = predict_all(rows, version)
+    write_part(part, out)
     print(f"  vidur: {len(out)} rows, {sum(r['status'] == 'ok' for r in out)} predicted", flush=True)
     return 0
 

@@ -7,7 +7,7 @@ import math
 from collections.abc import Sequence
 
 from perf.sim.errors import METRICS, Medians, RowErrors, groups, medians
-from perf.sim.measured import MeasuredRun, Protocol
+from perf.sim.measured import GENERATOR_EXTRA_TOKENS, SERVER_DEFAULTS, MeasuredRun, Protocol
 
 
 def _pct(x: float) -> str:
@@ -80,6 +80,7 @@ def row_table(rows: Sequence[RowErrors], peers: Sequence[str]) -> list[str]:
 
 
 def _protocol_text(protocol: Protocol) -> str:
+    a100_tokens, a100_seqs = SERVER_DEFAULTS["a100"]
     if protocol.prompts == "recipe":
         prompts = (
             f"their prompts drawn at random from {protocol.dataset_entries} distinct prompts (bench_run.sh) or from "
@@ -90,8 +91,8 @@ def _protocol_text(protocol: Protocol) -> str:
     else:
         prompts = f"their prompts drawn at random from {protocol.prompts} distinct prompts"
     server = (
-        "under the server flags aiconfigurator's generator writes for a benchmark (c sequences, c + isl + 1500 "
-        "batched tokens)"
+        "under the server flags aiconfigurator's generator writes for a benchmark (c sequences, c + isl + "
+        f"{GENERATOR_EXTRA_TOKENS} batched tokens)"
         if protocol.server == "generator"
         else f"under vLLM's server defaults ({protocol.max_num_batched_tokens} batched tokens, "
         f"{protocol.max_num_seqs} sequences)"
@@ -100,7 +101,8 @@ def _protocol_text(protocol: Protocol) -> str:
         f"Rows measured with aiperf (aiconfigurator's recipes): {protocol.rounds} x concurrency requests "
         f"({protocol.long_rounds} x for 4096+ output tokens) starting at once into an idle server, {prompts}, "
         f"{server}; rows measured with `vllm bench serve`: their own request count, rate and concurrency, distinct "
-        "prompts, vLLM's server defaults (8192 batched tokens and 1024 sequences; A100: 2048 and 256)."
+        f"prompts, vLLM's server defaults ({protocol.max_num_batched_tokens} batched tokens and "
+        f"{protocol.max_num_seqs} sequences; A100: {a100_tokens} and {a100_seqs})."
     )
 
 

@@ -151,12 +151,8 @@ def replay_all(
     todo = []
     for run in runs:
         old = (done or {}).get(run.id)
-        same = old is not None and (old.cost_model, old.rounds, old.protocol) == (
-            version,
-            protocol.rounds_for(run),
-            protocol.key(run),
-        )
-        if old is not None and same and not old.error:
+        made_alike = (version, protocol.rounds_for(run), protocol.key(run))
+        if old is not None and not old.error and (old.cost_model, old.rounds, old.protocol) == made_alike:
             out[run.id] = old
         else:
             todo.append(run)
