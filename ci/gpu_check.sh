@@ -11,7 +11,7 @@
 #   kernels       cbbench kernels --quick                  -> OUTDIR/kernels.csv                 ( 60 s)
 #   perf          cbbench perf, GPU_PERF_ARGS of ci/gpu_env.sh (sharegpt, qwen2.5-0.5b, refengine continuous /
 #                 static at up to 256 running, HF static)   -> OUTDIR/*.csv, *.json               (160 s)
-#   baseline      the perf CSV, checked by perf.results.files.read_csv -> results/baselines/<gpu>.csv   ( 10 s)
+#   baseline      the perf CSV, checked by cbbench.perf.results.files.read_csv -> results/baselines/<gpu>.csv   ( 10 s)
 #   calibration   the perf step's workload again on sim:<gpu> (the cost model), and the error per configuration
 #                 and metric, simulated vs real (perf/bench/sim_calibration.py) -> OUTDIR/calibration.csv  ( 20 s)
 #   bench-step    cbbench bench-step --stub-model on CUDA at 64 / 256 running (host time per step, the host-time
@@ -81,11 +81,11 @@ PERF_DIR="$OUT/perf"
 if step perf 160 "${CB[@]}" perf "${GPU_PERF_ARGS[@]}" --result-dir "$PERF_DIR" --quiet; then
   NEW=$(ls -t "$PERF_DIR"/*.csv 2>/dev/null | head -n 1)
   [[ $DRY_RUN == 1 ]] && NEW="$PERF_DIR/<newest>.csv"
-  step baseline 10 "$PY" -c "import shutil, sys; from perf.results.files import read_csv; df = read_csv(sys.argv[1]); \
+  step baseline 10 "$PY" -c "import shutil, sys; from cbbench.perf.results.files import read_csv; df = read_csv(sys.argv[1]); \
 assert len(df), 'empty perf CSV'; shutil.copyfile(sys.argv[1], sys.argv[2]); print(f'wrote {sys.argv[2]}: {len(df)} rows')" \
     "${NEW:-missing.csv}" "$BASELINE"
   SIM_ARGS=("${GPU_PERF_ARGS[@]/#cuda/sim:$GPU}")  # the same workload on the simulated twin of this GPU
-  step calibration 20 "$PY" -m perf.bench.sim_calibration "${NEW:-missing.csv}" "$OUT" "${SIM_ARGS[@]}"
+  step calibration 20 "$PY" -m cbbench.perf.bench.sim_calibration "${NEW:-missing.csv}" "$OUT" "${SIM_ARGS[@]}"
 fi
 
 step bench-step 30 "${CB[@]}" bench-step --stub-model --device cuda --running 64,256 --iters 100

@@ -10,7 +10,7 @@
 #   4. if every dependency imports, `pip install --no-deps --no-build-isolation -e .`; if that fails (no pip,
 #      no setuptools), put the repo on the path through a small `cbbench` shim folder instead;
 #   5. otherwise stop with ONE line naming the missing packages.
-# Exposes: PY (the python to use), CB (array: the cbbench CLI as `$PY -m perf.cli`), TORCH_VERSION,
+# Exposes: PY (the python to use), CB (array: the cbbench CLI as `$PY -m cbbench.perf.cli`), TORCH_VERSION,
 # gpu_slug, GPU_PERF_ARGS.
 
 # One place for the GPU workload: results/baselines/<gpu>.csv must be made with exactly these arguments, or
@@ -51,7 +51,7 @@ try:
 except Exception:
     cuda, version = 0, "-"
 ref = spec("refengine")
-ok = ref is not None and ref.origin and spec("perf") is not None
+ok = ref is not None and ref.origin and spec("cbbench.perf.cli") is not None
 repo = os.path.dirname(os.path.dirname(ref.origin)) if ok else "-"
 print(cuda, version, repo, *missing)
 EOF
@@ -95,9 +95,13 @@ _inherit_site() {  # BASE NEWVENV_PYTHON: a venv made from a venv's python (the 
   echo "$dirs" > "$purelib/_cbbench_base_site.pth"
 }
 
-_make_shim() {  # the package layout of pyproject.toml, without pip: each top-level folder is its import name, so
-  # the checkout itself on PYTHONPATH is the whole layout (SHIM is kept for callers that pass one)
-  export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
+_make_shim() {  # SHIM: cbbench without pip. setup.py installs kernels/, perf/ and workloads/ as cbbench.kernels,
+  # cbbench.perf and cbbench.workloads: SHIM/cbbench/<folder> links spell those names; refengine is the checkout's own
+  local shim=$1 folder
+  rm -rf "$shim"
+  mkdir -p "$shim/cbbench"
+  for folder in kernels perf workloads; do ln -s "$PWD/$folder" "$shim/cbbench/$folder"; done
+  export PYTHONPATH="$shim:$PWD${PYTHONPATH:+:$PYTHONPATH}"
 }
 
 setup_gpu_env() {  # VENV [dry_run]: sets PY and CB, or prints one line and returns 2. A dry run accepts a torch
@@ -118,12 +122,12 @@ setup_gpu_env() {  # VENV [dry_run]: sets PY and CB, or prints one line and retu
   # (GPU_ENV_FRESH=1: set up as on a fresh box even so; the tests use it)
   if [[ "${GPU_ENV_FRESH:-0}" != 1 && -z "$(echo "$probe" | cut -d' ' -f4-)" \
         && "$(echo "$probe" | cut -d' ' -f3)" == "$PWD" ]]; then
-    CB=("$PY" -m perf.cli); return 0  # already set up, from this checkout
+    CB=("$PY" -m cbbench.perf.cli); return 0  # already set up, from this checkout
   fi
   if [[ "$dry" == 1 ]]; then
     echo "setup: would make $venv (--system-site-packages on $base), install missing wheels from" \
          "${WHEELHOUSE:-ci/wheels}, then pip install --no-deps -e . (missing now: $(_dist_of $(echo "$probe" | cut -d' ' -f4-)))"
-    CB=("$venv/bin/python" -m perf.cli); PY=$venv/bin/python; return 0
+    CB=("$venv/bin/python" -m cbbench.perf.cli); PY=$venv/bin/python; return 0
   fi
   if [[ "$base" != "$venv/bin/python" ]]; then
     if "$base" -m venv --system-site-packages "$venv" >/dev/null 2>&1 && [[ -x "$venv/bin/python" ]]; then
@@ -152,5 +156,5 @@ setup_gpu_env() {  # VENV [dry_run]: sets PY and CB, or prints one line and retu
     echo "gpu_env: cbbench does not import with $PY even through the shim (PYTHONPATH=$PYTHONPATH)" >&2
     return 2
   fi
-  CB=("$PY" -m perf.cli)
+  CB=("$PY" -m cbbench.perf.cli)
 }

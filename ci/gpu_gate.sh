@@ -54,7 +54,7 @@ if [[ ! -f "$BASELINE" ]]; then
 fi
 
 if [[ "${SKIP_SETUP:-0}" == 1 ]]; then
-  PY=${PYTHON:-python3}; CB=("$PY" -m perf.cli)
+  PY=${PYTHON:-python3}; CB=("$PY" -m cbbench.perf.cli)
 else
   setup_gpu_env "$VENV" "$DRY_RUN" || exit 2
 fi

@@ -16,6 +16,6 @@ step() {
 }
 step "$VENV/bin/ruff" check .
 step "$VENV/bin/ruff" format --check .
-step "$VENV/bin/mypy"
+step bash ci/typecheck.sh "$VENV"
 step "$VENV/bin/python" ci/shape_check.py
 exit "$rc"

@@ -93,7 +93,7 @@ def make_fixtures(folder: Path) -> dict[str, Path]:
     folder.mkdir(parents=True, exist_ok=True)
     csv = folder / "sweep.csv"
     if not csv.exists():
-        cmd = [sys.executable, "-m", "perf.cli", *shlex.split(FIXTURE_RUN), "--output", str(csv)]
+        cmd = [sys.executable, "-m", "cbbench.perf.cli", *shlex.split(FIXTURE_RUN), "--output", str(csv)]
         done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=CHECK_TIMEOUT_S)
         if done.returncode != 0:
             raise RuntimeError(f"the fixture run failed: {(done.stderr or done.stdout).strip()[-500:]}")
@@ -136,7 +136,7 @@ def _parses(args: list[str]) -> tuple[bool, str]:
     """Whether a cbbench command line parses (its command's own options and types), without running it."""
     import typer.main
 
-    from perf.cli import app
+    from cbbench.perf.cli import app
 
     group = typer.main.get_command(app)
     try:
@@ -152,7 +152,7 @@ def _parses(args: list[str]) -> tuple[bool, str]:
 def check_one(ex: Example, fixtures: dict[str, Path], scratch: Path) -> tuple[bool, str]:
     """What --check does with one example: (passed, what happened)."""
     args = cbbench_args(ex)
-    cli = [sys.executable, "-m", "perf.cli"]
+    cli = [sys.executable, "-m", "cbbench.perf.cli"]
     if args is not None:
         if not args or "--help" in args:
             return _run([*cli, *args])
@@ -187,7 +187,7 @@ def _serve(args: list[str], log: Path) -> subprocess.Popen[bytes]:
     host = args[args.index("--host") + 1] if "--host" in args else "127.0.0.1"
     port = args[args.index("--port") + 1] if "--port" in args else "8000"
     proc = subprocess.Popen(
-        [sys.executable, "-m", "perf.cli", *args], cwd=ROOT, stdout=log.open("w"), stderr=subprocess.STDOUT
+        [sys.executable, "-m", "cbbench.perf.cli", *args], cwd=ROOT, stdout=log.open("w"), stderr=subprocess.STDOUT
     )
     deadline = time.monotonic() + SERVER_START_S
     while time.monotonic() < deadline and proc.poll() is None:

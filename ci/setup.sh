@@ -14,11 +14,4 @@ else
 fi
 # ray: the Ray executor's tests run in CI too (perf/tests/test_grid_rows.py); about 25 s and 250 MB more
 "${pip[@]}" -e ".[test,ray]"
-# a distribution of another project named `kernels` (Hugging Face's, which transformers >= 5.25 requires) would
-# shadow kernels/: say so here, in one line, rather than in every test that builds an engine
-if "$venv/bin/python" -c 'import importlib.metadata as m; m.distribution("kernels")' 2>/dev/null; then
-  by=$("$venv/bin/python" -m pip show kernels 2>/dev/null | sed -n 's/^Required-by: //p')
-  echo "setup: another project's 'kernels' distribution is installed (required by: ${by:-nothing}); it shadows cbbench's kernels/: uninstall it" >&2
-  exit 1
-fi
 echo "cbbench installed in $venv ($("$venv/bin/python" -c 'import torch; print("torch", torch.__version__)'))"

@@ -8,7 +8,7 @@ not an argument; its strides are fixed by the model's K/V layout and the cache's
 num_seqs and block-table stride, nothing needs `do_not_specialize`. The one per-step pointer, slot_mapping, may be
 a view into a packed input buffer whose offset changes with the step's size: Triton would compile a second variant
 the first time it is not 16-byte aligned, so it is `do_not_specialize_on_alignment` (a scalar load per program:
-the hint buys nothing). A run then compiles one variant per layout, which `kernels.warmup` does up front.
+the hint buys nothing). A run then compiles one variant per layout, which `cbbench.kernels.warmup` does up front.
 """
 
 from __future__ import annotations

@@ -27,8 +27,8 @@ from dataclasses import dataclass
 import torch
 import triton
 
-from kernels.reshape_and_cache import _check, check_launchable, is_interpreted
-from kernels.unified_attention_kernels import _reduce_segments_kernel, _unified_attention_kernel
+from cbbench.kernels.reshape_and_cache import _check, check_launchable, is_interpreted
+from cbbench.kernels.unified_attention_kernels import _reduce_segments_kernel, _unified_attention_kernel
 
 LOG2E = 1.4426950408889634  # the kernel works in base 2: exp(x * scale) == exp2(x * scale * log2(e))
 

@@ -18,8 +18,8 @@ from dataclasses import dataclass
 
 import torch
 
-from kernels.reshape_and_cache import reshape_and_cache
-from kernels.unified_attention import plan_unified_attention, unified_attention
+from cbbench.kernels.reshape_and_cache import reshape_and_cache
+from cbbench.kernels.unified_attention import plan_unified_attention, unified_attention
 
 _WARMUP_BLOCKS = 4  # cache blocks of the tiny warm-up batch: enough for a prefill chunk and a short decode
 

@@ -47,7 +47,7 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from perf.records import REQUEST_KEYS, RequestRecord, StepRecord, as_request_record, as_step_record
+from cbbench.perf.records import REQUEST_KEYS, RequestRecord, StepRecord, as_request_record, as_step_record
 
 DEFAULT_PERCENTILES = (50.0, 90.0, 99.0)
 LATENCY_METRICS = ("ttft", "tpot", "itl", "e2el", "queue")

@@ -12,13 +12,13 @@ from typing import Any
 
 from rich.console import Console
 
-from perf.errors import NoResultError
-from perf.plan.build import build_plan
-from perf.plan.options import DEFAULT_CPU_THREADS, PerfOptions
-from perf.plan.spec import RunPlan, RunSpec
-from perf.results.environment import environment_info
-from perf.results.schema import make_row
-from perf.results.writer import ResultWriter
+from cbbench.perf.errors import NoResultError
+from cbbench.perf.plan.build import build_plan
+from cbbench.perf.plan.options import DEFAULT_CPU_THREADS, PerfOptions
+from cbbench.perf.plan.spec import RunPlan, RunSpec
+from cbbench.perf.results.environment import environment_info
+from cbbench.perf.results.schema import make_row
+from cbbench.perf.results.writer import ResultWriter
 
 
 def run_perf(o: PerfOptions, console: Console) -> list[dict[str, Any]]:
@@ -28,7 +28,7 @@ def run_perf(o: PerfOptions, console: Console) -> list[dict[str, Any]]:
 
 def show_plan(o: PerfOptions, console: Console) -> None:
     """`cbbench perf --dry-run`: the validated plan, one line per run, and the executor; nothing runs."""
-    from perf.grid.executor import parse_executor, resolve_executor
+    from cbbench.perf.grid.executor import parse_executor, resolve_executor
 
     plan = build_plan(o)
     head, _, runs = plan.describe().partition("\n")
@@ -40,10 +40,10 @@ def show_plan(o: PerfOptions, console: Console) -> None:
 def run_plan(plan: RunPlan, console: Console, *, table: bool = True) -> list[dict[str, Any]]:
     """Run every spec not already in the output (`--resume`) on the plan's executor (perf/grid/), write each result
     as it finishes, put the files in plan order, print the table (unless `table` is False: `cbbench plan`)."""
-    from perf.grid.executor import parse_executor, resolve_executor
-    from perf.grid.order import plan_positions, put_in_plan_order, row_position
-    from perf.grid.run import Grid
-    from perf.report.show import labels_of_rows, render
+    from cbbench.perf.grid.executor import parse_executor, resolve_executor
+    from cbbench.perf.grid.order import plan_positions, put_in_plan_order, row_position
+    from cbbench.perf.grid.run import Grid
+    from cbbench.perf.report.show import labels_of_rows, render
 
     _set_threads(plan)
     writer = ResultWriter(

@@ -2,7 +2,7 @@
 
 The metadata is built by the model runner once per step and passed down explicitly (no global forward context).
 Backends share one signature, so that `torch` (the CPU path) and `triton` (kernels, the GPU path; also runs
-under TRITON_INTERPRET=1) are interchangeable. The `torch` backend is the oracle of kernels.reference for
+under TRITON_INTERPRET=1) are interchangeable. The `torch` backend is the oracle of cbbench.kernels.reference for
 prefill chunks and its own chunked decode attention (`decode_attention_cpu`) for the decodes; the oracle stays the
 single source of truth that both backends are tested against.
 """
@@ -15,16 +15,8 @@ from dataclasses import dataclass
 
 import torch
 
-import kernels
-
-if not getattr(kernels, "CBBENCH_KERNELS", False):  # another distribution's `kernels` (Hugging Face's) shadows ours
-    raise ImportError(
-        f"the `kernels` package found at {getattr(kernels, '__file__', None) or list(kernels.__path__)} is not "
-        "cbbench's kernels/ folder: another package of that name shadows it; uninstall it (pip uninstall kernels)"
-        " or use a separate environment"
-    )
-from kernels.reference import prefill_attention_ref, reshape_and_cache_ref  # noqa: E402
-from refengine.config import ATTENTION_BACKENDS  # noqa: E402
+from cbbench.kernels.reference import prefill_attention_ref, reshape_and_cache_ref
+from refengine.config import ATTENTION_BACKENDS
 
 # Keys per chunk of the CPU decode attention: the chunk's gathered K and V (at 64 decodes, 2 KV heads x 64 dims:
 # 64 x 64 x 512 B = 2 MB each) stay in cache between the gather and the attention that reads them, so the KV
@@ -183,8 +175,8 @@ def get_attention_backend(name: str) -> AttentionBackend:
     if name == "torch":
         return AttentionBackend("torch", reshape_and_cache_ref, unified_attention_cpu, takes_host_lens=True)
     if name == "triton":
-        from kernels.reshape_and_cache import reshape_and_cache
-        from kernels.unified_attention import unified_attention
+        from cbbench.kernels.reshape_and_cache import reshape_and_cache
+        from cbbench.kernels.unified_attention import unified_attention
 
         return AttentionBackend("triton", reshape_and_cache, unified_attention)
     raise ValueError(f"attention_backend must be one of {ATTENTION_BACKENDS}, got {name!r}")

@@ -187,7 +187,7 @@ def warm_up_attention(parts: EngineParts, block_size: int, max_model_len: int) -
     device, dtype, _, backend, mc, _ = parts
     if backend != "triton" or device.type != "cuda":
         return
-    from kernels.warmup import warmup_attention_kernels
+    from cbbench.kernels.warmup import warmup_attention_kernels
 
     warmup_attention_kernels(
         mc.num_attention_heads, mc.num_key_value_heads, mc.head_dim, block_size, dtype, max_model_len, device

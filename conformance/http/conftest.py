@@ -23,7 +23,7 @@ def cbbench_command() -> list[str]:
     if exe.is_file():
         return [str(exe)]
     found = shutil.which("cbbench")
-    return [found] if found else [sys.executable, "-c", "from perf.cli import app; app()"]
+    return [found] if found else [sys.executable, "-c", "from cbbench.perf.cli import app; app()"]
 
 
 @pytest.fixture(scope="session")

@@ -21,10 +21,10 @@ from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 import numpy as np
 
-from perf.records import RequestRecord, StepRecord
+from cbbench.perf.records import RequestRecord, StepRecord
 
 if TYPE_CHECKING:
-    from perf.plan.spec import RunSettings, RunSpec
+    from cbbench.perf.plan.spec import RunSettings, RunSpec
 
 # Synthetic warm-up prompts: short, and drawn far from the workloads' token ids so they never seed the prefix cache
 WARMUP_PROMPT_LEN = 16
@@ -58,8 +58,8 @@ class RunResult:
     error: str | None = None
 
     def metrics(self, *, metric_percentiles: Sequence[float], goodput: Mapping[str, float] | None) -> dict[str, Any]:
-        from perf.backends.conversations import conversation_metrics
-        from perf.metrics import compute_metrics
+        from cbbench.perf.backends.conversations import conversation_metrics
+        from cbbench.perf.metrics import compute_metrics
 
         m = compute_metrics(
             self.records,
@@ -117,7 +117,7 @@ class Backend:
 
     def notes(self, key: tuple[str, str, str], result: RunResult) -> list[str]:
         """Lines printed under the table about this run (failed requests, a multi-turn run's turn metrics, ...)."""
-        from perf.backends.conversations import conversation_metrics, conversation_note
+        from cbbench.perf.backends.conversations import conversation_metrics, conversation_note
 
         return conversation_note(f"{key[0]} {key[1]} {key[2]}".strip(), conversation_metrics(result.records))
 

@@ -21,8 +21,8 @@ from collections.abc import Sequence
 from multiprocessing.connection import Connection
 from typing import Any
 
-from perf.backends.http_client import HttpTarget, make_session, replay
-from perf.records import RequestRecord
+from cbbench.perf.backends.http_client import HttpTarget, make_session, replay
+from cbbench.perf.records import RequestRecord
 
 # between the start signal and t0: long enough for every worker to read it (a pipe read, well under 1 ms on an
 # idle machine; far more on a loaded one), short enough not to count

@@ -22,7 +22,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from perf.records import RequestRecord
+from cbbench.perf.records import RequestRecord
 
 CONVERSATION_KEYS = ("conversation_id", "turn")
 _NOT_DONE = ("error", "abort")  # turns left out of the turn metrics (no TTFT to speak of)

@@ -21,14 +21,14 @@ import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from perf.backends.base import Backend, ProgressFn, RunResult, warmup_prompts
-from perf.records import PEER_STEP_KEYS, REQUEST_KEYS, RequestRecord, StepRecord
+from cbbench.perf.backends.base import Backend, ProgressFn, RunResult, warmup_prompts
+from cbbench.perf.records import PEER_STEP_KEYS, REQUEST_KEYS, RequestRecord, StepRecord
 
 if TYPE_CHECKING:
     import torch
     from transformers import PreTrainedModel
 
-    from perf.plan.spec import RunSpec
+    from cbbench.perf.plan.spec import RunSpec
 
 _MOVED_TO_HF_CB = ("run_hf_cb", "HfCbBackend", "HF_CB_PAGE_SIZE", "HF_CB_TIMEOUT_S")
 
@@ -111,7 +111,7 @@ MULTI_TURN_REFUSED = "multi-turn workloads run on refengine and the HTTP backend
 def run_hf_static_sim(workload: Any, model: str, *, device: str, dtype: str | None, max_num_seqs: int) -> RunResult:
     """hf-static on a simulated GPU: the same batching on the engine's cost model (perf/sim/hf_static.py),
     times in simulated seconds from 0, as the simulated engine's."""
-    from perf.sim.hf_static import simulate_hf_static_on, workload_requests
+    from cbbench.perf.sim.hf_static import simulate_hf_static_on, workload_requests
 
     res = RunResult("hf-static", "static", {"max_num_seqs": max_num_seqs}, max_num_seqs=max_num_seqs)
     sim = simulate_hf_static_on(device, model, workload_requests(workload), max_num_seqs, dtype or "bfloat16")
@@ -222,9 +222,9 @@ class HfStaticBackend(Backend):
 
 
 def __getattr__(name: str) -> Any:
-    """hf-cb's names, where they were before hf_cb.py held them (`from perf.backends.hf import run_hf_cb`)."""
+    """hf-cb's names, where they were before hf_cb.py held them (`from cbbench.perf.backends.hf import run_hf_cb`)."""
     if name in _MOVED_TO_HF_CB:
-        from perf.backends import hf_cb
+        from cbbench.perf.backends import hf_cb
 
         return getattr(hf_cb, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -15,11 +15,11 @@ import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from perf.backends.base import Backend, ProgressFn, RunResult, warmup_prompts
-from perf.backends.hf import MULTI_TURN_REFUSED, _record, hf_model
+from cbbench.perf.backends.base import Backend, ProgressFn, RunResult, warmup_prompts
+from cbbench.perf.backends.hf import MULTI_TURN_REFUSED, _record, hf_model
 
 if TYPE_CHECKING:
-    from perf.plan.spec import RunSpec
+    from cbbench.perf.plan.spec import RunSpec
 
 HF_CB_PAGE_SIZE = 16  # tokens per page; refengine's default block size, so the cache granularity is alike
 HF_CB_TIMEOUT_S = 600.0  # no result for this long: the generation thread is taken as hung

@@ -36,7 +36,7 @@ from typing import Any
 
 import aiohttp
 
-from perf.records import HTTP_ERROR_KEYS, HTTP_REQUEST_KEYS, RequestRecord
+from cbbench.perf.records import HTTP_ERROR_KEYS, HTTP_REQUEST_KEYS, RequestRecord
 
 ENDPOINTS = {
     "openai": "/v1/completions",

@@ -14,13 +14,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from perf.backends.base import WARMUP_OUTPUT_LEN, ProgressFn, RunResult, warmup_prompts
-from perf.backends.client_workers import check_client_workers, replay_sharded
-from perf.backends.http_client import HttpTarget, make_session, replay, run_duration
-from perf.backends.http_turns import replay_turns
-from perf.backends.server_metrics import ServerMetrics, scrape
-from perf.backends.sim_time import SimClock, time_note
-from perf.records import RequestRecord
+from cbbench.perf.backends.base import WARMUP_OUTPUT_LEN, ProgressFn, RunResult, warmup_prompts
+from cbbench.perf.backends.client_workers import check_client_workers, replay_sharded
+from cbbench.perf.backends.http_client import HttpTarget, make_session, replay, run_duration
+from cbbench.perf.backends.http_turns import replay_turns
+from cbbench.perf.backends.server_metrics import ServerMetrics, scrape
+from cbbench.perf.backends.sim_time import SimClock, time_note
+from cbbench.perf.records import RequestRecord
 
 # text warm-up prompts for a tokenizer smaller than the warm-up's id range use ids from here up (past the specials)
 WARMUP_VOCAB_FLOOR = 16
@@ -122,7 +122,7 @@ async def _warm_up(
     target: HttpTarget, session: Any, tokenizer: Any, warmup: int, seed: int, max_concurrency: int | None, send: Any
 ) -> str | None:
     """Send the warm-up requests; the run's error when every one of them failed, else None."""
-    from perf.plan.load import known_vocab_size
+    from cbbench.perf.plan.load import known_vocab_size
 
     wp = warmup_prompts(warmup, seed, known_vocab_size(target.model))  # folded when the served model is known here
     if target.prompt_format == "text":  # ids within a small vocabulary, so that no prompt decodes to ""

@@ -17,9 +17,9 @@ from typing import Any
 
 import aiohttp
 
-from perf.backends.conversations import TurnFeeder, tag_record
-from perf.backends.http_client import HttpTarget, error_record, stream_request
-from perf.records import RequestRecord
+from cbbench.perf.backends.conversations import TurnFeeder, tag_record
+from cbbench.perf.backends.http_client import HttpTarget, error_record, stream_request
+from cbbench.perf.records import RequestRecord
 
 
 def _prompt(target: HttpTarget, feeder: TurnFeeder, i: int, text_of: Callable[[Any], str]) -> Any:

@@ -21,13 +21,13 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from perf.backends.base import WARMUP_OUTPUT_LEN, Backend, ProgressFn, RunResult, warmup_prompts
-from perf.backends.conversations import TurnFeeder, tag_record
-from perf.knobs import engine_knobs, knob_names
-from perf.records import ENGINE_REQUEST_KEYS, ENGINE_STEP_KEYS, RequestRecord, StepRecord
+from cbbench.perf.backends.base import WARMUP_OUTPUT_LEN, Backend, ProgressFn, RunResult, warmup_prompts
+from cbbench.perf.backends.conversations import TurnFeeder, tag_record
+from cbbench.perf.knobs import engine_knobs, knob_names
+from cbbench.perf.records import ENGINE_REQUEST_KEYS, ENGINE_STEP_KEYS, RequestRecord, StepRecord
 
 if TYPE_CHECKING:
-    from perf.plan.spec import RunSpec
+    from cbbench.perf.plan.spec import RunSpec
 
 # the knobs a configuration may set (batching is a run's own column); generated from the config fields
 SWEEP_KNOBS = knob_names(exclude=("batching",))

@@ -10,14 +10,14 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from perf.backends.base import Backend, ProgressFn, RunResult
-from perf.backends.client_workers import check_client_workers
-from perf.backends.http_client import HttpTarget
-from perf.backends.http_run import run_http
-from perf.records import RequestRecord
+from cbbench.perf.backends.base import Backend, ProgressFn, RunResult
+from cbbench.perf.backends.client_workers import check_client_workers
+from cbbench.perf.backends.http_client import HttpTarget
+from cbbench.perf.backends.http_run import run_http
+from cbbench.perf.records import RequestRecord
 
 if TYPE_CHECKING:
-    from perf.plan.spec import RunSettings, RunSpec
+    from cbbench.perf.plan.spec import RunSettings, RunSpec
 
 
 def http_target(

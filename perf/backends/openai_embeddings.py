@@ -17,10 +17,10 @@ from typing import Any
 
 import aiohttp
 
-from perf.backends.base import Backend
-from perf.backends.http_client import HttpTarget, _headers, error_record
-from perf.backends.openai import HttpBackend
-from perf.records import HTTP_ERROR_KEYS, RequestRecord
+from cbbench.perf.backends.base import Backend
+from cbbench.perf.backends.http_client import HttpTarget, _headers, error_record
+from cbbench.perf.backends.openai import HttpBackend
+from cbbench.perf.records import HTTP_ERROR_KEYS, RequestRecord
 
 EMBEDDING_KEYS = tuple(k for k in HTTP_ERROR_KEYS if k not in ("chunk_times",))
 

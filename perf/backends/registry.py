@@ -2,7 +2,7 @@
 
 Each module's import is cheap (torch models, transformers and aiohttp load inside `run`)."""
 
-from perf.backends import hf, hf_cb, in_process, openai, openai_embeddings  # noqa: F401 - imported to register
-from perf.backends.base import Backend
+from cbbench.perf.backends import hf, hf_cb, in_process, openai, openai_embeddings  # noqa: F401 - imported to register
+from cbbench.perf.backends.base import Backend
 
 __all__ = ["Backend"]

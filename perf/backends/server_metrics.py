@@ -35,7 +35,7 @@ from typing import Any
 
 import aiohttp
 
-from perf.backends.sim_time import CLOCK, SCALE, WALL
+from cbbench.perf.backends.sim_time import CLOCK, SCALE, WALL
 
 SAMPLE_PERIOD_S = 0.5
 FIRST_SAMPLE_S = 0.05  # the period until the server is seen at work, so that even a short run has samples of it

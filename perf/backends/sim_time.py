@@ -20,7 +20,7 @@ import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from perf.records import RequestRecord
+from cbbench.perf.records import RequestRecord
 
 CLOCK, WALL, SCALE = "cbbench:sim_clock_seconds", "cbbench:sim_wall_clock_seconds", "cbbench:sim_time_scale"
 # Two samples of the same scale whose points do not lie on one line of that slope, by more than this many

@@ -1,7 +1,7 @@
 """Wall time of the commands a user runs most and that need no engine: `cbbench --help`, `compare A B`, `show A`,
 `plot --help` and `report --help`.
 
-    python -m perf.bench.cli_startup [--repeats 7] [--target-s 1.0]
+    python -m cbbench.perf.bench.cli_startup [--repeats 7] [--target-s 1.0]
 
 Each repeat starts the venv's `cbbench` script in a fresh process (what a user's shell does); the commands
 alternate, so a slow patch of a shared machine hits all of them. Prints, per command, the median wall time with its
@@ -30,8 +30,8 @@ COMMAND_TIMEOUT_S = 120  # a cold start on a loaded machine is slow, never this 
 
 def write_csvs(folder: Path) -> tuple[Path, Path]:
     """Two results CSVs of the same configurations, the second 1% faster (within every default tolerance)."""
-    from perf.results.files import write_csv
-    from perf.results.schema import make_row
+    from cbbench.perf.results.files import write_csv
+    from cbbench.perf.results.schema import make_row
 
     knobs = {"max_num_seqs": 8, "max_num_batched_tokens": 512, "block_size": 16, "dtype": "float32"}
 

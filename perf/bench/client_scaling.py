@@ -1,7 +1,7 @@
 """How far the HTTP client scales: TTFT / ITL error against a fake server's known inter-token delay, per
 concurrency and client worker count, and the request rate and streamed tokens/s each sustained.
 
-    python -m perf.bench.client_scaling [--concurrency 1,64,256,1024,4096] [--workers 1,2]
+    python -m cbbench.perf.bench.client_scaling [--concurrency 1,64,256,1024,4096] [--workers 1,2]
                                                 [--token-delay-ms 20] [--output-len 6] [--run-timeout-s 120]
 
 The fake server (backends/fake_openai_server.py) runs in its own process and sends token k after (k + 1) x delay,
@@ -23,7 +23,7 @@ ERROR_LIMIT_MS = 1.0  # the client is "sustaining" a load while its median TTFT 
 
 
 def _serve(delay_s: float, port_q: Any, stop: Any) -> None:
-    from perf.backends.fake_openai_server import FakeOpenAIServer
+    from cbbench.perf.backends.fake_openai_server import FakeOpenAIServer
 
     with FakeOpenAIServer(token_delay_s=delay_s, with_metrics=False) as s:
         port_q.put(s.port)
@@ -33,10 +33,10 @@ def _serve(delay_s: float, port_q: Any, stop: Any) -> None:
 def measure(
     base_url: str, concurrency: int, workers: int, output_len: int, delay_s: float, timeout_s: float
 ) -> dict[str, float]:
-    from perf.backends.http_client import HttpTarget
-    from perf.backends.http_run import run_http
-    from perf.metrics import request_latencies
-    from workloads.base import Workload, WorkloadRequest
+    from cbbench.perf.backends.http_client import HttpTarget
+    from cbbench.perf.backends.http_run import run_http
+    from cbbench.perf.metrics import request_latencies
+    from cbbench.workloads.base import Workload, WorkloadRequest
 
     wl = Workload(
         "manual", {"num_prompts": concurrency}, [WorkloadRequest([1, 2, 3, 4], output_len) for _ in range(concurrency)]

@@ -45,7 +45,7 @@ def _floor_logits_buffer(m: int, vocab: int) -> torch.Tensor:
 def step_vs_floor(num_running: int, iters: int = 20, warmup: int = 3, model: str = "tiny-qwen2") -> dict[str, float]:
     """Median CPU ms of a real decode step at `num_running` (bench_step's engine: short prompts, greedy) and of its
     GEMM floor, measured alternately in this thread, and the ratio of the medians."""
-    from perf.bench.step_engine import make_decoding_engine
+    from cbbench.perf.bench.step_engine import make_decoding_engine
     from refengine.model import CausalLM
 
     engine, _ = make_decoding_engine(num_running, iters + warmup, model=model, stub=False)

@@ -1,7 +1,7 @@
 """The server's overhead over in-process generation: output throughput of `cbbench perf --backend openai` against
 `cbbench serve` divided by that of the in-process engine, same workload, same knobs, same concurrency, in one run.
 
-    python -m perf.bench.http_overhead [--concurrency 16] [--num-prompts 64] [--input-len 64] [--output-len 64]
+    python -m cbbench.perf.bench.http_overhead [--concurrency 16] [--num-prompts 64] [--input-len 64] [--output-len 64]
                                          [--repeats 3] [--model tiny-qwen2] [--device cpu] [--profile OUT.prof]
 
 One `cbbench serve` subprocess (max_num_seqs = the concurrency, one torch thread on the CPU) serves every HTTP run;
@@ -41,7 +41,7 @@ def start_server(model: str, device: str, knobs: dict[str, Any], threads: int) -
     cmd = [
         sys.executable,
         "-c",
-        "from perf.cli import app; app()",
+        "from cbbench.perf.cli import app; app()",
         "serve",
         "--model",
         model,
@@ -98,7 +98,7 @@ def _warm_up(a: argparse.Namespace, short: Any, knobs: dict[str, Any]) -> float:
     """Not measured: a first short run (first-use costs of this process: imports, allocator, kernels selection;
     the first in-process run here took 2x the CPU of the next), and the engine's construction, which every
     run_refengine repeats: returns its CPU seconds (timed on a second construction, the first pays for first use)."""
-    from perf.backends.in_process import run_refengine
+    from cbbench.perf.backends.in_process import run_refengine
     from refengine import LLMEngine
 
     run_refengine(short, model=a.model, device=a.device, dtype=None, seed=0, batching="continuous", knobs=knobs)
@@ -113,10 +113,10 @@ def main(argv: list[str] | None = None) -> None:
 
     import torch
 
-    from perf.backends.http_client import HttpTarget
-    from perf.backends.http_run import run_http
+    from cbbench.perf.backends.http_client import HttpTarget
+    from cbbench.perf.backends.http_run import run_http
+    from cbbench.workloads.registry import get_workload
     from refengine.presets import load_tokenizer
-    from workloads import get_workload
 
     if a.device == "cpu":
         torch.set_num_threads(a.threads)
@@ -162,7 +162,7 @@ def main(argv: list[str] | None = None) -> None:
 
 def _in_process_run(a: argparse.Namespace, wl: Any, knobs: dict[str, Any], build_cpu: float) -> dict[str, Any]:
     """One in-process run's metrics, with its CPU seconds per 1k output tokens (the engine's build left out)."""
-    from perf.backends.in_process import run_refengine
+    from cbbench.perf.backends.in_process import run_refengine
 
     c0 = time.process_time()
     r = run_refengine(
@@ -182,8 +182,8 @@ def _in_process_run(a: argparse.Namespace, wl: Any, knobs: dict[str, Any], build
 
 def _http_run(a: argparse.Namespace, wl: Any, url: str, server_pid: int, prof: Any) -> dict[str, Any]:
     """One HTTP run's metrics, with the CPU seconds per 1k output tokens of the client and the server together."""
-    from perf.backends.http_client import HttpTarget
-    from perf.backends.http_run import run_http
+    from cbbench.perf.backends.http_client import HttpTarget
+    from cbbench.perf.backends.http_run import run_http
 
     if prof:
         prof.enable()

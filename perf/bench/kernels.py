@@ -1,6 +1,6 @@
 """Attention kernel benchmark: Triton `unified_attention` against the HBM floor and torch SDPA, written to a CSV.
 
-    python -m perf.bench.kernels --out results/kernels.csv [--quick] [--allow-cpu]
+    python -m cbbench.perf.bench.kernels --out results/kernels.csv [--quick] [--allow-cpu]
 
 On a GPU: sweeps decode and mixed (decodes + one prefill chunk) steps at Qwen2.5-7B (28 q / 4 kv heads) and
 Llama-3.1-8B (32 / 8) head shapes, bf16, timed with `triton.testing.do_bench`. Decode attention is memory-bound,
@@ -151,7 +151,7 @@ def run_kernel_bench(out_csv: str, quick: bool = False, allow_cpu: bool = False)
         raise RuntimeError("kernel_bench needs a CUDA GPU (pass allow_cpu / --allow-cpu for an interpreter smoke run)")
     if not on_gpu:
         os.environ.setdefault("TRITON_INTERPRET", "1")  # effective only if kernels is not imported yet
-    from kernels.unified_attention import plan_unified_attention, unified_attention
+    from cbbench.kernels.unified_attention import plan_unified_attention, unified_attention
 
     device = "cuda" if on_gpu else "cpu"
     dtype = torch.bfloat16 if on_gpu else torch.float32

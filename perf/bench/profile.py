@@ -24,12 +24,12 @@ from typing import Any
 
 import torch
 
-from perf.bench.gemm_floor import step_vs_floor
-from perf.bench.phase_clock import PHASES, PhaseClock, hf_cb_targets, module_hooks, patched, refengine_targets
+from cbbench.perf.bench.gemm_floor import step_vs_floor
+from cbbench.perf.bench.phase_clock import PHASES, PhaseClock, hf_cb_targets, module_hooks, patched, refengine_targets
 
 
 def _vocab_size(model: str) -> int:
-    from perf.plan.load import known_vocab_size
+    from cbbench.perf.plan.load import known_vocab_size
 
     vocab = known_vocab_size(model)
     if vocab is None:
@@ -51,8 +51,8 @@ def _ops_profiler(clock: PhaseClock) -> Any:
 
 def _run_engine(engine: str, workload: Any, *, model: str, max_num_seqs: int, seed: int) -> Any:
     """refengine continuous, or transformers' CB, over `workload` on the CPU (no warm-up: the clock skips it)."""
-    from perf.backends.hf import run_hf_cb
-    from perf.backends.in_process import run_refengine
+    from cbbench.perf.backends.hf import run_hf_cb
+    from cbbench.perf.backends.in_process import run_refengine
 
     if engine == "refengine":
         knobs = {"max_num_seqs": max_num_seqs}
@@ -156,8 +156,8 @@ def bench_profile(
 ) -> str:
     """The whole profile (each concurrency: the engines one after the other, then the step-vs-floor check) as
     markdown. Torch threads are the caller's (one for both engines: the generation thread inherits them)."""
-    from perf.plan.load import resolve_tokenizer
-    from workloads import get_workload
+    from cbbench.perf.plan.load import resolve_tokenizer
+    from cbbench.workloads.registry import get_workload
 
     workload = get_workload(
         "sharegpt",

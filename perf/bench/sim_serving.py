@@ -2,7 +2,7 @@
 this host keeps up with) measured by `cbbench perf --backend openai`, against the in-process simulation of the
 same workload.
 
-    python -m perf.bench.sim_serving [--num-prompts N] [--concurrency C] [--time-scale R] [--out DIR]
+    python -m cbbench.perf.bench.sim_serving [--num-prompts N] [--concurrency C] [--time-scale R] [--out DIR]
 
 Both sides run the same ShareGPT prompts (token ids, ignore_eos, each its own output length) at `--max-concurrency
 C`; it prints mean and median TTFT / TPOT of each, the relative error of the served figures (converted by perf
@@ -26,7 +26,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from perf.results.files import read_csv
+from cbbench.perf.results.files import read_csv
 
 MODEL = "llama-3.1-8b"
 DEVICE = "sim:h200"
@@ -59,7 +59,7 @@ def _perf(*args: str) -> None:
     cmd = [
         sys.executable,
         "-m",
-        "perf.cli",
+        "cbbench.perf.cli",
         "perf",
         "--model",
         MODEL,
@@ -75,7 +75,18 @@ def _perf(*args: str) -> None:
 
 def _serve_command(port: int, time_scale: float | None) -> list[str]:
     if time_scale is None:
-        return [sys.executable, "-m", "perf.cli", "serve", "--model", MODEL, "--device", DEVICE, "--port", str(port)]
+        return [
+            sys.executable,
+            "-m",
+            "cbbench.perf.cli",
+            "serve",
+            "--model",
+            MODEL,
+            "--device",
+            DEVICE,
+            "--port",
+            str(port),
+        ]
     code = (
         "from refengine.entrypoints.launch import run_server; "
         f"run_server({{'model': {MODEL!r}, 'device': {DEVICE!r}}}, port={port}, time_scale={time_scale!r})"
@@ -115,7 +126,7 @@ def measure(num_prompts: int, concurrency: int, out: Path, time_scale: float | N
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m perf.bench.sim_serving")
+    ap = argparse.ArgumentParser(prog="python -m cbbench.perf.bench.sim_serving")
     ap.add_argument("--num-prompts", type=int, default=512)
     ap.add_argument("--concurrency", type=int, default=256)
     ap.add_argument("--time-scale", type=float, default=None, help="a fixed served clock (default: adaptive)")

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
 import torch
 
-from perf.bench.step_engine import STUB_VOCAB, StubModel, make_decoding_engine
+from cbbench.perf.bench.step_engine import STUB_VOCAB, StubModel, make_decoding_engine
 
 if TYPE_CHECKING:
     from refengine import LLMEngine

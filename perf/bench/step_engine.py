@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 if TYPE_CHECKING:  # (step.py imports this module: the clock's type only, no import cycle at run time)
-    from perf.bench.step import _DeviceClock
+    from cbbench.perf.bench.step import _DeviceClock
     from refengine import LLMEngine
     from refengine.detokenizer import IncrementalDetokenizer
     from refengine.request import Request

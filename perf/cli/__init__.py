@@ -1,5 +1,5 @@
 """The `cbbench` command line: typer commands only, each a thin call into the package that does the work."""
 
-from perf.cli.main import app
+from cbbench.perf.cli.main import app
 
 __all__ = ["app"]

@@ -1,7 +1,7 @@
-"""`python -m perf.cli`: the `cbbench` command (how ci/ runs it from a checkout)."""
+"""`python -m cbbench.perf.cli`: the `cbbench` command (how ci/ runs it from a checkout)."""
 
 import sys
 
-from perf.cli.main import app
+from cbbench.perf.cli.main import app
 
 sys.exit(app())

@@ -22,8 +22,8 @@ import typer
 from rich.console import Console
 from typer.models import CommandFunctionType
 
-from perf.cli.help_layout import fitted_help
-from perf.cli.wording import flag_wording
+from cbbench.perf.cli.help_layout import fitted_help
+from cbbench.perf.cli.wording import flag_wording
 
 _exc = sys.modules[typer.BadParameter.__module__]
 # typer 0.2x runs on its own copy of click (typer._click): the context of a running command is on that copy's stack

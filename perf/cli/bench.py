@@ -8,8 +8,8 @@ from typing import Annotated, Optional
 import typer
 from rich.console import Console
 
-from perf.cli.app import CliError, Opt, one_line_errors
-from perf.knobs import list_metavar
+from cbbench.perf.cli.app import CliError, Opt, one_line_errors
+from cbbench.perf.knobs import list_metavar
 
 
 @one_line_errors("bench-scheduler")
@@ -20,7 +20,7 @@ def bench_scheduler(
     iters: Annotated[int, Opt(help="timed steps per size")] = 200,
 ) -> None:
     """Microseconds per schedule() + update_from_output() step with N running decodes (model-free)."""
-    from perf.bench.scheduler import bench_step_us
+    from cbbench.perf.bench.scheduler import bench_step_us
 
     sizes = _ints("running", running)
     if not sizes or min(sizes) < 1:
@@ -92,7 +92,7 @@ def bench_step(
     --stub-model the forward costs nothing, so this is the engine's host time."""
     import torch
 
-    from perf.bench.step import bench_engine_step_us, format_breakdown, format_table
+    from cbbench.perf.bench.step import bench_engine_step_us, format_breakdown, format_table
 
     if cpu_threads:
         torch.set_num_threads(cpu_threads)
@@ -151,8 +151,8 @@ def bench_async(
     """Throughput of one workload with async scheduling off and on, same process, and the ratio on / off."""
     import torch
 
-    from perf.bench.async_engine import bench_async as run
-    from perf.bench.async_engine import format_table
+    from cbbench.perf.bench.async_engine import bench_async as run
+    from cbbench.perf.bench.async_engine import format_table
 
     if cpu_threads:
         torch.set_num_threads(cpu_threads)

@@ -12,8 +12,8 @@ from typing import Annotated, Any, Optional
 import typer
 from rich.console import Console
 
-from perf.cli.app import CliError, Opt, err, one_line_errors
-from perf.knobs import engine_knob_options, knob, list_metavar, validate_knobs
+from cbbench.perf.cli.app import CliError, Opt, err, one_line_errors
+from cbbench.perf.knobs import engine_knob_options, knob, list_metavar, validate_knobs
 
 
 @one_line_errors("serve")
@@ -57,7 +57,7 @@ def serve(
     if device == "cpu" and cpu_threads != 0:  # the same default as in-process perf: see DEFAULT_CPU_THREADS
         import torch
 
-        from perf.plan.options import DEFAULT_CPU_THREADS
+        from cbbench.perf.plan.options import DEFAULT_CPU_THREADS
 
         torch.set_num_threads(cpu_threads or DEFAULT_CPU_THREADS)
     run_server(
@@ -86,7 +86,7 @@ def timeline(
     ] = "continuous,sequence,static,none",
 ) -> None:
     """The batching modes' picture from a real run: which request holds which slot at each step, per batching mode."""
-    from perf.report.timeline import run_timeline
+    from cbbench.perf.report.timeline import run_timeline
 
     modes = knob("batching").parse_list(batching)
     path, util = run_timeline(
@@ -118,7 +118,7 @@ def plot(
     ] = None,
 ) -> None:
     """Result CSVs as curves with error bars from repeats: latency against throughput, or against a swept knob."""
-    from perf.report.plot import plot_results
+    from cbbench.perf.report.plot import plot_results
 
     Console(soft_wrap=True).print(
         f"wrote {plot_results(result_csvs, labels=label, kind=kind, knob=knob, out=out)}", markup=False
@@ -131,7 +131,7 @@ def report(
     out: Annotated[Optional[Path], Opt("--out", "-o", help="HTML file or folder (default: beside the JSON)")] = None,
 ) -> None:
     """One self-contained HTML page: results table, TTFT / ITL CDFs, slot timelines, environment."""
-    from perf.report.html import write_report
+    from cbbench.perf.report.html import write_report
 
     Console(soft_wrap=True).print(f"wrote {write_report(run_json, out)}", markup=False)
 
@@ -145,7 +145,7 @@ def show(
     format: Annotated[str, Opt("--format", help="text | markdown | json")] = "text",
 ) -> None:
     """Print the perf table of saved results again: medians over repeats, as the run printed it."""
-    from perf.report.show import render, saved_entries
+    from cbbench.perf.report.show import render, saved_entries
 
     entries, workload = saved_entries(results_csv)
     render(Console(), entries, workload, format)
@@ -190,7 +190,7 @@ def compare(
 
     A regression is a median worse than the baseline's by more than the tolerance AND every new repeat worse
     than every baseline repeat (see perf/results/compare.py)."""
-    from perf.results.compare import main_compare, parse_tolerances
+    from cbbench.perf.results.compare import main_compare, parse_tolerances
 
     tol = parse_tolerances(tolerance or [])
     code = main_compare(
@@ -240,7 +240,7 @@ def kernels(
 ) -> None:
     """Attention kernels against the HBM floor and torch SDPA (needs a CUDA GPU, or --allow-cpu)."""
     try:
-        from perf.bench.kernels import run_kernel_bench
+        from cbbench.perf.bench.kernels import run_kernel_bench
     except ImportError as e:
         raise CliError(f"the kernel bench is not available ({e})") from None
     try:

@@ -17,16 +17,25 @@ from typing import Any, Optional
 import typer
 from rich.console import Console
 
-from perf.cli import perf_params as options
-from perf.cli.app import DEBUG_ENV, LIKE_MAY_SET, CliError, app, command_line, err, explicit_params, one_line_errors
-from perf.cli.bench import bench_async, bench_scheduler, bench_step
-from perf.cli.commands import compare, generate, kernels, plot, report, serve, show, timeline
-from perf.cli.plan_cmd import plan
-from perf.cli.profile import bench_profile
-from perf.cli.sim import sim_app
-from perf.errors import NoResultError
-from perf.knobs import engine_knob_options
-from perf.plan.options import CPU_DEFAULTS, PerfOptions
+from cbbench.perf.cli import perf_params as options
+from cbbench.perf.cli.app import (
+    DEBUG_ENV,
+    LIKE_MAY_SET,
+    CliError,
+    app,
+    command_line,
+    err,
+    explicit_params,
+    one_line_errors,
+)
+from cbbench.perf.cli.bench import bench_async, bench_scheduler, bench_step
+from cbbench.perf.cli.commands import compare, generate, kernels, plot, report, serve, show, timeline
+from cbbench.perf.cli.plan_cmd import plan
+from cbbench.perf.cli.profile import bench_profile
+from cbbench.perf.cli.sim import sim_app
+from cbbench.perf.errors import NoResultError
+from cbbench.perf.knobs import engine_knob_options
+from cbbench.perf.plan.options import CPU_DEFAULTS, PerfOptions
 
 __all__ = ["app", "main", "DEBUG_ENV", "CliError", "run_perf"]
 
@@ -88,7 +97,7 @@ def perf(
     """Replay a workload through every batching mode (and the peers); print the table, write CSV + JSON."""
     opts = _perf_options(ctx, dict(locals()))  # every option by its name
     if dry_run:
-        from perf.sweep import show_plan
+        from cbbench.perf.sweep import show_plan
 
         show_plan(opts, Console(soft_wrap=True))  # a piped line (a result path) is never broken
     else:
@@ -101,7 +110,7 @@ def perf(
 
 def run_perf(opts: PerfOptions, console: Console) -> None:
     """sweep.run_perf, imported on first use: the sweep pulls in pandas and the backends, which --help never needs."""
-    from perf.sweep import run_perf as run
+    from cbbench.perf.sweep import run_perf as run
 
     run(opts, console)
 

@@ -9,9 +9,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated, Optional
 
-from perf.cli.app import Opt
-from perf.knobs import list_metavar
-from perf.plan.options import CPU_DEFAULTS
+from cbbench.perf.cli.app import Opt
+from cbbench.perf.knobs import list_metavar
+from cbbench.perf.plan.options import CPU_DEFAULTS
 
 Workload = Annotated[
     str,

@@ -14,11 +14,11 @@ from typing import Annotated, Any, Optional
 import typer
 from rich.console import Console
 
-from perf.cli import perf_params as options
-from perf.cli.app import CliError, Opt, command_line, err, explicit_params, one_line_errors
-from perf.errors import NoResultError
-from perf.knobs import engine_knob_options
-from perf.plan.options import PerfOptions
+from cbbench.perf.cli import perf_params as options
+from cbbench.perf.cli.app import CliError, Opt, command_line, err, explicit_params, one_line_errors
+from cbbench.perf.errors import NoResultError
+from cbbench.perf.knobs import engine_knob_options
+from cbbench.perf.plan.options import PerfOptions
 
 _SEARCH_HELP = {
     "max_num_seqs": "most requests in a batch; plan default: 64,128,256,512",
@@ -68,8 +68,8 @@ def plan(
     knobs: Optional[dict[str, Any]] = None,
 ) -> None:
     """Capacity planning: search the knobs for the best config per GPU under a TTFT / TPOT p99 SLO; CSV + JSON."""
-    from perf.grid.capacity import run_capacity_plan
-    from perf.grid.frontier import Slo
+    from cbbench.perf.grid.capacity import run_capacity_plan
+    from cbbench.perf.grid.frontier import Slo
 
     params = dict(locals())
     slo = Slo(slo_ttft_p99_ms, slo_tpot_p99_ms)

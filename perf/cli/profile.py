@@ -7,8 +7,8 @@ from typing import Annotated
 
 import typer
 
-from perf.cli.app import CliError, Opt, one_line_errors
-from perf.knobs import list_metavar
+from cbbench.perf.cli.app import CliError, Opt, one_line_errors
+from cbbench.perf.knobs import list_metavar
 
 
 @one_line_errors("bench-profile")
@@ -29,7 +29,7 @@ def bench_profile(
     update, outputs) for refengine and transformers' CB at each concurrency, as markdown; then decode step / floor."""
     import torch
 
-    from perf.bench.profile import bench_profile as run
+    from cbbench.perf.bench.profile import bench_profile as run
 
     try:
         sizes = [int(x) for x in running.split(",") if x.strip()]

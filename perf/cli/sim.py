@@ -9,7 +9,7 @@ from typing import Annotated, Optional
 import typer
 from rich.console import Console
 
-from perf.cli.app import OneLineErrorsTyper, _Group, one_line_errors
+from cbbench.perf.cli.app import OneLineErrorsTyper, _Group, one_line_errors
 
 sim_app = OneLineErrorsTyper(
     cls=_Group, help="Simulated GPUs: validate the simulator against measured vLLM serving runs.", no_args_is_help=True
@@ -44,7 +44,7 @@ def validate(
 ) -> None:
     """Replay every measured serving run (perf/sim/data/measured_runs.csv) through `cbbench perf --device
     sim:<gpu>`; print the median errors of TTFT, TPOT and throughput, beside the peer simulators'."""
-    from perf.sim.run_validation import run_validation
+    from cbbench.perf.sim.run_validation import run_validation
 
     run_validation(
         where=where,

@@ -1,6 +1,6 @@
 """How the command line words what the API says: an API error names the field (`max_num_seqs must be ...`); a
 `cbbench` command names the flag the user typed (`--max-num-seqs must be ...`). The API's ValueErrors keep the
-field's name; `perf.cli.app.one_line_errors` rewords them on their way to stderr.
+field's name; `cbbench.perf.cli.app.one_line_errors` rewords them on their way to stderr.
 """
 
 from __future__ import annotations

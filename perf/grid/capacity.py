@@ -17,9 +17,9 @@ from typing import Any
 
 from rich.console import Console
 
-from perf.grid.frontier import FRONTIER_LATENCY, Candidate, Slo, best_per_gpu, candidates, pareto
-from perf.knobs import knob
-from perf.plan.options import DEFAULT_MODEL, SIM_MODEL, PerfOptions
+from cbbench.perf.grid.frontier import FRONTIER_LATENCY, Candidate, Slo, best_per_gpu, candidates, pareto
+from cbbench.perf.knobs import knob
+from cbbench.perf.plan.options import DEFAULT_MODEL, SIM_MODEL, PerfOptions
 
 # vLLM-scale defaults: its own max_num_seqs (256) and token budgets (2048 online, 8192 / 16384 offline) bracketed
 DEFAULT_SEARCH = {"max_num_seqs": "64,128,256,512", "max_num_batched_tokens": "2048,8192,16384"}
@@ -92,9 +92,9 @@ def plan_options(o: PerfOptions, slo: Slo, given: set[str]) -> tuple[PerfOptions
 
 def run_capacity_plan(o: PerfOptions, slo: Slo, given: set[str], console: Console, *, dry_run: bool = False) -> None:
     """The whole `cbbench plan`: search, write, summarise (NoResultError after the summary when a run failed)."""
-    from perf.errors import NoResultError
-    from perf.plan.build import build_plan
-    from perf.sweep import run_plan, show_plan
+    from cbbench.perf.errors import NoResultError
+    from cbbench.perf.plan.build import build_plan
+    from cbbench.perf.sweep import run_plan, show_plan
 
     o, notes = plan_options(o, slo, given)
     if dry_run:

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from perf.plan.spec import RunPlan
+    from cbbench.perf.plan.spec import RunPlan
 
 KINDS = ("serial", "pool", "ray")
 RAY_MISSING = "--executor ray needs Ray: pip install 'cbbench[ray]'"

@@ -14,8 +14,8 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from perf.plan.spec import RunPlan
-    from perf.results.writer import ResultWriter
+    from cbbench.perf.plan.spec import RunPlan
+    from cbbench.perf.results.writer import ResultWriter
 
 # The CSV columns that differ between two runs of one plan whatever the executor: when the row was made, and the
 # command line, which names --executor when it was given. Every other cell is the same, serial, pool or Ray (the

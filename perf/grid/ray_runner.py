@@ -16,9 +16,9 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from perf.grid.executor import RAY_MISSING
-from perf.grid.pool import MAX_RETRIES
-from perf.grid.worker import GridJob, Outcome, lost_run, run_one
+from cbbench.perf.grid.executor import RAY_MISSING
+from cbbench.perf.grid.pool import MAX_RETRIES
+from cbbench.perf.grid.worker import GridJob, Outcome, lost_run, run_one
 
 
 def _task(job: GridJob, index: int) -> Outcome:

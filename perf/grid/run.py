@@ -15,12 +15,12 @@ from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 
-from perf.grid.executor import ExecutorChoice, pool_size
-from perf.grid.worker import Outcome
-from perf.report.progress import RunProgress, run_summary
+from cbbench.perf.grid.executor import ExecutorChoice, pool_size
+from cbbench.perf.grid.worker import Outcome
+from cbbench.perf.report.progress import RunProgress, run_summary
 
 if TYPE_CHECKING:
-    from perf.plan.spec import RunPlan
+    from cbbench.perf.plan.spec import RunPlan
 
 
 @dataclass
@@ -65,15 +65,15 @@ class Grid:
             yield Outcome(i, result, time.perf_counter() - start)
 
     def _parallel(self) -> Iterator[Outcome]:
-        from perf.grid.worker import make_job
+        from cbbench.perf.grid.worker import make_job
 
         job = make_job(self.plan)
         if self.choice.kind == "pool":
-            from perf.grid.pool import ProcessPool
+            from cbbench.perf.grid.pool import ProcessPool
 
             self.runner = ProcessPool(job, pool_size(self.choice, len(self.todo)))
         else:
-            from perf.grid.ray_runner import RayRunner
+            from cbbench.perf.grid.ray_runner import RayRunner
 
             gpu = self.plan.settings.device.startswith("cuda")
             self.runner = RayRunner(job, address=self.choice.address, gpu=gpu)

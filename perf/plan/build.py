@@ -13,14 +13,14 @@ import itertools
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from perf.backends.base import warmup_lengths
-from perf.backends.registry import Backend
-from perf.grid.executor import check_executor, parse_executor
-from perf.knobs import knob
-from perf.metrics import parse_goodput, parse_metric_percentiles
-from perf.plan.checks import check_feasible, check_options, check_output_name, check_writable
-from perf.plan.load import LoadPoint, parse_load_points, resolve_tokenizer
-from perf.plan.options import (
+from cbbench.perf.backends.base import warmup_lengths
+from cbbench.perf.backends.registry import Backend
+from cbbench.perf.grid.executor import check_executor, parse_executor
+from cbbench.perf.knobs import knob
+from cbbench.perf.metrics import parse_goodput, parse_metric_percentiles
+from cbbench.perf.plan.checks import check_feasible, check_options, check_output_name, check_writable
+from cbbench.perf.plan.load import LoadPoint, parse_load_points, resolve_tokenizer
+from cbbench.perf.plan.options import (
     DEFAULT_MODEL,
     NOT_SIMULATED,
     PEERS,
@@ -34,14 +34,14 @@ from perf.plan.options import (
     split_list,
     validate_configs,
 )
-from perf.plan.spec import RunPlan, RunSettings, RunSpec
-from perf.results.columns import STORED_PERCENTILES
+from cbbench.perf.plan.spec import RunPlan, RunSettings, RunSpec
+from cbbench.perf.results.columns import STORED_PERCENTILES
 from refengine.config import BATCHING_MODES
 from refengine.sim.cost_model import COST_MODEL_VERSION
 from refengine.sim.device import is_sim_device
 
 if TYPE_CHECKING:
-    from workloads import Workload
+    from cbbench.workloads.base import Workload
 
 Entry = tuple[str, str, dict[str, Any]]  # (backend, batching mode, knobs)
 
@@ -72,7 +72,7 @@ def _dtype_name(dtype: str | None, device: str, sim: bool) -> str:
 
 def build_plan(o: PerfOptions) -> RunPlan:
     """The plan of `o` (ValueError naming the option for anything that could not run)."""
-    from perf.results.like import apply_like
+    from cbbench.perf.results.like import apply_like
 
     like_entries = apply_like(o) if o.like is not None else None
     sim = is_sim_device(o.device)

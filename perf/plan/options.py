@@ -11,13 +11,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from perf.knobs import parse_knobs as _parse_knob_lists
-from perf.knobs import validate_knobs
-from perf.plan.load import LoadPoint, parse_load_points, resolve_tokenizer, vocab_token_id_range
+from cbbench.perf.knobs import parse_knobs as _parse_knob_lists
+from cbbench.perf.knobs import validate_knobs
+from cbbench.perf.plan.load import LoadPoint, parse_load_points, resolve_tokenizer, vocab_token_id_range
 from refengine.config import BATCHING_MODES
 
 if TYPE_CHECKING:
-    from workloads import Workload
+    from cbbench.workloads.base import Workload
 
 PEERS = ("hf-static", "hf-cb")
 # CPU-sized defaults: the default run (4 modes + 2 peers, tiny-qwen2, 1 torch thread) takes about two minutes on a
@@ -153,7 +153,7 @@ _FLAG_PARAMS = {
 
 
 def workload_kwargs(o: PerfOptions, on_cpu: bool) -> dict[str, Any]:
-    from workloads import list_workloads, workload_options
+    from cbbench.workloads.registry import list_workloads, workload_options
 
     if o.workload not in list_workloads():
         raise ValueError(f"workload: unknown name {o.workload!r}; known: {', '.join(list_workloads())}")
@@ -174,7 +174,7 @@ def workload_kwargs(o: PerfOptions, on_cpu: bool) -> dict[str, Any]:
                 raise ValueError(f"--{flag.replace('_', '-')} does not apply to workload {o.workload!r}")
             caps[param] = getattr(o, flag)
     if "token_id_range" in accepted and "token_id_range" not in kw:  # ids the model's vocabulary holds
-        from workloads.synthetic import DEFAULT_TOKEN_ID_RANGE
+        from cbbench.workloads.synthetic import DEFAULT_TOKEN_ID_RANGE
 
         fitted = vocab_token_id_range(o.model, DEFAULT_TOKEN_ID_RANGE)
         if fitted is not None:
@@ -191,7 +191,7 @@ def workload_kwargs(o: PerfOptions, on_cpu: bool) -> dict[str, Any]:
 
 
 def build_workload(o: PerfOptions, on_cpu: bool, load: LoadPoint | None = None, tokenizer: Any = None) -> Workload:
-    from workloads import get_workload
+    from cbbench.workloads.registry import get_workload
 
     load = load or parse_load_points(o.request_rate, o.burstiness, o.max_concurrency)[0][0]
     from refengine.sim.device import is_sim_device

@@ -13,12 +13,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from perf.plan.load import LoadPoint
-from perf.plan.options import knob_label
-from perf.results.writer import plan_id
+from cbbench.perf.plan.load import LoadPoint
+from cbbench.perf.plan.options import knob_label
+from cbbench.perf.results.writer import plan_id
 
 if TYPE_CHECKING:
-    from perf.backends.base import Backend, RunResult
+    from cbbench.perf.backends.base import Backend, RunResult
 
 
 @dataclass

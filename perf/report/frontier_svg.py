@@ -13,8 +13,8 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from perf.grid.capacity import summary_lines
-from perf.grid.frontier import Candidate, Slo, best_per_gpu, candidates, pareto
+from cbbench.perf.grid.capacity import summary_lines
+from cbbench.perf.grid.frontier import Candidate, Slo, best_per_gpu, candidates, pareto
 
 WIDTH, HEIGHT = 720, 380
 LEFT, RIGHT, TOP, BOTTOM = 70, 20, 20, 50  # the plot area's margins (room for the tick labels)

@@ -22,14 +22,14 @@ from typing import Any
 
 import numpy as np
 
-from perf.report.assets import CSS, JS
-from perf.report.frontier_svg import frontier_html
-from perf.report.server_series import server_metrics_html
-from perf.report.table import Entry, fit_columns, summary_lines, table_columns
-from perf.report.table_title import table_title
-from perf.report.timeline_svg import timeline_html
-from perf.results.columns import CONFIG_KEY_COLUMNS
-from perf.results.files import atomic_write_text
+from cbbench.perf.report.assets import CSS, JS
+from cbbench.perf.report.frontier_svg import frontier_html
+from cbbench.perf.report.server_series import server_metrics_html
+from cbbench.perf.report.table import Entry, fit_columns, summary_lines, table_columns
+from cbbench.perf.report.table_title import table_title
+from cbbench.perf.report.timeline_svg import timeline_html
+from cbbench.perf.results.columns import CONFIG_KEY_COLUMNS
+from cbbench.perf.results.files import atomic_write_text
 
 CDF_POINTS = 400  # each CDF is drawn through this many quantiles: exact enough to read, small enough to embed
 
@@ -104,7 +104,7 @@ def _cdf(values_ms: Sequence[float]) -> dict[str, list[float]]:
 
 
 def latency_values(records: Sequence[Mapping[str, Any]]) -> tuple[list[float], list[float]]:
-    """(TTFT per completed request, every inter-token gap), in ms, as perf.metrics defines them."""
+    """(TTFT per completed request, every inter-token gap), in ms, as cbbench.perf.metrics defines them."""
     ttft, itl = [], []
     for r in records:
         if r.get("finish_reason") in ("abort", "error"):
@@ -139,8 +139,8 @@ def latency_throughput_png(rows: Sequence[Mapping[str, Any]]) -> str | None:
 
     import matplotlib.pyplot as plt
 
-    from perf.report.plot import make_figure
-    from perf.results.files import write_csv
+    from cbbench.perf.report.plot import make_figure
+    from cbbench.perf.results.files import write_csv
 
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "rows.csv"
@@ -197,7 +197,7 @@ def _kv_table(d: Mapping[str, Any]) -> str:
 def render_html(doc: Mapping[str, Any], source: str = "") -> str:
     runs = runs_of(doc)
     entries: list[Entry] = [(r["key"], r["row"], None) for r in runs if r["row"] is not None]
-    from perf.metrics import parse_goodput
+    from cbbench.perf.metrics import parse_goodput
 
     cfg = doc.get("config") or {}
     goodput = parse_goodput([g for item in cfg.get("goodput") or [] for g in str(item).replace(",", " ").split()])

@@ -20,8 +20,8 @@ from typing import Any
 
 import pandas as pd
 
-from perf.report.plot_data import choose_kind, curves, load_results, not_a_sweep, plain_number, request_rates
-from perf.results.columns import CONFIG_KEY_COLUMNS
+from cbbench.perf.report.plot_data import choose_kind, curves, load_results, not_a_sweep, plain_number, request_rates
+from cbbench.perf.results.columns import CONFIG_KEY_COLUMNS
 
 LATENCY_PANELS = (("ttft", "TTFT (ms)"), ("tpot", "TPOT (ms)"), ("e2el", "end-to-end latency (ms)"))
 

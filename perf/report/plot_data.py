@@ -15,9 +15,9 @@ from typing import Any
 
 import pandas as pd
 
-from perf.results.columns import CONFIG_KEY_COLUMNS
-from perf.results.files import read_csv
-from perf.results.schema import aggregate_repeats
+from cbbench.perf.results.columns import CONFIG_KEY_COLUMNS
+from cbbench.perf.results.files import read_csv
+from cbbench.perf.results.schema import aggregate_repeats
 
 PLOT_METRICS = (
     "mean_ttft_ms",

@@ -28,7 +28,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 if TYPE_CHECKING:
-    from perf.records import RequestRecord
+    from cbbench.perf.records import RequestRecord
 
 HEARTBEAT_S = 30.0  # a CI log that stays silent longer than this reads as a hang
 HEARTBEAT_ENV = "CBBENCH_HEARTBEAT_S"

@@ -16,7 +16,7 @@ from typing import Any
 
 from rich.console import Console
 
-from perf.report.table import Entry, print_perf_table, summarise, summary_lines, table_columns
+from cbbench.perf.report.table import Entry, print_perf_table, summarise, summary_lines, table_columns
 
 FORMATS = ("text", "markdown", "json")
 
@@ -51,7 +51,7 @@ def labels_of_rows(rows: Sequence[Mapping[str, Any]], record_labels: Sequence[st
             engine, batching, knobs = (head.split("/", 2) + ["-", "-"])[:3]
             keys.append((engine, batching, knobs or "-"))
         return keys
-    from perf.results.columns import CONFIG_KEY_COLUMNS
+    from cbbench.perf.results.columns import CONFIG_KEY_COLUMNS
 
     skip = {"engine", "batching", "model", "device", "dtype", "workload"}
     varying = [c for c in CONFIG_KEY_COLUMNS if c not in skip and len({str(r.get(c)) for r in rows}) > 1]
@@ -63,7 +63,7 @@ def labels_of_rows(rows: Sequence[Mapping[str, Any]], record_labels: Sequence[st
 
 def saved_entries(csv_path: str | Path) -> tuple[list[Entry], SavedWorkload]:
     """The table entries of a results CSV (checked by `read_rows`) and its workload, from the JSON when present."""
-    from perf.results.rows import read_rows  # not pandas: `show` must start fast
+    from cbbench.perf.results.rows import read_rows  # not pandas: `show` must start fast
 
     rows = [
         {k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in r.items()} for r in read_rows(csv_path)
@@ -110,7 +110,7 @@ def render(
 
 
 def _markdown(entries: Sequence[Entry], goodput: Mapping[str, float] | None) -> str:
-    from perf.results.gate import _md
+    from cbbench.perf.results.gate import _md
 
     cols = [c for c in table_columns(entries, goodput=goodput) if not c.empty]
     lines = [

@@ -23,7 +23,7 @@ from rich.measure import Measurement
 from rich.table import Table
 from rich.text import Text
 
-from perf.report.table_title import cell_number, simulated_heading, table_title
+from cbbench.perf.report.table_title import cell_number, simulated_heading, table_title
 
 Key = tuple[str, str, str]  # engine, batching, knob label
 Entry = tuple[Key, Mapping[str, Any] | None, str | None]  # key, CSV row (None if failed), error

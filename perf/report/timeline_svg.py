@@ -13,8 +13,8 @@ import zlib
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from perf.report.table import percent
-from perf.report.timeline import Cell, assign_slots
+from cbbench.perf.report.table import percent
+from cbbench.perf.report.timeline import Cell, assign_slots
 
 # kind -> (how much of the request's colour shows, legend text); "held" is drawn in HELD_GREY whatever the request
 KINDS = {

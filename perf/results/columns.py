@@ -7,7 +7,7 @@ never matches columns by accident. A configuration is `CONFIG_KEY_COLUMNS` plus 
 
 from __future__ import annotations
 
-from perf.metrics import stat_keys
+from cbbench.perf.metrics import stat_keys
 
 SCHEMA_VERSION = 3
 

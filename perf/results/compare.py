@@ -40,12 +40,12 @@ from typing import Any
 from rich.console import Console
 from rich.text import Text
 
-from perf.results.gate import FORMATS, gate_tolerances, render_json, render_markdown, render_table
-from perf.results.matching import cell_text, check_finite, filter_rows, ignored_key_names, keyed, label
-from perf.results.rows import Row, as_rows, read_rows, with_extra_metrics
+from cbbench.perf.results.gate import FORMATS, gate_tolerances, render_json, render_markdown, render_table
+from cbbench.perf.results.matching import cell_text, check_finite, filter_rows, ignored_key_names, keyed, label
+from cbbench.perf.results.rows import Row, as_rows, read_rows, with_extra_metrics
 
 # (the tolerance rules are tolerances.py's; importable from here too, as they always were)
-from perf.results.tolerances import (
+from cbbench.perf.results.tolerances import (
     DEFAULT_TOLERANCES,
     DIRECTIONS,
     HIGHER,

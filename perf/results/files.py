@@ -22,9 +22,9 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:  # imported where used: `compare` and `show` read with rows.py and start fast
     import pandas as pd
 
-from perf.results.cells import neutralise, restore
-from perf.results.columns import COLUMNS, METRIC_COLUMNS, SCHEMA_VERSION, upgrade_lines
-from perf.results.environment import environment_info
+from cbbench.perf.results.cells import neutralise, restore
+from cbbench.perf.results.columns import COLUMNS, METRIC_COLUMNS, SCHEMA_VERSION, upgrade_lines
+from cbbench.perf.results.environment import environment_info
 
 
 def atomic_write_text(path: str | os.PathLike[str], text: str) -> Path:

@@ -28,7 +28,7 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
-from perf.results.tolerances import parse_tolerances
+from cbbench.perf.results.tolerances import parse_tolerances
 
 FORMATS = ("text", "markdown", "json")
 BAD_STATUSES = ("regressed", "missing in new")

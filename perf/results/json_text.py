@@ -12,8 +12,8 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from perf.results.columns import SCHEMA_VERSION
-from perf.results.files import jsonable
+from cbbench.perf.results.columns import SCHEMA_VERSION
+from cbbench.perf.results.files import jsonable
 
 
 def encode(x: Any) -> str:

@@ -15,10 +15,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from perf.knobs import knob, knob_names
-from perf.results.columns import CONFIG_KEY_COLUMNS
-from perf.results.files import read_csv
-from perf.results.schema import config_key
+from cbbench.perf.knobs import knob, knob_names
+from cbbench.perf.results.columns import CONFIG_KEY_COLUMNS
+from cbbench.perf.results.files import read_csv
+from cbbench.perf.results.schema import config_key
 
 _LOAD_PARAMS = ("num_prompts", "seed", "request_rate", "burstiness", "max_concurrency")
 IN_PROCESS_ENGINES = ("refengine", "hf-static", "hf-cb")

@@ -13,9 +13,9 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-from perf.results.columns import KEY_NAMES
-from perf.results.rows import Row, aggregate_rows, number
-from perf.results.schema import config_key
+from cbbench.perf.results.columns import KEY_NAMES
+from cbbench.perf.results.rows import Row, aggregate_rows, number
+from cbbench.perf.results.schema import config_key
 
 # key columns whose value reads without its name in a config label
 _BARE = {"engine", "model", "device", "dtype", "workload", "batching"}

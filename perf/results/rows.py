@@ -14,10 +14,10 @@ import os
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from perf.results.cells import restore
-from perf.results.columns import COLUMNS, CONFIG_KEY_COLUMNS, METRIC_COLUMNS, SCHEMA_VERSION
-from perf.results.files import checked_lines
-from perf.results.schema import config_key
+from cbbench.perf.results.cells import restore
+from cbbench.perf.results.columns import COLUMNS, CONFIG_KEY_COLUMNS, METRIC_COLUMNS, SCHEMA_VERSION
+from cbbench.perf.results.files import checked_lines
+from cbbench.perf.results.schema import config_key
 
 Row = dict[str, Any]
 

@@ -21,9 +21,9 @@ import os
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from perf.results.columns import COLUMNS, CONFIG_KEY_COLUMNS, METRIC_COLUMNS, SCHEMA_VERSION
-from perf.results.environment import git_revision
-from perf.results.files import jsonable
+from cbbench.perf.results.columns import COLUMNS, CONFIG_KEY_COLUMNS, METRIC_COLUMNS, SCHEMA_VERSION
+from cbbench.perf.results.environment import git_revision
+from cbbench.perf.results.files import jsonable
 
 if TYPE_CHECKING:  # pandas is imported where it is used: `compare` and `show` read with rows.py and start fast
     import pandas as pd

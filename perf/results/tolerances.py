@@ -9,7 +9,7 @@ from __future__ import annotations
 import fnmatch
 from collections.abc import Mapping, Sequence
 
-from perf.results.columns import LATENCY_COLUMNS, THROUGHPUT_COLUMNS
+from cbbench.perf.results.columns import LATENCY_COLUMNS, THROUGHPUT_COLUMNS
 
 HIGHER = "higher"
 LOWER = "lower"

@@ -15,11 +15,18 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from perf.records import RequestRecord, StepRecord
-from perf.results.cells import restore
-from perf.results.files import atomic_write_text, checked_lines, jsonable, read_csv, remove_stale_temporaries, write_csv
-from perf.results.json_text import encode, run_json_text
-from perf.results.schema import workload_params_key
+from cbbench.perf.records import RequestRecord, StepRecord
+from cbbench.perf.results.cells import restore
+from cbbench.perf.results.files import (
+    atomic_write_text,
+    checked_lines,
+    jsonable,
+    read_csv,
+    remove_stale_temporaries,
+    write_csv,
+)
+from cbbench.perf.results.json_text import encode, run_json_text
+from cbbench.perf.results.schema import workload_params_key
 
 
 def plan_id(engine: str, batching: str, knobs: Mapping[str, Any], load: str, repeat: int) -> str:

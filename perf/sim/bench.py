@@ -1,4 +1,4 @@
-"""How fast the simulation runs: `python -m perf.sim.bench [--num-prompts N] [--model M] [--device sim:G]`.
+"""How fast the simulation runs: `python -m cbbench.perf.sim.bench [--num-prompts N] [--model M] [--device sim:G]`.
 
 Replays the ShareGPT workload (token-id prompts, exact output lengths, all arriving at 0) through a fresh simulated
 engine per batching mode and prints, per mode: engine steps, wall seconds, steps per wall second, simulated seconds
@@ -12,20 +12,20 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from perf.sim.engine_replay import ReplayRequest
+from cbbench.perf.sim.engine_replay import ReplayRequest
 from refengine.config import BATCHING_MODES
 from refengine.tokenizer import Tokenizer
 
 
 def sharegpt_requests(tokenizer: Tokenizer, num_prompts: int, seed: int) -> list[tuple[list[int], int, float]]:
-    from workloads import get_workload
+    from cbbench.workloads.registry import get_workload
 
     wl = get_workload("sharegpt", tokenizer=tokenizer, num_prompts=num_prompts, seed=seed)
     return [(r.prompt_token_ids, r.output_len, r.arrival_time) for r in wl.requests]
 
 
 def run_mode(model: str, device: str, batching: str, reqs: Sequence[ReplayRequest]) -> dict[str, Any]:
-    from perf.sim.engine_replay import replay
+    from cbbench.perf.sim.engine_replay import replay
     from refengine import LLMEngine
 
     engine = LLMEngine(model, device=device, batching=batching, stats_log_size=0)

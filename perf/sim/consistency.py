@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from perf.sim.measured import MeasuredRun
+from cbbench.perf.sim.measured import MeasuredRun
 from refengine.sim.gpus import get_gpu
 from refengine.sim.kernel_tables import load_tables
 from refengine.sim.model_shape import ModelShape

@@ -11,9 +11,9 @@ import statistics
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from perf.sim.consistency import Feasibility
-from perf.sim.measured import MeasuredRun
-from perf.sim.validate import Replay
+from cbbench.perf.sim.consistency import Feasibility
+from cbbench.perf.sim.measured import MeasuredRun
+from cbbench.perf.sim.validate import Replay
 
 METRICS = ("ttft", "tpot", "throughput")
 

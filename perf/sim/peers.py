@@ -1,5 +1,5 @@
 """The peer simulators' predictions of the measured rows (data/peer_predictions.csv, written by ci/peer_sims.sh):
-a typed reader that refuses a malformed file, and `python -m perf.sim.peers --summary`, each peer's median |error|
+a typed reader that refuses a malformed file, and `python -m cbbench.perf.sim.peers --summary`, each peer's median |error|
 against the measurement, over all the rows it predicts and per model / GPU / TP / dtype group.
 
 The CSV's columns are those of ci/peer_sims/common.py (the runners' side, which cannot import the project); a test
@@ -141,7 +141,7 @@ def summary(predictions: dict[tuple[str, str], PeerPrediction], measured: dict[s
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m perf.sim.peers", description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(prog="python -m cbbench.perf.sim.peers", description=__doc__.splitlines()[0])
     ap.add_argument("--summary", action="store_true", help="print each peer's median |error| vs the measurement")
     ap.add_argument("--path", type=Path, default=PEER_PREDICTIONS, help="a peer predictions CSV")
     args = ap.parse_args(argv)

@@ -6,8 +6,8 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-from perf.sim.errors import METRICS, Medians, RowErrors, groups, medians
-from perf.sim.measured import GENERATOR_EXTRA_TOKENS, SERVER_DEFAULTS, MeasuredRun, Protocol
+from cbbench.perf.sim.errors import METRICS, Medians, RowErrors, groups, medians
+from cbbench.perf.sim.measured import GENERATOR_EXTRA_TOKENS, SERVER_DEFAULTS, MeasuredRun, Protocol
 
 
 def _pct(x: float) -> str:

@@ -9,11 +9,11 @@ from pathlib import Path
 
 from rich.console import Console
 
-from perf.sim.consistency import feasibility
-from perf.sim.errors import Prediction, RowErrors, row_errors
-from perf.sim.measured import MeasuredRun, Protocol, load_measured_runs
-from perf.sim.report import render_markdown, render_summary
-from perf.sim.validate import Replay, read_replays, replay_all, write_replays
+from cbbench.perf.sim.consistency import feasibility
+from cbbench.perf.sim.errors import Prediction, RowErrors, row_errors
+from cbbench.perf.sim.measured import MeasuredRun, Protocol, load_measured_runs
+from cbbench.perf.sim.report import render_markdown, render_summary
+from cbbench.perf.sim.validate import Replay, read_replays, replay_all, write_replays
 
 _WHERE_KEYS = {"model", "gpu", "tp", "dtype", "isl", "osl", "concurrency", "workload", "id"}
 
@@ -52,7 +52,7 @@ def select(runs: Sequence[MeasuredRun], where: str | None, limit: int | None) ->
 def peer_predictions() -> dict[str, dict[str, Prediction]]:
     """simulator -> row id -> its prediction, from perf/sim/data/peer_predictions.csv (ci/peer_sims.sh); only the
     rows a peer predicted (status ok)."""
-    from perf.sim.peers import load_peer_predictions
+    from cbbench.perf.sim.peers import load_peer_predictions
 
     out: dict[str, dict[str, Prediction]] = {}
     for (rid, sim), p in load_peer_predictions().items():

@@ -21,7 +21,7 @@ from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
-from perf.sim.measured import MeasuredRun, Protocol
+from cbbench.perf.sim.measured import MeasuredRun, Protocol
 
 RESULT_FIELDS = ("ttft_ms", "tpot_ms", "output_throughput")
 
@@ -55,8 +55,8 @@ def replay(run: MeasuredRun, protocol: Protocol) -> Replay:
     """Run `cbbench perf` on `run`'s command line (its output silenced) and read its CSV row back."""
     import typer
 
-    from perf.cli import app
-    from perf.results.rows import read_rows
+    from cbbench.perf.cli import app
+    from cbbench.perf.results.rows import read_rows
 
     version = _cost_model_version()
     wall = time.perf_counter()

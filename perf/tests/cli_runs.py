@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typer.testing import CliRunner, Result
 
-from perf import cli
+from cbbench.perf import cli
 
 
 def invoke(*args: str, env: dict[str, str] | None = None) -> Result:

@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from perf.backends.in_process import RefengineBackend
+from cbbench.perf.backends.in_process import RefengineBackend
 
 HOLD_S = 120.0  # how long a held worker waits to be killed: past it the run goes on and the test sees no retry
 

@@ -8,12 +8,12 @@ import json
 import pytest
 from typer.testing import CliRunner
 
-from perf.backends.base import ProgressFn, RunResult
-from perf.backends.registry import Backend  # with the built-in backends registered: the fixture copies them
-from perf.cli import app
-from perf.plan.spec import RunSpec
-from perf.records import RequestRecord, StepRecord
-from perf.results.files import read_csv
+from cbbench.perf.backends.base import ProgressFn, RunResult
+from cbbench.perf.backends.registry import Backend  # with the built-in backends registered: the fixture copies them
+from cbbench.perf.cli import app
+from cbbench.perf.plan.spec import RunSpec
+from cbbench.perf.records import RequestRecord, StepRecord
+from cbbench.perf.results.files import read_csv
 
 NAME = "echo-test"
 TOKEN_S = 0.01  # the throwaway backend's pretend time per output token

@@ -7,8 +7,8 @@ import re
 
 from typer.testing import CliRunner
 
-from perf.bench.async_engine import bench_async
-from perf.cli import app
+from cbbench.perf.bench.async_engine import bench_async
+from cbbench.perf.cli import app
 
 
 def test_bench_async_prints_both_modes_and_the_ratio() -> None:

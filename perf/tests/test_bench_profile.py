@@ -7,8 +7,8 @@ import time
 
 import torch
 
-from perf.bench.phase_clock import PHASES, PhaseClock
-from perf.bench.profile import format_markdown, profile_run
+from cbbench.perf.bench.phase_clock import PHASES, PhaseClock
+from cbbench.perf.bench.profile import format_markdown, profile_run
 
 
 def _spin(seconds: float) -> None:
@@ -27,10 +27,10 @@ def test_phase_clock_charges_nested_time_to_the_inner_phase_only():
 
 
 def test_refengine_profile_fills_the_step_phases_and_removes_its_instrument():
-    from perf.plan.load import resolve_tokenizer
+    from cbbench.perf.plan.load import resolve_tokenizer
+    from cbbench.workloads.registry import get_workload
     from refengine.engine import LLMEngine
     from refengine.scheduler import Scheduler
-    from workloads import get_workload
 
     step, schedule = LLMEngine.step, Scheduler.schedule
     workload = get_workload(

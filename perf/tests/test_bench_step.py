@@ -11,8 +11,8 @@ import re
 import torch
 from typer.testing import CliRunner
 
-from perf.bench.step_engine import STUB_VOCAB, StubModel, make_decoding_engine
-from perf.cli import app
+from cbbench.perf.bench.step_engine import STUB_VOCAB, StubModel, make_decoding_engine
+from cbbench.perf.cli import app
 
 
 def test_bench_step_prints_a_row_per_size() -> None:
@@ -79,7 +79,7 @@ def test_stub_sampler_returns_what_the_real_sampler_would() -> None:
     """While timed, StubModel.sample stands in for the sampler's kernels: on the stub's one-hot logits the real
     greedy sampler gives exactly its ids; and the bench puts the real sampler back afterwards."""
     import refengine.model_runner as runner_module
-    from perf.bench.step import bench_engine_step_us
+    from cbbench.perf.bench.step import bench_engine_step_us
     from refengine.sampler import SamplingMetadata, sample
 
     stub = StubModel(hidden_size=8)

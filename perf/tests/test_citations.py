@@ -1,6 +1,6 @@
 """What the code cites is in the repository (issue 27: a module cited something outside it): in kernels/,
 workloads/ and perf/ (tests aside), every repository path a docstring or comment names (`perf/report/plot.py`,
-`docs/perf.md`) exists, every dotted module it names (`perf.bench.sampler`, `perf.records.StepRecord`) resolves,
+`docs/perf.md`) exists, every dotted module it names (`cbbench.perf.bench.sampler`, `cbbench.perf.records.StepRecord`) resolves,
 and nothing cites the seed chapter, which lives outside the repository (docs/scheduling.md stands for it)."""
 
 from __future__ import annotations
@@ -14,7 +14,9 @@ CHECKED = ("kernels", "workloads", "perf")
 PATH = re.compile(
     r"(?<![\w/.-])((?:refengine|kernels|workloads|perf|conformance|ci|docs)/[\w./-]*\w\.(?:py|md|sh|toml))\b"
 )
-MODULE = re.compile(r"(?<![\w./-])((?:refengine|kernels|workloads|perf|conformance)(?:\.[a-z_]\w*)+)")
+MODULE = re.compile(
+    r"(?<![\w./-])((?:refengine|cbbench\.kernels|cbbench\.workloads|cbbench\.perf|conformance)(?:\.[a-z_]\w*)+)"
+)
 SEED = re.compile(r"\bseed/|§|zh\.md")
 
 
@@ -25,7 +27,7 @@ def _sources() -> list[Path]:
 
 def _resolves(dotted: str) -> bool:
     """A module, or a name defined in the longest module prefix of `dotted`."""
-    parts = dotted.split(".")
+    parts = dotted.removeprefix("cbbench.").split(".")  # cbbench.<folder> is the folder <folder>/ (setup.py)
     for k in range(len(parts), 1, -1):
         base = REPO.joinpath(*parts[:k])
         src = base.with_suffix(".py") if base.with_suffix(".py").is_file() else base / "__init__.py"
@@ -64,5 +66,5 @@ def test_nothing_cites_the_seed_chapter() -> None:
 
 def test_the_checks_catch_a_stale_citation() -> None:
     assert not (REPO / "perf/bench_step.py").exists() and PATH.search("stub (perf/bench_step.py)")
-    assert not _resolves("perf.runner.step_dicts") and not _resolves("perf.bench_sampler")
-    assert _resolves("perf.bench.sampler") and _resolves("perf.records.StepRecord")
+    assert not _resolves("cbbench.perf.runner.step_dicts") and not _resolves("cbbench.perf.bench_sampler")
+    assert _resolves("cbbench.perf.bench.sampler") and _resolves("cbbench.perf.records.StepRecord")

@@ -11,7 +11,7 @@ import pytest
 from cli_runs import invoke, one_line
 from tiny_run import TINY_RUN  # perf/tests/tiny_run.py (pytest puts this folder on sys.path)
 
-from perf.cli import main as cli
+from cbbench.perf.cli import main as cli
 
 TINY = TINY_RUN + ["--peers", "none", "--batching", "continuous"]
 
@@ -34,7 +34,7 @@ TINY = TINY_RUN + ["--peers", "none", "--batching", "continuous"]
     ],
 )
 def test_perf_bad_input_is_one_line_exit_2_and_nothing_runs(tmp_path, monkeypatch, args, needle):
-    from perf.backends import in_process
+    from cbbench.perf.backends import in_process
 
     def never(*a, **k):
         raise AssertionError("a run started")
@@ -47,7 +47,7 @@ def test_perf_bad_input_is_one_line_exit_2_and_nothing_runs(tmp_path, monkeypatc
 
 
 def test_unwritable_result_dir_fails_before_the_run(tmp_path, monkeypatch):
-    from perf.backends import in_process
+    from cbbench.perf.backends import in_process
 
     monkeypatch.setattr(in_process, "run_refengine", lambda *a, **k: pytest.fail("a run started"))
     blocker = tmp_path / "a-file"
@@ -145,7 +145,9 @@ def test_usage_and_input_errors_through_the_installed_entry_point():
         (["perf", "--device", "tpu"], 2, "cbbench perf: error:"),
         (["compare", "/nonexistent/a.csv", "/nonexistent/b.csv"], 2, "cbbench compare: error:"),
     ):
-        res = subprocess.run([sys.executable, "-m", "perf.cli", *args], capture_output=True, text=True, timeout=120)
+        res = subprocess.run(
+            [sys.executable, "-m", "cbbench.perf.cli", *args], capture_output=True, text=True, timeout=120
+        )
         assert res.returncode == code, res.stderr
         lines = res.stderr.strip().splitlines()
         assert len(lines) == 1 and lines[0].startswith(prefix), res.stderr
@@ -164,7 +166,7 @@ def test_errors_name_the_flag_the_user_typed_and_the_api_the_field():
 
 
 def test_flag_wording_leaves_paths_flags_and_other_names_alone():
-    from perf.cli.wording import flag_wording
+    from cbbench.perf.cli.wording import flag_wording
 
     class Param:
         def __init__(self, name: str, flag: str) -> None:

@@ -11,7 +11,7 @@ import sys
 import pytest
 from typer.testing import CliRunner
 
-from perf.cli import app
+from cbbench.perf.cli import app
 from refengine.presets import TEST_MODEL
 
 # a sweep of max_num_seqs, so that `plot` has an x axis
@@ -42,7 +42,7 @@ import json, sys
 # pydantic: typer 0.2x coerces with it (cli/app.py avoids that). symbolic_shapes: torch imports it (1.2 s) on the
 # first empty_like of a meta tensor, which the model loader avoids
 HEAVY = ("pandas", "numpy", "pydantic", "torch.fx.experimental.symbolic_shapes")
-from perf.cli import app
+from cbbench.perf.cli import app
 code = 0
 try:
     app(sys.argv[1:], prog_name="cbbench")

@@ -14,7 +14,7 @@ import pytest
 from typer.main import get_command
 from typer.testing import CliRunner
 
-from perf import cli
+from cbbench.perf import cli
 
 REPO = Path(__file__).resolve().parents[2]
 COMMANDS = sorted(get_command(cli.app).commands)
@@ -53,7 +53,7 @@ def test_sweepable_options_show_a_comma_list() -> None:
 
 def test_top_level_help_lists_every_command() -> None:
     res = subprocess.run(
-        [sys.executable, "-m", "perf.cli", "--help"],
+        [sys.executable, "-m", "cbbench.perf.cli", "--help"],
         capture_output=True,
         text=True,
         env={**os.environ, **WIDE},

@@ -10,8 +10,8 @@ import pytest
 from typer.main import get_command
 from typer.testing import CliRunner
 
-from perf import cli
-from perf.cli.help_layout import STACKED_BELOW
+from cbbench.perf import cli
+from cbbench.perf.cli.help_layout import STACKED_BELOW
 
 COMMANDS = ["", *sorted(get_command(cli.app).commands)]
 NARROW = (80, STACKED_BELOW - 1)  # the width the issue names, and the widest stacked one

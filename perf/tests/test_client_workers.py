@@ -8,12 +8,12 @@ import time
 import pytest
 from typer.testing import CliRunner
 
-from perf.backends.client_workers import shard_concurrency
-from perf.backends.fake_openai_server import FakeOpenAIServer
-from perf.backends.http_client import HttpTarget
-from perf.backends.http_run import run_http
-from perf.cli import app
-from workloads.base import Workload, WorkloadRequest
+from cbbench.perf.backends.client_workers import shard_concurrency
+from cbbench.perf.backends.fake_openai_server import FakeOpenAIServer
+from cbbench.perf.backends.http_client import HttpTarget
+from cbbench.perf.backends.http_run import run_http
+from cbbench.perf.cli import app
+from cbbench.workloads.base import Workload, WorkloadRequest
 
 TOKEN_DELAY_S = 0.02
 NUM_REQUESTS = 10

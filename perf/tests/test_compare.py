@@ -9,13 +9,13 @@ import math
 import pytest
 from rich.console import Console
 
-from perf.results.columns import COLUMNS, SCHEMA_VERSION
-from perf.results.compare import compare, main_compare, parse_tolerances, render_table, resolve_tolerances
-from perf.results.environment import environment_info
-from perf.results.files import append_rows, read_csv, write_csv, write_run_json
-from perf.results.rows import read_rows
-from perf.results.schema import aggregate_repeats, config_key, make_row
-from workloads import get_workload
+from cbbench.perf.results.columns import COLUMNS, SCHEMA_VERSION
+from cbbench.perf.results.compare import compare, main_compare, parse_tolerances, render_table, resolve_tolerances
+from cbbench.perf.results.environment import environment_info
+from cbbench.perf.results.files import append_rows, read_csv, write_csv, write_run_json
+from cbbench.perf.results.rows import read_rows
+from cbbench.perf.results.schema import aggregate_repeats, config_key, make_row
+from cbbench.workloads.registry import get_workload
 
 # The column order of schema version 3 (2 plus tensor_parallel_size). Changing COLUMNS means bumping SCHEMA_VERSION
 # and this list together.

@@ -9,12 +9,12 @@ import pytest
 from rich.console import Console
 from typer.testing import CliRunner
 
-from perf.cli import app
-from perf.results.columns import LATENCY_COLUMNS
-from perf.results.compare import compare, main_compare
-from perf.results.files import write_csv
-from perf.results.schema import make_row
-from workloads import get_workload
+from cbbench.perf.cli import app
+from cbbench.perf.results.columns import LATENCY_COLUMNS
+from cbbench.perf.results.compare import compare, main_compare
+from cbbench.perf.results.files import write_csv
+from cbbench.perf.results.schema import make_row
+from cbbench.workloads.registry import get_workload
 
 KNOBS = {"max_num_seqs": 4, "block_size": 16, "dtype": "float32"}
 

@@ -15,8 +15,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from perf.results.compare import DIRECTIONS
-from perf.results.gate import read_tolerance_file
+from cbbench.perf.results.compare import DIRECTIONS
+from cbbench.perf.results.gate import read_tolerance_file
 
 REPO = Path(__file__).resolve().parents[2]
 GATE = "ci/gpu_gate.sh"

@@ -70,7 +70,7 @@ def test_gpu_check_dry_run_plan() -> None:
     assert steps["baseline"][1][-1] == "results/baselines/h200.csv"
     # the calibration report: the perf step's workload again on the simulated twin of the GPU found
     calib = steps["calibration"][1]
-    assert calib[1:3] == ["-m", "perf.bench.sim_calibration"] and calib[4] == "results/x"
+    assert calib[1:3] == ["-m", "cbbench.perf.bench.sim_calibration"] and calib[4] == "results/x"
     assert calib[5:] == [a.replace("cuda", "sim:h200") if a == "cuda" else a for a in steps["perf"][1][4:-3]]
     bench = steps["bench-step"][1]
     assert bench[bench.index("bench-step") + 1 :][:3] == ["--stub-model", "--device", "cuda"]
@@ -79,7 +79,7 @@ def test_gpu_check_dry_run_plan() -> None:
 def test_perf_arguments_are_accepted_by_the_cli_and_shared_by_both_scripts(tmp_path: Path) -> None:
     from typer.main import get_command
 
-    from perf.cli import app
+    from cbbench.perf.cli import app
 
     check = _perf_args(_steps(bash("ci/gpu_check.sh", "--dry-run").stdout)["perf"][1])
     # the gate's first recording of a baseline (none in BASELINE_DIR) uses the arguments gpu_check records with
@@ -127,16 +127,19 @@ def test_missing_packages_are_named_in_one_line(tmp_path: Path) -> None:
 
 
 def test_shim_imports_cbbench_from_the_checkout(tmp_path: Path) -> None:
-    # run from elsewhere: only the PYTHONPATH the shim sets can point at the checkout's folders
+    # run from elsewhere, without site-packages (-S: no editable install of cbbench): only the PYTHONPATH the shim
+    # sets can make the import names of setup.py point at the checkout's folders
     script = f"""
         source {REPO}/ci/gpu_env.sh
         _make_shim {tmp_path}/shim
         cd {tmp_path}
         echo "$PYTHONPATH"
-        "{sys.executable}" -c "import kernels, perf.cli; print(kernels.__file__)"
+        "{sys.executable}" -S -c "import cbbench.kernels, refengine.config; print(*cbbench.kernels.__path__, refengine.config.__file__)"
     """
     res = subprocess.run(["bash", "-c", script], cwd=REPO, capture_output=True, text=True, timeout=120)
     assert res.returncode == 0, res.stderr
-    pythonpath, kernels_file = res.stdout.strip().splitlines()
-    assert pythonpath.split(":")[0] == str(REPO)
-    assert kernels_file == f"{REPO}/kernels/__init__.py"
+    pythonpath, paths = res.stdout.strip().splitlines()
+    assert pythonpath.split(":")[:2] == [f"{tmp_path}/shim", str(REPO)]
+    kernels_dir, config_file = paths.split()
+    assert Path(kernels_dir).resolve() == REPO / "kernels"
+    assert config_file == f"{REPO}/refengine/config.py"

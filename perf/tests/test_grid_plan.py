@@ -10,10 +10,10 @@ import math
 import pytest
 from typer.testing import CliRunner
 
-from perf import cli
-from perf.grid.capacity import MAX_PLAN_RUNS, summary_lines
-from perf.grid.frontier import Slo, best_per_gpu, candidates, pareto
-from perf.report.html import render_html
+from cbbench.perf import cli
+from cbbench.perf.grid.capacity import MAX_PLAN_RUNS, summary_lines
+from cbbench.perf.grid.frontier import Slo, best_per_gpu, candidates, pareto
+from cbbench.perf.report.html import render_html
 
 
 def row(mode: str, seqs: int, tp: int, tput: float, ttft: float, tpot: float, **kw) -> dict:

@@ -22,11 +22,11 @@ import pytest
 from grid_backends import DieAlways, DieOnce, HoldOnce
 from rich.console import Console
 
-from perf.errors import NoResultError
-from perf.grid.order import RUN_SPECIFIC_COLUMNS
-from perf.plan.build import build_plan
-from perf.plan.options import PerfOptions
-from perf.sweep import run_plan
+from cbbench.perf.errors import NoResultError
+from cbbench.perf.grid.order import RUN_SPECIFIC_COLUMNS
+from cbbench.perf.plan.build import build_plan
+from cbbench.perf.plan.options import PerfOptions
+from cbbench.perf.sweep import run_plan
 
 GRID = dict(
     workload="fixed",

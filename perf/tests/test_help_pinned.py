@@ -11,7 +11,7 @@ import pytest
 from typer.main import get_command
 from typer.testing import CliRunner
 
-from perf import cli
+from cbbench.perf import cli
 
 FIXTURES = Path(__file__).parent / "fixtures" / "help"
 WIDE = {"COLUMNS": "200", "NO_COLOR": "1"}  # a fixed width, so the snapshot does not depend on the terminal

@@ -17,9 +17,9 @@ import pytest
 from tiny_run import TINY_RUN  # perf/tests/tiny_run.py (pytest puts this folder on sys.path)
 from typer.testing import CliRunner
 
-from perf.cli import app
-from perf.report.html import latency_values, load_run, render_html
-from perf.report.timeline_svg import KINDS, LEGEND_BASE, cell_fill, palette, request_rgb
+from cbbench.perf.cli import app
+from cbbench.perf.report.html import latency_values, load_run, render_html
+from cbbench.perf.report.timeline_svg import KINDS, LEGEND_BASE, cell_fill, palette, request_rgb
 
 TINY = TINY_RUN + ["--peers", "none", "--batching", "continuous,static"]
 CHROMIUM_NAMES = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable", "chrome")

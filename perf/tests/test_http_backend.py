@@ -13,13 +13,13 @@ import math
 import pytest
 from typer.testing import CliRunner
 
-from perf.backends.fake_openai_server import BAD_PROMPT_TOKEN, NUM_GPU_BLOCKS, FakeOpenAIServer
-from perf.backends.http_client import HttpTarget, build_payload, chunk_content
-from perf.backends.http_run import run_http
-from perf.backends.server_metrics import kv_usage, parse_prometheus
-from perf.cli import app
-from perf.results.files import read_csv
-from workloads.base import Workload, WorkloadRequest
+from cbbench.perf.backends.fake_openai_server import BAD_PROMPT_TOKEN, NUM_GPU_BLOCKS, FakeOpenAIServer
+from cbbench.perf.backends.http_client import HttpTarget, build_payload, chunk_content
+from cbbench.perf.backends.http_run import run_http
+from cbbench.perf.backends.server_metrics import kv_usage, parse_prometheus
+from cbbench.perf.cli import app
+from cbbench.perf.results.files import read_csv
+from cbbench.workloads.base import Workload, WorkloadRequest
 
 INPUT_LEN, OUTPUT_LEN, NUM_PROMPTS = 8, 5, 6
 FIXED = [
@@ -195,7 +195,7 @@ def test_engine_knobs_are_refused_with_an_http_backend(server, tmp_path):
 
 def test_in_process_max_concurrency_caps_requests_in_flight():
     """The same --max-concurrency in-process: never more than `cap` requests in the engine, all finish."""
-    from perf.backends.in_process import run_refengine
+    from cbbench.perf.backends.in_process import run_refengine
 
     cap = 2
     w = _workload([[7 + i] * 8 for i in range(5)], output_len=4)
@@ -217,7 +217,7 @@ def test_in_process_max_concurrency_caps_requests_in_flight():
 def test_compare_in_process_against_http(server, tmp_path):
     """The server's overhead is a `compare` of an in-process run and an HTTP run of the same workload: with
     `--ignore-key server` their rows match on the model and the load; without it they are different configs."""
-    from perf.results.compare import compare
+    from cbbench.perf.results.compare import compare
 
     inproc_dir, http_dir = tmp_path / "inproc", tmp_path / "http"
     common = [*FIXED, "--model", "tiny-qwen2", "--max-concurrency", "3"]
@@ -242,7 +242,7 @@ def test_compare_in_process_against_http(server, tmp_path):
     rows, _ = compare(inproc[inproc.batching == "continuous"], read_csv(http_csv), ignore_key=["server"])
     assert rows and {r["status"] for r in rows} <= {"ok", "improved", "regressed", "n/a"}
     assert {r["metric"] for r in rows} >= {"output_throughput", "mean_ttft_ms"}
-    from perf.results.compare import NoCommonConfigs
+    from cbbench.perf.results.compare import NoCommonConfigs
 
     with pytest.raises(NoCommonConfigs, match="0 configurations in common"):  # the full key: nothing matches
         compare(inproc_csv, http_csv)

@@ -19,12 +19,12 @@ import urllib.request
 import pytest
 from typer.testing import CliRunner
 
-from perf.backends.http_client import HttpTarget
-from perf.backends.http_run import run_http
-from perf.cli import app
-from perf.results.files import read_csv
+from cbbench.perf.backends.http_client import HttpTarget
+from cbbench.perf.backends.http_run import run_http
+from cbbench.perf.cli import app
+from cbbench.perf.results.files import read_csv
+from cbbench.workloads.base import Workload, WorkloadRequest
 from refengine.presets import TEST_MODEL
-from workloads.base import Workload, WorkloadRequest
 
 MAX_NUM_SEQS = 64
 NUM_STREAMS = 64
@@ -55,7 +55,7 @@ def served(tmp_path_factory):
     cmd = [
         sys.executable,
         "-c",
-        "from perf.cli import app; app()",
+        "from cbbench.perf.cli import app; app()",
         "serve",
         "--model",
         TEST_MODEL,
@@ -134,7 +134,7 @@ def test_http_run_agrees_with_in_process_run(served, tmp_path):
     from refengine import LLM, SamplingParams  # the same prompts through the engine: the same tokens come back
 
     w = doc_http["workload"]["params"]
-    from workloads import get_workload
+    from cbbench.workloads.registry import get_workload
 
     wl = get_workload(
         "random",

@@ -7,8 +7,8 @@ import math
 
 import numpy as np
 
-from perf.results.files import write_run_json
-from perf.results.json_text import encode, run_json_text
+from cbbench.perf.results.files import write_run_json
+from cbbench.perf.results.json_text import encode, run_json_text
 
 RECORDS = {
     "a": [{"ttft": 0.5, "itl": [0.1, 0.2], "n": 3}],

@@ -8,8 +8,8 @@ import dataclasses
 import pytest
 from typer.testing import CliRunner
 
-from perf.cli import main as cli
-from perf.knobs import engine_knobs, knob, parse_knobs, validate_knobs
+from cbbench.perf.cli import main as cli
+from cbbench.perf.knobs import engine_knobs, knob, parse_knobs, validate_knobs
 from refengine.config import BATCHING_MODES, POLICIES, PREEMPTION_MODES, EngineConfig, SchedulerConfig
 
 NOT_KNOBS = {"model", "device", "dtype", "seed", "scheduler", "stats_log_size"}  # own options / plumbing

@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from perf.backends import in_process
-from perf.cli import app
-from perf.results.files import read_csv
-from perf.results.like import load_like
-from perf.results.schema import config_key
+from cbbench.perf.backends import in_process
+from cbbench.perf.cli import app
+from cbbench.perf.results.files import read_csv
+from cbbench.perf.results.like import load_like
+from cbbench.perf.results.schema import config_key
 from refengine.presets import TEST_MODEL
 
 ROOT = Path(__file__).resolve().parents[2]

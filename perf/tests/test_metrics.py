@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from perf.metrics import (
+from cbbench.perf.metrics import (
     RECORD_KEYS,
     compute_metrics,
     parse_goodput,

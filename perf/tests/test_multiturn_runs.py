@@ -12,14 +12,14 @@ import math
 import pytest
 from typer.testing import CliRunner
 
-from perf.backends.conversations import TurnFeeder, conversation_metrics
-from perf.backends.fake_openai_server import FakeOpenAIServer
-from perf.backends.hf import MULTI_TURN_REFUSED, run_hf_static
-from perf.backends.http_client import HttpTarget
-from perf.backends.http_run import run_http
-from perf.cli import app
-from workloads import get_workload
-from workloads.base import Workload, WorkloadRequest
+from cbbench.perf.backends.conversations import TurnFeeder, conversation_metrics
+from cbbench.perf.backends.fake_openai_server import FakeOpenAIServer
+from cbbench.perf.backends.hf import MULTI_TURN_REFUSED, run_hf_static
+from cbbench.perf.backends.http_client import HttpTarget
+from cbbench.perf.backends.http_run import run_http
+from cbbench.perf.cli import app
+from cbbench.workloads.base import Workload, WorkloadRequest
+from cbbench.workloads.registry import get_workload
 
 USER_LEN, OUTPUT_LEN, TURNS = 20, 3, 3
 
@@ -59,7 +59,7 @@ def test_feeder_holds_each_turn_until_the_previous_answer():
 
 
 def test_in_process_turns_carry_the_history_and_hit_the_prefix_cache():
-    from perf.backends.in_process import run_refengine
+    from cbbench.perf.backends.in_process import run_refengine
 
     w = get_workload("multiturn", num_prompts=2, num_turns=TURNS, user_len=USER_LEN, output_len=OUTPUT_LEN)
     r = run_refengine(

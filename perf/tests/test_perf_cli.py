@@ -12,9 +12,9 @@ import pytest
 from tiny_run import TINY_RUN  # perf/tests/tiny_run.py (pytest puts this folder on sys.path)
 from typer.testing import CliRunner
 
-from perf.cli import app
-from perf.results.columns import COLUMNS
-from perf.results.files import read_csv
+from cbbench.perf.cli import app
+from cbbench.perf.results.columns import COLUMNS
+from cbbench.perf.results.files import read_csv
 
 TINY = TINY_RUN
 
@@ -116,7 +116,7 @@ def test_usage_error_is_one_line_and_exit_2(args):
     import subprocess
     import sys
 
-    res = subprocess.run([sys.executable, "-m", "perf.cli", *args], capture_output=True, text=True, timeout=120)
+    res = subprocess.run([sys.executable, "-m", "cbbench.perf.cli", *args], capture_output=True, text=True, timeout=120)
     assert res.returncode == 2
     lines = res.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("cbbench: error:"), res.stderr

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from typer.testing import CliRunner
 
-from perf.cli import app
-from perf.plan.build import build_plan
-from perf.plan.options import PerfOptions
+from cbbench.perf.cli import app
+from cbbench.perf.plan.build import build_plan
+from cbbench.perf.plan.options import PerfOptions
 
 FIXED = dict(workload="fixed", workload_params=["input_len=8,output_len=4"], num_prompts=3, warmup=1)
 

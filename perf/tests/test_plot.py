@@ -17,11 +17,11 @@ import pytest  # noqa: E402
 from matplotlib.container import ErrorbarContainer  # noqa: E402
 from typer.testing import CliRunner  # noqa: E402
 
-from perf.cli import app  # noqa: E402
-from perf.report.plot import make_figure
-from perf.report.plot_data import plain_number
-from perf.results.files import write_csv
-from perf.results.schema import make_row
+from cbbench.perf.cli import app  # noqa: E402
+from cbbench.perf.report.plot import make_figure
+from cbbench.perf.report.plot_data import plain_number
+from cbbench.perf.results.files import write_csv
+from cbbench.perf.results.schema import make_row
 
 RATES = (1.0, 2.0, 4.0, math.inf)
 MODES = ("continuous", "static")

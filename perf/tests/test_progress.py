@@ -13,10 +13,10 @@ import time
 from rich.console import Console
 from typer.testing import CliRunner
 
-from perf.backends.http_client import error_record
-from perf.cli import app
-from perf.records import RequestRecord
-from perf.report.progress import RunProgress
+from cbbench.perf.backends.http_client import error_record
+from cbbench.perf.cli import app
+from cbbench.perf.records import RequestRecord
+from cbbench.perf.report.progress import RunProgress
 
 TINY = [
     "--workload",
@@ -218,9 +218,9 @@ REL_TOL = 1e-9  # the same sum over the same span, in another order: float round
 
 
 def test_a_simulated_run_marks_its_start_and_its_live_rate_ends_at_the_tables():
-    from perf.backends.in_process import run_refengine
-    from perf.report.progress import SoFar
-    from workloads import get_workload
+    from cbbench.perf.backends.in_process import run_refengine
+    from cbbench.perf.report.progress import SoFar
+    from cbbench.workloads.registry import get_workload
 
     calls: list[tuple[int, list[RequestRecord]]] = []
     w = get_workload("fixed", tokenizer=None, num_prompts=8, seed=0, input_len=64, output_len=16)

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from perf.cli import app
+from cbbench.perf.cli import app
 
 ROOT = Path(__file__).resolve().parents[2]
 _spec = importlib.util.spec_from_file_location("readme_examples", ROOT / "ci" / "readme_examples.py")
@@ -32,7 +32,7 @@ cbbench show results/<file>.csv --format markdown
 cbbench compare results/baselines/cpu.csv NEW.csv
 cbbench serve --port 8001
 pytest perf/tests/test_rows.py
-python -c "import perf.cli"
+python -c "import cbbench.perf.cli"
 ```
 
 ```python
@@ -68,7 +68,7 @@ def test_extract_finds_the_commands_of_bash_blocks():
         (9, ["cbbench", "compare", "results/baselines/cpu.csv", "NEW.csv"]),
         (10, ["cbbench", "serve", "--port", "8001"]),
         (11, ["pytest", "perf/tests/test_rows.py"]),
-        (12, ["python", "-c", "import perf.cli"]),
+        (12, ["python", "-c", "import cbbench.perf.cli"]),
     ]
 
 

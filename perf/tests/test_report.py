@@ -9,8 +9,8 @@ import math
 import pytest
 from rich.console import Console
 
-from perf.report.table import COLUMNS, print_perf_table
-from workloads.base import Workload, WorkloadRequest
+from cbbench.perf.report.table import COLUMNS, print_perf_table
+from cbbench.workloads.base import Workload, WorkloadRequest
 
 NARROW, WIDE = 80, 200
 

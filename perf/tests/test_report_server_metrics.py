@@ -10,11 +10,11 @@ import re
 import pytest
 from typer.testing import CliRunner
 
-from perf.backends.fake_openai_server import FakeOpenAIServer
-from perf.backends.server_metrics import SERIES_KEYS
-from perf.cli import app
-from perf.report.html import render_html
-from perf.report.server_series import server_metrics_html
+from cbbench.perf.backends.fake_openai_server import FakeOpenAIServer
+from cbbench.perf.backends.server_metrics import SERIES_KEYS
+from cbbench.perf.cli import app
+from cbbench.perf.report.html import render_html
+from cbbench.perf.report.server_series import server_metrics_html
 
 TINY = ["--workload", "fixed", "--workload-param", "input_len=8,output_len=8", "--num-prompts", "6", "--quiet"]
 FOUR = ["kv_usage", "num_running", "num_waiting", "num_preemptions"]

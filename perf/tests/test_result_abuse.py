@@ -12,9 +12,9 @@ import pytest
 from cli_runs import invoke, one_line
 from tiny_run import TINY_RUN  # perf/tests/tiny_run.py (pytest puts this folder on sys.path)
 
-from perf.results.files import read_csv, write_csv
-from perf.results.schema import make_row
-from workloads import get_workload
+from cbbench.perf.results.files import read_csv, write_csv
+from cbbench.perf.results.schema import make_row
+from cbbench.workloads.registry import get_workload
 
 TINY = TINY_RUN + ["--peers", "none", "--batching", "continuous"]
 CSV_FIELD_LIMIT = 131072  # python's csv module refuses a longer field by default
@@ -49,7 +49,7 @@ def test_user_strings_are_neutralised_and_read_back(tmp_path, label):
 
 
 def test_resume_keeps_user_strings_exact(tmp_path):
-    from perf.results.writer import ResultWriter
+    from cbbench.perf.results.writer import ResultWriter
 
     w = get_workload("fixed", num_prompts=2, seed=0, input_len=8, output_len=4)
     path = write_csv(tmp_path / "r.csv", [row("=x")])
@@ -60,7 +60,7 @@ def test_resume_keeps_user_strings_exact(tmp_path):
 
 
 def test_stale_temporaries_of_the_same_result_are_removed(tmp_path):
-    from perf.results.writer import ResultWriter
+    from cbbench.perf.results.writer import ResultWriter
 
     stale = [tmp_path / ".run.csv.k1ll3d.tmp", tmp_path / ".run.json.k1ll3d.tmp"]
     other = tmp_path / ".other.csv.abc.tmp"  # another result's: not ours to remove
@@ -71,7 +71,7 @@ def test_stale_temporaries_of_the_same_result_are_removed(tmp_path):
 
 
 def test_output_json_name_is_refused(tmp_path, monkeypatch):
-    from perf.backends import in_process
+    from cbbench.perf.backends import in_process
 
     monkeypatch.setattr(in_process, "run_refengine", lambda *a, **k: pytest.fail("a run started"))
     res = invoke("perf", *TINY, "--output", str(tmp_path / "run.json"))
@@ -84,8 +84,8 @@ def test_output_json_name_is_refused(tmp_path, monkeypatch):
 
 
 def test_huge_num_prompts_is_refused_before_any_workload_is_built(monkeypatch, tmp_path):
-    from perf.plan import build
-    from workloads.registry import MAX_NUM_PROMPTS
+    from cbbench.perf.plan import build
+    from cbbench.workloads.registry import MAX_NUM_PROMPTS
 
     monkeypatch.setattr(build, "build_workload", lambda *a, **k: pytest.fail("a workload was built"))
     res = invoke("perf", *TINY, "--num-prompts", str(10**12), "--result-dir", str(tmp_path))
@@ -199,7 +199,7 @@ def test_report_on_a_huge_knob_and_to_a_device(tmp_path):
 
 
 def test_report_data_block_cannot_be_ended_by_a_name(tmp_path):
-    from perf.report.html import render_html
+    from cbbench.perf.report.html import render_html
 
     names = ["<!--<script>", "</script><b>x</b>", "a&b"]
     doc = json.loads(_run_json(tmp_path).read_text())

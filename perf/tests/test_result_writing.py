@@ -10,10 +10,10 @@ import pytest
 from tiny_run import TINY_RUN  # perf/tests/tiny_run.py (pytest puts this folder on sys.path)
 from typer.testing import CliRunner
 
-from perf.backends import in_process
-from perf.cli import app
-from perf.results import schema as results
-from perf.results.files import read_csv, write_csv
+from cbbench.perf.backends import in_process
+from cbbench.perf.cli import app
+from cbbench.perf.results import schema as results
+from cbbench.perf.results.files import read_csv, write_csv
 
 TINY = TINY_RUN + ["--peers", "none", "--batching", "continuous,static"]
 
@@ -113,7 +113,7 @@ def test_atomic_write_keeps_the_old_file_when_writing_fails(tmp_path, monkeypatc
 
 
 def test_two_runs_in_one_second_get_two_files(tmp_path):
-    from perf.plan.build import _fresh
+    from cbbench.perf.plan.build import _fresh
 
     first = _fresh(tmp_path, "fixed-20250101-000000")
     write_csv(first, [])

@@ -8,10 +8,10 @@ import re
 
 import pytest
 
-from perf.results.columns import METRIC_COLUMNS
-from perf.results.files import read_csv, write_csv
-from perf.results.rows import aggregate_rows, read_rows, with_extra_metrics
-from perf.results.schema import aggregate_repeats, extra_metrics, make_row
+from cbbench.perf.results.columns import METRIC_COLUMNS
+from cbbench.perf.results.files import read_csv, write_csv
+from cbbench.perf.results.rows import aggregate_rows, read_rows, with_extra_metrics
+from cbbench.perf.results.schema import aggregate_repeats, extra_metrics, make_row
 
 
 def _row(repeat: int, batching: str, tps: float | None, **kw) -> dict:

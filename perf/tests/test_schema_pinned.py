@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from perf.backends.fake_openai_server import FakeOpenAIServer
-from perf.cli import app
+from cbbench.perf.backends.fake_openai_server import FakeOpenAIServer
+from cbbench.perf.cli import app
 
 FIXTURE = Path(__file__).parent / "fixtures" / "schema.json"
 TINY = [

@@ -11,8 +11,8 @@ import types
 
 import pytest
 
-from perf.backends import server_metrics as sm_mod
-from perf.backends.server_metrics import FAST_SAMPLING_S, FIRST_SAMPLE_S, SAMPLE_PERIOD_S, ServerMetrics
+from cbbench.perf.backends import server_metrics as sm_mod
+from cbbench.perf.backends.server_metrics import FAST_SAMPLING_S, FIRST_SAMPLE_S, SAMPLE_PERIOD_S, ServerMetrics
 
 IDLE = "vllm:kv_cache_usage_perc 0.0\nvllm:num_requests_running 0\nvllm:num_requests_waiting 0\n"
 BUSY = "vllm:kv_cache_usage_perc 0.4\nvllm:num_requests_running 64\nvllm:num_requests_waiting 0\n"

@@ -7,10 +7,10 @@ import logging
 import subprocess
 import sys
 
-from workloads import load_sharegpt
-from workloads import sharegpt as sharegpt_mod
+from cbbench.workloads import sharegpt as sharegpt_mod
+from cbbench.workloads.sharegpt import load_sharegpt
 
-LOGGER = "workloads.sharegpt"
+LOGGER = "cbbench.workloads.sharegpt"
 
 
 def _cut_file(path, n: int = 5) -> None:
@@ -44,7 +44,7 @@ def test_nothing_reaches_stderr_by_default(tmp_path):
     through logging's last-resort handler. A subprocess, because pytest's own log capture hides that handler."""
     path = tmp_path / "cut2.json"
     _cut_file(path, 6)
-    code = "import sys; from workloads import load_sharegpt; load_sharegpt(sys.argv[1]); load_sharegpt(sys.argv[1])"
+    code = "import sys; from cbbench.workloads.sharegpt import load_sharegpt; load_sharegpt(sys.argv[1]); load_sharegpt(sys.argv[1])"
     res = subprocess.run([sys.executable, "-c", code, str(path)], capture_output=True, text=True, timeout=120)
     assert res.returncode == 0, res.stderr
     assert res.stderr == ""

@@ -8,7 +8,7 @@ import json
 from tiny_run import TINY_RUN  # perf/tests/tiny_run.py (pytest puts this folder on sys.path)
 from typer.testing import CliRunner
 
-from perf.cli import main as cli
+from cbbench.perf.cli import main as cli
 
 TINY = TINY_RUN + ["--peers", "none"]
 
@@ -18,7 +18,7 @@ def invoke(*args: str):
 
 
 def test_resumed_table_covers_the_whole_file_and_show_reprints_it(tmp_path, monkeypatch):
-    from perf.backends import in_process
+    from cbbench.perf.backends import in_process
 
     real, calls = in_process.run_refengine, []
 
@@ -51,7 +51,7 @@ def test_resumed_table_covers_the_whole_file_and_show_reprints_it(tmp_path, monk
 
 
 def test_in_process_run_whose_every_request_failed_exits_1(tmp_path, monkeypatch):
-    from perf.backends import in_process
+    from cbbench.perf.backends import in_process
 
     real = in_process.run_refengine
 
@@ -70,7 +70,7 @@ def test_in_process_run_whose_every_request_failed_exits_1(tmp_path, monkeypatch
 
 
 def test_hf_peer_that_produced_no_result_exits_1(tmp_path, monkeypatch):
-    from perf.backends import hf
+    from cbbench.perf.backends import hf
 
     def broken(*a, **k):
         raise RuntimeError("planted peer failure")
@@ -85,7 +85,7 @@ def test_hf_peer_that_produced_no_result_exits_1(tmp_path, monkeypatch):
 def test_serve_and_in_process_perf_use_the_same_default_threads(monkeypatch):
     import torch
 
-    from perf.plan.options import DEFAULT_CPU_THREADS
+    from cbbench.perf.plan.options import DEFAULT_CPU_THREADS
     from refengine.entrypoints import api_server
 
     set_to: list[int] = []
@@ -94,7 +94,7 @@ def test_serve_and_in_process_perf_use_the_same_default_threads(monkeypatch):
     assert invoke("serve").exit_code == 0
     assert invoke("serve", "--cpu-threads", "3").exit_code == 0
     assert set_to == [DEFAULT_CPU_THREADS, 3]
-    from perf import sweep
+    from cbbench.perf import sweep
 
     plan = type("P", (), {"settings": type("S", (), {"device": "cpu", "cpu_threads": None})()})()
     sweep._set_threads(plan)

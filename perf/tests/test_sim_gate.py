@@ -11,10 +11,10 @@ import pandas as pd
 from rich.console import Console
 from typer.testing import CliRunner
 
-from perf.cli import app
-from perf.results.columns import METRIC_COLUMNS
-from perf.results.compare import main_compare
-from perf.results.files import read_csv
+from cbbench.perf.cli import app
+from cbbench.perf.results.columns import METRIC_COLUMNS
+from cbbench.perf.results.compare import main_compare
+from cbbench.perf.results.files import read_csv
 
 ROOT = Path(__file__).resolve().parents[2]
 BASELINE = ROOT / "results" / "baselines" / "sim-h200.csv"

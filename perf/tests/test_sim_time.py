@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from perf.backends.server_metrics import ServerMetrics, parse_prometheus
-from perf.backends.sim_time import SimClock
-from perf.records import RequestRecord
+from cbbench.perf.backends.server_metrics import ServerMetrics, parse_prometheus
+from cbbench.perf.backends.sim_time import SimClock
+from cbbench.perf.records import RequestRecord
 
 EXACT = 1e-9  # float rounding only
 OFFSET = 7.0  # the client's clock reads this much more than the server's wall clock

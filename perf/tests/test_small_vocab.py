@@ -4,10 +4,10 @@ request with "outside the vocabulary"."""
 
 from __future__ import annotations
 
-from perf.backends.base import warmup_prompts
-from perf.plan.load import known_vocab_size, vocab_token_id_range
-from perf.plan.options import PerfOptions, workload_kwargs
-from workloads.synthetic import DEFAULT_TOKEN_ID_RANGE
+from cbbench.perf.backends.base import warmup_prompts
+from cbbench.perf.plan.load import known_vocab_size, vocab_token_id_range
+from cbbench.perf.plan.options import PerfOptions, workload_kwargs
+from cbbench.workloads.synthetic import DEFAULT_TOKEN_ID_RANGE
 
 
 def test_the_id_range_shrinks_to_the_vocabulary_only_when_it_must():

@@ -10,9 +10,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from perf.backends.in_process import step_records
-from perf.metrics import compute_metrics
-from perf.report.timeline import TIMELINE_OUTPUT_LENS, TIMELINE_PROMPT_LENS, Cell, assign_slots, utilisation
+from cbbench.perf.backends.in_process import step_records
+from cbbench.perf.metrics import compute_metrics
+from cbbench.perf.report.timeline import TIMELINE_OUTPUT_LENS, TIMELINE_PROMPT_LENS, Cell, assign_slots, utilisation
 from refengine.presets import TEST_MODEL
 
 MAX_NUM_SEQS = 3

@@ -7,9 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from workloads import get_workload
-from workloads.registry import MAX_NUM_PROMPTS
-from workloads.trace import MOONCAKE_BLOCK_TOKENS
+from cbbench.workloads.registry import MAX_NUM_PROMPTS, get_workload
+from cbbench.workloads.trace import MOONCAKE_BLOCK_TOKENS
 
 
 class WordTokenizer:

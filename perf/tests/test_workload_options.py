@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from perf.cli import app
-from perf.plan.options import PerfOptions, workload_kwargs
+from cbbench.perf.cli import app
+from cbbench.perf.plan.options import PerfOptions, workload_kwargs
 
 WIDE = {"COLUMNS": "200", "NO_COLOR": "1"}
 

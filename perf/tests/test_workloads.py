@@ -9,8 +9,9 @@ import statistics
 
 import pytest
 
-from workloads import arrival_times, get_workload, list_workloads, load_sharegpt
-from workloads.sharegpt import JSONArrayReader
+from cbbench.workloads.arrivals import arrival_times
+from cbbench.workloads.registry import get_workload, list_workloads
+from cbbench.workloads.sharegpt import JSONArrayReader, load_sharegpt
 
 # Tolerances of the seeded statistical checks. Each is several standard errors of the estimate at the sample size
 # used (e.g. a mean of 2000 exponential gaps has a relative standard error of 1/sqrt(2000) = 2.2 %).

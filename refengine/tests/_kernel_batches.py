@@ -18,7 +18,7 @@ import pytest  # noqa: E402
 from hypothesis import HealthCheck, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
-from kernels import unified_attention_ref  # noqa: E402
+from cbbench.kernels.reference import unified_attention_ref  # noqa: E402
 
 # Error = max |kernel - oracle| / max |oracle| over the written elements.
 # float32: both sides accumulate in fp32 (the kernel's dots use ieee, not tf32); only summation order differs,

@@ -1,5 +1,5 @@
 """The `torch` attention backend (refengine.attention.unified_attention_cpu: chunked decode attention, the oracle
-for prefill chunks) against the oracle (kernels.reference.unified_attention_ref).
+for prefill chunks) against the oracle (cbbench.kernels.reference.unified_attention_ref).
 
 Batches are built to catch a wrong gather or mask: block tables are random permutations, cache blocks no sequence
 owns and the slots past each sequence's end hold NaN, `out` is NaN before the call, and decode lengths straddle the
@@ -13,7 +13,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kernels.reference import unified_attention_ref
+from cbbench.kernels.reference import unified_attention_ref
 from refengine.attention import DECODE_CHUNK_TOKENS, get_attention_backend, unified_attention_cpu
 
 # max |backend - oracle| / max |oracle|: both compute in float32 and differ only in summation order (the online

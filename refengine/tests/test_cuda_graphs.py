@@ -47,7 +47,9 @@ def test_pad_decode_inputs():
 def test_triton_kernel_on_a_padded_decode_batch_matches_the_unpadded_oracle(num_kv_segments):
     """What a graph replay runs: the Triton kernels (interpreted here) on 3 decodes padded to 8; the real rows must
     equal the oracle on the unpadded batch, and the padded tokens must write nothing to the cache."""
-    from kernels import reshape_and_cache, unified_attention, unified_attention_ref
+    from cbbench.kernels.reference import unified_attention_ref
+    from cbbench.kernels.reshape_and_cache import reshape_and_cache
+    from cbbench.kernels.unified_attention import unified_attention
 
     g = torch.Generator().manual_seed(0)
     num_blocks, bs, kvh, heads, d = 12, 4, 2, 4, 16

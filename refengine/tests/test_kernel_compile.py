@@ -24,8 +24,8 @@ def compile_for_sm90() -> list[str]:
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
 
-    from kernels.reshape_and_cache import _reshape_and_cache_kernel
-    from kernels.unified_attention import _reduce_segments_kernel, _unified_attention_kernel
+    from cbbench.kernels.reshape_and_cache import _reshape_and_cache_kernel
+    from cbbench.kernels.unified_attention import _reduce_segments_kernel, _unified_attention_kernel
 
     ptr = {"q_ptr", "k_cache_ptr", "v_cache_ptr", "out_ptr", "k_ptr", "v_ptr"}
     fp32_ptr = {"segm_out_ptr", "segm_max_ptr", "segm_sum_ptr"}

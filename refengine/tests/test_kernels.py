@@ -20,8 +20,14 @@ import pytest  # noqa: E402
 from hypothesis import given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
-from kernels import reshape_and_cache, reshape_and_cache_ref, unified_attention  # noqa: E402
-from kernels.unified_attention import MAX_KV_SEGMENTS, choose_num_kv_segments, plan_unified_attention  # noqa: E402
+from cbbench.kernels.reference import reshape_and_cache_ref
+from cbbench.kernels.reshape_and_cache import reshape_and_cache  # noqa: E402
+from cbbench.kernels.unified_attention import (  # noqa: E402
+    MAX_KV_SEGMENTS,
+    choose_num_kv_segments,
+    plan_unified_attention,
+    unified_attention,
+)
 from refengine.tests._kernel_batches import (  # noqa: E402
     DEVICE,
     HYPOTHESIS,
@@ -186,7 +192,7 @@ def test_gpu_reshape_and_cache_bf16_large():
 
 
 def test_kernel_bench_smoke_csv(tmp_path):
-    from perf.bench.kernels import BenchShape, attention_bytes, run_kernel_bench
+    from cbbench.perf.bench.kernels import BenchShape, attention_bytes, run_kernel_bench
 
     shape = BenchShape("toy", "mixed", num_heads=4, num_kv_heads=2, head_dim=64, batch=3, context=40, prefill_len=8)
     # 2 decodes (seq_len 41) + a chunk of 8 on a context of 40 (seq_len 48): K and V of 2 * 41 + 48 positions;

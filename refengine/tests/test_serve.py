@@ -44,7 +44,7 @@ def _post(client, path: str, **body):
 def test_every_engine_knob_is_a_serve_option():
     from dataclasses import fields
 
-    from perf.cli import app
+    from cbbench.perf.cli import app
     from refengine.config import EngineConfig, SchedulerConfig
 
     serve = typer.main.get_command(app).commands["serve"]

@@ -45,7 +45,7 @@ def test_api_key_is_required_except_on_health_and_metrics(engine):
 def test_serve_binds_loopback_by_default():
     import typer
 
-    from perf.cli import app
+    from cbbench.perf.cli import app
     from refengine.entrypoints.launch import run_server
 
     serve = typer.main.get_command(app).commands["serve"]
@@ -103,7 +103,7 @@ def test_cache_config_info_names_the_kv_pool(engine):
 # `cbbench serve` in a fresh interpreter; it then prints whether torch was imported.
 SERVE = """
 import sys
-from perf.cli import app
+from cbbench.perf.cli import app
 try:
     app(sys.argv[1:], prog_name="cbbench")
 finally:

@@ -11,7 +11,7 @@ import pytest
 pytest.importorskip("fastapi", reason="cbbench serve needs fastapi (pip install -e .)")
 from fastapi.testclient import TestClient  # noqa: E402
 
-from perf.backends.server_metrics import parse_prometheus
+from cbbench.perf.backends.server_metrics import parse_prometheus
 from refengine.engine import LLMEngine
 from refengine.entrypoints.api_server import build_app
 from refengine.entrypoints.serving import Call, OpenAIServing

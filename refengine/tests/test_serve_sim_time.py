@@ -3,16 +3,16 @@ measured by the openai backend (times converted to the server's simulated time) 
 simulated in-process. The server runs in a thread of the test process, so its event loop, its engine thread and
 the client share one GIL: paced in real time, the served TPOT here came out 1.3 times the in-process one (the
 pacer before the time scale) and 2.6 times (this pacer at time_scale=1.0); at the adaptive scale, within 1.5%.
-perf.bench.sim_serving is the full-size version (512 ShareGPT prompts at 256 streams)."""
+cbbench.perf.bench.sim_serving is the full-size version (512 ShareGPT prompts at 256 streams)."""
 
 from __future__ import annotations
 
-from perf.backends.http_client import HttpTarget
-from perf.backends.http_run import run_http
-from perf.backends.in_process import run_refengine
+from cbbench.perf.backends.http_client import HttpTarget
+from cbbench.perf.backends.http_run import run_http
+from cbbench.perf.backends.in_process import run_refengine
+from cbbench.workloads.base import Workload, WorkloadRequest
 from refengine import LLMEngine
 from refengine.tests.live_server import live_server
-from workloads.base import Workload, WorkloadRequest
 
 MODEL, DEVICE = "llama-3.1-8b", "sim:h200"
 NUM_STREAMS, PROMPT_LEN, OUTPUT_LEN = 64, 32, 128

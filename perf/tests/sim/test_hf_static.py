@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from perf.sim.hf_static import batch_steps, simulate_hf_static
+from cbbench.perf.sim.hf_static import batch_steps, simulate_hf_static
 from refengine.sim.cost_model import CostModel, StepShape
 from refengine.tests.sim.shapes import LLAMA_31_8B
 
@@ -78,7 +78,7 @@ def test_bad_input_names_the_field(h200) -> None:
 def test_a_workload_maps_to_prompt_and_output_lengths_with_arrivals() -> None:
     from types import SimpleNamespace
 
-    from perf.sim.hf_static import workload_requests
+    from cbbench.perf.sim.hf_static import workload_requests
 
     reqs = [
         SimpleNamespace(prompt_token_ids=[5] * n, output_len=o, arrival_time=a)
@@ -88,8 +88,8 @@ def test_a_workload_maps_to_prompt_and_output_lengths_with_arrivals() -> None:
 
 
 def test_simulated_hf_static_reports_its_requests_done_to_the_progress_line() -> None:
-    from perf.backends.hf import run_hf_static
-    from workloads.base import Workload, WorkloadRequest
+    from cbbench.perf.backends.hf import run_hf_static
+    from cbbench.workloads.base import Workload, WorkloadRequest
 
     reqs = [WorkloadRequest([1] * (3 + i), output_len=2 + i) for i in range(5)]
     done: list[int] = []

@@ -18,8 +18,8 @@ from types import ModuleType
 
 import pytest
 
-from perf.sim import peers
-from perf.sim.peers import PINNED_VERSIONS, PeerPrediction, load_peer_predictions
+from cbbench.perf.sim import peers
+from cbbench.perf.sim.peers import PINNED_VERSIONS, PeerPrediction, load_peer_predictions
 
 REPO = Path(__file__).resolve().parents[3]
 SCRIPT = REPO / "ci" / "peer_sims.sh"

@@ -10,11 +10,11 @@ import math
 import pytest
 from typer.testing import CliRunner
 
-from perf.cli import app
-from perf.sim.consistency import feasibility
-from perf.sim.errors import row_errors
-from perf.sim.measured import MeasuredRun, Protocol, load_measured_runs
-from perf.sim.validate import replay
+from cbbench.perf.cli import app
+from cbbench.perf.sim.consistency import feasibility
+from cbbench.perf.sim.errors import row_errors
+from cbbench.perf.sim.measured import MeasuredRun, Protocol, load_measured_runs
+from cbbench.perf.sim.validate import replay
 from refengine.sim.cost_model import CostModel
 from refengine.sim.presets import sim_model
 
@@ -173,7 +173,7 @@ def test_a_long_rows_ttft_weighs_its_opening_round_as_the_measured_run_did(tmp_p
     """Long-output rows replay 2 rounds of 20: the opening round keeps its weight of 1 in 20."""
     import json
 
-    from perf.sim.validate import _as_if_all_rounds
+    from cbbench.perf.sim.validate import _as_if_all_rounds
 
     def rec(arrival: float, ttft_s: float) -> dict[str, float]:
         return {"arrival_time": arrival, "first_token_time": arrival + ttft_s}

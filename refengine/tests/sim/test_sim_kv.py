@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from perf.sim.engine_replay import replay
+from cbbench.perf.sim.engine_replay import replay
 from refengine import LLMEngine
 from refengine.sim.backend import ACTIVATION_RESERVE_BYTES
 from refengine.sim.gpus import GPUS
