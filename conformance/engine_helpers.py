@@ -7,12 +7,12 @@ import functools
 import torch
 
 from refengine import LLM, SamplingParams
-from refengine.presets import TEST_MODEL
+from refengine.models.presets import TEST_MODEL
 
 # Prompt lengths from 1 to a few hundred tokens; 16 and 17 straddle the default block size.
 PROMPT_LENS = (1, 5, 16, 17, 40, 129, 260)
 MAX_TOKENS = (7, 12, 3, 20, 9, 15, 6)
-# TEST_MODEL, the engine and HTTP tests' model: tiny-qwen2 with an 8192-row vocabulary (refengine/loader.py). Same
+# TEST_MODEL, the engine and HTTP tests' model: tiny-qwen2 with an 8192-row vocabulary (refengine/models/loader.py). Same
 # code paths, 18x less logits GEMM per step, which on a CPU is most of a tiny-qwen2 step; what the 151936-row default
 # model alone can show (its HF parity, the Qwen BPE's exact ids) stays tested on it: refengine/tests/test_model.py,
 # test_serve.py, test_bad_input.py, test_kv_sizing.py and the perf CLI's default runs.
@@ -36,8 +36,8 @@ def run_llm(prompts, max_tokens=MAX_TOKENS, model: str = TEST_MODEL, **knobs) ->
 
 @functools.lru_cache(maxsize=4)
 def _hf_for(model: str):
-    from refengine.engine_setup import _load_model_cached
-    from refengine.hf_twin import to_hf_model
+    from refengine.models.hf_twin import to_hf_model
+    from refengine.worker.worker import _load_model_cached
 
     lm, cfg = _load_model_cached(model, torch.device("cpu"), torch.float32, 0, "torch")
     return to_hf_model(lm, cfg), cfg

@@ -61,7 +61,7 @@ def run_tests(tree: Path, tests: tuple[str, ...], timeout: float) -> tuple[str, 
 
 def check_copy_is_imported(tree: Path) -> None:
     env = {**os.environ, "PYTHONPATH": str(tree)}
-    code = "import refengine.scheduler as s, conformance; print(s.__file__)"
+    code = "import refengine.scheduler.scheduler as s, conformance; print(s.__file__)"
     where = subprocess.run(
         [sys.executable, "-c", code], cwd=tree, env=env, capture_output=True, text=True, check=True
     ).stdout.strip()

@@ -27,13 +27,13 @@ from conformance.mutate import check_copy_is_imported, copy_tree
 
 # reloaded in this order after each patch: each one's `from ... import` then picks up the patched classes
 REPLAY_MODULES = [
-    "refengine.block_pool",
-    "refengine.kv_cache_manager",
-    "refengine.request_queue",
-    "refengine.scheduler_update",
-    "refengine.preemption",
-    "refengine.batching",
-    "refengine.scheduler",
+    "refengine.kv_cache.block_pool",
+    "refengine.kv_cache.kv_cache_manager",
+    "refengine.scheduler.request_queue",
+    "refengine.scheduler.scheduler_update",
+    "refengine.scheduler.preemption",
+    "refengine.scheduler.batching",
+    "refengine.scheduler.scheduler",
     "conformance.adapters.refengine_adapter",
 ]
 REPLAY_PATHS = {m.replace(".", "/") + ".py" for m in REPLAY_MODULES}

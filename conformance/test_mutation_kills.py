@@ -10,7 +10,7 @@ and a stop string that must finish its request in the scheduler too.
 
 from __future__ import annotations
 
-from refengine.detokenizer import IncrementalDetokenizer
+from refengine.engine.detokenizer import IncrementalDetokenizer
 from refengine.request import Request, RequestStatus
 from refengine.sampling_params import SamplingParams
 from refengine.scheduler import Scheduler
@@ -165,7 +165,7 @@ def test_top_p_keeps_the_token_that_crosses_the_nucleus():
     (0.5, 0.3, 0.2) and top_p 0.6 that is the first two (0.5 alone falls short), never the third."""
     import torch
 
-    from refengine.sampler import SamplingMetadata, sample
+    from refengine.sample.sampler import SamplingMetadata, sample
 
     n = 2000  # P(token 1 never drawn) = 0.625**2000: a correct sampler cannot miss it
     logits = torch.tensor([[0.5, 0.3, 0.2]]).log().repeat(n, 1)

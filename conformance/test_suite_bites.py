@@ -15,10 +15,10 @@ from hypothesis.stateful import run_state_machine_as_test
 
 from conformance.adapters.refengine_adapter import RefEngineAdapter
 from conformance.test_scheduler_stateful import make_machine
-from refengine.block_pool import hash_block_tokens
-from refengine.preemption import PreemptionPolicy
+from refengine.kv_cache.block_pool import hash_block_tokens
 from refengine.request import RequestStatus
 from refengine.scheduler import Scheduler
+from refengine.scheduler.preemption import PreemptionPolicy
 
 
 # ---- planted bugs -------------------------------------------------------------------------------------------------

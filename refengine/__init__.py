@@ -8,8 +8,8 @@ import importlib
 from typing import Any
 
 _EXPORTS = {
-    "LLMEngine": "refengine.engine",
-    "LLM": "refengine.llm",
+    "LLMEngine": "refengine.engine.llm_engine",
+    "LLM": "refengine.entrypoints.llm",
     "CompletionOutput": "refengine.outputs",
     "RequestOutput": "refengine.outputs",
     "SamplingParams": "refengine.sampling_params",

@@ -1,6 +1,6 @@
 """Frozen configs and the enums of their choices. Keyword arguments of LLM / LLMEngine / Scheduler and the CLI's
 options map one to one onto these fields; a bad value fails in __post_init__ with a message that names the field.
-`EngineArgs` (refengine/engine_args.py) sorts an engine's keyword arguments into them."""
+`EngineArgs` (refengine/engine/engine_args.py) sorts an engine's keyword arguments into them."""
 
 from __future__ import annotations
 
@@ -147,7 +147,7 @@ class EngineConfig:
     max_model_len: int | None = None  # default: the model's max_position_embeddings
     kv_cache_memory_gb: float | None = None  # sizes num_gpu_blocks when that is not given
     # on CUDA without num_gpu_blocks / kv_cache_memory_gb: the share of the device this engine may use, weights,
-    # activations and KV cache together (vLLM's knob; refengine/kv_sizing.py)
+    # activations and KV cache together (vLLM's knob; refengine/kv_cache/kv_sizing.py)
     gpu_memory_utilization: float = field(
         default=DEFAULT_GPU_MEMORY_UTILIZATION,
         metadata={"help": "share of the GPU's memory for this engine (weights + activations + KV cache), in (0, 1]"},

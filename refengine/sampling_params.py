@@ -36,7 +36,7 @@ PENALTY_LIMIT = 2.0  # presence / frequency penalties lie in [-2, 2] (OpenAI's a
 FLOAT32_MAX = float(np.finfo(np.float32).max)  # the sampler's dtype: a larger value overflows its tensors
 # Stop lists are bounded so that one request's list cannot slow the steps of everyone batched with it (the engine's
 # host work is serial): the stop check costs O(new characters x distinct stop lengths) per request and step (see
-# refengine/detokenizer.py), the stop-id check O(1), and a request still short of min_tokens masks its stop ids in
+# refengine/engine/detokenizer.py), the stop-id check O(1), and a request still short of min_tokens masks its stop ids in
 # the sampler every step. vLLM sets no limits; these are far above what clients send (OpenAI's API allows 4 stops).
 MAX_STOP_STRINGS = 128  # entries of `stop`
 MAX_STOP_STRING_CHARS = 128  # characters of each stop string (also what a stream holds back while it runs)

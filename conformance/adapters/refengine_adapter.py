@@ -8,7 +8,7 @@ from conformance.adapters import ReqView, StepView
 from refengine.request import Request, RequestStatus
 from refengine.sampling_params import SamplingParams
 from refengine.scheduler import Scheduler
-from refengine.scheduler_output import SchedulerOutput
+from refengine.scheduler.scheduler_output import SchedulerOutput
 
 _STATUS = {RequestStatus.WAITING: "waiting", RequestStatus.RUNNING: "running", RequestStatus.PREEMPTED: "preempted"}
 

@@ -4,19 +4,19 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-SCHED = "refengine/scheduler.py"
-PREEMPTION = "refengine/preemption.py"
-SCHED_UPDATE = "refengine/scheduler_update.py"
-BATCHING = "refengine/batching.py"
-POOL = "refengine/block_pool.py"
-KV = "refengine/kv_cache_manager.py"
-QUEUE = "refengine/request_queue.py"
-RUNNER = "refengine/model_runner.py"
-SAMPLING_INPUTS = "refengine/sampling_inputs.py"  # the runner's per-step sampling tensors
-SAMPLER = "refengine/sampler.py"
-DETOK = "refengine/detokenizer.py"
-OUTPUT = "refengine/output_processor.py"
-ENGINE = "refengine/engine.py"
+SCHED = "refengine/scheduler/scheduler.py"
+PREEMPTION = "refengine/scheduler/preemption.py"
+SCHED_UPDATE = "refengine/scheduler/scheduler_update.py"
+BATCHING = "refengine/scheduler/batching.py"
+POOL = "refengine/kv_cache/block_pool.py"
+KV = "refengine/kv_cache/kv_cache_manager.py"
+QUEUE = "refengine/scheduler/request_queue.py"
+RUNNER = "refengine/worker/model_runner.py"
+SAMPLING_INPUTS = "refengine/sample/sampling_inputs.py"  # the runner's per-step sampling tensors
+SAMPLER = "refengine/sample/sampler.py"
+DETOK = "refengine/engine/detokenizer.py"
+OUTPUT = "refengine/engine/output_processor.py"
+ENGINE = "refengine/engine/llm_engine.py"
 
 # The fast subsets, by area: each is quick (seconds to a minute here) and run with -x.
 # (the stateful Hypothesis machine, test_scheduler_stateful.py, is left out: minutes per run; the recorded traces

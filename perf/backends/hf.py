@@ -38,8 +38,8 @@ def hf_model(
 ) -> PreTrainedModel:
     """A transformers model holding the weights refengine loads for (model, dtype, seed): a preset's random draw
     is a pure function of its seed, a folder is read again."""
-    from refengine.hf_twin import to_hf_model
-    from refengine.loader import load_model
+    from refengine.models.hf_twin import to_hf_model
+    from refengine.models.loader import load_model
 
     ref, config = load_model(model, device=device, dtype=dtype, seed=seed)
     return to_hf_model(ref, config, attn_implementation=attn_implementation)
@@ -154,7 +154,7 @@ def run_hf_static(
     seed: int = 0,
     progress: ProgressFn | None = None,
 ) -> RunResult:
-    from refengine.sim.device import is_sim_device
+    from refengine.sim.sim_device import is_sim_device
 
     if is_sim_device(device):
         if progress:

@@ -59,7 +59,7 @@ def _run_once(engine: LLMEngine, prompts: list[list[int]], max_tokens: int, tag:
 
 def _sleeping_stub(model: str, device_ms: float) -> StubModel:
     from cbbench.perf.bench.step_engine import StubModel
-    from refengine.presets import load_model_config
+    from refengine.models.presets import load_model_config
 
     stub = StubModel(load_model_config(model).hidden_size)
     forward = stub.forward

@@ -12,7 +12,7 @@ import torch
 import torch.nn.functional as F
 
 if TYPE_CHECKING:
-    from refengine.model import CausalLM, DecoderLayer
+    from refengine.models.decoder import CausalLM, DecoderLayer
 
 
 def _gemm_floor_s(model: CausalLM, m: int) -> float:
@@ -46,7 +46,7 @@ def step_vs_floor(num_running: int, iters: int = 20, warmup: int = 3, model: str
     """Median CPU ms of a real decode step at `num_running` (bench_step's engine: short prompts, greedy) and of its
     GEMM floor, measured alternately in this thread, and the ratio of the medians."""
     from cbbench.perf.bench.step_engine import make_decoding_engine
-    from refengine.model import CausalLM
+    from refengine.models.decoder import CausalLM
 
     engine, _ = make_decoding_engine(num_running, iters + warmup, model=model, stub=False)
     lm = engine.model_runner.model

@@ -116,7 +116,7 @@ def main(argv: list[str] | None = None) -> None:
     from cbbench.perf.backends.http_client import HttpTarget
     from cbbench.perf.backends.http_run import run_http
     from cbbench.workloads.registry import get_workload
-    from refengine.presets import load_tokenizer
+    from refengine.models.presets import load_tokenizer
 
     if a.device == "cpu":
         torch.set_num_threads(a.threads)

@@ -139,12 +139,12 @@ def module_hooks(clock: PhaseClock, vocab_size: int) -> Iterator[None]:
 
 
 def refengine_targets() -> list[tuple[Any, str, str]]:
-    import refengine.sampler as sampler_module
-    from refengine.engine import LLMEngine
-    from refengine.model import CausalLM
-    from refengine.model_runner import ModelRunner
-    from refengine.penalties import PenaltyTables
-    from refengine.scheduler import Scheduler
+    import refengine.sample.sampler as sampler_module
+    from refengine.engine.llm_engine import LLMEngine
+    from refengine.models.decoder import CausalLM
+    from refengine.sample.penalties import PenaltyTables
+    from refengine.scheduler.scheduler import Scheduler
+    from refengine.worker.model_runner import ModelRunner
 
     return [
         (LLMEngine, "step", "outputs"),

@@ -18,8 +18,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from refengine.penalties import PenaltyTables
-from refengine.sampler import SamplingMetadata, sample, seeded_exponential, seeded_exponential_reference
+from refengine.sample.penalties import PenaltyTables
+from refengine.sample.sampler import SamplingMetadata, sample, seeded_exponential, seeded_exponential_reference
 from refengine.sampling_params import SamplingParams
 
 VOCAB = 151936  # tiny-qwen2's vocabulary, as the engine samples it

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from refengine.scheduler import Scheduler
+    from refengine.scheduler.scheduler import Scheduler
 
 PROMPT_LEN = 32
 BLOCK_SIZE = 16
@@ -26,7 +26,7 @@ def make_decoding_scheduler(num_running: int, max_steps: int = 2000) -> Schedule
     """A Scheduler with `num_running` requests past their prefill, each with room for `max_steps` more tokens."""
     from refengine.request import Request
     from refengine.sampling_params import SamplingParams
-    from refengine.scheduler import Scheduler
+    from refengine.scheduler.scheduler import Scheduler
 
     blocks_per_req = -(-(PROMPT_LEN + max_steps + 2) // BLOCK_SIZE)
     sched = Scheduler(

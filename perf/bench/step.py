@@ -9,7 +9,7 @@ Device stand-in time. On this CPU the stub's tensors and the sampler's kernels w
 thread (an argmax over 256 x 2048 floats alone is ~1 ms here, and its 2 MB of logits evict the host's caches);
 on a GPU they are a few asynchronous kernel launches and the host never touches the logits. So while timed, the
 stub also stands in for the sampler's kernels (`StubModel.sample`: the ids it made the argmax of; every request is
-greedy with nothing masked, so that is exactly what `refengine.model_runner.sample` returns) and its logits are a
+greedy with nothing masked, so that is exactly what `refengine.worker.model_runner.sample` returns) and its logits are a
 placeholder. The table shows "device us", the CPU time inside the model's forward / compute_logits and the
 sampler (the stub's, or with --real-model the real ones), and "host us" = CPU time of the step - device: the
 engine's own host work, which the target is read against. (This thread's CPU time, not wall time: on a shared
@@ -30,7 +30,7 @@ from cbbench.perf.bench.step_engine import STUB_VOCAB, StubModel, make_decoding_
 
 if TYPE_CHECKING:
     from refengine import LLMEngine
-    from refengine.sampler import SamplingMetadata
+    from refengine.sample.sampler import SamplingMetadata
 
 _P = ParamSpec("_P")
 _R = TypeVar("_R")
@@ -74,7 +74,7 @@ class _DeviceClock:
     `sample` is the engine's sampler throughout; the timing is on between start() and close()."""
 
     def __init__(self) -> None:
-        from refengine.sampler import sample
+        from refengine.sample.sampler import sample
 
         self.spent = 0.0
         self.stub: StubModel | None = None  # (set once the engine is made)

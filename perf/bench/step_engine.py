@@ -10,7 +10,7 @@ swamp the host work being measured. The sampled ids therefore lie in [0, STUB_VO
 tokens and common merges), so the detokenizer sees realistic text, including UTF-8 characters split across tokens.
 
 While timed, the stub also stands in for the sampler's kernels (`StubModel.sample`: the ids it made the argmax of;
-every request is greedy with nothing masked, so that is exactly what `refengine.model_runner.sample` returns) and
+every request is greedy with nothing masked, so that is exactly what `refengine.worker.model_runner.sample` returns) and
 its logits are a placeholder; perf/bench/step.py's docstring says why.
 """
 
@@ -23,9 +23,9 @@ import torch
 if TYPE_CHECKING:  # (step.py imports this module: the clock's type only, no import cycle at run time)
     from cbbench.perf.bench.step import _DeviceClock
     from refengine import LLMEngine
-    from refengine.detokenizer import IncrementalDetokenizer
+    from refengine.engine.detokenizer import IncrementalDetokenizer
     from refengine.request import Request
-    from refengine.sampler import SamplingMetadata
+    from refengine.sample.sampler import SamplingMetadata
 
 PROMPT_LEN = 32
 STUB_VOCAB = 2048  # see the module docstring: real BPE ids, narrow enough that the argmax is not the benchmark
@@ -64,7 +64,7 @@ class StubModel(torch.nn.Module):
         return logits
 
     def sample(self, logits: torch.Tensor, md: SamplingMetadata, generator: torch.Generator | None) -> torch.Tensor:
-        """Stands in for refengine.model_runner.sample on the stub's logits: the greedy argmax, known already."""
+        """Stands in for refengine.worker.model_runner.sample on the stub's logits: the greedy argmax, known already."""
         if not md.all_greedy or md.banned_rows is not None:
             raise RuntimeError("StubModel.sample stands in for greedy sampling with nothing masked only")
         if self.last_ids is None:  # the engine samples only after compute_logits: never None here
@@ -80,7 +80,7 @@ class FullRedecodeDetokenizer:
     # __new__ returns the detokenizer itself (a subclass made here, where refengine is imported), not an instance of
     # this class: mypy requires a subclass of cls from __new__
     def __new__(cls, tokenizer: Any, request: Request) -> IncrementalDetokenizer:  # type: ignore[misc]
-        from refengine.detokenizer import IncrementalDetokenizer
+        from refengine.engine.detokenizer import IncrementalDetokenizer
 
         class _Full(IncrementalDetokenizer):
             def update(self) -> str | None:
@@ -116,7 +116,7 @@ def make_decoding_engine(
     steps, and (`stub`) the stub model in place of the real one; returns (engine, stub model or None). `clock`
     becomes the engine's sampler, so that it can time it (and stand in for it with the stub's)."""
     from refengine import LLMEngine, SamplingParams
-    from refengine.presets import load_model_config
+    from refengine.models.presets import load_model_config
     from refengine.sampling_params import RequestOutputKind
 
     if detokenizer not in DETOKENIZERS:

@@ -31,7 +31,7 @@ def median_step_ms(steps: int, **hostile: Any) -> float:
     """Median step time (ms) of NUM_INNOCENT greedy requests, plus one carrying `hostile` SamplingParams fields."""
     from cbbench.perf.bench.step_engine import StubModel
     from refengine import LLMEngine, SamplingParams
-    from refengine.presets import load_model_config
+    from refengine.models.presets import load_model_config
 
     stub = StubModel(load_model_config("tiny-qwen2").hidden_size)
     engine = LLMEngine(

@@ -31,7 +31,7 @@ SEARCHED = ("max_num_seqs", "max_num_batched_tokens", "tensor_parallel_size")
 
 def supported_tp(device: str, model: str, dtype: str | None, sizes: list[int]) -> tuple[list[int], dict[int, str]]:
     """The tensor-parallel sizes the device can run `model` at, and why each other one is refused."""
-    from refengine.sim.device import is_sim_device
+    from refengine.sim.sim_device import is_sim_device
 
     ok, refused = [], {}
     for tp in sizes:
@@ -40,7 +40,7 @@ def supported_tp(device: str, model: str, dtype: str | None, sizes: list[int]) -
                 refused[tp] = f"tensor_parallel_size={tp}: refengine's forward runs on one device (sim:<gpu> only)"
                 continue
         else:
-            from refengine.sim.device import SimDevice
+            from refengine.sim.sim_device import SimDevice
 
             try:
                 SimDevice.create(device, model, dtype, tp)

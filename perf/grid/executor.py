@@ -75,7 +75,7 @@ def pool_size(choice: ExecutorChoice, num_runs: int | None) -> int:
 def is_simulated(plan: RunPlan) -> bool:
     """Every run of the plan is on a simulated GPU: an in-process backend (engine or peer) on `sim:<gpu>`. A server
     backend's runs are real HTTP runs whatever `--device` says (it only picks the workload's defaults there)."""
-    from refengine.sim.device import is_sim_device
+    from refengine.sim.sim_device import is_sim_device
 
     return is_sim_device(plan.settings.device) and all(b.kind != "server" for b in plan.backends.values())
 

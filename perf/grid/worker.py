@@ -36,7 +36,7 @@ class GridJob:
         weights); `import refengine` is lazy, its engine module imports torch: 4 s of a worker's first run here)."""
         mods = {__name__, *(type(b).__module__ for b in self.backends.values())}
         if any(b.kind in ("engine", "peer") for b in self.backends.values()):
-            mods.add("refengine.engine")
+            mods.add("refengine.engine.llm_engine")
         return sorted(mods)
 
 

@@ -38,7 +38,7 @@ from cbbench.perf.plan.spec import RunPlan, RunSettings, RunSpec
 from cbbench.perf.results.columns import STORED_PERCENTILES
 from refengine.config import BATCHING_MODES
 from refengine.sim.cost_model import COST_MODEL_VERSION
-from refengine.sim.device import is_sim_device
+from refengine.sim.sim_device import is_sim_device
 
 if TYPE_CHECKING:
     from cbbench.workloads.base import Workload

@@ -21,7 +21,7 @@ _DEVICE = re.compile(r"cpu|cuda(:\d+)?")
 
 
 def check_options(*, device: str, cpu_threads: int | None, num_prompts: int | None, repeats: int, warmup: int) -> None:
-    from refengine.sim.device import is_sim_device, known_sim_devices, parse_sim_device
+    from refengine.sim.sim_device import is_sim_device, known_sim_devices, parse_sim_device
 
     if is_sim_device(device):
         parse_sim_device(device)  # ValueError naming device and the known GPUs

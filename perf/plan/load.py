@@ -80,8 +80,8 @@ def parse_load_points(request_rate: Any, burstiness: Any, max_concurrency: Any) 
 
 def resolve_tokenizer(model: str, tokenizer: str | None) -> Any:
     """The tokenizer for the workloads (see the module docstring)."""
-    from refengine.presets import PRESETS, load_tokenizer
-    from refengine.sim.presets import SIM_ONLY_PRESETS
+    from refengine.models.presets import PRESETS, load_tokenizer
+    from refengine.sim.sim_models import SIM_ONLY_PRESETS
     from refengine.tokenizer import QwenTokenizer
 
     name = tokenizer or model
@@ -109,8 +109,8 @@ def vocab_token_id_range(model: str | None, default: tuple[int, int]) -> tuple[i
 
 def known_vocab_size(model: str | None) -> int | None:
     """The vocabulary size of a preset or a local folder; None for anything else (a served name)."""
-    from refengine.presets import PRESETS, load_model_config
-    from refengine.sim.presets import SIM_ONLY_PRESETS
+    from refengine.models.presets import PRESETS, load_model_config
+    from refengine.sim.sim_models import SIM_ONLY_PRESETS
 
     if model in SIM_ONLY_PRESETS:
         return int(SIM_ONLY_PRESETS[model]["vocab_size"])

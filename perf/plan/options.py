@@ -97,7 +97,7 @@ def sim_label(device: str, dtype: str | None) -> str:
     """ "simulated H200 (cost model <version>, bfloat16)", as `engine.device_label` reads."""
     from refengine.sim.backend import sim_dtype
     from refengine.sim.cost_model import COST_MODEL_VERSION
-    from refengine.sim.device import parse_sim_device
+    from refengine.sim.sim_device import parse_sim_device
 
     return f"simulated {parse_sim_device(device).name.upper()} (cost model {COST_MODEL_VERSION}, {sim_dtype(dtype)})"
 
@@ -194,7 +194,7 @@ def build_workload(o: PerfOptions, on_cpu: bool, load: LoadPoint | None = None, 
     from cbbench.workloads.registry import get_workload
 
     load = load or parse_load_points(o.request_rate, o.burstiness, o.max_concurrency)[0][0]
-    from refengine.sim.device import is_sim_device
+    from refengine.sim.sim_device import is_sim_device
 
     num_prompts = (
         o.num_prompts

@@ -35,7 +35,7 @@ def simulated_heading(rows: Sequence[Mapping[str, Any]]) -> str:
     sim = next((r for r in rows if str(r.get("device", "")).startswith("sim:")), None)
     if sim is None:
         return ""
-    from refengine.sim.device import parse_sim_device
+    from refengine.sim.sim_device import parse_sim_device
 
     opts = sim.get("run_options") or "{}"
     version = (json.loads(opts) if isinstance(opts, str) else opts).get("cost_model", "?")

@@ -54,7 +54,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--modes", default=",".join(BATCHING_MODES))
     args = ap.parse_args(argv)
-    from refengine.sim.presets import sim_model
+    from refengine.sim.sim_models import sim_model
 
     reqs = sharegpt_requests(sim_model(args.model)[2], args.num_prompts, args.seed)
     total = time.perf_counter()

@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from refengine.engine import LLMEngine
+    from refengine.engine.llm_engine import LLMEngine
 
 from collections.abc import Sequence
 

@@ -10,7 +10,7 @@ output (no EOS). On the cost model that is, per batch of b requests with longest
 A request's first token comes after the batch's prefill, its k-th token after k steps (only its own output_len
 tokens are its output), and it finishes, as its caller sees it, when the batch returns.
 
-Records are shaped like the engine's (refengine/output_processor.py `request_metrics`) and steps like the CPU
+Records are shaped like the engine's (refengine/engine/output_processor.py `request_metrics`) and steps like the CPU
 peer's synthetic step records, so perf computes the same metrics from them.
 """
 
@@ -129,8 +129,8 @@ def simulate_hf_static_on(
 ) -> HfStaticResult:
     """simulate_hf_static on `device` ("sim:<gpu>") for a model preset or folder, with the engine's cost model."""
     from refengine.sim.backend import sim_dtype
-    from refengine.sim.device import parse_sim_device
-    from refengine.sim.presets import sim_model
+    from refengine.sim.sim_device import parse_sim_device
+    from refengine.sim.sim_models import sim_model
 
     cost = CostModel(parse_sim_device(device), sim_model(model)[1], sim_dtype(dtype))
     return simulate_hf_static(cost, requests, batch_size)

@@ -63,7 +63,7 @@ def peer_predictions() -> dict[str, dict[str, Prediction]]:
 
 
 def build_rows(runs: Sequence[MeasuredRun], replays: dict[str, Replay]) -> tuple[list[RowErrors], list[str]]:
-    from refengine.sim.presets import sim_model
+    from refengine.sim.sim_models import sim_model
 
     peers = peer_predictions()
     rows = []

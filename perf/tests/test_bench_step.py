@@ -78,9 +78,9 @@ def test_full_redecode_detokenizer_gives_the_same_text() -> None:
 def test_stub_sampler_returns_what_the_real_sampler_would() -> None:
     """While timed, StubModel.sample stands in for the sampler's kernels: on the stub's one-hot logits the real
     greedy sampler gives exactly its ids; and the bench puts the real sampler back afterwards."""
-    import refengine.model_runner as runner_module
+    import refengine.worker.model_runner as runner_module
     from cbbench.perf.bench.step import bench_engine_step_us
-    from refengine.sampler import SamplingMetadata, sample
+    from refengine.sample.sampler import SamplingMetadata, sample
 
     stub = StubModel(hidden_size=8)
     for _ in range(3):

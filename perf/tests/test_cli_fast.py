@@ -12,7 +12,7 @@ import pytest
 from typer.testing import CliRunner
 
 from cbbench.perf.cli import app
-from refengine.presets import TEST_MODEL
+from refengine.models.presets import TEST_MODEL
 
 # a sweep of max_num_seqs, so that `plot` has an x axis
 TINY = [
@@ -108,7 +108,7 @@ def test_result_commands_leave_torch_out(run_files):
 
 def test_probe_sees_torch():
     """The control: a command that needs the engine does import torch, so a False above means something. And
-    loading the model leaves torch.fx's symbolic shapes out (refengine/loader.py's `_empty_model`)."""
+    loading the model leaves torch.fx's symbolic shapes out (refengine/models/loader.py's `_empty_model`)."""
     seen = probe("generate", "hi", "--max-tokens", "1", "--model", TEST_MODEL)
     assert seen["code"] == 0 and seen["torch"] is True and "numpy" in seen["heavy"], seen
     assert "torch.fx.experimental.symbolic_shapes" not in seen["heavy"], seen

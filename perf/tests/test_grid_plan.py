@@ -111,7 +111,7 @@ def test_plan_refusals_are_one_line_exit_2(monkeypatch) -> None:
 
 
 def test_a_tp_the_device_refuses_is_dropped_from_the_default_list_and_refused_by_name(monkeypatch) -> None:
-    from refengine.sim.device import SimDevice
+    from refengine.sim.sim_device import SimDevice
 
     real = SimDevice.create.__func__
 

@@ -24,7 +24,7 @@ from cbbench.perf.backends.http_run import run_http
 from cbbench.perf.cli import app
 from cbbench.perf.results.files import read_csv
 from cbbench.workloads.base import Workload, WorkloadRequest
-from refengine.presets import TEST_MODEL
+from refengine.models.presets import TEST_MODEL
 
 MAX_NUM_SEQS = 64
 NUM_STREAMS = 64

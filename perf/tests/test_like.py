@@ -15,7 +15,7 @@ from cbbench.perf.cli import app
 from cbbench.perf.results.files import read_csv
 from cbbench.perf.results.like import load_like
 from cbbench.perf.results.schema import config_key
-from refengine.presets import TEST_MODEL
+from refengine.models.presets import TEST_MODEL
 
 ROOT = Path(__file__).resolve().parents[2]
 BASELINE = ROOT / "results" / "baselines" / "cpu.csv"

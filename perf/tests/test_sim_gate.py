@@ -66,7 +66,7 @@ def test_simulated_run_is_deterministic_labelled_and_a_neutral_change_passes(tmp
 def test_planted_scheduler_regression_fails_the_simulated_gate(tmp_path, monkeypatch):
     """Decode-first order reversed (waiting requests are scheduled before running ones), planted for this test
     only: the shipped code path has no hook for it."""
-    from refengine.batching import ContinuousBatching
+    from refengine.scheduler.batching import ContinuousBatching
 
     def waiting_first(self, sched, out):
         sched._schedule_waiting(out)

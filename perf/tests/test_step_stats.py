@@ -13,7 +13,7 @@ import pytest
 from cbbench.perf.backends.in_process import step_records
 from cbbench.perf.metrics import compute_metrics
 from cbbench.perf.report.timeline import TIMELINE_OUTPUT_LENS, TIMELINE_PROMPT_LENS, Cell, assign_slots, utilisation
-from refengine.presets import TEST_MODEL
+from refengine.models.presets import TEST_MODEL
 
 MAX_NUM_SEQS = 3
 NUM_REQUESTS = 8

@@ -1,7 +1,7 @@
 """The tiny `cbbench perf` run the CLI tests share: 3 fixed requests (8 prompt, 4 output tokens) on the test suites'
 model (tiny-qwen2 with an 8192-row vocabulary), 2 slots, one warm-up, quiet. A test appends what it varies (`--peers`, `--batching`, ...)."""
 
-from refengine.presets import TEST_MODEL
+from refengine.models.presets import TEST_MODEL
 
 TINY_RUN = [
     "--model",

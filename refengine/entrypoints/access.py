@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import hmac
 
-from refengine.entrypoints.limits import ASGIApp, Receive, Scope, Send, send_error
+from refengine.entrypoints.server_limits import ASGIApp, Receive, Scope, Send, send_error
 
 OPEN_PATHS = ("/health", "/metrics")  # open without the API key, as vLLM leaves them
 

@@ -26,13 +26,12 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse, JSONResponse, Response, StreamingResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from refengine.engine import LLMEngine
+from refengine.engine.llm_engine import LLMEngine
 from refengine.entrypoints.access import Drain, Gate
 from refengine.entrypoints.async_engine import AsyncLLMEngine, EngineError
 from refengine.entrypoints.chat import chat_renderer
 from refengine.entrypoints.docs_page import render_docs
-from refengine.entrypoints.limits import BodyLimit
-from refengine.entrypoints.metrics import CONTENT_TYPE
+from refengine.entrypoints.prometheus_metrics import CONTENT_TYPE
 from refengine.entrypoints.protocol import (
     BadRequest,
     ChatCompletionRequest,
@@ -43,6 +42,7 @@ from refengine.entrypoints.protocol import (
     now,
 )
 from refengine.entrypoints.responses import full_response, stream_response
+from refengine.entrypoints.server_limits import BodyLimit
 from refengine.entrypoints.serving import ENGINE_FAILED, Call, OpenAIServing, ShutdownAbort
 from refengine.entrypoints.sim_clock import SimClockGauges, SimClockHeader
 

@@ -19,9 +19,9 @@ import traceback
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from refengine.engine import LLMEngine
+from refengine.engine.llm_engine import LLMEngine
 from refengine.entrypoints.delivery import OutputHandoff
-from refengine.entrypoints.metrics import ServerMetrics
+from refengine.entrypoints.prometheus_metrics import ServerMetrics
 from refengine.outputs import RequestOutput
 from refengine.sampling_params import SamplingParams
 

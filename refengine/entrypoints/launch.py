@@ -16,10 +16,10 @@ from typing import Any
 import uvicorn
 from fastapi import FastAPI
 
-from refengine.engine import LLMEngine
+from refengine.engine.llm_engine import LLMEngine
 from refengine.entrypoints.address import bind_socket, check_shutdown_timeout
 from refengine.entrypoints.api_server import build_app
-from refengine.entrypoints.limits import KEEP_ALIVE_S, MAX_CONNECTIONS, MAX_HEAD_BYTES, GuardedH11Protocol
+from refengine.entrypoints.server_limits import KEEP_ALIVE_S, MAX_CONNECTIONS, MAX_HEAD_BYTES, GuardedH11Protocol
 from refengine.entrypoints.shutdown import DrainingServer
 
 log = logging.getLogger("refengine.server")

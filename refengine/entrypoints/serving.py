@@ -21,7 +21,6 @@ from typing import Any, cast
 
 from refengine.entrypoints.async_engine import AsyncLLMEngine, BatchRefused, EngineError, StreamItem
 from refengine.entrypoints.chat import ChatRender, render_messages
-from refengine.entrypoints.limits import MAX_PROMPTS_PER_CALL
 from refengine.entrypoints.protocol import (
     BadRequest,
     ChatCompletionRequest,
@@ -31,6 +30,7 @@ from refengine.entrypoints.protocol import (
     new_id,
     now,
 )
+from refengine.entrypoints.server_limits import MAX_PROMPTS_PER_CALL
 from refengine.outputs import CompletionOutput, RequestOutput
 from refengine.sampling_params import SamplingParams
 

@@ -15,8 +15,8 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Gauge
 
-from refengine.device import Pacer
-from refengine.entrypoints.limits import ASGIApp, Message, Receive, Scope, Send
+from refengine.entrypoints.server_limits import ASGIApp, Message, Receive, Scope, Send
+from refengine.worker.device import Pacer
 
 HEADER = b"x-sim-time-scale"
 

@@ -1,7 +1,7 @@
 """The simulated GPU's memory: the dtypes it runs in, and the KV pool left beside the weights (`SimDevice`,
-refengine/sim/device.py, sizes the engine's pool with it; perf's planner names dtypes with `sim_dtype`).
+refengine/sim/sim_device.py, sizes the engine's pool with it; perf's planner names dtypes with `sim_dtype`).
 
-KV pool, as vLLM sizes it on a real GPU (refengine/kv_sizing.py draws the budget):
+KV pool, as vLLM sizes it on a real GPU (refengine/kv_cache/kv_sizing.py draws the budget):
     blocks = (memory x gpu_memory_utilization - weight bytes - ACTIVATION_RESERVE_BYTES)
              // (KV bytes per token x block_size)
 

@@ -7,9 +7,9 @@ from __future__ import annotations
 import torch
 
 from conformance.engine_helpers import TEST_MODEL, greedy, make_prompts, run_llm
-from refengine.engine_setup import _load_model_cached
-from refengine.model_runner import ModelRunner
-from refengine.scheduler_output import NewRequestData, SchedulerOutput
+from refengine.scheduler.scheduler_output import NewRequestData, SchedulerOutput
+from refengine.worker.model_runner import ModelRunner
+from refengine.worker.worker import _load_model_cached
 
 BLOCK = 4
 PROMPTS = make_prompts((9, 3, 14), seed=21)

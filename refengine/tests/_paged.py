@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import torch
 
-from refengine.attention import AttentionMetadata
-from refengine.model import CausalLM
-from refengine.model_config import ModelConfig
+from refengine.layers.attention import AttentionMetadata
+from refengine.models.decoder import CausalLM
+from refengine.models.model_config import ModelConfig
 
 
 def make_kv_caches(

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 import httpx
 
 from conformance.http.client import free_port
-from refengine.engine import LLMEngine
+from refengine.engine.llm_engine import LLMEngine
 from refengine.entrypoints.address import bind_socket
 from refengine.entrypoints.api_server import build_app
 from refengine.entrypoints.launch import make_server

@@ -1,4 +1,4 @@
-"""The `torch` attention backend (refengine.attention.unified_attention_cpu: chunked decode attention, the oracle
+"""The `torch` attention backend (refengine.layers.attention.unified_attention_cpu: chunked decode attention, the oracle
 for prefill chunks) against the oracle (cbbench.kernels.reference.unified_attention_ref).
 
 Batches are built to catch a wrong gather or mask: block tables are random permutations, cache blocks no sequence
@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from cbbench.kernels.reference import unified_attention_ref
-from refengine.attention import DECODE_CHUNK_TOKENS, get_attention_backend, unified_attention_cpu
+from refengine.layers.attention import DECODE_CHUNK_TOKENS, get_attention_backend, unified_attention_cpu
 
 # max |backend - oracle| / max |oracle|: both compute in float32 and differ only in summation order (the online
 # softmax across chunks), measured ~3e-7 here; a wrong mask or gather is off by far more than 1e-4.

@@ -1,4 +1,4 @@
-"""CUDA graphs for decode-only steps (refengine/cuda_graphs.py). On the CPU: the size list, the padding, and the
+"""CUDA graphs for decode-only steps (refengine/worker/cuda_graphs.py). On the CPU: the size list, the padding, and the
 Triton kernel (interpreted) on a padded decode batch; graphs are never used off CUDA. On a GPU (`gpu`): the
 engine with graphs gives the same greedy tokens as with enforce_eager, and actually replays its graphs."""
 
@@ -11,7 +11,7 @@ import torch
 import conformance._triton_env  # noqa: F401  (before kernels: the interpreter on a CPU)
 from conformance.engine_helpers import greedy, make_prompts
 from refengine import LLM, LLMEngine
-from refengine.cuda_graphs import capture_sizes, pad_decode_inputs, padded_size
+from refengine.worker.cuda_graphs import capture_sizes, pad_decode_inputs, padded_size
 
 ON_GPU = torch.cuda.is_available()
 needs_cuda = [pytest.mark.gpu, pytest.mark.skipif(not ON_GPU, reason="needs a CUDA device")]

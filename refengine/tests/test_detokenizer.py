@@ -1,4 +1,4 @@
-"""The incremental detokenizer (refengine/detokenizer.py): exact text, stop strings, O(new tokens) per step.
+"""The incremental detokenizer (refengine/engine/detokenizer.py): exact text, stop strings, O(new tokens) per step.
 
 Both of its streams are checked: the byte stream (the Qwen BPE's id -> bytes table) and the window stream (vLLM's
 prefix / read offsets over `decode` alone, reached here through a decode-only wrapper of the same tokenizer). The
@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from conformance.hypothesis_profiles import scaled
-from refengine.detokenizer import IncrementalDetokenizer
+from refengine.engine.detokenizer import IncrementalDetokenizer
 from refengine.request import Request
 from refengine.sampling_params import SamplingParams
 from refengine.tokenizer import QwenTokenizer

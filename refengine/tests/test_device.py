@@ -1,4 +1,4 @@
-"""The Device seam (refengine/device.py): make_device chooses once, each device answers for itself, the engine asks
+"""The Device seam (refengine/worker/device.py): make_device chooses once, each device answers for itself, the engine asks
 its device (KV pool, memory check, runner, pacer) instead of branching on the kind, and no engine module outside
 the device modules knows that simulated GPUs exist."""
 
@@ -9,19 +9,19 @@ from pathlib import Path
 
 import pytest
 
-import refengine.engine as engine_module
+import refengine.engine.llm_engine as engine_module
 from refengine import LLMEngine
 from refengine.config import EngineConfig
-from refengine.device import LocalDevice, make_device
-from refengine.engine_args import EngineArgs
-from refengine.presets import TEST_MODEL
-from refengine.sim.clock import WALL_CLOCK
-from refengine.sim.device import SimDevice
+from refengine.engine.clock import WALL_CLOCK
+from refengine.engine.engine_args import EngineArgs
+from refengine.models.presets import TEST_MODEL
 from refengine.sim.pacing import StepPacer
+from refengine.sim.sim_device import SimDevice
+from refengine.worker.device import LocalDevice, make_device
 
 ENGINE_ROOT = Path(__file__).resolve().parents[1]
 # the modules that may know about simulated GPUs: the seam itself and the simulation's package
-DEVICE_MODULES = ("device.py", "sim/")
+DEVICE_MODULES = ("worker/device.py", "sim/")
 
 
 def config(**kwargs: object) -> EngineConfig:
@@ -123,7 +123,9 @@ def test_no_engine_module_outside_the_device_modules_imports_the_simulation() ->
     """What differs on a simulated GPU is the device's to say: a module that imports refengine.sim to ask whether
     it runs on one (is_sim_device, SimDevice) has put an `if sim` back outside the seam."""
     modules = _engine_modules_outside_the_device_modules()
-    assert ENGINE_ROOT / "engine.py" in modules and ENGINE_ROOT / "entrypoints" / "api_server.py" in modules
+    assert (
+        ENGINE_ROOT / "engine" / "llm_engine.py" in modules and ENGINE_ROOT / "entrypoints" / "api_server.py" in modules
+    )
     offenders = {str(p.relative_to(ENGINE_ROOT)): names for p in modules if (names := _sim_imports(p))}
     assert offenders == {}
 
@@ -131,5 +133,7 @@ def test_no_engine_module_outside_the_device_modules_imports_the_simulation() ->
 def test_the_sim_import_check_sees_an_import(tmp_path: Path) -> None:
     """The check can fail: it finds both spellings of an import of the simulation."""
     planted = tmp_path / "planted.py"
-    planted.write_text("import refengine.sim.clock\ndef f():\n    from refengine.sim.device import is_sim_device\n")
-    assert _sim_imports(planted) == ["refengine.sim.clock", "refengine.sim.device"]
+    planted.write_text(
+        "import refengine.sim.cost_model\ndef f():\n    from refengine.sim.sim_device import is_sim_device\n"
+    )
+    assert _sim_imports(planted) == ["refengine.sim.cost_model", "refengine.sim.sim_device"]

@@ -8,9 +8,9 @@ import pytest
 
 from conformance.engine_helpers import TEST_MODEL, greedy, make_prompts
 from refengine import LLMEngine
-from refengine.detokenizer import IncrementalDetokenizer
-from refengine.model_runner import ModelRunner
-from refengine.scheduler_update import SchedulerUpdate
+from refengine.engine.detokenizer import IncrementalDetokenizer
+from refengine.scheduler.scheduler_update import SchedulerUpdate
+from refengine.worker.model_runner import ModelRunner
 
 NUM_BLOCKS = 64
 BLOCK = 16

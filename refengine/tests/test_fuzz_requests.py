@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 from conformance.engine_helpers import TEST_MODEL
 from refengine import LLMEngine, SamplingParams
-from refengine.presets import PRESETS
+from refengine.models.presets import PRESETS
 
 NUM_BLOCKS = 16
 BLOCK = 4

@@ -1,7 +1,7 @@
 """No request's values can hurt another: numbers the sampler cannot represent are refused when SamplingParams is
 built (ValueError naming the field), every accepted value, however extreme, leaves the request batched beside it
 with the tokens it has alone, and a failure no check foresaw (injected here) costs only the request that caused it
-(refengine/step_isolation.py)."""
+(refengine/worker/step_isolation.py)."""
 
 from __future__ import annotations
 
@@ -13,8 +13,8 @@ from hypothesis import strategies as st
 from conformance.engine_helpers import TEST_MODEL, greedy, make_prompts
 from refengine import LLMEngine, SamplingParams
 from refengine.checks import INT64_MAX, INT64_MIN
-from refengine.input_batch import InputBatch
-from refengine.presets import PRESETS
+from refengine.models.presets import PRESETS
+from refengine.worker.input_batch import InputBatch
 
 MAX_MODEL_LEN = 16  # a max_tokens of 2**63 - 1 ends at the context: keeps each example to ~10 steps
 INNOCENT_MAX_TOKENS = 6
@@ -176,7 +176,7 @@ def _check_only_the_victim_failed(done, alone, injected: str):
 
 @pytest.mark.parametrize("async_scheduling", [False, True], ids=["sync", "async"])
 def test_a_sampler_failure_costs_only_the_failing_request(prompts, alone, async_scheduling):
-    from refengine.sampler import sample as real
+    from refengine.sample.sampler import sample as real
 
     def sample(logits, md, generator):
         if md.temperature is not None and bool((md.temperature == MARK).any()):

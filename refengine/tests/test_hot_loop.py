@@ -19,7 +19,7 @@ from refengine.config import SchedulingPolicy
 from refengine.request import Request, RequestStatus
 from refengine.sampling_params import SamplingParams
 from refengine.scheduler import Scheduler
-from refengine.scheduler_output import SchedulerOutput
+from refengine.scheduler.scheduler_output import SchedulerOutput
 
 EOS = 0
 

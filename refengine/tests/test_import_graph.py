@@ -7,7 +7,7 @@
 - the engine does not import the harness: refengine's own code (its tests aside) imports neither perf, workloads
   nor conformance, anywhere; kernels (the engine's kernel library) imports none of refengine, perf, workloads or
   conformance;
-- the scheduler -> runner contract (refengine/scheduler_output.py) asks the KV cache manager for block ids and does
+- the scheduler -> runner contract (refengine/scheduler/scheduler_output.py) asks the KV cache manager for block ids and does
   not import the block pool.
 """
 
@@ -105,7 +105,10 @@ def forbidden_imports(root: Path, package: str, banned: tuple[str, ...]) -> dict
 
 def test_refengine_imports_form_no_circle() -> None:
     graph = import_graph(REPO, "refengine")
-    assert "refengine.scheduler" in graph and "refengine.batching" in graph["refengine.scheduler"]
+    assert (
+        "refengine.scheduler.scheduler" in graph
+        and "refengine.scheduler.batching" in graph["refengine.scheduler.scheduler"]
+    )
     assert find_cycle(graph) is None, " -> ".join(find_cycle(graph) or [])
 
 
@@ -118,9 +121,11 @@ def test_kernels_import_neither_the_engine_nor_the_harness() -> None:
 
 
 def test_the_scheduler_output_asks_the_kv_cache_manager_not_the_block_pool() -> None:
-    path = REPO / "refengine" / "scheduler_output.py"
-    names = _imported_names(ast.parse(path.read_text()), "refengine.scheduler_output", load_time_only=False)
-    assert "refengine.kv_cache_manager" in names and not [n for n in names if n.startswith("refengine.block_pool")]
+    path = REPO / "refengine" / "scheduler" / "scheduler_output.py"
+    names = _imported_names(ast.parse(path.read_text()), "refengine.scheduler.scheduler_output", load_time_only=False)
+    assert "refengine.kv_cache.kv_cache_manager" in names and not [
+        n for n in names if n.startswith("refengine.kv_cache.block_pool")
+    ]
 
 
 def _tree(tmp_path: Path, files: dict[str, str]) -> Path:

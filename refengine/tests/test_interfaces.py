@@ -9,11 +9,11 @@ import torch
 
 from refengine import LLMEngine, SamplingParams
 from refengine.config import BatchingMode, SchedulerConfig, SchedulingPolicy
-from refengine.detokenizer import IncrementalDetokenizer
-from refengine.engine_args import EngineArgs
+from refengine.engine.detokenizer import IncrementalDetokenizer
+from refengine.engine.engine_args import EngineArgs
 from refengine.limits import cdiv, check_request_fits
 from refengine.request import Request, RequestStatus
-from refengine.sampler import sample
+from refengine.sample.sampler import sample
 from refengine.scheduler import Scheduler
 
 SMALL = dict(max_num_seqs=4, num_gpu_blocks=64, block_size=4, max_model_len=256)
@@ -121,7 +121,7 @@ class _ConstantModel(torch.nn.Module):
 
 
 def test_model_sampler_and_detokenizer_are_passed_in() -> None:
-    from refengine.presets import load_model_config
+    from refengine.models.presets import load_model_config
 
     mc = load_model_config("tiny-qwen2")
     calls = {"sample": 0, "detok": 0}

@@ -1,4 +1,4 @@
-"""KV cache sizing (refengine/kv_sizing.py): vLLM's determine_available_memory arithmetic, checked on the CPU
+"""KV cache sizing (refengine/kv_cache/kv_sizing.py): vLLM's determine_available_memory arithmetic, checked on the CPU
 against a fake CUDA caching allocator (mem_get_info / memory stats mocked), and on a GPU for real (`gpu`)."""
 
 from __future__ import annotations
@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from refengine import kv_sizing
-from refengine.kv_sizing import GiB, MemorySnapshot, kv_cache_budget, num_blocks_for_budget
+from refengine.kv_cache import kv_sizing
+from refengine.kv_cache.kv_sizing import GiB, MemorySnapshot, kv_cache_budget, num_blocks_for_budget
 
 CUDA = torch.device("cuda")
 
@@ -176,8 +176,8 @@ def test_engine_knobs() -> None:
 @pytest.mark.parametrize("num_tokens,num_seqs", [(64, 4), (37, 256), (5000, 1)])
 def test_profile_run_drives_the_real_model(num_tokens: int, num_seqs: int) -> None:
     """The dummy batch is one the model accepts (CPU, torch backend): catches a metadata change breaking it."""
-    from refengine.loader import build_random_model
-    from refengine.presets import PRESETS
+    from refengine.models.loader import build_random_model
+    from refengine.models.presets import PRESETS
 
     config = PRESETS["tiny-qwen2"]
     model = build_random_model(config, device="cpu", attention_backend="torch")

@@ -10,10 +10,10 @@ import json
 import pytest
 import torch
 
-from refengine.hf_twin import to_hf_model
-from refengine.loader import load_model
-from refengine.model_config import ModelConfig, RopeScaling
-from refengine.presets import PRESETS, load_tokenizer
+from refengine.models.hf_twin import to_hf_model
+from refengine.models.loader import load_model
+from refengine.models.model_config import ModelConfig, RopeScaling
+from refengine.models.presets import PRESETS, load_tokenizer
 from refengine.tests._paged import PagedSequences
 from refengine.tokenizer import NoTokenizer, QwenTokenizer
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from refengine.scheduler_output import SchedulerOutput
+from refengine.scheduler.scheduler_output import SchedulerOutput
 from refengine.tests._hand_runner import PROMPTS, HandScheduler, decode_until, engine_reference, make_runner
 
 

@@ -9,7 +9,7 @@ import os
 import pytest
 import torch
 
-from refengine.scheduler_output import SchedulerOutput
+from refengine.scheduler.scheduler_output import SchedulerOutput
 from refengine.tests._hand_runner import (
     PROMPTS,
     HandScheduler,
@@ -54,7 +54,7 @@ def test_one_device_to_host_transfer_per_step(monkeypatch):
 
 
 def test_decode_batches_padded_as_for_cuda_graphs_give_the_same_tokens(reference):
-    """The padding a CUDA graph replay needs (refengine.cuda_graphs.pad_decode_inputs), run eagerly on the CPU:
+    """The padding a CUDA graph replay needs (refengine.worker.cuda_graphs.pad_decode_inputs), run eagerly on the CPU:
     3 decodes padded to 8 sequences must not change the real rows' tokens, nor write anything to the KV cache
     that an unpadded runner does not (a padded token that wrote would hit block 0, which "a" holds)."""
     padded, plain = make_runner(), make_runner()
@@ -89,7 +89,7 @@ class _EagerReplay:
 def test_graph_runner_static_buffers_on_the_cpu(reference):
     """The replay path of CudaGraphRunner (padding, the copies into its static buffers, the returned static
     output) with each captured graph replaced by an eager replay on those buffers: the same tokens."""
-    from refengine.cuda_graphs import CudaGraphRunner
+    from refengine.worker.cuda_graphs import CudaGraphRunner
 
     runner, hs = make_runner(), HandScheduler()
     graphs = CudaGraphRunner(
@@ -114,7 +114,7 @@ def test_graph_runner_static_buffers_on_the_cpu(reference):
 def test_staging_buffer_packs_aligned_views_and_grows():
     import numpy as np
 
-    from refengine.input_batch import StagingBuffer
+    from refengine.worker.input_batch import StagingBuffer
 
     buf = StagingBuffer(torch.device("cpu"), size=8)
     arrays = [np.arange(3), np.array([7]), np.arange(10, 15), np.array([], dtype=np.int64), np.array([-1, -2])]
@@ -149,7 +149,7 @@ def _resident_bytes() -> int:
 def test_a_cpu_kv_cache_reads_as_zeros_and_costs_no_memory_until_written():
     """CPU caches come from calloc (model_runner._zeros): zeros in every cache dtype, and a 1 GiB cache is not
     resident until blocks are written (a new engine no longer spends 0.4 s writing zeros)."""
-    from refengine.model_runner import _zero_caches
+    from refengine.worker.model_runner import _zero_caches
 
     for dtype in (torch.float32, torch.bfloat16, torch.float16):
         ((k, v),) = _zero_caches(1, (4, 16, 2, 8), dtype, torch.device("cpu"))

@@ -2,7 +2,7 @@
 
 * the sampler's penalised logits, greedy tokens and seeded draws equal a plain per-row torch reference of vLLM's
   apply_penalties (Hypothesis: small vocabularies, token histories grown over several steps, rows re-admitted),
-  through the same incremental device tables the runner keeps (refengine/penalties.py);
+  through the same incremental device tables the runner keeps (refengine/sample/penalties.py);
 * min_p keeps exactly the tokens whose probability reaches min_p times the top one's;
 * end to end on tiny-qwen2: penalised greedy (and seeded) requests give the same tokens alone and in a crowd,
   sync and async, across recompute and swap preemption, chunked prefill and prefix-cache hits; and a strong
@@ -24,9 +24,9 @@ from hypothesis import strategies as st
 from conformance.engine_helpers import TEST_MODEL, _hf_for, greedy, make_prompts
 from conformance.hypothesis_profiles import scaled
 from refengine import LLM, SamplingParams
-from refengine.penalties import PenaltyTables
-from refengine.sampler import SamplingMetadata, sample
-from refengine.scheduler_output import SchedulerOutput
+from refengine.sample.penalties import PenaltyTables
+from refengine.sample.sampler import SamplingMetadata, sample
+from refengine.scheduler.scheduler_output import SchedulerOutput
 
 # ---- the oracle ---------------------------------------------------------------------------------------------
 

@@ -1,4 +1,4 @@
-"""The vectorised sampler (refengine/sampler.py) on hand-made logits: greedy and random rows in one batch, top-k,
+"""The vectorised sampler (refengine/sample/sampler.py) on hand-made logits: greedy and random rows in one batch, top-k,
 top-p, min_tokens masking, the counter-based seeded noise (a pure function of (seed, k, token id)), and that the
 draws follow the softmax of the tempered logits."""
 
@@ -6,7 +6,13 @@ from __future__ import annotations
 
 import torch
 
-from refengine.sampler import SamplingMetadata, argmax_rows, sample, seeded_exponential, seeded_exponential_reference
+from refengine.sample.sampler import (
+    SamplingMetadata,
+    argmax_rows,
+    sample,
+    seeded_exponential,
+    seeded_exponential_reference,
+)
 
 VOCAB = 64
 # draws of one categorical over 4 tokens: the frequencies' standard error at 20k draws is below 0.004, so 0.02

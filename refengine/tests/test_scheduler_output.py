@@ -13,7 +13,7 @@ import pytest
 from refengine.request import Request
 from refengine.sampling_params import SamplingParams
 from refengine.scheduler import Scheduler
-from refengine.scheduler_output import SchedulerOutput
+from refengine.scheduler.scheduler_output import SchedulerOutput
 
 EOS = 0
 STEPS = 150

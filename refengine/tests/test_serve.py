@@ -18,7 +18,7 @@ from fastapi.testclient import TestClient  # noqa: E402
 
 from conformance.http.test_http_errors import BAD
 from refengine import LLM, SamplingParams
-from refengine.engine import LLMEngine
+from refengine.engine.llm_engine import LLMEngine
 from refengine.entrypoints.api_server import build_app
 from refengine.entrypoints.chat import chat_renderer, chatml
 

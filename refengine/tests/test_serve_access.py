@@ -16,7 +16,7 @@ import pytest
 pytest.importorskip("fastapi", reason="cbbench serve needs fastapi (pip install -e .)")
 
 from conformance.engine_helpers import TEST_MODEL
-from refengine.engine import LLMEngine  # noqa: E402
+from refengine.engine.llm_engine import LLMEngine  # noqa: E402
 from refengine.tests.live_server import live_server  # noqa: E402
 
 MODEL = TEST_MODEL

@@ -17,9 +17,9 @@ import pytest
 pytest.importorskip("fastapi", reason="cbbench serve needs fastapi (pip install -e .)")
 
 from conformance.engine_helpers import TEST_MODEL
-from refengine.engine import LLMEngine  # noqa: E402
-from refengine.entrypoints import limits  # noqa: E402
-from refengine.entrypoints.limits import MAX_BODY_BYTES, MAX_PROMPTS_PER_CALL  # noqa: E402
+from refengine.engine.llm_engine import LLMEngine  # noqa: E402
+from refengine.entrypoints import server_limits as limits  # noqa: E402
+from refengine.entrypoints.server_limits import MAX_BODY_BYTES, MAX_PROMPTS_PER_CALL  # noqa: E402
 from refengine.tests.live_server import Events, live_server, read_stream  # noqa: E402
 
 MODEL = TEST_MODEL

@@ -112,7 +112,7 @@ def test_sigterm_drains_finishes_in_flight_and_aborts_the_rest(tmp_path):
 
 
 def test_a_second_stop_ends_the_grace_period_at_once():
-    from refengine.engine import LLMEngine
+    from refengine.engine.llm_engine import LLMEngine
     from refengine.tests.live_server import live_server
 
     engine = LLMEngine(TEST_MODEL, max_num_seqs=4, stats_log_size=1)

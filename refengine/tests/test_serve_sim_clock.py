@@ -12,7 +12,7 @@ pytest.importorskip("fastapi", reason="cbbench serve needs fastapi (pip install 
 from fastapi.testclient import TestClient  # noqa: E402
 
 from cbbench.perf.backends.server_metrics import parse_prometheus
-from refengine.engine import LLMEngine
+from refengine.engine.llm_engine import LLMEngine
 from refengine.entrypoints.api_server import build_app
 from refengine.entrypoints.serving import Call, OpenAIServing
 from refengine.outputs import CompletionOutput, RequestOutput

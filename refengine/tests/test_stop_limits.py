@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from refengine.detokenizer import IncrementalDetokenizer
+from refengine.engine.detokenizer import IncrementalDetokenizer
 from refengine.request import Request
 from refengine.sampling_params import MAX_STOP_STRING_CHARS, MAX_STOP_STRINGS, MAX_STOP_TOKEN_IDS, SamplingParams
 from refengine.tokenizer import QwenTokenizer

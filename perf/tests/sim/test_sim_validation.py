@@ -16,7 +16,7 @@ from cbbench.perf.sim.errors import row_errors
 from cbbench.perf.sim.measured import MeasuredRun, Protocol, load_measured_runs
 from cbbench.perf.sim.validate import replay
 from refengine.sim.cost_model import CostModel
-from refengine.sim.presets import sim_model
+from refengine.sim.sim_models import sim_model
 
 # The rows replayed here: decode-heavy, one per GPU / TP / model family, small enough to replay in seconds
 # (c clients x 1024 output tokens x 20 rounds), and consistent by the feasibility check.

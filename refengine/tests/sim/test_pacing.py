@@ -12,8 +12,8 @@ import time
 import pytest
 
 from refengine import LLMEngine
+from refengine.engine.clock import VirtualClock
 from refengine.entrypoints.async_engine import AsyncLLMEngine
-from refengine.sim.clock import VirtualClock
 from refengine.sim.pacing import StepPacer
 from refengine.tests.sim.helpers import params
 

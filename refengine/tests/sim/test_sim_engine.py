@@ -22,7 +22,7 @@ def test_bad_sim_device_names_device_and_known_gpus(device):
 
 
 def test_sim_device_names_ignore_case():
-    from refengine.sim.device import parse_sim_device
+    from refengine.sim.sim_device import parse_sim_device
 
     assert parse_sim_device("SIM:H100 ") == parse_sim_device("sim:h100") != parse_sim_device("sim:h200")
 

@@ -8,7 +8,7 @@ import pytest
 pytest.importorskip("fastapi", reason="cbbench serve needs fastapi (pip install -e .)")
 from fastapi.testclient import TestClient  # noqa: E402
 
-from refengine.engine import LLMEngine  # noqa: E402
+from refengine.engine.llm_engine import LLMEngine  # noqa: E402
 from refengine.entrypoints.api_server import build_app  # noqa: E402
 
 

@@ -10,7 +10,7 @@ from refengine import LLMEngine
 from refengine.sim.comm import collective
 from refengine.sim.cost_model import CUDA_GRAPH_MAX_TOKENS, CostModel, StepShape
 from refengine.sim.kernel_tables import load_tables
-from refengine.sim.presets import sim_model
+from refengine.sim.sim_models import sim_model
 
 # Llama-3.1-70B's published parameter count
 LLAMA_31_70B_PARAMS = 70_553_706_496

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
+from refengine.engine.clock import VirtualClock
 from refengine.sim import time_scale as ts
-from refengine.sim.clock import VirtualClock
 from refengine.sim.pacing import StepPacer
 from refengine.sim.time_scale import ScaleController, check_time_scale
 from refengine.tests.sim.test_pacing import FakeWall

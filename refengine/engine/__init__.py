@@ -1,0 +1,1 @@
+"""The engine: LLMEngine's step loop over the scheduler and the runner, and its input and output processing."""

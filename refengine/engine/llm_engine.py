@@ -1,0 +1,275 @@
+"""LLMEngine: add_request / step / abort_request over the scheduler, the model runner and the output processor.
+
+Each step(): schedule -> forward + sample -> update_from_output (EOS, stop ids, length) -> stop strings (the
+output processor finds them, the scheduler finishes them) -> incremental outputs (the tokens new since the last
+step) with per-request timestamps for TTFT / TPOT / ITL, and the step's StepStats.
+With async_scheduling=True the forward runs in a worker thread and step() schedules and launches step N+1 before
+it processes step N's output (refengine/engine/batch_queue.py): outputs come back one step later, tokens are the same.
+The model (or `model_impl`), the sampler and the detokenizer factory come in through the constructor, so a
+benchmark or a test swaps one without patching. What the engine runs on, a real device or a simulated GPU, is its
+Device (`engine.platform`, refengine/worker/device.py), chosen once in the constructor.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+
+import refengine.sample.sampler as sampler_module
+from refengine.engine.detokenizer import IncrementalDetokenizer
+from refengine.engine.engine_args import EngineArgs, with_resolved
+from refengine.engine.output_processor import DetokenizerFactory, OutputProcessor
+from refengine.engine.processor import Processor
+from refengine.engine.step_stats import StepStats
+from refengine.outputs import RequestOutput
+from refengine.request import Request, RequestStatus
+from refengine.sampling_params import SamplingParams
+from refengine.scheduler.scheduler import Scheduler
+from refengine.scheduler.scheduler_output import ModelRunnerOutput, SchedulerOutput
+from refengine.worker.device import Device, Runner, StepQueue, make_device
+from refengine.worker.model_runner import Sampler
+
+NewRequest = tuple[Any, ...]  # add_requests' entries: add_request's arguments, the last three optional
+
+logger = logging.getLogger(__name__)
+
+_SHUT_DOWN = "this LLMEngine has been shut down (shutdown(), or the end of its `with` block); create a new one"
+
+
+class LLMEngine:
+    def __init__(
+        self,
+        model: str = "tiny-qwen2",
+        *,
+        model_impl: torch.nn.Module | None = None,
+        sampler: Sampler | None = None,
+        detokenizer_factory: DetokenizerFactory | None = None,
+        **kwargs: Any,
+    ) -> None:
+        """`model`: a preset name or a local Hugging Face folder; `kwargs`: the engine knobs (EngineConfig and
+        SchedulerConfig fields). `model_impl` replaces the loaded weights with a module of the same interface
+        (forward, compute_logits), for `model`'s config; `sampler` and `detokenizer_factory` replace refengine's."""
+        args = EngineArgs.from_kwargs(model, **kwargs)
+        cfg = args.create_configs()  # bad knobs fail here, before a model is loaded
+        # the one place the kind of device is decided (refengine/worker/device.py): a real one, or device="sim:<gpu>", a
+        # simulated GPU (no weights, no forward: a runner on a virtual clock, refengine/sim/)
+        self.platform: Device = make_device(cfg, model_impl)
+        self.clock = self.platform.clock
+        parts = self.platform.parts
+        (self.device, self.dtype, self.model, self.attention_backend, self.model_config, self.tokenizer) = parts
+        self.device_label = self.platform.label
+        mc = self.model_config
+        self.max_model_len = mc.max_position_embeddings if cfg.max_model_len is None else cfg.max_model_len
+        if not 2 <= self.max_model_len <= mc.max_position_embeddings:
+            raise ValueError(
+                f"max_model_len must be in [2, {mc.max_position_embeddings}] for this model, got {self.max_model_len}"
+            )
+        kv_given = args.num_gpu_blocks_given
+        num_blocks = (
+            cfg.scheduler.num_gpu_blocks
+            if kv_given
+            else self.platform.num_gpu_blocks(cfg, max_model_len=self.max_model_len)
+        )
+        self.config = cfg = with_resolved(cfg, max_model_len=self.max_model_len, num_gpu_blocks=num_blocks)
+        sc = cfg.scheduler
+        # Every running request owns at least one KV block of its own (the one holding its last token is never a
+        # prefix-cache hit), so no more than num_gpu_blocks requests ever need an input-batch row at once.
+        num_rows = min(sc.max_num_seqs, sc.num_gpu_blocks)
+        self.platform.check_memory(cfg, num_rows=num_rows, kv_given=kv_given)
+        self.scheduler = Scheduler(sc, eos_token_id=mc.eos_token_id)
+        self.scheduler.clock = self.clock.now
+        self.model_runner: Runner = self.platform.make_runner(
+            cfg, num_rows=num_rows, sampler=sampler or sampler_module.sample
+        )
+        self.platform.warm_up(sc.block_size, self.max_model_len)
+        self.processor = Processor(self.tokenizer, mc, sc, self.max_model_len)
+        self._pending: list[RequestOutput] = []  # outputs of requests aborted between steps
+        self.batch_queue: StepQueue | None = (
+            self.platform.make_batch_queue(self.model_runner.execute_model) if sc.async_scheduling else None
+        )
+        self._shut_down = False
+        # the newest stats_log_size steps and finished requests, for metrics; the caller may clear them
+        self.step_stats: collections.deque[StepStats] = collections.deque(maxlen=cfg.stats_log_size)
+        self.finished_requests: collections.deque[Request] = collections.deque(maxlen=cfg.stats_log_size)
+        self.output_processor = OutputProcessor(
+            self.tokenizer, self.scheduler, self.finished_requests, detokenizer_factory or IncrementalDetokenizer
+        )
+
+    # ---- requests -------------------------------------------------------------------------------------------
+    def add_request(
+        self,
+        request_id: str,
+        prompt: str | list[int] | dict[str, Any],
+        params: SamplingParams | None = None,
+        arrival_time: float | None = None,
+        priority: int = 0,
+    ) -> None:
+        """Validate and queue a request; bad input raises ValueError naming the field and changes nothing."""
+        self._queue(self._process(request_id, prompt, params, arrival_time, priority))
+
+    def add_requests(self, requests: Sequence[NewRequest]) -> list[Request]:
+        """All or nothing: validate every request, then queue them all; on an invalid one raise ValueError naming
+        it ("request i: ...") and queue none. Each entry holds add_request's arguments: (request_id, prompt,
+        params, arrival_time, priority), the last three optional. Returns the queued requests, in order."""
+        built: list[tuple[Request, str | None]] = []
+        seen: set[str] = set()
+        for i, entry in enumerate(requests):
+            try:
+                req = self._process(*entry)
+                if req[0].request_id in seen:
+                    raise ValueError(f"request_id {req[0].request_id!r} is already in use")
+            except ValueError as e:
+                raise ValueError(f"request {i}: {e}" if len(requests) > 1 else str(e)) from None
+            seen.add(req[0].request_id)
+            built.append(req)
+        for req in built:
+            self._queue(req)
+        return [req for req, _ in built]
+
+    def _process(
+        self,
+        request_id: str,
+        prompt: str | list[int] | dict[str, Any],
+        params: SamplingParams | None = None,
+        arrival_time: float | None = None,
+        priority: int = 0,
+    ) -> tuple[Request, str | None]:
+        """Build the request without queuing it."""
+        if self._shut_down:
+            raise RuntimeError(f"add_request(): {_SHUT_DOWN}")
+        if isinstance(request_id, str) and (
+            request_id in self.scheduler.requests
+            or request_id in self.output_processor
+            or (self.batch_queue is not None and self.batch_queue.holds(request_id))
+        ):
+            raise ValueError(f"request_id {request_id!r} is already in use")
+        arrival_time = self.clock.now() if arrival_time is None else arrival_time
+        return self.processor.process(request_id, prompt, params, arrival_time, priority)
+
+    def _queue(self, built: tuple[Request, str | None]) -> None:
+        req, prompt_text = built
+        self.scheduler.add_request(req)
+        self.output_processor.add_request(req, prompt_text)
+
+    def abort_request(self, request_id: str | list[str]) -> None:
+        """Abort requests by id (unknown or finished ids are ignored, as in vLLM); their final outputs, finish_reason
+        "abort", come from the next step()."""
+        if isinstance(request_id, str):
+            ids = [request_id]
+        elif isinstance(request_id, (list, tuple, set, frozenset)) and all(isinstance(r, str) for r in request_id):
+            ids = list(request_id)
+        else:
+            raise ValueError(f"request_id must be a string or a list of strings, got {request_id!r}")
+        for rid in ids:
+            req = self.scheduler.requests.get(rid)
+            if req is None:
+                continue
+            self.scheduler.finish_requests([rid], RequestStatus.FINISHED_ABORTED)
+            self._pending.append(self.output_processor.output_of(req))
+
+    def has_unfinished_requests(self) -> bool:
+        return self.scheduler.has_unfinished_requests() or bool(self._pending) or bool(self.batch_queue)
+
+    def get_num_unfinished_requests(self) -> int:
+        return self.scheduler.get_num_unfinished_requests()
+
+    # ---- lifetime -------------------------------------------------------------------------------------------
+    def shutdown(self) -> list[RequestOutput]:
+        """Stop the engine (idempotent; call it from the thread that steps it). The steps in flight are waited for
+        and processed, so the tokens their forwards sampled are kept; then every unfinished request is aborted
+        (finish_reason "abort", `error` saying why, its KV blocks freed) and the async worker thread exits. Returns
+        those last outputs, as step() would have; later step() / add_request() calls raise RuntimeError."""
+        if self._shut_down:
+            return []
+        outputs, self._pending = self._pending, []
+        try:
+            while self.batch_queue:  # drain, as step() does once nothing is left to schedule
+                outputs += self._process_step(*self.batch_queue.pop())
+            unfinished = list(self.scheduler.requests.values())
+            if unfinished:
+                logger.warning("shutdown: aborting %d unfinished request(s)", len(unfinished))
+            for req in unfinished:
+                req.error = req.error or "aborted: the engine was shut down"
+            self.abort_request([req.request_id for req in unfinished])
+            outputs, self._pending = outputs + self._pending, []
+        finally:
+            self._shut_down = True
+            if self.batch_queue is not None:
+                self.batch_queue.shutdown()
+        return outputs
+
+    def __enter__(self) -> LLMEngine:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.shutdown()
+
+    # ---- step -----------------------------------------------------------------------------------------------
+    def step(self) -> list[RequestOutput]:
+        """One iteration. It never raises for a request's sake: a failure tied to one request (its stop check,
+        detokenisation, output, or its own values failing its row or the sampler: refengine/worker/step_isolation.py)
+        finishes that request alone with finish_reason "abort" and `error` set; any other failure of the batched
+        forward + sampling aborts the requests of this step the same way; the engine goes on."""
+        if self._shut_down:  # rather than stepping an engine whose requests were aborted
+            raise RuntimeError(f"step(): {_SHUT_DOWN}")
+        outputs, self._pending = self._pending, []
+        sched = self.scheduler
+        if self.batch_queue is None:
+            if not sched.has_unfinished_requests():
+                return outputs
+            out = sched.schedule()
+            return outputs + self._process_step(out, lambda: self.model_runner.execute_model(out))
+        # async scheduling (vLLM's step_with_batch_queue): schedule step N+1 and launch it behind step N's running
+        # forward, then wait for step N and process its output; with nothing left to schedule, drain the queue
+        scheduled = sched.has_unfinished_requests()
+        if scheduled:
+            self.batch_queue.submit(sched.schedule())
+        if self.batch_queue.full() or (self.batch_queue and not scheduled):
+            outputs += self._process_step(*self.batch_queue.pop())
+        return outputs
+
+    def _process_step(self, out: SchedulerOutput, model_output: Callable[[], ModelRunnerOutput]) -> list[RequestOutput]:
+        """Update the scheduler with one step's sampled tokens (`model_output()` returns them, or raises if the
+        forward failed), then stop strings and the incremental outputs."""
+        sched = self.scheduler
+        try:
+            runner_output = model_output()
+            sampled = runner_output.by_request()
+            finished = {r.request_id for r in sched.update_from_output(out, sampled)}
+        except Exception as exc:  # noqa: BLE001 (whatever failed, the other requests must not be lost)
+            self._record(out)
+            return self._abort_step(out, exc)
+        self._record(out)
+        op = self.output_processor
+        # requests whose own values failed their row or the sampler: they sampled nothing; abort them alone
+        failed = [
+            op.fail_request(req, exc, "sampling")
+            for rid, exc in runner_output.failed.items()
+            if rid not in finished and (req := op.request_of(rid)) is not None
+        ]
+        outputs, stopped = op.process_outputs(sampled)
+        if stopped:  # by a stop string: it decides the reason, also of a request that EOS or its length ended now
+            sched.finish_requests([r.request_id for r in stopped], RequestStatus.FINISHED_STOPPED)
+            sched.set_finished_status(
+                [r for r in stopped if r.status != RequestStatus.FINISHED_STOPPED], RequestStatus.FINISHED_STOPPED
+            )
+            outputs += op.outputs_of(stopped)
+        return failed + outputs
+
+    def _abort_step(self, out: SchedulerOutput, exc: BaseException) -> list[RequestOutput]:
+        """The forward or the batched sampling failed: no request of this step can be trusted to have its KV and
+        its token, so each one is aborted with the error (and a swap-preempted one, whose copy may not have run).
+        Requests that were not in the step keep running; the next schedule() tells the runner who left."""
+        logger.error("step failed; aborting its %d request(s)", len(out.num_scheduled_tokens), exc_info=exc)
+        ids = list(out.num_scheduled_tokens) + (out.preempted_req_ids if out.blocks_to_swap_out else [])
+        # (from the output side, not the scheduler: update_from_output may have finished some before it failed)
+        op = self.output_processor
+        reqs = [req for rid in dict.fromkeys(ids) if (req := op.request_of(rid)) is not None]
+        return [op.fail_request(req, exc, "step") for req in reqs]
+
+    def _record(self, out: SchedulerOutput) -> None:
+        self.step_stats.append(StepStats.of_step(out, self.scheduler.make_stats(out), self.clock.now()))

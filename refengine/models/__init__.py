@@ -1,0 +1,1 @@
+"""Models: the decoder, its architecture config, the presets and where weights and tokenizers come from."""

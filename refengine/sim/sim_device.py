@@ -1,0 +1,133 @@
+"""`device="sim:<gpu>"`: parsing the device string of a simulated GPU, and `SimDevice`, the engine's Device there.
+
+SimDevice is the simulated side of refengine/worker/device.py's seam: the engine keeps its real scheduler, KV cache
+manager, block pool, processor and output processor; this supplies the model's bookkeeping config and tokenizer
+(no weights), the KV pool size (refengine/sim/backend.py's formula), the virtual clock, the simulated runner and
+its thread-less batch queue, the pacer that serves it in real time, and the label that reports name the run by.
+
+perf's planner imports this module for the device-string functions before torch or numpy is needed
+(perf/tests/test_cli_fast.py), so SimDevice imports the simulation's heavy parts (cost model, runner, presets)
+where it first uses them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from refengine.engine.clock import VirtualClock
+from refengine.sim.backend import num_sim_blocks, sim_dtype, torch_dtype
+from refengine.sim.gpus import GPUS, GpuSpec, get_gpu
+from refengine.sim.pacing import StepPacer
+
+if TYPE_CHECKING:
+    from refengine.config import EngineConfig
+    from refengine.models.model_config import ModelConfig
+    from refengine.outputs import RequestOutput
+    from refengine.scheduler.scheduler_output import ModelRunnerOutput, SchedulerOutput
+    from refengine.sim.model_shape import ModelShape
+    from refengine.sim.runner import SimBatchQueue, SimModelRunner
+    from refengine.tokenizer import Tokenizer
+    from refengine.worker.model_runner import Sampler
+    from refengine.worker.worker import EngineParts
+
+SIM_PREFIX = "sim:"
+
+
+def is_sim_device(device: object) -> bool:
+    return isinstance(device, str) and device.strip().lower().startswith(SIM_PREFIX)
+
+
+def known_sim_devices() -> list[str]:
+    return [SIM_PREFIX + g.lower() for g in GPUS]
+
+
+def parse_sim_device(device: str) -> GpuSpec:
+    """ "sim:h200" (any case) -> the H200's spec; ValueError naming `device` and the known GPUs for anything else."""
+    name = device.strip().lower()[len(SIM_PREFIX) :] if is_sim_device(device) else ""
+    key = {g.lower(): g for g in GPUS}.get(name)
+    if key is None:
+        raise ValueError(f"device {device!r} is not a simulated GPU; known: {', '.join(known_sim_devices())}")
+    return get_gpu(key)
+
+
+@dataclass
+class SimDevice:
+    gpu: GpuSpec
+    dtype: str  # a sim_dtype() name: "bfloat16" or "fp8"
+    model_config: ModelConfig
+    shape: ModelShape
+    tokenizer: Tokenizer
+    clock: VirtualClock
+    tensor_parallel_size: int = 1  # the GPUs of the tensor-parallel group (refengine/sim/model_shape.py)
+    simulated = True
+
+    @classmethod
+    def create(cls, device: str, model: str, dtype: object, tensor_parallel_size: int = 1) -> SimDevice:
+        from refengine.sim.sim_models import sim_model
+
+        gpu = parse_sim_device(device)
+        name = sim_dtype(dtype)
+        mc, shape, tokenizer = sim_model(model)
+        shape.check_tp(tensor_parallel_size)
+        return cls(gpu, name, mc, shape, tokenizer, VirtualClock(), tensor_parallel_size)
+
+    @property
+    def label(self) -> str:
+        """What reports put in titles and rows, e.g. "simulated h200 (cost model sim-2 (...), bfloat16)", and
+        "simulated 4x h200 (...)" for a tensor-parallel group."""
+        from refengine.sim.cost_model import COST_MODEL_VERSION
+
+        tp = self.tensor_parallel_size
+        gpus = f"{tp}x {self.gpu.name}" if tp > 1 else self.gpu.name
+        return f"simulated {gpus} (cost model {COST_MODEL_VERSION}, {self.dtype})"
+
+    @property
+    def parts(self) -> EngineParts:
+        """LLMEngine's parts: the scheduler's data lives on the host, and there is no model."""
+        import torch
+
+        return torch.device("cpu"), torch_dtype(self.dtype), None, "sim", self.model_config, self.tokenizer
+
+    def num_gpu_blocks(self, cfg: EngineConfig, *, max_model_len: int) -> int:
+        """The KV pool of the simulated GPU's memory (vLLM's formula has no context length in it)."""
+        return num_sim_blocks(
+            self.gpu,
+            self.shape,
+            self.dtype,
+            cfg.scheduler.block_size,
+            cfg.gpu_memory_utilization,
+            self.tensor_parallel_size,
+        )
+
+    def check_memory(self, cfg: EngineConfig, *, num_rows: int, kv_given: bool) -> None:
+        """Nothing to check: a simulated GPU allocates nothing."""
+
+    def make_runner(self, cfg: EngineConfig, *, num_rows: int, sampler: Sampler) -> SimModelRunner:
+        """The simulated runner; it samples a fixed token for every row, so `sampler` and `num_rows` do not apply."""
+        from refengine.sim.cost_model import CostModel
+        from refengine.sim.runner import SimModelRunner, sim_token_id
+
+        cost = CostModel(
+            self.gpu,
+            self.shape,
+            self.dtype,
+            async_scheduling=cfg.scheduler.async_scheduling,
+            tensor_parallel_size=self.tensor_parallel_size,
+        )
+        mc = self.model_config
+        return SimModelRunner(cost, self.clock, sim_token_id(mc.eos_token_ids, mc.vocab_size))
+
+    def make_batch_queue(self, execute_model: Callable[[SchedulerOutput], ModelRunnerOutput]) -> SimBatchQueue:
+        from refengine.sim.runner import SimBatchQueue
+
+        return SimBatchQueue(execute_model)
+
+    def warm_up(self, block_size: int, max_model_len: int) -> None:
+        """Nothing to compile: no kernel runs."""
+
+    def make_pacer(self, step: Callable[[], list[RequestOutput]], time_scale: float | None = None) -> StepPacer:
+        """Served, a simulated GPU runs in real time, or at `time_scale` simulated seconds per wall second (None:
+        as fast as the host keeps up with, at most real time; refengine/sim/pacing.py)."""
+        return StepPacer(self.clock, step, time_scale=time_scale)
