@@ -1,5 +1,5 @@
 """Tests written for mutants that the recorded vLLM traces or their area's subset let survive (docs/mutation.md).
-`python -m conformance.mutate` runs this file for those mutants (`KILL_TESTS` in conformance/mutants/common.py).
+`python -m conformance.mutate` runs this file for those mutants (`KILL_TESTS` in conformance/mutants/mutant.py).
 
 The traces cannot see the scheduler ones: their fake sampler masks EOS until min_tokens (as vLLM's does), never sets
 ignore_eos, and their records do not carry the recompute metric. Those tests drive refengine's Scheduler directly,

@@ -12,7 +12,7 @@ from typing import Any
 
 from rich.console import Console
 
-from cbbench.perf.errors import NoResultError
+from cbbench.perf.exceptions import NoResultError
 from cbbench.perf.plan.build import build_plan
 from cbbench.perf.plan.options import DEFAULT_CPU_THREADS, PerfOptions
 from cbbench.perf.plan.spec import RunPlan, RunSpec

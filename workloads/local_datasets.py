@@ -20,7 +20,7 @@ import random
 from pathlib import Path
 from typing import Any
 
-from .base import Tokenizer, WorkloadRequest
+from .workload import Tokenizer, WorkloadRequest
 
 DEFAULT_OUTPUT_LEN = 256  # vLLM's --custom-output-len / --hf-output-len default
 OUTPUT_LEN_KEYS = ("output_len", "max_tokens", "output_tokens")

@@ -21,9 +21,9 @@ from typing import Any
 
 import numpy as np
 
-from .base import Tokenizer, WorkloadRequest
 from .sharegpt import JSONArrayReader, load_sharegpt
 from .synthetic import DEFAULT_TOKEN_ID_RANGE
+from .workload import Tokenizer, WorkloadRequest
 
 Sample = tuple[list[WorkloadRequest], dict[str, Any]]
 _MULTITURN_STREAM = 0x3717

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
-from .base import Tokenizer, WorkloadRequest
+from .workload import Tokenizer, WorkloadRequest
 
 logger = logging.getLogger(__name__)
 

@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from .base import WorkloadRequest
+from .workload import WorkloadRequest
 
 DEFAULT_TOKEN_ID_RANGE = (1000, 100000)
 # what every sampler returns: the requests (arrival time 0) and the params that rebuild them

@@ -25,9 +25,9 @@ from typing import Any
 
 import numpy as np
 
-from .base import WorkloadRequest
 from .local_datasets import _need_path
 from .synthetic import DEFAULT_TOKEN_ID_RANGE
+from .workload import WorkloadRequest
 
 MOONCAKE_BLOCK_TOKENS = 512  # the Mooncake traces' hash block size
 FORMATS = ("auto", "azure", "mooncake", "plain")

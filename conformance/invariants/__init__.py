@@ -11,7 +11,7 @@ advanced, as in vLLM), `step` what schedule() returned. A request's "left" token
 where, under async scheduling, num_tokens counts the output placeholders (tokens sampled by a step in flight), which
 a decode schedules as its input before the real token is back.
 
-The checks live in one module per family (`batching`, `blocks`, `preemption`, `requests`, and `_base` for what they
+The checks live in one module per family (`batching_invariants`, `blocks`, `preemption_invariants`, `requests`, and `_base` for what they
 share); every name is importable from here (the package's API: test_scheduler_stateful.py reads `inv.<name>`), and
 `check_state` / `check_step` run them all.
 """
@@ -32,7 +32,7 @@ from conformance.invariants._base import (  # noqa: F401  (the package's API: th
     cdiv,
     snapshot,
 )
-from conformance.invariants.batching import (  # noqa: F401  (the package's API: the suite reads `inv.<name>`)
+from conformance.invariants.batching_invariants import (  # noqa: F401  (the package's API: the suite reads `inv.<name>`)
     _is_prefill,
     check_admission_order,
     check_decode_first,
@@ -48,7 +48,7 @@ from conformance.invariants.blocks import (  # noqa: F401  (the package's API: t
     check_blocks_per_request,
     check_host_blocks,
 )
-from conformance.invariants.preemption import (  # noqa: F401  (the package's API: the suite reads `inv.<name>`)
+from conformance.invariants.preemption_invariants import (  # noqa: F401  (the package's API: the suite reads `inv.<name>`)
     check_no_admission_after_preemption,
     check_preemption_needed,
     check_preemption_victim,

@@ -10,8 +10,8 @@ detokenizer, output side); `common` holds the `Mutant` type and the subsets.
 
 from __future__ import annotations
 
-from conformance.mutants.common import Mutant
 from conformance.mutants.engine_side import ENGINE_MUTANTS
+from conformance.mutants.mutant import Mutant
 from conformance.mutants.scheduler_side import SCHEDULER_MUTANTS
 
 MUTANTS: list[Mutant] = [*SCHEDULER_MUTANTS, *ENGINE_MUTANTS]

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from conformance.mutants.common import (
+from conformance.mutants.mutant import (
     DETOK,
     ENGINE,
     HF_TESTS,

@@ -21,7 +21,7 @@ import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from cbbench.perf.backends.base import Backend, ProgressFn, RunResult, warmup_prompts
+from cbbench.perf.backends.backend import Backend, ProgressFn, RunResult, warmup_prompts
 from cbbench.perf.records import PEER_STEP_KEYS, REQUEST_KEYS, RequestRecord, StepRecord
 
 if TYPE_CHECKING:

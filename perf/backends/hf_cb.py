@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from cbbench.perf.backends.base import Backend, ProgressFn, RunResult, warmup_prompts
+from cbbench.perf.backends.backend import Backend, ProgressFn, RunResult, warmup_prompts
 from cbbench.perf.backends.hf import MULTI_TURN_REFUSED, _record, hf_model
 
 if TYPE_CHECKING:

@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from cbbench.perf.backends.base import WARMUP_OUTPUT_LEN, ProgressFn, RunResult, warmup_prompts
+from cbbench.perf.backends.backend import WARMUP_OUTPUT_LEN, ProgressFn, RunResult, warmup_prompts
 from cbbench.perf.backends.client_workers import check_client_workers, replay_sharded
 from cbbench.perf.backends.http_client import HttpTarget, make_session, replay, run_duration
 from cbbench.perf.backends.http_turns import replay_turns

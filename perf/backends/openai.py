@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from cbbench.perf.backends.base import Backend, ProgressFn, RunResult
+from cbbench.perf.backends.backend import Backend, ProgressFn, RunResult
 from cbbench.perf.backends.client_workers import check_client_workers
 from cbbench.perf.backends.http_client import HttpTarget
 from cbbench.perf.backends.http_run import run_http

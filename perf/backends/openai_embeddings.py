@@ -17,7 +17,7 @@ from typing import Any
 
 import aiohttp
 
-from cbbench.perf.backends.base import Backend
+from cbbench.perf.backends.backend import Backend
 from cbbench.perf.backends.http_client import HttpTarget, _headers, error_record
 from cbbench.perf.backends.openai import HttpBackend
 from cbbench.perf.records import HTTP_ERROR_KEYS, RequestRecord

@@ -23,7 +23,7 @@ ERROR_LIMIT_MS = 1.0  # the client is "sustaining" a load while its median TTFT 
 
 
 def _serve(delay_s: float, port_q: Any, stop: Any) -> None:
-    from cbbench.perf.backends.fake_openai_server import FakeOpenAIServer
+    from cbbench.perf.bench.fake_openai_server import FakeOpenAIServer
 
     with FakeOpenAIServer(token_delay_s=delay_s, with_metrics=False) as s:
         port_q.put(s.port)
@@ -36,7 +36,7 @@ def measure(
     from cbbench.perf.backends.http_client import HttpTarget
     from cbbench.perf.backends.http_run import run_http
     from cbbench.perf.metrics import request_latencies
-    from cbbench.workloads.base import Workload, WorkloadRequest
+    from cbbench.workloads.workload import Workload, WorkloadRequest
 
     wl = Workload(
         "manual", {"num_prompts": concurrency}, [WorkloadRequest([1, 2, 3, 4], output_len) for _ in range(concurrency)]

@@ -115,7 +115,7 @@ def main(argv: list[str] | None = None) -> None:
 
     from cbbench.perf.backends.http_client import HttpTarget
     from cbbench.perf.backends.http_run import run_http
-    from cbbench.workloads.registry import get_workload
+    from cbbench.workloads.catalog import get_workload
     from refengine.models.presets import load_tokenizer
 
     if a.device == "cpu":

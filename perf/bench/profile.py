@@ -157,7 +157,7 @@ def bench_profile(
     """The whole profile (each concurrency: the engines one after the other, then the step-vs-floor check) as
     markdown. Torch threads are the caller's (one for both engines: the generation thread inherits them)."""
     from cbbench.perf.plan.load import resolve_tokenizer
-    from cbbench.workloads.registry import get_workload
+    from cbbench.workloads.catalog import get_workload
 
     workload = get_workload(
         "sharegpt",

@@ -28,12 +28,12 @@ from cbbench.perf.cli.app import (
     explicit_params,
     one_line_errors,
 )
-from cbbench.perf.cli.bench import bench_async, bench_scheduler, bench_step
+from cbbench.perf.cli.bench_cmd import bench_async, bench_scheduler, bench_step
 from cbbench.perf.cli.commands import compare, generate, kernels, plot, report, serve, show, timeline
 from cbbench.perf.cli.plan_cmd import plan
-from cbbench.perf.cli.profile import bench_profile
+from cbbench.perf.cli.profile_cmd import bench_profile
 from cbbench.perf.cli.sim import sim_app
-from cbbench.perf.errors import NoResultError
+from cbbench.perf.exceptions import NoResultError
 from cbbench.perf.knobs import engine_knob_options
 from cbbench.perf.plan.options import CPU_DEFAULTS, PerfOptions
 

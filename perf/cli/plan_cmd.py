@@ -16,7 +16,7 @@ from rich.console import Console
 
 from cbbench.perf.cli import perf_params as options
 from cbbench.perf.cli.app import CliError, Opt, command_line, err, explicit_params, one_line_errors
-from cbbench.perf.errors import NoResultError
+from cbbench.perf.exceptions import NoResultError
 from cbbench.perf.knobs import engine_knob_options
 from cbbench.perf.plan.options import PerfOptions
 

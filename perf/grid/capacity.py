@@ -92,7 +92,7 @@ def plan_options(o: PerfOptions, slo: Slo, given: set[str]) -> tuple[PerfOptions
 
 def run_capacity_plan(o: PerfOptions, slo: Slo, given: set[str], console: Console, *, dry_run: bool = False) -> None:
     """The whole `cbbench plan`: search, write, summarise (NoResultError after the summary when a run failed)."""
-    from cbbench.perf.errors import NoResultError
+    from cbbench.perf.exceptions import NoResultError
     from cbbench.perf.plan.build import build_plan
     from cbbench.perf.sweep import run_plan, show_plan
 

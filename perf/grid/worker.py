@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from cbbench.perf.backends.base import Backend, RunResult
+    from cbbench.perf.backends.backend import Backend, RunResult
     from cbbench.perf.plan.spec import RunPlan, RunSpec
 
 
@@ -77,7 +77,7 @@ def run_one(job: GridJob, index: int) -> Outcome:
 
 def lost_run(spec: RunSpec, why: str) -> RunResult:
     """The result of a run whose worker died on every attempt: an error, as a run that could not run reports."""
-    from cbbench.perf.backends.base import RunResult
+    from cbbench.perf.backends.backend import RunResult
 
     return RunResult(spec.backend, spec.batching, dict(spec.knobs), error=why)
 

@@ -13,12 +13,11 @@ import itertools
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from cbbench.perf.backends.base import warmup_lengths
+from cbbench.perf.backends.backend import warmup_lengths
 from cbbench.perf.backends.registry import Backend
 from cbbench.perf.grid.executor import check_executor, parse_executor
 from cbbench.perf.knobs import knob
 from cbbench.perf.metrics import parse_goodput, parse_metric_percentiles
-from cbbench.perf.plan.checks import check_feasible, check_options, check_output_name, check_writable
 from cbbench.perf.plan.load import LoadPoint, parse_load_points, resolve_tokenizer
 from cbbench.perf.plan.options import (
     DEFAULT_MODEL,
@@ -34,6 +33,7 @@ from cbbench.perf.plan.options import (
     split_list,
     validate_configs,
 )
+from cbbench.perf.plan.preflight import check_feasible, check_options, check_output_name, check_writable
 from cbbench.perf.plan.spec import RunPlan, RunSettings, RunSpec
 from cbbench.perf.results.columns import STORED_PERCENTILES
 from refengine.config import BATCHING_MODES
@@ -41,7 +41,7 @@ from refengine.sim.cost_model import COST_MODEL_VERSION
 from refengine.sim.sim_device import is_sim_device
 
 if TYPE_CHECKING:
-    from cbbench.workloads.base import Workload
+    from cbbench.workloads.workload import Workload
 
 Entry = tuple[str, str, dict[str, Any]]  # (backend, batching mode, knobs)
 

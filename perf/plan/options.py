@@ -17,7 +17,7 @@ from cbbench.perf.plan.load import LoadPoint, parse_load_points, resolve_tokeniz
 from refengine.config import BATCHING_MODES
 
 if TYPE_CHECKING:
-    from cbbench.workloads.base import Workload
+    from cbbench.workloads.workload import Workload
 
 PEERS = ("hf-static", "hf-cb")
 # CPU-sized defaults: the default run (4 modes + 2 peers, tiny-qwen2, 1 torch thread) takes about two minutes on a
@@ -153,7 +153,7 @@ _FLAG_PARAMS = {
 
 
 def workload_kwargs(o: PerfOptions, on_cpu: bool) -> dict[str, Any]:
-    from cbbench.workloads.registry import list_workloads, workload_options
+    from cbbench.workloads.catalog import list_workloads, workload_options
 
     if o.workload not in list_workloads():
         raise ValueError(f"workload: unknown name {o.workload!r}; known: {', '.join(list_workloads())}")
@@ -191,7 +191,7 @@ def workload_kwargs(o: PerfOptions, on_cpu: bool) -> dict[str, Any]:
 
 
 def build_workload(o: PerfOptions, on_cpu: bool, load: LoadPoint | None = None, tokenizer: Any = None) -> Workload:
-    from cbbench.workloads.registry import get_workload
+    from cbbench.workloads.catalog import get_workload
 
     load = load or parse_load_points(o.request_rate, o.burstiness, o.max_concurrency)[0][0]
     from refengine.sim.sim_device import is_sim_device

@@ -18,7 +18,7 @@ from cbbench.perf.plan.options import knob_label
 from cbbench.perf.results.writer import plan_id
 
 if TYPE_CHECKING:
-    from cbbench.perf.backends.base import Backend, RunResult
+    from cbbench.perf.backends.backend import Backend, RunResult
 
 
 @dataclass

@@ -6,8 +6,8 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-from cbbench.perf.sim.errors import METRICS, Medians, RowErrors, groups, medians
 from cbbench.perf.sim.measured import GENERATOR_EXTRA_TOKENS, SERVER_DEFAULTS, MeasuredRun, Protocol
+from cbbench.perf.sim.relative_errors import METRICS, Medians, RowErrors, groups, medians
 
 
 def _pct(x: float) -> str:

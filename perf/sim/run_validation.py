@@ -10,8 +10,8 @@ from pathlib import Path
 from rich.console import Console
 
 from cbbench.perf.sim.consistency import feasibility
-from cbbench.perf.sim.errors import Prediction, RowErrors, row_errors
 from cbbench.perf.sim.measured import MeasuredRun, Protocol, load_measured_runs
+from cbbench.perf.sim.relative_errors import Prediction, RowErrors, row_errors
 from cbbench.perf.sim.report import render_markdown, render_summary
 from cbbench.perf.sim.validate import Replay, read_replays, replay_all, write_replays
 

@@ -8,7 +8,7 @@ import json
 import pytest
 from typer.testing import CliRunner
 
-from cbbench.perf.backends.base import ProgressFn, RunResult
+from cbbench.perf.backends.backend import ProgressFn, RunResult
 from cbbench.perf.backends.registry import Backend  # with the built-in backends registered: the fixture copies them
 from cbbench.perf.cli import app
 from cbbench.perf.plan.spec import RunSpec

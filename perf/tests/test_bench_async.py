@@ -7,7 +7,7 @@ import re
 
 from typer.testing import CliRunner
 
-from cbbench.perf.bench.async_engine import bench_async
+from cbbench.perf.bench.async_overlap import bench_async
 from cbbench.perf.cli import app
 
 

@@ -28,7 +28,7 @@ def test_phase_clock_charges_nested_time_to_the_inner_phase_only():
 
 def test_refengine_profile_fills_the_step_phases_and_removes_its_instrument():
     from cbbench.perf.plan.load import resolve_tokenizer
-    from cbbench.workloads.registry import get_workload
+    from cbbench.workloads.catalog import get_workload
     from refengine.engine.llm_engine import LLMEngine
     from refengine.scheduler import Scheduler
 

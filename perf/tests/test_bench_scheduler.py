@@ -7,7 +7,7 @@ off the printed table, and the step's bookkeeping is checked instead.
 
 import pytest
 
-from cbbench.perf.bench.scheduler import make_decoding_scheduler, step_fn
+from cbbench.perf.bench.scheduler_cost import make_decoding_scheduler, step_fn
 
 ROUNDS = 100
 WARMUP_ROUNDS = 5

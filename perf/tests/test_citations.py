@@ -1,6 +1,6 @@
 """What the code cites is in the repository (issue 27: a module cited something outside it): in kernels/,
 workloads/ and perf/ (tests aside), every repository path a docstring or comment names (`perf/report/plot.py`,
-`docs/perf.md`) exists, every dotted module it names (`cbbench.perf.bench.sampler`, `cbbench.perf.records.StepRecord`) resolves,
+`docs/perf.md`) exists, every dotted module it names (`cbbench.perf.bench.sampler_cost`, `cbbench.perf.records.StepRecord`) resolves,
 and nothing cites the seed chapter, which lives outside the repository (docs/scheduling.md stands for it)."""
 
 from __future__ import annotations
@@ -67,4 +67,4 @@ def test_nothing_cites_the_seed_chapter() -> None:
 def test_the_checks_catch_a_stale_citation() -> None:
     assert not (REPO / "perf/bench_step.py").exists() and PATH.search("stub (perf/bench_step.py)")
     assert not _resolves("cbbench.perf.runner.step_dicts") and not _resolves("cbbench.perf.bench_sampler")
-    assert _resolves("cbbench.perf.bench.sampler") and _resolves("cbbench.perf.records.StepRecord")
+    assert _resolves("cbbench.perf.bench.sampler_cost") and _resolves("cbbench.perf.records.StepRecord")

@@ -9,11 +9,11 @@ import pytest
 from typer.testing import CliRunner
 
 from cbbench.perf.backends.client_workers import shard_concurrency
-from cbbench.perf.backends.fake_openai_server import FakeOpenAIServer
 from cbbench.perf.backends.http_client import HttpTarget
 from cbbench.perf.backends.http_run import run_http
+from cbbench.perf.bench.fake_openai_server import FakeOpenAIServer
 from cbbench.perf.cli import app
-from cbbench.workloads.base import Workload, WorkloadRequest
+from cbbench.workloads.workload import Workload, WorkloadRequest
 
 TOKEN_DELAY_S = 0.02
 NUM_REQUESTS = 10

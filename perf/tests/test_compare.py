@@ -15,7 +15,7 @@ from cbbench.perf.results.environment import environment_info
 from cbbench.perf.results.files import append_rows, read_csv, write_csv, write_run_json
 from cbbench.perf.results.rows import read_rows
 from cbbench.perf.results.schema import aggregate_repeats, config_key, make_row
-from cbbench.workloads.registry import get_workload
+from cbbench.workloads.catalog import get_workload
 
 # The column order of schema version 3 (2 plus tensor_parallel_size). Changing COLUMNS means bumping SCHEMA_VERSION
 # and this list together.

@@ -8,13 +8,13 @@ import math
 
 from typer.testing import CliRunner
 
-from cbbench.perf.backends.fake_openai_server import BAD_PROMPT_TOKEN, FakeOpenAIServer
 from cbbench.perf.backends.http_client import HttpTarget
 from cbbench.perf.backends.http_run import run_http
 from cbbench.perf.backends.openai_embeddings import OpenAIEmbeddingsBackend
+from cbbench.perf.bench.fake_openai_server import BAD_PROMPT_TOKEN, FakeOpenAIServer
 from cbbench.perf.cli import app
 from cbbench.perf.results.files import read_csv
-from cbbench.workloads.base import Workload, WorkloadRequest
+from cbbench.workloads.workload import Workload, WorkloadRequest
 
 DELAY_S = 0.02  # the fake server's wait before it answers: every latency is at least this
 INPUT_LEN, NUM_PROMPTS = 8, 5

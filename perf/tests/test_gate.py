@@ -14,7 +14,7 @@ from cbbench.perf.results.columns import LATENCY_COLUMNS
 from cbbench.perf.results.compare import compare, main_compare
 from cbbench.perf.results.files import write_csv
 from cbbench.perf.results.schema import make_row
-from cbbench.workloads.registry import get_workload
+from cbbench.workloads.catalog import get_workload
 
 KNOBS = {"max_num_seqs": 4, "block_size": 16, "dtype": "float32"}
 

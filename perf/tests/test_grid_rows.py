@@ -22,7 +22,7 @@ import pytest
 from grid_backends import DieAlways, DieOnce, HoldOnce
 from rich.console import Console
 
-from cbbench.perf.errors import NoResultError
+from cbbench.perf.exceptions import NoResultError
 from cbbench.perf.grid.order import RUN_SPECIFIC_COLUMNS
 from cbbench.perf.plan.build import build_plan
 from cbbench.perf.plan.options import PerfOptions

@@ -13,13 +13,13 @@ import math
 import pytest
 from typer.testing import CliRunner
 
-from cbbench.perf.backends.fake_openai_server import BAD_PROMPT_TOKEN, NUM_GPU_BLOCKS, FakeOpenAIServer
 from cbbench.perf.backends.http_client import HttpTarget, build_payload, chunk_content
 from cbbench.perf.backends.http_run import run_http
 from cbbench.perf.backends.server_metrics import kv_usage, parse_prometheus
+from cbbench.perf.bench.fake_openai_server import BAD_PROMPT_TOKEN, NUM_GPU_BLOCKS, FakeOpenAIServer
 from cbbench.perf.cli import app
 from cbbench.perf.results.files import read_csv
-from cbbench.workloads.base import Workload, WorkloadRequest
+from cbbench.workloads.workload import Workload, WorkloadRequest
 
 INPUT_LEN, OUTPUT_LEN, NUM_PROMPTS = 8, 5, 6
 FIXED = [

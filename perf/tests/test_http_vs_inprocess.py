@@ -23,7 +23,7 @@ from cbbench.perf.backends.http_client import HttpTarget
 from cbbench.perf.backends.http_run import run_http
 from cbbench.perf.cli import app
 from cbbench.perf.results.files import read_csv
-from cbbench.workloads.base import Workload, WorkloadRequest
+from cbbench.workloads.workload import Workload, WorkloadRequest
 from refengine.models.presets import TEST_MODEL
 
 MAX_NUM_SEQS = 64
@@ -134,7 +134,7 @@ def test_http_run_agrees_with_in_process_run(served, tmp_path):
     from refengine import LLM, SamplingParams  # the same prompts through the engine: the same tokens come back
 
     w = doc_http["workload"]["params"]
-    from cbbench.workloads.registry import get_workload
+    from cbbench.workloads.catalog import get_workload
 
     wl = get_workload(
         "random",

@@ -13,13 +13,13 @@ import pytest
 from typer.testing import CliRunner
 
 from cbbench.perf.backends.conversations import TurnFeeder, conversation_metrics
-from cbbench.perf.backends.fake_openai_server import FakeOpenAIServer
 from cbbench.perf.backends.hf import MULTI_TURN_REFUSED, run_hf_static
 from cbbench.perf.backends.http_client import HttpTarget
 from cbbench.perf.backends.http_run import run_http
+from cbbench.perf.bench.fake_openai_server import FakeOpenAIServer
 from cbbench.perf.cli import app
-from cbbench.workloads.base import Workload, WorkloadRequest
-from cbbench.workloads.registry import get_workload
+from cbbench.workloads.catalog import get_workload
+from cbbench.workloads.workload import Workload, WorkloadRequest
 
 USER_LEN, OUTPUT_LEN, TURNS = 20, 3, 3
 

@@ -220,7 +220,7 @@ REL_TOL = 1e-9  # the same sum over the same span, in another order: float round
 def test_a_simulated_run_marks_its_start_and_its_live_rate_ends_at_the_tables():
     from cbbench.perf.backends.in_process import run_refengine
     from cbbench.perf.report.progress import SoFar
-    from cbbench.workloads.registry import get_workload
+    from cbbench.workloads.catalog import get_workload
 
     calls: list[tuple[int, list[RequestRecord]]] = []
     w = get_workload("fixed", tokenizer=None, num_prompts=8, seed=0, input_len=64, output_len=16)

@@ -10,7 +10,7 @@ import pytest
 from rich.console import Console
 
 from cbbench.perf.report.table import COLUMNS, print_perf_table
-from cbbench.workloads.base import Workload, WorkloadRequest
+from cbbench.workloads.workload import Workload, WorkloadRequest
 
 NARROW, WIDE = 80, 200
 

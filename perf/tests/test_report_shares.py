@@ -11,7 +11,7 @@ from rich.console import Console
 from cbbench.perf.report.html import results_table
 from cbbench.perf.report.show import render
 from cbbench.perf.report.table import percent, print_perf_table
-from cbbench.workloads.base import Workload, WorkloadRequest
+from cbbench.workloads.workload import Workload, WorkloadRequest
 
 USED, TOTAL = 58, 16384  # issue 28's run: 58 blocks of the pool used at the peak
 

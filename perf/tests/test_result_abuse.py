@@ -14,7 +14,7 @@ from tiny_run import TINY_RUN  # perf/tests/tiny_run.py (pytest puts this folder
 
 from cbbench.perf.results.files import read_csv, write_csv
 from cbbench.perf.results.schema import make_row
-from cbbench.workloads.registry import get_workload
+from cbbench.workloads.catalog import get_workload
 
 TINY = TINY_RUN + ["--peers", "none", "--batching", "continuous"]
 CSV_FIELD_LIMIT = 131072  # python's csv module refuses a longer field by default
@@ -85,7 +85,7 @@ def test_output_json_name_is_refused(tmp_path, monkeypatch):
 
 def test_huge_num_prompts_is_refused_before_any_workload_is_built(monkeypatch, tmp_path):
     from cbbench.perf.plan import build
-    from cbbench.workloads.registry import MAX_NUM_PROMPTS
+    from cbbench.workloads.catalog import MAX_NUM_PROMPTS
 
     monkeypatch.setattr(build, "build_workload", lambda *a, **k: pytest.fail("a workload was built"))
     res = invoke("perf", *TINY, "--num-prompts", str(10**12), "--result-dir", str(tmp_path))

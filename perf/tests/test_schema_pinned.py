@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from cbbench.perf.backends.fake_openai_server import FakeOpenAIServer
+from cbbench.perf.bench.fake_openai_server import FakeOpenAIServer
 from cbbench.perf.cli import app
 
 FIXTURE = Path(__file__).parent / "fixtures" / "schema.json"

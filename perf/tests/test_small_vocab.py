@@ -4,7 +4,7 @@ request with "outside the vocabulary"."""
 
 from __future__ import annotations
 
-from cbbench.perf.backends.base import warmup_prompts
+from cbbench.perf.backends.backend import warmup_prompts
 from cbbench.perf.plan.load import known_vocab_size, vocab_token_id_range
 from cbbench.perf.plan.options import PerfOptions, workload_kwargs
 from cbbench.workloads.synthetic import DEFAULT_TOKEN_ID_RANGE

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from cbbench.workloads.registry import MAX_NUM_PROMPTS, get_workload
+from cbbench.workloads.catalog import MAX_NUM_PROMPTS, get_workload
 from cbbench.workloads.trace import MOONCAKE_BLOCK_TOKENS
 
 

@@ -10,7 +10,7 @@ import statistics
 import pytest
 
 from cbbench.workloads.arrivals import arrival_times
-from cbbench.workloads.registry import get_workload, list_workloads
+from cbbench.workloads.catalog import get_workload, list_workloads
 from cbbench.workloads.sharegpt import JSONArrayReader, load_sharegpt
 
 # Tolerances of the seeded statistical checks. Each is several standard errors of the estimate at the sample size

@@ -10,7 +10,7 @@ from __future__ import annotations
 from cbbench.perf.backends.http_client import HttpTarget
 from cbbench.perf.backends.http_run import run_http
 from cbbench.perf.backends.in_process import run_refengine
-from cbbench.workloads.base import Workload, WorkloadRequest
+from cbbench.workloads.workload import Workload, WorkloadRequest
 from refengine import LLMEngine
 from refengine.tests.live_server import live_server
 

@@ -89,7 +89,7 @@ def test_a_workload_maps_to_prompt_and_output_lengths_with_arrivals() -> None:
 
 def test_simulated_hf_static_reports_its_requests_done_to_the_progress_line() -> None:
     from cbbench.perf.backends.hf import run_hf_static
-    from cbbench.workloads.base import Workload, WorkloadRequest
+    from cbbench.workloads.workload import Workload, WorkloadRequest
 
     reqs = [WorkloadRequest([1] * (3 + i), output_len=2 + i) for i in range(5)]
     done: list[int] = []

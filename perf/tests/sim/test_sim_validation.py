@@ -12,8 +12,8 @@ from typer.testing import CliRunner
 
 from cbbench.perf.cli import app
 from cbbench.perf.sim.consistency import feasibility
-from cbbench.perf.sim.errors import row_errors
 from cbbench.perf.sim.measured import MeasuredRun, Protocol, load_measured_runs
+from cbbench.perf.sim.relative_errors import row_errors
 from cbbench.perf.sim.validate import replay
 from refengine.sim.cost_model import CostModel
 from refengine.sim.sim_models import sim_model

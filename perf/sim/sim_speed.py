@@ -1,4 +1,4 @@
-"""How fast the simulation runs: `python -m cbbench.perf.sim.bench [--num-prompts N] [--model M] [--device sim:G]`.
+"""How fast the simulation runs: `python -m cbbench.perf.sim.sim_speed [--num-prompts N] [--model M] [--device sim:G]`.
 
 Replays the ShareGPT workload (token-id prompts, exact output lengths, all arriving at 0) through a fresh simulated
 engine per batching mode and prints, per mode: engine steps, wall seconds, steps per wall second, simulated seconds
@@ -18,7 +18,7 @@ from refengine.tokenizer import Tokenizer
 
 
 def sharegpt_requests(tokenizer: Tokenizer, num_prompts: int, seed: int) -> list[tuple[list[int], int, float]]:
-    from cbbench.workloads.registry import get_workload
+    from cbbench.workloads.catalog import get_workload
 
     wl = get_workload("sharegpt", tokenizer=tokenizer, num_prompts=num_prompts, seed=seed)
     return [(r.prompt_token_ids, r.output_len, r.arrival_time) for r in wl.requests]

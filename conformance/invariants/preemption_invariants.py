@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from conformance.adapters import ReqView, StepView
 from conformance.invariants._base import Snapshot, _fail, _key, admitted_ids, cdiv
-from conformance.invariants.batching import effective_threshold
+from conformance.invariants.batching_invariants import effective_threshold
 
 
 def max_block_growth(cfg: dict, v: ReqView, thr: int) -> int:

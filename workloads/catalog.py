@@ -14,12 +14,12 @@ from collections.abc import Callable
 from typing import Any
 
 from .arrivals import arrival_times
-from .base import Tokenizer, Workload, WorkloadRequest
 from .local_datasets import sample_custom, sample_hf
 from .multiturn import sample_multiturn, sample_sharegpt_multiturn
 from .sharegpt import sample_sharegpt
 from .synthetic import sample_fixed, sample_lognormal, sample_prefix, sample_random
 from .trace import sample_trace
+from .workload import Tokenizer, Workload, WorkloadRequest
 
 Sampler = Callable[..., tuple[list[WorkloadRequest], dict[str, Any]]]
 

@@ -1,5 +1,5 @@
 """The `cbbench bench-*` commands: the scheduler's, the engine step's and async scheduling's benchmarks, printed
-as plain-text tables (perf/bench/scheduler.py, step.py, async_engine.py do the measuring)."""
+as plain-text tables (perf/bench/scheduler_cost.py, step.py, async_engine.py do the measuring)."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ def bench_scheduler(
     iters: Annotated[int, Opt(help="timed steps per size")] = 200,
 ) -> None:
     """Microseconds per schedule() + update_from_output() step with N running decodes (model-free)."""
-    from cbbench.perf.bench.scheduler import bench_step_us
+    from cbbench.perf.bench.scheduler_cost import bench_step_us
 
     sizes = _ints("running", running)
     if not sizes or min(sizes) < 1:
@@ -151,8 +151,8 @@ def bench_async(
     """Throughput of one workload with async scheduling off and on, same process, and the ratio on / off."""
     import torch
 
-    from cbbench.perf.bench.async_engine import bench_async as run
-    from cbbench.perf.bench.async_engine import format_table
+    from cbbench.perf.bench.async_overlap import bench_async as run
+    from cbbench.perf.bench.async_overlap import format_table
 
     if cpu_threads:
         torch.set_num_threads(cpu_threads)

@@ -33,7 +33,7 @@ def check_options(*, device: str, cpu_threads: int | None, num_prompts: int | No
         raise ValueError(f"cpu_threads must be >= 0 (0 = torch's default), got {cpu_threads}")
     if num_prompts is not None and num_prompts < 1:
         raise ValueError(f"num_prompts must be >= 1, got {num_prompts}")
-    from cbbench.workloads.registry import MAX_NUM_PROMPTS
+    from cbbench.workloads.catalog import MAX_NUM_PROMPTS
 
     if num_prompts is not None and num_prompts > MAX_NUM_PROMPTS:  # before any workload is built: no memory grows
         raise ValueError(f"num_prompts must be <= {MAX_NUM_PROMPTS} (MAX_NUM_PROMPTS), got {num_prompts}")
