@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from multiprocessing.connection import Connection, wait
 from typing import Any
 
-from cbbench.perf.grid.worker import GridJob, Outcome, lost_run, run_one
+from cbbench.perf.grid.grid_worker import GridJob, Outcome, lost_run, run_one
 
 MAX_RETRIES = 2  # a run is tried at most 1 + MAX_RETRIES times (Ray's own default task retries are 3)
 _STOP_TIMEOUT_S = 5.0  # a worker asked to stop gets this long to exit before it is terminated

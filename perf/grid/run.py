@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 from rich.console import Console
 
 from cbbench.perf.grid.executor import ExecutorChoice, pool_size
-from cbbench.perf.grid.worker import Outcome
+from cbbench.perf.grid.grid_worker import Outcome
 from cbbench.perf.report.progress import RunProgress, run_summary
 
 if TYPE_CHECKING:
@@ -65,7 +65,7 @@ class Grid:
             yield Outcome(i, result, time.perf_counter() - start)
 
     def _parallel(self) -> Iterator[Outcome]:
-        from cbbench.perf.grid.worker import make_job
+        from cbbench.perf.grid.grid_worker import make_job
 
         job = make_job(self.plan)
         if self.choice.kind == "pool":

@@ -62,7 +62,7 @@ class _Sweep(NamedTuple):
 def _dtype_name(dtype: str | None, device: str, sim: bool) -> str:
     """The run's dtype by name; planning a CPU or CUDA run does not import torch for it."""
     if sim:
-        from refengine.sim.backend import sim_dtype
+        from refengine.sim.sim_memory import sim_dtype
 
         return sim_dtype(dtype)
     from refengine.config import dtype_name

@@ -95,9 +95,9 @@ def sim_peers(text: str) -> str:
 
 def sim_label(device: str, dtype: str | None) -> str:
     """ "simulated H200 (cost model <version>, bfloat16)", as `engine.device_label` reads."""
-    from refengine.sim.backend import sim_dtype
     from refengine.sim.cost_model import COST_MODEL_VERSION
     from refengine.sim.sim_device import parse_sim_device
+    from refengine.sim.sim_memory import sim_dtype
 
     return f"simulated {parse_sim_device(device).name.upper()} (cost model {COST_MODEL_VERSION}, {sim_dtype(dtype)})"
 

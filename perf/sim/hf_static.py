@@ -128,8 +128,8 @@ def simulate_hf_static_on(
     device: str, model: str, requests: Sequence[HfStaticRequest], batch_size: int, dtype: str = "bfloat16"
 ) -> HfStaticResult:
     """simulate_hf_static on `device` ("sim:<gpu>") for a model preset or folder, with the engine's cost model."""
-    from refengine.sim.backend import sim_dtype
     from refengine.sim.sim_device import parse_sim_device
+    from refengine.sim.sim_memory import sim_dtype
     from refengine.sim.sim_models import sim_model
 
     cost = CostModel(parse_sim_device(device), sim_model(model)[1], sim_dtype(dtype))

@@ -2,7 +2,7 @@
 
 SimDevice is the simulated side of refengine/worker/device.py's seam: the engine keeps its real scheduler, KV cache
 manager, block pool, processor and output processor; this supplies the model's bookkeeping config and tokenizer
-(no weights), the KV pool size (refengine/sim/backend.py's formula), the virtual clock, the simulated runner and
+(no weights), the KV pool size (refengine/sim/sim_memory.py's formula), the virtual clock, the simulated runner and
 its thread-less batch queue, the pacer that serves it in real time, and the label that reports name the run by.
 
 perf's planner imports this module for the device-string functions before torch or numpy is needed
@@ -17,9 +17,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from refengine.engine.clock import VirtualClock
-from refengine.sim.backend import num_sim_blocks, sim_dtype, torch_dtype
 from refengine.sim.gpus import GPUS, GpuSpec, get_gpu
 from refengine.sim.pacing import StepPacer
+from refengine.sim.sim_memory import num_sim_blocks, sim_dtype, torch_dtype
 
 if TYPE_CHECKING:
     from refengine.config import EngineConfig

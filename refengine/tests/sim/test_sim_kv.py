@@ -7,8 +7,8 @@ import pytest
 
 from cbbench.perf.sim.engine_replay import replay
 from refengine import LLMEngine
-from refengine.sim.backend import ACTIVATION_RESERVE_BYTES
 from refengine.sim.gpus import GPUS
+from refengine.sim.sim_memory import ACTIVATION_RESERVE_BYTES
 from refengine.tests.sim.helpers import workload
 
 # Llama-3.1-8B: K and V x 32 layers x 8 KV heads x head_dim 128 x 2 bytes (bf16 KV cache)
