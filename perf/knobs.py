@@ -43,7 +43,10 @@ _HELP = {
     "attention_backend": "attention kernels (default: torch on CPU, triton on CUDA)",
     "max_model_len": "longest prompt + output (default: the model's context)",
     "kv_cache_memory_gb": "KV cache size that num_gpu_blocks is derived from",
-    "async_scheduling": "schedule step N+1 while step N's forward runs (vLLM's async scheduling)",
+    "async_scheduling": (
+        "schedule step N+1 while step N's forward runs (vLLM's async scheduling; default: on with a CUDA device, off "
+        "elsewhere)"
+    ),
     "enforce_eager": "never replay CUDA graphs (they are only used on CUDA with the triton backend)",
 }
 

@@ -39,6 +39,10 @@ Engine-side metrics (no client can see these):
   member ends, while only num_running of them still produce tokens. For one batch of B requests with output
   lengths L_i, one prefill step and no chunking, this is B * max(L_i) / sum(L_i) >= 1: the factor of token slots
   that continuous batching can win back at equal concurrency. 1.0 means no waste; NaN when no step has slots_held.
+- graphed_step_share = steps whose forward replayed a CUDA graph / steps; graphed_token_share = their scheduled
+  tokens / all scheduled tokens (refengine's mixed and decode-only steps alike: refengine/worker/cuda_graphs.py).
+  Over the steps that say (StepRecord.cuda_graph not None); left out when none does (a simulated GPU, a peer), so
+  those rows are unchanged. Not CSV columns: they go into the row's `extra` JSON.
 """
 
 from __future__ import annotations
@@ -233,7 +237,21 @@ def step_metrics(
     held = [s for s in recs if s.slots_held is not None]
     useful = sum(s.num_running for s in held)
     out["slot_waste"] = sum(s.slots_held or 0 for s in held) / useful if useful else nan
+    out.update(graphed_shares(recs))
     return out
+
+
+def graphed_shares(steps: Sequence[StepRecord]) -> dict[str, float]:
+    """graphed_step_share and graphed_token_share (see the module docstring); {} when no step says."""
+    known = [s for s in steps if s.cuda_graph is not None]
+    if not known:
+        return {}
+    graphed = [s for s in known if s.cuda_graph]
+    tokens = sum(s.num_scheduled_tokens for s in known)
+    return {
+        "graphed_step_share": len(graphed) / len(known),
+        "graphed_token_share": sum(s.num_scheduled_tokens for s in graphed) / tokens if tokens else math.nan,
+    }
 
 
 def per_request_metrics(records: Sequence[RequestRecord | Mapping[str, Any]]) -> list[dict[str, Any]]:

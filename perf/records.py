@@ -66,6 +66,7 @@ ENGINE_STEP_KEYS = (
     "running_req_ids",
     "prefill_req_ids",
     "batch_id",
+    "cuda_graph",
 )
 PEER_STEP_KEYS = (
     "time",
@@ -136,6 +137,7 @@ class StepRecord:
     running_req_ids: list[str] | None = None
     prefill_req_ids: list[str] | None = None
     batch_id: int | None = None
+    cuda_graph: bool | None = None  # the forward replayed a CUDA graph; None: not known (a simulated GPU, a peer)
     layout: tuple[str, ...] = field(default=ENGINE_STEP_KEYS, repr=False, compare=False)
 
     def to_dict(self) -> dict[str, Any]:

@@ -88,8 +88,10 @@ class SchedulerConfig:
     # beyond vLLM: a waiting request of strictly more urgent priority may preempt the least urgent running one
     priority_preemption: bool = False
     max_model_len: int = 1 << 30
-    # vLLM's AsyncScheduler: step N+1 is scheduled while step N runs, its in-flight tokens held as placeholders
-    async_scheduling: bool = False
+    # vLLM's AsyncScheduler: step N+1 is scheduled while step N runs, its in-flight tokens held as placeholders.
+    # None: the engine decides (`resolve_async_scheduling`: on for CUDA, where the host work it hides is real, off
+    # elsewhere); a Scheduler made alone reads None as off
+    async_scheduling: bool | None = None
 
     def __post_init__(self) -> None:
         for name, lo, hi in (
@@ -110,8 +112,10 @@ class SchedulerConfig:
             value = getattr(self, name)
             check_choice(name, value, tuple(m.value for m in choices))
             object.__setattr__(self, name, choices(value))
-        for name in ("enable_chunked_prefill", "enable_prefix_caching", "priority_preemption", "async_scheduling"):
+        for name in ("enable_chunked_prefill", "enable_prefix_caching", "priority_preemption"):
             check_bool(name, getattr(self, name))
+        if self.async_scheduling is not None:
+            check_bool("async_scheduling", self.async_scheduling)
         if self.priority_preemption and self.policy is not SchedulingPolicy.PRIORITY:
             raise ValueError("priority_preemption needs policy='priority'")
 
@@ -132,6 +136,15 @@ class SchedulerConfig:
 
 
 SCHEDULER_FIELDS = tuple(f.name for f in fields(SchedulerConfig))
+
+
+def resolve_async_scheduling(async_scheduling: bool | None, device: object) -> bool:
+    """An explicit value as it is; None (the default) -> True on a CUDA device, False elsewhere (the CPU, whose
+    forward takes the host thread anyway, and a simulated GPU, whose cost model keeps modelling what it is told).
+    `device`: a name ("cuda", "cuda:1", "sim:h200", ...) or a torch.device."""
+    if async_scheduling is not None:
+        return async_scheduling
+    return str(device).split(":")[0] == "cuda"
 
 
 @dataclass(frozen=True)

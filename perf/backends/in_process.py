@@ -73,6 +73,7 @@ def step_records(step_stats: Sequence[Any]) -> list[StepRecord]:
             scheduled_req_ids=list(s.scheduled_req_ids),
             running_req_ids=list(s.running_req_ids),
             prefill_req_ids=list(s.prefill_req_ids),
+            cuda_graph=s.cuda_graph,
             layout=ENGINE_STEP_KEYS,
         )
         batches = {b for b in s.batch_ids.values() if b is not None}

@@ -23,7 +23,7 @@ import torch
 from refengine import LLMEngine, SamplingParams
 
 if TYPE_CHECKING:
-    from cbbench.perf.bench.step_engine import StubModel
+    from cbbench.perf.bench.step import StubModel
 
 _TOKEN_IDS = (100, 100_000)  # ordinary BPE ids, clear of the special tokens
 
@@ -58,7 +58,7 @@ def _run_once(engine: LLMEngine, prompts: list[list[int]], max_tokens: int, tag:
 
 
 def _sleeping_stub(model: str, device_ms: float) -> StubModel:
-    from cbbench.perf.bench.step_engine import StubModel
+    from cbbench.perf.bench.step import StubModel
     from refengine.models.presets import load_model_config
 
     stub = StubModel(load_model_config(model).hidden_size)

@@ -1,6 +1,6 @@
 """The GEMM floor of a decode step (`cbbench bench-profile`'s last table): the lm_head and MLP GEMMs at M rows,
 timed alone in the same thread with the same torch threads, interleaved with real decode steps of the engine at M
-running requests (`bench_step.make_decoding_engine`)."""
+running requests (`perf/bench/step.py: make_decoding_engine`)."""
 
 from __future__ import annotations
 
@@ -45,7 +45,7 @@ def _floor_logits_buffer(m: int, vocab: int) -> torch.Tensor:
 def step_vs_floor(num_running: int, iters: int = 20, warmup: int = 3, model: str = "tiny-qwen2") -> dict[str, float]:
     """Median CPU ms of a real decode step at `num_running` (bench_step's engine: short prompts, greedy) and of its
     GEMM floor, measured alternately in this thread, and the ratio of the medians."""
-    from cbbench.perf.bench.step_engine import make_decoding_engine
+    from cbbench.perf.bench.step import make_decoding_engine
     from refengine.models.decoder import CausalLM
 
     engine, _ = make_decoding_engine(num_running, iters + warmup, model=model, stub=False)

@@ -46,19 +46,27 @@ def calibration(real: pd.DataFrame, sim: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(out)
 
 
+def run_perf(perf_args: list[str], csv: Path) -> int:
+    """`cbbench perf PERF_ARGS --output CSV --quiet` in this process; its exit code (0: done)."""
+    from cbbench.perf.cli import app
+
+    try:
+        app(["perf", *perf_args, "--output", str(csv), "--quiet"])
+    except SystemExit as e:  # the CLI's own exit (it has printed its one-line error)
+        if e.code:
+            return int(e.code)
+    return 0
+
+
 def main(argv: list[str]) -> int:
     if len(argv) < 3:
         print("usage: python -m cbbench.perf.bench.sim_calibration REAL.csv OUTDIR PERF_ARGS...", file=sys.stderr)
         return 2
-    from cbbench.perf.cli import app
-
     out = Path(argv[1])
     sim_csv = out / "sim.csv"
-    try:
-        app(["perf", *argv[2:], "--output", str(sim_csv), "--quiet"])
-    except SystemExit as e:  # the CLI's own exit (it has printed its one-line error)
-        if e.code:
-            return int(e.code)
+    code = run_perf(argv[2:], sim_csv)
+    if code:
+        return code
     try:
         real, sim = read_csv(argv[0]), read_csv(sim_csv)
     except (OSError, ValueError) as e:

@@ -4,7 +4,7 @@ decoding requests, alone and beside one request that carries a long `stop` or `s
 The engine's host work is serial, so a stop check that grows with the stop list slows every request's step. Run:
     python -m cbbench.perf.bench.stop_lists [--stops N] [--stop-len L] [--stop-ids N] [--steps S]
 It prints the median step time of each case and its factor over the baseline. The forward is bench-step's stub
-(perf/bench/step_engine.py), so that the step is the host work the stop lists add to; the time is this thread's CPU time
+(perf/bench/step.py), so that the step is the host work the stop lists add to; the time is this thread's CPU time
 (the engine steps in it), which other load on the machine disturbs less than the wall clock; still, compare only
 numbers from one run (the cases are interleaved). The stop strings are private-use characters, which the stub's
 tokens never decode to, so the stop-list request runs to the end and pays for the search every step.
@@ -29,7 +29,7 @@ def _stops(count: int, length: int) -> list[str]:
 
 def median_step_ms(steps: int, **hostile: Any) -> float:
     """Median step time (ms) of NUM_INNOCENT greedy requests, plus one carrying `hostile` SamplingParams fields."""
-    from cbbench.perf.bench.step_engine import StubModel
+    from cbbench.perf.bench.step import StubModel
     from refengine import LLMEngine, SamplingParams
     from refengine.models.presets import load_model_config
 

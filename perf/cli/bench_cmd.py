@@ -85,6 +85,13 @@ def bench_step(
     ] = False,
     detokenizer: _Detokenizer = "incremental",
     output_kind: _OutputKind = "delta",
+    mixed_prompt_len: Annotated[
+        int,
+        Opt(
+            help="also time mixed steps (the N decodes beside one prefill of this many tokens) against decode-only "
+            "ones, alternating, and print the host-time ratio (0: not)"
+        ),
+    ] = 0,
 ) -> None:
     """Microseconds per whole engine step (schedule, forward, sampling, update, outputs) at N running decodes.
 
@@ -122,6 +129,17 @@ def bench_step(
     if breakdown:
         typer.echo("median CPU us per step, by phase (outputs: stop strings, detokenisation, RequestOutputs, stats):")
         typer.echo(format_breakdown(rows))
+    if mixed_prompt_len:
+        from cbbench.perf.bench.step import bench_mixed_step_us, format_mixed_table
+
+        if mixed_prompt_len < 2:
+            raise CliError("mixed-prompt-len must be 0 (off) or >= 2")
+        mixed = [
+            bench_mixed_step_us(n, mixed_prompt_len, iters, warmup, model=model, device=device, stub=stub_model)
+            for n in sizes
+        ]
+        typer.echo(f"host us per step, decode-only vs mixed (one {mixed_prompt_len}-token prefill beside the decodes):")
+        typer.echo(format_mixed_table(mixed))
 
 
 @one_line_errors("bench-async")

@@ -10,6 +10,7 @@ the table keeps its natural width: a log file does not wrap.
 from __future__ import annotations
 
 import io
+import json
 import math
 import os
 import statistics
@@ -219,6 +220,7 @@ def summary_lines(entries: Sequence[Entry], goodput: Mapping[str, float] | None 
             )
     for (eng, _, label), r in vs_peer.items():
         lines.append(f"refengine continuous / {eng}{'' if label == '-' else ' (' + label + ')'}: {r:.2f}x")
+    lines += graphed_lines(entries)
     for key, e in failed.items():
         lines.append(f"{key[0]} {key[1]} failed: {e}")
     if simulated_heading([row for _, row, _ in entries if row]):
@@ -227,6 +229,24 @@ def summary_lines(entries: Sequence[Entry], goodput: Mapping[str, float] | None 
             "continuous batching has no cost-model twin)"
         )
     return lines
+
+
+def graphed_lines(entries: Sequence[Entry]) -> list[str]:
+    """On CUDA, per configuration: the median share of steps and of scheduled tokens whose forward replayed a CUDA
+    graph (perf/metrics.py's graphed_step_share / graphed_token_share, kept in each row's `extra`)."""
+    shares: dict[Key, list[tuple[float, float]]] = {}
+    for key, row, _ in entries:
+        if row is None or not str(row.get("device") or "").startswith("cuda"):
+            continue
+        extra = row.get("extra")
+        d = json.loads(extra) if isinstance(extra, str) and extra.strip() else extra if isinstance(extra, dict) else {}
+        if "graphed_step_share" in d:
+            shares.setdefault(key, []).append((float(d["graphed_step_share"]), float(d["graphed_token_share"])))
+    return [
+        f"CUDA graphs, {eng} {mode}{'' if label == '-' else ' (' + label + ')'}: "
+        f"{_median([s for s, _ in v]):.0%} of steps, {_median([t for _, t in v]):.0%} of scheduled tokens"
+        for (eng, mode, label), v in shares.items()
+    ]
 
 
 def render_perf_table(

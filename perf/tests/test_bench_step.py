@@ -11,7 +11,7 @@ import re
 import torch
 from typer.testing import CliRunner
 
-from cbbench.perf.bench.step_engine import STUB_VOCAB, StubModel, make_decoding_engine
+from cbbench.perf.bench.step import STUB_VOCAB, StubModel, make_decoding_engine
 from cbbench.perf.cli import app
 
 

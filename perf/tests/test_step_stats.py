@@ -229,3 +229,60 @@ def test_static_batch_ids_under_async_scheduling_with_stop_tokens():
     assert [members[b] for b in sorted(members)] == [
         set(ids[k : k + MAX_NUM_SEQS]) for k in range(0, NUM_REQUESTS, MAX_NUM_SEQS)
     ]
+
+
+def test_graphed_shares_of_steps_and_tokens():
+    """perf.metrics' graphed shares from StepRecord.cuda_graph: over the steps that say; absent when none does (a
+    simulated GPU's steps, a peer's), so those rows do not change."""
+    from cbbench.perf.metrics import graphed_shares, step_metrics
+    from cbbench.perf.records import StepRecord
+
+    def step(tokens: int, graphed: bool | None) -> StepRecord:
+        return StepRecord(0.0, tokens, 1, 0, 0, tokens, 0, cuda_graph=graphed)
+
+    steps = [step(4, True), step(100, False), step(4, True), step(12, True), step(80, None)]
+    assert graphed_shares(steps) == {"graphed_step_share": 3 / 4, "graphed_token_share": 20 / 120}
+    assert step_metrics(steps)["graphed_token_share"] == 20 / 120
+    assert "graphed_step_share" not in step_metrics([step(4, None), step(9, None)])
+
+
+def test_engine_steps_say_which_replayed_a_graph():
+    """End to end on the CPU: a runner whose CUDA graphs are eager stand-ins over decode-only buckets only; the
+    decode steps replay, the prefill and mixed ones run eagerly, and StepStats -> StepRecord -> metrics say so."""
+    from refengine import LLMEngine, SamplingParams
+    from refengine.tests._hand_runner import install_eager_graphs
+    from refengine.worker.cuda_graphs import GraphBuckets
+
+    engine = LLMEngine(TEST_MODEL, max_num_seqs=4, max_num_batched_tokens=16, num_gpu_blocks=64, stats_log_size=None)
+    install_eager_graphs(engine.model_runner, GraphBuckets((1, 2, 4), (), 4))
+    rng = np.random.default_rng(1)
+    for i, n in enumerate((30, 5, 9)):
+        engine.add_request(str(i), rng.integers(1000, 8000, size=n).tolist(), SamplingParams(max_tokens=6))
+    while engine.has_unfinished_requests():
+        engine.step()
+    stats = list(engine.step_stats)
+    decode = [s for s in stats if not s.num_prefill_tokens]
+    assert decode and all(s.cuda_graph for s in decode)
+    assert not any(s.cuda_graph for s in stats if s.num_prefill_tokens)
+    recs = step_records(stats)
+    assert [r.cuda_graph for r in recs] == [s.cuda_graph for s in stats]
+    row = compute_metrics([], 1.0, steps=recs)
+    tokens = sum(s.num_scheduled_tokens for s in stats)
+    assert row["graphed_step_share"] == len(decode) / len(stats)
+    assert row["graphed_token_share"] == sum(s.num_scheduled_tokens for s in decode) / tokens
+
+
+def test_the_summary_says_the_graphed_shares_on_cuda_only():
+    import json
+
+    from cbbench.perf.report.table import graphed_lines
+
+    extra = json.dumps({"async_scheduling": True, "graphed_step_share": 0.75, "graphed_token_share": 0.5})
+    cuda = {"device": "cuda", "extra": extra}
+    entries = [
+        (("refengine", "continuous", "-"), cuda, None),
+        (("refengine", "static", "-"), {**cuda, "device": "cpu"}, None),
+        (("refengine", "sequence", "-"), {"device": "cuda", "extra": ""}, None),  # (a row that does not say)
+        (("refengine", "none", "-"), None, "failed"),
+    ]
+    assert graphed_lines(entries) == ["CUDA graphs, refengine continuous: 75% of steps, 50% of scheduled tokens"]

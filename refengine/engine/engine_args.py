@@ -13,7 +13,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
-from refengine.config import SCHEDULER_FIELDS, EngineConfig, SchedulerConfig
+from refengine.config import SCHEDULER_FIELDS, EngineConfig, SchedulerConfig, resolve_async_scheduling
 
 ENGINE_FIELDS = tuple(f.name for f in dataclasses.fields(EngineConfig) if f.name != "scheduler")
 
@@ -38,8 +38,13 @@ class EngineArgs:
 
     def create_configs(self) -> EngineConfig:
         """Both configs, checked; the scheduler's max_model_len and (unless given) num_gpu_blocks are placeholders
-        until the engine resolves them."""
-        return EngineConfig(model=self.model, scheduler=SchedulerConfig(**self.scheduler_kwargs), **self.engine_kwargs)
+        until the engine resolves them. async_scheduling left unset is resolved for the device here
+        (refengine.config.resolve_async_scheduling: on for CUDA); a value given is kept."""
+        config = EngineConfig(
+            model=self.model, scheduler=SchedulerConfig(**self.scheduler_kwargs), **self.engine_kwargs
+        )
+        resolved = resolve_async_scheduling(config.scheduler.async_scheduling, config.device)
+        return dataclasses.replace(config, scheduler=dataclasses.replace(config.scheduler, async_scheduling=resolved))
 
     @property
     def num_gpu_blocks_given(self) -> bool:

@@ -243,7 +243,7 @@ class LLMEngine:
         except Exception as exc:  # noqa: BLE001 (whatever failed, the other requests must not be lost)
             self._record(out)
             return self._abort_step(out, exc)
-        self._record(out)
+        self._record(out, runner_output.cuda_graph)
         op = self.output_processor
         # requests whose own values failed their row or the sampler: they sampled nothing; abort them alone
         failed = [
@@ -271,5 +271,6 @@ class LLMEngine:
         reqs = [req for rid in dict.fromkeys(ids) if (req := op.request_of(rid)) is not None]
         return [op.fail_request(req, exc, "step") for req in reqs]
 
-    def _record(self, out: SchedulerOutput) -> None:
-        self.step_stats.append(StepStats.of_step(out, self.scheduler.make_stats(out), self.clock.now()))
+    def _record(self, out: SchedulerOutput, cuda_graph: bool | None = None) -> None:
+        stats = self.scheduler.make_stats(out)
+        self.step_stats.append(StepStats.of_step(out, stats, self.clock.now(), cuda_graph))

@@ -29,11 +29,16 @@ class StepStats:
     # static batching: the batch (1, 2, ...) of every scheduled or running request, which holds its slot until the
     # whole batch has left; None in the other modes, where a finished request frees its slot at once
     batch_ids: dict[str, int | None] = field(default_factory=dict)
+    # whether the step's forward replayed a CUDA graph (refengine/worker/cuda_graphs.py); None where no forward ran
+    # on a device: a simulated GPU, or a step whose forward failed
+    cuda_graph: bool | None = None
 
     @classmethod
-    def of_step(cls, out: SchedulerOutput, stats: SchedulerStats, now: float) -> StepStats:
+    def of_step(
+        cls, out: SchedulerOutput, stats: SchedulerStats, now: float, cuda_graph: bool | None = None
+    ) -> StepStats:
         """`stats`: Scheduler.make_stats(out), taken once the step's output has been processed; `now`: the engine
-        clock's time (virtual on a simulated GPU)."""
+        clock's time (virtual on a simulated GPU); `cuda_graph`: ModelRunnerOutput.cuda_graph."""
         prefill = [rid for rid, p in out.is_prefill.items() if p] if out.num_prefill_tokens else []
         return cls(
             time=now,
@@ -48,4 +53,5 @@ class StepStats:
             running_req_ids=stats.running_req_ids,
             prefill_req_ids=prefill,
             batch_ids=stats.batch_ids,
+            cuda_graph=cuda_graph,
         )

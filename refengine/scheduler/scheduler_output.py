@@ -92,6 +92,9 @@ class ModelRunnerOutput:
     # requests whose own values failed their row or the sampler (refengine/worker/step_isolation.py): no token; the engine
     # aborts them alone
     failed: dict[str, BaseException] = field(default_factory=dict)
+    # whether the forward replayed a CUDA graph (refengine/worker/cuda_graphs.py); None: no forward ran on a device
+    # (a simulated GPU's runner, or a step with nothing scheduled)
+    cuda_graph: bool | None = None
 
     def by_request(self) -> dict[str, list[int]]:
         """{request_id: sampled ids} for Scheduler.update_from_output; requests that sampled

@@ -113,7 +113,7 @@ class SimDevice:
             self.gpu,
             self.shape,
             self.dtype,
-            async_scheduling=cfg.scheduler.async_scheduling,
+            async_scheduling=bool(cfg.scheduler.async_scheduling),
             tensor_parallel_size=self.tensor_parallel_size,
         )
         mc = self.model_config

@@ -1,6 +1,6 @@
 """The model runner's tests' hand-driven setup: a runner on the tests' model (TEST_MODEL) with small blocks, the
 prompts, the whole engine's greedy tokens for them, HandScheduler, which plays the scheduler's part by hand, and
-count_host_reads."""
+count_host_reads; install_eager_graphs, a CPU stand-in for captured CUDA graphs."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import torch
 
 from conformance.engine_helpers import TEST_MODEL, greedy, make_prompts, run_llm
 from refengine.scheduler.scheduler_output import NewRequestData, SchedulerOutput
+from refengine.worker.cuda_graphs import CudaGraphRunner, GraphBuckets
 from refengine.worker.model_runner import ModelRunner
 from refengine.worker.worker import _load_model_cached
 
@@ -48,6 +49,7 @@ class HandScheduler:
         self.blocks: dict[str, list[int]] = {}
         self.computed: dict[str, int] = {}
         self.tokens: dict[str, list[int]] = {}
+        self.num_steps = 0
 
     def _grow(self, rid: str, total: int) -> list[int]:
         have = self.blocks.setdefault(rid, [])
@@ -87,6 +89,7 @@ class HandScheduler:
 
     def step(self, runner: ModelRunner, out: SchedulerOutput) -> dict[str, list[int]]:
         res = runner.execute_model(out)
+        self.num_steps += 1
         assert res.req_ids == list(out.num_scheduled_tokens)
         assert res.req_id_to_index == {r: i for i, r in enumerate(res.req_ids)}
         for rid, toks in zip(res.req_ids, res.sampled_token_ids):
@@ -103,6 +106,32 @@ def decode_until(hs: HandScheduler, runner: ModelRunner, rids: list[str], n_out:
         hs.step(runner, out)
 
 
+def mixed_steps(hs: HandScheduler, runner: ModelRunner, n_out: int = 8) -> list[int]:
+    """PROMPTS[0] prefilled alone, then PROMPTS[1] and PROMPTS[2] prefilled in chunks beside the others' decodes
+    (mixed steps: prefill chunks and decodes together, partial prefills among them), then decodes to `n_out`
+    tokens each. Returns each step's scheduled token count."""
+    a, b, c = PROMPTS
+    plan: list[list[tuple[str, int, bool]]] = [  # per step: (request, tokens, new?)
+        [("a", len(a), True)],
+        [("a", 1, False), ("b", 2, True)],
+        [("a", 1, False), ("b", len(b) - 2, False), ("c", 5, True)],
+        [("a", 1, False), ("b", 1, False), ("c", 5, False)],
+        [("a", 1, False), ("b", 1, False), ("c", len(c) - 10, False)],
+    ]
+    sizes = []
+    for step in plan:
+        out = SchedulerOutput()
+        for rid, n, new in step:
+            if new:
+                hs.new(out, rid, dict(zip("abc", PROMPTS))[rid], n)
+            else:
+                hs.cached(out, rid, n)
+        sizes.append(out.total_num_scheduled_tokens)
+        hs.step(runner, out)
+    decode_until(hs, runner, [("a", a), ("b", b), ("c", c)], n_out)
+    return sizes
+
+
 def count_host_reads(monkeypatch) -> list[str]:
     """From now on, every read of a tensor's value on the host (tolist, item, cpu, numpy, bool/int/float/index) is
     appended to the returned list: on a GPU each would be a sync."""
@@ -116,3 +145,32 @@ def count_host_reads(monkeypatch) -> list[str]:
 
         monkeypatch.setattr(torch.Tensor, name, counted)
     return calls
+
+
+class _EagerReplay:
+    """Stands in for a captured torch.cuda.CUDAGraph on the CPU: replay() runs the model on the graph runner's
+    static buffers into a fixed output, as a real replay would."""
+
+    def __init__(self, graphs: CudaGraphRunner, num_tokens: int, num_seqs: int, hidden_size: int) -> None:
+        self.graphs, self.shape = graphs, (num_tokens, num_seqs)
+        self.hidden = torch.zeros(num_tokens, hidden_size)
+
+    def replay(self) -> None:
+        g, (t, s) = self.graphs, self.shape
+        meta = g.meta(t, s)
+        # (the torch backend plans on host lists; a real replay's triton kernels read the same buffers)
+        meta.query_start_loc_cpu, meta.seq_lens_cpu = meta.query_start_loc.tolist(), meta.seq_lens.tolist()
+        self.hidden.copy_(g.model(g.input_ids[:t], g.positions[:t], g.kv_caches, meta))
+
+
+def install_eager_graphs(runner: ModelRunner, buckets: GraphBuckets) -> CudaGraphRunner:
+    """Give a CPU runner a CudaGraphRunner over `buckets` whose every graph is an eager replay (_EagerReplay): the
+    runner pads, copies into the static buffers and replays as on CUDA."""
+    graphs = CudaGraphRunner(
+        runner.model, runner.kv_caches, buckets, runner.input_batch.block_table.shape[1], torch.device("cpu")
+    )
+    for t, s in buckets.shapes():
+        replay = _EagerReplay(graphs, t, s, runner.model.config.hidden_size)
+        graphs.graphs[(t, s)] = (replay, replay.hidden)  # type: ignore[assignment]  # (a stand-in for the graph)
+    runner.cuda_graphs = graphs
+    return graphs

@@ -165,3 +165,34 @@ def test_scheduling_overlaps_the_forward():
     assert all(name.startswith("refengine-forward") for _, _, name in forwards)
     overlapped = [i for i, (start, end, _) in enumerate(forwards[:-1]) if start < schedules[i + 1] < end]
     assert len(overlapped) >= 4, (forwards, schedules)
+
+
+@pytest.mark.parametrize(
+    ("device", "given", "expected"),
+    [
+        ("cuda", None, True),  # the default: on where the host work it hides is real
+        ("cuda:1", None, True),
+        ("cpu", None, False),
+        ("sim:h200", None, False),  # (the simulated tables keep their synchronous cost model)
+        ("cuda", False, False),  # a value given is always honoured
+        ("cpu", True, True),
+    ],
+)
+def test_async_scheduling_default_follows_the_device(device, given, expected):
+    from refengine.engine.engine_args import EngineArgs
+
+    knobs = {} if given is None else {"async_scheduling": given}
+    config = EngineArgs.from_kwargs(TEST_MODEL, device=device, **knobs).create_configs()
+    assert config.scheduler.async_scheduling is expected
+
+
+def test_a_cpu_engine_runs_sync_by_default_and_a_lone_scheduler_too():
+    from refengine.config import SchedulerConfig
+    from refengine.scheduler import Scheduler
+
+    engine = LLMEngine(TEST_MODEL, num_gpu_blocks=64)
+    assert engine.config.scheduler.async_scheduling is False and engine.batch_queue is None
+    assert LLMEngine(TEST_MODEL, num_gpu_blocks=64, async_scheduling=True).batch_queue is not None
+    assert not Scheduler(SchedulerConfig()).config.async_scheduling  # None: off, with no device to decide by
+    with pytest.raises(ValueError, match="async_scheduling"):
+        SchedulerConfig(async_scheduling="yes")

@@ -11,13 +11,14 @@ import torch
 import conformance._triton_env  # noqa: F401  (before kernels: the interpreter on a CPU)
 from conformance.engine_helpers import greedy, make_prompts
 from refengine import LLM, LLMEngine
-from refengine.worker.cuda_graphs import capture_sizes, pad_decode_inputs, padded_size
+from refengine.worker.cuda_graphs import GraphBuckets, capture_sizes, mixed_capture_sizes, pad_step_inputs, padded_size
 
 ON_GPU = torch.cuda.is_available()
 needs_cuda = [pytest.mark.gpu, pytest.mark.skipif(not ON_GPU, reason="needs a CUDA device")]
 # float32 on both sides, so that a different batch shape (padded vs not) can only move logits by rounding; the
 # oracle comparison below uses the kernel tests' own float32 tolerance
 ATTN_ATOL = 1e-4
+UNTOUCHED = 7.0  # what an output row holds until a kernel writes it
 
 
 def test_capture_sizes_are_vllm_like_and_end_at_max_num_seqs():
@@ -30,17 +31,50 @@ def test_capture_sizes_are_vllm_like_and_end_at_max_num_seqs():
     assert padded_size(s, 301) is None
 
 
-def test_pad_decode_inputs():
+def test_mixed_capture_sizes_are_bounded_and_end_at_the_budget():
+    sizes = mixed_capture_sizes(8192)
+    assert sizes[:3] == [16, 32, 48] and sizes[15:18] == [256, 320, 384] and sizes[-2:] == [1792, 2048]
+    assert len(sizes) == 32 and sizes == sorted(set(sizes))
+    assert mixed_capture_sizes(100) == [16, 32, 48, 64, 80, 96, 100]  # the budget itself is the last
+    assert mixed_capture_sizes(4096, max_tokens=4096)[-3:] == [3584, 3840, 4096]
+    assert mixed_capture_sizes(1) == []  # one token is never a mixed step
+
+
+def test_graph_buckets_hold_every_step_up_to_the_largest():
+    b = GraphBuckets.of(max_num_seqs=8, max_num_batched_tokens=64)
+    assert b.shape_of(3, 3) == (4, 4) and b.shape_of(8, 8) == (8, 8) and b.shape_of(9, 9) is None
+    assert b.shape_of(2, 1) == (16, 8)  # mixed: padded sequences capped at max_num_seqs
+    assert b.shape_of(40, 8) == (48, 8) and b.shape_of(64, 8) == (64, 8) and b.shape_of(65, 8) is None
+    small = GraphBuckets.of(max_num_seqs=256, max_num_batched_tokens=8192)
+    assert small.shape_of(20, 19) == (32, 31)  # T_pad > S_pad: the kernel plans it as the mixed step it is
+    for t, s in ((2, 1), (17, 16), (300, 256), (2048, 256), (257, 200)):
+        pt, ps = small.shape_of(t, s)
+        assert pt >= t and ps >= s and pt > ps
+    assert small.shape_of(2049, 256) is None  # larger mixed steps run eagerly
+    shapes = small.shapes()
+    assert len(shapes) == len(set(shapes)) == 35 + 32
+
+
+def test_pad_step_inputs():
     ids, pos, slots = np.array([5, 6, 7]), np.array([10, 3, 8]), np.array([41, 13, 22])
     qsl, lens, table = np.array([0, 1, 2, 3]), np.array([11, 4, 9]), np.array([[4, 5], [3, 0], [2, 6]])
-    p = pad_decode_inputs(ids, pos, slots, qsl, lens, table, 5)
+    p = pad_step_inputs(ids, pos, slots, qsl, lens, table, 5, 5)
     assert p[0].tolist() == [5, 6, 7, 0, 0] and p[1].tolist() == [10, 3, 8, 0, 0]
     assert p[2].tolist() == [41, 13, 22, -1, -1]  # padded tokens write nothing
     assert p[3].tolist() == [0, 1, 2, 3, 3, 3]  # padded sequences have query length 0 ...
     assert p[4].tolist() == [11, 4, 9, 0, 0]  # ... and no context
     assert p[5].tolist() == [[4, 5], [3, 0], [2, 6], [0, 0], [0, 0]]
+    # a mixed step: a prefill chunk of 3 and a decode (4 tokens, 2 sequences) padded to (8, 3)
+    qsl, lens, table = np.array([0, 3, 4]), np.array([3, 9]), np.array([[4, 5], [2, 6]])
+    ids, pos, slots = np.array([1, 2, 3, 4]), np.array([0, 1, 2, 8]), np.array([16, 17, 18, 32])
+    p = pad_step_inputs(ids, pos, slots, qsl, lens, table, 8, 3)
+    assert p[0].tolist() == [1, 2, 3, 4, 0, 0, 0, 0] and p[2].tolist() == [16, 17, 18, 32, -1, -1, -1, -1]
+    assert p[3].tolist() == [0, 3, 4, 4]  # padded tokens lie past query_start_loc[-1]: no query holds them
+    assert p[4].tolist() == [3, 9, 0] and p[5].tolist() == [[4, 5], [2, 6], [0, 0]]
     with pytest.raises(ValueError):
-        pad_decode_inputs(ids, pos, slots, qsl, lens, table, 2)
+        pad_step_inputs(ids, pos, slots, qsl, lens, table, 3, 3)
+    with pytest.raises(ValueError):
+        pad_step_inputs(ids, pos, slots, qsl, lens, table, 8, 1)
 
 
 @pytest.mark.parametrize("num_kv_segments", [1, 4])  # single pass, and split-KV as a long captured table chooses
@@ -73,7 +107,7 @@ def test_triton_kernel_on_a_padded_decode_batch_matches_the_unpadded_oracle(num_
         torch.from_numpy(table).int(),
         d**-0.5,
     )
-    p = pad_decode_inputs(np.zeros(3, dtype=np.int64), np.zeros(3, dtype=np.int64), slots, qsl, lens, table, 8)
+    p = pad_step_inputs(np.zeros(3, dtype=np.int64), np.zeros(3, dtype=np.int64), slots, qsl, lens, table, 8, 8)
     pad = torch.zeros(5, kvh, d)
     kp, vp = k_cache.clone(), v_cache.clone()
     reshape_and_cache(torch.cat([k_new, pad + 9.0]), torch.cat([v_new, pad - 9.0]), kp, vp, torch.from_numpy(p[2]))
@@ -93,6 +127,47 @@ def test_triton_kernel_on_a_padded_decode_batch_matches_the_unpadded_oracle(num_
     torch.testing.assert_close(out[:3], ref, rtol=0, atol=ATTN_ATOL)
 
 
+def test_triton_kernel_on_a_padded_mixed_step_matches_the_unpadded_oracle():
+    """What a mixed bucket's replay runs: the Triton kernels (interpreted here) on a prefill chunk of 5 tokens
+    beside 2 decodes (7 tokens, 3 sequences), padded to the bucket (16, 4). The real rows equal the oracle on the
+    unpadded step; the padded tokens write nothing to the cache, and their output rows are left as they were (no
+    sequence's query reaches them)."""
+    from cbbench.kernels.reference import unified_attention_ref
+    from cbbench.kernels.reshape_and_cache import reshape_and_cache
+    from cbbench.kernels.unified_attention import unified_attention
+
+    g = torch.Generator().manual_seed(1)
+    num_blocks, bs, kvh, heads, d = 12, 4, 2, 4, 16
+    k_cache = torch.randn(num_blocks, bs, kvh, d, generator=g)
+    v_cache = torch.randn(num_blocks, bs, kvh, d, generator=g)
+    lens, qlens = np.array([9, 5, 2]), np.array([5, 1, 1])  # the chunk covers positions 4..8 of its sequence
+    table = np.array([[3, 7, 10], [1, 2, 0], [11, 0, 0]])
+    qsl = np.concatenate([[0], np.cumsum(qlens)])
+    pos = np.concatenate([np.arange(n - q, n) for n, q in zip(lens, qlens)])
+    seq = np.repeat(np.arange(3), qlens)
+    slots = table[seq, pos // bs] * bs + pos % bs
+    t = len(pos)
+    q = torch.randn(t, heads, d, generator=g)
+    k_new, v_new = torch.randn(t, kvh, d, generator=g), torch.randn(t, kvh, d, generator=g)
+    ref_k, ref_v = k_cache.clone(), v_cache.clone()
+    reshape_and_cache(k_new, v_new, ref_k, ref_v, torch.from_numpy(slots))
+    as_int = {name: torch.from_numpy(a).int() for name, a in (("qsl", qsl), ("lens", lens), ("table", table))}
+    ref = unified_attention_ref(
+        q, ref_k, ref_v, torch.empty_like(q), as_int["qsl"], as_int["lens"], as_int["table"], d**-0.5
+    )
+    num_tokens, num_seqs = GraphBuckets.of(max_num_seqs=4, max_num_batched_tokens=64).shape_of(t, 3)
+    assert (num_tokens, num_seqs) == (16, 4)
+    p = pad_step_inputs(np.zeros(t, dtype=np.int64), pos, slots, qsl, lens, table, num_tokens, num_seqs)
+    pad = torch.zeros(num_tokens - t, kvh, d)
+    kp, vp = k_cache.clone(), v_cache.clone()
+    reshape_and_cache(torch.cat([k_new, pad + 9.0]), torch.cat([v_new, pad - 9.0]), kp, vp, torch.from_numpy(p[2]))
+    assert torch.equal(kp, ref_k) and torch.equal(vp, ref_v)
+    qp = torch.cat([q, torch.randn(num_tokens - t, heads, d, generator=g)])
+    out = unified_attention(qp, kp, vp, torch.full_like(qp, UNTOUCHED), *(torch.from_numpy(a) for a in p[3:]), d**-0.5)
+    torch.testing.assert_close(out[:t], ref, rtol=0, atol=ATTN_ATOL)
+    assert (out[t:] == UNTOUCHED).all()  # padded tokens: untouched
+
+
 def test_no_graphs_off_cuda_and_enforce_eager_is_a_knob():
     engine = LLMEngine("tiny-qwen2", device="cpu", num_gpu_blocks=64)
     assert engine.model_runner.cuda_graphs is None and engine.config.enforce_eager is False
@@ -105,25 +180,50 @@ def test_no_graphs_off_cuda_and_enforce_eager_is_a_knob():
 PROMPT_LENS = (3, 17, 40, 5, 64, 9, 33)  # 7 requests: decode batches of 7 (padded to 8), then fewer as they finish
 MAX_TOKENS = (24, 9, 16, 30, 5, 12, 20)
 MAX_NUM_SEQS = 8
+# a token budget that splits the longer prompts into chunks scheduled beside the others' decodes: mixed steps
+MAX_NUM_BATCHED_TOKENS = 24
+# the KV blocks given, so that no engine sizes its cache from the memory an earlier test's engine still holds
+NUM_GPU_BLOCKS = 256
 
 
 def _generate(dtype: str, pad_eager: bool = False, **knobs) -> tuple[list[list[int]], LLM]:
-    llm = LLM("tiny-qwen2", device="cuda", dtype=dtype, attention_backend="triton", max_num_seqs=MAX_NUM_SEQS, **knobs)
+    llm = LLM(
+        "tiny-qwen2",
+        device="cuda",
+        dtype=dtype,
+        attention_backend="triton",
+        max_num_seqs=MAX_NUM_SEQS,
+        max_num_batched_tokens=MAX_NUM_BATCHED_TOKENS,
+        num_gpu_blocks=NUM_GPU_BLOCKS,
+        **knobs,
+    )
+    runner = llm.llm_engine.model_runner
     if pad_eager:  # eager, on the very shapes the graphs were captured at
-        llm.llm_engine.model_runner.decode_pad_sizes = capture_sizes(MAX_NUM_SEQS)
+        runner.pad_buckets = runner.graph_buckets
     outs = llm.generate(make_prompts(PROMPT_LENS, seed=5), [greedy(m, ignore_eos=True) for m in MAX_TOKENS])
     return [o.outputs[0].token_ids for o in outs], llm
+
+
+def _assert_mixed_steps_replayed(llm: LLM) -> None:
+    """The run had mixed steps (prefill chunks beside decodes) and decode-only ones, and every one replayed."""
+    steps = llm.llm_engine.step_stats
+    mixed = [s for s in steps if s.num_prefill_tokens and s.num_decode_tokens]
+    decode = [s for s in steps if s.num_decode_tokens and not s.num_prefill_tokens]
+    assert mixed and decode, "the workload must have mixed and decode-only steps"
+    assert all(s.cuda_graph for s in mixed + decode)
+    assert llm.llm_engine.model_runner.cuda_graphs.num_replays >= len(mixed) + len(decode)
 
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not ON_GPU, reason="needs a CUDA device")
 def test_gpu_graphs_give_the_greedy_tokens_of_eager():
-    """float32: graphs against plain eager (other batch shapes can only round differently)."""
+    """float32: graphs against plain eager (other batch shapes can only round differently), mixed steps included."""
     eager, llm_eager = _generate("float32", enforce_eager=True)
-    graphs, llm = _generate("float32")
     assert llm_eager.llm_engine.model_runner.cuda_graphs is None
-    runner = llm.llm_engine.model_runner
-    assert runner.cuda_graphs is not None and runner.cuda_graphs.num_replays > 0  # the decodes did replay
+    assert not any(s.cuda_graph for s in llm_eager.llm_engine.step_stats)
+    del llm_eager
+    graphs, llm = _generate("float32")
+    _assert_mixed_steps_replayed(llm)
     assert graphs == eager
 
 
@@ -131,8 +231,48 @@ def test_gpu_graphs_give_the_greedy_tokens_of_eager():
 @pytest.mark.skipif(not ON_GPU, reason="needs a CUDA device")
 @pytest.mark.parametrize("dtype", ["bfloat16", "float32"])
 def test_gpu_graphs_equal_eager_on_the_same_padded_shapes(dtype):
-    """Eager on the captured (padded) shapes runs the same kernels as the replay: the same tokens in any dtype."""
-    padded, _ = _generate(dtype, pad_eager=True, enforce_eager=True)
+    """Eager on the captured (padded) shapes runs the same kernels as the replay: the same tokens in any dtype,
+    on mixed steps as on decode-only ones."""
+    padded, llm_padded = _generate(dtype, pad_eager=True, enforce_eager=True)
+    del llm_padded
     graphs, llm = _generate(dtype)
-    assert llm.llm_engine.model_runner.cuda_graphs.num_replays > 0
+    _assert_mixed_steps_replayed(llm)
     assert graphs == padded
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not ON_GPU, reason="needs a CUDA device")
+def test_gpu_one_device_sync_per_step():
+    """torch's CUDA sync debug mode raises on any synchronizing call (a blocking copy either way, .item(), nonzero,
+    a boolean mask) made inside execute_model, except the one allowed: the sampled ids' copy (_to_host)."""
+    llm = LLM(
+        "tiny-qwen2",
+        device="cuda",
+        attention_backend="triton",
+        max_num_seqs=MAX_NUM_SEQS,
+        max_num_batched_tokens=MAX_NUM_BATCHED_TOKENS,
+        num_gpu_blocks=NUM_GPU_BLOCKS,
+        async_scheduling=False,  # (the debug mode is process-wide: keep every step on this thread)
+    )
+    runner = llm.llm_engine.model_runner
+    execute, to_host = runner.execute_model, runner._to_host
+
+    def allowed(token_ids):
+        torch.cuda.set_sync_debug_mode("default")
+        try:
+            return to_host(token_ids)
+        finally:
+            torch.cuda.set_sync_debug_mode("error")
+
+    def strict(out):
+        torch.cuda.set_sync_debug_mode("error")
+        try:
+            return execute(out)
+        finally:
+            torch.cuda.set_sync_debug_mode("default")
+
+    runner._to_host, runner.execute_model = allowed, strict
+    llm.generate(make_prompts(PROMPT_LENS, seed=5), [greedy(m, ignore_eos=True) for m in MAX_TOKENS])
+    steps = llm.llm_engine.step_stats
+    assert any(s.num_prefill_tokens and s.num_decode_tokens for s in steps)
+    assert runner.num_host_syncs <= len(steps)

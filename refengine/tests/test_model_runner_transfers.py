@@ -1,6 +1,7 @@
-"""The model runner's traffic with the device, driven by hand-built SchedulerOutputs: one device -> host transfer
-per step, decode batches padded as CUDA graphs need them (eagerly, and through CudaGraphRunner's static buffers
-with eager replays), and the staging buffer the step's inputs cross in."""
+"""The model runner's traffic with the device, driven by hand-built SchedulerOutputs: at most one device -> host
+transfer per step (swaps included), decode-only and mixed steps padded to CUDA-graph buckets as graphs replay them
+(eagerly, and through CudaGraphRunner's static buffers with eager replays), and the staging buffer the step's inputs
+cross in."""
 
 from __future__ import annotations
 
@@ -14,10 +15,16 @@ from refengine.tests._hand_runner import (
     PROMPTS,
     HandScheduler,
     count_host_reads,
-    decode_until,
     engine_reference,
+    install_eager_graphs,
     make_runner,
+    mixed_steps,
 )
+from refengine.worker.cuda_graphs import GraphBuckets
+from refengine.worker.model_runner import ModelRunner
+
+# the tests' buckets: decode sizes 1, 2, 4 and mixed sizes 16, 32, 48, 64 (every step below fits one)
+BUCKETS = GraphBuckets.of(max_num_seqs=4, max_num_batched_tokens=64)
 
 # float32 K/V of 8 padded rows vs 3 unpadded may round differently in the projections' matmul (a few ulps); a
 # padded token written to the cache would replace a real K/V vector, an O(1) change
@@ -53,60 +60,78 @@ def test_one_device_to_host_transfer_per_step(monkeypatch):
     assert runner.num_host_syncs == 3
 
 
-def test_decode_batches_padded_as_for_cuda_graphs_give_the_same_tokens(reference):
-    """The padding a CUDA graph replay needs (refengine.worker.cuda_graphs.pad_decode_inputs), run eagerly on the CPU:
-    3 decodes padded to 8 sequences must not change the real rows' tokens, nor write anything to the KV cache
-    that an unpadded runner does not (a padded token that wrote would hit block 0, which "a" holds)."""
-    padded, plain = make_runner(), make_runner()
-    padded.decode_pad_sizes = [8]
-    hs_padded, hs_plain = HandScheduler(), HandScheduler()
-    for runner, hs in ((padded, hs_padded), (plain, hs_plain)):
-        out = SchedulerOutput()
-        for rid, p in zip("abc", PROMPTS):
-            hs.new(out, rid, p, len(p))
-        hs.step(runner, out)
-        decode_until(hs, runner, [("a", PROMPTS[0]), ("b", PROMPTS[1]), ("c", PROMPTS[2])], 8)
+def test_swap_copies_wait_for_nothing_of_their_own(monkeypatch):
+    """A swap-out beside a decode and a swap-in beside a decode: still only the sampled ids are read on the host,
+    and the swap-out's copy lands in the host cache (a step that samples nothing may wait for it: its one wait)."""
+    runner, hs = make_runner(), HandScheduler()
+    out = SchedulerOutput()
+    hs.new(out, "a", PROMPTS[0], len(PROMPTS[0]))
+    hs.new(out, "b", PROMPTS[2], len(PROMPTS[2]))
+    hs.step(runner, out)
+    calls = count_host_reads(monkeypatch)
+    syncs = runner.num_host_syncs
+    device = hs.drop("b")
+    host = list(range(len(device)))
+    out = SchedulerOutput(preempted_req_ids=["b"], blocks_to_swap_out=list(zip(device, host)))
+    hs.cached(out, "a", 1)
+    hs.step(runner, out)
+    assert calls == ["tolist"] and runner.num_host_syncs == syncs + 1, calls
+    for (k, v), (hk, hv) in zip(runner.kv_caches, runner.host_caches):  # landed, block for block
+        assert torch.equal(hk[host], k[device]) and torch.equal(hv[host], v[device])
+    calls.clear()
+    out = SchedulerOutput()
+    hs.cached(out, "a", 1)
+    hs.computed["b"] = len(PROMPTS[2]) + 1
+    hs.cached(out, "b", 1, resumed=True)
+    out.blocks_to_swap_in = list(zip(host, hs.blocks["b"]))
+    hs.step(runner, out)
+    assert calls == ["tolist"] and runner.num_host_syncs == syncs + 2, calls
+    calls.clear()
+    hs.drop("a")
+    hs.step(runner, SchedulerOutput(preempted_req_ids=["a"], blocks_to_swap_out=[(0, 5)]))  # nothing scheduled
+    assert calls == [] and runner.num_host_syncs == syncs + 3
+
+
+def test_padded_mixed_steps_read_one_value_per_step(monkeypatch):
+    """Padding to the graphs' buckets adds no host read: mixed and decode-only steps read only the sampled ids."""
+    runner, hs = make_runner(), HandScheduler()
+    runner.pad_buckets = BUCKETS
+    calls = count_host_reads(monkeypatch)
+    mixed_steps(hs, runner)
+    assert calls == ["tolist"] * runner.num_host_syncs and 0 < runner.num_host_syncs, calls
+
+
+def _padded_and_plain(buckets: GraphBuckets) -> tuple[list[ModelRunner], list[HandScheduler], list[int]]:
+    runners, schedulers, sizes = [make_runner(), make_runner()], [HandScheduler(), HandScheduler()], []
+    runners[0].pad_buckets = buckets
+    for runner, hs in zip(runners, schedulers):
+        sizes = mixed_steps(hs, runner)
+    return runners, schedulers, sizes
+
+
+def test_steps_padded_as_for_cuda_graphs_give_the_same_tokens(reference):
+    """The padding a CUDA graph replay needs (refengine.worker.cuda_graphs.pad_step_inputs), run eagerly on the CPU
+    over prefills, mixed steps (prefill chunks beside decodes, partial prefills among them) and decodes: the real
+    rows' tokens must not change, nor may anything be written to the KV cache that an unpadded runner does not
+    write (a padded token that wrote would hit block 0, which "a" holds)."""
+    (padded, plain), (hs_padded, hs_plain), sizes = _padded_and_plain(BUCKETS)
+    assert max(sizes) > 4 and all(BUCKETS.shape_of(n, 1) is not None for n in sizes)  # (mixed buckets were used)
     for rid, p, ref in zip("abc", PROMPTS, reference):
         assert hs_padded.tokens[rid][len(p) :] == ref
+        assert hs_plain.tokens[rid] == hs_padded.tokens[rid]
     for (k1, v1), (k2, v2) in zip(padded.kv_caches, plain.kv_caches):
         torch.testing.assert_close(k1, k2, rtol=0, atol=PAD_KV_ATOL)
         torch.testing.assert_close(v1, v2, rtol=0, atol=PAD_KV_ATOL)
 
 
-class _EagerReplay:
-    """Stands in for a captured torch.cuda.CUDAGraph on the CPU: replay() runs the model on the graph runner's
-    static buffers into a fixed output, as a real replay would."""
-
-    def __init__(self, graphs, size: int, hidden_size: int) -> None:
-        self.graphs, self.size = graphs, size
-        self.hidden = torch.zeros(size, hidden_size)
-
-    def replay(self) -> None:
-        g, n = self.graphs, self.size
-        self.hidden.copy_(g.model(g.input_ids[:n], g.positions[:n], g.kv_caches, g._meta(n)))
-
-
 def test_graph_runner_static_buffers_on_the_cpu(reference):
     """The replay path of CudaGraphRunner (padding, the copies into its static buffers, the returned static
-    output) with each captured graph replaced by an eager replay on those buffers: the same tokens."""
-    from refengine.worker.cuda_graphs import CudaGraphRunner
-
+    output) with each captured graph replaced by an eager replay on those buffers: every step, prefill, mixed and
+    decode-only, replays, and the tokens are the same."""
     runner, hs = make_runner(), HandScheduler()
-    graphs = CudaGraphRunner(
-        runner.model, runner.kv_caches, 4, runner.input_batch.block_table.shape[1], torch.device("cpu")
-    )
-    hidden_size = runner.model.config.hidden_size
-    for size in graphs.sizes:
-        replay = _EagerReplay(graphs, size, hidden_size)
-        graphs.graphs[size] = (replay, replay.hidden)
-    runner.cuda_graphs = graphs
-    out = SchedulerOutput()
-    for rid, p in zip("abc", PROMPTS):
-        hs.new(out, rid, p, len(p))
-    hs.step(runner, out)  # a prefill step: eager
-    assert graphs.num_replays == 0
-    decode_until(hs, runner, [("a", PROMPTS[0]), ("b", PROMPTS[1]), ("c", PROMPTS[2])], 8)
-    assert graphs.num_replays == 7  # every decode step, 3 sequences padded to 4
+    graphs = install_eager_graphs(runner, BUCKETS)
+    mixed_steps(hs, runner)
+    assert graphs.num_replays == hs.num_steps > 5  # every step: the prefill, the mixed ones, the decodes
     for rid, p, ref in zip("abc", PROMPTS, reference):
         assert hs.tokens[rid][len(p) :] == ref
 

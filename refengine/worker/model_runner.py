@@ -4,12 +4,14 @@ It owns the device KV cache (one (k_cache, v_cache) pair per layer), the host ca
 into, the persistent InputBatch and its own record of every request it has met (CachedRequestState, refengine.worker.runner_states); it never
 sees the scheduler's Request objects or the KV manager, only the SchedulerOutput (refengine.scheduler.scheduler_output).
 
-Per step, on the host (numpy, nothing waits on the device): forget finished requests, park preempted ones, do the
-swap copies (out before in: a block freed by a swap-out may be the target of a swap-in in the same step), write
-the rows that changed, lay the step's int64 inputs end to end in one staging buffer (pinned on CUDA) and copy it
-to the device once (non_blocking). On the device: the forward (replayed from a CUDA graph for a decode-only
-step), the logits of the rows that sample, the sampler. Then exactly one device -> host transfer: the sampled
-token ids (`_to_host`).
+Per step, on the host (numpy, nothing waits on the device): forget finished requests, park preempted ones, enqueue
+the swap copies (out before in: a block freed by a swap-out may be the target of a swap-in in the same step),
+write the rows that changed, pad the step to its CUDA-graph bucket (refengine/worker/cuda_graphs.py: decode-only and
+mixed steps alike), lay the step's inputs end to end in one staging buffer (pinned on CUDA) and copy it to the
+device once (non_blocking). On the device: the forward (replayed from the bucket's CUDA graph, or eager past the
+largest bucket), the logits of the rows that sample, the sampler. Then at most one device -> host wait per step:
+the sampled token ids (`_to_host`); a swap-out's copy to the host lands in the host cache after it (no wait of
+its own), or, in a step that samples nothing, is that step's one wait.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ from refengine.models.model_config import ModelConfig
 from refengine.sample.sampler import SamplingMetadata, sample
 from refengine.sample.sampling_inputs import sampling_arrays, sampling_metadata
 from refengine.scheduler.scheduler_output import ModelRunnerOutput, SchedulerOutput
-from refengine.worker.cuda_graphs import CudaGraphRunner, pad_decode_inputs, padded_size
+from refengine.worker.cuda_graphs import CudaGraphRunner, GraphBuckets, pad_step_inputs
 from refengine.worker.input_batch import InputBatch, StagingBuffer
 from refengine.worker.runner_states import CachedRequestState, update_states
 from refengine.worker.step_isolation import sample_rows_apart
@@ -81,6 +83,7 @@ class ModelRunner:
         device: torch.device,
         dtype: torch.dtype,
         seed: int,
+        max_num_batched_tokens: int = 8192,
         enforce_eager: bool = False,
         sampler: Sampler = sample,
     ) -> None:
@@ -101,19 +104,23 @@ class ModelRunner:
         self.staging = StagingBuffer(device)
         self.generator = torch.Generator(device=device)
         self.generator.manual_seed(seed)
-        # CUDA graphs for decode-only steps: CUDA only, not with enforce_eager, and of refengine's own model only (a
-        # stand-in without an attention backend, such as bench-step's stub, runs eagerly)
+        # CUDA graphs for decode-only and mixed steps: CUDA only, not with enforce_eager, and of refengine's own model
+        # only (a stand-in without an attention backend, such as bench-step's stub, runs eagerly)
         backend = getattr(model, "attn_backend", None)
         use_graphs = device.type == "cuda" and not enforce_eager and backend is not None and not backend.takes_host_lens
+        self.graph_buckets = GraphBuckets.of(max_num_seqs, max_num_batched_tokens)
         self.cuda_graphs = (
-            CudaGraphRunner(model, self.kv_caches, max_num_seqs, max_blocks, device) if use_graphs else None
+            CudaGraphRunner(model, self.kv_caches, self.graph_buckets, max_blocks, device) if use_graphs else None
         )
         if self.cuda_graphs is not None:
             self.cuda_graphs.capture()
-        # eager runs padded as graphs would be (CPU tests of the padding; None: no padding)
-        self.decode_pad_sizes: list[int] | None = None
+        # eager runs padded to these buckets, as graphs would replay them (CPU tests of the padding; None: no padding)
+        self.pad_buckets: GraphBuckets | None = None
         self.failed_rows: dict[str, BaseException] = {}  # this step's requests whose own values failed them
-        self.num_host_syncs = 0  # device -> host transfers made by execute_model (one per step that samples)
+        self.num_host_syncs = 0  # device -> host waits made by execute_model (at most one per step)
+        # a swap-out's copies to the host still in flight: (done, host block ids, per layer the (k, v) copies)
+        self._swap_out_pending: tuple[torch.cuda.Event | None, torch.Tensor, list[tuple[torch.Tensor, ...]]] | None
+        self._swap_out_pending = None
         # (refengine's own model takes an output buffer; a stand-in's compute_logits may not)
         self._logits_into_buffer = isinstance(model, CausalLM) and device.type == "cpu"
         self._logits_buf: torch.Tensor | None = None
@@ -121,30 +128,72 @@ class ModelRunner:
         self._arange.flags.writeable = False
 
     # ---- state ----------------------------------------------------------------------------------------------
-    def _swap(self, plan: list[tuple[int, int]], to_host: bool) -> None:
+    def _index(self, ids: list[int]) -> torch.Tensor:
+        """Block ids as an int64 tensor on the device, copied without waiting (pinned on CUDA)."""
+        host = torch.tensor(ids, dtype=torch.long, pin_memory=self.device.type == "cuda")
+        return host.to(self.device, non_blocking=True)
+
+    def _swap_out(self, plan: list[tuple[int, int]]) -> None:
+        """Enqueue the copies of device blocks to the host: gathered on the device, copied into pinned host memory
+        without waiting; `_finish_swap_out` writes them into the host cache once they have landed."""
+        if not plan:
+            return
+        src = self._index([s for s, _ in plan])
+        dst = torch.tensor([d for _, d in plan], dtype=torch.long)
+        pin = self.device.type == "cuda"
+        copies = []
+        for k, v in self.kv_caches:
+            pair = []
+            for cache in (k, v):
+                host = torch.empty((len(plan), *cache.shape[1:]), dtype=cache.dtype, pin_memory=pin)
+                pair.append(host.copy_(cache.index_select(0, src), non_blocking=True))
+            copies.append(tuple(pair))
+        done = torch.cuda.Event() if pin else None  # type: ignore[no-untyped-call]  # torch leaves Event() unannotated
+        if done is not None:
+            done.record()
+        self._swap_out_pending = (done, dst, copies)
+
+    def _finish_swap_out(self, after_wait: bool) -> None:
+        """Write a swap-out's copies into the host cache once they have landed: `after_wait`, the step has waited
+        for its sampled tokens, enqueued after the copies; otherwise waiting for them is the step's one wait."""
+        if self._swap_out_pending is None:
+            return
+        done, dst, copies = self._swap_out_pending
+        self._swap_out_pending = None
+        if not after_wait:
+            self.num_host_syncs += 1
+            if done is not None:
+                done.synchronize()
+        for (hk, hv), (k, v) in zip(self.host_caches, copies):
+            hk[dst] = k
+            hv[dst] = v
+
+    def _swap_in(self, plan: list[tuple[int, int]]) -> None:
+        """Enqueue the copies of host blocks to the device (gathered into pinned memory on CUDA: no wait)."""
         if not plan:
             return
         src = torch.tensor([s for s, _ in plan], dtype=torch.long)
-        dst = torch.tensor([d for _, d in plan], dtype=torch.long)
+        dst = self._index([d for _, d in plan])
+        pin = self.device.type == "cuda"
         for (k, v), (hk, hv) in zip(self.kv_caches, self.host_caches):
-            if to_host:  # (a swap-out step waits for its copy: the host blocks are read by a later swap-in)
-                hk[dst] = k[src.to(k.device)].cpu()
-                hv[dst] = v[src.to(v.device)].cpu()
-            else:
-                k[dst.to(k.device)] = hk[src].to(k.device, non_blocking=True)
-                v[dst.to(v.device)] = hv[src].to(v.device, non_blocking=True)
+            for cache, host in ((k, hk), (v, hv)):
+                staged = torch.empty((len(plan), *host.shape[1:]), dtype=host.dtype, pin_memory=pin)
+                torch.index_select(host, 0, src, out=staged)
+                cache.index_copy_(0, dst, staged.to(cache.device, non_blocking=True))
 
     # ---- one step -------------------------------------------------------------------------------------------
     @torch.inference_mode()
     def execute_model(self, out: SchedulerOutput) -> ModelRunnerOutput:
         """One step's forward and sampling (refengine/worker/step_isolation.py: a request whose values fail its row or the
         batched sampler is reported in `failed`, without a token, and the others keep theirs)."""
-        self._swap(out.blocks_to_swap_out, to_host=True)
-        self._swap(out.blocks_to_swap_in, to_host=False)
+        self._finish_swap_out(after_wait=False)  # (none pending, unless the last step failed before its tokens)
+        self._swap_out(out.blocks_to_swap_out)
+        self._swap_in(out.blocks_to_swap_in)
         self.failed_rows = {}
         update_states(self.input_batch, self.requests, self.failed_rows, out)
         req_ids = list(out.num_scheduled_tokens)
         if not req_ids:
+            self._finish_swap_out(after_wait=False)
             return ModelRunnerOutput()
         batch, bs = self.input_batch, self.block_size
         num_seqs = len(req_ids)
@@ -158,12 +207,12 @@ class ModelRunner:
         # sample where the request's last known token is computed this step (a partial prefill samples nothing)
         samples = np.flatnonzero(ends >= batch.num_tokens[rows])  # [n] indices into the scheduled requests
         sample_rows = rows[samples]
-        size = self._decode_padded_size(num_seqs) if num_tokens == num_seqs else None
-        width = batch.block_table.shape[1] if size is not None else cdiv(max_seq_len, bs)  # (graphs: every block)
+        shape = self._padded_shape(num_tokens, num_seqs)  # (tokens, sequences) of the graph's bucket, or None
+        width = batch.block_table.shape[1] if shape is not None else cdiv(max_seq_len, bs)  # (graphs: every block)
         table = batch.block_table[rows, :width]
         step: tuple[np.ndarray, ...] = (input_ids, positions, slot_mapping, qsl, ends, table)
-        if size is not None:  # padded as a captured graph's batch; the real rows come first
-            step = pad_decode_inputs(input_ids, positions, slot_mapping, qsl, ends, table, size)
+        if shape is not None:  # padded as a captured graph's bucket; the real rows come first
+            step = pad_step_inputs(input_ids, positions, slot_mapping, qsl, ends, table, *shape)
         sampling, extra = sampling_arrays(self.input_batch, sample_rows)
         # the attention metadata crosses as int32 (the kernels' dtype; the block table is int32 already)
         i32 = np.int32
@@ -172,8 +221,10 @@ class ModelRunner:
         )
         ids_d, pos_d, slot_d, qsl_d, lens_d, table_d, logits_idx_d = views[:7]
         table_d = table_d.view(-1, width)
-        if size is not None and self.cuda_graphs is not None:  # [size, hidden], replayed on the graph's static inputs
-            hidden = self.cuda_graphs.run(ids_d, pos_d, slot_d, qsl_d, lens_d, table_d)
+        graphs = self.cuda_graphs if shape is not None else None
+        graphed = graphs is not None
+        if graphs is not None:  # [padded tokens, hidden], replayed on the graph's static inputs
+            hidden = graphs.run(ids_d, pos_d, slot_d, qsl_d, lens_d, table_d)
         else:
             # (int32 metadata, as the kernels were warmed up with; the host lists come from numpy: no sync)
             meta = AttentionMetadata(
@@ -182,15 +233,17 @@ class ModelRunner:
             hidden = self.model(ids_d, pos_d, self.kv_caches, meta)  # [T, hidden]
         index = dict(zip(req_ids, range(num_seqs)))
         if not len(samples):
-            return ModelRunnerOutput(req_ids, index, [[] for _ in req_ids], failed=self.failed_rows)
+            self._finish_swap_out(after_wait=False)
+            return ModelRunnerOutput(req_ids, index, [[] for _ in req_ids], failed=self.failed_rows, cuda_graph=graphed)
         # the hidden rows that sample: all of them, in order, in a decode step (no gather needed)
         sample_hidden = hidden[:num_seqs] if len(samples) == num_tokens == num_seqs else hidden[logits_idx_d]
         tokens = self._sample(sample_hidden, sampling_metadata(batch, sampling, views[7:]), req_ids, samples)
+        self._finish_swap_out(after_wait=True)
         batch.append_tokens(sample_rows, tokens)
         sampled = _sampled_lists(num_seqs, samples, tokens)
         for rid in self.failed_rows.keys() & index.keys():  # (no token for a request that failed)
             sampled[index[rid]] = []
-        return ModelRunnerOutput(req_ids, index, sampled, failed=self.failed_rows)
+        return ModelRunnerOutput(req_ids, index, sampled, failed=self.failed_rows, cuda_graph=graphed)
 
     def _token_layout(
         self, out: SchedulerOutput, rows: np.ndarray
@@ -221,11 +274,13 @@ class ModelRunner:
             self.failed_rows.update({req_ids[samples[i]]: exc for i, exc in bad.items()})
             return tokens
 
-    def _decode_padded_size(self, num_seqs: int) -> int | None:
+    def _padded_shape(self, num_tokens: int, num_seqs: int) -> tuple[int, int] | None:
+        """The (num_tokens, num_seqs) bucket this step is padded to: its CUDA graph's, or pad_buckets' when eager
+        runs padded; None: run as it is."""
         if self.cuda_graphs is not None:
-            return self.cuda_graphs.lookup(num_seqs)
-        if self.decode_pad_sizes is not None:
-            return padded_size(self.decode_pad_sizes, num_seqs)
+            return self.cuda_graphs.lookup(num_tokens, num_seqs)
+        if self.pad_buckets is not None:
+            return self.pad_buckets.shape_of(num_tokens, num_seqs)
         return None
 
     def _compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:

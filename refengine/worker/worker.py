@@ -177,6 +177,7 @@ def make_model_runner(parts: EngineParts, cfg: EngineConfig, *, num_rows: int, s
         device=device,
         dtype=dtype,
         seed=cfg.seed,
+        max_num_batched_tokens=sc.max_num_batched_tokens,
         enforce_eager=cfg.enforce_eager,
         sampler=sampler,
     )
