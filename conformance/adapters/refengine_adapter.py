@@ -111,3 +111,5 @@ class RefEngineAdapter:
 
     def check_invariants(self):
         self.sched.check_invariants()
+        # and, with the requests' tokens at hand, that every block hash is of a full block of them
+        self.sched.kv_cache_manager.check_invariants(self.sched.requests)

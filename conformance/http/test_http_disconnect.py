@@ -73,12 +73,10 @@ def _wait_gauges_zero(srv: Server) -> dict[str, float]:
 
 
 def _check_capacity_is_back(srv: Server) -> None:
-    t0 = time.monotonic()
     body = srv.body(prompt="Are you still there?", max_tokens=8, **srv.greedy)
+    # (the timeout is a hang guard: a server that never answers fails here; how fast it answers is not checked)
     r = srv.http.post("/v1/completions", json=body, timeout=NEW_REQUEST_DEADLINE_S)
-    elapsed = time.monotonic() - t0
     assert r.status_code == 200 and r.json()["usage"]["completion_tokens"] == 8
-    assert elapsed < NEW_REQUEST_DEADLINE_S
     gauges = _wait_gauges_zero(srv)
     assert all(v == 0 for v in gauges.values()), f"after the disconnects: {gauges}"
 

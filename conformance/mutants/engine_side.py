@@ -7,7 +7,9 @@ from conformance.mutants.mutant import (
     DETOK,
     ENGINE,
     HF_TESTS,
+    INPUT_BATCH,
     KILL_TESTS,
+    KV_BEHAVIOUR_TESTS,
     OUTPUT,
     OUTPUT_TESTS,
     RUNNER,
@@ -45,6 +47,22 @@ ENGINE_MUTANTS: list[Mutant] = [
         "masked = np.flatnonzero(num_out < batch.min_tokens[rows] - 1)",
         KILL_TESTS + RUNNER_TESTS + SAMPLER_TESTS,
         "EOS is unmasked one token before min_tokens",
+    ),
+    mutant(
+        "runner-eos-not-banned",
+        INPUT_BATCH,
+        "banned = list(sp.stop_token_ids or ()) + ([] if sp.ignore_eos else sorted(eos_token_ids))",
+        "banned = list(sp.stop_token_ids or ())",
+        KV_BEHAVIOUR_TESTS + RUNNER_TESTS,
+        "EOS is left out of the ids the runner masks before min_tokens",
+    ),
+    mutant(
+        "runner-reprefill-samples-early",
+        RUNNER,
+        "samples = np.flatnonzero(ends >= batch.num_tokens[rows])",
+        "samples = np.flatnonzero(ends >= batch.num_prompt_tokens[rows])",
+        KV_BEHAVIOUR_TESTS + RUNNER_TESTS,
+        "a step samples once it passes the prompt: a chunked re-prefill after recompute samples too early",
     ),
     # ---- sampler ----
     mutant(

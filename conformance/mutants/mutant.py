@@ -12,6 +12,7 @@ POOL = "refengine/kv_cache/block_pool.py"
 KV = "refengine/kv_cache/kv_cache_manager.py"
 QUEUE = "refengine/scheduler/request_queue.py"
 RUNNER = "refengine/worker/model_runner.py"
+INPUT_BATCH = "refengine/worker/input_batch.py"  # the runner's persistent rows (tokens, sampling params, banned ids)
 SAMPLING_INPUTS = "refengine/sample/sampling_inputs.py"  # the runner's per-step sampling tensors
 SAMPLER = "refengine/sample/sampler.py"
 DETOK = "refengine/engine/detokenizer.py"
@@ -42,6 +43,15 @@ OUTPUT_TESTS = [
 HF_TESTS = ["refengine/tests/test_engine_hf.py"]
 # the tests written for the mutants that the area subsets let survive (docs/mutation.md says which)
 KILL_TESTS = ["conformance/test_mutation_kills.py"]
+# what a random-weight model's greedy tokens do not show: the KV a step attends to (each sampled step's logits
+# against a dense forward), the tokens a re-prefill samples, EOS under min_tokens with a model that prefers it
+KV_BEHAVIOUR_TESTS = [
+    "refengine/tests/test_prefix_cache_partial_blocks.py",
+    "refengine/tests/test_swap_partial_block.py",
+    "refengine/tests/test_min_tokens_eos_preferred.py",
+    "refengine/tests/test_recompute_reprefill.py",
+    "refengine/tests/test_dense_logits.py",
+]
 
 
 @dataclass(frozen=True)

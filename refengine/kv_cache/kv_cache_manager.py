@@ -10,6 +10,8 @@ A request's KV, block by block (block_size 4, 10 tokens computed, prefix hit on 
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from refengine.kv_cache.block_pool import BlockHash, BlockPool, KVCacheBlock, hash_block_tokens
 from refengine.limits import cdiv
 from refengine.request import Request
@@ -190,7 +192,11 @@ class KVCacheManager:
             self.host_pool.free_blocks(reversed(host))
         self._host_blocks_to_free = []
 
-    def check_invariants(self) -> None:
+    def check_invariants(self, requests: Mapping[str, Request] | None = None) -> None:
+        """The pools' own invariants, ref counts equal to holders, host blocks held only by swapped-out requests;
+        with `requests` (id -> Request, the scheduler's), also that each of those requests' block hashes is the
+        chained hash of a full block of its tokens: a partial block is never hashed, for its hash would not be
+        recomputed once the block fills."""
         self.block_pool.check_invariants()
         self.host_pool.check_invariants()
         held: dict[int, int] = {}
@@ -206,3 +212,16 @@ class KVCacheManager:
         assert host_held == self.host_pool.num_used_blocks, (
             f"{self.host_pool.num_used_blocks} host blocks used, {host_held} held by swapped-out requests"
         )
+        for rid, req in (requests or {}).items():
+            self._check_block_hashes(req, self.req_to_block_hashes.get(rid, []))
+
+    def _check_block_hashes(self, request: Request, hashes: list[BlockHash]) -> None:
+        bs = self.block_size
+        assert len(hashes) <= request.num_tokens // bs, (
+            f"{request} has {len(hashes)} block hashes for {request.num_tokens // bs} full blocks: a partial block "
+            "was hashed"
+        )
+        parent: BlockHash | None = None
+        for i, h in enumerate(hashes):
+            parent = hash_block_tokens(parent, request.all_token_ids[i * bs : (i + 1) * bs])
+            assert h == parent, f"{request}: block {i}'s hash is not that of its tokens"

@@ -38,10 +38,15 @@ class StepPacer:
         self,
         clock: VirtualClock,
         step: Callable[[], list[RequestOutput]],
-        sleep: Callable[[float], None] = time.sleep,
-        wall: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], None] | None = None,
+        wall: Callable[[], float] | None = None,
         time_scale: float | None = 1.0,
     ) -> None:
+        """`sleep` and `wall` (None: this module's `time.sleep` and `time.monotonic`, looked up here rather than
+        bound at import, so that a test of a server whose pacer it does not build can hand it a fake wall clock by
+        replacing `refengine.sim.pacing.time`)."""
+        sleep = time.sleep if sleep is None else sleep
+        wall = time.monotonic if wall is None else wall
         self.clock, self._step, self._sleep, self._wall = clock, step, sleep, wall
         self.controller = ScaleController(wall()) if check_time_scale(time_scale) is None else None
         # (w0, v0, scale): replaced as one tuple, so another thread's now() never mixes two mappings
