@@ -34,6 +34,7 @@ REPLAY_MODULES = [
     "refengine.scheduler.preemption",
     "refengine.scheduler.batching",
     "refengine.scheduler.scheduler",
+    "refengine.scheduler",  # the package re-exports Scheduler: reloaded, it re-binds the patched class
     "conformance.adapters.refengine_adapter",
 ]
 REPLAY_PATHS = {m.replace(".", "/") + ".py" for m in REPLAY_MODULES}
