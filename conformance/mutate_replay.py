@@ -30,7 +30,6 @@ REPLAY_MODULES = [
     "refengine.kv_cache.block_pool",
     "refengine.kv_cache.kv_cache_manager",
     "refengine.scheduler.request_queue",
-    "refengine.scheduler.scheduler_update",
     "refengine.scheduler.preemption",
     "refengine.scheduler.batching",
     "refengine.scheduler.scheduler",
