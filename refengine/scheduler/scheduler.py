@@ -34,14 +34,13 @@ from dataclasses import dataclass, field
 
 from refengine.config import PreemptionMode, SchedulerConfig, SchedulingPolicy
 from refengine.kv_cache.kv_cache_manager import KVCacheManager
-from refengine.limits import max_kv_tokens
+from refengine.limits import cdiv, max_kv_tokens
 from refengine.request import Request, RequestStatus
 from refengine.scheduler.batching import PassKind, make_batching
 from refengine.scheduler.preemption import PreemptionPolicy
 from refengine.scheduler.request_queue import create_request_queue
-from refengine.scheduler.scheduler_invariants import check_scheduler_invariants
 from refengine.scheduler.scheduler_output import RunnerView, SchedulerOutput
-from refengine.scheduler.scheduler_stats import SchedulerStats, scheduler_stats
+from refengine.scheduler.scheduler_stats import SchedulerStats
 
 
 @dataclass(slots=True)
@@ -426,14 +425,53 @@ class Scheduler:
         return None
 
     def make_stats(self, scheduler_output: SchedulerOutput | None = None) -> SchedulerStats:
-        """The scheduler's state now (vLLM's name); with `scheduler_output`, also the batch of each request it
-        scheduled and of each running one."""
-        return scheduler_stats(self, scheduler_output)
+        """The scheduler's state now (vLLM's name), the only way the engine, the server's metrics and perf read it;
+        with `scheduler_output`, also the batch of each request it scheduled and of each running one."""
+        kv, mode = self.kv_cache_manager, self.batching
+        running = [r.request_id for r in self.running]
+        scheduled = list(scheduler_output.num_scheduled_tokens) if scheduler_output is not None else []
+        return SchedulerStats(
+            num_running_reqs=len(running),
+            num_waiting_reqs=len(self.waiting),
+            running_req_ids=running,
+            num_used_blocks=kv.num_used_blocks,
+            num_free_blocks=kv.num_free_blocks,
+            kv_cache_usage=kv.usage,
+            num_preemptions=self.num_preemptions,
+            num_swap_outs=self.num_swap_outs,
+            prefix_cache_queries=self.num_prefix_cache_queries,
+            prefix_cache_hits=self.num_prefix_cache_hits,
+            static_batch_id=mode.batch_id,
+            batch_ids=mode.batch_ids(scheduled, running),
+        )
 
     # ---- self-check -----------------------------------------------------------------------------------------
     def check_invariants(self) -> None:
-        """The state every step must leave behind; the conformance suite calls this after every step."""
-        check_scheduler_invariants(self.config, self.kv_cache_manager, self.batching, self.running, self.waiting)
+        """The state every step must leave behind, as assertions; the conformance suite calls this after every
+        step."""
+        c, kv, mode, running = self.config, self.kv_cache_manager, self.batching, self.running
+        kv.check_invariants()
+        limit = mode.max_num_seqs  # (max_num_seqs; 1 without batching)
+        assert len(running) <= limit, f"{len(running)} running > {limit} allowed"
+        waiting = list(self.waiting)
+        assert not set(map(id, waiting)) & set(map(id, running)), "a request is both waiting and running"
+        for r in running:
+            assert r.status == RequestStatus.RUNNING, r
+            held = kv.get_num_blocks(r.request_id)
+            need = cdiv(r.num_computed_tokens, c.block_size)
+            if mode.reserves_full_length:
+                assert held >= need, f"{r} holds {held} blocks, needs {need}"
+            else:
+                assert held == need, f"{r} holds {held} blocks, its computed tokens need {need}"
+        for r in running + waiting:
+            p, f, st = r.num_output_placeholders, r.num_in_flight_tokens, r.num_stale_output_tokens
+            assert p >= 0 and 0 <= st <= f, f"{r}: placeholders {p}, in flight {f}, stale {st}"
+            assert c.async_scheduling or not p, f"{r} has {p} output placeholders without async scheduling"
+        for r in waiting:
+            assert not r.num_output_placeholders, f"waiting {r} has output placeholders"
+            assert r.status in (RequestStatus.WAITING, RequestStatus.PREEMPTED), r
+            assert not kv.get_num_blocks(r.request_id), f"waiting {r} holds blocks"
+            assert (r.request_id in kv.swapped) == (r.num_computed_tokens > 0), f"waiting {r} computed tokens vs swap"
 
 
 def _step_samples(req: Request, stale: bool) -> bool:
