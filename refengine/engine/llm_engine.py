@@ -247,7 +247,7 @@ class LLMEngine:
             self._record(out)
             return self._abort_step(out, exc)
         self._record(out)
-        # requests whose own values failed their row or the sampler sampled nothing: abort them alone
+        # requests whose own values failed their row or the sampler got no token: abort them alone
         failed = [
             (req, exc)
             for rid, exc in runner_output.failed.items()

@@ -65,7 +65,7 @@ class Scheduler:
         self.eos_token_id = eos_token_id
         self.batching = make_batching(c)
         self.preemption = PreemptionPolicy(c, self.batching.reserves_full_length)
-        self.swaps = PreemptionMode(c.preemption_mode) is PreemptionMode.SWAP  # else recompute
+        self.preemption_mode = PreemptionMode(c.preemption_mode)  # how a victim gives way: swap or recompute
         self.kv_cache_manager = KVCacheManager(
             c.num_gpu_blocks, c.block_size, c.enable_prefix_caching, c.num_cpu_blocks
         )
@@ -331,7 +331,7 @@ class Scheduler:
         if n is not None:  # scheduled earlier in this step: out of it again
             step.is_prefill.pop(req.request_id)
             step.budget += n
-        plan = kv.swap_out(req) if self.swaps else None
+        plan = kv.swap_out(req) if self.preemption_mode is PreemptionMode.SWAP else None
         if plan is not None:
             step.blocks_to_swap_out.extend(plan)
             self.num_swap_outs += 1
