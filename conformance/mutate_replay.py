@@ -30,10 +30,10 @@ REPLAY_MODULES = [
     "refengine.kv_cache.block_pool",
     "refengine.kv_cache.kv_cache_manager",
     "refengine.scheduler.request_queue",
-    "refengine.scheduler.scheduler_update",
     "refengine.scheduler.preemption",
     "refengine.scheduler.batching",
     "refengine.scheduler.scheduler",
+    "refengine.scheduler",  # the package re-exports Scheduler: reloaded, it re-binds the patched class
     "conformance.adapters.refengine_adapter",
 ]
 REPLAY_PATHS = {m.replace(".", "/") + ".py" for m in REPLAY_MODULES}

@@ -61,8 +61,8 @@ class _PreemptedToBack(RefEngineAdapter):
     """A planted bug: a preempted request re-enters the waiting queue at its back (FCFS), not its front."""
 
     class scheduler_cls(Scheduler):
-        def _preempt(self, req, out) -> None:
-            super()._preempt(req, out)
+        def _preempt(self, req, step) -> None:
+            super()._preempt(req, step)
             if self.config.policy == "fcfs":
                 self.waiting.remove(req)
                 self.waiting.add(req)

@@ -25,9 +25,9 @@ from refengine.scheduler.preemption import PreemptionPolicy
 class BudgetOffByOne(Scheduler):
     """The waiting pass believes it has one token more than the budget left."""
 
-    def _schedule_waiting(self, out, admit_without_budget=False):
-        self._budget += 1
-        super()._schedule_waiting(out, admit_without_budget)
+    def _schedule_waiting(self, step, admit_without_budget=False):
+        step.budget += 1
+        super()._schedule_waiting(step, admit_without_budget)
 
 
 class LeakBlockOnAbort(Scheduler):
@@ -44,14 +44,14 @@ class LeakBlockOnAbort(Scheduler):
 class AdmitBeforeDecodes(Scheduler):
     """Continuous mode admits waiting requests before the running ones are scheduled."""
 
-    def _schedule_running(self, out, *args, **kwargs):
+    def _schedule_running(self, step, *args, **kwargs):
         if self.config.batching != "continuous":
-            return super()._schedule_running(out, *args, **kwargs)
+            return super()._schedule_running(step, *args, **kwargs)
         running = list(self.running)
-        self._schedule_waiting(out)
+        self._schedule_waiting(step)
         admitted = self.running[len(running) :]
         self.running = [r for r in running if r.status == RequestStatus.RUNNING]  # minus priority_preemption victims
-        super()._schedule_running(out, *args, **kwargs)
+        super()._schedule_running(step, *args, **kwargs)
         self.running += admitted
 
 
@@ -67,15 +67,15 @@ class OldestVictim(Scheduler):
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
-        self.preemption = OldestFirstPolicy(self.config, self.kv_cache_manager, self.batching.reserves_full_length)
+        self.preemption = OldestFirstPolicy(self.config, self.batching.reserves_full_length)
 
 
 class KeepComputedOnRecompute(Scheduler):
     """A recompute victim keeps its num_computed_tokens although its KV was freed."""
 
-    def _preempt(self, req, out):
+    def _preempt(self, req, step):
         computed = req.num_computed_tokens
-        super()._preempt(req, out)
+        super()._preempt(req, step)
         req.num_computed_tokens = computed
 
 
@@ -85,11 +85,10 @@ class StaticAdmitsMidBatch(Scheduler):
     def schedule(self):
         if self.config.batching not in ("static", "none") or not self.running:
             return super().schedule()
-        out = self._begin_step()
-        self._schedule_running(out)
-        self._schedule_waiting(out, admit_without_budget=True)
-        self._end_step(out)
-        return out
+        step = self._new_step()
+        self._schedule_running(step)
+        self._schedule_waiting(step, admit_without_budget=True)
+        return self._make_output(step)
 
 
 class PreemptWithFreeBlock(Scheduler):
@@ -115,16 +114,15 @@ class PreemptWithFreeBlock(Scheduler):
 class SequenceMixesDecodes(Scheduler):
     """Sequence mode lets running decodes ride along with a prefill step (the prefill-only filter is dropped)."""
 
-    def _schedule_running(self, out, *args, **kwargs):
-        kwargs.pop("prefill_only", None)
-        super()._schedule_running(out)
+    def _schedule_running(self, step, *args, **kwargs):
+        super()._schedule_running(step)
 
 
 class DropTokenOnPreempt(Scheduler):
     """Preemption loses the victim's last generated token."""
 
-    def _preempt(self, req, out):
-        super()._preempt(req, out)
+    def _preempt(self, req, step):
+        super()._preempt(req, step)
         if req.output_token_ids and req.num_computed_tokens == 0:
             req.output_token_ids.pop()
             req.all_token_ids.pop()

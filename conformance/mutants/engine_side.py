@@ -167,8 +167,8 @@ ENGINE_MUTANTS: list[Mutant] = [
     mutant(
         "output-stop-string-not-finishing",
         ENGINE,
-        "            sched.finish_requests([r.request_id for r in stopped], RequestStatus.FINISHED_STOPPED)\n",
-        "            for r in stopped:\n                r.status = RequestStatus.FINISHED_STOPPED\n",
+        "        sched.finish_requests([r.request_id for r in stopped], RequestStatus.FINISHED_STOPPED)\n",
+        "        for r in stopped:\n            r.status = RequestStatus.FINISHED_STOPPED\n",
         KILL_TESTS + OUTPUT_TESTS,
         "a stop string sets the status but the scheduler keeps the request (and its blocks)",
     ),

@@ -6,7 +6,6 @@ from dataclasses import dataclass
 
 SCHED = "refengine/scheduler/scheduler.py"
 PREEMPTION = "refengine/scheduler/preemption.py"
-SCHED_UPDATE = "refengine/scheduler/scheduler_update.py"
 BATCHING = "refengine/scheduler/batching.py"
 POOL = "refengine/kv_cache/block_pool.py"
 KV = "refengine/kv_cache/kv_cache_manager.py"

@@ -14,7 +14,6 @@ from conformance.mutants.mutant import (
     RUNNER_TESTS,
     SCHED,
     SCHED_TESTS,
-    SCHED_UPDATE,
     Mutant,
     mutant,
 )
@@ -23,9 +22,9 @@ SCHEDULER_MUTANTS: list[Mutant] = [
     # ---- scheduler ----
     mutant(
         "sched-preempted-to-back",
-        PREEMPTION,
-        "        out.preempted_req_ids.append(req.request_id)\n        waiting.prepend(req)",
-        "        out.preempted_req_ids.append(req.request_id)\n        waiting.add(req)",
+        SCHED,
+        "        step.preempted_req_ids.append(req.request_id)\n        self.waiting.prepend(req)",
+        "        step.preempted_req_ids.append(req.request_id)\n        self.waiting.add(req)",
         SCHED_TESTS,
         "a preempted request re-enters the waiting queue at its back, not its front",
     ),
@@ -64,8 +63,8 @@ SCHEDULER_MUTANTS: list[Mutant] = [
     mutant(
         "sched-admit-after-preemption",
         BATCHING,
-        "        if not out.preempted_req_ids:\n",
-        "        if True:\n",
+        "return (RUNNING, SchedulingPass(PassKind.WAITING, unless_preempted=True))",
+        "return (RUNNING, WAITING)",
         SCHED_TESTS,
         "waiting requests are admitted in a step that preempted",
     ),
@@ -80,8 +79,8 @@ SCHEDULER_MUTANTS: list[Mutant] = [
     mutant(
         "sched-unchunked-prefill-split",
         SCHED,
-        "if not c.enable_chunked_prefill and n > self._budget:",
-        "if not c.enable_chunked_prefill and n > self._budget + 1:",
+        "if not c.enable_chunked_prefill and n > step.budget:",
+        "if not c.enable_chunked_prefill and n > step.budget + 1:",
         SCHED_TESTS,
         "without chunked prefill a prompt one token over the budget is split",
     ),
@@ -103,7 +102,7 @@ SCHEDULER_MUTANTS: list[Mutant] = [
     ),
     mutant(
         "sched-min-tokens-eos",
-        SCHED_UPDATE,
+        SCHED,
         "if num_output >= sp.min_tokens:",
         "if num_output > sp.min_tokens:",
         KILL_TESTS + SCHED_TESTS + RUNNER_TESTS,
@@ -111,7 +110,7 @@ SCHEDULER_MUTANTS: list[Mutant] = [
     ),
     mutant(
         "sched-max-tokens-off-by-one",
-        SCHED_UPDATE,
+        SCHED,
         "if num_output >= sp.max_tokens or",
         "if num_output > sp.max_tokens or",
         SCHED_TESTS,
@@ -119,7 +118,7 @@ SCHEDULER_MUTANTS: list[Mutant] = [
     ),
     mutant(
         "sched-ignore-eos-ignored",
-        SCHED_UPDATE,
+        SCHED,
         "if not sp.ignore_eos and last in req.eos_token_ids:",
         "if last in req.eos_token_ids:",
         KILL_TESTS + SCHED_TESTS + RUNNER_TESTS,
@@ -127,7 +126,7 @@ SCHEDULER_MUTANTS: list[Mutant] = [
     ),
     mutant(
         "sched-lost-tokens-metric",
-        PREEMPTION,
+        SCHED,
         "req.num_lost_tokens = req.num_computed_tokens",
         "req.num_lost_tokens = 0",
         KILL_TESTS + SCHED_TESTS + RUNNER_TESTS,

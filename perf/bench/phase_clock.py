@@ -85,7 +85,7 @@ class PhaseClock:
 def patched(clock: PhaseClock, targets: list[tuple[Any, str, str]]) -> Iterator[None]:
     """Wrap each (owner, attribute) in the clock as `phase` while inside; put them back after. The first target is
     the method that makes one step (its calls count the steps)."""
-    # (None: the attribute is inherited, e.g. Scheduler.update_from_output from SchedulerUpdate; delete the wrap)
+    # (None: the attribute is inherited from a base class, not set on `owner`; delete the wrap)
     saved = [(owner, attr, owner.__dict__.get(attr)) for owner, attr, _ in targets]
     try:
         for i, (owner, attr, phase) in enumerate(targets):

@@ -66,14 +66,12 @@ def test_simulated_run_is_deterministic_labelled_and_a_neutral_change_passes(tmp
 def test_planted_scheduler_regression_fails_the_simulated_gate(tmp_path, monkeypatch):
     """Decode-first order reversed (waiting requests are scheduled before running ones), planted for this test
     only: the shipped code path has no hook for it."""
-    from refengine.scheduler.batching import ContinuousBatching
+    from refengine.scheduler.batching import WAITING, ContinuousBatching, PassKind, SchedulingPass
 
-    def waiting_first(self, sched, out):
-        sched._schedule_waiting(out)
-        if not out.preempted_req_ids:
-            sched._schedule_running(out)
+    def waiting_first(self, running):
+        return (WAITING, SchedulingPass(PassKind.RUNNING, unless_preempted=True))
 
-    monkeypatch.setattr(ContinuousBatching, "step", waiting_first)
+    monkeypatch.setattr(ContinuousBatching, "plan", waiting_first)
     new = tmp_path / "planted.csv"
     # serial: the planted step lives in this process only (a simulated plan's default pool runs in workers)
     res = invoke("perf", "--like", str(BASELINE), "--output", str(new), "--quiet", "--executor", "serial")

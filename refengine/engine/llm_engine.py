@@ -1,8 +1,9 @@
 """LLMEngine: add_request / step / abort_request over the scheduler, the model runner and the output processor.
 
-Each step(): schedule -> forward + sample -> update_from_output (EOS, stop ids, length) -> stop strings (the
-output processor finds them, the scheduler finishes them) -> incremental outputs (the tokens new since the last
-step) with per-request timestamps for TTFT / TPOT / ITL, and the step's StepStats.
+Each step(): schedule -> forward + sample -> update_from_output (EOS, stop ids, length) -> the output processor
+(incremental outputs: the tokens new since the last step, with per-request timestamps for TTFT / TPOT / ITL) ->
+the requests it reports (ended by a stop string, or whose output failed) finished through the scheduler here ->
+the step's StepStats. docs/engine.md follows one step hop by hop.
 With async_scheduling=True the forward runs in a worker thread and step() schedules and launches step N+1 before
 it processes step N's output (refengine/engine/batch_queue.py): outputs come back one step later, tokens are the same.
 The model (or `model_impl`), the sampler and the detokenizer factory come in through the constructor, so a
@@ -96,7 +97,7 @@ class LLMEngine:
         self.step_stats: collections.deque[StepStats] = collections.deque(maxlen=cfg.stats_log_size)
         self.finished_requests: collections.deque[Request] = collections.deque(maxlen=cfg.stats_log_size)
         self.output_processor = OutputProcessor(
-            self.tokenizer, self.scheduler, self.finished_requests, detokenizer_factory or IncrementalDetokenizer
+            self.tokenizer, self.finished_requests, detokenizer_factory or IncrementalDetokenizer
         )
 
     # ---- requests -------------------------------------------------------------------------------------------
@@ -233,9 +234,11 @@ class LLMEngine:
         return outputs
 
     def _process_step(self, out: SchedulerOutput, model_output: Callable[[], ModelRunnerOutput]) -> list[RequestOutput]:
-        """Update the scheduler with one step's sampled tokens (`model_output()` returns them, or raises if the
-        forward failed), then stop strings and the incremental outputs."""
-        sched = self.scheduler
+        """One step's output, back up the path: the scheduler appends the sampled tokens (`model_output()` returns
+        them, or raises if the forward failed) and runs its stop checks; the output processor builds the outputs
+        and reports the requests its stop strings ended or whose output failed; the engine finishes those through
+        the scheduler."""
+        sched, op = self.scheduler, self.output_processor
         try:
             runner_output = model_output()
             sampled = runner_output.by_request()
@@ -244,21 +247,29 @@ class LLMEngine:
             self._record(out)
             return self._abort_step(out, exc)
         self._record(out, runner_output.cuda_graph)
-        op = self.output_processor
-        # requests whose own values failed their row or the sampler: they sampled nothing; abort them alone
+        # requests whose own values failed their row or the sampler got no token: abort them alone
         failed = [
-            op.fail_request(req, exc, "sampling")
+            (req, exc)
             for rid, exc in runner_output.failed.items()
             if rid not in finished and (req := op.request_of(rid)) is not None
         ]
-        outputs, stopped = op.process_outputs(sampled)
-        if stopped:  # by a stop string: it decides the reason, also of a request that EOS or its length ended now
-            sched.finish_requests([r.request_id for r in stopped], RequestStatus.FINISHED_STOPPED)
-            sched.set_finished_status(
-                [r for r in stopped if r.status != RequestStatus.FINISHED_STOPPED], RequestStatus.FINISHED_STOPPED
-            )
-            outputs += op.outputs_of(stopped)
-        return failed + outputs
+        outputs = self._abort_failed(failed, "sampling")
+        step = op.process_outputs(sampled)
+        outputs += step.outputs + self._abort_failed(step.failed, "request")
+        if step.stopped:
+            outputs += self._finish_stopped(step.stopped)
+        return outputs
+
+    def _finish_stopped(self, stopped: list[Request]) -> list[RequestOutput]:
+        """Finish the requests a stop string ended, then their final outputs. The stop string decides the reason,
+        also of a request that EOS or its length ended in the same step (as in vLLM)."""
+        sched = self.scheduler
+        sched.finish_requests([r.request_id for r in stopped], RequestStatus.FINISHED_STOPPED)
+        sched.set_finished_status(
+            [r for r in stopped if r.status != RequestStatus.FINISHED_STOPPED], RequestStatus.FINISHED_STOPPED
+        )
+        final, failed = self.output_processor.outputs_of(stopped)
+        return final + self._abort_failed(failed, "request")
 
     def _abort_step(self, out: SchedulerOutput, exc: BaseException) -> list[RequestOutput]:
         """The forward or the batched sampling failed: no request of this step can be trusted to have its KV and
@@ -268,8 +279,22 @@ class LLMEngine:
         ids = list(out.num_scheduled_tokens) + (out.preempted_req_ids if out.blocks_to_swap_out else [])
         # (from the output side, not the scheduler: update_from_output may have finished some before it failed)
         op = self.output_processor
-        reqs = [req for rid in dict.fromkeys(ids) if (req := op.request_of(rid)) is not None]
-        return [op.fail_request(req, exc, "step") for req in reqs]
+        return self._abort_failed(
+            [(req, exc) for rid in dict.fromkeys(ids) if (req := op.request_of(rid)) is not None], "step"
+        )
+
+    def _abort_failed(self, failures: list[tuple[Request, BaseException]], what: str) -> list[RequestOutput]:
+        """Finish each request alone as aborted, with the error on its output; its KV blocks go back to the pool."""
+        outputs = []
+        for req, exc in failures:
+            logger.error("%s %r failed; aborting it", what, req.request_id, exc_info=exc)
+            req.error = req.error or f"{what} failed: {type(exc).__name__}: {exc}"
+            if req.is_finished():  # (already finished by this step's stop check: its blocks are freed)
+                self.scheduler.set_finished_status([req], RequestStatus.FINISHED_ABORTED)
+            else:
+                self.scheduler.finish_requests([req.request_id], RequestStatus.FINISHED_ABORTED)
+            outputs.append(self.output_processor.aborted_output(req))
+        return outputs
 
     def _record(self, out: SchedulerOutput, cuda_graph: bool | None = None) -> None:
         stats = self.scheduler.make_stats(out)

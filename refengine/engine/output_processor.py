@@ -2,18 +2,18 @@
 
 Per request it keeps a RequestState (the live Request, its incremental detokenizer, the prompt text, how many
 output tokens have been returned). Each step it feeds the new tokens to the detokenizer (which looks for stop
-strings in the new text) and builds the incremental output: the token ids and text new since the last one. A
-request whose stop string appeared is handed back instead: the engine finishes it through the scheduler (only the
-scheduler sets `Request.status`), then asks for its output (`outputs_of`). This runs for every running request every step, so the common path
-(a decode step, nothing finished, no stop strings) is kept to a few attribute reads and the two output objects.
+strings in the new text) and builds the incremental output: the token ids and text new since the last one. It
+reports, and changes nothing of the scheduler's: a request whose stop string appeared, or whose output failed, is
+handed back to the engine, which finishes it through the scheduler (only the scheduler sets `Request.status`) and
+then asks for its final output. This runs for every running request every step, so the common path (a decode
+step, nothing finished, no stop strings) is kept to a few attribute reads and the two output objects.
 
 What a step returns follows the request's `SamplingParams.output_kind` (vLLM's RequestOutputKind): DELTA (the
 default here: incremental outputs), CUMULATIVE (everything so far, each step), FINAL_ONLY (no output until
 the request finishes, then the whole completion; LLM.generate uses it, and so skips building a RequestOutput per
-request per step, as vLLM's LLM does).
-
-A failure tied to one request (its stop check, detokenisation, output) finishes that request alone, as aborted,
-with the message in `CompletionOutput.error`; the others are not touched.
+request per step, as vLLM's LLM does). A FINAL_ONLY request without stop strings needs no text before it ends, so
+it is detokenized once, at its final output (the same text: the detokenizer gives `tokenizer.decode(ids)` however
+the ids are fed); stop strings, or text returned while the request runs, need it decoded every step.
 """
 
 from __future__ import annotations
@@ -21,15 +21,12 @@ from __future__ import annotations
 import collections
 import logging
 from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING, Any
+from typing import Any, NamedTuple
 
 from refengine.engine.detokenizer import IncrementalDetokenizer
 from refengine.outputs import CompletionOutput, RequestOutput
 from refengine.request import Request, RequestStatus
 from refengine.sampling_params import RequestOutputKind
-
-if TYPE_CHECKING:
-    from refengine.scheduler.scheduler import Scheduler
 
 logger = logging.getLogger(__name__)
 
@@ -40,15 +37,18 @@ _FINISH_REASON = {s: RequestStatus.finish_reason(s) for s in RequestStatus}
 class RequestState:
     """What the output side keeps of one request until its final output."""
 
-    __slots__ = ("request", "detokenizer", "prompt", "num_sent_tokens", "final_only", "cumulative_text")
+    __slots__ = ("request", "detokenizer", "prompt", "num_sent_tokens", "final_only", "per_step", "cumulative_text")
 
     def __init__(self, request: Request, detokenizer: IncrementalDetokenizer, prompt: str | None) -> None:
         self.request = request
         self.detokenizer = detokenizer
         self.prompt = prompt
         self.num_sent_tokens = 0  # output tokens already returned
-        kind = request.sampling_params.output_kind
+        sp = request.sampling_params
+        kind = sp.output_kind
         self.final_only = kind is RequestOutputKind.FINAL_ONLY
+        # whether the text is needed before the request ends: to return it, or to look for stop strings in it
+        self.per_step = not self.final_only or bool(sp.stop)
         # CUMULATIVE: the text returned so far, which each output repeats (None: DELTA or FINAL_ONLY)
         self.cumulative_text = "" if kind is RequestOutputKind.CUMULATIVE else None
 
@@ -56,16 +56,22 @@ class RequestState:
 DetokenizerFactory = Callable[..., IncrementalDetokenizer]  # (tokenizer, request) -> its detokenizer
 
 
+class StepOutputs(NamedTuple):
+    """What `process_outputs` found in one step."""
+
+    outputs: list[RequestOutput]  # of the requests that go on, or that the scheduler finished
+    stopped: list[Request]  # ended by a stop string (`stop_reason` set): the engine finishes them, then `outputs_of`
+    failed: list[tuple[Request, BaseException]]  # their output failed: the engine aborts them, then `aborted_output`
+
+
 class OutputProcessor:
     def __init__(
         self,
         tokenizer: Any,
-        scheduler: Scheduler,
         finished_requests: collections.deque[Request],
         detokenizer_factory: DetokenizerFactory = IncrementalDetokenizer,
     ) -> None:
         self.tokenizer = tokenizer
-        self.scheduler = scheduler  # (its finish_requests / set_finished_status only: a failed request is aborted)
         self.finished_requests = finished_requests  # the engine's bounded deque of finished Requests
         self.detokenizer_factory = detokenizer_factory
         self.states: dict[str, RequestState] = {}
@@ -80,11 +86,12 @@ class OutputProcessor:
         state = self.states.get(request_id)
         return None if state is None else state.request
 
-    def process_outputs(self, req_ids: Iterable[str]) -> tuple[list[RequestOutput], list[Request]]:
-        """Outputs of the requests that got tokens this step, and the requests a stop string finished, whose outputs
-        wait until the engine has finished them (`outputs_of`)."""
+    def process_outputs(self, req_ids: Iterable[str]) -> StepOutputs:
+        """Outputs of the requests that got tokens this step; the requests a stop string ended and those whose
+        output failed are reported instead, their outputs waiting until the engine has finished them."""
         outputs: list[RequestOutput] = []
         stopped: list[Request] = []
+        failed: list[tuple[Request, BaseException]] = []
         states, make_output, append = self.states, self.make_output, outputs.append
         for rid in req_ids:
             state = states.get(rid)
@@ -94,7 +101,7 @@ class OutputProcessor:
                 req = state.request
                 if req.error is not None:  # its stop check failed and the scheduler aborted it
                     logger.error("request %r aborted: %s", rid, req.error)
-                else:
+                elif state.per_step:
                     stop = state.detokenizer.update()
                     if stop is not None:
                         req.stop_reason = stop
@@ -103,18 +110,20 @@ class OutputProcessor:
                 if not state.final_only or req.status > _FINISHED_AFTER:
                     append(make_output(state))
             except Exception as exc:  # noqa: BLE001 (whatever failed, the other requests must not be lost)
-                outputs.append(self.fail_request(state.request, exc))
-        return outputs, stopped
+                failed.append((state.request, exc))
+        return StepOutputs(outputs, stopped, failed)
 
-    def outputs_of(self, requests: list[Request]) -> list[RequestOutput]:
-        """The outputs of requests `process_outputs` handed back, once the engine has finished them."""
+    def outputs_of(self, requests: list[Request]) -> tuple[list[RequestOutput], list[tuple[Request, BaseException]]]:
+        """The outputs of requests the engine has finished (after `process_outputs` reported them), and those whose
+        output failed (for the engine to report aborted)."""
         outputs = []
+        failed: list[tuple[Request, BaseException]] = []
         for req in requests:
             try:
                 outputs.append(self.make_output(self.states[req.request_id]))
             except Exception as exc:  # noqa: BLE001 (whatever failed, the other requests must not be lost)
-                outputs.append(self.fail_request(req, exc))
-        return outputs
+                failed.append((req, exc))
+        return outputs, failed
 
     def make_output(self, state: RequestState, text: str | None = None) -> RequestOutput:
         """The tokens and text new since the last output; the final one carries the request's metrics and drops
@@ -125,6 +134,8 @@ class OutputProcessor:
         status = req.status
         finished = status > _FINISHED_AFTER
         if text is None:
+            if not state.per_step:
+                state.detokenizer.update()  # (no stop strings: returns None) every token at once, at the end
             text = state.detokenizer.take_delta(finished)
         if state.cumulative_text is not None:  # CUMULATIVE: everything so far (FINAL_ONLY's one output is whole)
             state.cumulative_text = text = state.cumulative_text + text
@@ -142,18 +153,13 @@ class OutputProcessor:
     def output_of(self, req: Request) -> RequestOutput:
         return self.make_output(self.states[req.request_id])
 
-    def fail_request(self, req: Request, exc: BaseException, what: str = "request") -> RequestOutput:
-        """Finish `req` alone as aborted, with the error on its output; its KV blocks go back to the pool."""
-        logger.error("%s %r failed; aborting it", what, req.request_id, exc_info=exc)
-        req.error = req.error or f"{what} failed: {type(exc).__name__}: {exc}"
-        if req.is_finished():  # (already finished by this step's stop check: its blocks are freed)
-            self.scheduler.set_finished_status([req], RequestStatus.FINISHED_ABORTED)
-        else:
-            self.scheduler.finish_requests([req.request_id], RequestStatus.FINISHED_ABORTED)
+    def aborted_output(self, req: Request) -> RequestOutput:
+        """The final output of a request the engine aborted because handling it failed; when the detokenizer itself
+        is what fails, the tokens without text."""
         state = self.states[req.request_id]
         try:
             return self.make_output(state)
-        except Exception:  # noqa: BLE001 (the detokenizer itself may be what failed: report the tokens without text)
+        except Exception:  # noqa: BLE001
             return self.make_output(state, text="")
 
 

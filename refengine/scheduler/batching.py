@@ -1,32 +1,54 @@
-"""Batching modes: one small object per `BatchingMode`, deciding who may be scheduled together.
+"""Batching modes: one small policy object per `BatchingMode`, deciding who may be scheduled together.
 
-Each object owns its mode's rules (docs/scheduling.md): the order of the scheduler's two passes in a step (the
-running requests, then the waiting ones), how many requests may run at once, whether admission reserves blocks for
-the whole length (prompt + max_tokens, so nothing is ever preempted) and, for static batching, which batch each
-request belongs to (a batch holds its slots until the whole batch has left). The passes themselves are the
-scheduler's (`Scheduler._schedule_running` / `_schedule_waiting`, what `SchedulingPasses` names);
-`Scheduler.schedule()` just calls `mode.step`.
+Each object owns its mode's rules (docs/scheduling.md) and answers the scheduler with decisions, never by driving
+it: `plan(running)` returns the passes of the coming step in order (the running requests, the waiting ones, each
+with its mode's options and the condition under which it is skipped); `max_num_seqs` is how many requests may run
+at once; `reserves_full_length` whether admission reserves blocks for the whole length (prompt + max_tokens, so
+nothing is ever preempted); and, for static batching, which batch each request belongs to (a batch holds its slots
+until the whole batch has left). `Scheduler.schedule()` runs the passes a plan names; the passes themselves, and
+every change to the requests, are the scheduler's.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Protocol
+import enum
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from refengine.config import BatchingMode, SchedulerConfig
 
 if TYPE_CHECKING:
     from refengine.request import Request
-    from refengine.scheduler.scheduler_output import SchedulerOutput
 
 
-class SchedulingPasses(Protocol):
-    """What a mode drives: the scheduler's two passes over its running and waiting requests (refengine/scheduler/scheduler.py)."""
+class PassKind(enum.Enum):
+    RUNNING = "running"  # the running requests, in admission order: each gets its next chunk or decode
+    WAITING = "waiting"  # the waiting queue, from its head: admitted while blocks, budget and max_num_seqs allow
 
-    @property
-    def running(self) -> list[Request]: ...
-    def _in_prefill(self, req: Request) -> bool: ...
-    def _schedule_running(self, out: SchedulerOutput, prefill_only: bool = False) -> None: ...
-    def _schedule_waiting(self, out: SchedulerOutput, admit_without_budget: bool = False) -> None: ...
+
+@dataclass(frozen=True)
+class SchedulingPass:
+    """One pass of a step, as a mode plans it."""
+
+    kind: PassKind
+    # running pass: leave out the requests that would decode (sequence mode: a step is all prefill or all decode)
+    prefill_only: bool = False
+    # waiting pass: a member whose prompt does not fit the budget joins now and prefills in a later step (static)
+    admit_without_budget: bool = False
+    # skipped when an earlier pass of the step preempted someone (vLLM: no admission in a step that preempted)
+    unless_preempted: bool = False
+    # skipped when an earlier pass of the step scheduled anything (sequence mode: decode only when nothing prefills)
+    unless_scheduled: bool = False
+
+
+RUNNING = SchedulingPass(PassKind.RUNNING)
+WAITING = SchedulingPass(PassKind.WAITING)
+
+
+def in_prefill(req: Request) -> bool:
+    """True while tokens of the prompt (or, after recompute, of prompt + output) remain to be computed."""
+    return req.num_computed_tokens < max(req.num_prompt_tokens, req.num_tokens - 1)
 
 
 class ContinuousBatching:
@@ -38,10 +60,9 @@ class ContinuousBatching:
     def __init__(self, config: SchedulerConfig) -> None:
         self.max_num_seqs = config.max_num_seqs
 
-    def step(self, sched: SchedulingPasses, out: SchedulerOutput) -> None:
-        sched._schedule_running(out)
-        if not out.preempted_req_ids:
-            sched._schedule_waiting(out)
+    def plan(self, running: Sequence[Request]) -> tuple[SchedulingPass, ...]:
+        """The passes of the step about to be scheduled, in order (`running`: the running requests now)."""
+        return (RUNNING, SchedulingPass(PassKind.WAITING, unless_preempted=True))
 
     def on_admit(self, request_id: str) -> None:
         """A waiting request has joined the running set (static batching notes its batch)."""
@@ -63,14 +84,10 @@ class SequenceBatching(ContinuousBatching):
     mode = BatchingMode.SEQUENCE
     reserves_full_length = True
 
-    def step(self, sched: SchedulingPasses, out: SchedulerOutput) -> None:
-        if any(sched._in_prefill(r) for r in sched.running):
-            sched._schedule_running(out, prefill_only=True)
-            sched._schedule_waiting(out)
-            return
-        sched._schedule_waiting(out)
-        if not out.num_scheduled_tokens:
-            sched._schedule_running(out)
+    def plan(self, running: Sequence[Request]) -> tuple[SchedulingPass, ...]:
+        if any(in_prefill(r) for r in running):  # unfinished prefills first, with the newly admitted ones
+            return (SchedulingPass(PassKind.RUNNING, prefill_only=True), WAITING)
+        return (WAITING, SchedulingPass(PassKind.RUNNING, unless_scheduled=True))
 
 
 class StaticBatching(ContinuousBatching):
@@ -87,13 +104,12 @@ class StaticBatching(ContinuousBatching):
         self._batch_id = 0  # the batch now running (1, 2, ...)
         self.batch_of: dict[str, int] = {}
 
-    def step(self, sched: SchedulingPasses, out: SchedulerOutput) -> None:
-        if sched.running:
-            sched._schedule_running(out)
-            return
+    def plan(self, running: Sequence[Request]) -> tuple[SchedulingPass, ...]:
+        if running:
+            return (RUNNING,)
         self._batch_id += 1
         self.batch_of = {rid: b for rid, b in self.batch_of.items() if b == self._batch_id - 1}
-        sched._schedule_waiting(out, admit_without_budget=True)  # a member that does not fit prefills later
+        return (SchedulingPass(PassKind.WAITING, admit_without_budget=True),)
 
     def on_admit(self, request_id: str) -> None:
         self.batch_of[request_id] = self._batch_id

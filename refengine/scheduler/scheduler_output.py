@@ -6,7 +6,8 @@ computed-token count, whether it is resumed after a preemption). The runner answ
 
 `RunnerView` is the scheduler's record of what it has told the runner; it turns one step's scheduling decisions
 into that description, whatever the batching mode (a static-batch member admitted before its first chunk is
-simply "new" at the step that first schedules it).
+simply "new" at the step that first schedules it). Only `Scheduler.schedule()` makes a `SchedulerOutput`, in one
+call at its end; nothing changes it afterwards.
 """
 
 from __future__ import annotations
@@ -110,18 +111,25 @@ class RunnerView:
         self._sent: dict[str, tuple[int, int]] = {}
         self._prev_scheduled: set[str] = set()
 
-    def fill(self, out: SchedulerOutput, requests: dict[str, Request], kv_cache_manager: KVCacheManager) -> None:
-        """Describe `out.num_scheduled_tokens` to the runner, the block ids as the KV cache manager hands them out
-        (vLLM's get_block_ids). Call after scheduling, before num_computed_tokens advances."""
-        for rid in out.finished_req_ids:
+    def describe(
+        self,
+        num_scheduled_tokens: dict[str, int],
+        finished_req_ids: set[str],
+        requests: dict[str, Request],
+        kv_cache_manager: KVCacheManager,
+    ) -> tuple[list[NewRequestData], CachedRequestData]:
+        """The step's scheduled requests as the runner must learn them: new ones in full, the others by what
+        changed, the block ids as the KV cache manager hands them out (vLLM's get_block_ids). Call after the
+        step's decisions, before num_computed_tokens advances; records what was told."""
+        for rid in finished_req_ids:
             self._sent.pop(rid, None)
-        cached = out.scheduled_cached_reqs
+        new_reqs: list[NewRequestData] = []
+        cached = CachedRequestData()
         sent, prev = self._sent, self._prev_scheduled
         # (this loop runs for every scheduled request every step: locals instead of attribute lookups)
-        new_reqs, req_ids, new_block_ids = out.scheduled_new_reqs, cached.req_ids, cached.new_block_ids
-        num_computed = cached.num_computed_tokens
+        req_ids, new_block_ids, num_computed = cached.req_ids, cached.new_block_ids, cached.num_computed_tokens
         num_blocks_of, block_ids_of = kv_cache_manager.get_num_blocks, kv_cache_manager.get_block_ids
-        for rid in out.num_scheduled_tokens:
+        for rid in num_scheduled_tokens:
             req = requests[rid]
             known = sent.get(rid)
             num_blocks, preemptions = num_blocks_of(rid), req.num_preemptions
@@ -140,4 +148,5 @@ class RunnerView:
                 if num_blocks == have and known[1] == preemptions:
                     continue  # nothing to record anew (the common decode step)
             sent[rid] = (num_blocks, preemptions)
-        self._prev_scheduled = set(out.num_scheduled_tokens)
+        self._prev_scheduled = set(num_scheduled_tokens)
+        return new_reqs, cached

@@ -9,7 +9,7 @@ import pytest
 from conformance.engine_helpers import TEST_MODEL, greedy, make_prompts
 from refengine import LLMEngine
 from refengine.engine.detokenizer import IncrementalDetokenizer
-from refengine.scheduler.scheduler_update import SchedulerUpdate
+from refengine.scheduler import Scheduler
 from refengine.worker.model_runner import ModelRunner
 
 NUM_BLOCKS = 64
@@ -103,20 +103,20 @@ def test_detokenizer_failure_aborts_only_its_request(prompts, clean, monkeypatch
 
 @pytest.mark.parametrize("async_scheduling", [False, True])
 def test_stop_check_failure_aborts_only_its_request(prompts, clean, monkeypatch, async_scheduling):
-    real = SchedulerUpdate.check_stop
+    real = Scheduler.check_stop
 
     def check(self, req):
         if req.request_id == VICTIM and req.num_output_tokens == 2:
             raise KeyError("injected stop-check failure")
         return real(self, req)
 
-    monkeypatch.setattr(SchedulerUpdate, "check_stop", check)
+    monkeypatch.setattr(Scheduler, "check_stop", check)
     engine = _engine(async_scheduling)
     done = _run(engine, prompts)
     _check_others_unharmed(engine, done, clean, {VICTIM})
     assert "injected stop-check failure" in done[VICTIM][2]
     assert done[VICTIM][0] == clean[VICTIM][0][:2]
-    monkeypatch.setattr(SchedulerUpdate, "check_stop", real)
+    monkeypatch.setattr(Scheduler, "check_stop", real)
     _serves_again(engine, prompts, clean)
 
 

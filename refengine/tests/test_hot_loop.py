@@ -1,6 +1,6 @@
 """The inlined running pass of the scheduler (`Scheduler._schedule_running`) against the helpers it copies.
 
-`_schedule_running` runs for every running request every step, so it inlines `_num_new_tokens`, `_in_prefill` and
+`_schedule_running` runs for every running request every step, so it inlines `_num_new_tokens`, `in_prefill` and
 `_schedule`, and asks the KV manager for blocks only when `has_room` says it must. `reference_running_pass` below
 is the same pass written with those helpers (and allocate_slots called every time). Hypothesis draws a scheduler
 configuration and a history of steps (sync or async, with preemptions, prefix hits and finished requests); from
@@ -19,39 +19,40 @@ from refengine.config import SchedulingPolicy
 from refengine.request import Request, RequestStatus
 from refengine.sampling_params import SamplingParams
 from refengine.scheduler import Scheduler
+from refengine.scheduler.batching import in_prefill
+from refengine.scheduler.scheduler import _Step
 from refengine.scheduler.scheduler_output import SchedulerOutput
 
 EOS = 0
 
 
-def reference_running_pass(sched: Scheduler, out: SchedulerOutput, prefill_only: bool = False) -> None:
+def reference_running_pass(sched: Scheduler, step: _Step, prefill_only: bool = False) -> None:
     """_schedule_running, spelled with the helper functions it inlines."""
     running, chunked = sched.running, sched.config.enable_chunked_prefill
     i = 0
-    while i < len(running) and sched._budget > 0:
+    while i < len(running) and step.budget > 0:
         req = running[i]
         computed, placeholders = req.num_computed_tokens, req.num_output_placeholders
         if placeholders and computed + 2 - placeholders >= req.num_prompt_tokens + req.sampling_params.max_tokens:
             i += 1  # async: its token in flight is its last
             continue
-        full = sched._num_new_tokens(req, computed)
-        n = min(full, sched._budget)
-        in_prefill = sched._in_prefill(req)
-        if n <= 0 or (n < full and not chunked) or (prefill_only and not in_prefill):
+        full = sched._num_new_tokens(step, req, computed)
+        n = min(full, step.budget)
+        if n <= 0 or (n < full and not chunked) or (prefill_only and not in_prefill(req)):
             i += 1
             continue
         while sched.kv_cache_manager.allocate_slots(req, n) is None:
             victim = sched.preemption.pick_victim(running)
             if running.index(victim) < i:
                 i -= 1
-            sched._preempt(victim, out)
+            sched._preempt(victim, step)
             if victim is req:
                 break
         if req.status != RequestStatus.RUNNING:
             if sched.preemption.policy is SchedulingPolicy.PRIORITY:
                 continue
             break
-        sched._schedule(out, req, n)
+        sched._schedule(step, req, n)
         i += 1
 
 
@@ -119,7 +120,7 @@ def scheduler_states(draw) -> Scheduler:
     return sched
 
 
-def _snapshot(sched: Scheduler, out: SchedulerOutput) -> tuple:
+def _snapshot(sched: Scheduler, step: _Step) -> tuple:
     reqs = sorted(
         (r.request_id, r.status, r.num_computed_tokens, r.num_output_placeholders, r.num_preemptions, r.num_lost_tokens)
         for r in [*sched.running, *sched.waiting]
@@ -127,12 +128,12 @@ def _snapshot(sched: Scheduler, out: SchedulerOutput) -> tuple:
     kv = sched.kv_cache_manager
     blocks = {rid: [b.block_id for b in bl] for rid, bl in kv.req_to_blocks.items()}
     return (
-        dict(out.num_scheduled_tokens),
-        list(out.num_scheduled_tokens),
-        dict(out.is_prefill),
-        list(out.preempted_req_ids),
-        list(out.blocks_to_swap_out),
-        sched._budget,
+        dict(step.num_scheduled_tokens),
+        list(step.num_scheduled_tokens),
+        dict(step.is_prefill),
+        list(step.preempted_req_ids),
+        list(step.blocks_to_swap_out),
+        step.budget,
         [r.request_id for r in sched.running],
         [r.request_id for r in sched.waiting],
         reqs,
@@ -147,7 +148,7 @@ def _snapshot(sched: Scheduler, out: SchedulerOutput) -> tuple:
 @given(scheduler_states(), st.booleans())
 def test_inlined_running_pass_matches_its_helpers(sched: Scheduler, prefill_only: bool) -> None:
     fast, slow = sched, copy.deepcopy(sched)
-    out_fast, out_slow = fast._begin_step(), slow._begin_step()
-    fast._schedule_running(out_fast, prefill_only=prefill_only)
-    reference_running_pass(slow, out_slow, prefill_only=prefill_only)
-    assert _snapshot(fast, out_fast) == _snapshot(slow, out_slow)
+    step_fast, step_slow = fast._new_step(), slow._new_step()
+    fast._schedule_running(step_fast, prefill_only=prefill_only)
+    reference_running_pass(slow, step_slow, prefill_only=prefill_only)
+    assert _snapshot(fast, step_fast) == _snapshot(slow, step_slow)

@@ -9,6 +9,7 @@ import pytest
 
 from conformance.engine_helpers import TEST_MODEL, make_prompts
 from refengine import LLM, LLMEngine, SamplingParams
+from refengine.engine.detokenizer import IncrementalDetokenizer
 from refengine.sampling_params import RequestOutputKind
 
 KINDS = (None, RequestOutputKind.DELTA, RequestOutputKind.CUMULATIVE, RequestOutputKind.FINAL_ONLY)
@@ -76,6 +77,35 @@ def test_final_only_abort_returns_everything_so_far(prompts):
         out.outputs[0].token_ids == [t for o in seen for t in o.outputs[0].token_ids][: len(out.outputs[0].token_ids)]
     )
     assert len(out.outputs[0].token_ids) >= 4
+    assert out.outputs[0].text == engine.tokenizer.decode(out.outputs[0].token_ids)  # decoded once, at the abort
+
+
+def test_final_only_without_stop_strings_is_detokenized_once(prompts):
+    """A FINAL_ONLY request without stop strings needs no text until it ends: its detokenizer is fed once, all its
+    tokens at its final output; with stop strings, or DELTA outputs, it is fed every step. The text is the same."""
+    feeds: dict[str, list[int]] = {}  # request id -> its number of output tokens at each feed
+
+    class CountingDetokenizer(IncrementalDetokenizer):
+        def update(self):
+            n = len(self.request.output_token_ids)
+            if not feeds.setdefault(self.request.request_id, []) or feeds[self.request.request_id][-1] != n:
+                feeds[self.request.request_id].append(n)
+            return super().update()
+
+    engine = LLMEngine(TEST_MODEL, detokenizer_factory=CountingDetokenizer)
+    never = ["\x00never"]  # a stop string the text does not hold: it only makes the request look for one
+    cases = {"final": (RequestOutputKind.FINAL_ONLY, None), "final-stop": (RequestOutputKind.FINAL_ONLY, never)}
+    cases["delta"] = (RequestOutputKind.DELTA, None)
+    got = {}
+    for rid, (kind, stop) in cases.items():
+        engine.add_request(rid, prompts[1], _params(kind, stop=stop))
+    while engine.has_unfinished_requests():
+        for out in engine.step():
+            got.setdefault(out.request_id, []).append(out.outputs[0])
+    every_step = list(range(1, MAX_TOKENS + 1))
+    assert feeds == {"final": [MAX_TOKENS], "final-stop": every_step, "delta": every_step}
+    texts = {rid: "".join(o.text for o in outs) for rid, outs in got.items()}
+    assert texts["final"] == texts["final-stop"] == texts["delta"] == engine.tokenizer.decode(got["final"][0].token_ids)
 
 
 def test_llm_generate_returns_whole_completions_whatever_the_kind(prompts):
