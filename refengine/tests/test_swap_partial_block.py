@@ -48,18 +48,18 @@ def _spoil_swapped_out_blocks(engine: LLMEngine) -> list[int]:
     """After each swap-out copy, overwrite the device blocks it copied from (as another request's KV would); returns
     the list the number of spoiled blocks is appended to, per swap-out."""
     runner = engine.model_runner
-    real_swap, spoiled = runner._swap, []
+    real_swap_out, spoiled = runner._swap_out, []
 
-    def swap(plan: list[tuple[int, int]], to_host: bool) -> None:
-        real_swap(plan, to_host)
-        if to_host and plan:
+    def swap_out(plan: list[tuple[int, int]]) -> None:
+        real_swap_out(plan)  # (the copies are gathered here; they land in the host cache later)
+        if plan:
             src = torch.tensor([d for d, _ in plan])
             for k, v in runner.kv_caches:
                 k[src] = GARBAGE
                 v[src] = -GARBAGE
             spoiled.append(len(plan))
 
-    runner._swap = swap
+    runner._swap_out = swap_out
     return spoiled
 
 
