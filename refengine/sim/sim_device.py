@@ -127,6 +127,12 @@ class SimDevice:
     def warm_up(self, block_size: int, max_model_len: int) -> None:
         """Nothing to compile: no kernel runs."""
 
+    def release(self, runner: object) -> None:
+        """Nothing to release: a simulated GPU holds no memory."""
+
+    def return_memory(self) -> None:
+        """Nothing to return (see release)."""
+
     def make_pacer(self, step: Callable[[], list[RequestOutput]], time_scale: float | None = None) -> StepPacer:
         """Served, a simulated GPU runs in real time, or at `time_scale` simulated seconds per wall second (None:
         as fast as the host keeps up with, at most real time; refengine/sim/pacing.py)."""

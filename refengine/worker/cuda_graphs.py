@@ -127,6 +127,16 @@ class CudaGraphRunner:
             self.graphs[size] = (graph, hidden)
         torch.cuda.synchronize(self.device)
 
+    def release(self) -> None:
+        """Drop the graphs (and with them their memory pool) and the static buffers: what a shut-down engine must
+        not keep on the device. Idempotent; lookup() finds no size afterwards."""
+        self.graphs.clear()
+        self.kv_caches = []
+        empty = torch.empty(0, dtype=torch.int64)
+        self.input_ids = self.positions = self.slot_mapping = empty
+        self.query_start_loc = self.seq_lens = self.block_table = empty.int()
+        self.sizes = []
+
     def lookup(self, num_seqs: int) -> int | None:
         return padded_size(self.sizes, num_seqs)
 
