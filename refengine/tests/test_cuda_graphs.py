@@ -107,23 +107,37 @@ MAX_TOKENS = (24, 9, 16, 30, 5, 12, 20)
 MAX_NUM_SEQS = 8
 
 
-def _generate(dtype: str, pad_eager: bool = False, **knobs) -> tuple[list[list[int]], LLM]:
-    llm = LLM("tiny-qwen2", device="cuda", dtype=dtype, attention_backend="triton", max_num_seqs=MAX_NUM_SEQS, **knobs)
-    if pad_eager:  # eager, on the very shapes the graphs were captured at
-        llm.llm_engine.model_runner.decode_pad_sizes = capture_sizes(MAX_NUM_SEQS)
-    outs = llm.generate(make_prompts(PROMPT_LENS, seed=5), [greedy(m, ignore_eos=True) for m in MAX_TOKENS])
-    return [o.outputs[0].token_ids for o in outs], llm
+NUM_GPU_BLOCKS = 64  # 7 requests of up to 64 + 30 tokens: sized, not profiled (each engine asked for 0.9 of the card)
+
+
+def _generate(dtype: str, pad_eager: bool = False, **knobs) -> tuple[list[list[int]], int | None]:
+    """The greedy tokens, and the decode graphs' replay count (None: no graphs). The engine is shut down before
+    this returns: the next one is built on a card that the first has given back."""
+    with LLM(
+        "tiny-qwen2",
+        device="cuda",
+        dtype=dtype,
+        attention_backend="triton",
+        max_num_seqs=MAX_NUM_SEQS,
+        num_gpu_blocks=NUM_GPU_BLOCKS,
+        **knobs,
+    ) as llm:
+        runner = llm.llm_engine.model_runner
+        if pad_eager:  # eager, on the very shapes the graphs were captured at
+            runner.decode_pad_sizes = capture_sizes(MAX_NUM_SEQS)
+        outs = llm.generate(make_prompts(PROMPT_LENS, seed=5), [greedy(m, ignore_eos=True) for m in MAX_TOKENS])
+        replays = None if runner.cuda_graphs is None else runner.cuda_graphs.num_replays
+    return [o.outputs[0].token_ids for o in outs], replays
 
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not ON_GPU, reason="needs a CUDA device")
 def test_gpu_graphs_give_the_greedy_tokens_of_eager():
     """float32: graphs against plain eager (other batch shapes can only round differently)."""
-    eager, llm_eager = _generate("float32", enforce_eager=True)
-    graphs, llm = _generate("float32")
-    assert llm_eager.llm_engine.model_runner.cuda_graphs is None
-    runner = llm.llm_engine.model_runner
-    assert runner.cuda_graphs is not None and runner.cuda_graphs.num_replays > 0  # the decodes did replay
+    eager, eager_replays = _generate("float32", enforce_eager=True)
+    graphs, replays = _generate("float32")
+    assert eager_replays is None
+    assert replays is not None and replays > 0  # the decodes did replay
     assert graphs == eager
 
 
@@ -133,6 +147,6 @@ def test_gpu_graphs_give_the_greedy_tokens_of_eager():
 def test_gpu_graphs_equal_eager_on_the_same_padded_shapes(dtype):
     """Eager on the captured (padded) shapes runs the same kernels as the replay: the same tokens in any dtype."""
     padded, _ = _generate(dtype, pad_eager=True, enforce_eager=True)
-    graphs, llm = _generate(dtype)
-    assert llm.llm_engine.model_runner.cuda_graphs.num_replays > 0
+    graphs, replays = _generate(dtype)
+    assert replays is not None and replays > 0
     assert graphs == padded

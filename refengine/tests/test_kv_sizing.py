@@ -240,22 +240,17 @@ def test_profile_run_drives_the_real_model(num_tokens: int, num_seqs: int) -> No
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 def test_gpu_engines_in_a_row_and_utilization() -> None:
-    import gc
-
     from refengine import LLMEngine
 
+    knobs = dict(device="cuda", max_model_len=4096, enforce_eager=True)  # (no graph capture: faster)
     sizes = []
     for _ in range(2):
-        e = LLMEngine(
-            "qwen2.5-0.5b", device="cuda", max_model_len=4096, enforce_eager=True
-        )  # (no graph capture: faster)
-        e.add_request("r", list(range(100, 164)), None)
-        while e.has_unfinished_requests():
-            e.step()
-        sizes.append(e.scheduler.config.num_gpu_blocks)
-        del e
-        gc.collect()
-    # the second engine is within a few percent of the first (its weights were already there: same accounting)
+        with LLMEngine("qwen2.5-0.5b", **knobs) as e:  # its memory goes back at the end of the block
+            e.add_request("r", list(range(100, 164)), None)
+            while e.has_unfinished_requests():
+                e.step()
+            sizes.append(e.scheduler.config.num_gpu_blocks)
+    # the second engine is within a few percent of the first (its weights were drawn again: same accounting)
     assert sizes[1] > 1000 and abs(sizes[1] - sizes[0]) <= 0.02 * sizes[0]
-    half = LLMEngine("qwen2.5-0.5b", device="cuda", max_model_len=4096, gpu_memory_utilization=0.45, enforce_eager=True)
-    assert 0.4 * sizes[0] < half.scheduler.config.num_gpu_blocks < 0.55 * sizes[0]
+    with LLMEngine("qwen2.5-0.5b", gpu_memory_utilization=0.45, **knobs) as half:
+        assert 0.4 * sizes[0] < half.scheduler.config.num_gpu_blocks < 0.55 * sizes[0]
