@@ -181,3 +181,29 @@ def test_perf_releases_each_configurations_engine_before_the_next(monkeypatch: p
         gc.enable()
     assert res.exit_code == 0, res.output
     assert alive_at_creation == [0, 0] and returned == [1, 2]
+
+
+def test_kept_preset_weights_last_until_the_block_ends(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`cbbench perf` keeps its model's weights between its engines (an 8B preset takes most of a minute to draw)
+    and gives them back when its runs are over."""
+    loads: list[str] = []
+
+    class FakeWeights(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.config = object()
+
+    def fake_load(model, *, device, dtype, seed, attention_backend):
+        loads.append(model)
+        return FakeWeights(), None
+
+    returned: list[torch.device] = []
+    monkeypatch.setattr("refengine.models.loader.load_model", fake_load)
+    monkeypatch.setattr(worker_mod, "return_device_memory", returned.append)
+    cuda = torch.device("cuda", 0)
+    key = ("llama-3.1-8b", cuda, torch.bfloat16, 0, "triton")
+    with worker_mod.keep_preset_weights():
+        worker_mod._preset_model(*key)  # the first engine's, dropped at once
+        worker_mod._preset_model(*key)  # the next engine's: the same weights
+        assert loads == ["llama-3.1-8b"] and returned == []
+    assert key not in worker_mod.shared_presets() and returned == [cuda]

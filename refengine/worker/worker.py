@@ -11,9 +11,11 @@ unless num_gpu_blocks is given, and every failure is told as the knob that cause
 from __future__ import annotations
 
 import collections
+import contextlib
 import gc
 import os
 import weakref
+from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 import torch
@@ -45,6 +47,9 @@ _LIVE_PRESETS: weakref.WeakValueDictionary[PresetKey, CausalLM] = weakref.WeakVa
 # hundreds) draw a preset's weights once; a device's never are, or a dropped engine would pin device memory
 _HOST_PRESETS: collections.OrderedDict[PresetKey, CausalLM] = collections.OrderedDict()
 HOST_PRESETS_KEPT = 2
+# weights held for a caller that makes engines of one model one after another (`keep_preset_weights`)
+_KEPT: dict[PresetKey, CausalLM] = {}
+_keepers = 0
 
 
 def _preset_model(
@@ -57,12 +62,32 @@ def _preset_model(
     if lm is None:
         lm, _ = load_model(model, device=device, dtype=dtype, seed=seed, attention_backend=backend)
         _LIVE_PRESETS[key] = lm
+    if _keepers:
+        _KEPT[key] = lm
     if device.type == "cpu":
         _HOST_PRESETS[key] = lm
         _HOST_PRESETS.move_to_end(key)
         while len(_HOST_PRESETS) > HOST_PRESETS_KEPT:
             _HOST_PRESETS.popitem(last=False)
     return lm, lm.config
+
+
+@contextlib.contextmanager
+def keep_preset_weights() -> Iterator[None]:
+    """Inside: the preset weights engines load stay loaded between them, until the (outermost) block ends. For a
+    caller that runs engine after engine on one model (`cbbench perf`'s configurations): drawing an 8B preset's
+    weights again for each one costs most of a minute. At the end the device's are given back."""
+    global _keepers
+    _keepers += 1
+    try:
+        yield
+    finally:
+        _keepers -= 1
+        if not _keepers:
+            devices = {key[1] for key in _KEPT}
+            _KEPT.clear()
+            for device in devices:
+                return_device_memory(device)
 
 
 def shared_presets() -> list[PresetKey]:
