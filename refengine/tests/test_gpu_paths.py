@@ -236,3 +236,15 @@ def test_gpu_serve_streams_and_drains_on_sigterm(tmp_path):
         assert "Traceback" not in (tmp_path / "serve.log").read_text()
     finally:
         stop_process(proc)
+
+
+def test_gpu_kernel_sweep_is_timed_by_graph_replay(tmp_path):
+    """`cbbench kernels` on the card: every shape timed by CUDA-graph replay over rotated inputs (the quick sweep
+    here; gpu_check runs the whole one), every time a positive number, the small decode's inputs rotated past L2."""
+    from cbbench.perf.bench.kernels import GRAPH_LAUNCHES, run_kernel_bench
+
+    df = run_kernel_bench(str(tmp_path / "k.csv"), quick=True)
+    assert set(df["timing"]) == {"cuda-graph"} and (df["launches"] == GRAPH_LAUNCHES).all()
+    assert (df["triton_ms"] > 0).all() and (df["sdpa_ms"] > 0).all()
+    small = df[(df["kind"] == "decode") & (df["batch"] == 8)]
+    assert (small["input_sets"] > 1).all()
