@@ -32,7 +32,7 @@ GPU_QWEN_RUNS=(
     "${_GPU_RUN[@]}" --batching static --peers hf-static
 )
 GPU_LLAMA_RUNS=(
-  @llama8b-sharegpt --model llama-3.1-8b --workload sharegpt --num-prompts 384 "${_GPU_RUN[@]}"
+  @llama8b-sharegpt --model llama-3.1-8b --workload sharegpt --num-prompts 320 "${_GPU_RUN[@]}"
     --batching continuous,static --peers none
   @llama8b-fixed --model llama-3.1-8b --workload fixed --workload-param input_len=1024,output_len=256
     --num-prompts 256 "${_GPU_RUN[@]}" --batching continuous,static --peers none

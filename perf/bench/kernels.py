@@ -37,7 +37,7 @@ BLOCK_SIZE = 16
 COPY_BYTES = 1 << 31  # 2 GiB: far past any L2, so the copy sees HBM
 GRAPH_LAUNCHES = 20  # calls captured in one graph: their launch gaps vanish, one replay amortises the rest
 GRAPH_REPLAYS = 10  # replays between two CUDA events: one sample
-GRAPH_SAMPLES = 5  # samples; the median is reported
+GRAPH_SAMPLES = 3  # samples; the median is reported
 ROTATE_BYTES = 256 << 20  # distinct inputs one graph's calls read: 5x an H200's L2, so each call reads HBM
 MAX_INPUT_SETS = 16  # at most this many input sets per shape (small shapes stay launch-bound anyway)
 

@@ -54,6 +54,9 @@ def main(argv: list[str]) -> int:
 
     out = Path(argv[1])
     sim_csv = out / "sim.csv"
+    if not Path(argv[0]).is_file():  # the real run failed or ran out of time: nothing to calibrate against
+        print(f"sim_calibration: no real run {argv[0]}", file=sys.stderr)
+        return 2
     try:
         app(["perf", *argv[2:], "--output", str(sim_csv), "--quiet"])
     except SystemExit as e:  # the CLI's own exit (it has printed its one-line error)
