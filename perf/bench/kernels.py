@@ -163,15 +163,16 @@ def graph_replay_ms(calls: Sequence[Callable[[], object]], launches: int = GRAPH
             calls[i % len(calls)]()
     graph.replay()
     torch.cuda.synchronize()
-    samples = []
+    samples: list[float] = []
     for _ in range(GRAPH_SAMPLES):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()  # type: ignore[no-untyped-call]
+        start = torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call]  # (unannotated in torch)
+        end = torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call]
+        start.record()
         for _ in range(GRAPH_REPLAYS):
             graph.replay()
-        end.record()  # type: ignore[no-untyped-call]
-        end.synchronize()  # type: ignore[no-untyped-call]
-        samples.append(start.elapsed_time(end) / (GRAPH_REPLAYS * launches))  # type: ignore[no-untyped-call]
+        end.record()
+        end.synchronize()
+        samples.append(float(start.elapsed_time(end)) / (GRAPH_REPLAYS * launches))
     del graph
     return statistics.median(samples)
 

@@ -3,9 +3,10 @@ KV pool, check memory, make a runner; and EngineParts, what every Device hands t
 
 Presets are pure functions of (name, seed, device, dtype, backend), so engines in one process share their weights
 (inference only) while one of them is alive, and a device's weights go with the last engine using them; a folder
-is read afresh each time. `empty_runner` and `return_device_memory` are the other end of an engine's life: what it allocated goes
-back to the device (LLMEngine.shutdown, or the engine's collection). The KV cache is sized from memory (refengine/kv_cache/kv_sizing.py)
-unless num_gpu_blocks is given, and every failure is told as the knob that caused it.
+is read afresh each time. `empty_runner` and `return_device_memory` are the other end of an engine's life: what it
+allocated goes back to the device (LLMEngine.shutdown, or the engine's collection). The KV cache is sized from
+memory (refengine/kv_cache/kv_sizing.py) unless num_gpu_blocks is given, and every failure is told as the knob
+that caused it.
 """
 
 from __future__ import annotations
