@@ -207,3 +207,24 @@ def test_kept_preset_weights_last_until_the_block_ends(monkeypatch: pytest.Monke
         worker_mod._preset_model(*key)  # the next engine's: the same weights
         assert loads == ["llama-3.1-8b"] and returned == []
     assert key not in worker_mod.shared_presets() and returned == [cuda]
+
+
+def test_engines_alive_at_interpreter_exit_leave_quietly() -> None:
+    """Engines still alive when the interpreter exits (one stepping asynchronously, one caught in a reference
+    cycle) are not released then (the process gives everything back): no traceback, no "Exception ignored"."""
+    import subprocess
+    import sys
+
+    script = (
+        "from refengine import LLM, LLMEngine\n"
+        "e = LLMEngine('tiny-qwen2', async_scheduling=True, num_gpu_blocks=64, max_model_len=128)\n"
+        "e.add_request('a', [1, 2, 3], None)\n"
+        "e.step()\n"
+        "llm = LLM('tiny-qwen2', num_gpu_blocks=64, max_model_len=128)\n"
+        "cycle = [llm]\n"
+        "cycle.append(cycle)\n"
+        "print('exiting')\n"
+    )
+    res = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0 and res.stdout.strip() == "exiting", res.stderr
+    assert "Traceback" not in res.stderr and "Exception ignored" not in res.stderr, res.stderr
