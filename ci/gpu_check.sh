@@ -11,7 +11,7 @@
 #   setup            60  venv on the image's torch, offline wheels (ci/gpu_wheels.sh), pip -e        ~30-60 s
 #   gpu-tests       100  pytest -m gpu in ONE process (-p no:xdist: each engine has the card to itself), every
 #                        engine's KV sized: the 20 tests that ran in 60 s, plus test_gpu_paths.py (~15 engines of
-#                        the test model, ~1-3 s each with graph capture; 3 of qwen2.5-0.5b, ~5 s each)     ~95 s
+#                        the test model, ~1-3 s each with graph capture; 4 of qwen2.5-0.5b, ~6 s each)     ~95 s
 #   kernels          30  cbbench kernels, the whole sweep (32 shapes), each timed by CUDA-graph replay:
 #                        20 launches x 10 replays x 3 samples, <1 s a shape, plus compiles (the quick sweep's
 #                        3 shapes took 12 s)                                                               ~25 s
