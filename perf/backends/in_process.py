@@ -28,6 +28,7 @@ from cbbench.perf.records import ENGINE_REQUEST_KEYS, ENGINE_STEP_KEYS, RequestR
 
 if TYPE_CHECKING:
     from cbbench.perf.plan.spec import RunSpec
+    from refengine import LLMEngine
 
 # the knobs a configuration may set (batching is a run's own column); generated from the config fields
 SWEEP_KNOBS = knob_names(exclude=("batching",))
@@ -103,9 +104,26 @@ def run_refengine(
 
     `max_concurrency` caps the requests in flight as `vllm bench serve --max-concurrency` does: a request that is
     due while the cap is full is added when a slot frees, and its arrival (TTFT's start) is that moment."""
-    from refengine import LLMEngine, SamplingParams
+    from refengine import LLMEngine
 
-    engine = LLMEngine(model, **engine_kwargs(device=device, dtype=dtype, seed=seed, batching=batching, knobs=knobs))
+    # shut down when the run ends: its device memory goes back before the next configuration's engine sizes its
+    # KV cache (`perf --like` runs every configuration of a baseline in this one process)
+    with LLMEngine(model, **engine_kwargs(device=device, dtype=dtype, seed=seed, batching=batching, knobs=knobs)) as e:
+        return _run_on(e, workload, batching, knobs, warmup, progress, max_concurrency)
+
+
+def _run_on(
+    engine: LLMEngine,
+    workload: Any,
+    batching: str,
+    knobs: Mapping[str, Any],
+    warmup: int,
+    progress: ProgressFn | None,
+    max_concurrency: int | None,
+) -> RunResult:
+    """run_refengine's run on an engine made for it."""
+    from refengine import SamplingParams
+
     sc = engine.scheduler.config
     result = RunResult(
         "refengine",
@@ -126,7 +144,7 @@ def run_refengine(
     def params(n: int) -> SamplingParams:  # (only finished outputs are read: FINAL_ONLY, as vLLM's offline runs)
         return SamplingParams(max_tokens=n, temperature=0.0, ignore_eos=True, output_kind=RequestOutputKind.FINAL_ONLY)
 
-    for i, prompt in enumerate(warmup_prompts(warmup, seed, engine.model_config.vocab_size)):
+    for i, prompt in enumerate(warmup_prompts(warmup, engine.config.seed, engine.model_config.vocab_size)):
         engine.add_request(f"warmup-{i}", prompt, params(WARMUP_OUTPUT_LEN + i))
     while engine.has_unfinished_requests():
         engine.step()

@@ -64,6 +64,9 @@ def main(argv: list[str]) -> int:
         return 2
     out = Path(argv[1])
     sim_csv = out / "sim.csv"
+    if not Path(argv[0]).is_file():  # the real run failed or ran out of time: nothing to calibrate against
+        print(f"sim_calibration: no real run {argv[0]}", file=sys.stderr)
+        return 2
     code = run_perf(argv[2:], sim_csv)
     if code:
         return code

@@ -57,6 +57,12 @@ class Grid:
                 self.events += self.runner.events
 
     def _serial(self, progress: RunProgress) -> Iterator[Outcome]:
+        from refengine.worker.worker import keep_preset_weights
+
+        with keep_preset_weights():  # one model's engines, one after another: its weights are drawn once
+            yield from self._serial_runs(progress)
+
+    def _serial_runs(self, progress: RunProgress) -> Iterator[Outcome]:
         for i in self.todo:
             spec = self.plan.specs[i]
             progress.start(spec.describe(), len(spec.workload))

@@ -59,6 +59,10 @@ def _stop_worker(
         thread.join(WORKER_JOIN_TIMEOUT_S)
 
 
+def _no_forward(out: SchedulerOutput) -> ModelRunnerOutput:
+    raise RuntimeError("the batch queue is shut down")
+
+
 class BatchQueue:
     def __init__(self, execute_model: Callable[[SchedulerOutput], ModelRunnerOutput]) -> None:
         self._execute_model = execute_model
@@ -97,5 +101,6 @@ class BatchQueue:
 
     def shutdown(self) -> None:
         """Stop the worker: the forward it runs finishes, steps not yet started are cancelled (their pop() raises
-        CancelledError). Idempotent."""
+        CancelledError). Idempotent. The queue lets go of the forward (the runner behind it) too."""
         self._finalizer()
+        self._execute_model = _no_forward

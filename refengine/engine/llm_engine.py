@@ -9,12 +9,16 @@ it processes step N's output (refengine/engine/batch_queue.py): outputs come bac
 The model (or `model_impl`), the sampler and the detokenizer factory come in through the constructor, so a
 benchmark or a test swaps one without patching. What the engine runs on, a real device or a simulated GPU, is its
 Device (`engine.platform`, refengine/worker/device.py), chosen once in the constructor.
+Lifetime: shutdown(), the end of a `with` block, or the engine's collection gives its device memory back (the KV
+caches, the CUDA graphs, the reference to the weights, then the allocator's cache), so that engines made one
+after another in a process each find the memory the last one used.
 """
 
 from __future__ import annotations
 
 import collections
 import logging
+import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -39,6 +43,13 @@ NewRequest = tuple[Any, ...]  # add_requests' entries: add_request's arguments, 
 logger = logging.getLogger(__name__)
 
 _SHUT_DOWN = "this LLMEngine has been shut down (shutdown(), or the end of its `with` block); create a new one"
+
+
+class _ReleasedRunner:
+    """Stands in for the model runner of a shut-down engine: it holds nothing, and runs nothing."""
+
+    def execute_model(self, scheduler_output: SchedulerOutput) -> ModelRunnerOutput:
+        raise RuntimeError(f"execute_model(): {_SHUT_DOWN}")
 
 
 class LLMEngine:
@@ -86,6 +97,7 @@ class LLMEngine:
         self.model_runner: Runner = self.platform.make_runner(
             cfg, num_rows=num_rows, sampler=sampler or sampler_module.sample
         )
+        self._released = False
         self.platform.warm_up(sc.block_size, self.max_model_len)
         self.processor = Processor(self.tokenizer, mc, sc, self.max_model_len)
         self._pending: list[RequestOutput] = []  # outputs of requests aborted between steps
@@ -182,8 +194,9 @@ class LLMEngine:
     def shutdown(self) -> list[RequestOutput]:
         """Stop the engine (idempotent; call it from the thread that steps it). The steps in flight are waited for
         and processed, so the tokens their forwards sampled are kept; then every unfinished request is aborted
-        (finish_reason "abort", `error` saying why, its KV blocks freed) and the async worker thread exits. Returns
-        those last outputs, as step() would have; later step() / add_request() calls raise RuntimeError."""
+        (finish_reason "abort", `error` saying why, its KV blocks freed) and the async worker thread exits; then its
+        device memory goes back (`_release`). Returns those last outputs, as step() would have; later step() /
+        add_request() calls raise RuntimeError."""
         if self._shut_down:
             return []
         outputs, self._pending = self._pending, []
@@ -201,7 +214,33 @@ class LLMEngine:
             self._shut_down = True
             if self.batch_queue is not None:
                 self.batch_queue.shutdown()
+            self._release()
         return outputs
+
+    def _release(self) -> None:
+        """Give the device memory back (idempotent): the Device empties the runner in place (its KV caches, host
+        swap space and CUDA graphs) and drops the model; the engine drops its own references to both, and only
+        then the Device returns what was freed (gc, torch.cuda.empty_cache), as nothing of the engine holds it."""
+        if self._released:
+            return
+        self._released = True
+        runner, self.model_runner = self.model_runner, _ReleasedRunner()  # (a stopped batch queue let go of it)
+        self.model = None
+        self.platform.release(runner)
+        del runner
+        self.platform.return_memory()
+
+    def __del__(self) -> None:
+        """Dropped without shutdown(): the memory goes back now, not at some later collection. Not at interpreter
+        exit (the process gives everything back, and the modules this needs may be gone)."""
+        if sys.is_finalizing() or getattr(self, "_released", True):
+            return
+        try:
+            if self.batch_queue is not None:
+                self.batch_queue.shutdown()
+            self._release()
+        except Exception:  # noqa: BLE001 (a finaliser must not raise; the memory goes back with the process)
+            logger.debug("releasing a dropped engine failed", exc_info=True)
 
     def __enter__(self) -> LLMEngine:
         return self

@@ -1,5 +1,7 @@
 """LLM: the offline entry point. generate() queues every prompt, steps the engine to completion and returns one
-whole RequestOutput per prompt, in order. `with LLM(...) as llm:` shuts the engine down at the end of the block."""
+whole RequestOutput per prompt, in order. `with LLM(...) as llm:` shuts the engine down at the end of the block,
+and its device memory goes back then (KV caches, CUDA graphs, the weights, the allocator's cache), as it does on
+shutdown() or when the LLM is dropped (LLMEngine's lifetime): a second LLM in the same process finds the card free."""
 
 from __future__ import annotations
 
@@ -23,7 +25,8 @@ class LLM:
         return self.llm_engine.tokenizer
 
     def shutdown(self) -> None:
-        """Stop the engine (LLMEngine.shutdown): its worker thread exits; later generate() calls raise."""
+        """Stop the engine (LLMEngine.shutdown): its worker thread exits, its device memory goes back; later
+        generate() calls raise."""
         self.llm_engine.shutdown()
 
     def __enter__(self) -> LLM:

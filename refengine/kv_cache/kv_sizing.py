@@ -12,8 +12,13 @@ On CUDA:
 
 The budget is per engine, as vLLM's gpu_memory_utilization is per instance: memory others hold (other processes,
 an engine of this process still alive) is not subtracted, but, as vLLM checks at start, it must leave
-total * gpu_memory_utilization free. The arithmetic is `kv_cache_budget` / `num_blocks_for_budget` (pure, tested
-on the CPU with mocked snapshots); `profile_kv_budget` does the measuring.
+total * gpu_memory_utilization free. "Free" is the driver's free memory plus what this process's caching allocator
+holds without using (reserved - allocated: blocks empty_cache could not hand back, a segment split by a live
+tensor): the allocator serves the KV cache from those first, so counting them as used would refuse a second engine
+its share of memory the first one left behind. A live engine's CUDA-graph pool is reserved and unused too, and
+counted as free the same way: beside a live engine with graphs, size the second one with num_gpu_blocks.
+The arithmetic is `kv_cache_budget` / `num_blocks_for_budget` (pure, tested on the CPU with mocked snapshots);
+`profile_kv_budget` does the measuring, through `probe_memory` (one place to fake the device in a test).
 
     |<---------------------------- total ----------------------------->|
     |<----------- total * gpu_memory_utilization ------------>|        |
@@ -53,6 +58,12 @@ class MemorySnapshot:
         """Used, but not through torch's allocator: CUDA context, cuBLAS/NCCL buffers, other processes."""
         return max(0, self.total - self.free - self.torch_reserved)
 
+    @property
+    def usable(self) -> int:
+        """What this process can still allocate: the driver's free memory plus the allocator's cached, unused
+        blocks (reserved - allocated), which it hands out before it asks the driver for more."""
+        return self.free + max(0, self.torch_reserved - self.torch_allocated)
+
 
 @dataclass(frozen=True)
 class KVBudget:
@@ -71,8 +82,8 @@ def kv_cache_budget(
     check_gpu_memory_utilization(gpu_memory_utilization)
     requested = int(before.total * gpu_memory_utilization)
     # vLLM checks free memory >= requested before it loads the weights; here they are loaded: count them as free
-    if before.free + weights < requested:
-        used = before.total - before.free - weights
+    if before.usable + weights < requested:
+        used = before.total - before.usable - weights
         raise ValueError(
             f"gpu_memory_utilization={gpu_memory_utilization} asks for {requested / GiB:.2f} GiB of the device's "
             f"{before.total / GiB:.2f} GiB, but {used / GiB:.2f} GiB are already used by others (another engine or "
@@ -106,11 +117,21 @@ def num_blocks_for_budget(
     return int(num_blocks)
 
 
+def probe_memory(device: torch.device) -> MemorySnapshot:
+    """The device's memory now, as the driver and this process's caching allocator see it (no collection)."""
+    free, total = torch.cuda.mem_get_info(device)
+    return MemorySnapshot(total, free, torch.cuda.memory_allocated(device), torch.cuda.memory_reserved(device))
+
+
+def usable_memory(device: torch.device) -> int:
+    """Bytes this process can still allocate on `device` (MemorySnapshot.usable)."""
+    return probe_memory(device).usable
+
+
 def take_snapshot(device: torch.device) -> MemorySnapshot:
     gc.collect()  # engines gone but caught in reference cycles free their tensors now
     torch.cuda.empty_cache()
-    free, total = torch.cuda.mem_get_info(device)
-    return MemorySnapshot(total, free, torch.cuda.memory_allocated(device), torch.cuda.memory_reserved(device))
+    return probe_memory(device)
 
 
 def model_bytes(model: torch.nn.Module) -> int:

@@ -41,6 +41,7 @@ class SimModelRunner:
         self.num_steps = 0
         self.busy_seconds = 0.0  # simulated seconds spent in steps (the clock also jumps over idle time)
         self.last_step: StepShape | None = None
+        self.step_time_scale = 1.0  # (sim_device.planted_slowdown: a gate test's planted regression)
 
     def execute_model(self, out: SchedulerOutput) -> ModelRunnerOutput:
         num_tokens = self.num_tokens
@@ -68,7 +69,7 @@ class SimModelRunner:
             else:
                 sampled.append([])
         step = StepShape(new_tokens, ctx, sum(1 for s in sampled if s))
-        seconds = self.cost_model.step_seconds(step)
+        seconds = self.cost_model.step_seconds(step) * self.step_time_scale
         self.clock.advance(seconds)
         self.num_steps += 1
         self.busy_seconds += seconds

@@ -12,6 +12,8 @@ where it first uses them.
 
 from __future__ import annotations
 
+import logging
+import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -20,6 +22,8 @@ from refengine.engine.clock import VirtualClock
 from refengine.sim.gpus import GPUS, GpuSpec, get_gpu
 from refengine.sim.pacing import StepPacer
 from refengine.sim.sim_memory import num_sim_blocks, sim_dtype, torch_dtype
+
+logger = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
     from refengine.config import EngineConfig
@@ -50,6 +54,27 @@ def parse_sim_device(device: str) -> GpuSpec:
     if key is None:
         raise ValueError(f"device {device!r} is not a simulated GPU; known: {', '.join(known_sim_devices())}")
     return get_gpu(key)
+
+
+# A test hook, not a knob: every simulated step takes this factor times the cost model's time, so a gate test can
+# plant a slowdown in a run the gate script makes in another process (perf/tests/test_gpu_gate.py). It is read
+# from the environment alone and warned about when set, so no real run carries it unseen.
+PLANTED_SLOWDOWN_ENV = "CBBENCH_SIM_PLANTED_SLOWDOWN"
+
+
+def planted_slowdown() -> float:
+    """The factor of PLANTED_SLOWDOWN_ENV (1.0 when unset); ValueError naming it for anything but a number > 0."""
+    raw = os.environ.get(PLANTED_SLOWDOWN_ENV)
+    if raw is None:
+        return 1.0
+    try:
+        factor = float(raw)
+    except ValueError:
+        factor = float("nan")
+    if not factor > 0 or factor == float("inf"):
+        raise ValueError(f"{PLANTED_SLOWDOWN_ENV}={raw!r}: a factor > 0 (a test hook; unset it for real runs)")
+    logger.warning("simulated steps take %s x the cost model's time (%s is set: a test hook)", factor, raw)
+    return factor
 
 
 @dataclass
@@ -117,7 +142,9 @@ class SimDevice:
             tensor_parallel_size=self.tensor_parallel_size,
         )
         mc = self.model_config
-        return SimModelRunner(cost, self.clock, sim_token_id(mc.eos_token_ids, mc.vocab_size))
+        runner = SimModelRunner(cost, self.clock, sim_token_id(mc.eos_token_ids, mc.vocab_size))
+        runner.step_time_scale = planted_slowdown()
+        return runner
 
     def make_batch_queue(self, execute_model: Callable[[SchedulerOutput], ModelRunnerOutput]) -> SimBatchQueue:
         from refengine.sim.runner import SimBatchQueue
@@ -126,6 +153,12 @@ class SimDevice:
 
     def warm_up(self, block_size: int, max_model_len: int) -> None:
         """Nothing to compile: no kernel runs."""
+
+    def release(self, runner: object) -> None:
+        """Nothing to release: a simulated GPU holds no memory."""
+
+    def return_memory(self) -> None:
+        """Nothing to return (see release)."""
 
     def make_pacer(self, step: Callable[[], list[RequestOutput]], time_scale: float | None = None) -> StepPacer:
         """Served, a simulated GPU runs in real time, or at `time_scale` simulated seconds per wall second (None:

@@ -186,8 +186,11 @@ MAX_NUM_BATCHED_TOKENS = 24
 NUM_GPU_BLOCKS = 256
 
 
-def _generate(dtype: str, pad_eager: bool = False, **knobs) -> tuple[list[list[int]], LLM]:
-    llm = LLM(
+def _generate(dtype: str, pad_eager: bool = False, **knobs) -> tuple[list[list[int]], dict[str, int | None]]:
+    """The greedy tokens, and what ran graphed: `replays` (None: no graphs), the mixed and decode-only steps and how
+    many of each replayed a graph. The engine is shut down before this returns: the next one is built on a card that
+    the first has given back."""
+    with LLM(
         "tiny-qwen2",
         device="cuda",
         dtype=dtype,
@@ -196,34 +199,38 @@ def _generate(dtype: str, pad_eager: bool = False, **knobs) -> tuple[list[list[i
         max_num_batched_tokens=MAX_NUM_BATCHED_TOKENS,
         num_gpu_blocks=NUM_GPU_BLOCKS,
         **knobs,
-    )
-    runner = llm.llm_engine.model_runner
-    if pad_eager:  # eager, on the very shapes the graphs were captured at
-        runner.pad_buckets = runner.graph_buckets
-    outs = llm.generate(make_prompts(PROMPT_LENS, seed=5), [greedy(m, ignore_eos=True) for m in MAX_TOKENS])
-    return [o.outputs[0].token_ids for o in outs], llm
+    ) as llm:
+        runner = llm.llm_engine.model_runner
+        if pad_eager:  # eager, on the very shapes the graphs were captured at
+            runner.pad_buckets = runner.graph_buckets
+        outs = llm.generate(make_prompts(PROMPT_LENS, seed=5), [greedy(m, ignore_eos=True) for m in MAX_TOKENS])
+        steps = list(llm.llm_engine.step_stats)
+        mixed = [s for s in steps if s.num_prefill_tokens and s.num_decode_tokens]
+        decode = [s for s in steps if s.num_decode_tokens and not s.num_prefill_tokens]
+        ran = {
+            "replays": None if runner.cuda_graphs is None else runner.cuda_graphs.num_replays,
+            "mixed": len(mixed),
+            "decode": len(decode),
+            "graphed": sum(bool(s.cuda_graph) for s in mixed + decode),
+        }
+    return [o.outputs[0].token_ids for o in outs], ran
 
 
-def _assert_mixed_steps_replayed(llm: LLM) -> None:
+def _assert_mixed_steps_replayed(ran: dict[str, int | None]) -> None:
     """The run had mixed steps (prefill chunks beside decodes) and decode-only ones, and every one replayed."""
-    steps = llm.llm_engine.step_stats
-    mixed = [s for s in steps if s.num_prefill_tokens and s.num_decode_tokens]
-    decode = [s for s in steps if s.num_decode_tokens and not s.num_prefill_tokens]
-    assert mixed and decode, "the workload must have mixed and decode-only steps"
-    assert all(s.cuda_graph for s in mixed + decode)
-    assert llm.llm_engine.model_runner.cuda_graphs.num_replays >= len(mixed) + len(decode)
+    assert ran["mixed"] and ran["decode"], "the workload must have mixed and decode-only steps"
+    assert ran["graphed"] == ran["mixed"] + ran["decode"]
+    assert ran["replays"] is not None and ran["replays"] >= ran["graphed"]
 
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not ON_GPU, reason="needs a CUDA device")
 def test_gpu_graphs_give_the_greedy_tokens_of_eager():
     """float32: graphs against plain eager (other batch shapes can only round differently), mixed steps included."""
-    eager, llm_eager = _generate("float32", enforce_eager=True)
-    assert llm_eager.llm_engine.model_runner.cuda_graphs is None
-    assert not any(s.cuda_graph for s in llm_eager.llm_engine.step_stats)
-    del llm_eager
-    graphs, llm = _generate("float32")
-    _assert_mixed_steps_replayed(llm)
+    eager, ran_eager = _generate("float32", enforce_eager=True)
+    assert ran_eager["replays"] is None and not ran_eager["graphed"]
+    graphs, ran = _generate("float32")
+    _assert_mixed_steps_replayed(ran)
     assert graphs == eager
 
 
@@ -233,10 +240,9 @@ def test_gpu_graphs_give_the_greedy_tokens_of_eager():
 def test_gpu_graphs_equal_eager_on_the_same_padded_shapes(dtype):
     """Eager on the captured (padded) shapes runs the same kernels as the replay: the same tokens in any dtype,
     on mixed steps as on decode-only ones."""
-    padded, llm_padded = _generate(dtype, pad_eager=True, enforce_eager=True)
-    del llm_padded
-    graphs, llm = _generate(dtype)
-    _assert_mixed_steps_replayed(llm)
+    padded, _ = _generate(dtype, pad_eager=True, enforce_eager=True)
+    graphs, ran = _generate(dtype)
+    _assert_mixed_steps_replayed(ran)
     assert graphs == padded
 
 
@@ -245,7 +251,7 @@ def test_gpu_graphs_equal_eager_on_the_same_padded_shapes(dtype):
 def test_gpu_one_device_sync_per_step():
     """torch's CUDA sync debug mode raises on any synchronizing call (a blocking copy either way, .item(), nonzero,
     a boolean mask) made inside execute_model, except the one allowed: the sampled ids' copy (_to_host)."""
-    llm = LLM(
+    with LLM(
         "tiny-qwen2",
         device="cuda",
         attention_backend="triton",
@@ -253,7 +259,11 @@ def test_gpu_one_device_sync_per_step():
         max_num_batched_tokens=MAX_NUM_BATCHED_TOKENS,
         num_gpu_blocks=NUM_GPU_BLOCKS,
         async_scheduling=False,  # (the debug mode is process-wide: keep every step on this thread)
-    )
+    ) as llm:
+        _assert_one_sync_per_step(llm)
+
+
+def _assert_one_sync_per_step(llm: LLM) -> None:
     runner = llm.llm_engine.model_runner
     execute, to_host = runner.execute_model, runner._to_host
 

@@ -130,10 +130,10 @@ def test_gpu_no_compile_after_engine_start() -> None:
         )
 
     # eager: every decode batch size goes through the kernels themselves, not a captured graph
-    llm = LLM(model="qwen2.5-0.5b", device="cuda", max_model_len=4096, num_gpu_blocks=4096, enforce_eager=True)
-    start = compiled()
-    assert start > 0
-    for n, out_len in ((1, 40), (3, 17), (37, 9), (130, 5)):
-        prompts = [[100 + i + j for j in range(5 + 31 * i % 300)] for i in range(n)]
-        llm.generate(prompts, SamplingParams(max_tokens=out_len, ignore_eos=True))
-    assert compiled() == start
+    with LLM(model="qwen2.5-0.5b", device="cuda", max_model_len=4096, num_gpu_blocks=4096, enforce_eager=True) as llm:
+        start = compiled()
+        assert start > 0
+        for n, out_len in ((1, 40), (3, 17), (37, 9), (130, 5)):
+            prompts = [[100 + i + j for j in range(5 + 31 * i % 300)] for i in range(n)]
+            llm.generate(prompts, SamplingParams(max_tokens=out_len, ignore_eos=True))
+        assert compiled() == start

@@ -224,6 +224,16 @@ class CudaGraphRunner:
         torch.cuda.synchronize(self.device)
         self.capture_seconds = time.perf_counter() - start
 
+    def release(self) -> None:
+        """Drop the graphs (and with them their memory pool) and the static buffers: what a shut-down engine must
+        not keep on the device. Idempotent; lookup() finds no bucket afterwards."""
+        self.graphs.clear()
+        self.kv_caches = []
+        empty = torch.empty(0, dtype=torch.int64)
+        self.input_ids = self.positions = self.slot_mapping = empty
+        self.query_start_loc = self.seq_lens = self.block_table = empty.int()
+        self.buckets = GraphBuckets(decode_sizes=(), mixed_sizes=(), max_num_seqs=0)
+
     def lookup(self, num_tokens: int, num_seqs: int) -> tuple[int, int] | None:
         return self.buckets.shape_of(num_tokens, num_seqs)
 

@@ -3,7 +3,8 @@
 A Device supplies all that differs between a real device and a simulated GPU: the engine's clock, the label that
 reports name the run by, the model parts (torch device, dtype, weights, attention backend, ModelConfig, tokenizer),
 how many KV blocks fit when num_gpu_blocks is not given, the memory check before anything is allocated, the model
-runner, the batch queue of async scheduling, and the pacer that serves it in real time (none on a real device).
+runner, the batch queue of async scheduling, the pacer that serves it in real time (none on a real device), and,
+at the end, the release of what the engine held on the device.
 `LocalDevice` is the CPU or a CUDA GPU; `SimDevice` (refengine/sim/sim_device.py) a simulated GPU. The engine keeps
 its Device as `engine.platform` (vLLM's name for the device-specific layer); nothing outside these two modules
 asks which kind it has: a caller that must tell them apart reads `platform.simulated`.
@@ -21,9 +22,11 @@ from refengine.sim.sim_device import SimDevice, is_sim_device
 from refengine.worker.worker import (
     EngineParts,
     check_engine_memory,
+    empty_runner,
     kv_budget_knob,
     load_on_device,
     make_model_runner,
+    return_device_memory,
     sized_num_blocks,
     warm_up_attention,
 )
@@ -101,6 +104,13 @@ class Device(Protocol):
     def make_batch_queue(self, execute_model: ExecuteModel) -> StepQueue: ...
     def warm_up(self, block_size: int, max_model_len: int) -> None: ...
     def make_pacer(self, step: EngineStep, time_scale: float | None = None) -> Pacer | None: ...
+    def release(self, runner: Runner) -> None:
+        """The engine shuts down: empty `runner` in place (its device buffers) and drop the model from `parts`."""
+        ...
+
+    def return_memory(self) -> None:
+        """After the engine has dropped its references too: hand what they held back to the device."""
+        ...
 
 
 @dataclass
@@ -147,6 +157,14 @@ class LocalDevice:
     def make_pacer(self, step: EngineStep, time_scale: float | None = None) -> None:
         """A real device needs no pacing: its steps take the time they take."""
         return None
+
+    def release(self, runner: Runner) -> None:
+        empty_runner(runner)
+        device, dtype, _, backend, mc, tokenizer = self.parts
+        self.parts = (device, dtype, None, backend, mc, tokenizer)
+
+    def return_memory(self) -> None:
+        return_device_memory(self.parts[0])
 
 
 def make_device(cfg: EngineConfig, model_impl: torch.nn.Module | None = None) -> Device:

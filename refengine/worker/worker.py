@@ -2,20 +2,27 @@
 KV pool, check memory, make a runner; and EngineParts, what every Device hands the engine.
 
 Presets are pure functions of (name, seed, device, dtype, backend), so engines in one process share their weights
-(inference only); a folder is read afresh each time. The KV cache is sized from memory (refengine/kv_cache/kv_sizing.py)
-unless num_gpu_blocks is given, and every failure is told as the knob that caused it.
+(inference only) while one of them is alive, and a device's weights go with the last engine using them; a folder
+is read afresh each time. `empty_runner` and `return_device_memory` are the other end of an engine's life: what it
+allocated goes back to the device (LLMEngine.shutdown, or the engine's collection). The KV cache is sized from
+memory (refengine/kv_cache/kv_sizing.py) unless num_gpu_blocks is given, and every failure is told as the knob
+that caused it.
 """
 
 from __future__ import annotations
 
-import functools
+import collections
+import contextlib
+import gc
 import os
+import weakref
+from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 import torch
 
 from refengine.config import EngineConfig, SchedulerConfig
-from refengine.kv_cache.kv_sizing import default_num_gpu_blocks
+from refengine.kv_cache.kv_sizing import default_num_gpu_blocks, usable_memory
 from refengine.limits import cdiv
 from refengine.models.decoder import CausalLM
 from refengine.models.model_config import ModelConfig
@@ -34,13 +41,59 @@ def kv_bytes_per_block(mc: ModelConfig, block_size: int, dtype: torch.dtype) -> 
     return 2 * mc.num_hidden_layers * block_size * mc.num_key_value_heads * mc.head_dim * elem
 
 
-@functools.lru_cache(maxsize=2)
+PresetKey = tuple[str, torch.device, torch.dtype, int, str]  # (preset, device, dtype, seed, attention backend)
+# weights an engine of this process still uses: held weakly, so a device's weights go with the last engine on them
+_LIVE_PRESETS: weakref.WeakValueDictionary[PresetKey, CausalLM] = weakref.WeakValueDictionary()
+# host weights are also kept strongly, the newest few: engines made one after another (the CPU tests make
+# hundreds) draw a preset's weights once; a device's never are, or a dropped engine would pin device memory
+_HOST_PRESETS: collections.OrderedDict[PresetKey, CausalLM] = collections.OrderedDict()
+HOST_PRESETS_KEPT = 2
+# weights held for a caller that makes engines of one model one after another (`keep_preset_weights`)
+_KEPT: dict[PresetKey, CausalLM] = {}
+_keepers = 0
+
+
 def _preset_model(
     model: str, device: torch.device, dtype: torch.dtype, seed: int, backend: str
 ) -> tuple[CausalLM, ModelConfig]:
     from refengine.models.loader import load_model
 
-    return load_model(model, device=device, dtype=dtype, seed=seed, attention_backend=backend)
+    key = (model, device, dtype, seed, backend)
+    lm = _LIVE_PRESETS.get(key)
+    if lm is None:
+        lm, _ = load_model(model, device=device, dtype=dtype, seed=seed, attention_backend=backend)
+        _LIVE_PRESETS[key] = lm
+    if _keepers:
+        _KEPT[key] = lm
+    if device.type == "cpu":
+        _HOST_PRESETS[key] = lm
+        _HOST_PRESETS.move_to_end(key)
+        while len(_HOST_PRESETS) > HOST_PRESETS_KEPT:
+            _HOST_PRESETS.popitem(last=False)
+    return lm, lm.config
+
+
+@contextlib.contextmanager
+def keep_preset_weights() -> Iterator[None]:
+    """Inside: the preset weights engines load stay loaded between them, until the (outermost) block ends. For a
+    caller that runs engine after engine on one model (`cbbench perf`'s configurations): drawing an 8B preset's
+    weights again for each one costs most of a minute. At the end the device's are given back."""
+    global _keepers
+    _keepers += 1
+    try:
+        yield
+    finally:
+        _keepers -= 1
+        if not _keepers:
+            devices = {key[1] for key in _KEPT}
+            _KEPT.clear()
+            for device in devices:
+                return_device_memory(device)
+
+
+def shared_presets() -> list[PresetKey]:
+    """The preset weights this process holds now (those of live engines, and the host's newest)."""
+    return list(_LIVE_PRESETS.keys())
 
 
 def _load_model_cached(
@@ -124,13 +177,13 @@ def _host_memory_total() -> int:
 
 
 def check_memory(device: torch.device, needs: list[tuple[str, int, torch.device]]) -> None:
-    """The engine's up-front buffers, as (knob that sizes it, bytes, device), must fit: on CUDA in the memory free
-    now, on the host in its physical memory (not what is free this moment: pages are committed lazily, and a busy
+    """The engine's up-front buffers, as (knob that sizes it, bytes, device), must fit: on CUDA in the memory this
+    process can still allocate now (kv_sizing.usable_memory), on the host in its physical memory (not what is free this moment: pages are committed lazily, and a busy
     shared machine must not turn a good config into an error). Otherwise ValueError naming the knob, instead of a
     failed allocation or, on the host, a later OOM kill."""
     room = {"cpu": _host_memory_total()}
     if device.type == "cuda":
-        room["cuda"] = torch.cuda.mem_get_info(device)[0]
+        room["cuda"] = usable_memory(device)  # the allocator's cached, unused blocks count: it reuses them first
     for name, nbytes, where in needs:
         left = room[where.type]
         if nbytes > left:
@@ -193,3 +246,24 @@ def warm_up_attention(parts: EngineParts, block_size: int, max_model_len: int) -
     warmup_attention_kernels(
         mc.num_attention_heads, mc.num_key_value_heads, mc.head_dim, block_size, dtype, max_model_len, device
     )
+
+
+def empty_runner(runner: object) -> None:
+    """An engine shuts down: empty its runner's device buffers in place (the KV caches, the pinned host swap space,
+    the CUDA graphs and their pool), so that a reference someone else keeps to the runner pins no device memory."""
+    from refengine.worker.model_runner import ModelRunner
+
+    if not isinstance(runner, ModelRunner):  # (a stand-in runner of a test or a benchmark: nothing of ours)
+        return
+    if runner.cuda_graphs is not None:
+        runner.cuda_graphs.release()
+    runner.kv_caches.clear()  # (the list the graphs share: cleared in place, not replaced)
+    runner.host_caches.clear()
+
+
+def return_device_memory(device: torch.device) -> None:
+    """Once nothing holds an engine's tensors: on CUDA collect (a reference cycle may still hold one) and hand the
+    caching allocator's unused blocks back to the driver, for other processes and the next engine's sizing."""
+    if device.type == "cuda":
+        gc.collect()
+        torch.cuda.empty_cache()
