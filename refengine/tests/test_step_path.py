@@ -78,6 +78,7 @@ def private_reaches(root: Path, packages: tuple[str, ...]) -> list[str]:
                 and len(node.args) >= 2
                 and isinstance(node.args[1], ast.Constant)
                 and isinstance(node.args[1].value, str)
+                and not (isinstance(node.args[0], ast.Name) and node.args[0].id in ("self", "cls"))  # its own
             ):
                 attr = node.args[1].value
             if attr is not None and attr.startswith("_") and not attr.startswith("__"):
