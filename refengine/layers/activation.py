@@ -1,7 +1,9 @@
-"""SiLU-and-mul, SwiGLU's gate over the merged gate_up projection (vLLM's layers/activation.py `SiluAndMul`):
+"""SiLU-and-mul, SwiGLU's gate over the merged gate_up projection (vLLM's layers/activation.py `SiluAndMul`).
+
 x [T, 2 * intermediate] (gate | up) -> silu(gate) * up [T, intermediate]. The Triton kernel
 (cbbench.kernels.activation) runs with the triton attention backend; the torch path is the oracle
-(cbbench.kernels.reference), which does not import Triton."""
+(cbbench.kernels.reference), which does not import Triton.
+"""
 
 from __future__ import annotations
 
