@@ -6,8 +6,8 @@ torch.profiler over one forward of a preset: a mixed step (a prefill chunk besid
 filled the cache), for
 
 - refengine with the torch attention backend: the layers run the kernels' torch oracles (kernels/reference.py);
-- refengine with the triton backend (the GPU's path; here through TRITON_INTERPRET=1, so at a tiny shape): the
-  fused Triton kernels and the merged GEMMs;
+- refengine with the triton backend (the GPU's path: on a GPU when there is one, else through TRITON_INTERPRET=1,
+  so at a tiny shape): the fused Triton kernels and the merged GEMMs;
 - the transformers twin (same weights, eager attention, one sequence): op for op what refengine's decoder computed
   before its projections were merged and its norms, RoPE and SiLU-and-mul fused, so its counts are the "before".
 
@@ -201,7 +201,9 @@ def _profile(
     return _count(prof.events(), path, num_layers)
 
 
-def _meta(seqs: list[tuple[int, int]], block_tables: list[list[int]]) -> tuple[torch.Tensor, AttentionMetadata]:
+def _meta(
+    seqs: list[tuple[int, int]], block_tables: list[list[int]], device: torch.device
+) -> tuple[torch.Tensor, AttentionMetadata]:
     """seqs: (tokens already cached, new tokens) per sequence, with their block tables -> positions, metadata."""
     positions: list[int] = []
     slots: list[int] = []
@@ -214,16 +216,16 @@ def _meta(seqs: list[tuple[int, int]], block_tables: list[list[int]]) -> tuple[t
         seq_lens.append(start + n)
     width = max(len(t) for t in block_tables)
     meta = AttentionMetadata(
-        slot_mapping=torch.tensor(slots, dtype=torch.int64),
-        query_start_loc=torch.tensor(qsl, dtype=torch.int32),
-        seq_lens=torch.tensor(seq_lens, dtype=torch.int32),
-        block_table=torch.tensor([t + [0] * (width - len(t)) for t in block_tables], dtype=torch.int32),
+        slot_mapping=torch.tensor(slots, dtype=torch.int64, device=device),
+        query_start_loc=torch.tensor(qsl, dtype=torch.int32, device=device),
+        seq_lens=torch.tensor(seq_lens, dtype=torch.int32, device=device),
+        block_table=torch.tensor([t + [0] * (width - len(t)) for t in block_tables], dtype=torch.int32, device=device),
         max_query_len=max(n for _, n in seqs),
         max_seq_len=max(seq_lens),
         query_start_loc_cpu=qsl,
         seq_lens_cpu=seq_lens,
     )
-    return torch.tensor(positions, dtype=torch.int64), meta
+    return torch.tensor(positions, dtype=torch.int64, device=device), meta
 
 
 def count_refengine(config: ModelConfig, backend: str, *, seed: int = 0) -> tuple[LaunchCount, CausalLM]:
@@ -242,26 +244,32 @@ def count_refengine(config: ModelConfig, backend: str, *, seed: int = 0) -> tupl
         import cbbench.kernels.unified_attention as ua
 
         attention = [(rc, "reshape_and_cache"), (ua, "unified_attention")]
+    # the triton path on a GPU when there is one (compiled kernels need CUDA tensors), else in the interpreter
+    device = torch.device("cuda" if backend == "triton" and torch.cuda.is_available() else "cpu")
     with _function_ranges(attention, ATTENTION_RANGE):
-        model = build_random_model(config, seed=seed, attention_backend=backend)
+        model = build_random_model(config, seed=seed, attention_backend=backend, device=device)
     blocks_per_seq = -(-(PREFILL_LEN + 1) // BLOCK_SIZE)
     num_seqs = 1 + NUM_DECODES
     shape = (num_seqs * blocks_per_seq + 1, BLOCK_SIZE, config.num_key_value_heads, config.head_dim)
     dtype = model.lm_head.weight.dtype
-    kv_caches = [(torch.zeros(shape, dtype=dtype), torch.zeros(shape, dtype=dtype)) for _ in model.model.layers]
+    kv_caches = [
+        (torch.zeros(shape, dtype=dtype, device=device), torch.zeros(shape, dtype=dtype, device=device))
+        for _ in model.model.layers
+    ]
     tables = [list(range(i * blocks_per_seq, (i + 1) * blocks_per_seq)) for i in range(num_seqs)]
     gen = torch.Generator().manual_seed(seed)
 
-    def run(seqs: list[tuple[int, int]], seq_tables: list[list[int]]) -> None:
-        positions, meta = _meta(seqs, seq_tables)
-        ids = torch.randint(0, config.vocab_size, (positions.shape[0],), generator=gen)
-        model(ids, positions, kv_caches, meta)
+    def inputs(seqs: list[tuple[int, int]], seq_tables: list[list[int]]) -> tuple[Any, ...]:
+        positions, meta = _meta(seqs, seq_tables, device)
+        ids = torch.randint(0, config.vocab_size, (positions.shape[0],), generator=gen).to(device)
+        return ids, positions, kv_caches, meta
 
     with torch.inference_mode():  # the decodes' contexts: NUM_DECODES prompts of PREFILL_LEN
-        run([(0, PREFILL_LEN)] * NUM_DECODES, tables[1:])
-    step = [(0, CHUNK_LEN)] + [(PREFILL_LEN, 1)] * NUM_DECODES
-    path = f"refengine {backend}" + (" (interpreted)" if backend == "triton" and not torch.cuda.is_available() else "")
-    count = _profile(lambda: run(step, tables), model, path, config.num_hidden_layers, backend == "triton", [])
+        model(*inputs([(0, PREFILL_LEN)] * NUM_DECODES, tables[1:]))
+    step = inputs([(0, CHUNK_LEN)] + [(PREFILL_LEN, 1)] * NUM_DECODES, tables)
+    interpreted = backend == "triton" and device.type == "cpu"
+    path = f"refengine {backend}" + (" (interpreted)" if interpreted else "")
+    count = _profile(lambda: model(*step), model, path, config.num_hidden_layers, backend == "triton", [])
     return count, model
 
 
@@ -271,6 +279,7 @@ def count_transformers(model: CausalLM, config: ModelConfig) -> LaunchCount:
 
     hf = to_hf_model(model, config)
     ids = torch.randint(0, config.vocab_size, (1, CHUNK_LEN), generator=torch.Generator().manual_seed(0))
+    ids = ids.to(model.lm_head.weight.device)
     # transformers looks its attention function up in the model's module at every call
     attention = [(sys.modules[type(hf.model.layers[0].self_attn).__module__], "eager_attention_forward")]
     return _profile(lambda: hf(ids), hf, "transformers (eager)", config.num_hidden_layers, False, attention)
