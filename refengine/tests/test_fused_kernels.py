@@ -203,3 +203,32 @@ def test_triton_backend_model_matches_torch_backend():
         paged.forward(model, [(0, list(range(1, 10)))])
         logits[backend] = paged.forward(model, [(1, list(range(20, 27))), (0, [11])])  # a chunk and a decode
     torch.testing.assert_close(logits["triton"], logits["torch"], atol=1e-4, rtol=0)  # test_model.LOGITS_ATOL
+
+
+# ---------------------------------------------------------------- GPU: real shapes, one row per program
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_gpu_fused_kernels_at_llama8b_shapes(dtype):
+    """The compiled kernels at Llama-3.1-8B's shapes (hidden 4096, 32 + 8 heads of 128, intermediate 14336)."""
+    g = torch.Generator().manual_seed(7)
+    n, hidden, heads, head_dim, inter = 300, 4096, 40, 128, 14336
+    x, residual = (torch.randn(n, hidden, generator=g).to(dtype).cuda() for _ in range(2))
+    weight = (1 + 0.2 * torch.randn(hidden, generator=g)).to(dtype).cuda()
+    _assert_close(rms_norm(x, weight, 1e-5), rms_norm_ref(x, weight, 1e-5))
+    want_out, want_residual = fused_add_rms_norm_ref(x, residual, weight, 1e-5)
+    out, new_residual = fused_add_rms_norm(x.clone(), residual.clone(), weight, 1e-5)
+    assert torch.equal(new_residual, want_residual)
+    _assert_close(out, want_out)
+    config = PRESETS["llama-3.1-8b"]
+    rope = RotaryEmbedding(rope_inv_freq(config), config.max_position_embeddings)
+    cache = rope.cos_sin_cache(torch.device("cuda"), dtype)
+    qkv = torch.randn(n, (heads + 8) * head_dim, generator=g).to(dtype).cuda()
+    qk = qkv[:, : heads * head_dim].view(n, heads, head_dim)
+    positions = torch.randint(0, config.max_position_embeddings, (n,), generator=g).cuda()
+    want = rotary_embedding_ref(positions, qk, cache)
+    _assert_close(rotary_embedding(positions, qk, cache), want)
+    gate_up = torch.randn(n, 2 * inter, generator=g).to(dtype).cuda() * 3
+    _assert_close(silu_and_mul(gate_up), silu_and_mul_ref(gate_up))
