@@ -12,9 +12,8 @@ import torch
 import triton
 import triton.language as tl
 
-from cbbench.kernels.triton_common import cast_rne, check_launchable, is_interpreted, rows_per_program
+from cbbench.kernels.triton_common import FLOAT_DTYPES, cast_rne, check_launchable, is_interpreted, rows_per_program
 
-_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 BLOCK_D = 1024  # columns per program: a row of an 8B model's MLP (14336) takes 14 programs, each 4 per thread
 
 
@@ -50,7 +49,7 @@ def silu_and_mul(x: torch.Tensor) -> torch.Tensor:
         raise ValueError(f"silu_and_mul: x must be [num_tokens, 2 * d], got {x.shape}")
     if x.stride(1) != 1:
         raise ValueError(f"silu_and_mul: x must be contiguous in its last dim, got strides {x.stride()}")
-    if x.dtype not in _DTYPES:
+    if x.dtype not in FLOAT_DTYPES:
         raise ValueError(f"silu_and_mul: unsupported dtype {x.dtype}")
     d = x.shape[1] // 2
     out = torch.empty((x.shape[0], d), dtype=x.dtype, device=x.device)

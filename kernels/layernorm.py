@@ -16,10 +16,7 @@ import torch
 import triton
 import triton.language as tl
 
-from cbbench.kernels.triton_common import cast_rne, check_launchable, is_interpreted, rows_per_program
-
-_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
-
+from cbbench.kernels.triton_common import FLOAT_DTYPES, cast_rne, check_launchable, is_interpreted, rows_per_program
 
 # num_rows changes from step to step: unspecialized, so a new step size compiles nothing (see
 # kernels/unified_attention_kernels.py DO_NOT_SPECIALIZE). Every other int is fixed by the model.
@@ -88,7 +85,7 @@ def _check_rows(x: torch.Tensor, weight: torch.Tensor, name: str) -> None:
         raise ValueError(
             f"{name}: x and weight must be contiguous in hidden, got strides {x.stride()} / {weight.stride()}"
         )
-    if x.dtype not in _DTYPES or weight.dtype != x.dtype:
+    if x.dtype not in FLOAT_DTYPES or weight.dtype != x.dtype:
         raise ValueError(f"{name}: x and weight must share a float dtype, got {x.dtype} / {weight.dtype}")
     if weight.device != x.device:
         raise ValueError(f"{name}: x and weight are on {x.device} / {weight.device}")

@@ -19,10 +19,8 @@ import torch
 import triton
 import triton.language as tl
 
-from cbbench.kernels.triton_common import check_launchable
+from cbbench.kernels.triton_common import FLOAT_DTYPES, INDEX_DTYPES, check_launchable
 
-_CACHE_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
-_INDEX_DTYPES = (torch.int32, torch.int64)
 # older Triton has no do_not_specialize_on_alignment: there the pointer stays specialized (a possible extra variant)
 _JIT_OPTIONS = (
     {"do_not_specialize_on_alignment": ["slot_mapping_ptr"]}
@@ -93,10 +91,10 @@ def reshape_and_cache(
         raise ValueError(f"cache heads/head_dim {tuple(k_cache.shape[2:])} do not match k {(num_kv_heads, head_dim)}")
     if slot_mapping.dim() != 1 or slot_mapping.shape[0] != num_tokens or not slot_mapping.is_contiguous():
         raise ValueError(f"slot_mapping must be a contiguous [{num_tokens}], got {tuple(slot_mapping.shape)}")
-    if slot_mapping.dtype not in _INDEX_DTYPES:
+    if slot_mapping.dtype not in INDEX_DTYPES:
         raise ValueError(f"slot_mapping must be int32/int64, got {slot_mapping.dtype}")
-    if k_cache.dtype not in _CACHE_DTYPES:
-        raise ValueError(f"cache dtype must be one of {_CACHE_DTYPES}, got {k_cache.dtype}")
+    if k_cache.dtype not in FLOAT_DTYPES:
+        raise ValueError(f"cache dtype must be one of {FLOAT_DTYPES}, got {k_cache.dtype}")
     if not k.dtype == v.dtype == k_cache.dtype == v_cache.dtype:
         raise ValueError(
             f"k/v/k_cache/v_cache dtypes must match, got {k.dtype}/{v.dtype}/{k_cache.dtype}/{v_cache.dtype}"

@@ -18,11 +18,14 @@ import torch
 import triton
 import triton.language as tl
 
-from cbbench.kernels.triton_common import cast_rne, check_launchable, is_interpreted, rows_per_program
-
-_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
-_INDEX_DTYPES = (torch.int32, torch.int64)
-
+from cbbench.kernels.triton_common import (
+    FLOAT_DTYPES,
+    INDEX_DTYPES,
+    cast_rne,
+    check_launchable,
+    is_interpreted,
+    rows_per_program,
+)
 
 DO_NOT_SPECIALIZE = ("num_tokens",)  # changes from step to step (kernels/layernorm.py)
 
@@ -78,7 +81,7 @@ def rotary_embedding(positions: torch.Tensor, x: torch.Tensor, cos_sin_cache: to
         raise ValueError(
             f"rotary_embedding: cos_sin_cache must be [max_position, {x.shape[2]}], got {cos_sin_cache.shape}"
         )
-    if positions.dim() != 1 or positions.shape[0] != x.shape[0] or positions.dtype not in _INDEX_DTYPES:
+    if positions.dim() != 1 or positions.shape[0] != x.shape[0] or positions.dtype not in INDEX_DTYPES:
         raise ValueError(
             f"rotary_embedding: positions must be int32/int64 [{x.shape[0]}], got {positions.dtype} {positions.shape}"
         )
@@ -87,7 +90,7 @@ def rotary_embedding(positions: torch.Tensor, x: torch.Tensor, cos_sin_cache: to
             "rotary_embedding: x and cos_sin_cache must be contiguous in head_dim and positions contiguous, got "
             f"strides {x.stride()} / {cos_sin_cache.stride()} / {positions.stride()}"
         )
-    if x.dtype not in _DTYPES or cos_sin_cache.dtype != x.dtype:
+    if x.dtype not in FLOAT_DTYPES or cos_sin_cache.dtype != x.dtype:
         raise ValueError(
             f"rotary_embedding: x and cos_sin_cache must share a float dtype, got {x.dtype} / {cos_sin_cache.dtype}"
         )

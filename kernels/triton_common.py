@@ -18,6 +18,9 @@ def is_interpreted(kernel: object) -> bool:
     return type(kernel).__name__ == "InterpretedFunction"
 
 
+FLOAT_DTYPES = (torch.float32, torch.float16, torch.bfloat16)  # what the kernels compute in and store
+INDEX_DTYPES = (torch.int32, torch.int64)  # slot mappings, positions, query_start_loc, seq_lens, block tables
+
 # Rows (tokens) per program of the row-wise kernels (layernorm, rotary embedding, SiLU-and-mul). On a GPU one row
 # per program, as vLLM's; the interpreter runs programs one after another at a fixed cost each (milliseconds), so
 # there one program takes a tile of up to this many rows and an engine step under TRITON_INTERPRET stays quick.

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 import torch
 import triton
 
-from cbbench.kernels.triton_common import check_launchable, is_interpreted
+from cbbench.kernels.triton_common import FLOAT_DTYPES, INDEX_DTYPES, check_launchable, is_interpreted
 from cbbench.kernels.unified_attention_kernels import _reduce_segments_kernel, _unified_attention_kernel
 
 LOG2E = 1.4426950408889634  # the kernel works in base 2: exp(x * scale) == exp2(x * scale * log2(e))
@@ -37,8 +37,6 @@ PROGRAMS_PER_SM = 2  # aim for about two resident programs per SM before splitti
 MIN_TILES_PER_SEGMENT = 2  # a segment shorter than this is dominated by its fixed cost and the reduce
 MAX_KV_SEGMENTS = 16  # partial buffers grow with this; 16 already fills an H100/H200 from a single sequence
 INTERPRETER_NUM_SMS = 2  # a pretend SM count under TRITON_INTERPRET, so small CPU tests reach the split path
-_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
-_INDEX_DTYPES = (torch.int32, torch.int64)
 
 
 @functools.cache
@@ -148,7 +146,7 @@ def _check_inputs(
         raise ValueError(f"num_heads {num_heads} is not a multiple of num_kv_heads {num_kv_heads}")
     if not q.dtype == k_cache.dtype == v_cache.dtype:
         raise ValueError(f"q/k_cache/v_cache dtypes differ: {q.dtype}/{k_cache.dtype}/{v_cache.dtype}")
-    if q.dtype not in _DTYPES:
+    if q.dtype not in FLOAT_DTYPES:
         raise ValueError(f"unsupported dtype {q.dtype}")
     if not out.dtype.is_floating_point:
         raise ValueError(f"out must be floating point, got {out.dtype}")
@@ -165,9 +163,9 @@ def _check_inputs(
     if block_table.stride(1) != 1:
         raise ValueError(f"block_table rows must be contiguous, got strides {block_table.stride()}")
     if (
-        query_start_loc.dtype not in _INDEX_DTYPES
-        or seq_lens.dtype not in _INDEX_DTYPES
-        or block_table.dtype not in _INDEX_DTYPES
+        query_start_loc.dtype not in INDEX_DTYPES
+        or seq_lens.dtype not in INDEX_DTYPES
+        or block_table.dtype not in INDEX_DTYPES
     ):
         raise ValueError(
             "query_start_loc/seq_lens/block_table must be int32/int64, got "
