@@ -1,6 +1,6 @@
-"""Pure-torch paged attention and KV store: the engine's CPU backend and the single oracle for the Triton kernels.
+"""Pure torch: the engine's CPU backend and the single oracle of every Triton kernel in kernels/.
 
-Layout (vLLM's):
+Paged attention and the KV store, in vLLM's layout:
     q, out          [num_tokens, num_heads, head_dim]
     k, v            [num_tokens, num_kv_heads, head_dim]       the new tokens of this step
     k_cache/v_cache [num_blocks, block_size, num_kv_heads, head_dim]
@@ -11,6 +11,10 @@ Layout (vLLM's):
 
 Query token j of seq i (query length n_q) sits at absolute position seq_lens[i] - n_q + j and attends
 causally to every cached key at positions 0..that position. Math is done in float32 whatever the cache dtype.
+
+The decoder layer's other kernels (RMSNorm with and without the residual add, rotary embedding, SiLU-and-mul) follow
+transformers' modeling_llama / modeling_qwen2 op for op: each intermediate that transformers rounds to the model
+dtype is rounded here too, so that float32 and bfloat16 results agree with Hugging Face's to rounding.
 """
 
 from __future__ import annotations
@@ -118,3 +122,46 @@ def prefill_attention_ref(
         mask = torch.arange(kv_len, device=q.device)[None, :] <= q_pos[:, None]  # [n, K]
         o = _attend(q[qsl[i] : qsl[i + 1]][None], k, v, mask[None], scale)
         out[qsl[i] : qsl[i + 1]] = o[0].to(out.dtype)
+
+
+# ---------------------------------------------------------------- the decoder layer's elementwise kernels
+
+
+def rms_norm_ref(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    """RMSNorm of x [num_tokens, hidden]: the mean square in float32, the normed value rounded to x's dtype, then
+    scaled by `weight` [hidden] (the model dtype) in that dtype (transformers' LlamaRMSNorm)."""
+    xf = x.float()
+    rstd = xf.pow(2).mean(-1, keepdim=True).add_(eps).rsqrt_()  # [T, 1] float32
+    normed = xf * rstd if x.dtype == torch.float32 else (xf * rstd).to(x.dtype)
+    return normed.mul_(weight)  # (weight * normed, bit for bit: one product rounded once)
+
+
+def fused_add_rms_norm_ref(
+    x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(RMSNorm(x + residual), x + residual): the residual add of a decoder layer fused with the next norm, as
+    vLLM's fused_add_rms_norm. The sum is rounded to the model dtype before it is normed (as the unfused add)."""
+    residual = x + residual
+    return rms_norm_ref(residual, weight, eps), residual
+
+
+def rotary_embedding_ref(positions: torch.Tensor, x: torch.Tensor, cos_sin_cache: torch.Tensor) -> torch.Tensor:
+    """Neox-style (rotate-half) RoPE of x [num_tokens, num_heads, head_dim] at `positions` [num_tokens]; returns a
+    new tensor. cos_sin_cache [max_position, head_dim] holds cos(position * inv_freq) in its first half and the sines
+    in its second, in the model dtype (transformers casts cos and sin to it before use).
+
+    The queries and the keys are rotated alike, so a caller passes them as one tensor of num_heads + num_kv_heads
+    heads when they are adjacent (the merged qkv projection's output). Each product is rounded to the model dtype
+    before the sum, as transformers' q * cos + rotate_half(q) * sin."""
+    half = x.shape[-1] // 2
+    cs = cos_sin_cache.index_select(0, positions)[:, None, :]  # [T, 1, D]
+    cos, sin = cs[..., :half], cs[..., half:]
+    x1, x2 = x[..., :half], x[..., half:]
+    return torch.cat((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1)
+
+
+def silu_and_mul_ref(x: torch.Tensor) -> torch.Tensor:
+    """SwiGLU's gate: x [num_tokens, 2 * d] (the merged gate_up projection: gate, then up) -> silu(gate) * up
+    [num_tokens, d], each rounded to the model dtype."""
+    d = x.shape[-1] // 2
+    return F.silu(x[..., :d]) * x[..., d:]

@@ -19,7 +19,8 @@ import torch
 import triton
 import triton.language as tl
 
-_CACHE_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+from cbbench.kernels.triton_common import FLOAT_DTYPES, INDEX_DTYPES, check_launchable
+
 # older Triton has no do_not_specialize_on_alignment: there the pointer stays specialized (a possible extra variant)
 _JIT_OPTIONS = (
     {"do_not_specialize_on_alignment": ["slot_mapping_ptr"]}
@@ -72,57 +73,42 @@ def _reshape_and_cache_kernel(  # type: ignore[no-untyped-def]
     tl.store(vc + offs_d[None, :], v, mask=mask)
 
 
-def _check(cond: bool, msg: str) -> None:
-    # a real exception, not `assert`: the checks must survive `python -O`
-    if not cond:
-        raise ValueError(msg)
-
-
-def is_interpreted(kernel: object) -> bool:
-    """Whether `kernel` was decorated under TRITON_INTERPRET=1 (decoration time is what counts, not the env now)."""
-    return type(kernel).__name__ == "InterpretedFunction"
-
-
-def check_launchable(kernel: object, device: torch.device) -> None:
-    """A compiled Triton kernel needs CUDA tensors; on a CPU machine only the interpreter can run it."""
-    if device.type != "cuda" and not is_interpreted(kernel):
-        raise RuntimeError(
-            f"Triton kernels got {device.type} tensors but were compiled for a GPU: set TRITON_INTERPRET=1 "
-            "before kernels is first imported to run them on the CPU (slowly), or use the torch backend"
-        )
-
-
 def reshape_and_cache(
     k: torch.Tensor, v: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, slot_mapping: torch.Tensor
 ) -> None:
     """Store k/v [num_tokens, num_kv_heads, head_dim] at `slot_mapping` in k_cache/v_cache
     [num_blocks, block_size, num_kv_heads, head_dim]; negative slots are skipped. Same semantics as
     `reshape_and_cache_ref`, except that k/v must already have the cache dtype (no conversion in the store)."""
-    _check(
-        k.dim() == 3 and v.dim() == 3, f"k/v must be [num_tokens, num_kv_heads, head_dim], got {k.shape} / {v.shape}"
-    )
-    _check(k.shape == v.shape, f"k {tuple(k.shape)} and v {tuple(v.shape)} differ")
-    _check(k_cache.dim() == 4, f"k_cache must be [num_blocks, block_size, num_kv_heads, head_dim], got {k_cache.shape}")
-    _check(k_cache.shape == v_cache.shape, f"k_cache {tuple(k_cache.shape)} and v_cache {tuple(v_cache.shape)} differ")
+    if k.dim() != 3 or v.shape != k.shape:
+        raise ValueError(f"k/v must both be [num_tokens, num_kv_heads, head_dim], got {k.shape} / {v.shape}")
+    if k_cache.dim() != 4 or v_cache.shape != k_cache.shape:
+        raise ValueError(
+            "k_cache/v_cache must both be [num_blocks, block_size, num_kv_heads, head_dim], "
+            f"got {k_cache.shape} / {v_cache.shape}"
+        )
     num_tokens, num_kv_heads, head_dim = k.shape
-    _check(
-        tuple(k_cache.shape[2:]) == (num_kv_heads, head_dim),
-        f"cache heads/head_dim {tuple(k_cache.shape[2:])} do not match k {(num_kv_heads, head_dim)}",
-    )
-    _check(slot_mapping.shape == (num_tokens,), f"slot_mapping must be [{num_tokens}], got {tuple(slot_mapping.shape)}")
-    _check(
-        slot_mapping.dtype in (torch.int32, torch.int64), f"slot_mapping must be int32/int64, got {slot_mapping.dtype}"
-    )
-    _check(k_cache.dtype in _CACHE_DTYPES, f"cache dtype must be one of {_CACHE_DTYPES}, got {k_cache.dtype}")
-    _check(
-        k.dtype == v.dtype == k_cache.dtype == v_cache.dtype,
-        f"k/v/k_cache/v_cache dtypes must match, got {k.dtype}/{v.dtype}/{k_cache.dtype}/{v_cache.dtype}",
-    )
-    for name, t in (("k", k), ("v", v), ("k_cache", k_cache), ("v_cache", v_cache)):
-        _check(t.stride(-1) == 1, f"{name} must be contiguous in head_dim, got strides {t.stride()}")
-    _check(slot_mapping.is_contiguous(), "slot_mapping must be contiguous")
-    devices = {t.device for t in (k, v, k_cache, v_cache, slot_mapping)}
-    _check(len(devices) == 1, f"all tensors must be on one device, got {devices}")
+    if k_cache.shape[2] != num_kv_heads or k_cache.shape[3] != head_dim:
+        raise ValueError(f"cache heads/head_dim {tuple(k_cache.shape[2:])} do not match k {(num_kv_heads, head_dim)}")
+    if slot_mapping.dim() != 1 or slot_mapping.shape[0] != num_tokens or not slot_mapping.is_contiguous():
+        raise ValueError(f"slot_mapping must be a contiguous [{num_tokens}], got {tuple(slot_mapping.shape)}")
+    if slot_mapping.dtype not in INDEX_DTYPES:
+        raise ValueError(f"slot_mapping must be int32/int64, got {slot_mapping.dtype}")
+    if k_cache.dtype not in FLOAT_DTYPES:
+        raise ValueError(f"cache dtype must be one of {FLOAT_DTYPES}, got {k_cache.dtype}")
+    if not k.dtype == v.dtype == k_cache.dtype == v_cache.dtype:
+        raise ValueError(
+            f"k/v/k_cache/v_cache dtypes must match, got {k.dtype}/{v.dtype}/{k_cache.dtype}/{v_cache.dtype}"
+        )
+    if k.stride(2) != 1 or v.stride(2) != 1 or k_cache.stride(3) != 1 or v_cache.stride(3) != 1:
+        raise ValueError(
+            f"k/v/k_cache/v_cache must be contiguous in head_dim, got strides {k.stride()} / {v.stride()} / "
+            f"{k_cache.stride()} / {v_cache.stride()}"
+        )
+    device = k.device
+    if v.device != device or k_cache.device != device or v_cache.device != device or slot_mapping.device != device:
+        raise ValueError(
+            f"all tensors must be on one device, got {[t.device for t in (k, v, k_cache, v_cache, slot_mapping)]}"
+        )
     if num_tokens == 0:
         return
     check_launchable(_reshape_and_cache_kernel, k.device)

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 import torch
 import triton
 
-from cbbench.kernels.reshape_and_cache import _check, check_launchable, is_interpreted
+from cbbench.kernels.triton_common import FLOAT_DTYPES, INDEX_DTYPES, check_launchable, is_interpreted
 from cbbench.kernels.unified_attention_kernels import _reduce_segments_kernel, _unified_attention_kernel
 
 LOG2E = 1.4426950408889634  # the kernel works in base 2: exp(x * scale) == exp2(x * scale * log2(e))
@@ -104,7 +104,8 @@ def plan_unified_attention(
         prefill = num_tokens > num_seqs
         block_m = 64 if prefill and not interpreted and q.dtype != torch.float32 else 16
     block_m = max(block_m, triton.next_power_of_2(group))  # one token's G heads must fit in a tile
-    _check(block_m >= 16 and block_m & (block_m - 1) == 0, f"block_m must be a power of 2 >= 16, got {block_m}")
+    if block_m < 16 or block_m & (block_m - 1):
+        raise ValueError(f"block_m must be a power of 2 >= 16, got {block_m}")
     # 64-key tiles halve the loop trips of 32 on a GPU; fp32 (ieee dot, twice the registers) and the interpreter
     # (cost per element, not per trip) use 32
     tile_n = 32 if interpreted or q.dtype == torch.float32 else 64
@@ -113,10 +114,8 @@ def plan_unified_attention(
             max_seqlen_k = block_table.shape[1] * block_size
         num_sms = INTERPRETER_NUM_SMS if interpreted or q.device.type != "cuda" else _num_sms(q.device.index or 0)
         num_kv_segments = choose_num_kv_segments(num_seqs, num_tokens, num_kv_heads, max_seqlen_k, tile_n, num_sms)
-    _check(
-        1 <= num_kv_segments <= 64 and num_kv_segments & (num_kv_segments - 1) == 0,
-        f"num_kv_segments must be a power of 2 in [1, 64], got {num_kv_segments}",
-    )
+    if not 1 <= num_kv_segments <= 64 or num_kv_segments & (num_kv_segments - 1):
+        raise ValueError(f"num_kv_segments must be a power of 2 in [1, 64], got {num_kv_segments}")
     upcast = interpreted and q.dtype != torch.float32
     return AttentionPlan(block_m, block_m // group, tile_n, num_kv_segments, interpreted, upcast)
 
@@ -130,41 +129,54 @@ def _check_inputs(
     seq_lens: torch.Tensor,
     block_table: torch.Tensor,
 ) -> None:
-    """unified_attention's shape, dtype, stride and device checks (ValueError naming what is wrong)."""
-    _check(
-        q.dim() == 3 and out.shape == q.shape,
-        f"q/out must be [num_tokens, num_heads, head_dim], got {q.shape} / {out.shape}",
-    )
-    _check(
-        k_cache.dim() == 4 and v_cache.shape == k_cache.shape,
-        f"k_cache/v_cache must both be [num_blocks, block_size, num_kv_heads, head_dim], got {k_cache.shape} / {v_cache.shape}",
-    )
+    """unified_attention's shape, dtype, stride and device checks (ValueError naming what is wrong; each message is
+    formatted only when its check fails)."""
+    if q.dim() != 3 or out.shape != q.shape:
+        raise ValueError(f"q/out must be [num_tokens, num_heads, head_dim], got {q.shape} / {out.shape}")
+    if k_cache.dim() != 4 or v_cache.shape != k_cache.shape:
+        raise ValueError(
+            "k_cache/v_cache must both be [num_blocks, block_size, num_kv_heads, head_dim], "
+            f"got {k_cache.shape} / {v_cache.shape}"
+        )
     _, num_heads, head_dim = q.shape
     num_kv_heads, cache_head_dim = k_cache.shape[2:]
-    _check(cache_head_dim == head_dim, f"cache head_dim {cache_head_dim} != q head_dim {head_dim}")
-    _check(num_heads % num_kv_heads == 0, f"num_heads {num_heads} is not a multiple of num_kv_heads {num_kv_heads}")
-    _check(
-        q.dtype == k_cache.dtype == v_cache.dtype,
-        f"q/k_cache/v_cache dtypes differ: {q.dtype}/{k_cache.dtype}/{v_cache.dtype}",
-    )
-    _check(q.dtype in (torch.float32, torch.float16, torch.bfloat16), f"unsupported dtype {q.dtype}")
-    _check(out.dtype.is_floating_point, f"out must be floating point, got {out.dtype}")
-    for name, t in (("q", q), ("out", out), ("k_cache", k_cache), ("v_cache", v_cache)):
-        _check(t.stride(-1) == 1, f"{name} must be contiguous in head_dim, got strides {t.stride()}")
+    if cache_head_dim != head_dim:
+        raise ValueError(f"cache head_dim {cache_head_dim} != q head_dim {head_dim}")
+    if num_heads % num_kv_heads:
+        raise ValueError(f"num_heads {num_heads} is not a multiple of num_kv_heads {num_kv_heads}")
+    if not q.dtype == k_cache.dtype == v_cache.dtype:
+        raise ValueError(f"q/k_cache/v_cache dtypes differ: {q.dtype}/{k_cache.dtype}/{v_cache.dtype}")
+    if q.dtype not in FLOAT_DTYPES:
+        raise ValueError(f"unsupported dtype {q.dtype}")
+    if not out.dtype.is_floating_point:
+        raise ValueError(f"out must be floating point, got {out.dtype}")
+    if q.stride(2) != 1 or out.stride(2) != 1 or k_cache.stride(3) != 1 or v_cache.stride(3) != 1:
+        raise ValueError(
+            f"q/out/k_cache/v_cache must be contiguous in head_dim, got strides {q.stride()} / {out.stride()} / "
+            f"{k_cache.stride()} / {v_cache.stride()}"
+        )
     num_seqs = seq_lens.shape[0]
-    _check(
-        query_start_loc.shape == (num_seqs + 1,),
-        f"query_start_loc must be [{num_seqs + 1}], got {tuple(query_start_loc.shape)}",
-    )
-    _check(
-        block_table.dim() == 2 and block_table.shape[0] == num_seqs,
-        f"block_table must be [{num_seqs}, max_blocks], got {tuple(block_table.shape)}",
-    )
-    _check(block_table.stride(1) == 1, f"block_table rows must be contiguous, got strides {block_table.stride()}")
-    for name, t in (("query_start_loc", query_start_loc), ("seq_lens", seq_lens), ("block_table", block_table)):
-        _check(t.dtype in (torch.int32, torch.int64), f"{name} must be int32/int64, got {t.dtype}")
-    devices = {t.device for t in (q, k_cache, v_cache, out, query_start_loc, seq_lens, block_table)}
-    _check(len(devices) == 1, f"all tensors must be on one device, got {devices}")
+    if query_start_loc.dim() != 1 or query_start_loc.shape[0] != num_seqs + 1:
+        raise ValueError(f"query_start_loc must be [{num_seqs + 1}], got {tuple(query_start_loc.shape)}")
+    if block_table.dim() != 2 or block_table.shape[0] != num_seqs:
+        raise ValueError(f"block_table must be [{num_seqs}, max_blocks], got {tuple(block_table.shape)}")
+    if block_table.stride(1) != 1:
+        raise ValueError(f"block_table rows must be contiguous, got strides {block_table.stride()}")
+    if (
+        query_start_loc.dtype not in INDEX_DTYPES
+        or seq_lens.dtype not in INDEX_DTYPES
+        or block_table.dtype not in INDEX_DTYPES
+    ):
+        raise ValueError(
+            "query_start_loc/seq_lens/block_table must be int32/int64, got "
+            f"{query_start_loc.dtype}/{seq_lens.dtype}/{block_table.dtype}"
+        )
+    device = q.device
+    if any(t.device != device for t in (k_cache, v_cache, out, query_start_loc, seq_lens, block_table)):
+        raise ValueError(
+            "all tensors must be on one device, got "
+            f"{[t.device for t in (q, k_cache, v_cache, out, query_start_loc, seq_lens, block_table)]}"
+        )
 
 
 def _segment_buffers(out: torch.Tensor, num_segments: int, head_dim_pad: int) -> tuple[torch.Tensor, ...]:

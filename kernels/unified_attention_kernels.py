@@ -6,6 +6,8 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
+from cbbench.kernels.triton_common import cast_rne
+
 # Integer arguments that change from step to step. Triton specializes an int argument on its value being 1 and on
 # its divisibility by 16, compiling a new variant for each combination met: num_seqs (1 at a lone decode) and the
 # block table's row stride (its width, cdiv(longest context, block_size), grows as requests decode) would make
@@ -51,17 +53,6 @@ def _online_softmax_step(acc, m_i, l_i, s, v, DOT_PRECISION: tl.constexpr):
     return acc, m_new, l_i
 
 
-@triton.jit
-def _cast_out(x, out_dtype: tl.constexpr, INTERPRETED: tl.constexpr):
-    """fp32 -> output dtype, rounding to nearest even as the GPU does. The interpreter truncates fp32 -> bf16
-    (a bias of up to one ulp against the oracle), so there the rounding is done on the bits first."""
-    if INTERPRETED and out_dtype == tl.bfloat16:
-        bits = x.to(tl.uint32, bitcast=True)
-        bits = (bits + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF0000
-        x = bits.to(tl.float32, bitcast=True)
-    return x.to(out_dtype)
-
-
 @triton.jit(do_not_specialize=DO_NOT_SPECIALIZE)
 def _unified_attention_kernel(
     q_ptr,  # [num_tokens, num_heads, head_dim]
@@ -97,7 +88,7 @@ def _unified_attention_kernel(
     TILE_N: tl.constexpr,  # keys per inner-loop tile, a power of 2 >= 16
     NUM_SEGMENTS: tl.constexpr,  # 1: write `out`; > 1: write partials for _reduce_segments_kernel
     UPCAST: tl.constexpr,  # convert loads to fp32: the interpreter mis-computes on raw bf16
-    INTERPRETED: tl.constexpr,  # round bf16 stores by hand (see _cast_out)
+    INTERPRETED: tl.constexpr,  # round bf16 stores by hand (see cast_rne)
     DOT_PRECISION: tl.constexpr,  # "ieee" for fp32 inputs (no tf32 rounding), ignored for 16-bit inputs
 ):
     q_block_global = tl.program_id(0)
@@ -165,9 +156,7 @@ def _unified_attention_kernel(
         o = acc / tl.where(l_i > 0.0, l_i, 1.0)[:, None]  # a valid row always sees key 0, so l_i > 0 there
         o_offs = token[:, None] * stride_o_tok + head[:, None] * stride_o_head + offs_d[None, :]
         tl.store(
-            out_ptr + o_offs,
-            _cast_out(o, out_ptr.dtype.element_ty, INTERPRETED),
-            mask=row_ok[:, None] & dim_ok[None, :],
+            out_ptr + o_offs, cast_rne(o, out_ptr.dtype.element_ty, INTERPRETED), mask=row_ok[:, None] & dim_ok[None, :]
         )
     else:
         # an empty segment (tile_lo >= tile_hi) still writes m = -inf, l = 0: weight 0 in the reduce
@@ -207,4 +196,4 @@ def _reduce_segments_kernel(
     acc = tl.load(segm_out_ptr + part[:, None] * HEAD_DIM_PAD + offs_d[None, :])  # [NUM_SEGMENTS, HEAD_DIM_PAD]
     o = tl.sum(acc * w[:, None], axis=0) / denom
     o_ptr = out_ptr + token * stride_o_tok + head * stride_o_head + offs_d
-    tl.store(o_ptr, _cast_out(o, out_ptr.dtype.element_ty, INTERPRETED), mask=offs_d < HEAD_DIM)
+    tl.store(o_ptr, cast_rne(o, out_ptr.dtype.element_ty, INTERPRETED), mask=offs_d < HEAD_DIM)

@@ -10,6 +10,10 @@ num_seqs and the block-table stride are `do_not_specialize` (unified_attention.p
 variants. Each variant is launched once on a tiny batch through the public wrappers (the same path the model
 takes, with the index dtypes the model runner uses: int32 metadata, int64 slot_mapping), so the compile happens
 here and not inside a measured run. Under TRITON_INTERPRET nothing is compiled: the launches still run (tests).
+
+The decoder layer's fused kernels (RMSNorm with and without the residual add, rotary embedding, SiLU-and-mul) have
+one variant per model: their one per-step int, the row count, is `do_not_specialize`, and their strides are the
+model's. `warmup_layer_kernels` launches each once on tensors laid out as the model's.
 """
 
 from __future__ import annotations
@@ -18,7 +22,10 @@ from dataclasses import dataclass
 
 import torch
 
+from cbbench.kernels.activation import silu_and_mul
+from cbbench.kernels.layernorm import fused_add_rms_norm, rms_norm
 from cbbench.kernels.reshape_and_cache import reshape_and_cache
+from cbbench.kernels.rotary_embedding import rotary_embedding
 from cbbench.kernels.unified_attention import plan_unified_attention, unified_attention
 
 _WARMUP_BLOCKS = 4  # cache blocks of the tiny warm-up batch: enough for a prefill chunk and a short decode
@@ -99,3 +106,30 @@ def warmup_attention_kernels(
     if device.type == "cuda":
         torch.cuda.synchronize(device)
     return variants
+
+
+def warmup_layer_kernels(
+    hidden_size: int,
+    num_heads: int,
+    num_kv_heads: int,
+    head_dim: int,
+    intermediate_size: int,
+    dtype: torch.dtype,
+    device: torch.device | str,
+) -> None:
+    """Launch the decoder layer's fused kernels once each, on inputs with the model's layout: RMSNorm of a
+    [T, hidden] row block (with and without the residual), RoPE on the q|k heads of a merged qkv output, SiLU-and-mul
+    on a merged gate_up output."""
+    device = torch.device(device)
+    num_tokens = 2
+    x = torch.zeros(num_tokens, hidden_size, dtype=dtype, device=device)
+    weight = torch.ones(hidden_size, dtype=dtype, device=device)
+    rms_norm(x, weight, 1e-6)
+    fused_add_rms_norm(x, torch.zeros_like(x), weight, 1e-6)
+    qkv = torch.zeros(num_tokens, (num_heads + 2 * num_kv_heads) * head_dim, dtype=dtype, device=device)
+    qk = qkv[:, : (num_heads + num_kv_heads) * head_dim].view(num_tokens, -1, head_dim)
+    cos_sin_cache = torch.zeros(1, head_dim, dtype=dtype, device=device)
+    rotary_embedding(torch.zeros(num_tokens, dtype=torch.int64, device=device), qk, cos_sin_cache)
+    silu_and_mul(torch.zeros(num_tokens, 2 * intermediate_size, dtype=dtype, device=device))
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)

@@ -16,7 +16,7 @@ if TYPE_CHECKING:
 
 
 def _gemm_floor_s(model: CausalLM, m: int) -> float:
-    """CPU seconds of the decode step's GEMMs alone at M = m rows: every layer's MLP (gate, up, down) and the
+    """CPU seconds of the decode step's GEMMs alone at M = m rows: every layer's MLP (gate_up, down) and the
     lm_head as the model runner computes it (`compute_logits` into a reused float32 buffer), on random activations
     of the model's dtype."""
     cfg = model.config
@@ -25,8 +25,7 @@ def _gemm_floor_s(model: CausalLM, m: int) -> float:
     logits = _floor_logits_buffer(m, cfg.vocab_size)
     t = time.thread_time()
     for layer in cast("list[DecoderLayer]", model.model.layers):  # (torch types a ModuleList's items as Module)
-        F.linear(x, layer.mlp.gate_proj.weight)
-        F.linear(x, layer.mlp.up_proj.weight)
+        F.linear(x, layer.mlp.gate_up_proj.weight)
         F.linear(xi, layer.mlp.down_proj.weight)
     model.compute_logits(x, out=logits)
     return time.thread_time() - t

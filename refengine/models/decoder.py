@@ -1,144 +1,144 @@
 """The decoder: Llama / Qwen2 / Mistral-family causal LM over a paged KV cache.
 
-Owns `CausalLM` and its modules; the architecture (`ModelConfig`) is refengine.models.model_config's.
-Parameter names are exactly Hugging Face's (`model.layers.{i}.self_attn.q_proj.weight`, ...) so an HF state dict
-loads without renaming.
+Owns `CausalLM` and its modules; the architecture (`ModelConfig`) is refengine.models.model_config's, the layers
+(linear, merged linear, RMSNorm, rotary embedding, SiLU-and-mul, attention) are refengine/layers/'s. Module names
+are Hugging Face's except the merged projections, vLLM's: `qkv_proj` (q, k, v) and `gate_up_proj` (gate, up), one
+GEMM each where the checkpoint has three and two. `CausalLM.checkpoint_weights` names every weight as the
+checkpoint does, merged ones by their shards, for the loaders (refengine/models/loader.py, hf_folder.py) and the
+transformers twin (hf_twin.py).
 
 One forward takes the flat token batch of a step: every scheduled token of every sequence, prefill chunks and
 decodes mixed, concatenated in `query_start_loc` order. Each attention layer writes this step's K/V into the
 paged cache first (`reshape_and_cache`) and then attends over the cache (`unified_attention`), so a token sees
 both the KV cached by earlier steps and the KV of earlier tokens of its own chunk.
 
-The arithmetic follows transformers' modeling_llama / modeling_qwen2 op for op (RMSNorm in float32, cos/sin in
-float32 then cast, rotate-half RoPE, residual order), so float32 logits agree with HF's to rounding.
+A layer carries the residual stream beside the hidden states, as vLLM's: each RMSNorm adds the residual of the
+block before it (`fused_add_rms_norm`). With the triton attention backend the norms, RoPE and SiLU-and-mul are
+fused Triton kernels (cbbench.kernels); with the torch backend they are those kernels' torch oracles
+(cbbench.kernels.reference). Both follow transformers' modeling_llama / modeling_qwen2 op for op (RMSNorm in
+float32, cos/sin in float32 then cast, rotate-half RoPE, every intermediate rounded where transformers rounds it,
+residual order), so float32 logits agree with HF's to rounding.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import torch
-import torch.nn.functional as F
 from torch import nn
 
+from refengine.layers.activation import SiluAndMul
 from refengine.layers.attention import AttentionBackend, AttentionMetadata
+from refengine.layers.layernorm import RMSNorm
+from refengine.layers.linear import Linear, MergedLinear
+from refengine.layers.rotary_embedding import RotaryEmbedding
 from refengine.models.model_config import ModelConfig, rope_inv_freq
 
 
-def rotate_half(x: torch.Tensor) -> torch.Tensor:
-    x1, x2 = x.chunk(2, dim=-1)
-    return torch.cat((-x2, x1), dim=-1)
-
-
-class Linear(nn.Linear):
-    """nn.Linear without torch's initialiser: every weight is written by the loader (a seeded draw or a checkpoint).
-    Models are built on the `meta` device, where the initialiser's first call runs torch's Python meta kernels,
-    which import torch._dynamo and, through it, Triton: seconds of start-up for values that are overwritten, and
-    the torch backend would no longer run without Triton."""
-
-    def reset_parameters(self) -> None:
-        pass
-
-
 class Embedding(nn.Embedding):
-    """nn.Embedding without torch's initialiser (see Linear)."""
+    """nn.Embedding without torch's initialiser (see refengine.layers.linear.Linear)."""
 
     def reset_parameters(self) -> None:
         pass
-
-
-class RMSNorm(nn.Module):
-    def __init__(self, hidden_size: int, eps: float) -> None:
-        super().__init__()
-        self.weight = nn.Parameter(torch.ones(hidden_size))
-        self.eps = eps
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        dtype = x.dtype
-        x = x.float()
-        x = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps)
-        return self.weight * x.to(dtype)
 
 
 class Attention(nn.Module):
-    def __init__(self, config: ModelConfig, backend: AttentionBackend) -> None:
+    def __init__(self, config: ModelConfig, backend: AttentionBackend, rotary_emb: RotaryEmbedding) -> None:
         super().__init__()
         self.num_heads = config.num_attention_heads
         self.num_kv_heads = config.num_key_value_heads
         self.head_dim = config.head_dim
         self.scale = self.head_dim**-0.5
         self.backend = backend
-        h, bias = config.hidden_size, config.attention_bias
-        self.q_proj = Linear(h, self.num_heads * self.head_dim, bias=bias)
-        self.k_proj = Linear(h, self.num_kv_heads * self.head_dim, bias=bias)
-        self.v_proj = Linear(h, self.num_kv_heads * self.head_dim, bias=bias)
-        self.o_proj = Linear(self.num_heads * self.head_dim, h, bias=False)
+        self.q_size = self.num_heads * self.head_dim
+        self.kv_size = self.num_kv_heads * self.head_dim
+        h = config.hidden_size
+        shards = {"q_proj": self.q_size, "k_proj": self.kv_size, "v_proj": self.kv_size}
+        self.qkv_proj = MergedLinear(h, shards, bias=config.attention_bias)
+        self.o_proj = Linear(self.q_size, h, bias=False)
+        self.rotary_emb = rotary_emb  # one module, shared by every layer (its cos/sin cache with it)
 
     def forward(
         self,
+        positions: torch.Tensor,
         x: torch.Tensor,
-        cos: torch.Tensor,
-        sin: torch.Tensor,
         kv_cache: tuple[torch.Tensor, torch.Tensor],
         meta: AttentionMetadata,
     ) -> torch.Tensor:
         n = x.shape[0]
-        q = self.q_proj(x).view(n, self.num_heads, self.head_dim)  # [T, H, D]
-        k = self.k_proj(x).view(n, self.num_kv_heads, self.head_dim)  # [T, kvH, D]
-        v = self.v_proj(x).view(n, self.num_kv_heads, self.head_dim)  # [T, kvH, D]
-        cos, sin = cos[:, None, :], sin[:, None, :]  # [T, 1, D], broadcast over heads
-        q = q * cos + rotate_half(q) * sin
-        k = k * cos + rotate_half(k) * sin
+        qkv = self.qkv_proj(x)  # [T, (H + 2 kvH) * D]: q | k | v
+        # q and k are neighbours in qkv: rotated as one tensor of H + kvH heads (in place with the Triton kernel)
+        qk = self.rotary_emb(positions, qkv[:, : self.q_size + self.kv_size].view(n, -1, self.head_dim))
+        q, k = qk[:, : self.num_heads], qk[:, self.num_heads :]  # [T, H, D], [T, kvH, D] (strided views)
+        v = qkv[:, self.q_size + self.kv_size :].view(n, self.num_kv_heads, self.head_dim)  # [T, kvH, D]
         k_cache, v_cache = kv_cache  # each [num_blocks, block_size, kvH, D]
         self.backend.reshape_and_cache(k, v, k_cache, v_cache, meta.slot_mapping)
-        out = torch.empty_like(q)  # [T, H, D]
+        out = torch.empty((n, self.num_heads, self.head_dim), dtype=x.dtype, device=x.device)  # [T, H, D]
         self.backend.attend(q, k_cache, v_cache, out, meta, self.scale)
-        y: torch.Tensor = self.o_proj(out.view(n, self.num_heads * self.head_dim))  # [T, hidden]
+        y: torch.Tensor = self.o_proj(out.view(n, self.q_size))  # [T, hidden]
         return y
 
 
 class MLP(nn.Module):
-    """SwiGLU: down(silu(gate(x)) * up(x))."""
+    """SwiGLU: down(silu(gate(x)) * up(x)), gate and up as one GEMM (gate_up_proj)."""
 
-    def __init__(self, config: ModelConfig) -> None:
+    def __init__(self, config: ModelConfig, use_triton: bool) -> None:
         super().__init__()
         h, i = config.hidden_size, config.intermediate_size
-        self.gate_proj = Linear(h, i, bias=False)
-        self.up_proj = Linear(h, i, bias=False)
+        self.gate_up_proj = MergedLinear(h, {"gate_proj": i, "up_proj": i}, bias=False)
         self.down_proj = Linear(i, h, bias=False)
+        self.act_fn = SiluAndMul(use_triton=use_triton)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        y: torch.Tensor = self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))  # [T, hidden]
+        y: torch.Tensor = self.down_proj(self.act_fn(self.gate_up_proj(x)))  # [T, hidden]
         return y
 
 
 class DecoderLayer(nn.Module):
-    def __init__(self, config: ModelConfig, backend: AttentionBackend) -> None:
+    """vLLM's residual stream: the layer takes and returns (hidden, residual); each norm adds the residual of the
+    block before it (fused), so the last layer's MLP output is added by the final norm."""
+
+    def __init__(
+        self, config: ModelConfig, backend: AttentionBackend, rotary_emb: RotaryEmbedding, use_triton: bool
+    ) -> None:
         super().__init__()
-        self.self_attn = Attention(config, backend)
-        self.mlp = MLP(config)
-        self.input_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
-        self.post_attention_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
+        self.self_attn = Attention(config, backend, rotary_emb)
+        self.mlp = MLP(config, use_triton)
+        eps = config.rms_norm_eps
+        self.input_layernorm = RMSNorm(config.hidden_size, eps, use_triton=use_triton)
+        self.post_attention_layernorm = RMSNorm(config.hidden_size, eps, use_triton=use_triton)
 
     def forward(
         self,
+        positions: torch.Tensor,
         x: torch.Tensor,
-        cos: torch.Tensor,
-        sin: torch.Tensor,
+        residual: torch.Tensor | None,
         kv_cache: tuple[torch.Tensor, torch.Tensor],
         meta: AttentionMetadata,
-    ) -> torch.Tensor:
-        x = x + self.self_attn(self.input_layernorm(x), cos, sin, kv_cache, meta)
-        y: torch.Tensor = x + self.mlp(self.post_attention_layernorm(x))  # [T, hidden]
-        return y
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """x [T, hidden] (the block output not yet added), residual [T, hidden] or None in the first layer."""
+        if residual is None:
+            residual = x
+            x = self.input_layernorm(x)
+        else:
+            x, residual = self.input_layernorm(x, residual)
+        x = self.self_attn(positions, x, kv_cache, meta)
+        x, residual = self.post_attention_layernorm(x, residual)
+        return self.mlp(x), residual
 
 
 class DecoderModel(nn.Module):
     """HF's `model.` prefix: embeddings, layers, final norm."""
 
-    def __init__(self, config: ModelConfig, backend: AttentionBackend) -> None:
+    def __init__(
+        self, config: ModelConfig, backend: AttentionBackend, rotary_emb: RotaryEmbedding, use_triton: bool
+    ) -> None:
         super().__init__()
         self.embed_tokens = Embedding(config.vocab_size, config.hidden_size)
-        self.layers = nn.ModuleList(DecoderLayer(config, backend) for _ in range(config.num_hidden_layers))
-        self.norm = RMSNorm(config.hidden_size, config.rms_norm_eps)
+        self.layers = nn.ModuleList(
+            DecoderLayer(config, backend, rotary_emb, use_triton) for _ in range(config.num_hidden_layers)
+        )
+        self.norm = RMSNorm(config.hidden_size, config.rms_norm_eps, use_triton=use_triton)
 
 
 class CausalLM(nn.Module):
@@ -146,11 +146,14 @@ class CausalLM(nn.Module):
         super().__init__()
         self.config = config
         self.attn_backend = attn_backend
-        self.model = DecoderModel(config, attn_backend)
+        # the fused Triton kernels (norms, RoPE, SiLU-and-mul) go with the Triton attention backend (the default on
+        # CUDA; the interpreter's on a CPU); the torch backend runs their torch oracles and never imports Triton
+        self.use_triton_kernels = attn_backend.name == "triton"
+        rotary_emb = RotaryEmbedding(
+            rope_inv_freq(config), config.max_position_embeddings, use_triton=self.use_triton_kernels
+        )
+        self.model = DecoderModel(config, attn_backend, rotary_emb, self.use_triton_kernels)
         self.lm_head = Linear(config.hidden_size, config.vocab_size, bias=False)
-        # A plain attribute, not a buffer: `model.to(bfloat16)` must not round the frequencies.
-        self._inv_freq = rope_inv_freq(config)  # [D/2] float32, CPU
-        self._inv_freq_on: dict[torch.device, torch.Tensor] = {}
         self._lm_head_t: torch.Tensor | None = None  # CPU only: lm_head.weight transposed once (compute_logits)
         self.tie_weights()
 
@@ -159,13 +162,21 @@ class CausalLM(nn.Module):
         if self.config.tie_word_embeddings:
             self.lm_head.weight = self.model.embed_tokens.weight
 
-    def _rope(self, positions: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
-        inv_freq = self._inv_freq_on.get(positions.device)
-        if inv_freq is None:
-            inv_freq = self._inv_freq_on[positions.device] = self._inv_freq.to(positions.device)
-        freqs = positions[:, None].float() * inv_freq  # [T, D/2] float32
-        emb = torch.cat((freqs, freqs), dim=-1)  # [T, D]
-        return emb.cos().to(dtype), emb.sin().to(dtype)
+    def checkpoint_weights(self, *, remove_duplicate: bool = True) -> Iterator[tuple[str, torch.Tensor]]:
+        """(Hugging Face name, tensor) of every weight as a checkpoint stores it: a merged projection's parameter
+        appears as its shards, writable row views named after the checkpoint's projections
+        (`model.layers.0.self_attn.qkv_proj.weight` -> `...self_attn.q_proj.weight`, `k_proj`, `v_proj`). Loaders
+        copy into them; the transformers twin reads them. `remove_duplicate=False` also names a tied weight
+        twice (`lm_head.weight` beside `model.embed_tokens.weight`)."""
+        for name, param in self.named_parameters(remove_duplicate=remove_duplicate):
+            module_name, _, kind = name.rpartition(".")
+            module = self.get_submodule(module_name)
+            if isinstance(module, MergedLinear):
+                parent = module_name.rpartition(".")[0]
+                for shard, view in module.shard_views(param).items():
+                    yield f"{parent}.{shard}.{kind}", view
+            else:
+                yield name, param
 
     def forward(
         self,
@@ -178,10 +189,12 @@ class CausalLM(nn.Module):
         if len(kv_caches) != len(self.model.layers):
             raise ValueError(f"got {len(kv_caches)} kv caches for {len(self.model.layers)} layers")
         x = self.model.embed_tokens(input_ids)  # [T, hidden]
-        cos, sin = self._rope(positions, x.dtype)  # each [T, D], computed once for every layer
+        residual: torch.Tensor | None = None
         for layer, kv_cache in zip(self.model.layers, kv_caches):
-            x = layer(x, cos, sin, kv_cache, attn_metadata)
-        y: torch.Tensor = self.model.norm(x)  # [T, hidden]
+            x, residual = layer(positions, x, residual, kv_cache, attn_metadata)
+        if residual is None:  # no layers (ModelConfig forbids it; narrows the type)
+            raise ValueError("the model has no layers")
+        y: torch.Tensor = self.model.norm(x, residual)[0]  # [T, hidden]
         return y
 
     def compute_logits(self, hidden: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:

@@ -1,6 +1,8 @@
 """A local Hugging Face model folder read: config.json (+ generation_config.json) and the *.safetensors.
 
-The config becomes a ModelConfig; the weights (sharded or not) are copied into a built model.
+The config becomes a ModelConfig; the weights (sharded or not) are copied into a built model, each checkpoint
+tensor into the rows it owns of a merged projection where the model stores q/k/v or gate/up as one
+(`CausalLM.checkpoint_weights`).
 
 Only the Llama / Qwen2 / Mistral families, with a bias-free SwiGLU MLP and plain or Llama-3 RoPE, are read; any
 other config fails with ValueError naming what is unsupported, rather than building a model that computes
@@ -93,7 +95,8 @@ def load_safetensors(model: CausalLM, folder: Path) -> None:
         files = sorted(p.name for p in folder.glob("*.safetensors"))
     if not files:
         raise ValueError(f"model folder {str(folder)!r} has no *.safetensors weights")
-    targets = dict(model.named_parameters(remove_duplicate=False))  # both names of a tied weight
+    # checkpoint names (merged projections by their shards: rows of the merged weight), both names of a tied weight
+    targets = dict(model.checkpoint_weights(remove_duplicate=False))
     loaded: set[str] = set()
     for file in files:
         with safe_open(str(folder / file), framework="pt", device="cpu") as f:
@@ -111,7 +114,7 @@ def load_safetensors(model: CausalLM, folder: Path) -> None:
                 loaded.add(name)
     if model.config.tie_word_embeddings and "lm_head.weight" in loaded:
         loaded.add("model.embed_tokens.weight")
-    missing = [n for n, _ in model.named_parameters() if n not in loaded]
+    missing = [n for n, _ in model.checkpoint_weights() if n not in loaded]
     if missing:
         raise ValueError(
             f"model folder {str(folder)!r} lacks weights: {missing[:5]}{' ...' if len(missing) > 5 else ''}"

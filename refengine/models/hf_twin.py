@@ -65,7 +65,8 @@ def to_hf_model(model: CausalLM, config: ModelConfig, *, attn_implementation: st
         hf: PreTrainedModel = cls._from_config(
             hf_config_for(config), attn_implementation=attn_implementation, dtype=p.dtype
         )
-    hf.load_state_dict(model.state_dict(), strict=True)
+    # the checkpoint's names: merged projections split back into q/k/v and gate/up (views, copied by the load)
+    hf.load_state_dict(dict(model.checkpoint_weights(remove_duplicate=False)), strict=True)
     hf.train(False)  # (eval(): transformers overrides it untyped)
     hf.requires_grad_(False)
     return hf

@@ -107,15 +107,18 @@ def build_random_model(
     """The model of `config` with weights drawn on the CPU in float32 from generators seeded by (`seed`,
     parameter name), then cast and moved: identical on every device and run, untouched by global RNG state."""
     model = _empty_model(config, device, resolve_dtype(dtype, device), attention_backend)
-    params = list(model.named_parameters())  # a tied lm_head appears once, as model.embed_tokens.weight
+    # drawn per checkpoint name (q_proj, k_proj, ... even where they are stored merged), so that the weights do not
+    # depend on how the model stores them; a tied lm_head appears once, as model.embed_tokens.weight
+    weights = list(model.checkpoint_weights())
 
-    def fill(item: tuple[str, torch.nn.Parameter]) -> None:
-        name, p = item
-        p.copy_(_draw(name, p.shape, seed))
+    def fill(item: tuple[str, torch.Tensor]) -> None:
+        name, dst = item
+        dst.copy_(_draw(name, dst.shape, seed))
 
-    # Draws are CPU-bound and release the GIL; threads make an 8B preset take seconds rather than minutes.
+    # Draws are CPU-bound and release the GIL; threads make an 8B preset take seconds rather than minutes. (Shards
+    # of one merged weight are disjoint rows: threads copying into them do not overlap.)
     with ThreadPoolExecutor(max_workers=min(8, os.cpu_count() or 1)) as pool:
-        list(pool.map(fill, params))
+        list(pool.map(fill, weights))
     return model
 
 

@@ -1,6 +1,7 @@
-"""The compiled (GPU) path of the Triton kernels, without a GPU: each kernel variant compiled to an sm_90 cubin
-with Triton's bundled ptxas, in a process where TRITON_INTERPRET is off, must compile and must not spill registers.
-(Their results against the oracle are test_kernels.py's job.)
+"""The compiled (GPU) path of the Triton kernels (attention, KV store and the decoder layer's fused kernels), without
+a GPU: each kernel variant compiled to an sm_90 cubin with Triton's bundled ptxas, in a process where
+TRITON_INTERPRET is off, must compile and must not spill registers. (Their results against the oracle are
+test_kernels.py's and test_fused_kernels.py's job.)
 """
 
 from __future__ import annotations
@@ -24,13 +25,19 @@ def compile_for_sm90() -> list[str]:
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
 
+    from cbbench.kernels.activation import _silu_and_mul_kernel
+    from cbbench.kernels.layernorm import _rms_norm_kernel
     from cbbench.kernels.reshape_and_cache import _reshape_and_cache_kernel
+    from cbbench.kernels.rotary_embedding import _rotary_embedding_kernel
     from cbbench.kernels.unified_attention import _reduce_segments_kernel, _unified_attention_kernel
 
-    ptr = {"q_ptr", "k_cache_ptr", "v_cache_ptr", "out_ptr", "k_ptr", "v_ptr"}
+    ptr = {"q_ptr", "k_cache_ptr", "v_cache_ptr", "out_ptr", "k_ptr", "v_ptr", "x_ptr", "residual_ptr", "weight_ptr",
+           "cos_sin_cache_ptr"}  # fmt: skip
     fp32_ptr = {"segm_out_ptr", "segm_max_ptr", "segm_sum_ptr"}
+    # per-step ints (do_not_specialize) and float scalars: no divisibility hint
+    unaligned = {"num_seqs", "num_heads", "qk_scale", "stride_bt_seq", "num_rows", "num_tokens", "eps"}
 
-    def build(fn, dtype: str, consts: dict) -> str:
+    def build(fn, dtype: str, consts: dict, num_warps: int = 4) -> str:
         sig = {
             n: "constexpr"
             if n in consts
@@ -38,21 +45,19 @@ def compile_for_sm90() -> list[str]:
             if n in ptr
             else "*fp32"
             if n in fp32_ptr
+            else "*i64"
+            if n == "positions_ptr"  # (the runner's positions are int64)
             else "*i32"
             if n.endswith("_ptr")
             else "fp32"
-            if n == "qk_scale"
+            if n in ("qk_scale", "eps")
             else "i32"
             for n in fn.arg_names
         }
         # as the JIT does for 16-aligned pointers and strides (num_seqs/num_heads/block-table stride: any value)
-        aligned = [
-            i
-            for i, n in enumerate(fn.arg_names)
-            if n not in consts and n not in {"num_seqs", "num_heads", "qk_scale", "stride_bt_seq"}
-        ]
+        aligned = [i for i, n in enumerate(fn.arg_names) if n not in consts and n not in unaligned]
         src = ASTSource(fn, sig, consts, attrs={(i,): [["tt.divisibility", 16]] for i in aligned})
-        cubin = triton.compile(src, target=GPUTarget("cuda", 90, 32)).asm["cubin"]
+        cubin = triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warps": num_warps}).asm["cubin"]
         tool = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
         with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
             f.write(cubin)
@@ -71,6 +76,12 @@ def compile_for_sm90() -> list[str]:
         build(_reduce_segments_kernel, "bf16", dict(HEAD_DIM=128, HEAD_DIM_PAD=128, NUM_SEGMENTS=8, INTERPRETED=False)),
         build(_reshape_and_cache_kernel, "bf16", dict(NUM_KV_HEADS=4, HEAD_DIM=128, HEADS_PAD=4, HEAD_DIM_PAD=128,
                                                       BLOCK_SIZE=16)),
+        # the decoder layer's fused kernels at Llama-3.1-8B's shapes, one row per program, the wrappers' warps
+        build(_rms_norm_kernel, "bf16", dict(HIDDEN=4096, BLOCK=4096, ROWS=1, HAS_RESIDUAL=True, INTERPRETED=False),
+              num_warps=16),
+        build(_rotary_embedding_kernel, "bf16", dict(NUM_HEADS=40, HALF=64, HEADS_PAD=64, HALF_PAD=64, ROWS=1,
+                                                     INTERPRETED=False)),
+        build(_silu_and_mul_kernel, "bf16", dict(D=14336, BLOCK=1024, ROWS=1, INTERPRETED=False)),
     ]  # fmt: skip
 
 
@@ -86,6 +97,6 @@ def test_kernels_compile_for_sm90_without_spills():
         pytest.skip(f"this Triton build cannot compile ahead of time here: {run.stderr.strip().splitlines()[-1]}")
     assert run.returncode == 0, run.stderr[-3000:]
     lines = run.stdout.strip().splitlines()
-    assert len(lines) == 5
+    assert len(lines) == 8
     for line in lines:
         assert "STACK:0" in line and "LOCAL:0" in line, f"register spills: {line}"

@@ -72,6 +72,34 @@ def test_per_step_ints_are_not_specialized() -> None:
             assert all(flags[n] for n in names)
 
 
+def test_fused_kernels_row_count_is_not_specialized() -> None:
+    """The decoder layer's fused kernels take the step's row count as their one per-step int."""
+    from cbbench.kernels.activation import _silu_and_mul_kernel
+    from cbbench.kernels.layernorm import _rms_norm_kernel
+    from cbbench.kernels.rotary_embedding import _rotary_embedding_kernel
+
+    for kernel, name in (
+        (_rms_norm_kernel, "num_rows"),
+        (_silu_and_mul_kernel, "num_rows"),
+        (_rotary_embedding_kernel, "num_tokens"),
+    ):
+        given = set(_do_not_specialize(kernel))
+        assert given == {name} and name in inspect.signature(kernel.fn).parameters
+
+
+def test_layer_warmup_launches_each_fused_kernel(monkeypatch: pytest.MonkeyPatch) -> None:
+    import cbbench.kernels.warmup as warmup_mod
+
+    launched = []
+    for name in ("rms_norm", "fused_add_rms_norm", "rotary_embedding", "silu_and_mul"):
+        real = getattr(warmup_mod, name)
+        monkeypatch.setattr(
+            warmup_mod, name, lambda *a, _real=real, _name=name, **k: (launched.append(_name), _real(*a, **k))[1]
+        )
+    warmup_mod.warmup_layer_kernels(64, 4, 2, 16, 96, torch.float32, "cuda" if ON_GPU else "cpu")
+    assert sorted(launched) == ["fused_add_rms_norm", "rms_norm", "rotary_embedding", "silu_and_mul"]
+
+
 def test_slot_mapping_pointer_alignment_is_not_specialized() -> None:
     """slot_mapping may be a view into a packed per-step buffer: its alignment must not pick a kernel variant."""
     import triton
@@ -118,16 +146,24 @@ def test_warmup_covers_every_variant_the_heuristics_pick(monkeypatch: pytest.Mon
 @pytest.mark.skipif(not ON_GPU, reason="needs a CUDA device")
 def test_gpu_no_compile_after_engine_start() -> None:
     """After the engine's warm-up, steps of any batch size and context length compile nothing new."""
+    from cbbench.kernels.activation import _silu_and_mul_kernel
+    from cbbench.kernels.layernorm import _rms_norm_kernel
     from cbbench.kernels.reshape_and_cache import _reshape_and_cache_kernel
+    from cbbench.kernels.rotary_embedding import _rotary_embedding_kernel
     from cbbench.kernels.unified_attention import _reduce_segments_kernel, _unified_attention_kernel
     from refengine import LLM, SamplingParams
 
+    kernels = (
+        _unified_attention_kernel,
+        _reduce_segments_kernel,
+        _reshape_and_cache_kernel,
+        _rms_norm_kernel,
+        _rotary_embedding_kernel,
+        _silu_and_mul_kernel,
+    )
+
     def compiled() -> int:
-        return sum(
-            len(c[0])
-            for k in (_unified_attention_kernel, _reduce_segments_kernel, _reshape_and_cache_kernel)
-            for c in k.device_caches.values()
-        )
+        return sum(len(c[0]) for k in kernels for c in k.device_caches.values())
 
     # eager: every decode batch size goes through the kernels themselves, not a captured graph
     with LLM(model="qwen2.5-0.5b", device="cuda", max_model_len=4096, num_gpu_blocks=4096, enforce_eager=True) as llm:

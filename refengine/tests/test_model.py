@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from refengine.models.hf_twin import to_hf_model
-from refengine.models.loader import load_model
+from refengine.models.loader import _draw, load_model
 from refengine.models.model_config import ModelConfig, RopeScaling
 from refengine.models.presets import PRESETS, load_tokenizer
 from refengine.tests._paged import PagedSequences
@@ -154,15 +154,17 @@ def test_preset_weights_are_seeded():
     torch.manual_seed(456)
     m0b, _ = load_model("tiny-qwen2", seed=0)
     m1, _ = load_model("tiny-qwen2", seed=1)
-    s0, s0b, s1 = m0.state_dict(), m0b.state_dict(), m1.state_dict()
+    s0, s0b, s1 = (dict(m.checkpoint_weights()) for m in (m0, m0b, m1))
     for name, w in s0.items():
         assert torch.equal(w, s0b[name]), name
         assert name.endswith("norm.weight") or not torch.equal(w, s1[name]), name
+        # drawn per checkpoint name, merged projections too: the weights do not depend on how they are stored
+        assert torch.equal(w, _draw(name, w.shape, seed=0)), name
     assert m0.lm_head.weight is m0.model.embed_tokens.weight  # tied
     assert abs(s0["model.layers.0.mlp.up_proj.weight"].std().item() - 0.02) < 1e-3
     bf16, _ = load_model("tiny-qwen2", seed=0, dtype="bfloat16")
     assert bf16.lm_head.weight is bf16.model.embed_tokens.weight
-    for name, w in bf16.state_dict().items():
+    for name, w in bf16.checkpoint_weights():
         assert torch.equal(w, s0[name].to(torch.bfloat16)), name
 
 

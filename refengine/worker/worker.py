@@ -237,14 +237,18 @@ def make_model_runner(parts: EngineParts, cfg: EngineConfig, *, num_rows: int, s
 
 
 def warm_up_attention(parts: EngineParts, block_size: int, max_model_len: int) -> None:
-    """Compile the Triton attention kernels now, not in a measured step (only they need it, only on CUDA)."""
+    """Compile the Triton kernels now (attention and the decoder layer's fused kernels), not in a measured step
+    (only they need it, only on CUDA)."""
     device, dtype, _, backend, mc, _ = parts
     if backend != "triton" or device.type != "cuda":
         return
-    from cbbench.kernels.warmup import warmup_attention_kernels
+    from cbbench.kernels.warmup import warmup_attention_kernels, warmup_layer_kernels
 
     warmup_attention_kernels(
         mc.num_attention_heads, mc.num_key_value_heads, mc.head_dim, block_size, dtype, max_model_len, device
+    )
+    warmup_layer_kernels(
+        mc.hidden_size, mc.num_attention_heads, mc.num_key_value_heads, mc.head_dim, mc.intermediate_size, dtype, device
     )
 
 
