@@ -118,7 +118,7 @@ def _serve_one(pace: bool, max_tokens: int, scale: float | None, monkeypatch) ->
     monkeypatch.setattr(pacing, "time", types.SimpleNamespace(monotonic=wall, sleep=wall.sleep))
     engine = LLMEngine("opt-13b", device="sim:a100")
 
-    async def main() -> tuple[float, dict]:
+    async def main() -> tuple[float, dict, float]:
         server = AsyncLLMEngine(engine, "opt-13b", pace_sim=pace, time_scale=scale)
         server.start()
         queue: asyncio.Queue = asyncio.Queue()
@@ -129,11 +129,12 @@ def _serve_one(pace: bool, max_tokens: int, scale: float | None, monkeypatch) ->
             if out.finished:
                 break
         elapsed = wall() - start
+        busy = engine.model_runner.busy_seconds  # (before the shutdown, which lets go of the runner)
         await server.shutdown()
-        return elapsed, out.metrics
+        return elapsed, out.metrics, busy
 
-    elapsed, metrics = asyncio.run(main())
-    return wall, elapsed, metrics, engine.model_runner.busy_seconds
+    elapsed, metrics, busy = asyncio.run(main())
+    return wall, elapsed, metrics, busy
 
 
 @pytest.mark.parametrize("scale", [1.0, 0.5])
