@@ -12,35 +12,42 @@
 #   gpu-tests       100  pytest -m gpu in ONE process (-p no:xdist: each engine has the card to itself), every
 #                        engine's KV sized: the 20 tests that ran in 60 s, plus test_gpu_paths.py (~15 engines of
 #                        the test model, ~1-3 s each with graph capture; 4 of qwen2.5-0.5b, ~6 s each)     ~95 s
-#   kernels          30  cbbench kernels, the whole sweep (32 shapes), each timed by CUDA-graph replay:
+#   kernels          25  cbbench kernels, the whole sweep (32 shapes), each timed by CUDA-graph replay:
 #                        20 launches x 10 replays x 3 samples, <1 s a shape, plus compiles (the quick sweep's
 #                        3 shapes took 12 s)                                                               ~25 s
-#   bench-step       10  --stub-model on CUDA at 64 / 256 running, 100 steps each (host time per step)   9 s
-#   bench-step-real  15  --real-model qwen2.5-0.5b on CUDA at 64 / 256 running, 50 steps each           ~10 s
-#   perf-qwen        90  qwen2.5-0.5b, one process (weights drawn once), 256 slots, continuous + static:
-#                        ShareGPT 1000 prompts: 19.6 + 19.1 s measured, + 2 engine starts (~6 s)           ~51 s
-#                        fixed 1024/256, 512 prompts: half of 12.4 + 11.7 s measured for 1000, + starts     ~24 s
+#   bench-step       12  --stub-model on CUDA at 64 / 256 running, 100 steps each (host time per step), and
+#                        the same with a 128-token prefill beside the decodes (mixed / decode-only)          ~10 s
+#   bench-step-real  12  --real-model qwen2.5-0.5b on CUDA at 64 / 256 running, 50 steps each           ~10 s
+#   launches         15  kernel launches per layer (torch.profiler) of qwen2.5-0.5b, eager: torch and
+#                        triton paths and the transformers twin                                           ~12 s
+#   perf-qwen        85  qwen2.5-0.5b, one process (weights drawn once), 256 slots, continuous + static:
+#                        ShareGPT 1000 prompts: 19.6 + 19.1 s measured, + 2 engine starts (~6 s)           ~45 s
+#                        fixed 1024/256, 512 prompts: half of 12.4 + 11.7 s measured for 1000, + starts     ~18 s
 #                        hf-static (+ refengine static) on 16 ShareGPT prompts, outputs <= 256: HF load ~5 s,
 #                        <= 256 steps at ~25 ms                                                              ~15 s
-#   perf-llama      135  llama-3.1-8b, one process, 256 slots, continuous + static: weights drawn once
+#                        the decode step at 256 running over its floor (perf/bench/step_floor.py)            ~4 s
+#   perf-llama      130  llama-3.1-8b, one process, 256 slots, continuous + static: weights drawn once
 #                        (8e9 values on the CPU, ~45 s); ShareGPT 320 prompts: 5.8k / 3.5k out tok/s
 #                        measured at 1000, ~61k output tokens -> 11 + 18 s, + 2 starts (~8 s)                ~37 s
 #                        fixed 1024/256, 256 prompts: 262k prompt tokens at ~400 TFLOP/s ~10 s + 256 decode
-#                        steps at ~17 ms ~4 s, per mode, + starts                                            ~45 s
-#   record            8  the perf CSVs as one baseline (python -m cbbench.perf.bench.gpu_runs merge)
-#   calibration-qwen 15  the ShareGPT runs again on sim:<gpu> (perf/bench/sim_calibration.py): 10 s measured
-#                        for 256 prompts of the 0.5B; 1000 here                                            ~15 s
-#   calibration-llama 10 the same for the 8B's 320 prompts                                                ~8 s
-#   = 473 s; the pack (tar of the logs) follows the deadline (~2 s): 480 s in all. 1000 ShareGPT prompts on
-#   the 8B (87 s of generation measured, both modes) do not fit beside the rest: with 320 on 256 slots static
-#   still runs a second, quarter-full batch that continuous batching fills as requests finish.
+#                        steps at ~17 ms ~4 s, per mode, + starts                                            ~36 s
+#                        the decode step at 256 running over its floor                                       ~8 s
+#   record            5  the perf CSVs as one baseline (python -m cbbench.perf.bench.gpu_runs merge)
+#   calibration-qwen 12  the ShareGPT runs again on sim:<gpu> (perf/bench/sim_calibration.py): real /
+#                        simulated per configuration; 10 s measured for 256 prompts of the 0.5B             ~12 s
+#   calibration-llama 8  the same for the 8B's 320 prompts                                                ~8 s
+#   = 464 s; the pack (tar of the logs) follows the deadline (~2 s). 1000 ShareGPT prompts on the 8B (87 s of
+#   generation measured, both modes) do not fit beside the rest: with 320 on 256 slots static still runs a second,
+#   quarter-full batch that continuous batching fills as requests finish.
 # Written to OUTDIR (at most 8 files): summary.txt (each step's exit and seconds, pytest's and every run's lines),
 # gpu.txt (device, driver, versions), <gpu>.csv (the baseline, also copied to results/baselines/ when every run
 # finished and RECORD is not 0), kernels.csv, calibration-qwen.csv, calibration-llama.csv, logs.tar.gz (every
 # step's log, the runs' CSVs and JSONs, the junit XML). Work files go to WORK (default /tmp/cbbench-gpu-check).
 # --dry-run: print the plan (python found, steps, limits, commands) and run nothing; works on a CPU machine.
 # Env: PYTHON (a python3 with CUDA torch), WHEELHOUSE (wheels of missing packages), VENV (default .venv-gpu-check),
-#      TOTAL_S, WORK, RECORD (0: leave results/baselines/ alone). Exit: 0 when every step passed, 1 when one failed,
+#      TOTAL_S, WORK, RECORD (0: leave results/baselines/ alone), LIMIT_PCT (every step's limit in percent of the
+#      budget's, default 100: on a card whose times are not known yet, a run with LIMIT_PCT=150 TOTAL_S=600
+#      measures every step whole, and its summary's seconds set the budget). Exit: 0 when every step passed, 1 when one failed,
 #      2 when setup failed.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -85,7 +92,7 @@ if [[ $DRY_RUN != 1 ]]; then
 fi
 
 step() {  # step NAME SECONDS CMD...: run under min(SECONDS, time left before the deadline)
-  local name=$1 limit=$2; shift 2
+  local name=$1 limit=$(( $2 * ${LIMIT_PCT:-100} / 100 )); shift 2
   local left=$((DEADLINE - SECONDS))
   (( limit > left )) && limit=$left
   if [[ $DRY_RUN == 1 ]]; then
@@ -120,28 +127,32 @@ group_args() {  # NAME RUNS...: the perf arguments of one group, with the device
 # one process, not xdist workers: every engine on the card in turn (each asking for its share of the whole card)
 step gpu-tests 100 "$PY" -m pytest -m gpu -p no:xdist -p no:cacheprovider -o addopts= -q \
   conformance/ perf/tests/ refengine/tests/ --junitxml "$WORK/gpu-tests.xml"
-step kernels 30 "${CB[@]}" kernels --out "$WORK/kernels.csv"
-step bench-step 10 "${CB[@]}" bench-step --stub-model --device cuda --running 64,256 --iters 100
-step bench-step-real 15 "${CB[@]}" bench-step --real-model --model qwen2.5-0.5b --device cuda --running 64,256 \
+step kernels 25 "${CB[@]}" kernels --out "$WORK/kernels.csv"
+step bench-step 12 "${CB[@]}" bench-step --stub-model --device cuda --running 64,256 --iters 100 \
+  --mixed-prompt-len 128
+step bench-step-real 12 "${CB[@]}" bench-step --real-model --model qwen2.5-0.5b --device cuda --running 64,256 \
   --iters 50
 PERF=$WORK/perf
-step perf-qwen 90 "$PY" -m cbbench.perf.bench.gpu_runs perf "$PERF" "${GPU_QWEN_RUNS[@]}"
-step perf-llama 135 "$PY" -m cbbench.perf.bench.gpu_runs perf "$PERF" "${GPU_LLAMA_RUNS[@]}"
+step launches 15 "$PY" -m cbbench.perf.bench.launches --model qwen2.5-0.5b --triton-model qwen2.5-0.5b
+step perf-qwen 85 "$PY" -m cbbench.perf.bench.gpu_runs perf "$PERF" --floor qwen2.5-0.5b:256:400 \
+  "${GPU_QWEN_RUNS[@]}"
+step perf-llama 130 "$PY" -m cbbench.perf.bench.gpu_runs perf "$PERF" --floor llama-3.1-8b:256:400 \
+  "${GPU_LLAMA_RUNS[@]}"
 
 # the baseline: every run of both models; a partial one (a run failed or ran out of time) is left in OUTDIR only,
 # and the step fails
 PARTS=()
 for name in $(group_names "${GPU_QWEN_RUNS[@]}" "${GPU_LLAMA_RUNS[@]}"); do PARTS+=("$PERF/$name.csv"); done
-if step record 8 "$PY" -m cbbench.perf.bench.gpu_runs merge "$WORK/$GPU.csv" "${PARTS[@]}" \
+if step record 5 "$PY" -m cbbench.perf.bench.gpu_runs merge "$WORK/$GPU.csv" "${PARTS[@]}" \
     && [[ $DRY_RUN != 1 && ${RECORD:-1} != 0 ]]; then
   cp "$WORK/$GPU.csv" "$BASELINE" && echo "recorded $BASELINE (commit it)" | tee -a "$WORK/summary.txt"
 fi
 SIM_DEVICE=sim:$GPU  # the same workload on the simulated twin of this GPU
 mapfile -t QWEN_SIM < <(group_args qwen0.5b-sharegpt "${GPU_QWEN_RUNS[@]}")
 mapfile -t LLAMA_SIM < <(group_args llama8b-sharegpt "${GPU_LLAMA_RUNS[@]}")
-step calibration-qwen 15 "$PY" -m cbbench.perf.bench.sim_calibration "$PERF/qwen0.5b-sharegpt.csv" \
+step calibration-qwen 12 "$PY" -m cbbench.perf.bench.sim_calibration "$PERF/qwen0.5b-sharegpt.csv" \
   "$WORK/calibration-qwen" "${QWEN_SIM[@]}"
-step calibration-llama 10 "$PY" -m cbbench.perf.bench.sim_calibration "$PERF/llama8b-sharegpt.csv" \
+step calibration-llama 8 "$PY" -m cbbench.perf.bench.sim_calibration "$PERF/llama8b-sharegpt.csv" \
   "$WORK/calibration-llama" "${LLAMA_SIM[@]}"
 
 [[ $DRY_RUN == 1 ]] && { echo "dry run: nothing was run"; exit 0; }

@@ -2,14 +2,16 @@
 by perf/tests/test_gpu_scripts.py on a CPU, on the simulated H200, so a change here cannot break a GPU script
 unseen):
 
-    python -m cbbench.perf.bench.gpu_runs perf OUTDIR @NAME PERF_ARGS... [@NAME2 PERF_ARGS...]
+    python -m cbbench.perf.bench.gpu_runs perf OUTDIR [--floor MODEL:RUNNING:CONTEXT]... @NAME PERF_ARGS... [@NAME2 ...]
     python -m cbbench.perf.bench.gpu_runs merge OUT.csv IN.csv...
     python -m cbbench.perf.bench.gpu_runs split BASELINE.csv OUTDIR
     python -m cbbench.perf.bench.gpu_runs summary CSV...
 
 `perf`: one `cbbench perf PERF_ARGS --output OUTDIR/NAME.csv --quiet` per group, all in this process, with the
 preset weights kept between them (a model's weights are drawn once for all its workloads: an 8B preset's take most
-of a minute); every group runs even when one fails; exit 1 when one did. `merge`: the results CSVs as one file,
+of a minute); every group runs even when one fails; exit 1 when one did. Each `--floor` then times a decode step of MODEL at
+RUNNING requests of CONTEXT tokens against its floor (perf/bench/step_floor.py), on the groups' device and in
+the same process (the weights the groups drew serve it too), into OUTDIR/step-floor.txt. `merge`: the results CSVs as one file,
 byte for byte (each checked whole and non-empty first): the baseline is every workload of every model; an input
 that is missing (its run failed or ran out of time) is named and left out, and the exit is 1. `split`: the
 baseline as one file per (workload, its parameters, model, device, dtype), the unit `perf --like` reruns; prints
@@ -51,8 +53,50 @@ def parse_groups(args: list[str]) -> list[tuple[str, list[str]]]:
     return groups
 
 
-def run_groups(outdir: Path, groups: list[tuple[str, list[str]]]) -> int:
-    """Each group's `cbbench perf`, in this process, sharing the preset weights; 0 when every one succeeded."""
+# a --floor's timed decode steps (after its warm-up ones): enough for a stable mean, few beside the runs
+FLOOR_ITERS, FLOOR_WARMUP = 10, 3
+
+
+def parse_floor(spec: str) -> tuple[str, int, int]:
+    """ "MODEL:RUNNING:CONTEXT" -> (model, running, context); ValueError naming the spec otherwise."""
+    parts = spec.rsplit(":", 2)
+    if len(parts) != 3 or not parts[0] or not parts[1].isdigit() or not parts[2].isdigit():
+        raise ValueError(f"gpu_runs: --floor {spec!r} is not MODEL:RUNNING:CONTEXT")
+    return parts[0], int(parts[1]), int(parts[2])
+
+
+def _device_of(groups: list[tuple[str, list[str]]]) -> str:
+    for _, args in groups:
+        if "--device" in args[:-1]:
+            return args[args.index("--device") + 1]
+    return "cpu"
+
+
+def run_floors(outdir: Path, floors: list[tuple[str, int, int]], device: str) -> list[str]:
+    """Each decode step against its floor, as step_floor's table, into OUTDIR/step-floor.txt; the specs that failed."""
+    from cbbench.perf.bench.step_floor import bench_step_floor, format_table
+
+    rows, failed = [], []
+    for model, running, context in floors:
+        print(f"== gpu_runs floor: {model} at {running} running, {context}-token contexts, on {device}", flush=True)
+        try:
+            rows.append(bench_step_floor(model, device, running, context, FLOOR_ITERS, FLOOR_WARMUP))
+        except (RuntimeError, ValueError) as e:  # (CUDA out of memory is a RuntimeError)
+            print(f"gpu_runs floor {model}: {e}", flush=True)
+            failed.append(f"{model}:{running}:{context}")
+    if rows:
+        table = format_table(rows)
+        print(table, flush=True)
+        with open(outdir / "step-floor.txt", "a", encoding="utf-8") as f:
+            f.write(table + "\n")
+    return failed
+
+
+def run_groups(
+    outdir: Path, groups: list[tuple[str, list[str]]], floors: list[tuple[str, int, int]] | None = None
+) -> int:
+    """Each group's `cbbench perf`, then each floor, in this process, sharing the preset weights; 0 when every one
+    succeeded."""
     from cbbench.perf.cli import app
     from refengine.worker.worker import keep_preset_weights
 
@@ -70,6 +114,7 @@ def run_groups(outdir: Path, groups: list[tuple[str, list[str]]]) -> int:
             if code:
                 failed.append(name)
                 print(f"gpu_runs {name}: exit {code}", flush=True)
+        failed += run_floors(outdir, floors or [], _device_of(groups))
     if failed:
         print(f"gpu_runs: failed: {' '.join(failed)}", file=sys.stderr)
         return 1
@@ -152,7 +197,11 @@ def main(argv: list[str]) -> int:
     cmd, rest = argv[0], argv[1:]
     try:
         if cmd == "perf":
-            return run_groups(Path(rest[0]), parse_groups(rest[1:]))
+            outdir, args, floors = Path(rest[0]), rest[1:], []
+            while args[:1] == ["--floor"] and len(args) > 1:
+                floors.append(parse_floor(args[1]))
+                args = args[2:]
+            return run_groups(outdir, parse_groups(args), floors)
         if cmd == "merge":
             n, missing = merge(Path(rest[0]), [Path(p) for p in rest[1:]])
             print(f"wrote {rest[0]}: {n} rows from {len(rest) - 1 - len(missing)} file(s)")

@@ -26,7 +26,8 @@ SETUP_LIMIT_S = 60  # gpu_check.sh's setup allowance (not a `step`: it runs befo
 PACK_S = 5  # the pack after the deadline (a tar of the logs)
 MAX_FILES = 8  # what one call of a lent machine brings back from its output folder
 STEPS = [
-    "gpu-tests", "kernels", "bench-step", "bench-step-real", "perf-qwen", "perf-llama", "record", "calibration-qwen",
+    "gpu-tests", "kernels", "bench-step", "bench-step-real", "launches", "perf-qwen", "perf-llama", "record",
+    "calibration-qwen",
     "calibration-llama",
 ]  # fmt: skip
 
@@ -53,7 +54,10 @@ def _groups(argv: list[str]) -> dict[str, list[str]]:
     from cbbench.perf.bench.gpu_runs import parse_groups
 
     i = argv.index("perf")
-    return dict(parse_groups(argv[i + 2 :]))
+    rest = argv[i + 2 :]
+    while rest[:1] == ["--floor"]:
+        rest = rest[2:]
+    return dict(parse_groups(rest))
 
 
 def _env_runs() -> dict[str, list[str]]:
@@ -207,6 +211,7 @@ COVERED = {
     "cli:kernels": "test_cli_commands_of_the_gpu_check_run_here",
     "cli:bench-step": "test_cli_commands_of_the_gpu_check_run_here",
     "cli:compare": "test_cli_commands_of_the_gpu_check_run_here",
+    "module:cbbench.perf.bench.launches": "test_launches_benchmark_runs_here",
     "pytest": "test_the_gpu_tests_step_collects_with_its_flags",
 }
 THIRD_PARTY_MODULES = {"pip", "venv", "pytest"}  # not ours: a refactor of this repository cannot break them
@@ -285,6 +290,10 @@ def test_gpu_runs_perf_merge_split_summary_on_the_simulated_h200(tmp_path: Path,
     out = tmp_path / "perf"
     assert main(["perf", str(out), *groups]) == 0
     assert main(["perf", str(out), "@bad", "--model", "nope", "--device", "sim:h200"]) == 1  # one line, exit 1
+    # a decode step against its floor, in the groups' process and on their device (here the simulated H200)
+    assert main(["perf", str(out), "--floor", "qwen2.5-0.5b:4:16", "@f", *_sim(runs["qwen0.5b-fixed"])]) == 0
+    assert "step/floor" in (out / "step-floor.txt").read_text()
+    assert main(["perf", str(out), "--floor", "qwen2.5-0.5b:four:16", "@f", "--model", "x"]) == 2  # named, refused
     parts = [out / "qwen0.5b-fixed.csv", out / "llama8b-fixed.csv"]
     baseline = tmp_path / "h200.csv"
     assert main(["merge", str(baseline), *map(str, parts)]) == 0
@@ -373,3 +382,13 @@ def test_kernel_timing_rotates_inputs_past_the_l2() -> None:
     assert num_input_sets(small) * small >= ROTATE_BYTES > small
     assert num_input_sets(ROTATE_BYTES * 4) == 1
     assert num_input_sets(1) == min(MAX_INPUT_SETS, GRAPH_LAUNCHES)
+
+
+def test_launches_benchmark_runs_here(capsys) -> None:
+    """gpu_check's launches step (on CUDA it profiles the compiled Triton path of qwen2.5-0.5b): here the torch path
+    of the tiny preset, and the transformers twin beside it."""
+    from cbbench.perf.bench.launches import main
+
+    assert main(["--model", "tiny-qwen2", "--triton-model", "none"]) == 0
+    out = capsys.readouterr().out
+    assert "refengine torch" in out and "transformers" in out
