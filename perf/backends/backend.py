@@ -113,7 +113,7 @@ class Backend:
 
     def row_config(self, result: RunResult) -> tuple[dict[str, Any], str]:
         """The CSV's configuration cells of a result (knobs and dtype) and its device column."""
-        return {**result.knobs, "dtype": self.settings.dtype_name}, self.settings.device
+        return {**result.knobs, "dtype": self.settings.dtype_name}, self.settings.device.name
 
     def notes(self, key: tuple[str, str, str], result: RunResult) -> list[str]:
         """Lines printed under the table about this run (failed requests, a multi-turn run's turn metrics, ...)."""

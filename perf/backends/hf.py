@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from cbbench.perf.backends.backend import Backend, ProgressFn, RunResult, warmup_prompts
 from cbbench.perf.records import PEER_STEP_KEYS, REQUEST_KEYS, RequestRecord, StepRecord
+from refengine.sim.sim_device import DeviceSpec
 
 if TYPE_CHECKING:
     import torch
@@ -154,9 +155,7 @@ def run_hf_static(
     seed: int = 0,
     progress: ProgressFn | None = None,
 ) -> RunResult:
-    from refengine.sim.sim_device import is_sim_device
-
-    if is_sim_device(device):
+    if DeviceSpec.parse(device).simulated:
         if progress:
             progress(0)  # the simulation is the measured run
         sim = run_hf_static_sim(workload, model, device=device, dtype=dtype, max_num_seqs=max_num_seqs)
@@ -209,12 +208,13 @@ class HfStaticBackend(Backend):
 
     def run(self, spec: RunSpec, progress: ProgressFn | None = None) -> RunResult:
         st = self.settings
+        assert spec.knobs.max_num_seqs is not None, "a peer's entry names its batch size"  # narrows the type
         return run_hf_static(
             spec.workload,
             st.model,
-            device=st.device,
+            device=st.device.name,
             dtype=st.dtype,
-            max_num_seqs=spec.knobs["max_num_seqs"],
+            max_num_seqs=spec.knobs.max_num_seqs,
             warmup=st.warmup,
             seed=st.seed,
             progress=progress,

@@ -129,13 +129,14 @@ class HfCbBackend(Backend):
 
     def run(self, spec: RunSpec, progress: ProgressFn | None = None) -> RunResult:
         st = self.settings
+        assert spec.knobs.max_num_seqs is not None, "a peer's entry names its batch size"  # narrows the type
         return run_hf_cb(
             spec.workload,
             st.model,
-            device=st.device,
+            device=st.device.name,
             dtype=st.dtype,
-            max_num_seqs=spec.knobs["max_num_seqs"],
-            max_num_batched_tokens=spec.knobs.get("max_num_batched_tokens"),
+            max_num_seqs=spec.knobs.max_num_seqs,
+            max_num_batched_tokens=spec.knobs.max_num_batched_tokens,
             warmup=st.warmup,
             seed=st.seed,
             progress=progress,

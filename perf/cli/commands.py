@@ -7,13 +7,15 @@ Heavy modules (the engine, matplotlib, the server) are imported inside the comma
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any, Optional
+from typing import Annotated, Optional
 
 import typer
 from rich.console import Console
 
 from cbbench.perf.cli.app import CliError, Opt, err, one_line_errors
-from cbbench.perf.knobs import engine_knob_options, knob, list_metavar, validate_knobs
+from cbbench.perf.knobs import NO_KNOBS, EngineKnobs, engine_knob_options, knob, list_metavar
+from cbbench.perf.plan.options import DEFAULT_CPU_THREADS
+from refengine.sim.sim_device import DeviceSpec
 
 
 @one_line_errors("serve")
@@ -38,26 +40,23 @@ def serve(
     shutdown_timeout: Annotated[
         float, Opt(help="on SIGTERM, seconds the requests in flight get to finish before they are aborted")
     ] = 5.0,
-    knobs: Optional[dict[str, Any]] = None,
+    knobs: EngineKnobs = NO_KNOBS,
 ) -> None:
     """Serve the engine over an OpenAI-compatible HTTP API (/v1/completions, /v1/chat/completions, /metrics)."""
+    # (the server and the engine load torch: imported once the checks that need no model have passed, so that a bad
+    # knob, number or port fails in a moment with one line)
     from refengine.entrypoints.address import bind_socket, check_shutdown_timeout
 
-    # Every check that needs no model runs before torch and the server are imported: a bad knob, number or port
-    # fails in a moment with one line.
-    given = {k: v for k, v in (knobs or {}).items() if v is not None}
-    validate_knobs(given)
-    engine_kwargs = {"model": model, "device": device, "dtype": dtype, "seed": seed, **given}
+    knobs.validate()
+    engine_kwargs = {"model": model, "device": device, "dtype": dtype, "seed": seed, **knobs.given()}
     if cpu_threads is not None and cpu_threads < 0:
         raise CliError(f"cpu-threads must be >= 0 (0 = torch's default), got {cpu_threads}")
     check_shutdown_timeout(shutdown_timeout)
     sock = bind_socket(host, port)  # run_server serves on it and closes it
     from refengine.entrypoints.api_server import run_server
 
-    if device == "cpu" and cpu_threads != 0:  # the same default as in-process perf: see DEFAULT_CPU_THREADS
+    if DeviceSpec.parse(device).is_cpu and cpu_threads != 0:  # the same default as in-process perf
         import torch
-
-        from cbbench.perf.plan.options import DEFAULT_CPU_THREADS
 
         torch.set_num_threads(cpu_threads or DEFAULT_CPU_THREADS)
     run_server(

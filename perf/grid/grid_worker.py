@@ -79,7 +79,7 @@ def lost_run(spec: RunSpec, why: str) -> RunResult:
     """The result of a run whose worker died on every attempt: an error, as a run that could not run reports."""
     from cbbench.perf.backends.backend import RunResult
 
-    return RunResult(spec.backend, spec.batching, dict(spec.knobs), error=why)
+    return RunResult(spec.backend, spec.batching, spec.knobs.given(), error=why)
 
 
 def _portable(e: BaseException) -> BaseException:

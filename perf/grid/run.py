@@ -75,8 +75,7 @@ class Grid:
         else:
             from cbbench.perf.grid.ray_runner import RayRunner
 
-            gpu = self.plan.settings.device.startswith("cuda")
-            self.runner = RayRunner(job, address=self.choice.address, gpu=gpu)
+            self.runner = RayRunner(job, address=self.choice.address, gpu=self.plan.settings.device.is_cuda)
         yield from self.runner.run(self.todo)
 
     @property

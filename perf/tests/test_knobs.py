@@ -9,10 +9,19 @@ import pytest
 from typer.testing import CliRunner
 
 from cbbench.perf.cli import main as cli
-from cbbench.perf.knobs import engine_knobs, knob, parse_knobs, validate_knobs
+from cbbench.perf.knobs import EngineKnobs, engine_knobs, knob, parse_knobs, validate_knobs
 from refengine.config import BATCHING_MODES, POLICIES, PREEMPTION_MODES, EngineConfig, SchedulerConfig
 
 NOT_KNOBS = {"model", "device", "dtype", "seed", "scheduler", "stats_log_size"}  # own options / plumbing
+
+
+def test_engine_knobs_fields_are_the_knobs_by_name_and_type():
+    """EngineKnobs spells the configs' fields by hand, for typed access; the configs stay the source of truth."""
+    fields = {f.name: f.type for f in dataclasses.fields(EngineKnobs)}
+    assert list(fields) == [k.name for k in engine_knobs()]
+    for k in engine_knobs():
+        assert fields[k.name] == f"{k.type.__name__} | None", k.name
+    assert EngineKnobs(max_num_seqs=4, policy="priority").given() == {"max_num_seqs": 4, "policy": "priority"}
 
 
 def test_every_config_field_is_a_knob():
@@ -54,14 +63,18 @@ def test_knob_values_reach_the_run(monkeypatch, tmp_path):
         ],
     )
     assert res.exit_code == 0, res.output
-    knobs = seen["opts"].knobs
-    assert knobs["max_num_batched_tokens"] == "256,512" and knobs["enable_prefix_caching"] is False
-    assert knobs["policy"] == "priority" and knobs["block_size"] is None
-    assert parse_knobs(knobs) == {
-        "max_num_batched_tokens": [256, 512],
-        "enable_prefix_caching": [False],
-        "policy": ["priority"],
-    }
+    knobs = seen["opts"].engine.knobs
+    assert [(a.name, a.values) for a in knobs.axes] == [
+        ("max_num_batched_tokens", (256, 512)),
+        ("enable_prefix_caching", (False,)),
+        ("policy", ("priority",)),
+    ]
+    record = knobs.record(exclude=("batching",))
+    assert record["max_num_batched_tokens"] == "256,512" and record["enable_prefix_caching"] is False
+    assert record["policy"] == "priority" and record["block_size"] is None
+    assert [ks.given() for ks in knobs.configurations()] == [
+        {"max_num_batched_tokens": n, "enable_prefix_caching": False, "policy": "priority"} for n in (256, 512)
+    ]
 
 
 @pytest.mark.parametrize(

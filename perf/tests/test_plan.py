@@ -6,23 +6,32 @@ from __future__ import annotations
 from typer.testing import CliRunner
 
 from cbbench.perf.cli import app
+from cbbench.perf.knobs import KnobGrid
 from cbbench.perf.plan.build import build_plan
-from cbbench.perf.plan.options import PerfOptions
+from cbbench.perf.plan.options import (
+    BackendOptions,
+    EngineOptions,
+    OutputOptions,
+    PerfOptions,
+    RunOptions,
+    WorkloadOptions,
+)
 
-FIXED = dict(workload="fixed", workload_params=["input_len=8,output_len=4"], num_prompts=3, warmup=1)
+FIXED = WorkloadOptions("fixed", num_prompts=3, params=("input_len=8,output_len=4",))
 
 
 def test_plan_holds_one_spec_per_run_in_order(tmp_path):
     o = PerfOptions(
-        **FIXED,
-        batching="continuous,static",
-        peers="hf-static",
-        repeats=2,
-        result_dir=tmp_path,
-        knobs={"max_num_seqs": "2,3"},
+        workload=FIXED,
+        engine=EngineOptions(
+            batching=EngineOptions.parse_batching("continuous,static"), knobs=KnobGrid.parse({"max_num_seqs": "2,3"})
+        ),
+        backend=BackendOptions(peers=BackendOptions.parse_peers("hf-static")),
+        run=RunOptions(repeats=2, warmup=1),
+        output=OutputOptions(result_dir=tmp_path),
     )
     plan = build_plan(o)
-    runs = [(s.repeat, s.backend, s.batching, s.knobs["max_num_seqs"]) for s in plan.specs]
+    runs = [(s.repeat, s.backend, s.batching, s.knobs.max_num_seqs) for s in plan.specs]
     one = [
         ("refengine", "continuous", 2),
         ("refengine", "static", 2),
