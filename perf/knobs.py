@@ -273,7 +273,9 @@ class EngineKnobs:
         """Build the configs of these knobs (`batching` for the run's mode), so a bad value fails with the engine's
         own ValueError; no model is loaded."""
         sched, eng = split_knobs(self.given())
-        SchedulerConfig(**({"batching": batching} if batching is not None else {}), **sched)
+        if batching is not None:
+            sched["batching"] = batching
+        SchedulerConfig(**sched)
         EngineConfig(**eng)
 
 
@@ -331,8 +333,9 @@ def parse_knobs(raw: Mapping[str, str | KnobValue | None]) -> dict[str, list[Kno
     return {name: knob(name).parse_list(value) for name, value in raw.items() if value is not None}
 
 
-def split_knobs(knobs: Mapping[str, KnobValue]) -> tuple[dict[str, KnobValue], dict[str, KnobValue]]:
-    """(SchedulerConfig fields, EngineConfig fields) of one knob set."""
+def split_knobs(knobs: Mapping[str, KnobValue]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(SchedulerConfig fields, EngineConfig fields) of one knob set, as keyword arguments of the two configs (whose
+    own checks type each value)."""
     src = {k.name: k.source for k in engine_knobs()}
     sched = {k: v for k, v in knobs.items() if src.get(k) == "SchedulerConfig"}
     return sched, {k: v for k, v in knobs.items() if k not in sched}

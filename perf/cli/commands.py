@@ -13,8 +13,8 @@ import typer
 from rich.console import Console
 
 from cbbench.perf.cli.app import CliError, Opt, err, one_line_errors
-from cbbench.perf.knobs import NO_KNOBS, EngineKnobs, engine_knob_options, knob, list_metavar
-from cbbench.perf.plan.options import DEFAULT_CPU_THREADS
+from cbbench.perf.knobs import NO_KNOBS, EngineKnobs, engine_knob_options, list_metavar
+from cbbench.perf.plan.options import DEFAULT_CPU_THREADS, EngineOptions
 from refengine.sim.sim_device import DeviceSpec
 
 
@@ -87,7 +87,7 @@ def timeline(
     """The batching modes' picture from a real run: which request holds which slot at each step, per batching mode."""
     from cbbench.perf.report.timeline import run_timeline
 
-    modes = knob("batching").parse_list(batching)
+    modes = EngineOptions.parse_batching(batching).values
     path, util = run_timeline(
         out, model=model, device=device, num_requests=num_requests, max_num_seqs=max_num_seqs, seed=seed, modes=modes
     )

@@ -78,12 +78,12 @@ def plan_options(o: PerfOptions, slo: Slo, given: set[str]) -> tuple[PerfOptions
         )
     grid = grid.with_axis(KnobAxis.of("tensor_parallel_size", ok))
     load = o.load
-    for name, axis in (
-        ("request_rate", load.request_rate),
-        ("burstiness", load.burstiness),
-        ("max_concurrency", load.max_concurrency),
+    for name, text in (
+        ("request_rate", load.request_rate.text),
+        ("burstiness", load.burstiness.text),
+        ("max_concurrency", load.max_concurrency.text),
     ):
-        if "," in str(axis.text or ""):
+        if "," in str(text or ""):
             raise ValueError(f"{name}: cbbench plan takes one value (the load the SLO holds at)")
     if str(load.request_rate.text).strip().lower() == "inf" and load.max_concurrency.text is None:
         notes.append(
@@ -91,7 +91,7 @@ def plan_options(o: PerfOptions, slo: Slo, given: set[str]) -> tuple[PerfOptions
             "serving load with --request-rate (or --max-concurrency) for an online SLO"
         )
     goodput = tuple(f"{k}:{v:g}" for k, v in (("ttft", slo.ttft_p99_ms), ("tpot", slo.tpot_p99_ms)) if v is not None)
-    lists = {n: axis.values for n in SEARCHED if (axis := grid.axis(n)) is not None}
+    lists = {n: searched.values for n in SEARCHED if (searched := grid.axis(n)) is not None}
     modes = o.engine.batching.values
     runs = math.prod(len(v) for v in lists.values()) * len(modes)
     if runs > MAX_PLAN_RUNS:

@@ -131,12 +131,12 @@ class LoadAxes:
     @property
     def varying(self) -> set[str]:
         """The names of the axes with more than one value."""
-        axes = {
-            "request_rate": self.request_rate,
-            "burstiness": self.burstiness,
-            "max_concurrency": self.max_concurrency,
+        sizes = {
+            "request_rate": len(self.request_rate.values),
+            "burstiness": len(self.burstiness.values),
+            "max_concurrency": len(self.max_concurrency.values),
         }
-        return {name for name, axis in axes.items() if len(axis.values) > 1}
+        return {name for name, size in sizes.items() if size > 1}
 
 
 @dataclass(frozen=True)
@@ -353,7 +353,7 @@ def _typed_param(key: str, value: object, accepted: Mapping[str, object]) -> obj
     if isinstance(default, float) and not isinstance(value, (int, float)):
         raise ValueError(f"workload-param {key}: expected a number, got {value!r}")
     assert isinstance(value, (int, float)), "checked above"  # narrows the type
-    return type(default)(value)
+    return int(value) if isinstance(default, int) else float(value)
 
 
 # the workload param -> the option that sets it
@@ -388,11 +388,11 @@ def workload_kwargs(w: WorkloadOptions, model: str | None, on_cpu: bool) -> dict
         "max_output_len": w.max_output_len,
         "dataset_path": w.dataset_path,
     }
-    for param, value in w.flag_params().items():
+    for param, given in w.flag_params().items():
         flag = _PARAM_FLAGS[param]
         if flag.startswith("hf_") and w.name != "hf":
             raise ValueError(f"--{flag.replace('_', '-')} does not apply to workload {w.name!r}")
-        caps[param] = value
+        caps[param] = given
     if "token_id_range" in accepted and "token_id_range" not in kw:  # ids the model's vocabulary holds
         fitted = vocab_token_id_range(model, DEFAULT_TOKEN_ID_RANGE)
         if fitted is not None:

@@ -91,11 +91,11 @@ def load_like(path: str | Path) -> LikePlan:
         workload_params=params,
         model=model,
         device=device or "cpu",
-        dtype=_cell(dtype),
+        dtype=None if _cell(dtype) is None else str(dtype),
         entries=list(entries.values()),
         repeats=repeats,
         run_options=opts,
-        command=_cell(first.get("command")) or "",
+        command=str(_cell(first.get("command")) or ""),
     )
 
 
