@@ -125,8 +125,7 @@ class Backend:
 def warmup_prompts(n: int, seed: int, vocab_size: int | None = None) -> list[list[int]]:
     """Prompts of 1-4 x WARMUP_PROMPT_LEN tokens: with staggered output lengths (WARMUP_OUTPUT_LEN + i) the warm-up
     meets every decode batch size from n down to 1 and several prefill shapes, so that the first measured run does
-    not pay for first-use kernel selection (measured here: without it, whichever mode ran first was ~10% slower).
-    With `vocab_size` (a model's, when known) every id is folded into it."""
+    not pay for first-use kernel selection that the runs after it are spared. With `vocab_size` (a model's, when known) every id is folded into it."""
     rng = np.random.default_rng(seed + 7919)
     prompts = [rng.integers(*_WARMUP_TOKEN_RANGE, size=WARMUP_PROMPT_LEN * (1 + i % 4)).tolist() for i in range(n)]
     return prompts if vocab_size is None else [[t % vocab_size for t in p] for p in prompts]

@@ -2,7 +2,7 @@
 
 `init_continuous_batching`, one `add_request` per request with its own `max_new_tokens`, EOS disabled;
 `max_requests_per_batch = max_num_seqs`, `max_batch_tokens = max_num_batched_tokens`, and an explicit `num_blocks` /
-`page_size` (its default sizing takes ~10 GB on a CPU). Per-token timestamps come from `record_timestamps=True`
+`page_size` (its default sizing is a GPU's, far more than a CPU run needs). Per-token timestamps come from `record_timestamps=True`
 (time.perf_counter, the same clock as monotonic on Linux; the run keeps to perf_counter throughout anyway). Not
 simulated: a simulated plan leaves it out. A failure returns a `RunResult` with `error` set instead of raising.
 """

@@ -70,7 +70,8 @@ class _FlagOption(typer.core.TyperOption):
 
 class _PlainValue:
     """How a str, Path or bool parameter's value is coerced, instead of typer's: typer 0.2x builds a pydantic adapter
-    per parameter, and importing pydantic for that costs a third of a second of `compare`'s or `plot --help`'s start.
+    per parameter, and importing pydantic for that is a large share of `compare`'s or `plot --help`'s start
+    (docs/measurements.md).
     A command-line value is a str already, so turning it into a str or a Path cannot fail; a bool that is not one
     yet (from an environment variable) goes to typer's own coercion."""
 

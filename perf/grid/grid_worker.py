@@ -33,7 +33,8 @@ class GridJob:
     def modules(self) -> list[str]:
         """The modules a worker imports to run this job (what a pool's fork server loads once, up front): the
         backends' own, and refengine's engine for the in-process ones (engine, peer: both drive refengine or its
-        weights); `import refengine` is lazy, its engine module imports torch: 4 s of a worker's first run here)."""
+        weights); `import refengine` is lazy, and its engine module imports torch, the largest part of a fresh worker's
+        start (docs/measurements.md)."""
         mods = {__name__, *(type(b).__module__ for b in self.backends.values())}
         if any(b.kind in ("engine", "peer") for b in self.backends.values()):
             mods.add("refengine.engine.llm_engine")
