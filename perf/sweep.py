@@ -21,6 +21,7 @@ from cbbench.perf.plan.build import build_plan
 from cbbench.perf.plan.options import DEFAULT_CPU_THREADS, PerfOptions
 from cbbench.perf.plan.spec import RunPlan, RunSpec
 from cbbench.perf.report.show import labels_of_rows, render
+from cbbench.perf.report.table import Entry
 from cbbench.perf.results.environment import environment_info
 from cbbench.perf.results.schema import make_row
 from cbbench.perf.results.writer import ResultWriter
@@ -59,7 +60,7 @@ def run_plan(plan: RunPlan, console: Console, *, table: bool = True) -> list[dic
     # the table covers the whole file: the runs saved before the interruption, named as they were, then the new,
     # all in plan order however they finished
     positions = plan_positions(plan)
-    entries: list[tuple[Any, Any]] = [
+    entries: list[tuple[tuple[int, int], Entry]] = [
         (row_position(row, positions, k), (key, row, None))
         for k, (key, row) in enumerate(zip(labels_of_rows(writer.rows, list(writer.records)), writer.rows))
     ]
@@ -95,7 +96,7 @@ def run_plan(plan: RunPlan, console: Console, *, table: bool = True) -> list[dic
     return writer.rows
 
 
-def _check_measured(entries: list[Any]) -> None:
+def _check_measured(entries: list[Entry]) -> None:
     """NoResultError naming the first run that produced no result or completed no request, after the table and
     the files are written (the runs that did finish are kept)."""
     for (engine, batching, label), row, error in entries:
@@ -107,9 +108,7 @@ def _check_measured(entries: list[Any]) -> None:
             raise NoResultError(f"{name}: every request failed ({failed:.0f} of {failed + completed:.0f})")
 
 
-def _record(
-    plan: RunPlan, spec: RunSpec, result: RunResult, writer: ResultWriter, notes: list[str]
-) -> tuple[tuple[str, str, str], dict[str, Any] | None, str | None]:
+def _record(plan: RunPlan, spec: RunSpec, result: RunResult, writer: ResultWriter, notes: list[str]) -> Entry:
     """One finished run: its row and records written; its entry of the table (key, row or None, error)."""
     key = (result.engine, result.batching, spec.label_of(result))
     if result.error:

@@ -21,6 +21,8 @@ from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 import numpy as np
 
+from cbbench.perf.backends.conversations import conversation_metrics, conversation_note
+from cbbench.perf.metrics import compute_metrics
 from cbbench.perf.records import RequestRecord, StepRecord
 
 if TYPE_CHECKING:
@@ -58,9 +60,6 @@ class RunResult:
     error: str | None = None
 
     def metrics(self, *, metric_percentiles: Sequence[float], goodput: Mapping[str, float] | None) -> dict[str, Any]:
-        from cbbench.perf.backends.conversations import conversation_metrics
-        from cbbench.perf.metrics import compute_metrics
-
         m = compute_metrics(
             self.records,
             self.duration,
@@ -117,8 +116,6 @@ class Backend:
 
     def notes(self, key: tuple[str, str, str], result: RunResult) -> list[str]:
         """Lines printed under the table about this run (failed requests, a multi-turn run's turn metrics, ...)."""
-        from cbbench.perf.backends.conversations import conversation_metrics, conversation_note
-
         return conversation_note(f"{key[0]} {key[1]} {key[2]}".strip(), conversation_metrics(result.records))
 
 

@@ -25,11 +25,12 @@ from cbbench.perf.backends.backend import WARMUP_OUTPUT_LEN, Backend, ProgressFn
 from cbbench.perf.backends.conversations import TurnFeeder, tag_record
 from cbbench.perf.knobs import EngineKnobs, KnobValue, engine_knobs, knob_names
 from cbbench.perf.records import ENGINE_REQUEST_KEYS, ENGINE_STEP_KEYS, RequestRecord, StepRecord
+from refengine.sampling_params import RequestOutputKind, SamplingParams
 
 if TYPE_CHECKING:
     from cbbench.perf.plan.spec import RunSpec
     from cbbench.workloads.workload import Workload, WorkloadRequest
-    from refengine import LLMEngine, SamplingParams
+    from refengine import LLMEngine
     from refengine.engine.step_stats import StepStats
 
 # the knobs a configuration may set (batching is a run's own column); generated from the config fields
@@ -111,8 +112,7 @@ def run_refengine(
 
     `max_concurrency` caps the requests in flight as `vllm bench serve --max-concurrency` does: a request that is
     due while the cap is full is added when a slot frees, and its arrival (TTFT's start) is that moment."""
-    from refengine import LLMEngine, SamplingParams  # (loads torch: the backend registry is imported at --dry-run)
-    from refengine.sampling_params import RequestOutputKind
+    from refengine import LLMEngine  # (loads torch: the backend registry is imported by `perf --dry-run`)
 
     engine = LLMEngine(model, **engine_kwargs(device=device, dtype=dtype, seed=seed, batching=batching, knobs=knobs))
     sc = engine.scheduler.config

@@ -11,6 +11,7 @@ from __future__ import annotations
 import functools
 import importlib
 import os
+import shlex
 import sys
 import traceback
 import typing
@@ -246,8 +247,6 @@ def explicit_params(ctx: typer.Context) -> list[str]:
 def command_line(ctx: typer.Context) -> str:
     """`cbbench perf` with every option that was given, canonically spelled: what a result records so that a
     reader (or `compare`'s message) can see how it was made."""
-    import shlex
-
     parts = ["cbbench", ctx.info_name or "perf"]
     given = set(explicit_params(ctx))
     for p in ctx.command.params:

@@ -15,6 +15,7 @@ from rich.console import Console
 from cbbench.perf.cli.app import CliError, Opt, err, one_line_errors
 from cbbench.perf.knobs import NO_KNOBS, EngineKnobs, engine_knob_options, list_metavar
 from cbbench.perf.plan.options import DEFAULT_CPU_THREADS, EngineOptions
+from refengine.entrypoints.address import bind_socket, check_shutdown_timeout
 from refengine.sim.sim_device import DeviceSpec
 
 
@@ -43,17 +44,13 @@ def serve(
     knobs: EngineKnobs = NO_KNOBS,
 ) -> None:
     """Serve the engine over an OpenAI-compatible HTTP API (/v1/completions, /v1/chat/completions, /metrics)."""
-    # (the server and the engine load torch: imported once the checks that need no model have passed, so that a bad
-    # knob, number or port fails in a moment with one line)
-    from refengine.entrypoints.address import bind_socket, check_shutdown_timeout
-
-    knobs.validate()
+    knobs.validate()  # every check that needs no model, before the server and the engine load torch
     engine_kwargs = {"model": model, "device": device, "dtype": dtype, "seed": seed, **knobs.given()}
     if cpu_threads is not None and cpu_threads < 0:
         raise CliError(f"cpu-threads must be >= 0 (0 = torch's default), got {cpu_threads}")
     check_shutdown_timeout(shutdown_timeout)
     sock = bind_socket(host, port)  # run_server serves on it and closes it
-    from refengine.entrypoints.api_server import run_server
+    from refengine.entrypoints.api_server import run_server  # (the server and the engine load torch)
 
     if DeviceSpec.parse(device).is_cpu and cpu_threads != 0:  # the same default as in-process perf
         import torch

@@ -17,8 +17,10 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from cbbench.perf.backends.backend import RunResult
+
 if TYPE_CHECKING:
-    from cbbench.perf.backends.backend import Backend, RunResult
+    from cbbench.perf.backends.backend import Backend
     from cbbench.perf.plan.spec import RunPlan, RunSpec
 
 
@@ -78,8 +80,6 @@ def run_one(job: GridJob, index: int) -> Outcome:
 
 def lost_run(spec: RunSpec, why: str) -> RunResult:
     """The result of a run whose worker died on every attempt: an error, as a run that could not run reports."""
-    from cbbench.perf.backends.backend import RunResult
-
     return RunResult(spec.backend, spec.batching, spec.knobs.given(), error=why)
 
 

@@ -12,10 +12,10 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
-    from refengine.tokenizer import Tokenizer
+from refengine.models.presets import PRESETS, load_model_config, load_tokenizer
+from refengine.sim.sim_models import SIM_ONLY_PRESETS
+from refengine.tokenizer import QwenTokenizer, Tokenizer
 
 
 @dataclass(frozen=True)
@@ -79,10 +79,6 @@ def parse_load_lists(
 
 def resolve_tokenizer(model: str, tokenizer: str | None) -> Tokenizer:
     """The tokenizer for the workloads (see the module docstring)."""
-    from refengine.models.presets import PRESETS, load_tokenizer
-    from refengine.sim.sim_models import SIM_ONLY_PRESETS
-    from refengine.tokenizer import QwenTokenizer
-
     name = tokenizer or model
     if name.lower() in ("qwen", "qwen2.5"):
         return QwenTokenizer()
@@ -108,9 +104,6 @@ def vocab_token_id_range(model: str | None, default: tuple[int, int]) -> tuple[i
 
 def known_vocab_size(model: str | None) -> int | None:
     """The vocabulary size of a preset or a local folder; None for anything else (a served name)."""
-    from refengine.models.presets import PRESETS, load_model_config
-    from refengine.sim.sim_models import SIM_ONLY_PRESETS
-
     if model in SIM_ONLY_PRESETS:
         return int(SIM_ONLY_PRESETS[model]["vocab_size"])
     if not model or (model not in PRESETS and not Path(model).is_dir()):
