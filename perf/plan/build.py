@@ -1,8 +1,9 @@
 """`build_plan`: the `PerfOptions` of `cbbench perf` turned, once, into a validated `RunPlan`.
 
-Everything is checked before the first run: the backend and peers by name, the options (`checks.py`), every knob
-combination as a `SchedulerConfig`, every request against every configuration (`check_feasible`), and the output
-folder is proved writable, so a bad value fails at once with one line. `--like BASELINE.csv` takes the workload
+Everything is checked before the first run: each option's own value as the command line parses it into the typed
+options (plan/options.py), then here every knob combination as a `SchedulerConfig`, every request against every
+configuration (`check_feasible`), and the output folder is proved writable, so a bad value fails at once with one
+line. `--like BASELINE.csv` takes the workload
 and the configurations from a results file (`results/like.py`).
 """
 
