@@ -313,10 +313,10 @@ class KnobGrid:
         return next((a for a in self.axes if a.name == name), None)
 
     def with_axis(self, axis: KnobAxis) -> KnobGrid:
-        """This grid with `axis` in place of its knob's axis (or added last)."""
-        if self.axis(axis.name) is None:
-            return KnobGrid((*self.axes, axis))
-        return KnobGrid(tuple(axis if a.name == axis.name else a for a in self.axes))
+        """This grid with `axis` in place of its knob's axis, or added where its knob comes in the configs' field
+        order (the order the command line gives the axes in, which the order of the runs follows)."""
+        axes = {a.name: a for a in self.axes} | {axis.name: axis}
+        return KnobGrid(tuple(axes[name] for name in knob_names() if name in axes))
 
     def configurations(self) -> list[EngineKnobs]:
         """Every point of the grid, the first axis slowest ([EngineKnobs()] for an empty grid)."""

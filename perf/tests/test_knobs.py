@@ -9,7 +9,7 @@ import pytest
 from typer.testing import CliRunner
 
 from cbbench.perf.cli import main as cli
-from cbbench.perf.knobs import EngineKnobs, engine_knobs, knob, parse_knobs, validate_knobs
+from cbbench.perf.knobs import EngineKnobs, KnobAxis, KnobGrid, engine_knobs, knob, parse_knobs, validate_knobs
 from refengine.config import BATCHING_MODES, POLICIES, PREEMPTION_MODES, EngineConfig, SchedulerConfig
 
 NOT_KNOBS = {"model", "device", "dtype", "seed", "scheduler", "stats_log_size"}  # own options / plumbing
@@ -127,3 +127,17 @@ def test_serve_takes_the_same_generated_knobs_as_single_values(monkeypatch):
     assert res.exit_code == 2 and "policy must be one of" in res.stderr
     res = CliRunner().invoke(cli.app, ["serve", "--max-num-seqs", "many"])
     assert res.exit_code == 2
+
+
+def test_a_grid_keeps_its_axes_in_the_configs_field_order():
+    """The runs of a sweep follow the axes' order (the first axis slowest), as the command line gives them: an axis
+    added later (the planner's default search, the CPU's max_num_seqs) takes its knob's place, not the last."""
+    grid = KnobGrid.parse({"tensor_parallel_size": "1,2"}).with_axis(KnobAxis.of("max_num_seqs", [8, 16]))
+    assert [a.name for a in grid.axes] == ["max_num_seqs", "tensor_parallel_size"]
+    assert [(k.max_num_seqs, k.tensor_parallel_size) for k in grid.configurations()] == [
+        (8, 1),
+        (8, 2),
+        (16, 1),
+        (16, 2),
+    ]
+    assert grid.with_axis(KnobAxis.of("max_num_seqs", [4])).axis("max_num_seqs") == KnobAxis("max_num_seqs", (4,), "4")
