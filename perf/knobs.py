@@ -253,6 +253,8 @@ class EngineKnobs:
     gpu_memory_utilization: float | None = None
     enforce_eager: bool | None = None
     tensor_parallel_size: int | None = None
+    # the order the knobs were given in (a sweep's axes, the CPU's default last): `given` lists them so, then the rest
+    order: tuple[str, ...] = dataclasses.field(default=(), compare=False, repr=False)
 
     @classmethod
     def parse(cls, given: Mapping[str, str | KnobValue | None]) -> EngineKnobs:
@@ -262,12 +264,12 @@ class EngineKnobs:
     @classmethod
     def of(cls, values: Mapping[str, KnobValue]) -> EngineKnobs:
         """The knobs of {knob name: typed value} (a results row's config columns, a sweep's point)."""
-        return cls(**values)  # type: ignore[arg-type]  # (names checked by the constructor, types by the configs)
+        return cls(**values, order=tuple(values))  # type: ignore[arg-type]  # (names: the constructor's; types: the configs')
 
     def given(self) -> dict[str, KnobValue]:
-        """{name: value} of the knobs set, in the configs' field order."""
-        out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
-        return {k: v for k, v in out.items() if v is not None}
+        """{name: value} of the knobs set: those of `order` in it, the others in the configs' field order."""
+        names = [*self.order, *(n for n in knob_names() if n not in self.order)]
+        return {n: v for n in names if (v := getattr(self, n)) is not None}
 
     def validate(self, batching: str | None = None) -> None:
         """Build the configs of these knobs (`batching` for the run's mode), so a bad value fails with the engine's
@@ -319,7 +321,8 @@ class KnobGrid:
         return KnobGrid(tuple(axes[name] for name in knob_names() if name in axes))
 
     def configurations(self) -> list[EngineKnobs]:
-        """Every point of the grid, the first axis slowest ([EngineKnobs()] for an empty grid)."""
+        """Every point of the grid, the first axis slowest ([EngineKnobs()] for an empty grid), its knobs in the
+        axes' order."""
         names = [a.name for a in self.axes]
         return [EngineKnobs.of(dict(zip(names, combo))) for combo in itertools.product(*(a.values for a in self.axes))]
 

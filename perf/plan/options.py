@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Generic, TypeVar
 
 from cbbench.perf.grid.executor import ExecutorChoice, parse_executor
-from cbbench.perf.knobs import EngineKnobs, KnobAxis, KnobGrid, knob
+from cbbench.perf.knobs import EngineKnobs, KnobGrid, knob
 from cbbench.perf.metrics import parse_goodput, parse_metric_percentiles
 from cbbench.perf.plan.load import LoadPoint, parse_load_lists, resolve_tokenizer, vocab_token_id_range
 from refengine.config import BATCHING_MODES
@@ -153,11 +153,13 @@ class EngineOptions:
         return Listed(tuple(str(m) for m in knob("batching").parse_list(text)), text)
 
     def configurations(self, on_cpu: bool) -> list[EngineKnobs]:
-        """Every knob set of the grid (on a CPU, max_num_seqs defaults to CPU_DEFAULTS' unless swept)."""
-        grid = self.knobs
-        if on_cpu and grid.axis("max_num_seqs") is None:
-            grid = grid.with_axis(KnobAxis.of("max_num_seqs", [CPU_DEFAULTS["max_num_seqs"]]))
-        return grid.configurations()
+        """Every knob set of the grid (on a CPU, max_num_seqs defaults to CPU_DEFAULTS' unless swept: named after
+        the knobs given, in the runs' labels and the JSON's knob sets)."""
+        sets = self.knobs.configurations()
+        if on_cpu and self.knobs.axis("max_num_seqs") is None:
+            default = {"max_num_seqs": CPU_DEFAULTS["max_num_seqs"]}
+            return [EngineKnobs.of({**ks.given(), **default}) for ks in sets]
+        return sets
 
 
 @dataclass(frozen=True)

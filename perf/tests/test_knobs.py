@@ -17,11 +17,14 @@ NOT_KNOBS = {"model", "device", "dtype", "seed", "scheduler", "stats_log_size"} 
 
 def test_engine_knobs_fields_are_the_knobs_by_name_and_type():
     """EngineKnobs spells the configs' fields by hand, for typed access; the configs stay the source of truth."""
-    fields = {f.name: f.type for f in dataclasses.fields(EngineKnobs)}
+    fields = {f.name: f.type for f in dataclasses.fields(EngineKnobs) if f.name != "order"}
     assert list(fields) == [k.name for k in engine_knobs()]
     for k in engine_knobs():
         assert fields[k.name] == f"{k.type.__name__} | None", k.name
     assert EngineKnobs(max_num_seqs=4, policy="priority").given() == {"max_num_seqs": 4, "policy": "priority"}
+    given_order = EngineKnobs.of({"block_size": 32, "max_num_seqs": 4})  # (a CPU's default max_num_seqs comes last)
+    assert list(given_order.given()) == ["block_size", "max_num_seqs"]
+    assert given_order == EngineKnobs(max_num_seqs=4, block_size=32)  # the order names them, it is not a knob
 
 
 def test_every_config_field_is_a_knob():
