@@ -172,7 +172,7 @@ def list_metavar(item: str) -> str:
     return f"<{item},...>"
 
 
-def _option(k: Knob, sweep: bool, help_override: str | None) -> tuple[Any, Any]:
+def _option(k: Knob, sweep: bool, help_override: str | None) -> tuple[object, None]:
     """(annotation, default) of the typer parameter for one knob."""
     help_text = help_override or k.help
     if k.choices:

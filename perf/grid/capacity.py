@@ -14,7 +14,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-from typing import Any
+from collections.abc import Mapping, Sequence
 
 from rich.console import Console
 
@@ -138,7 +138,7 @@ def _point(c: Candidate) -> str:
     )
 
 
-def summary_lines(rows: list[dict[str, Any]], slo: Slo) -> list[str]:
+def summary_lines(rows: Sequence[Mapping[str, object]], slo: Slo) -> list[str]:
     """What `cbbench plan` prints: the SLO, the best configuration per GPU, the frontier, the misses."""
     cands = candidates(rows, slo)
     bounds = ", ".join(f"{name} <= {limit:g} ms" for _, name, limit in slo.bounds())
