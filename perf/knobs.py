@@ -5,6 +5,10 @@ default, help); `engine_knob_options` turns them into typer options of a command
 for sweeps) and `cbbench serve` (single typed values) never repeat a knob list. A field added to either config shows
 up as an option without touching the CLI; its help comes from the field's `metadata={"help": ...}` when it has
 one, else from `_HELP` here, else a generic line. Choices come from the constants the configs validate against.
+
+What a command receives is typed: `EngineKnobs`, one configuration's knobs as fields named as the configs name them
+(perf/tests/test_knobs.py holds the two to the same names and types), and `KnobGrid`, a sweep's knobs as one axis
+of values per knob given.
 """
 
 from __future__ import annotations
@@ -12,6 +16,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import inspect
+import itertools
 import math
 import types
 import typing
@@ -20,6 +25,11 @@ from dataclasses import dataclass
 from typing import Annotated, Any, cast
 
 import typer
+
+from refengine import config as _config
+from refengine.config import EngineConfig, SchedulerConfig
+
+KnobValue = int | float | bool | str
 
 # Fields that are not engine knobs of a command: the model and device are the command's own options, and
 # `scheduler` / SchedulerConfig.max_model_len are plumbing (the engine fills max_model_len from EngineConfig).
@@ -52,13 +62,11 @@ _HELP = {
 
 
 def _choices() -> dict[str, tuple[str, ...]]:
-    from refengine import config
-
     return {
-        "batching": config.BATCHING_MODES,
-        "preemption_mode": config.PREEMPTION_MODES,
-        "policy": config.POLICIES,
-        "attention_backend": config.ATTENTION_BACKENDS,
+        "batching": _config.BATCHING_MODES,
+        "preemption_mode": _config.PREEMPTION_MODES,
+        "policy": _config.POLICIES,
+        "attention_backend": _config.ATTENTION_BACKENDS,
     }
 
 
@@ -68,7 +76,7 @@ class Knob:
 
     name: str
     type: type  # int, float, bool or str (Optional[...] unwrapped)
-    default: Any  # the config's default (None: the engine decides)
+    default: KnobValue | None  # the config's default (None: the engine decides)
     help: str
     choices: tuple[str, ...] | None = None
     source: str = "SchedulerConfig"  # or "EngineConfig"
@@ -77,8 +85,8 @@ class Knob:
     def flag(self) -> str:
         return "--" + self.name.replace("_", "-")
 
-    def parse(self, text: Any) -> Any:
-        """One value from its command-line text; ValueError naming the knob."""
+    def parse(self, text: str | KnobValue) -> KnobValue:
+        """One value from its command-line text (a value already typed passes); ValueError naming the knob."""
         if not isinstance(text, str):
             return text
         t = text.strip()
@@ -102,7 +110,7 @@ class Knob:
             raise ValueError(f"{self.name} must be one of {self.choices}, got {t!r}")
         return t
 
-    def parse_list(self, text: Any) -> list[Any]:
+    def parse_list(self, text: str | KnobValue) -> list[KnobValue]:
         """A comma list (a sweep) of values; a bool flag is one value."""
         if not isinstance(text, str):
             return [text]
@@ -118,7 +126,7 @@ class Knob:
             raise
 
 
-def _base_type(hint: Any) -> type:
+def _base_type(hint: object) -> type:
     args = [a for a in typing.get_args(hint) if a is not type(None)]
     if isinstance(hint, types.UnionType) or typing.get_origin(hint) is typing.Union:
         hint = args[0]
@@ -130,8 +138,6 @@ def _base_type(hint: Any) -> type:
 @functools.lru_cache(maxsize=1)
 def engine_knobs() -> tuple[Knob, ...]:
     """Every settable engine knob: SchedulerConfig's fields, then EngineConfig's (field order)."""
-    from refengine.config import EngineConfig, SchedulerConfig
-
     choices = _choices()
     out: dict[str, Knob] = {}
     for cls, skip in ((SchedulerConfig, _SCHEDULER_PLUMBING), (EngineConfig, set())):
@@ -169,7 +175,7 @@ def list_metavar(item: str) -> str:
     return f"<{item},...>"
 
 
-def _option(k: Knob, sweep: bool, help_override: str | None) -> tuple[Any, Any]:
+def _option(k: Knob, sweep: bool, help_override: str | None) -> tuple[object, None]:
     """(annotation, default) of the typer parameter for one knob."""
     help_text = help_override or k.help
     if k.choices:
@@ -197,14 +203,13 @@ def engine_knob_options(
 ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """Decorator: add one option per engine knob to a typer command.
 
-    The command takes a `knobs: dict` parameter (hidden from the CLI) and receives {knob name: value} for the knobs
-    given on the command line (None for those left out): comma-list strings when `sweep`, else typed values
-    (parse them with `parse_knobs` / `Knob.parse`).
+    The command takes a `knobs` parameter (hidden from the CLI): a `KnobGrid` of the knobs given as comma lists
+    when `sweep`, else the `EngineKnobs` given, each parsed as its knob's type (ValueError naming the knob).
     """
     excluded = set(exclude)
     overrides = dict(help or {})
 
-    def deco(fn: Callable[..., Any]) -> Callable[..., Any]:
+    def deco(fn: Callable[..., Any]) -> Callable[..., Any]:  # (any typer command function)
         names = [k.name for k in engine_knobs() if k.name not in excluded]
         sig = inspect.signature(fn, eval_str=True)
         params = [p for p in sig.parameters.values() if p.name != "knobs"]
@@ -216,8 +221,9 @@ def engine_knob_options(
             params.append(inspect.Parameter(k.name, inspect.Parameter.KEYWORD_ONLY, default=default, annotation=ann))
 
         @functools.wraps(fn)
-        def wrapper(*args: Any, **kwargs: Any) -> Any:
-            knobs = {n: kwargs.pop(n, None) for n in names if n not in taken}
+        def wrapper(*args: Any, **kwargs: Any) -> Any:  # (typer passes every option by keyword)
+            given = {n: kwargs.pop(n, None) for n in names if n not in taken}
+            knobs = KnobGrid.parse(given) if sweep else EngineKnobs.parse(given)
             return fn(*args, knobs=knobs, **kwargs)
 
         wrapper.__signature__ = sig.replace(parameters=params)  # type: ignore[attr-defined]
@@ -226,28 +232,126 @@ def engine_knob_options(
     return deco
 
 
-def parse_knobs(raw: Mapping[str, Any]) -> dict[str, list[Any]]:
+@dataclass(frozen=True)
+class EngineKnobs:
+    """One configuration's engine knobs, each a field of SchedulerConfig or EngineConfig under the config's own name
+    and type (perf/tests/test_knobs.py checks the two agree); None leaves a knob to the engine's default."""
+
+    max_num_batched_tokens: int | None = None
+    max_num_seqs: int | None = None
+    block_size: int | None = None
+    num_gpu_blocks: int | None = None
+    num_cpu_blocks: int | None = None
+    enable_chunked_prefill: bool | None = None
+    long_prefill_token_threshold: int | None = None
+    enable_prefix_caching: bool | None = None
+    preemption_mode: str | None = None
+    policy: str | None = None
+    batching: str | None = None
+    priority_preemption: bool | None = None
+    async_scheduling: bool | None = None
+    attention_backend: str | None = None
+    max_model_len: int | None = None
+    kv_cache_memory_gb: float | None = None
+    gpu_memory_utilization: float | None = None
+    enforce_eager: bool | None = None
+    tensor_parallel_size: int | None = None
+    # the order the knobs were given in (a sweep's axes, the CPU's default last): `given` lists them so, then the rest
+    order: tuple[str, ...] = dataclasses.field(default=(), compare=False, repr=False)
+
+    @classmethod
+    def parse(cls, given: Mapping[str, str | KnobValue | None]) -> EngineKnobs:
+        """The knobs of {knob name: text or value}, each parsed as its knob's type (ValueError naming it)."""
+        return cls.of({name: knob(name).parse(v) for name, v in given.items() if v is not None})
+
+    @classmethod
+    def of(cls, values: Mapping[str, KnobValue]) -> EngineKnobs:
+        """The knobs of {knob name: typed value} (a results row's config columns, a sweep's point)."""
+        return cls(**values, order=tuple(values))  # type: ignore[arg-type]  # (names: the constructor's; types: the configs')
+
+    def given(self) -> dict[str, KnobValue]:
+        """{name: value} of the knobs set: those of `order` in it, the others in the configs' field order."""
+        names = [*self.order, *(n for n in knob_names() if n not in self.order)]
+        return {n: v for n in names if (v := getattr(self, n)) is not None}
+
+    def validate(self, batching: str | None = None) -> None:
+        """Build the configs of these knobs (`batching` for the run's mode), so a bad value fails with the engine's
+        own ValueError; no model is loaded."""
+        sched, eng = split_knobs(self.given())
+        if batching is not None:
+            sched["batching"] = batching
+        SchedulerConfig(**sched)
+        EngineConfig(**eng)
+
+
+@dataclass(frozen=True)
+class KnobAxis:
+    """The values one knob takes in a sweep (a comma list; a bool flag is one value)."""
+
+    name: str
+    values: tuple[KnobValue, ...]
+    text: str | bool  # as given on the command line: what the JSON's config records
+
+    @classmethod
+    def parse(cls, name: str, text: str | bool) -> KnobAxis:
+        return cls(name, tuple(knob(name).parse_list(text)), text)
+
+    @classmethod
+    def of(cls, name: str, values: Iterable[KnobValue]) -> KnobAxis:
+        vals = tuple(values)
+        return cls(name, vals, ",".join(map(str, vals)))
+
+
+@dataclass(frozen=True)
+class KnobGrid:
+    """The engine knobs of a sweep: one axis per knob given; every configuration is a point of their product, and a
+    knob not given takes the engine's default."""
+
+    axes: tuple[KnobAxis, ...] = ()
+
+    @classmethod
+    def parse(cls, given: Mapping[str, str | bool | None]) -> KnobGrid:
+        """The grid of {knob name: comma list, bool or None (not given)}; ValueError naming a bad knob."""
+        return cls(tuple(KnobAxis.parse(name, text) for name, text in given.items() if text is not None))
+
+    def axis(self, name: str) -> KnobAxis | None:
+        return next((a for a in self.axes if a.name == name), None)
+
+    def with_axis(self, axis: KnobAxis) -> KnobGrid:
+        """This grid with `axis` in place of its knob's axis, or added where its knob comes in the configs' field
+        order (the order the command line gives the axes in, which the order of the runs follows)."""
+        axes = {a.name: a for a in self.axes} | {axis.name: axis}
+        return KnobGrid(tuple(axes[name] for name in knob_names() if name in axes))
+
+    def configurations(self) -> list[EngineKnobs]:
+        """Every point of the grid, the first axis slowest ([EngineKnobs()] for an empty grid), its knobs in the
+        axes' order."""
+        names = [a.name for a in self.axes]
+        return [EngineKnobs.of(dict(zip(names, combo))) for combo in itertools.product(*(a.values for a in self.axes))]
+
+    def record(self, exclude: Iterable[str] = ()) -> dict[str, str | bool | None]:
+        """{knob name: as given, or None} for every knob: what the JSON's config records."""
+        return {n: (a.text if (a := self.axis(n)) is not None else None) for n in knob_names(exclude)}
+
+
+def parse_knobs(raw: Mapping[str, str | KnobValue | None]) -> dict[str, list[KnobValue]]:
     """{name: comma list | value | None} -> {name: [values]} for the knobs that were given."""
-    out: dict[str, list[Any]] = {}
-    for name, value in raw.items():
-        if value is None:
-            continue
-        out[name] = knob(name).parse_list(value)
-    return out
+    return {name: knob(name).parse_list(value) for name, value in raw.items() if value is not None}
 
 
-def split_knobs(knobs: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
-    """(SchedulerConfig fields, EngineConfig fields) of one knob set."""
+def split_knobs(knobs: Mapping[str, KnobValue]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(SchedulerConfig fields, EngineConfig fields) of one knob set, as keyword arguments of the two configs (whose
+    own checks type each value)."""
     src = {k.name: k.source for k in engine_knobs()}
     sched = {k: v for k, v in knobs.items() if src.get(k) == "SchedulerConfig"}
     return sched, {k: v for k, v in knobs.items() if k not in sched}
 
 
-def validate_knobs(knobs: Mapping[str, Any], **scheduler_extra: Any) -> None:
+def validate_knobs(knobs: Mapping[str, KnobValue | None], *, batching: str | None = None) -> None:
     """Build the configs of one knob set, so a bad value fails with the engine's own ValueError (no model is
     loaded)."""
-    from refengine.config import EngineConfig, SchedulerConfig
+    EngineKnobs.of({k: v for k, v in knobs.items() if v is not None}).validate(batching)
 
-    sched, eng = split_knobs({k: v for k, v in knobs.items() if v is not None})
-    SchedulerConfig(**scheduler_extra, **sched)
-    EngineConfig(**eng)
+
+NO_KNOBS = EngineKnobs()  # every knob at the engine's default (frozen: safe to share as a default)
+NO_GRID = KnobGrid()  # a sweep with no knob given

@@ -12,10 +12,16 @@ from typing import Any
 
 from rich.console import Console
 
+from cbbench.perf.backends.backend import RunResult
 from cbbench.perf.exceptions import NoResultError
+from cbbench.perf.grid.executor import resolve_executor
+from cbbench.perf.grid.order import plan_positions, put_in_plan_order, row_position
+from cbbench.perf.grid.run import Grid
 from cbbench.perf.plan.build import build_plan
 from cbbench.perf.plan.options import DEFAULT_CPU_THREADS, PerfOptions
 from cbbench.perf.plan.spec import RunPlan, RunSpec
+from cbbench.perf.report.show import labels_of_rows, render
+from cbbench.perf.report.table import Entry
 from cbbench.perf.results.environment import environment_info
 from cbbench.perf.results.schema import make_row
 from cbbench.perf.results.writer import ResultWriter
@@ -28,11 +34,9 @@ def run_perf(o: PerfOptions, console: Console) -> list[dict[str, Any]]:
 
 def show_plan(o: PerfOptions, console: Console) -> None:
     """`cbbench perf --dry-run`: the validated plan, one line per run, and the executor; nothing runs."""
-    from cbbench.perf.grid.executor import parse_executor, resolve_executor
-
     plan = build_plan(o)
     head, _, runs = plan.describe().partition("\n")
-    choice = resolve_executor(parse_executor(plan.executor), plan, len(plan.specs))
+    choice = resolve_executor(plan.executor, plan, len(plan.specs))
     text = f"{head}; executor {choice.describe(len(plan.specs))}" + (f"\n{runs}" if runs else "")
     console.print(text, markup=False, highlight=False, soft_wrap=True)
 
@@ -40,28 +44,23 @@ def show_plan(o: PerfOptions, console: Console) -> None:
 def run_plan(plan: RunPlan, console: Console, *, table: bool = True) -> list[dict[str, Any]]:
     """Run every spec not already in the output (`--resume`) on the plan's executor (perf/grid/), write each result
     as it finishes, put the files in plan order, print the table (unless `table` is False: `cbbench plan`)."""
-    from cbbench.perf.grid.executor import parse_executor, resolve_executor
-    from cbbench.perf.grid.order import plan_positions, put_in_plan_order, row_position
-    from cbbench.perf.grid.run import Grid
-    from cbbench.perf.report.show import labels_of_rows, render
-
     _set_threads(plan)
     writer = ResultWriter(
         plan.csv_path,
         config=plan.config,
-        environment=environment_info(plan.settings.device),
+        environment=environment_info(plan.settings.device.name),
         workload=plan.workload,
         resume=plan.resume,
     )
     todo = [i for i, spec in enumerate(plan.specs) if not writer.done(spec.plan_id)]
-    grid = Grid(plan, resolve_executor(parse_executor(plan.executor), plan, len(todo)), todo)
+    grid = Grid(plan, resolve_executor(plan.executor, plan, len(todo)), todo)
     info = console if plan.format == "text" else Console(stderr=True)  # stdout holds only the markdown / JSON
     if plan.resume and writer.num_done:
         info.print(f"resume: {writer.num_done} run(s) already in {plan.csv_path}; {len(todo)} to go", markup=False)
     # the table covers the whole file: the runs saved before the interruption, named as they were, then the new,
     # all in plan order however they finished
     positions = plan_positions(plan)
-    entries: list[tuple[Any, Any]] = [
+    entries: list[tuple[tuple[int, int], Entry]] = [
         (row_position(row, positions, k), (key, row, None))
         for k, (key, row) in enumerate(zip(labels_of_rows(writer.rows, list(writer.records)), writer.rows))
     ]
@@ -76,7 +75,7 @@ def run_plan(plan: RunPlan, console: Console, *, table: bool = True) -> list[dic
                 assert result is not None  # an outcome holds a result or the exception raised above
                 entries.append(((0, out.index), _record(plan, spec, result, writer, notes)))
                 progress.finish(entries[-1][1][1], entries[-1][1][2])
-                if "simulated" in plan.config and not result.error:
+                if plan.settings.device.simulated and not result.error:
                     speed.append((spec.describe(), result.duration, out.wall_s))
     except KeyboardInterrupt:
         writer.flush()  # also creates the pair when nothing had finished yet
@@ -97,7 +96,7 @@ def run_plan(plan: RunPlan, console: Console, *, table: bool = True) -> list[dic
     return writer.rows
 
 
-def _check_measured(entries: list[Any]) -> None:
+def _check_measured(entries: list[Entry]) -> None:
     """NoResultError naming the first run that produced no result or completed no request, after the table and
     the files are written (the runs that did finish are kept)."""
     for (engine, batching, label), row, error in entries:
@@ -109,9 +108,7 @@ def _check_measured(entries: list[Any]) -> None:
             raise NoResultError(f"{name}: every request failed ({failed:.0f} of {failed + completed:.0f})")
 
 
-def _record(
-    plan: RunPlan, spec: RunSpec, result: Any, writer: ResultWriter, notes: list[str]
-) -> tuple[tuple[str, str, str], dict[str, Any] | None, str | None]:
+def _record(plan: RunPlan, spec: RunSpec, result: RunResult, writer: ResultWriter, notes: list[str]) -> Entry:
     """One finished run: its row and records written; its entry of the table (key, row or None, error)."""
     key = (result.engine, result.batching, spec.label_of(result))
     if result.error:
@@ -152,7 +149,7 @@ def _speed_note(speed: list[tuple[str, float, float]], writer: ResultWriter) -> 
 
 def _set_threads(plan: RunPlan) -> None:
     st = plan.settings
-    if st.device == "cpu" and st.cpu_threads != 0:
-        import torch
+    if st.device.is_cpu and st.cpu_threads != 0:
+        import torch  # (a CPU run loads the engine, and torch with it, anyway; a simulated one never does)
 
         torch.set_num_threads(st.cpu_threads or DEFAULT_CPU_THREADS)  # the same default as `serve`

@@ -21,6 +21,8 @@ from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 import numpy as np
 
+from cbbench.perf.backends.conversations import conversation_metrics, conversation_note
+from cbbench.perf.metrics import compute_metrics
 from cbbench.perf.records import RequestRecord, StepRecord
 
 if TYPE_CHECKING:
@@ -58,9 +60,6 @@ class RunResult:
     error: str | None = None
 
     def metrics(self, *, metric_percentiles: Sequence[float], goodput: Mapping[str, float] | None) -> dict[str, Any]:
-        from cbbench.perf.backends.conversations import conversation_metrics
-        from cbbench.perf.metrics import compute_metrics
-
         m = compute_metrics(
             self.records,
             self.duration,
@@ -113,20 +112,17 @@ class Backend:
 
     def row_config(self, result: RunResult) -> tuple[dict[str, Any], str]:
         """The CSV's configuration cells of a result (knobs and dtype) and its device column."""
-        return {**result.knobs, "dtype": self.settings.dtype_name}, self.settings.device
+        return {**result.knobs, "dtype": self.settings.dtype_name}, self.settings.device.name
 
     def notes(self, key: tuple[str, str, str], result: RunResult) -> list[str]:
         """Lines printed under the table about this run (failed requests, a multi-turn run's turn metrics, ...)."""
-        from cbbench.perf.backends.conversations import conversation_metrics, conversation_note
-
         return conversation_note(f"{key[0]} {key[1]} {key[2]}".strip(), conversation_metrics(result.records))
 
 
 def warmup_prompts(n: int, seed: int, vocab_size: int | None = None) -> list[list[int]]:
     """Prompts of 1-4 x WARMUP_PROMPT_LEN tokens: with staggered output lengths (WARMUP_OUTPUT_LEN + i) the warm-up
     meets every decode batch size from n down to 1 and several prefill shapes, so that the first measured run does
-    not pay for first-use kernel selection (measured here: without it, whichever mode ran first was ~10% slower).
-    With `vocab_size` (a model's, when known) every id is folded into it."""
+    not pay for first-use kernel selection that the runs after it are spared. With `vocab_size` (a model's, when known) every id is folded into it."""
     rng = np.random.default_rng(seed + 7919)
     prompts = [rng.integers(*_WARMUP_TOKEN_RANGE, size=WARMUP_PROMPT_LEN * (1 + i % 4)).tolist() for i in range(n)]
     return prompts if vocab_size is None else [[t % vocab_size for t in p] for p in prompts]

@@ -23,12 +23,15 @@ from typing import TYPE_CHECKING, Any
 
 from cbbench.perf.backends.backend import Backend, ProgressFn, RunResult, warmup_prompts
 from cbbench.perf.records import PEER_STEP_KEYS, REQUEST_KEYS, RequestRecord, StepRecord
+from cbbench.perf.sim.hf_static import simulate_hf_static_on, workload_requests
+from refengine.sim.sim_device import DeviceSpec
 
 if TYPE_CHECKING:
     import torch
     from transformers import PreTrainedModel
 
     from cbbench.perf.plan.spec import RunSpec
+    from cbbench.workloads.workload import Workload, WorkloadRequest
 
 _MOVED_TO_HF_CB = ("run_hf_cb", "HfCbBackend", "HF_CB_PAGE_SIZE", "HF_CB_TIMEOUT_S")
 
@@ -46,7 +49,7 @@ def hf_model(
 
 
 def _record(
-    rid: str, r: Any, arrival: float, token_times: list[float], finish: float, first_scheduled: float | None
+    rid: str, r: WorkloadRequest, arrival: float, token_times: list[float], finish: float, first_scheduled: float | None
 ) -> RequestRecord:
     return RequestRecord(
         rid,
@@ -108,11 +111,11 @@ def _generate_batch(model: Any, prompts: Sequence[list[int]], new_tokens: int, p
 MULTI_TURN_REFUSED = "multi-turn workloads run on refengine and the HTTP backends only, not on the HF peers"
 
 
-def run_hf_static_sim(workload: Any, model: str, *, device: str, dtype: str | None, max_num_seqs: int) -> RunResult:
+def run_hf_static_sim(
+    workload: Workload, model: str, *, device: str, dtype: str | None, max_num_seqs: int
+) -> RunResult:
     """hf-static on a simulated GPU: the same batching on the engine's cost model (perf/sim/hf_static.py),
     times in simulated seconds from 0, as the simulated engine's."""
-    from cbbench.perf.sim.hf_static import simulate_hf_static_on, workload_requests
-
     res = RunResult("hf-static", "static", {"max_num_seqs": max_num_seqs}, max_num_seqs=max_num_seqs)
     sim = simulate_hf_static_on(device, model, workload_requests(workload), max_num_seqs, dtype or "bfloat16")
     res.records = [RequestRecord.from_dict(r, REQUEST_KEYS) for r in sim.records]  # the CPU peer's keys
@@ -134,7 +137,7 @@ def run_hf_static_sim(workload: Any, model: str, *, device: str, dtype: str | No
     return res
 
 
-def _batch_steps(reqs: Sequence[Any], times: Sequence[float]) -> list[StepRecord]:
+def _batch_steps(reqs: Sequence[WorkloadRequest], times: Sequence[float]) -> list[StepRecord]:
     """A static batch's synthetic steps: every slot held, running = members whose own output is not complete."""
     n = len(reqs)
     return [
@@ -144,7 +147,7 @@ def _batch_steps(reqs: Sequence[Any], times: Sequence[float]) -> list[StepRecord
 
 
 def run_hf_static(
-    workload: Any,
+    workload: Workload,
     model: str,
     *,
     device: str,
@@ -154,9 +157,7 @@ def run_hf_static(
     seed: int = 0,
     progress: ProgressFn | None = None,
 ) -> RunResult:
-    from refengine.sim.sim_device import is_sim_device
-
-    if is_sim_device(device):
+    if DeviceSpec.parse(device).simulated:
         if progress:
             progress(0)  # the simulation is the measured run
         sim = run_hf_static_sim(workload, model, device=device, dtype=dtype, max_num_seqs=max_num_seqs)
@@ -209,12 +210,13 @@ class HfStaticBackend(Backend):
 
     def run(self, spec: RunSpec, progress: ProgressFn | None = None) -> RunResult:
         st = self.settings
+        assert spec.knobs.max_num_seqs is not None, "a peer's entry names its batch size"  # narrows the type
         return run_hf_static(
             spec.workload,
             st.model,
-            device=st.device,
+            device=st.device.name,
             dtype=st.dtype,
-            max_num_seqs=spec.knobs["max_num_seqs"],
+            max_num_seqs=spec.knobs.max_num_seqs,
             warmup=st.warmup,
             seed=st.seed,
             progress=progress,

@@ -2,7 +2,7 @@
 
 `init_continuous_batching`, one `add_request` per request with its own `max_new_tokens`, EOS disabled;
 `max_requests_per_batch = max_num_seqs`, `max_batch_tokens = max_num_batched_tokens`, and an explicit `num_blocks` /
-`page_size` (its default sizing takes ~10 GB on a CPU). Per-token timestamps come from `record_timestamps=True`
+`page_size` (its default sizing is a GPU's, far more than a CPU run needs). Per-token timestamps come from `record_timestamps=True`
 (time.perf_counter, the same clock as monotonic on Linux; the run keeps to perf_counter throughout anyway). Not
 simulated: a simulated plan leaves it out. A failure returns a `RunResult` with `error` set instead of raising.
 """
@@ -17,9 +17,11 @@ from typing import TYPE_CHECKING, Any
 
 from cbbench.perf.backends.backend import Backend, ProgressFn, RunResult, warmup_prompts
 from cbbench.perf.backends.hf import MULTI_TURN_REFUSED, _record, hf_model
+from cbbench.perf.knobs import KnobValue
 
 if TYPE_CHECKING:
     from cbbench.perf.plan.spec import RunSpec
+    from cbbench.workloads.workload import Workload, WorkloadRequest
 
 HF_CB_PAGE_SIZE = 16  # tokens per page; refengine's default block size, so the cache granularity is alike
 HF_CB_TIMEOUT_S = 600.0  # no result for this long: the generation thread is taken as hung
@@ -28,7 +30,7 @@ _CB_LOGGER = "ContinuousBatchingLogger"
 
 
 def run_hf_cb(
-    workload: Any,
+    workload: Workload,
     model: str,
     *,
     device: str,
@@ -39,7 +41,10 @@ def run_hf_cb(
     seed: int = 0,
     progress: ProgressFn | None = None,
 ) -> RunResult:
-    knobs = {"max_num_seqs": max_num_seqs, "max_num_batched_tokens": max_num_batched_tokens}
+    knobs: dict[str, KnobValue | None] = {
+        "max_num_seqs": max_num_seqs,
+        "max_num_batched_tokens": max_num_batched_tokens,
+    }
     res = RunResult("hf-cb", "continuous", knobs, max_num_seqs=max_num_seqs)
     if workload.is_multi_turn:
         res.error = MULTI_TURN_REFUSED
@@ -87,7 +92,11 @@ def run_hf_cb(
 
 
 def _start_manager(
-    hf: Any, reqs: Sequence[Any], max_num_seqs: int, max_num_batched_tokens: int | None, seed: int
+    hf: Any,  # (transformers types its generation methods as tensors)
+    reqs: Sequence[WorkloadRequest],
+    max_num_seqs: int,
+    max_num_batched_tokens: int | None,
+    seed: int,
 ) -> Any:
     """transformers' continuous-batching manager for `reqs`, started: greedy, EOS disabled, sized explicitly."""
     from transformers import GenerationConfig
@@ -129,13 +138,14 @@ class HfCbBackend(Backend):
 
     def run(self, spec: RunSpec, progress: ProgressFn | None = None) -> RunResult:
         st = self.settings
+        assert spec.knobs.max_num_seqs is not None, "a peer's entry names its batch size"  # narrows the type
         return run_hf_cb(
             spec.workload,
             st.model,
-            device=st.device,
+            device=st.device.name,
             dtype=st.dtype,
-            max_num_seqs=spec.knobs["max_num_seqs"],
-            max_num_batched_tokens=spec.knobs.get("max_num_batched_tokens"),
+            max_num_seqs=spec.knobs.max_num_seqs,
+            max_num_batched_tokens=spec.knobs.max_num_batched_tokens,
             warmup=st.warmup,
             seed=st.seed,
             progress=progress,

@@ -20,6 +20,7 @@ from cbbench.perf.backends.http_client import HttpTarget, make_session, replay, 
 from cbbench.perf.backends.http_turns import replay_turns
 from cbbench.perf.backends.server_metrics import ServerMetrics, scrape
 from cbbench.perf.backends.sim_time import SimClock, time_note
+from cbbench.perf.plan.load import known_vocab_size
 from cbbench.perf.records import RequestRecord
 
 # text warm-up prompts for a tokenizer smaller than the warm-up's id range use ids from here up (past the specials)
@@ -122,8 +123,6 @@ async def _warm_up(
     target: HttpTarget, session: Any, tokenizer: Any, warmup: int, seed: int, max_concurrency: int | None, send: Any
 ) -> str | None:
     """Send the warm-up requests; the run's error when every one of them failed, else None."""
-    from cbbench.perf.plan.load import known_vocab_size
-
     wp = warmup_prompts(warmup, seed, known_vocab_size(target.model))  # folded when the served model is known here
     if target.prompt_format == "text":  # ids within a small vocabulary, so that no prompt decodes to ""
         vocab = getattr(tokenizer, "vocab_size", None) or WARMUP_VOCAB_FLOOR

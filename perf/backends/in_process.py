@@ -18,32 +18,41 @@ Replay rules, the same for every engine so the rows compare:
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
 from cbbench.perf.backends.backend import WARMUP_OUTPUT_LEN, Backend, ProgressFn, RunResult, warmup_prompts
 from cbbench.perf.backends.conversations import TurnFeeder, tag_record
-from cbbench.perf.knobs import engine_knobs, knob_names
+from cbbench.perf.knobs import EngineKnobs, KnobValue, engine_knobs, knob_names
 from cbbench.perf.records import ENGINE_REQUEST_KEYS, ENGINE_STEP_KEYS, RequestRecord, StepRecord
+from refengine.sampling_params import RequestOutputKind, SamplingParams
 
 if TYPE_CHECKING:
     from cbbench.perf.plan.spec import RunSpec
+    from cbbench.workloads.workload import Workload, WorkloadRequest
     from refengine import LLMEngine
+    from refengine.engine.step_stats import StepStats
 
 # the knobs a configuration may set (batching is a run's own column); generated from the config fields
 SWEEP_KNOBS = knob_names(exclude=("batching",))
 
 
 def engine_kwargs(
-    *, device: str, dtype: str | None, seed: int, batching: str, knobs: Mapping[str, Any]
-) -> dict[str, Any]:
-    """LLMEngine keyword arguments for one configuration (None knobs are left to the engine's defaults)."""
-    kw = {k: v for k, v in knobs.items() if v is not None}
+    *, device: str, dtype: str | None, seed: int, batching: str, knobs: EngineKnobs
+) -> dict[str, KnobValue | None]:
+    """LLMEngine keyword arguments for one configuration (knobs not set are left to the engine's defaults)."""
     # stats_log_size=None: keep every step's stats (the engine keeps only the newest by default)
-    return {"device": device, "dtype": dtype, "seed": seed, "batching": batching, "stats_log_size": None, **kw}
+    return {
+        "device": device,
+        "dtype": dtype,
+        "seed": seed,
+        "batching": batching,
+        "stats_log_size": None,
+        **knobs.given(),
+    }
 
 
-def step_records(step_stats: Sequence[Any]) -> list[StepRecord]:
+def step_records(step_stats: Sequence[StepStats]) -> list[StepRecord]:
     """The engine's StepStats -> `StepRecord`s.
 
     Static batching (steps whose requests carry a batch id): a batch holds all its slots from the step it is
@@ -88,14 +97,14 @@ def step_records(step_stats: Sequence[Any]) -> list[StepRecord]:
 
 
 def run_refengine(
-    workload: Any,
+    workload: Workload,
     *,
     model: str,
     device: str,
     dtype: str | None,
     seed: int,
     batching: str,
-    knobs: Mapping[str, Any],
+    knobs: EngineKnobs,
     warmup: int = 8,
     progress: ProgressFn | None = None,
     max_concurrency: int | None = None,
@@ -104,7 +113,7 @@ def run_refengine(
 
     `max_concurrency` caps the requests in flight as `vllm bench serve --max-concurrency` does: a request that is
     due while the cap is full is added when a slot frees, and its arrival (TTFT's start) is that moment."""
-    from refengine import LLMEngine
+    from refengine import LLMEngine  # (loads torch: the backend registry is imported by `perf --dry-run`)
 
     # shut down when the run ends: its device memory goes back before the next configuration's engine sizes its
     # KV cache (`perf --like` runs every configuration of a baseline in this one process)
@@ -114,21 +123,19 @@ def run_refengine(
 
 def _run_on(
     engine: LLMEngine,
-    workload: Any,
+    workload: Workload,
     batching: str,
-    knobs: Mapping[str, Any],
+    knobs: EngineKnobs,
     warmup: int,
     progress: ProgressFn | None,
     max_concurrency: int | None,
 ) -> RunResult:
     """run_refengine's run on an engine made for it."""
-    from refengine import SamplingParams
-
     sc = engine.scheduler.config
     result = RunResult(
         "refengine",
         batching,
-        dict(knobs),
+        dict(knobs.given()),
         max_num_seqs=sc.max_num_seqs,
         max_num_batched_tokens=sc.max_num_batched_tokens,
         num_gpu_blocks=sc.num_gpu_blocks,
@@ -138,8 +145,6 @@ def _run_on(
     )
     result.knobs["attention_backend"] = engine.attention_backend
     result.knobs["tensor_parallel_size"] = engine.config.tensor_parallel_size
-
-    from refengine.sampling_params import RequestOutputKind
 
     def params(n: int) -> SamplingParams:  # (only finished outputs are read: FINAL_ONLY, as vLLM's offline runs)
         return SamplingParams(max_tokens=n, temperature=0.0, ignore_eos=True, output_kind=RequestOutputKind.FINAL_ONLY)
@@ -159,7 +164,11 @@ def _run_on(
 
 
 def _replay(
-    engine: Any, requests: Sequence[Any], params: Any, max_concurrency: int | None, progress: ProgressFn | None
+    engine: LLMEngine,
+    requests: Sequence[WorkloadRequest],
+    params: Callable[[int], SamplingParams],
+    max_concurrency: int | None,
+    progress: ProgressFn | None,
 ) -> tuple[list[RequestRecord], float]:
     """Add each request when it is due (`TurnFeeder`: its arrival, or a conversation's previous answer), under the
     concurrency cap, stepping the engine meanwhile; the records of every request, in finishing order, and t0."""
@@ -212,7 +221,7 @@ class RefengineBackend(Backend):
         return run_refengine(
             spec.workload,
             model=st.model,
-            device=st.device,
+            device=st.device.name,
             dtype=st.dtype,
             seed=st.seed,
             batching=spec.batching,

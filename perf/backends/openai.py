@@ -7,13 +7,13 @@ table are the same code for both.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from cbbench.perf.backends.backend import Backend, ProgressFn, RunResult
 from cbbench.perf.backends.client_workers import check_client_workers
 from cbbench.perf.backends.http_client import HttpTarget
 from cbbench.perf.backends.http_run import run_http
+from cbbench.perf.knobs import KnobGrid, knob_names
 from cbbench.perf.records import RequestRecord
 
 if TYPE_CHECKING:
@@ -25,14 +25,14 @@ def http_target(
     base_url: str | None,
     model: str,
     prompt_format: str,
-    knobs: Mapping[str, Any],
+    knobs: KnobGrid,
     ignore_eos: bool = True,
     timeout_s: float = 6 * 3600,
 ) -> HttpTarget:
     """The server an HTTP backend run talks to; engine knobs are the server's business and refused here."""
     if not base_url:
         raise ValueError(f"base_url: --backend {backend} needs --base-url http://HOST:PORT")
-    given = [k for k, v in knobs.items() if v is not None]
+    given = [k for k in knob_names() if knobs.axis(k) is not None]
     if given:
         flag = given[0].replace("_", "-")
         raise ValueError(

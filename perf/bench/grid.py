@@ -20,43 +20,56 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
 
 from rich.console import Console
 
-GRID_BASE: dict[str, Any] = dict(
-    workload="fixed",
-    device="sim:h200",
-    model="llama-3.1-8b",
-    workload_params=["input_len=256,output_len=32"],
-    batching="continuous,static",
-    peers="none",
-    quiet=True,
+from cbbench.perf.grid.executor import parse_executor
+from cbbench.perf.grid.order import RUN_SPECIFIC_COLUMNS
+from cbbench.perf.knobs import KnobAxis, KnobGrid
+from cbbench.perf.plan.build import build_plan
+from cbbench.perf.plan.options import (
+    BackendOptions,
+    EngineOptions,
+    OutputOptions,
+    PerfOptions,
+    RunOptions,
+    WorkloadOptions,
 )
+from cbbench.perf.sweep import run_plan
+from refengine.sim.sim_device import DeviceSpec
 
 
-def grid_knobs(configs: int) -> dict[str, str]:
+def grid_knobs(configs: int) -> KnobGrid:
     """max_num_seqs x max_num_batched_tokens lists whose product with the 2 modes is `configs` runs (or just over)."""
     pairs = math.ceil(configs / 2)
     a = math.isqrt(pairs)
     b = math.ceil(pairs / a)
-    return {
-        "max_num_seqs": ",".join(str(4 * (i + 1)) for i in range(a)),
-        "max_num_batched_tokens": ",".join(str(512 * (j + 1)) for j in range(b)),
-    }
+    return KnobGrid(
+        (
+            KnobAxis.of("max_num_seqs", [4 * (i + 1) for i in range(a)]),
+            KnobAxis.of("max_num_batched_tokens", [512 * (j + 1) for j in range(b)]),
+        )
+    )
+
+
+def grid_options(configs: int, num_prompts: int, executor: str, csv_path: Path) -> PerfOptions:
+    """The grid's options: 16 fixed requests on a simulated H200, two modes, no peers, on `executor`."""
+    return PerfOptions(
+        workload=WorkloadOptions("fixed", num_prompts=num_prompts, params=("input_len=256,output_len=32",)),
+        engine=EngineOptions(
+            "llama-3.1-8b", batching=EngineOptions.parse_batching("continuous,static"), knobs=grid_knobs(configs)
+        ),
+        device=DeviceSpec.checked("sim:h200"),
+        backend=BackendOptions(peers=BackendOptions.parse_peers("none")),
+        run=RunOptions(executor=parse_executor(executor)),
+        output=OutputOptions(output=csv_path, quiet=True),
+    )
 
 
 def time_executor(executor: str, configs: int, num_prompts: int, out: Path) -> tuple[float, list[dict[str, str]]]:
     """`run_plan`'s wall time for the grid on `executor`, and the CSV's cells it wrote."""
-    from cbbench.perf.grid.order import RUN_SPECIFIC_COLUMNS
-    from cbbench.perf.plan.build import build_plan
-    from cbbench.perf.plan.options import PerfOptions
-    from cbbench.perf.sweep import run_plan
-
     csv_path = out / f"{executor}.csv"
-    opts = PerfOptions(**GRID_BASE, num_prompts=num_prompts, knobs=grid_knobs(configs), output=csv_path)
-    opts.executor = executor
-    plan = build_plan(opts)
+    plan = build_plan(grid_options(configs, num_prompts, executor, csv_path))
     start = time.perf_counter()
     run_plan(plan, Console(file=io.StringIO()), table=False)
     wall = time.perf_counter() - start

@@ -26,6 +26,8 @@ import time
 import urllib.request
 from typing import Any
 
+from cbbench.perf.knobs import EngineKnobs
+
 STARTUP_TIMEOUT_S = 180.0
 
 
@@ -101,7 +103,9 @@ def _warm_up(a: argparse.Namespace, short: Any, knobs: dict[str, Any]) -> float:
     from cbbench.perf.backends.in_process import run_refengine
     from refengine import LLMEngine
 
-    run_refengine(short, model=a.model, device=a.device, dtype=None, seed=0, batching="continuous", knobs=knobs)
+    run_refengine(
+        short, model=a.model, device=a.device, dtype=None, seed=0, batching="continuous", knobs=EngineKnobs.of(knobs)
+    )
     LLMEngine(a.model, device=a.device, seed=0, **knobs)
     c0 = time.process_time()
     LLMEngine(a.model, device=a.device, seed=0, **knobs)
@@ -172,7 +176,7 @@ def _in_process_run(a: argparse.Namespace, wl: Any, knobs: dict[str, Any], build
         dtype=None,
         seed=0,
         batching="continuous",
-        knobs=knobs,
+        knobs=EngineKnobs.of(knobs),
         max_concurrency=a.concurrency,
     )
     m = r.metrics(metric_percentiles=[50], goodput=None)

@@ -53,9 +53,10 @@ def _run_engine(engine: str, workload: Any, *, model: str, max_num_seqs: int, se
     """refengine continuous, or transformers' CB, over `workload` on the CPU (no warm-up: the clock skips it)."""
     from cbbench.perf.backends.hf import run_hf_cb
     from cbbench.perf.backends.in_process import run_refengine
+    from cbbench.perf.knobs import EngineKnobs
 
     if engine == "refengine":
-        knobs = {"max_num_seqs": max_num_seqs}
+        knobs = EngineKnobs(max_num_seqs=max_num_seqs)
         return run_refengine(
             workload, model=model, device="cpu", dtype=None, seed=seed, batching="continuous", knobs=knobs, warmup=0
         )

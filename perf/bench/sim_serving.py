@@ -7,7 +7,7 @@ same workload.
 Both sides run the same ShareGPT prompts (token ids, ignore_eos, each its own output length) at `--max-concurrency
 C`; it prints mean and median TTFT / TPOT of each, the relative error of the served figures (converted by perf
 into the server's simulated time, docs/sim-engine.md), the served clock's mean time scale and the wall time of the
-served run, and whether mean TPOT is within CHECK_TOLERANCE (issue 26's check). `--time-scale R` serves at a fixed
+served run, and whether mean TPOT is within CHECK_TOLERANCE. `--time-scale R` serves at a fixed
 scale instead of the adaptive one (R = 1: real time, where the host's lateness becomes simulated time); `cbbench
 serve` has no option for it yet, so the server is then started through `run_server` itself.
 """
@@ -32,7 +32,7 @@ MODEL = "llama-3.1-8b"
 DEVICE = "sim:h200"
 STARTUP_TIMEOUT_S = 180.0  # importing torch and building the tokenizer on a busy 2-core machine
 METRICS = ("mean_ttft_ms", "mean_tpot_ms", "median_ttft_ms", "median_tpot_ms")
-CHECK_TOLERANCE = 0.10  # issue 26: served mean TPOT within 10% of in-process at 256 streams
+CHECK_TOLERANCE = 0.10  # served mean TPOT within 10% of in-process at 256 streams: pacing must not shift it
 
 
 def _free_port() -> int:

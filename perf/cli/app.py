@@ -11,6 +11,7 @@ from __future__ import annotations
 import functools
 import importlib
 import os
+import shlex
 import sys
 import traceback
 import typing
@@ -70,7 +71,8 @@ class _FlagOption(typer.core.TyperOption):
 
 class _PlainValue:
     """How a str, Path or bool parameter's value is coerced, instead of typer's: typer 0.2x builds a pydantic adapter
-    per parameter, and importing pydantic for that costs a third of a second of `compare`'s or `plot --help`'s start.
+    per parameter, and importing pydantic for that is a large share of `compare`'s or `plot --help`'s start
+    (docs/measurements.md).
     A command-line value is a str already, so turning it into a str or a Path cannot fail; a bool that is not one
     yet (from an environment variable) goes to typer's own coercion."""
 
@@ -245,8 +247,6 @@ def explicit_params(ctx: typer.Context) -> list[str]:
 def command_line(ctx: typer.Context) -> str:
     """`cbbench perf` with every option that was given, canonically spelled: what a result records so that a
     reader (or `compare`'s message) can see how it was made."""
-    import shlex
-
     parts = ["cbbench", ctx.info_name or "perf"]
     given = set(explicit_params(ctx))
     for p in ctx.command.params:

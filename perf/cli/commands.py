@@ -7,13 +7,16 @@ Heavy modules (the engine, matplotlib, the server) are imported inside the comma
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any, Optional
+from typing import Annotated, Optional
 
 import typer
 from rich.console import Console
 
 from cbbench.perf.cli.app import CliError, Opt, err, one_line_errors
-from cbbench.perf.knobs import engine_knob_options, knob, list_metavar, validate_knobs
+from cbbench.perf.knobs import NO_KNOBS, EngineKnobs, engine_knob_options, list_metavar
+from cbbench.perf.plan.options import DEFAULT_CPU_THREADS, EngineOptions
+from refengine.entrypoints.address import bind_socket, check_shutdown_timeout
+from refengine.sim.sim_device import DeviceSpec
 
 
 @one_line_errors("serve")
@@ -38,26 +41,19 @@ def serve(
     shutdown_timeout: Annotated[
         float, Opt(help="on SIGTERM, seconds the requests in flight get to finish before they are aborted")
     ] = 5.0,
-    knobs: Optional[dict[str, Any]] = None,
+    knobs: EngineKnobs = NO_KNOBS,
 ) -> None:
     """Serve the engine over an OpenAI-compatible HTTP API (/v1/completions, /v1/chat/completions, /metrics)."""
-    from refengine.entrypoints.address import bind_socket, check_shutdown_timeout
-
-    # Every check that needs no model runs before torch and the server are imported: a bad knob, number or port
-    # fails in a moment with one line.
-    given = {k: v for k, v in (knobs or {}).items() if v is not None}
-    validate_knobs(given)
-    engine_kwargs = {"model": model, "device": device, "dtype": dtype, "seed": seed, **given}
+    knobs.validate()  # every check that needs no model, before the server and the engine load torch
+    engine_kwargs = {"model": model, "device": device, "dtype": dtype, "seed": seed, **knobs.given()}
     if cpu_threads is not None and cpu_threads < 0:
         raise CliError(f"cpu-threads must be >= 0 (0 = torch's default), got {cpu_threads}")
     check_shutdown_timeout(shutdown_timeout)
     sock = bind_socket(host, port)  # run_server serves on it and closes it
-    from refengine.entrypoints.api_server import run_server
+    from refengine.entrypoints.api_server import run_server  # (the server and the engine load torch)
 
-    if device == "cpu" and cpu_threads != 0:  # the same default as in-process perf: see DEFAULT_CPU_THREADS
+    if DeviceSpec.parse(device).is_cpu and cpu_threads != 0:  # the same default as in-process perf
         import torch
-
-        from cbbench.perf.plan.options import DEFAULT_CPU_THREADS
 
         torch.set_num_threads(cpu_threads or DEFAULT_CPU_THREADS)
     run_server(
@@ -88,7 +84,7 @@ def timeline(
     """The batching modes' picture from a real run: which request holds which slot at each step, per batching mode."""
     from cbbench.perf.report.timeline import run_timeline
 
-    modes = knob("batching").parse_list(batching)
+    modes = EngineOptions.parse_batching(batching).values
     path, util = run_timeline(
         out, model=model, device=device, num_requests=num_requests, max_num_seqs=max_num_seqs, seed=seed, modes=modes
     )

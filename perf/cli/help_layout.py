@@ -21,7 +21,7 @@ from rich.text import Text
 from typer import rich_utils
 from typer.core import TyperArgument
 
-# The widest table layout that still cuts a name: `perf` and `serve` at 100 columns (measured: 6 and 3 names cut);
+# The widest table layout that still cuts a name: `perf` and `serve` at 100 columns (6 and 3 names cut);
 # at 120 no command cuts one. perf/tests/test_cli_help.py checks every command at 80 and at this width.
 STACKED_BELOW = 120
 HELP_INDENT = 4  # the help under an option's names

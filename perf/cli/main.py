@@ -6,13 +6,13 @@ list to sweep (`--max-num-batched-tokens 512,2048`). Bad input (unknown workload
 the command with one line on stderr and exit code 2; a regression found by `compare` exits 1.
 
 This file holds `perf` and the command table; `perf`'s options are declared in perf_params.py, the app and its
-error handling are in app.py, the other commands in commands.py and bench.py. `perf` only turns its options into `PerfOptions`: sweep.py does the work.
+error handling are in app.py, the other commands in commands.py and bench_cmd.py. `perf` only parses its options,
+once, into the typed `PerfOptions` (plan/options.py): sweep.py does the work.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Optional
 
 import typer
 from rich.console import Console
@@ -34,8 +34,18 @@ from cbbench.perf.cli.plan_cmd import plan
 from cbbench.perf.cli.profile_cmd import bench_profile
 from cbbench.perf.cli.sim import sim_app
 from cbbench.perf.exceptions import NoResultError
-from cbbench.perf.knobs import engine_knob_options
-from cbbench.perf.plan.options import CPU_DEFAULTS, PerfOptions
+from cbbench.perf.knobs import NO_GRID, KnobGrid, engine_knob_options
+from cbbench.perf.plan.options import (
+    CPU_DEFAULTS,
+    BackendOptions,
+    EngineOptions,
+    LoadAxes,
+    OutputOptions,
+    PerfOptions,
+    RunOptions,
+    WorkloadOptions,
+)
+from refengine.sim.sim_device import DeviceSpec
 
 __all__ = ["app", "main", "DEBUG_ENV", "CliError", "run_perf"]
 
@@ -92,10 +102,70 @@ def perf(
     like: options.Like = None,
     dry_run: options.DryRun = False,
     executor: options.Executor = None,
-    knobs: Optional[dict[str, Any]] = None,
+    knobs: KnobGrid = NO_GRID,
 ) -> None:
     """Replay a workload through every batching mode (and the peers); print the table, write CSV + JSON."""
-    opts = _perf_options(ctx, dict(locals()))  # every option by its name
+    goodput_items, workload_params = list(goodput or []), list(workload_param or [])
+    for extra in ctx.args:  # `--goodput ttft:500 tpot:50` / `--workload-param a=1 b=2`, as vLLM's nargs options
+        if "=" in extra:
+            workload_params.append(extra)
+        elif ":" in extra:
+            goodput_items.append(extra)
+        else:
+            raise CliError(f"unexpected argument {extra!r}")
+    explicit = explicit_params(ctx)
+    if like is not None:  # the configurations are the baseline's; only how to run them may be given
+        given = [name for name in explicit if name not in LIKE_MAY_SET and name != "executor"]  # how, not what
+        if given:
+            raise CliError(f"--like takes the configurations from {like}; leave out --{given[0].replace('_', '-')}")
+    opts = PerfOptions(  # (each group checks its own values, in the order the options are documented to fail)
+        backend=BackendOptions(
+            name=backend,
+            base_url=base_url,
+            prompt_format=prompt_format,
+            ignore_eos=ignore_eos,
+            request_timeout=request_timeout,
+            client_workers=client_workers,
+            peers=BackendOptions.parse_peers(peers),
+        ),
+        output=OutputOptions(
+            result_dir=result_dir,
+            output=output,
+            label=label,
+            resume=resume,
+            format=format,
+            quiet=quiet,
+            metric_percentiles=OutputOptions.parse_percentiles(metric_percentiles),
+            goodput_items=tuple(goodput_items),
+            goodput=OutputOptions.parse_goodput(goodput_items),
+            command=command_line(ctx),
+        ),
+        engine=EngineOptions(model=model, dtype=dtype, batching=EngineOptions.parse_batching(batching), knobs=knobs),
+        device=DeviceSpec.checked(device),
+        run=RunOptions(  # --like: the repeats, warm-up and threads not given are the baseline's
+            seed=seed,
+            repeats=repeats if like is None or "repeats" in explicit else None,
+            warmup=warmup if like is None or "warmup" in explicit else None,
+            cpu_threads=cpu_threads if like is None or "cpu_threads" in explicit else None,
+            executor=RunOptions.parse_executor(executor),
+        ),
+        workload=WorkloadOptions(
+            name=workload,
+            num_prompts=num_prompts,
+            dataset_path=dataset_path,
+            max_prompt_len=max_prompt_len,
+            max_output_len=max_output_len,
+            time_scale=time_scale,
+            hf_split=hf_split,
+            hf_column=hf_column,
+            hf_output_column=hf_output_column,
+            hf_output_len=hf_output_len,
+            tokenizer=tokenizer,
+            params=tuple(workload_params),
+        ),
+        load=LoadAxes.parse(request_rate, burstiness, max_concurrency),
+        like=like,
+    )
     if dry_run:
         from cbbench.perf.sweep import show_plan
 
@@ -113,39 +183,6 @@ def run_perf(opts: PerfOptions, console: Console) -> None:
     from cbbench.perf.sweep import run_perf as run
 
     run(opts, console)
-
-
-_NOT_FIELDS = ("ctx", "dry_run", "goodput", "workload_param", "knobs")  # options that PerfOptions takes otherwise
-
-
-def _perf_options(ctx: typer.Context, p: dict[str, Any]) -> PerfOptions:
-    """The `PerfOptions` of a `cbbench perf` command line (`p`: its parameters by name)."""
-    goodput, workload_param = list(p["goodput"] or []), list(p["workload_param"] or [])
-    for extra in ctx.args:  # `--goodput ttft:500 tpot:50` / `--workload-param a=1 b=2`, as vLLM's nargs options
-        if "=" in extra:
-            workload_param.append(extra)
-        elif ":" in extra:
-            goodput.append(extra)
-        else:
-            raise CliError(f"unexpected argument {extra!r}")
-    opts = PerfOptions(
-        **{k: v for k, v in p.items() if k not in _NOT_FIELDS},
-        goodput=goodput,
-        workload_params=workload_param,
-        knobs=dict(p["knobs"] or {}),
-        command=command_line(ctx),
-    )
-    if p["like"] is not None:  # the configurations are the baseline's; only how to run them may be given
-        explicit = explicit_params(ctx)
-        given = [name for name in explicit if name not in LIKE_MAY_SET and name != "executor"]  # how, not what
-        if given:
-            raise CliError(
-                f"--like takes the configurations from {p['like']}; leave out --{given[0].replace('_', '-')}"
-            )
-        opts.repeats = p["repeats"] if "repeats" in explicit else None
-        opts.warmup = p["warmup"] if "warmup" in explicit else None
-        opts.cpu_threads = p["cpu_threads"] if "cpu_threads" in explicit else None
-    return opts
 
 
 # The command table, in --help order. perf stays here, where it finds `run_perf` (tests replace it on this module).

@@ -2,14 +2,14 @@
 
 It takes `cbbench perf`'s workload options under the same names (declared once, in perf_params.py), the SLO, the
 search lists (any engine knob may be a comma list; max_num_seqs, max_num_batched_tokens and tensor_parallel_size
-have the planner's defaults) and the executor, and turns them into the `PerfOptions` the planner fills in.
+have the planner's defaults) and the executor, and parses them once into the typed `PerfOptions` the planner fills
+in.
 """
 
 from __future__ import annotations
 
-import dataclasses
 from pathlib import Path
-from typing import Annotated, Any, Optional
+from typing import Annotated, Optional
 
 import typer
 from rich.console import Console
@@ -17,8 +17,10 @@ from rich.console import Console
 from cbbench.perf.cli import perf_params as options
 from cbbench.perf.cli.app import CliError, Opt, command_line, err, explicit_params, one_line_errors
 from cbbench.perf.exceptions import NoResultError
-from cbbench.perf.knobs import engine_knob_options
-from cbbench.perf.plan.options import PerfOptions
+from cbbench.perf.grid.frontier import Slo
+from cbbench.perf.knobs import NO_GRID, KnobGrid, engine_knob_options
+from cbbench.perf.plan.options import EngineOptions, LoadAxes, OutputOptions, PerfOptions, RunOptions, WorkloadOptions
+from refengine.sim.sim_device import DeviceSpec
 
 _SEARCH_HELP = {
     "max_num_seqs": "most requests in a batch; plan default: 64,128,256,512",
@@ -28,7 +30,6 @@ _SEARCH_HELP = {
 SloMs = Annotated[Optional[float], Opt(help="the p99 bound in milliseconds a configuration must meet")]
 PlanBatching = Annotated[str, Opt(help="comma list of continuous,sequence,static,none", metavar="<str,...>")]
 PlanDevice = Annotated[str, Opt(help="a simulated GPU sim:h100 / sim:h200 / sim:a100 (a real device runs serially)")]
-_FIELDS = {f.name for f in dataclasses.fields(PerfOptions)}
 
 
 @one_line_errors("plan")
@@ -65,23 +66,38 @@ def plan(
     executor: options.Executor = None,
     quiet: options.Quiet = False,
     dry_run: options.DryRun = False,
-    knobs: Optional[dict[str, Any]] = None,
+    knobs: KnobGrid = NO_GRID,
 ) -> None:
     """Capacity planning: search the knobs for the best config per GPU under a TTFT / TPOT p99 SLO; CSV + JSON."""
-    from cbbench.perf.grid.capacity import run_capacity_plan
-    from cbbench.perf.grid.frontier import Slo
+    from cbbench.perf.grid.capacity import run_capacity_plan  # (the planner loads the engine: not at --help)
 
-    params = dict(locals())
     slo = Slo(slo_ttft_p99_ms, slo_tpot_p99_ms)
     extra = list(ctx.args)  # `--workload-param a=1 b=2`, as perf takes them
     bad = next((x for x in extra if "=" not in x), None)
     if bad is not None:
         raise CliError(f"unexpected argument {bad!r}")
     opts = PerfOptions(
-        **{k: v for k, v in params.items() if k in _FIELDS and k not in ("knobs", "dry_run")},
-        workload_params=list(workload_param or []) + extra,
-        knobs=dict(knobs or {}),
-        command=command_line(ctx),
+        output=OutputOptions(
+            result_dir=result_dir, output=output, label=label, resume=resume, quiet=quiet, command=command_line(ctx)
+        ),
+        engine=EngineOptions(model=model, dtype=dtype, batching=EngineOptions.parse_batching(batching), knobs=knobs),
+        device=DeviceSpec.checked(device),
+        run=RunOptions(seed=seed, warmup=warmup, executor=RunOptions.parse_executor(executor)),
+        workload=WorkloadOptions(
+            name=workload,
+            num_prompts=num_prompts,
+            dataset_path=dataset_path,
+            max_prompt_len=max_prompt_len,
+            max_output_len=max_output_len,
+            time_scale=time_scale,
+            hf_split=hf_split,
+            hf_column=hf_column,
+            hf_output_column=hf_output_column,
+            hf_output_len=hf_output_len,
+            tokenizer=tokenizer,
+            params=tuple(workload_param or []) + tuple(extra),
+        ),
+        load=LoadAxes.parse(request_rate, burstiness, max_concurrency),
     )
     try:
         run_capacity_plan(opts, slo, set(explicit_params(ctx)), Console(), dry_run=dry_run)

@@ -35,6 +35,12 @@ class ExecutorChoice:
     workers: int | None = None  # pool: processes (None: os.cpu_count())
     address: str | None = None  # ray: the cluster (None: ray.init()'s own choice)
 
+    @property
+    def spelled(self) -> str:
+        """The choice as `--executor` spells it ("pool:4", "ray:auto"): what the results JSON records."""
+        arg = self.workers if self.kind == "pool" else self.address
+        return self.kind if arg is None else f"{self.kind}:{arg}"
+
     def describe(self, num_runs: int | None = None) -> str:
         """`pool (2 worker processes)`: what `--dry-run` and the closing note print."""
         if self.kind == "pool":
@@ -75,9 +81,7 @@ def pool_size(choice: ExecutorChoice, num_runs: int | None) -> int:
 def is_simulated(plan: RunPlan) -> bool:
     """Every run of the plan is on a simulated GPU: an in-process backend (engine or peer) on `sim:<gpu>`. A server
     backend's runs are real HTTP runs whatever `--device` says (it only picks the workload's defaults there)."""
-    from refengine.sim.sim_device import is_sim_device
-
-    return is_sim_device(plan.settings.device) and all(b.kind != "server" for b in plan.backends.values())
+    return plan.settings.device.simulated and all(b.kind != "server" for b in plan.backends.values())
 
 
 def check_executor(choice: ExecutorChoice | None, plan: RunPlan) -> None:
@@ -96,16 +100,16 @@ def check_executor(choice: ExecutorChoice | None, plan: RunPlan) -> None:
         )
     if choice.kind == "pool":
         raise ValueError(
-            f"executor: pool runs simulated runs only (--device sim:<gpu>); runs on {device} in processes "
+            f"executor: pool runs simulated runs only (--device sim:<gpu>); runs on {device.name} in processes "
             "of one host would time each other; use --executor serial, or --executor ray with a GPU per run"
         )
-    if device == "cpu":
+    if device.is_cpu:
         raise ValueError(
             "executor: ray runs simulated runs, or CUDA runs with a GPU each; CPU runs would share "
             "their hosts' cores; use --executor serial"
         )
-    if device not in ("cuda", "cuda:0"):
-        raise ValueError(f"executor: ray gives each run a GPU of its own (cuda); got --device {device}")
+    if device.name not in ("cuda", "cuda:0"):
+        raise ValueError(f"executor: ray gives each run a GPU of its own (cuda); got --device {device.name}")
 
 
 def resolve_executor(choice: ExecutorChoice | None, plan: RunPlan, num_runs: int) -> ExecutorChoice:

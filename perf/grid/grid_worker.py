@@ -17,8 +17,10 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from cbbench.perf.backends.backend import RunResult
+
 if TYPE_CHECKING:
-    from cbbench.perf.backends.backend import Backend, RunResult
+    from cbbench.perf.backends.backend import Backend
     from cbbench.perf.plan.spec import RunPlan, RunSpec
 
 
@@ -33,7 +35,8 @@ class GridJob:
     def modules(self) -> list[str]:
         """The modules a worker imports to run this job (what a pool's fork server loads once, up front): the
         backends' own, and refengine's engine for the in-process ones (engine, peer: both drive refengine or its
-        weights); `import refengine` is lazy, its engine module imports torch: 4 s of a worker's first run here)."""
+        weights); `import refengine` is lazy, and its engine module imports torch, the largest part of a fresh worker's
+        start (docs/measurements.md)."""
         mods = {__name__, *(type(b).__module__ for b in self.backends.values())}
         if any(b.kind in ("engine", "peer") for b in self.backends.values()):
             mods.add("refengine.engine.llm_engine")
@@ -77,9 +80,7 @@ def run_one(job: GridJob, index: int) -> Outcome:
 
 def lost_run(spec: RunSpec, why: str) -> RunResult:
     """The result of a run whose worker died on every attempt: an error, as a run that could not run reports."""
-    from cbbench.perf.backends.backend import RunResult
-
-    return RunResult(spec.backend, spec.batching, dict(spec.knobs), error=why)
+    return RunResult(spec.backend, spec.batching, spec.knobs.given(), error=why)
 
 
 def _portable(e: BaseException) -> BaseException:

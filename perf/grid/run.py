@@ -16,7 +16,9 @@ from typing import TYPE_CHECKING, Any
 from rich.console import Console
 
 from cbbench.perf.grid.executor import ExecutorChoice, pool_size
-from cbbench.perf.grid.grid_worker import Outcome
+from cbbench.perf.grid.grid_worker import Outcome, make_job
+from cbbench.perf.grid.pool import ProcessPool
+from cbbench.perf.grid.ray_runner import RayRunner
 from cbbench.perf.report.progress import RunProgress, run_summary
 
 if TYPE_CHECKING:
@@ -32,19 +34,19 @@ class Grid:
     todo: Sequence[int]
     events: list[str] = field(default_factory=list)
     elapsed_s: float = 0.0
-    runner: Any = None  # the ProcessPool / RayRunner of a parallel grid (its `events` become notes)
+    runner: ProcessPool | RayRunner | None = None  # a parallel grid's (its `events` become notes)
 
-    def progress(self, console: Console) -> Any:
+    def progress(self, console: Console) -> RunProgress | GridProgress:
         if self.choice.kind == "serial":
             return RunProgress(console, len(self.todo), quiet=self.plan.quiet)
         return GridProgress(console, len(self.todo), self.choice.describe(len(self.todo)), quiet=self.plan.quiet)
 
-    def outcomes(self, progress: Any) -> Generator[Outcome, None, None]:
+    def outcomes(self, progress: RunProgress | GridProgress) -> Generator[Outcome, None, None]:
         """Each run's outcome as it ends. A parallel run's progress line is started here, its numbers filled in by
         the caller's `progress.finish(row, error)` once the row is made."""
         start = time.perf_counter()
         try:
-            if self.choice.kind == "serial":
+            if isinstance(progress, RunProgress):  # a serial grid's
                 yield from self._serial(progress)
                 return
             for out in self._parallel():
@@ -71,18 +73,11 @@ class Grid:
             yield Outcome(i, result, time.perf_counter() - start)
 
     def _parallel(self) -> Iterator[Outcome]:
-        from cbbench.perf.grid.grid_worker import make_job
-
         job = make_job(self.plan)
         if self.choice.kind == "pool":
-            from cbbench.perf.grid.pool import ProcessPool
-
             self.runner = ProcessPool(job, pool_size(self.choice, len(self.todo)))
         else:
-            from cbbench.perf.grid.ray_runner import RayRunner
-
-            gpu = self.plan.settings.device.startswith("cuda")
-            self.runner = RayRunner(job, address=self.choice.address, gpu=gpu)
+            self.runner = RayRunner(job, address=self.choice.address, gpu=self.plan.settings.device.is_cuda)
         yield from self.runner.run(self.todo)
 
     @property
@@ -107,7 +102,7 @@ class GridProgress:
             self._print(f"running {self.num_runs} run(s) on {self.where}")
         return self
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, *exc: object) -> None:
         pass
 
     def start(self, label: str, total: int, wall_s: float = 0.0, attempts: int = 1) -> None:

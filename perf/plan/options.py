@@ -1,105 +1,65 @@
-"""What `cbbench perf` is asked to run: `PerfOptions` (one field per command-line option), the CPU-sized defaults,
-and turning the options into the sweep's knob sets and the workload (its params checked against the workload's
-own defaults, so an int param takes no "abc"). plan/build.py turns them into the run plan.
+"""What `cbbench perf` is asked to run, typed by concern as GuideLLM groups its own options: `WorkloadOptions` (the
+requests), `LoadAxes` (the load sweep), `EngineOptions` (model, dtype, batching modes and the engine-knob grid),
+the device (`DeviceSpec`, refengine/sim/sim_device.py), `BackendOptions` (who serves the requests, and the peers),
+`RunOptions` (seed, repeats, warm-up, threads, executor) and `OutputOptions` (files, table, metrics). The command
+line parses each option once into these frozen objects (perf/cli/); `PerfOptions` holds one of each, and
+`PerfOptions.record` is the flat `config` a results JSON records.
+
+Also here: the CPU-sized defaults, and the workload of a load point (its params checked against the workload's own
+defaults, so an int param takes no "abc"). plan/build.py turns the options into the run plan.
 """
 
 from __future__ import annotations
 
 import itertools
 import math
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Generic, TypeVar
 
-from cbbench.perf.knobs import parse_knobs as _parse_knob_lists
-from cbbench.perf.knobs import validate_knobs
-from cbbench.perf.plan.load import LoadPoint, parse_load_points, resolve_tokenizer, vocab_token_id_range
+from cbbench.perf.grid.executor import ExecutorChoice, parse_executor
+from cbbench.perf.knobs import EngineKnobs, KnobGrid, knob
+from cbbench.perf.metrics import parse_goodput, parse_metric_percentiles
+from cbbench.perf.plan.load import LoadPoint, parse_load_lists, resolve_tokenizer, vocab_token_id_range
 from refengine.config import BATCHING_MODES
+from refengine.sim.sim_device import DeviceSpec
+from refengine.sim.sim_memory import sim_dtype
 
 if TYPE_CHECKING:
     from cbbench.workloads.workload import Workload
+    from refengine.tokenizer import Tokenizer
+
+# `cbbench --help` imports this module (the options' help names CPU_DEFAULTS), so what loads numpy or aiohttp (the
+# backend registry, the workload catalog, the cost model) is imported in the function that first needs it.
 
 PEERS = ("hf-static", "hf-cb")
-# CPU-sized defaults: the default run (4 modes + 2 peers, tiny-qwen2, 1 torch thread) takes about two minutes on a
-# shared 2-core CPU. max_num_seqs must stay well below num_prompts, or static batching is one batch and shows no cost.
+# CPU-sized defaults: the default run (4 modes + 2 peers, tiny-qwen2, 1 torch thread) stays short on a shared
+# 2-core CPU. max_num_seqs must stay well below num_prompts, or static batching is one batch and shows no cost.
 # torch threads on a CPU for in-process `perf` and for `serve` alike, so an in-process vs HTTP comparison measures
-# the server, not a thread setting; 1 because OpenMP spin-waits on an oversubscribed CPU cost 10x
+# the server, not a thread setting; 1 because OpenMP spin-waits cost most on an oversubscribed CPU
 DEFAULT_CPU_THREADS = 1
 CPU_DEFAULTS = {"num_prompts": 16, "max_num_seqs": 4, "max_prompt_len": 256, "max_output_len": 64}
 GPU_NUM_PROMPTS = 500
 DEFAULT_MODEL = "tiny-qwen2"
-# a simulated GPU runs at the scale the issue's headline result needs: `vllm bench serve`'s 1000 ShareGPT prompts
+# a simulated GPU runs at the scale of vLLM's headline serving benchmark: `vllm bench serve`'s 1000 ShareGPT prompts
 # on Llama-3.1-8B, no length caps, the engine's (vLLM's) max_num_seqs and token budget
 SIM_MODEL = "llama-3.1-8b"
 SIM_NUM_PROMPTS = 1000
 NOT_SIMULATED = ("hf-cb",)  # transformers' continuous batching has no cost-model twin: a simulated plan drops it
+DEFAULT_REPEATS = 1
+DEFAULT_WARMUP = 8
+FORMATS = ("text", "markdown", "json")
+
+T = TypeVar("T")
 
 
-@dataclass
-class PerfOptions:
-    workload: str = "sharegpt"
-    model: str | None = None  # None: DEFAULT_MODEL, or SIM_MODEL on a simulated GPU
-    device: str = "cpu"
-    dtype: str | None = None
-    num_prompts: int | None = None
-    seed: int = 0
-    dataset_path: str | None = None
-    max_prompt_len: int | None = None
-    max_output_len: int | None = None
-    time_scale: float | None = None  # trace: arrival-time factor
-    hf_split: str | None = None  # hf: the split, prompt column, output-length column / length
-    hf_column: str | None = None
-    hf_output_column: str | None = None
-    hf_output_len: int | None = None
-    request_rate: float | str = math.inf  # a number or a comma list (a sweep, one run per value)
-    burstiness: float | str = 1.0
-    max_concurrency: int | str | None = None  # requests in flight at most (comma list; None = no cap)
-    backend: str = "refengine"  # refengine (in-process) | openai | openai-chat (`backends.py`)
-    base_url: str | None = None
-    tokenizer: str | None = None
-    prompt_format: str = "ids"  # openai: send token ids or text
-    ignore_eos: bool = True  # openai*: send vLLM's ignore_eos field
-    request_timeout: float = 6 * 3600  # openai*: seconds per request
-    client_workers: int = 1  # openai*: client processes the requests are sharded over
-    batching: str = ",".join(BATCHING_MODES)
-    repeats: int | None = 1  # None (--like): the baseline's
-    warmup: int | None = 8
-    peers: str = ",".join(PEERS)
-    metric_percentiles: str = "50,90,99"
-    goodput: list[str] = field(default_factory=list)
-    result_dir: Path = Path("results")
-    workload_params: list[str] = field(default_factory=list)
-    cpu_threads: int | None = None
-    quiet: bool = False
-    format: str = "text"  # the table: text | markdown | json
-    knobs: dict[str, Any] = field(default_factory=dict)  # name -> comma list (str), bool or None
-    output: Path | None = None  # the CSV (JSON beside it); default RESULT_DIR/<workload>-<time>.csv
-    label: str = ""  # a name for this run in the CSV's label column (compare / plot show it)
-    resume: bool = False  # complete `output`: skip the runs it already holds
-    like: Path | None = None  # rerun exactly this results CSV's configurations (`like.py`)
-    command: str = ""  # the command line, recorded in every row
-    executor: str | None = None  # serial | pool[:N] | ray[:ADDRESS] (perf/grid/executor.py); None: the default
-    like_params: dict[str, Any] | None = field(default=None, repr=False)  # set from `like`
+@dataclass(frozen=True)
+class Listed(Generic[T]):
+    """A comma-list option: its values, parsed once, and its text as given (what the JSON's config records)."""
 
-
-def sim_peers(text: str) -> str:
-    """The peers of a simulated plan: the default list without hf-cb; naming hf-cb is a ValueError."""
-    if text == ",".join(PEERS):
-        return ",".join(p for p in PEERS if p not in NOT_SIMULATED) or "none"
-    named = [] if text.strip().lower() == "none" else split_list("peers", text)
-    bad = [p for p in named if p in NOT_SIMULATED]
-    if bad:
-        raise ValueError(f"peers: {bad[0]} is not simulated on a sim:<gpu> device; use --peers hf-static or none")
-    return text
-
-
-def sim_label(device: str, dtype: str | None) -> str:
-    """ "simulated H200 (cost model <version>, bfloat16)", as `engine.device_label` reads."""
-    from refengine.sim.cost_model import COST_MODEL_VERSION
-    from refengine.sim.sim_device import parse_sim_device
-    from refengine.sim.sim_memory import sim_dtype
-
-    return f"simulated {parse_sim_device(device).name.upper()} (cost model {COST_MODEL_VERSION}, {sim_dtype(dtype)})"
+    values: tuple[T, ...]
+    text: str | None
 
 
 def split_list(name: str, text: str) -> list[str]:
@@ -109,16 +69,271 @@ def split_list(name: str, text: str) -> list[str]:
     return vals
 
 
-def parse_knobs(raw: dict[str, Any], on_cpu: bool) -> list[dict[str, Any]]:
-    """Comma lists -> the cartesian product of knob sets (knobs left None take the engine's defaults)."""
-    lists = _parse_knob_lists(raw)
-    if on_cpu and "max_num_seqs" not in lists:
-        lists["max_num_seqs"] = [CPU_DEFAULTS["max_num_seqs"]]
-    names = list(lists)
-    return [dict(zip(names, combo)) for combo in itertools.product(*(lists[n] for n in names))] or [{}]
+@dataclass(frozen=True)
+class WorkloadOptions:
+    """The requests: the workload by name, how many, its file, its caps and its params (`--workload-param`)."""
+
+    name: str = "sharegpt"
+    num_prompts: int | None = None  # None: CPU_DEFAULTS, GPU_NUM_PROMPTS or SIM_NUM_PROMPTS by device
+    dataset_path: str | None = None
+    max_prompt_len: int | None = None
+    max_output_len: int | None = None
+    time_scale: float | None = None  # trace: arrival-time factor
+    hf_split: str | None = None  # hf: the split, prompt column, output-length column / length
+    hf_column: str | None = None
+    hf_output_column: str | None = None
+    hf_output_len: int | None = None
+    tokenizer: str | None = None  # None: the model's own, else the Qwen BPE (plan/load.py)
+    params: tuple[str, ...] = ()  # KEY=VALUE items, as given
+    recorded: Mapping[str, object] | None = field(default=None, repr=False)  # --like: the baseline's own params
+
+    def __post_init__(self) -> None:
+        from cbbench.workloads.catalog import MAX_NUM_PROMPTS
+
+        if self.num_prompts is not None and self.num_prompts < 1:
+            raise ValueError(f"num_prompts must be >= 1, got {self.num_prompts}")
+        if self.num_prompts is not None and self.num_prompts > MAX_NUM_PROMPTS:  # before a workload grows memory
+            raise ValueError(f"num_prompts must be <= {MAX_NUM_PROMPTS} (MAX_NUM_PROMPTS), got {self.num_prompts}")
+
+    def flag_params(self) -> dict[str, object]:
+        """{workload param: value} of the options that are a workload param under vLLM's flag name."""
+        given = {
+            "time_scale": self.time_scale,
+            "split": self.hf_split,
+            "column": self.hf_column,
+            "output_column": self.hf_output_column,
+            "output_len": self.hf_output_len,
+        }
+        return {k: v for k, v in given.items() if v is not None}
 
 
-def _value(text: str) -> Any:
+@dataclass(frozen=True)
+class LoadAxes:
+    """The load sweep: one run per point of the request-rate x burstiness x max-concurrency lists."""
+
+    request_rate: Listed[float] = Listed((math.inf,), "inf")
+    burstiness: Listed[float] = Listed((1.0,), "1")
+    max_concurrency: Listed[int | None] = Listed((None,), None)
+
+    @classmethod
+    def parse(cls, request_rate: str, burstiness: str, max_concurrency: str | None) -> LoadAxes:
+        """The axes of three comma lists, validated as `arrivals.py` validates a load."""
+        rates, bursts, concs = parse_load_lists(request_rate, burstiness, max_concurrency)
+        return cls(
+            Listed(tuple(rates), request_rate), Listed(tuple(bursts), burstiness), Listed(tuple(concs), max_concurrency)
+        )
+
+    @property
+    def points(self) -> list[LoadPoint]:
+        axes = (self.request_rate.values, self.burstiness.values, self.max_concurrency.values)
+        return [LoadPoint(r, b, c) for r, b, c in itertools.product(*axes)]
+
+    @property
+    def varying(self) -> set[str]:
+        """The names of the axes with more than one value."""
+        sizes = {
+            "request_rate": len(self.request_rate.values),
+            "burstiness": len(self.burstiness.values),
+            "max_concurrency": len(self.max_concurrency.values),
+        }
+        return {name for name, size in sizes.items() if size > 1}
+
+
+@dataclass(frozen=True)
+class EngineOptions:
+    """The engine under test: the model and its dtype, and the sweep's batching modes and engine-knob grid."""
+
+    model: str | None = None  # None: DEFAULT_MODEL, or SIM_MODEL on a simulated GPU
+    dtype: str | None = None  # None: the device's default
+    batching: Listed[str] = Listed(BATCHING_MODES, ",".join(BATCHING_MODES))
+    knobs: KnobGrid = KnobGrid()
+
+    @staticmethod
+    def parse_batching(text: str) -> Listed[str]:
+        return Listed(tuple(str(m) for m in knob("batching").parse_list(text)), text)
+
+    def configurations(self, on_cpu: bool) -> list[EngineKnobs]:
+        """Every knob set of the grid (on a CPU, max_num_seqs defaults to CPU_DEFAULTS' unless swept: named after
+        the knobs given, in the runs' labels and the JSON's knob sets)."""
+        sets = self.knobs.configurations()
+        if on_cpu and self.knobs.axis("max_num_seqs") is None:
+            default = {"max_num_seqs": CPU_DEFAULTS["max_num_seqs"]}
+            return [EngineKnobs.of({**ks.given(), **default}) for ks in sets]
+        return sets
+
+
+@dataclass(frozen=True)
+class BackendOptions:
+    """Who serves the requests (an in-process engine or a server), how the client talks to a server, and the peers
+    run beside an in-process engine."""
+
+    name: str = "refengine"  # a registered backend of kind engine or server (backends/backend.py)
+    base_url: str | None = None
+    prompt_format: str = "ids"  # a server: send token ids or text
+    ignore_eos: bool = True  # a server: send vLLM's ignore_eos field
+    request_timeout: float = 6 * 3600  # a server: seconds per request
+    client_workers: int = 1  # a server: client processes the requests are sharded over
+    peers: Listed[str] = Listed(PEERS, ",".join(PEERS))
+
+    def __post_init__(self) -> None:
+        from cbbench.perf.backends.registry import Backend
+
+        engines = Backend.names("engine", "server")
+        if self.name not in engines:
+            raise ValueError(f"backend: unknown {self.name!r}; expected one of {', '.join(engines)}")
+
+    @property
+    def in_process(self) -> bool:
+        from cbbench.perf.backends.registry import Backend
+
+        return Backend.get(self.name).kind == "engine"
+
+    @staticmethod
+    def parse_peers(text: str) -> Listed[str]:
+        from cbbench.perf.backends.registry import Backend
+
+        peers = [] if text.strip().lower() == "none" else split_list("peers", text)
+        known = Backend.names("peer")
+        bad = [p for p in peers if p not in known]
+        if bad:
+            raise ValueError(f"peers: unknown peer {bad[0]!r}; expected a comma list of {', '.join(known)}, or none")
+        return Listed(tuple(peers), text)
+
+    def simulated_peers(self) -> Listed[str]:
+        """The peers of a simulated plan: the default list without hf-cb; naming hf-cb is a ValueError."""
+        if self.peers.text == ",".join(PEERS):
+            return Listed(tuple(p for p in PEERS if p not in NOT_SIMULATED), self.peers.text)
+        bad = [p for p in self.peers.values if p in NOT_SIMULATED]
+        if bad:
+            raise ValueError(f"peers: {bad[0]} is not simulated on a sim:<gpu> device; use --peers hf-static or none")
+        return self.peers
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    """How every run goes: the seed (the workload's draw, the engine, the warm-up), repeats, warm-up requests,
+    torch threads on a CPU, and the executor that runs the plan."""
+
+    seed: int = 0
+    repeats: int | None = DEFAULT_REPEATS  # None (--like): the baseline's
+    warmup: int | None = DEFAULT_WARMUP
+    cpu_threads: int | None = None  # None: DEFAULT_CPU_THREADS; 0: torch's default
+    executor: ExecutorChoice | None = None  # None: the plan's default (perf/grid/executor.py)
+
+    def __post_init__(self) -> None:
+        if self.cpu_threads is not None and self.cpu_threads < 0:
+            raise ValueError(f"cpu_threads must be >= 0 (0 = torch's default), got {self.cpu_threads}")
+        if self.repeats is not None and self.repeats < 1:
+            raise ValueError(f"repeats must be >= 1, got {self.repeats}")
+        if self.warmup is not None and self.warmup < 0:
+            raise ValueError(f"warmup must be >= 0, got {self.warmup}")
+
+    @staticmethod
+    def parse_executor(text: str | None) -> ExecutorChoice | None:
+        return parse_executor(text)
+
+
+@dataclass(frozen=True)
+class OutputOptions:
+    """Where the results go and what is computed and shown: the files, the label, the table's format, the
+    latency percentiles and the goodput SLOs."""
+
+    result_dir: Path = Path("results")
+    output: Path | None = None  # the CSV (JSON beside it); default RESULT_DIR/<workload>-<time>.csv
+    label: str = ""  # a name for this run in the CSV's label column (compare / plot show it)
+    resume: bool = False  # complete `output`: skip the runs it already holds
+    format: str = "text"  # the table: text | markdown | json
+    quiet: bool = False
+    metric_percentiles: Listed[float] = Listed((50.0, 90.0, 99.0), "50,90,99")
+    goodput_items: tuple[str, ...] = ()  # NAME:MS items, as given
+    goodput: Mapping[str, float] = field(default_factory=dict)  # parsed from `goodput_items`
+    command: str = ""  # the command line, recorded in every row
+
+    def __post_init__(self) -> None:
+        if self.resume and self.output is None:
+            raise ValueError("resume: name the file to complete with --output")
+        if self.format not in FORMATS:
+            raise ValueError(f"format must be one of {', '.join(FORMATS)}, got {self.format!r}")
+
+    @staticmethod
+    def parse_percentiles(text: str) -> Listed[float]:
+        return Listed(tuple(parse_metric_percentiles(text)), text)
+
+    @staticmethod
+    def parse_goodput(items: Sequence[str]) -> dict[str, float]:
+        return parse_goodput([g for item in items for g in item.replace(",", " ").split()])
+
+
+@dataclass(frozen=True)
+class PerfOptions:
+    """Every option of one `cbbench perf` (or `cbbench plan`) invocation, one object per concern."""
+
+    workload: WorkloadOptions = field(default_factory=WorkloadOptions)
+    load: LoadAxes = field(default_factory=LoadAxes)
+    engine: EngineOptions = field(default_factory=EngineOptions)
+    device: DeviceSpec = field(default_factory=lambda: DeviceSpec.parse("cpu"))
+    backend: BackendOptions = field(default_factory=BackendOptions)
+    run: RunOptions = field(default_factory=RunOptions)
+    output: OutputOptions = field(default_factory=OutputOptions)
+    like: Path | None = None  # rerun exactly this results CSV's configurations (results/like.py)
+
+    def record(self) -> dict[str, object]:
+        """The options as the results JSON's `config` records them: one flat key per command-line option."""
+        w, e, b, r, out = self.workload, self.engine, self.backend, self.run, self.output
+        return {
+            "workload": w.name,
+            "model": e.model,
+            "device": self.device.name,
+            "dtype": e.dtype,
+            "num_prompts": w.num_prompts,
+            "seed": r.seed,
+            "dataset_path": w.dataset_path,
+            "max_prompt_len": w.max_prompt_len,
+            "max_output_len": w.max_output_len,
+            "time_scale": w.time_scale,
+            "hf_split": w.hf_split,
+            "hf_column": w.hf_column,
+            "hf_output_column": w.hf_output_column,
+            "hf_output_len": w.hf_output_len,
+            "request_rate": self.load.request_rate.text,
+            "burstiness": self.load.burstiness.text,
+            "max_concurrency": self.load.max_concurrency.text,
+            "backend": b.name,
+            "base_url": b.base_url,
+            "tokenizer": w.tokenizer,
+            "prompt_format": b.prompt_format,
+            "ignore_eos": b.ignore_eos,
+            "request_timeout": b.request_timeout,
+            "client_workers": b.client_workers,
+            "batching": e.batching.text,
+            "repeats": r.repeats,
+            "warmup": r.warmup,
+            "peers": b.peers.text,
+            "metric_percentiles": out.metric_percentiles.text,
+            "goodput": list(out.goodput_items),
+            "result_dir": str(out.result_dir),
+            "workload_params": list(w.params),
+            "cpu_threads": r.cpu_threads,
+            "quiet": out.quiet,
+            "format": out.format,
+            "knobs": e.knobs.record(exclude=("batching",)),
+            "output": str(out.output) if out.output is not None else None,
+            "label": out.label,
+            "resume": out.resume,
+            "like": str(self.like) if self.like is not None else None,
+            "command": out.command,
+            "executor": r.executor.spelled if r.executor is not None else None,
+        }
+
+
+def sim_label(device: DeviceSpec, dtype: str | None) -> str:
+    """ "simulated H200 (cost model <version>, bfloat16)", as `engine.device_label` reads."""
+    from refengine.sim.cost_model import COST_MODEL_VERSION
+
+    return f"{device.label} (cost model {COST_MODEL_VERSION}, {sim_dtype(dtype)})"
+
+
+def _value(text: str) -> object:
     low = text.strip().lower()
     if low in ("none", "null"):
         return None
@@ -130,7 +345,7 @@ def _value(text: str) -> Any:
     return text
 
 
-def _typed_param(key: str, value: Any, accepted: dict[str, Any]) -> Any:
+def _typed_param(key: str, value: object, accepted: Mapping[str, object]) -> object:
     """A workload param must have its default's type (an int param takes no "abc")."""
     default = accepted.get(key)
     if value is None or default is None or isinstance(default, (bool, str, tuple, list)):
@@ -139,90 +354,93 @@ def _typed_param(key: str, value: Any, accepted: dict[str, Any]) -> Any:
         raise ValueError(f"workload-param {key}: expected an integer, got {value!r}")
     if isinstance(default, float) and not isinstance(value, (int, float)):
         raise ValueError(f"workload-param {key}: expected a number, got {value!r}")
-    return type(default)(value)
+    assert isinstance(value, (int, float)), "checked above"  # narrows the type
+    return int(value) if isinstance(default, int) else float(value)
 
 
-# option -> the workload param it sets
-_FLAG_PARAMS = {
+# the workload param -> the option that sets it
+_PARAM_FLAGS = {
     "time_scale": "time_scale",
-    "hf_split": "split",
-    "hf_column": "column",
-    "hf_output_column": "output_column",
-    "hf_output_len": "output_len",
+    "split": "hf_split",
+    "column": "hf_column",
+    "output_column": "hf_output_column",
+    "output_len": "hf_output_len",
 }
 
 
-def workload_kwargs(o: PerfOptions, on_cpu: bool) -> dict[str, Any]:
+def workload_kwargs(w: WorkloadOptions, model: str | None, on_cpu: bool) -> dict[str, object]:
+    """get_workload's keyword arguments for `w` (ValueError naming the option for one the workload does not take)."""
     from cbbench.workloads.catalog import list_workloads, workload_options
+    from cbbench.workloads.synthetic import DEFAULT_TOKEN_ID_RANGE
 
-    if o.workload not in list_workloads():
-        raise ValueError(f"workload: unknown name {o.workload!r}; known: {', '.join(list_workloads())}")
-    accepted = workload_options(o.workload)
-    if o.like_params is not None:  # --like: the baseline's own params, as recorded
-        return dict(o.like_params)
-    kw: dict[str, Any] = {}
-    for item in o.workload_params:
+    if w.name not in list_workloads():
+        raise ValueError(f"workload: unknown name {w.name!r}; known: {', '.join(list_workloads())}")
+    accepted = workload_options(w.name)
+    if w.recorded is not None:  # --like: the baseline's own params, as recorded
+        return dict(w.recorded)
+    kw: dict[str, object] = {}
+    for item in w.params:
         for part in item.split(","):
             key, sep, value = part.partition("=")
             if not sep or not key.strip():
                 raise ValueError(f"workload-param: expected KEY=VALUE, got {part!r}")
             kw[key.strip()] = _typed_param(key.strip(), _value(value), accepted)
-    caps = {"max_prompt_len": o.max_prompt_len, "max_output_len": o.max_output_len, "dataset_path": o.dataset_path}
-    for flag, param in _FLAG_PARAMS.items():  # options that are a workload param under vLLM's flag name
-        if getattr(o, flag) is not None:
-            if flag.startswith("hf_") and o.workload != "hf":
-                raise ValueError(f"--{flag.replace('_', '-')} does not apply to workload {o.workload!r}")
-            caps[param] = getattr(o, flag)
+    caps: dict[str, object] = {
+        "max_prompt_len": w.max_prompt_len,
+        "max_output_len": w.max_output_len,
+        "dataset_path": w.dataset_path,
+    }
+    for param, given in w.flag_params().items():
+        flag = _PARAM_FLAGS[param]
+        if flag.startswith("hf_") and w.name != "hf":
+            raise ValueError(f"--{flag.replace('_', '-')} does not apply to workload {w.name!r}")
+        caps[param] = given
     if "token_id_range" in accepted and "token_id_range" not in kw:  # ids the model's vocabulary holds
-        from cbbench.workloads.synthetic import DEFAULT_TOKEN_ID_RANGE
-
-        fitted = vocab_token_id_range(o.model, DEFAULT_TOKEN_ID_RANGE)
+        fitted = vocab_token_id_range(model, DEFAULT_TOKEN_ID_RANGE)
         if fitted is not None:
             kw["token_id_range"] = fitted
-    names = {param: flag for flag, param in _FLAG_PARAMS.items()}
     for k, v in caps.items():
         if v is not None:
             if k not in accepted:
-                raise ValueError(f"--{names.get(k, k).replace('_', '-')} does not apply to workload {o.workload!r}")
+                raise ValueError(f"--{_PARAM_FLAGS.get(k, k).replace('_', '-')} does not apply to workload {w.name!r}")
             kw[k] = v
         elif on_cpu and k in CPU_DEFAULTS and k in accepted:
             kw.setdefault(k, CPU_DEFAULTS[k])
     return kw
 
 
-def build_workload(o: PerfOptions, on_cpu: bool, load: LoadPoint | None = None, tokenizer: Any = None) -> Workload:
+def default_num_prompts(device: DeviceSpec) -> int:
+    if device.is_cpu:
+        return CPU_DEFAULTS["num_prompts"]
+    return SIM_NUM_PROMPTS if device.simulated else GPU_NUM_PROMPTS
+
+
+def build_workload(o: PerfOptions, load: LoadPoint | None = None, tokenizer: Tokenizer | None = None) -> Workload:
+    """The workload of `o` at `load` (default: the first load point)."""
     from cbbench.workloads.catalog import get_workload
 
-    load = load or parse_load_points(o.request_rate, o.burstiness, o.max_concurrency)[0][0]
-    from refengine.sim.sim_device import is_sim_device
-
-    num_prompts = (
-        o.num_prompts
-        if o.num_prompts is not None
-        else (
-            CPU_DEFAULTS["num_prompts"] if on_cpu else SIM_NUM_PROMPTS if is_sim_device(o.device) else GPU_NUM_PROMPTS
-        )
-    )
+    load = load or o.load.points[0]
+    w = o.workload
     if not tokenizer:
-        assert o.model is not None, "build_plan fills in the model first"  # narrows the type: never a user's error
-        tokenizer = resolve_tokenizer(o.model, o.tokenizer)
+        assert o.engine.model is not None, "build_plan fills in the model first"  # narrows the type
+        tokenizer = resolve_tokenizer(o.engine.model, w.tokenizer)
     return get_workload(
-        o.workload,
+        w.name,
         tokenizer=tokenizer,
-        num_prompts=num_prompts,
-        seed=o.seed,
+        num_prompts=w.num_prompts if w.num_prompts is not None else default_num_prompts(o.device),
+        seed=o.run.seed,
         request_rate=load.request_rate,
         burstiness=load.burstiness,
         max_concurrency=load.max_concurrency,
-        **workload_kwargs(o, on_cpu),
+        **workload_kwargs(w, o.engine.model, o.device.is_cpu),
     )
 
 
-def validate_configs(modes: list[str], knob_sets: list[dict[str, Any]]) -> None:
+def validate_configs(modes: Sequence[str], knob_sets: Sequence[EngineKnobs]) -> None:
     """Every configuration of the sweep, before anything runs."""
     for mode, ks in itertools.product(modes, knob_sets):
-        validate_knobs(ks, batching=mode)
+        ks.validate(batching=mode)
 
 
-def knob_label(knobs: dict[str, Any], varying: set[str]) -> str:
+def knob_label(knobs: Mapping[str, object], varying: set[str]) -> str:
     return " ".join(f"{k}={v}" for k, v in knobs.items() if k in varying) or "-"

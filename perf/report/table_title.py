@@ -8,6 +8,8 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from refengine.sim.sim_device import DeviceSpec
+
 
 def cell_number(v: Any) -> float:
     """A CSV or row value as a float; nan for an empty or non-numeric cell."""
@@ -32,14 +34,13 @@ def describe_arrivals(params: Mapping[str, Any], rows: Sequence[Mapping[str, Any
 
 def simulated_heading(rows: Sequence[Mapping[str, Any]]) -> str:
     """ "simulated H200 (cost model <version>, bfloat16)" when the rows ran on a `sim:<gpu>` device, else ""."""
-    sim = next((r for r in rows if str(r.get("device", "")).startswith("sim:")), None)
-    if sim is None:
+    devices = ((r, DeviceSpec.parse(str(r.get("device") or "cpu"))) for r in rows)
+    sim, device = next(((r, d) for r, d in devices if d.simulated), (None, None))
+    if sim is None or device is None:
         return ""
-    from refengine.sim.sim_device import parse_sim_device
-
     opts = sim.get("run_options") or "{}"
     version = (json.loads(opts) if isinstance(opts, str) else opts).get("cost_model", "?")
-    return f"simulated {parse_sim_device(sim['device']).name.upper()} (cost model {version}, {sim.get('dtype')})"
+    return f"{device.label} (cost model {version}, {sim.get('dtype')})"
 
 
 def table_title(

@@ -16,6 +16,8 @@ from typing import Any
 
 import numpy as np
 
+from refengine.sim.sim_device import DeviceSpec
+
 TIMELINE_PROMPT_LENS = (8, 40, 16, 24, 8, 32, 12, 48, 8, 20, 16, 28)  # varied, so the modes differ visibly
 TIMELINE_OUTPUT_LENS = (4, 16, 2, 10, 24, 3, 12, 6, 18, 2, 8, 14)
 
@@ -136,10 +138,10 @@ def run_timeline(
 
     if num_requests < 1 or max_num_seqs < 1:
         raise ValueError("num_requests and max_num_seqs must be >= 1")
-    if device == "cpu":
+    if DeviceSpec.parse(device).is_cpu:
         import torch
 
-        torch.set_num_threads(1)  # as `cbbench perf`: OpenMP spin-waits make a shared CPU 10x slower
+        torch.set_num_threads(1)  # as `cbbench perf`: OpenMP spin-waits slow a shared CPU down
     rng = np.random.default_rng(seed)
     k = len(TIMELINE_PROMPT_LENS)
     plens = [TIMELINE_PROMPT_LENS[i % k] for i in range(num_requests)]

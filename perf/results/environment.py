@@ -9,6 +9,8 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from refengine.sim.sim_device import DeviceSpec
+
 
 def git_revision(cwd: str | os.PathLike[str] | None = None) -> str:
     """`git rev-parse HEAD` (+ "-dirty" with uncommitted changes), or "unknown" outside a repository."""
@@ -50,7 +52,7 @@ def environment_info(device: str | None = None) -> dict[str, Any]:
         },
         "device": device,
     }
-    if device and device.startswith("cuda"):
+    if device and DeviceSpec.parse(device).is_cuda:
         try:
             import torch
 

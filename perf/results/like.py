@@ -9,16 +9,20 @@ then have the same `config_key` as the baseline's, so `compare` matches every on
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from cbbench.perf.knobs import knob, knob_names
+from cbbench.perf.knobs import EngineKnobs, KnobValue, knob, knob_names
+from cbbench.perf.plan.options import LoadAxes, PerfOptions
+from cbbench.perf.plan.spec import Entry
 from cbbench.perf.results.columns import CONFIG_KEY_COLUMNS
 from cbbench.perf.results.files import read_csv
 from cbbench.perf.results.schema import config_key
+from refengine.sim.sim_device import DeviceSpec
 
 _LOAD_PARAMS = ("num_prompts", "seed", "request_rate", "burstiness", "max_concurrency")
 IN_PROCESS_ENGINES = ("refengine", "hf-static", "hf-cb")
@@ -31,19 +35,19 @@ class LikePlan:
     model: str
     device: str
     dtype: str | None
-    entries: list[tuple[str, str, dict[str, Any]]]  # (engine, batching, knobs), in the baseline's order
+    entries: list[tuple[str, str, EngineKnobs]]  # (engine, batching, knobs), in the baseline's order
     repeats: int
     run_options: dict[str, Any] = field(default_factory=dict)
     command: str = ""
 
 
-def _cell(v: Any) -> Any:
+def _cell(v: object) -> object:
     if v is None or (isinstance(v, float) and math.isnan(v)) or v == "":
         return None
     return v
 
 
-def _knob_value(name: str, v: Any) -> Any:
+def _knob_value(name: str, v: object) -> KnobValue:
     if isinstance(v, float) and v.is_integer():
         v = int(v)
     return knob(name).parse(str(v)) if not isinstance(v, bool) else v
@@ -71,13 +75,13 @@ def load_like(path: str | Path) -> LikePlan:
         if isinstance(params.get(k), str):
             params[k] = float(params[k])  # "inf" as the CSV's JSON spells it
     sweepable = set(knob_names(exclude=("batching",))) & set(CONFIG_KEY_COLUMNS)
-    if str(device).startswith("sim:"):  # a simulated engine runs no attention kernel: its column reads "sim"
+    if DeviceSpec.parse(str(device or "cpu")).simulated:  # no attention kernel runs: its column reads "sim"
         sweepable.discard("attention_backend")
-    entries: dict[tuple[str, ...], tuple[str, str, dict[str, Any]]] = {}
+    entries: dict[tuple[str, ...], tuple[str, str, EngineKnobs]] = {}
     repeats = 1
     for r in rows:
         knobs = {k: _knob_value(k, r[k]) for k in CONFIG_KEY_COLUMNS if k in sweepable and _cell(r[k]) is not None}
-        entries.setdefault(config_key(r), (r["engine"], r["batching"], knobs))
+        entries.setdefault(config_key(r), (r["engine"], r["batching"], EngineKnobs.of(knobs)))
         repeats = max(repeats, int(r["repeat"]) + 1)
     first = rows[0]
     opts = json.loads(first["run_options"]) if _cell(first.get("run_options")) else {}
@@ -87,28 +91,41 @@ def load_like(path: str | Path) -> LikePlan:
         workload_params=params,
         model=model,
         device=device or "cpu",
-        dtype=_cell(dtype),
+        dtype=None if _cell(dtype) is None else str(dtype),
         entries=list(entries.values()),
         repeats=repeats,
         run_options=opts,
-        command=_cell(first.get("command")) or "",
+        command=str(_cell(first.get("command")) or ""),
     )
 
 
-def apply_like(o: Any) -> list[tuple[str, str, dict[str, Any]]]:
-    """Set the `PerfOptions` `o` from the baseline named by `o.like` (workload, model, device, dtype, load, and
-    the repeats / warm-up / threads left unset); returns its plan entries (engine, batching, knobs)."""
+def apply_like(o: PerfOptions) -> tuple[PerfOptions, list[Entry]]:
+    """`o` with what the baseline named by `o.like` fixes (workload, model, device, dtype, load, and the repeats /
+    warm-up / threads left unset), and the baseline's plan entries (engine, batching, knobs)."""
+    assert o.like is not None, "only a --like run has a baseline"  # narrows the type
     plan = load_like(o.like)
     params = dict(plan.workload_params)
-    o.workload, o.model, o.device, o.dtype = plan.workload, plan.model, plan.device, plan.dtype
-    o.num_prompts, o.seed = int(params.pop("num_prompts")), int(params.pop("seed", 0))
-    o.request_rate, o.burstiness = str(params.pop("request_rate", "inf")), str(params.pop("burstiness", 1.0))
+    num_prompts, seed = int(params.pop("num_prompts")), int(params.pop("seed", 0))
     mc = params.pop("max_concurrency", None)
-    o.max_concurrency = str(mc) if mc is not None else None
-    o.like_params, o.backend = params, "refengine"
-    o.repeats = plan.repeats if o.repeats is None else o.repeats
-    if o.warmup is None:
-        o.warmup = int(plan.run_options.get("warmup", 8))
-    if o.cpu_threads is None and plan.run_options.get("cpu_threads") is not None:
-        o.cpu_threads = int(plan.run_options["cpu_threads"])
-    return plan.entries
+    load = LoadAxes.parse(
+        str(params.pop("request_rate", "inf")), str(params.pop("burstiness", 1.0)), str(mc) if mc is not None else None
+    )
+    run = o.run
+    run = dataclasses.replace(
+        run,
+        seed=seed,
+        repeats=plan.repeats if run.repeats is None else run.repeats,
+        warmup=int(plan.run_options.get("warmup", 8)) if run.warmup is None else run.warmup,
+        cpu_threads=(
+            int(plan.run_options["cpu_threads"])
+            if run.cpu_threads is None and plan.run_options.get("cpu_threads") is not None
+            else run.cpu_threads
+        ),
+    )
+    workload = dataclasses.replace(o.workload, name=plan.workload, num_prompts=num_prompts, recorded=params)
+    engine = dataclasses.replace(o.engine, model=plan.model, dtype=plan.dtype)
+    backend = dataclasses.replace(o.backend, name="refengine")
+    o = dataclasses.replace(
+        o, workload=workload, load=load, engine=engine, device=DeviceSpec.checked(plan.device), backend=backend, run=run
+    )
+    return o, [Entry(engine_name, batching, knobs) for engine_name, batching, knobs in plan.entries]

@@ -188,7 +188,7 @@ class Protocol:
 
     rounds: int = 20  # measured requests = rounds x concurrency (aiconfigurator's bench_run.sh: 20)
     # ... but rounds of requests of LONG_OUTPUT tokens or more are this many: a 1024 x 8192 row at 64 clients is
-    # 164k engine steps per 20 rounds, 15 minutes of this host's time; its TPOT is a steady-state figure either way
+    # 164k engine steps per 20 rounds, too long to replay in a validation run; its TPOT is a steady-state figure either way
     # (its TTFT weighs the opening burst, 1 round in long_rounds, more)
     long_rounds: int = 2
     # distinct prompts a bench_run row's requests draw from, uniformly with replacement: aiperf's default

@@ -24,7 +24,7 @@ MEASURED_RUNS = DATA / "measured_runs.csv"
 COLUMNS = ("id", "simulator", "simulator_version", "status", "ttft_ms", "tpot_ms", "output_throughput", "how", "error")
 Status = Literal["ok", "unsupported", "error"]
 STATUSES: tuple[Status, ...] = ("ok", "unsupported", "error")
-# the versions ci/peer_sims.sh installs (issue 26 names them); a CSV from any other is not the committed comparison
+# the versions ci/peer_sims.sh installs; a CSV from any other is not the committed comparison
 PINNED_VERSIONS = {"vidur": "0.0.26", "aiconfigurator": "0.12.0"}
 
 

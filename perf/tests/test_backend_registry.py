@@ -51,7 +51,7 @@ class EchoBackend(Backend):
         return RunResult(
             self.name,
             spec.batching,
-            dict(spec.knobs),
+            spec.knobs.given(),
             records=records,
             steps=steps,
             duration=max(r.finish_time for r in records),

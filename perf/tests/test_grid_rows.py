@@ -10,6 +10,7 @@ second each: most of each test is starting workers, and Ray).
 from __future__ import annotations
 
 import csv
+import dataclasses
 import io
 import json
 import os
@@ -23,29 +24,45 @@ from grid_backends import DieAlways, DieOnce, HoldOnce
 from rich.console import Console
 
 from cbbench.perf.exceptions import NoResultError
+from cbbench.perf.grid.executor import parse_executor
 from cbbench.perf.grid.order import RUN_SPECIFIC_COLUMNS
+from cbbench.perf.knobs import KnobGrid
 from cbbench.perf.plan.build import build_plan
-from cbbench.perf.plan.options import PerfOptions
+from cbbench.perf.plan.options import (
+    BackendOptions,
+    EngineOptions,
+    OutputOptions,
+    PerfOptions,
+    RunOptions,
+    WorkloadOptions,
+)
 from cbbench.perf.sweep import run_plan
+from refengine.sim.sim_device import DeviceSpec
 
-GRID = dict(
-    workload="fixed",
-    device="sim:h200",
-    model="llama-3.1-8b",
-    num_prompts=16,
-    workload_params=["input_len=256,output_len=32"],
-    knobs={"max_num_seqs": "8,16", "max_num_batched_tokens": "1024,2048"},
-    batching="continuous",
-    peers="none",
-    quiet=True,
+GRID = PerfOptions(
+    workload=WorkloadOptions("fixed", num_prompts=16, params=("input_len=256,output_len=32",)),
+    engine=EngineOptions(
+        "llama-3.1-8b",
+        batching=EngineOptions.parse_batching("continuous"),
+        knobs=KnobGrid.parse({"max_num_seqs": "8,16", "max_num_batched_tokens": "1024,2048"}),
+    ),
+    device=DeviceSpec.checked("sim:h200"),
+    backend=BackendOptions(peers=BackendOptions.parse_peers("none")),
 )
 TARGET = 2  # the run whose worker dies: the third in plan order, so runs before and after it finish around it
 KILL_WAIT_S = 90.0  # how long the killer thread waits for the held worker (a fork and a plan on a busy 2-core host)
 
 
-def run_grid(out: Path, executor: str | None, backend: type | None = None, marker: Path | None = None, **kw):
+def run_grid(
+    out: Path, executor: str | None, backend: type | None = None, marker: Path | None = None, resume: bool = False
+):
     """Build the grid's plan (`backend` in place of refengine's, aimed at run TARGET), run it; (plan, output)."""
-    plan = build_plan(PerfOptions(**{**GRID, **kw}, output=out, executor=executor))
+    options = dataclasses.replace(
+        GRID,
+        run=RunOptions(executor=parse_executor(executor)),
+        output=OutputOptions(output=out, resume=resume, quiet=True),
+    )
+    plan = build_plan(options)
     if backend is not None:
         plan.backends["refengine"] = backend(plan.settings, marker, plan.specs[TARGET].plan_id)
     console = Console(file=io.StringIO(), width=250)

@@ -18,6 +18,7 @@ from cbbench.perf.backends.http_run import run_http
 from cbbench.perf.backends.server_metrics import kv_usage, parse_prometheus
 from cbbench.perf.bench.fake_openai_server import BAD_PROMPT_TOKEN, NUM_GPU_BLOCKS, FakeOpenAIServer
 from cbbench.perf.cli import app
+from cbbench.perf.knobs import EngineKnobs
 from cbbench.perf.results.files import read_csv
 from cbbench.workloads.workload import Workload, WorkloadRequest
 
@@ -206,7 +207,7 @@ def test_in_process_max_concurrency_caps_requests_in_flight():
         dtype=None,
         seed=0,
         batching="continuous",
-        knobs={"max_num_seqs": 4},
+        knobs=EngineKnobs(max_num_seqs=4),
         warmup=0,
         max_concurrency=cap,
     )

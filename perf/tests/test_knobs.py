@@ -9,10 +9,22 @@ import pytest
 from typer.testing import CliRunner
 
 from cbbench.perf.cli import main as cli
-from cbbench.perf.knobs import engine_knobs, knob, parse_knobs, validate_knobs
+from cbbench.perf.knobs import EngineKnobs, KnobAxis, KnobGrid, engine_knobs, knob, parse_knobs, validate_knobs
 from refengine.config import BATCHING_MODES, POLICIES, PREEMPTION_MODES, EngineConfig, SchedulerConfig
 
 NOT_KNOBS = {"model", "device", "dtype", "seed", "scheduler", "stats_log_size"}  # own options / plumbing
+
+
+def test_engine_knobs_fields_are_the_knobs_by_name_and_type():
+    """EngineKnobs spells the configs' fields by hand, for typed access; the configs stay the source of truth."""
+    fields = {f.name: f.type for f in dataclasses.fields(EngineKnobs) if f.name != "order"}
+    assert list(fields) == [k.name for k in engine_knobs()]
+    for k in engine_knobs():
+        assert fields[k.name] == f"{k.type.__name__} | None", k.name
+    assert EngineKnobs(max_num_seqs=4, policy="priority").given() == {"max_num_seqs": 4, "policy": "priority"}
+    given_order = EngineKnobs.of({"block_size": 32, "max_num_seqs": 4})  # (a CPU's default max_num_seqs comes last)
+    assert list(given_order.given()) == ["block_size", "max_num_seqs"]
+    assert given_order == EngineKnobs(max_num_seqs=4, block_size=32)  # the order names them, it is not a knob
 
 
 def test_every_config_field_is_a_knob():
@@ -54,14 +66,18 @@ def test_knob_values_reach_the_run(monkeypatch, tmp_path):
         ],
     )
     assert res.exit_code == 0, res.output
-    knobs = seen["opts"].knobs
-    assert knobs["max_num_batched_tokens"] == "256,512" and knobs["enable_prefix_caching"] is False
-    assert knobs["policy"] == "priority" and knobs["block_size"] is None
-    assert parse_knobs(knobs) == {
-        "max_num_batched_tokens": [256, 512],
-        "enable_prefix_caching": [False],
-        "policy": ["priority"],
-    }
+    knobs = seen["opts"].engine.knobs
+    assert [(a.name, a.values) for a in knobs.axes] == [
+        ("max_num_batched_tokens", (256, 512)),
+        ("enable_prefix_caching", (False,)),
+        ("policy", ("priority",)),
+    ]
+    record = knobs.record(exclude=("batching",))
+    assert record["max_num_batched_tokens"] == "256,512" and record["enable_prefix_caching"] is False
+    assert record["policy"] == "priority" and record["block_size"] is None
+    assert [ks.given() for ks in knobs.configurations()] == [
+        {"max_num_batched_tokens": n, "enable_prefix_caching": False, "policy": "priority"} for n in (256, 512)
+    ]
 
 
 @pytest.mark.parametrize(
@@ -114,3 +130,17 @@ def test_serve_takes_the_same_generated_knobs_as_single_values(monkeypatch):
     assert res.exit_code == 2 and "policy must be one of" in res.stderr
     res = CliRunner().invoke(cli.app, ["serve", "--max-num-seqs", "many"])
     assert res.exit_code == 2
+
+
+def test_a_grid_keeps_its_axes_in_the_configs_field_order():
+    """The runs of a sweep follow the axes' order (the first axis slowest), as the command line gives them: an axis
+    added later (the planner's default search, the CPU's max_num_seqs) takes its knob's place, not the last."""
+    grid = KnobGrid.parse({"tensor_parallel_size": "1,2"}).with_axis(KnobAxis.of("max_num_seqs", [8, 16]))
+    assert [a.name for a in grid.axes] == ["max_num_seqs", "tensor_parallel_size"]
+    assert [(k.max_num_seqs, k.tensor_parallel_size) for k in grid.configurations()] == [
+        (8, 1),
+        (8, 2),
+        (16, 1),
+        (16, 2),
+    ]
+    assert grid.with_axis(KnobAxis.of("max_num_seqs", [4])).axis("max_num_seqs") == KnobAxis("max_num_seqs", (4,), "4")

@@ -93,7 +93,7 @@ def test_like_on_a_sweep_with_peers(tmp_path, monkeypatch):
     )
     assert res.exit_code == 0, res.output
     plan = load_like(made)
-    assert sorted((e, m, k.get("max_num_batched_tokens")) for e, m, k in plan.entries) == [
+    assert sorted((e, m, k.max_num_batched_tokens) for e, m, k in plan.entries) == [
         ("hf-static", "static", None),
         ("refengine", "continuous", 16),
         ("refengine", "continuous", 64),
@@ -103,7 +103,7 @@ def test_like_on_a_sweep_with_peers(tmp_path, monkeypatch):
     monkeypatch.setattr(in_process, "run_refengine", lambda *a, **k: seen.append(k["knobs"]) or real(*a, **k))
     again = tmp_path / "again.csv"
     assert invoke("perf", "--like", str(made), "--output", str(again), "--quiet").exit_code == 0
-    assert sorted(k["max_num_batched_tokens"] for k in seen) == [16, 64] and seen[0]["num_gpu_blocks"]
+    assert sorted(k.max_num_batched_tokens for k in seen) == [16, 64] and seen[0].num_gpu_blocks
     key = lambda p: sorted(map(config_key, read_csv(p).to_dict("records")))  # noqa: E731
     assert key(again) == key(made)
 

@@ -18,6 +18,7 @@ from cbbench.perf.backends.http_client import HttpTarget
 from cbbench.perf.backends.http_run import run_http
 from cbbench.perf.bench.fake_openai_server import FakeOpenAIServer
 from cbbench.perf.cli import app
+from cbbench.perf.knobs import EngineKnobs
 from cbbench.workloads.catalog import get_workload
 from cbbench.workloads.workload import Workload, WorkloadRequest
 
@@ -69,7 +70,7 @@ def test_in_process_turns_carry_the_history_and_hit_the_prefix_cache():
         dtype=None,
         seed=0,
         batching="continuous",
-        knobs={"max_num_seqs": 4, "enable_prefix_caching": True, "block_size": 16},
+        knobs=EngineKnobs(max_num_seqs=4, enable_prefix_caching=True, block_size=16),
         warmup=0,
     )
     by = {(rec.conversation_id, rec.turn): rec for rec in r.records}

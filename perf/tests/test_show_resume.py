@@ -87,6 +87,7 @@ def test_serve_and_in_process_perf_use_the_same_default_threads(monkeypatch):
 
     from cbbench.perf.plan.options import DEFAULT_CPU_THREADS
     from refengine.entrypoints import api_server
+    from refengine.sim.sim_device import DeviceSpec
 
     set_to: list[int] = []
     monkeypatch.setattr(torch, "set_num_threads", set_to.append)
@@ -96,6 +97,6 @@ def test_serve_and_in_process_perf_use_the_same_default_threads(monkeypatch):
     assert set_to == [DEFAULT_CPU_THREADS, 3]
     from cbbench.perf import sweep
 
-    plan = type("P", (), {"settings": type("S", (), {"device": "cpu", "cpu_threads": None})()})()
+    plan = type("P", (), {"settings": type("S", (), {"device": DeviceSpec.parse("cpu"), "cpu_threads": None})()})()
     sweep._set_threads(plan)
     assert set_to[-1] == DEFAULT_CPU_THREADS

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from cbbench.perf.backends.backend import warmup_prompts
 from cbbench.perf.plan.load import known_vocab_size, vocab_token_id_range
-from cbbench.perf.plan.options import PerfOptions, workload_kwargs
+from cbbench.perf.plan.options import WorkloadOptions, workload_kwargs
 from cbbench.workloads.synthetic import DEFAULT_TOKEN_ID_RANGE
 
 
@@ -19,12 +19,12 @@ def test_the_id_range_shrinks_to_the_vocabulary_only_when_it_must():
 
 
 def test_workload_params_take_the_fitted_range_but_a_baseline_keeps_its_own():
-    small = PerfOptions(model="tiny-qwen2-8k", workload="random")
-    assert workload_kwargs(small, on_cpu=True)["token_id_range"] == (1000, 8192)
+    random = WorkloadOptions("random")
+    assert workload_kwargs(random, "tiny-qwen2-8k", on_cpu=True)["token_id_range"] == (1000, 8192)
     recorded = {"input_len": 8, "token_id_range": [10, 20]}  # `--like`: the baseline's params, as they were
-    like = PerfOptions(model="tiny-qwen2-8k", workload="random", like_params=recorded)
-    assert workload_kwargs(like, on_cpu=True) == recorded
-    assert "token_id_range" not in workload_kwargs(PerfOptions(model="tiny-qwen2", workload="random"), on_cpu=True)
+    like = WorkloadOptions("random", recorded=recorded)
+    assert workload_kwargs(like, "tiny-qwen2-8k", on_cpu=True) == recorded
+    assert "token_id_range" not in workload_kwargs(random, "tiny-qwen2", on_cpu=True)
 
 
 def test_a_served_model_s_vocabulary_is_known_only_for_a_preset_or_a_local_folder():

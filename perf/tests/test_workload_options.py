@@ -10,7 +10,7 @@ import pytest
 from typer.testing import CliRunner
 
 from cbbench.perf.cli import app
-from cbbench.perf.plan.options import PerfOptions, workload_kwargs
+from cbbench.perf.plan.options import WorkloadOptions, workload_kwargs
 
 WIDE = {"COLUMNS": "200", "NO_COLOR": "1"}
 
@@ -33,19 +33,18 @@ def _plan_error(*args: str) -> str:
 
 
 def test_time_scale_and_hf_flags_set_the_workload_params(tmp_path):
-    kw = workload_kwargs(PerfOptions(workload="trace", dataset_path="x", time_scale=2.0), on_cpu=True)
+    kw = workload_kwargs(WorkloadOptions("trace", dataset_path="x", time_scale=2.0), None, on_cpu=True)
     assert kw["time_scale"] == 2.0
     kw = workload_kwargs(
-        PerfOptions(
-            workload="hf", dataset_path="x", hf_split="test", hf_column="q", hf_output_column="n", hf_output_len=7
-        ),
+        WorkloadOptions("hf", dataset_path="x", hf_split="test", hf_column="q", hf_output_column="n", hf_output_len=7),
+        None,
         on_cpu=True,
     )
     assert (kw["split"], kw["column"], kw["output_column"], kw["output_len"]) == ("test", "q", "n", 7)
     with pytest.raises(ValueError, match="--hf-split does not apply to workload 'fixed'"):
-        workload_kwargs(PerfOptions(workload="fixed", hf_split="test"), on_cpu=True)
+        workload_kwargs(WorkloadOptions("fixed", hf_split="test"), None, on_cpu=True)
     with pytest.raises(ValueError, match="--time-scale does not apply"):
-        workload_kwargs(PerfOptions(workload="fixed", time_scale=2.0), on_cpu=True)
+        workload_kwargs(WorkloadOptions("fixed", time_scale=2.0), None, on_cpu=True)
 
 
 def test_time_scale_reaches_the_trace_through_the_cli(tmp_path):

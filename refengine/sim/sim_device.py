@@ -5,7 +5,8 @@ manager, block pool, processor and output processor; this supplies the model's b
 (no weights), the KV pool size (refengine/sim/sim_memory.py's formula), the virtual clock, the simulated runner and
 its thread-less batch queue, the pacer that serves it in real time, and the label that reports name the run by.
 
-perf's planner imports this module for the device-string functions before torch or numpy is needed
+`DeviceSpec` is the one reading of a device string: what it names (the CPU, a CUDA device, a simulated GPU) and
+what differs for it, asked without building an engine. perf's planner reads it before torch or numpy is needed
 (perf/tests/test_cli_fast.py), so SimDevice imports the simulation's heavy parts (cost model, runner, presets)
 where it first uses them.
 """
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -37,9 +39,68 @@ if TYPE_CHECKING:
     from refengine.worker.worker import EngineParts
 
 SIM_PREFIX = "sim:"
+_LOCAL = re.compile(r"(cpu|cuda)(:\d+)?")
+
+
+@dataclass(frozen=True)
+class DeviceSpec:
+    """What a device string names, read without building an engine or importing torch: the CPU, a CUDA device, a
+    simulated GPU ("sim:h200", any case), or ("other") a string only torch can judge. The engine's `make_device`
+    and perf's planner both ask it, so that one place knows how device strings are spelled."""
+
+    name: str  # as given
+    kind: str  # "cpu" | "cuda" | "sim" | "other"
+    gpu: GpuSpec | None = None  # the simulated GPU's spec
+
+    @classmethod
+    def parse(cls, device: str) -> DeviceSpec:
+        """ValueError naming `device` and the known GPUs for a "sim:" name that is not one of them."""
+        text = device.strip().lower()
+        if is_sim_device(text):
+            key = {g.lower(): g for g in GPUS}.get(text[len(SIM_PREFIX) :])
+            if key is None:
+                raise ValueError(f"device {device!r} is not a simulated GPU; known: {', '.join(known_sim_devices())}")
+            return cls(device, "sim", get_gpu(key))
+        local = _LOCAL.fullmatch(text)
+        return cls(device, local.group(1) if local else "other")
+
+    @classmethod
+    def checked(cls, device: str) -> DeviceSpec:
+        """`parse`, refusing a string that is neither cpu, cuda[:N] nor a simulated GPU (the command line's rule)."""
+        spec = cls.parse(device)
+        if spec.kind == "other" or (spec.kind == "cpu" and ":" in device):
+            raise ValueError(
+                f"device must be cpu, cuda, cuda:N or a simulated GPU ({', '.join(known_sim_devices())}), "
+                f"got {device!r}"
+            )
+        return spec
+
+    @property
+    def simulated(self) -> bool:
+        """A cost model stands in for the forward: no weights, a virtual clock, times in simulated GPU seconds."""
+        return self.kind == "sim"
+
+    @property
+    def is_cpu(self) -> bool:
+        return self.kind == "cpu"
+
+    @property
+    def is_cuda(self) -> bool:
+        return self.kind == "cuda"
+
+    @property
+    def tensor_parallel_ok(self) -> bool:
+        """Whether the device takes tensor_parallel_size > 1: refengine's own forward runs on one device."""
+        return self.simulated
+
+    @property
+    def label(self) -> str:
+        """ "simulated H200" for a simulated GPU, else the device as given."""
+        return f"simulated {self.gpu.name.upper()}" if self.gpu is not None else self.name
 
 
 def is_sim_device(device: object) -> bool:
+    """A "sim:" name, known GPU or not (`DeviceSpec.parse` tells which)."""
     return isinstance(device, str) and device.strip().lower().startswith(SIM_PREFIX)
 
 
@@ -49,11 +110,10 @@ def known_sim_devices() -> list[str]:
 
 def parse_sim_device(device: str) -> GpuSpec:
     """ "sim:h200" (any case) -> the H200's spec; ValueError naming `device` and the known GPUs for anything else."""
-    name = device.strip().lower()[len(SIM_PREFIX) :] if is_sim_device(device) else ""
-    key = {g.lower(): g for g in GPUS}.get(name)
-    if key is None:
+    gpu = DeviceSpec.parse(device).gpu
+    if gpu is None:
         raise ValueError(f"device {device!r} is not a simulated GPU; known: {', '.join(known_sim_devices())}")
-    return get_gpu(key)
+    return gpu
 
 
 # A test hook, not a knob: every simulated step takes this factor times the cost model's time, so a gate test can

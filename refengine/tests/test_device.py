@@ -137,3 +137,29 @@ def test_the_sim_import_check_sees_an_import(tmp_path: Path) -> None:
         "import refengine.sim.cost_model\ndef f():\n    from refengine.sim.sim_device import is_sim_device\n"
     )
     assert _sim_imports(planted) == ["refengine.sim.cost_model", "refengine.sim.sim_device"]
+
+
+def test_device_spec_reads_a_device_string_without_building_an_engine() -> None:
+    """DeviceSpec is the one reading of a device string: what it names and what differs for it, asked without an
+    engine (perf plans with it before torch is imported)."""
+    from refengine.sim.gpus import GPUS
+    from refengine.sim.sim_device import DeviceSpec
+
+    cpu, cuda, cuda1, sim, other = (DeviceSpec.parse(d) for d in ("cpu", "cuda", "cuda:1", " SIM:H200 ", "mps"))
+    assert (cpu.is_cpu, cpu.is_cuda, cpu.simulated) == (True, False, False)
+    assert cuda.is_cuda and cuda1.is_cuda and not cuda1.simulated and cuda1.label == "cuda:1"
+    assert sim.simulated and sim.gpu is GPUS["h200"] and sim.label == "simulated H200" and sim.name == " SIM:H200 "
+    assert sim.tensor_parallel_ok and not cpu.tensor_parallel_ok and not cuda.tensor_parallel_ok
+    assert other.kind == "other" and not other.simulated
+    with pytest.raises(ValueError, match=r"^device 'sim:h9' is not a simulated GPU; known: sim:h100"):
+        DeviceSpec.parse("sim:h9")
+    for refused in ("mps", "cpu:0", "tpu", ""):  # the command line's rule: cpu, cuda[:N] or a simulated GPU
+        with pytest.raises(ValueError, match=r"^device must be cpu, cuda, cuda:N or a simulated GPU \(sim:h100"):
+            DeviceSpec.checked(refused)
+    assert DeviceSpec.checked("cuda:3").is_cuda
+
+
+def test_make_device_asks_the_device_spec() -> None:
+    """An unknown simulated GPU is refused by the same reading, before any model is looked up."""
+    with pytest.raises(ValueError, match=r"^device 'sim:h9' is not a simulated GPU"):
+        make_device(EngineConfig(model="no-such-model", device="sim:h9"))

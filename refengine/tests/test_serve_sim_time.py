@@ -10,6 +10,7 @@ from __future__ import annotations
 from cbbench.perf.backends.http_client import HttpTarget
 from cbbench.perf.backends.http_run import run_http
 from cbbench.perf.backends.in_process import run_refengine
+from cbbench.perf.knobs import EngineKnobs
 from cbbench.workloads.workload import Workload, WorkloadRequest
 from refengine import LLMEngine
 from refengine.tests.live_server import live_server
@@ -41,7 +42,7 @@ def test_served_tpot_in_simulated_time_matches_in_process_at_more_streams_than_t
         dtype=None,
         seed=0,
         batching="continuous",
-        knobs={},
+        knobs=EngineKnobs(),
         warmup=0,
         max_concurrency=NUM_STREAMS,
     )

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Protocol
 
 from refengine.engine.batch_queue import BatchQueue
 from refengine.engine.clock import WALL_CLOCK, WallClock
-from refengine.sim.sim_device import SimDevice, is_sim_device
+from refengine.sim.sim_device import DeviceSpec, SimDevice
 from refengine.worker.worker import (
     EngineParts,
     check_engine_memory,
@@ -170,6 +170,6 @@ class LocalDevice:
 def make_device(cfg: EngineConfig, model_impl: torch.nn.Module | None = None) -> Device:
     """The Device of `cfg.device`: "sim:<gpu>" is a simulated GPU (it has no weights, so `model_impl` is not
     used there), anything else a local device that loads the model or takes `model_impl`."""
-    if is_sim_device(cfg.device):
+    if isinstance(cfg.device, str) and DeviceSpec.parse(cfg.device).simulated:
         return SimDevice.create(cfg.device, cfg.model, cfg.dtype, cfg.tensor_parallel_size)
     return LocalDevice.create(cfg, model_impl)
