@@ -11,7 +11,6 @@ A simulated GPU plans in minutes; a real device works too, run by run (serially)
 
 from __future__ import annotations
 
-import json
 import math
 from typing import Any
 
@@ -94,6 +93,7 @@ def run_capacity_plan(o: PerfOptions, slo: Slo, given: set[str], console: Consol
     """The whole `cbbench plan`: search, write, summarise (NoResultError after the summary when a run failed)."""
     from cbbench.perf.exceptions import NoResultError
     from cbbench.perf.plan.build import build_plan
+    from cbbench.perf.results.rows import read_rows
     from cbbench.perf.sweep import run_plan, show_plan
 
     o, notes = plan_options(o, slo, given)
@@ -109,7 +109,7 @@ def run_capacity_plan(o: PerfOptions, slo: Slo, given: set[str], console: Consol
         run_plan(plan, console, table=False)
     except NoResultError as e:  # the other runs are planned on all the same; the command still fails after
         failed = e
-    rows = json.loads(plan.csv_path.with_suffix(".json").read_text())["rows"]
+    rows = read_rows(plan.csv_path, allow_empty=True)
     for line in notes + summary_lines(rows, slo):
         console.print(line, markup=False, highlight=False, soft_wrap=True)
     if failed is not None:

@@ -35,10 +35,10 @@ CDF_POINTS = 400  # each CDF is drawn through this many quantiles: exact enough 
 
 
 def load_run(path: str | Path) -> dict[str, Any]:
-    try:
-        doc = json.loads(Path(path).read_text())
-    except json.JSONDecodeError as e:
-        raise ValueError(f"{path}: not JSON ({e.msg} at line {e.lineno})") from None
+    """The run's document (run_json.py: a summary's records read from its record folder), checked."""
+    from cbbench.perf.results.run_json import read_run
+
+    doc = read_run(path)
     if not isinstance(doc, dict) or not isinstance(doc.get("rows"), list) or not isinstance(doc.get("records"), dict):
         raise ValueError(f"{path}: not a cbbench perf run JSON (no 'rows' list and 'records' by run)")
     bad_row = next((i for i, r in enumerate(doc["rows"]) if not isinstance(r, dict)), None)

@@ -19,6 +19,7 @@ from cbbench.perf.backends.server_metrics import kv_usage, parse_prometheus
 from cbbench.perf.bench.fake_openai_server import BAD_PROMPT_TOKEN, NUM_GPU_BLOCKS, FakeOpenAIServer
 from cbbench.perf.cli import app
 from cbbench.perf.results.files import read_csv
+from cbbench.perf.results.run_json import read_run
 from cbbench.workloads.workload import Workload, WorkloadRequest
 
 INPUT_LEN, OUTPUT_LEN, NUM_PROMPTS = 8, 5, 6
@@ -65,7 +66,7 @@ def _perf(server, tmp_path, *extra: str):
     assert res.exit_code == 0, res.output
     (csv,) = tmp_path.glob("*.csv")
     (js,) = tmp_path.glob("*.json")
-    return read_csv(csv), json.loads(js.read_text()), res.output
+    return read_csv(csv), read_run(js), res.output
 
 
 def test_payload_is_vllm_bench_serve_shaped():
