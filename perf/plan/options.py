@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -206,16 +207,32 @@ def build_workload(o: PerfOptions, on_cpu: bool, load: LoadPoint | None = None, 
     if not tokenizer:
         assert o.model is not None, "build_plan fills in the model first"  # narrows the type: never a user's error
         tokenizer = resolve_tokenizer(o.model, o.tokenizer)
-    return get_workload(
-        o.workload,
-        tokenizer=tokenizer,
-        num_prompts=num_prompts,
-        seed=o.seed,
-        request_rate=load.request_rate,
-        burstiness=load.burstiness,
-        max_concurrency=load.max_concurrency,
-        **workload_kwargs(o, on_cpu),
-    )
+
+    def make(n: int) -> Workload:
+        return get_workload(
+            o.workload,
+            tokenizer=tokenizer,
+            num_prompts=n,
+            seed=o.seed,
+            request_rate=load.request_rate,
+            burstiness=load.burstiness,
+            max_concurrency=load.max_concurrency,
+            **workload_kwargs(o, on_cpu),
+        )
+
+    from cbbench.workloads.local_datasets import TooFewRecords
+
+    try:
+        return make(num_prompts)
+    except TooFewRecords as e:  # a small file of the user's just works: all of it, said once (an explicit count
+        if o.num_prompts is not None or e.available < 1:  # it cannot meet is still refused)
+            raise
+        print(
+            f"note: {o.dataset_path} holds {e.available} records, fewer than the default {num_prompts}: "
+            f"using all {e.available} (--num-prompts sets how many)",
+            file=sys.stderr,
+        )
+        return make(e.available)
 
 
 def validate_configs(modes: list[str], knob_sets: list[dict[str, Any]]) -> None:
