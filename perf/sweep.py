@@ -93,7 +93,7 @@ def run_plan(plan: RunPlan, console: Console, *, table: bool = True) -> list[dic
     if table:
         render(console, [e for _, e in entries], plan.workload, plan.format, goodput=plan.goodput)
     for line in notes + grid.notes:
-        info.print(line, markup=False, highlight=False)
+        info.print(line, markup=False, highlight=False, soft_wrap=True)  # a log's line is never broken
     info.print(f"wrote {plan.csv_path}, {writer.json_path} and {writer.files.root}/", markup=False, soft_wrap=True)
     _check_measured([e for _, e in entries])
     return writer.rows
