@@ -7,11 +7,11 @@ pandas (`pd.read_parquet("RUN.records/requests")`) and polars (`pl.read_parquet(
 read whole; every file has the same columns: the run's label (`run`), every field of perf/records.py's record
 (None where the source did not observe it) and `layout`, the keys the record's JSON entry held, so that
 `to_dicts` gives back exactly what the older JSON held. The run's label, its plan entry (`plan_id`) and, for HTTP
-runs, the scraped /metrics series are in the requests file's metadata.
+runs, the scraped /metrics series are in a small JSON of its own (`RUN.records/runs/run-N.json`).
 
 Each file is written to a temporary beside it and renamed (a reader never sees half a file; a SIGKILL leaves a
-`.NAME.*.tmp` that the next writer removes), steps first, then requests: a run is in the files once its requests
-file is. `--resume` keeps the runs whose plan entries are in the CSV and removes the others (a run killed between
+`.NAME.*.tmp` that the next writer removes), steps, then requests, then the run's JSON: a run is in the files once
+its JSON is. `--resume` keeps the runs whose plan entries are in the CSV and removes the others (a run killed between
 its files and its CSV row is run again).
 """
 
@@ -32,8 +32,8 @@ from cbbench.perf.records import RequestRecord, StepRecord
 
 RECORDS_SUFFIX = ".records"
 TABLES = ("requests", "steps")
-RUN_META_KEY = b"cbbench.run"  # the requests file's metadata: {"label", "plan_id", "server_series"}
-_FILE = re.compile(r"^run-(\d{6,})\.parquet$")
+RUNS = "runs"  # one small JSON per run ({"label", "plan_id", "server_series"}), written last: the run's commit mark
+_FILE = re.compile(r"^run-(\d{6,})\.(parquet|json)$")
 COMPRESSION = "zstd"  # per-step request-id lists repeat from step to step: zstd takes them to a few bytes each
 
 
@@ -116,7 +116,7 @@ class RecordFiles:
         self._next: int | None = None  # the next run's file number (listed once: a grid does not list per run)
 
     def path(self, table: str, number: int) -> Path:
-        return self.root / table / f"run-{number:06d}.parquet"
+        return self.root / table / f"run-{number:06d}.{'json' if table == RUNS else 'parquet'}"
 
     def _numbers(self, table: str) -> list[int]:
         folder = self.root / table
@@ -126,7 +126,7 @@ class RecordFiles:
 
     def remove_temporaries(self) -> None:
         """What a writer killed mid-file left (`.run-*.tmp`)."""
-        for table in TABLES:
+        for table in (*TABLES, RUNS):
             folder = self.root / table
             if folder.is_dir():
                 for p in folder.glob(".run-*.tmp"):
@@ -134,13 +134,11 @@ class RecordFiles:
                         p.unlink()
 
     def runs(self) -> list[RunFiles]:
-        """Every whole run (its requests file written), in the order they were written."""
-        import pyarrow.parquet as pq
-
+        """Every whole run (its run file written, after its records), in the order they were written. Reads no
+        Parquet (`cbbench show` names its rows from these without importing pyarrow or numpy)."""
         out = []
-        for n in self._numbers("requests"):
-            meta = pq.read_schema(self.path("requests", n)).metadata or {}
-            info = json.loads(meta.get(RUN_META_KEY, b"{}"))
+        for n in self._numbers(RUNS):
+            info = json.loads(self.path(RUNS, n).read_text())
             out.append(RunFiles(n, str(info.get("label")), info.get("plan_id"), info.get("server_series")))
         return out
 
@@ -155,29 +153,31 @@ class RecordFiles:
         """Write one finished run (steps, then requests: the run counts once its requests file is there); returns
         its file number."""
         if self._next is None:
-            self._next = max([0, *self._numbers("requests"), *self._numbers("steps")]) + 1
+            self._next = max([0, *(n for t in (*TABLES, RUNS) for n in self._numbers(t))]) + 1
         number, self._next = self._next, self._next + 1
         info = {"label": label, "plan_id": plan_id, "server_series": [dict(p) for p in server_series or []] or None}
         from cbbench.perf.results.files import jsonable
 
-        self._write(self.path("steps", number), to_table("steps", label, steps), None)
-        meta = json.dumps(jsonable(info), default=str).encode()
-        self._write(self.path("requests", number), to_table("requests", label, records), meta)
+        self._write(self.path("steps", number), to_table("steps", label, steps))
+        self._write(self.path("requests", number), to_table("requests", label, records))
+        self._write(self.path(RUNS, number), json.dumps(jsonable(info), default=str))
         return number
 
-    def _write(self, path: Path, table: Any, meta: bytes | None) -> None:
+    def _write(self, path: Path, content: Any) -> None:
+        """A Parquet table or a text, to a temporary beside `path`, renamed over it."""
         import pyarrow.parquet as pq
 
         from cbbench.perf.results.files import file_mode
 
-        if meta is not None:
-            table = table.replace_schema_metadata({RUN_META_KEY: meta})
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.stem}.", suffix=".tmp")
         os.close(fd)
         try:
             os.chmod(tmp, file_mode(path))  # mkstemp makes 0600; a result file is as readable as any other
-            pq.write_table(table, tmp, compression=COMPRESSION)
+            if isinstance(content, str):
+                Path(tmp).write_text(content)
+            else:
+                pq.write_table(content, tmp, compression=COMPRESSION)
             os.replace(tmp, path)
         except BaseException:
             with contextlib.suppress(OSError):
@@ -187,19 +187,19 @@ class RecordFiles:
     def remove(self, numbers: Iterable[int]) -> None:
         self._next = None
         for n in numbers:
-            for table in TABLES:
+            for table in (RUNS, *TABLES):  # the run's mark first: a kill between leaves no half run that counts
                 with contextlib.suppress(FileNotFoundError):
                     self.path(table, n).unlink()
 
     def keep_only(self, plan_ids: set[str]) -> None:
-        """Remove the runs whose plan entry is not in `plan_ids` (a run killed before its CSV row), and steps files
-        whose requests file never came."""
+        """Remove the runs whose plan entry is not in `plan_ids` (a run killed before its CSV row), and record files
+        whose run never got its mark (killed mid-run)."""
         whole = self.runs()
         self.remove(r.number for r in whole if r.plan_id not in plan_ids)
-        self.remove(set(self._numbers("steps")) - {r.number for r in whole})
+        self.remove({n for t in TABLES for n in self._numbers(t)} - {r.number for r in whole})
 
     def clear(self) -> None:
-        self.remove(set(self._numbers("requests")) | set(self._numbers("steps")))
+        self.remove({n for t in (*TABLES, RUNS) for n in self._numbers(t)})
 
     def read(self, table: str, numbers: Iterable[int] | None = None) -> Any:
         """The records of `table` (of the runs `numbers`, else all) as one Arrow table."""
