@@ -14,6 +14,7 @@ from cbbench.perf.report.progress import GridEta, RunProgress, duration
 
 ROW = {"output_throughput": 812.4, "median_ttft_ms": 12.34}
 RUN_S = 30.0  # each fake run takes 30 s of the fake clock: 2 runs/min
+BEAT_TRIES = 3000  # 10 ms apart: the heartbeat (every 10 ms) has 30 s to show up on a loaded machine
 
 
 class FakeClock:
@@ -68,8 +69,12 @@ def test_a_pool_grid_in_a_log_beats_while_no_run_finishes():
         progress.start("a", 16, RUN_S)
         progress.finish(ROW)
         clock.now += RUN_S
-        while "... 1/4 runs, 1.0 runs/min, ETA 3 min 00 s on ray" not in out.file.getvalue():
+        want = "... 1/4 runs, 1.0 runs/min, ETA 3 min 00 s on ray"
+        for _ in range(BEAT_TRIES):  # a bounded wait for the heartbeat thread's line (no time is asserted)
+            if want in out.file.getvalue():
+                break
             beat.wait(0.01)
+    assert want in out.file.getvalue(), out.file.getvalue()
 
 
 def test_a_pool_grid_on_a_terminal_draws_a_bar_with_count_and_eta():
