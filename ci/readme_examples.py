@@ -9,7 +9,8 @@ python or .venv/bin/python (`a && b` is two; a trailing `# comment` is not part 
 - `cbbench perf ...` runs with `--dry-run` appended (the options parse and the plan builds; nothing is measured);
 - `--help`, `compare`, `show`, `report` and `plot` run for real, on results files made once per check (a two-point
   sweep of the tiny model, `--fixtures DIR` to reuse a folder) wherever the example names a placeholder
-  (`results/<file>.csv`) or a file that does not exist; `compare`'s missing side (the `NEW.csv` a perf example
+  (`results/<file>.csv`) or a file the repository does not track (an untracked `prompts.jsonl` that happens to
+  lie in the checkout is never read); `compare`'s missing side (the `NEW.csv` a perf example
   would have written) is a copy of its other side; what they write goes to a scratch folder, never the checkout;
 - the other cbbench commands (serve, timeline, generate, ...) are parsed by their own command line, not run;
 - pytest, bash and python examples must name files and folders that exist.
@@ -113,15 +114,28 @@ def substitute(args: list[str], fixtures: dict[str, Path], scratch: Path) -> lis
         suffix = Path(a).suffix
         if after_output:
             a = str(scratch / Path(a.replace("<", "").replace(">", "")).name)
-        elif suffix in fixtures and ("<" in a or not (ROOT / a).exists()):
+        elif suffix in fixtures and ("<" in a or not tracked(a)):
             src = fixtures[suffix]
             dst = scratch / ("fixture-" + re.sub(r"[^A-Za-z0-9_.-]", "", Path(a).name))
             shutil.copyfile(src, dst)
-            if src.with_suffix(".json").exists() and suffix == ".csv":
-                shutil.copyfile(src.with_suffix(".json"), dst.with_suffix(".json"))
+            if suffix in (".csv", ".json"):  # a results pair: the CSV, the JSON and the record folder go together
+                for kind in (".csv", ".json"):
+                    if src.with_suffix(kind).exists():
+                        shutil.copyfile(src.with_suffix(kind), dst.with_suffix(kind))
+                if src.with_suffix(".records").is_dir():
+                    shutil.copytree(src.with_suffix(".records"), dst.with_suffix(".records"), dirs_exist_ok=True)
             a = str(dst)
         out.append(a)
     return out
+
+
+def tracked(path: str) -> bool:
+    """Whether `path` is a file the repository holds (git tracks it): an example reads only those from the checkout,
+    never what happens to lie there (a user's own `prompts.jsonl` in the root stands in for nothing)."""
+    done = subprocess.run(
+        ["git", "ls-files", "--error-unmatch", "--", path], cwd=ROOT, capture_output=True, text=True, check=False
+    )
+    return done.returncode == 0
 
 
 def _run(argv: list[str], timeout_s: float = CHECK_TIMEOUT_S) -> tuple[bool, str]:

@@ -40,7 +40,10 @@ def engine_name(request: pytest.FixtureRequest) -> str:
 def adapter_cls(engine_name: str):
     """The SchedulerAdapter class of the engine under test; skips when that engine is not installed."""
     if engine_name == "vllm":
-        pytest.importorskip("vllm", reason="--engine vllm needs vllm installed (see README: 'Checking another engine')")
+        pytest.importorskip(
+            "vllm",
+            reason="--engine vllm needs vllm installed (see docs/conformance.md: 'Checking another engine's scheduler')",
+        )
     try:
         return load_adapter(engine_name)
     except ImportError as e:  # the adapter module itself, or something it needs, is missing

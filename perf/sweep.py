@@ -45,6 +45,8 @@ def run_plan(plan: RunPlan, console: Console, *, table: bool = True) -> list[dic
     """Run every spec not already in the output (`--resume`) on the plan's executor (perf/grid/), write each result
     as it finishes, put the files in plan order, print the table (unless `table` is False: `cbbench plan`)."""
     _set_threads(plan)
+    _check_server(plan.settings.base_url)
+    _check_simulated_tp(plan)
     writer = ResultWriter(
         plan.csv_path,
         config=plan.config,
@@ -62,7 +64,7 @@ def run_plan(plan: RunPlan, console: Console, *, table: bool = True) -> list[dic
     positions = plan_positions(plan)
     entries: list[tuple[tuple[int, int], Entry]] = [
         (row_position(row, positions, k), (key, row, None))
-        for k, (key, row) in enumerate(zip(labels_of_rows(writer.rows, list(writer.records)), writer.rows))
+        for k, (key, row) in enumerate(zip(labels_of_rows(writer.rows, writer.row_labels()), writer.rows))
     ]
     notes: list[str] = []
     speed: list[tuple[str, float, float]] = []  # simulated runs: (run, simulated seconds, wall seconds)
@@ -78,20 +80,20 @@ def run_plan(plan: RunPlan, console: Console, *, table: bool = True) -> list[dic
                 if plan.settings.device.simulated and not result.error:
                     speed.append((spec.describe(), result.duration, out.wall_s))
     except KeyboardInterrupt:
-        writer.flush()  # also creates the pair when nothing had finished yet
+        writer.finish()
         raise KeyboardInterrupt(
             f"{writer.num_done} run(s) kept in {plan.csv_path}; add --output {plan.csv_path} --resume to finish"
         ) from None
     if speed:
         notes.append(_speed_note(speed, writer))
-    if not put_in_plan_order(writer, plan) and (not writer.rows or speed):
-        writer.flush()
+    if not put_in_plan_order(writer, plan):
+        writer.finish()
     entries.sort(key=lambda e: e[0])
     if table:
         render(console, [e for _, e in entries], plan.workload, plan.format, goodput=plan.goodput)
     for line in notes + grid.notes:
-        info.print(line, markup=False, highlight=False)
-    info.print(f"wrote {plan.csv_path} and {writer.json_path}", markup=False)
+        info.print(line, markup=False, highlight=False, soft_wrap=True)  # a log's line is never broken
+    info.print(f"wrote {plan.csv_path}, {writer.json_path} and {writer.files.root}/", markup=False, soft_wrap=True)
     _check_measured([e for _, e in entries])
     return writer.rows
 
@@ -136,15 +138,55 @@ def _record(plan: RunPlan, spec: RunSpec, result: RunResult, writer: ResultWrite
 
 
 def _speed_note(speed: list[tuple[str, float, float]], writer: ResultWriter) -> str:
-    """How much faster than real time the simulation ran; also kept in the JSON's config (wall time is the host's,
-    so it is never a CSV metric: a gate would see the machine's load)."""
+    """How much faster than real time the simulation ran, in worker time: the runs' own wall times added up (runs on
+    a pool overlap, so this exceeds the grid's elapsed time, which the executor's note gives). Also kept in the
+    JSON's config (wall time is the host's, so it is never a CSV metric: a gate would see the machine's load)."""
     sim, wall = sum(s for _, s, _ in speed), sum(w for _, _, w in speed)
     writer.config["sim_speed"] = {
         "simulated_s": sim,
         "wall_s": wall,
         "runs": {name: {"simulated_s": s, "wall_s": w} for name, s, w in speed},
     }
-    return f"simulated {sim:.1f} s of GPU time in {wall:.1f} s of wall time ({sim / wall:.2f} simulated s per wall s)"
+    return (
+        f"simulated {sim:.1f} s of GPU time in {wall:.1f} s of worker time (each run's wall time, added up over the"
+        f" runs; {sim / wall:.2f} simulated s per worker s)"
+    )
+
+
+def _check_simulated_tp(plan: RunPlan) -> None:
+    """A simulated GPU splits a model only over the tensor-parallel sizes its measured tables cover: refused here,
+    before any run starts or the executor is named (a worker would refuse it only once the grid is under way)."""
+    if not plan.settings.device.simulated:
+        return
+    sizes = {tp for spec in plan.specs if (tp := spec.knobs.tensor_parallel_size) is not None}
+    if sizes - {1}:
+        from refengine.sim.sim_models import sim_model
+
+        shape = sim_model(plan.settings.model)[1]
+        for tp in sorted(sizes):
+            shape.check_tp(tp)
+
+
+SERVER_CONNECT_TIMEOUT_S = 5.0  # a server that takes longer to accept a connection is not there for a benchmark
+
+
+def _check_server(base_url: str | None) -> None:
+    """A server backend's address must accept a connection before anything runs or is written: with no server
+    there, every request would fail and the CSV and JSON would hold a run that never started (ValueError: exit 2)."""
+    if not base_url:
+        return
+    import socket
+    from urllib.parse import urlsplit
+
+    url = urlsplit(base_url)
+    host, port = url.hostname or "127.0.0.1", url.port or (443 if url.scheme == "https" else 80)
+    try:
+        socket.create_connection((host, port), timeout=SERVER_CONNECT_TIMEOUT_S).close()
+    except OSError as e:
+        why = "connection refused" if isinstance(e, ConnectionRefusedError) else (e.strerror or type(e).__name__)
+        raise ValueError(
+            f"--base-url {base_url}: no server answers there ({why}); start one (`cbbench serve`) or fix the address"
+        ) from None
 
 
 def _set_threads(plan: RunPlan) -> None:

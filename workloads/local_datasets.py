@@ -60,10 +60,19 @@ def _request(tokenizer: Tokenizer, prompt: Any, output_len: int, where: str) -> 
     return WorkloadRequest(ids, output_len, 0.0, prompt)
 
 
+class TooFewRecords(ValueError):
+    """A file with fewer usable records than `num_prompts` asked for; `available` says how many it has (a caller
+    whose count was a default, not the user's, can take them all)."""
+
+    def __init__(self, message: str, available: int) -> None:
+        super().__init__(message)
+        self.available = available
+
+
 def _order(n: int, shuffle: bool, seed: int, num_prompts: int, source: Path) -> list[int]:
     """The indices of the rows to use, in order; fewer rows than asked is an error, as for `sharegpt`."""
     if n < num_prompts:
-        raise ValueError(f"num_prompts: {source} holds only {n} records, {num_prompts} asked")
+        raise TooFewRecords(f"num_prompts: {source} holds only {n} records, {num_prompts} asked", n)
     order = list(range(n))
     if shuffle:
         random.Random(seed).shuffle(order)

@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from .local_datasets import _need_path
+from .local_datasets import TooFewRecords, _need_path
 from .synthetic import DEFAULT_TOKEN_ID_RANGE
 from .workload import WorkloadRequest
 
@@ -117,7 +117,7 @@ def sample_trace(
     fmt = _detect(recs[0]) if format == "auto" else format
     rows = sorted((_row(r, fmt, f"{path} record {i + 1}") for i, r in enumerate(recs)), key=lambda r: r[0])
     if len(rows) < num_prompts:
-        raise ValueError(f"num_prompts: {path} holds only {len(rows)} records, {num_prompts} asked")
+        raise TooFewRecords(f"num_prompts: {path} holds only {len(rows)} records, {num_prompts} asked", len(rows))
     rows = rows[:num_prompts]
     lo, hi = DEFAULT_TOKEN_ID_RANGE
     t0 = rows[0][0]

@@ -177,7 +177,12 @@ def _internal_error(prog: str, e: BaseException) -> None:
 def _cli_message(e: BaseException) -> str:
     """The error's first line, as the command line words it (`flag_wording`)."""
     ctx: Any = _click_globals.get_current_context(silent=True)
-    line = _first_line(e)
+    if isinstance(e, OSError):
+        from cbbench.perf.results.files import file_error_line
+
+        line = file_error_line(e)
+    else:
+        line = _first_line(e)
     return flag_wording(line, ctx.command.params) if ctx is not None else line
 
 

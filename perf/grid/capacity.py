@@ -12,7 +12,6 @@ A simulated GPU plans in minutes; a real device works too, run by run (serially)
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 from collections.abc import Mapping, Sequence
 
@@ -23,6 +22,7 @@ from cbbench.perf.grid.frontier import FRONTIER_LATENCY, Candidate, Slo, best_pe
 from cbbench.perf.knobs import KnobAxis
 from cbbench.perf.plan.build import build_plan
 from cbbench.perf.plan.options import DEFAULT_MODEL, SIM_MODEL, Listed, OutputOptions, PerfOptions
+from cbbench.perf.results.rows import read_rows
 from cbbench.perf.sweep import run_plan, show_plan
 from refengine.sim.sim_device import DeviceSpec, SimDevice
 
@@ -124,7 +124,7 @@ def run_capacity_plan(o: PerfOptions, slo: Slo, given: set[str], console: Consol
         run_plan(plan, console, table=False)
     except NoResultError as e:  # the other runs are planned on all the same; the command still fails after
         failed = e
-    rows = json.loads(plan.csv_path.with_suffix(".json").read_text())["rows"]
+    rows = read_rows(plan.csv_path, allow_empty=True)
     for line in notes + summary_lines(rows, slo):
         console.print(line, markup=False, highlight=False, soft_wrap=True)
     if failed is not None:

@@ -1,7 +1,7 @@
 """Plan order for results that came in finishing order: a parallel grid writes each row the moment its run is over,
-and once the runs are in the CSV and the JSON are rewritten with the rows in the order of the plan (and the JSON's
-records and steps alike, which `cbbench report` pairs with the rows by position), so that a pool's or Ray's files
-hold the same rows, in the same order, as a serial run's.
+and once the runs are in, the CSV is rewritten with the rows in the order of the plan (the record files stay as they
+are: readers pair them with the rows by plan entry), so that a pool's or Ray's files hold the same rows, in the same
+order, as a serial run's.
 
 A row's place is the index of the plan entry named by the `plan_id` in its `run_options`; rows that name no entry
 of this plan (none do in a file this plan wrote) keep their relative order after the others.
@@ -41,17 +41,12 @@ def row_position(row: Mapping[str, Any], positions: Mapping[str, int], fallback:
 
 
 def put_in_plan_order(writer: ResultWriter, plan: RunPlan) -> bool:
-    """Reorder the writer's rows, records and steps into plan order and rewrite both files; False (and nothing
-    written) when they already are in order, or the JSON's records cannot be paired with the rows one to one."""
-    rows, labels = writer.rows, list(writer.records)
-    if len(labels) != len(rows):  # the pairing `report` relies on is broken already: leave the files as they are
-        return False
+    """Rewrite the CSV once with the writer's rows in plan order (the records need no move: `cbbench report` pairs
+    them with the rows by plan entry); False (and nothing written) when they already are in order."""
+    rows = writer.rows
     positions = plan_positions(plan)
     order = sorted(range(len(rows)), key=lambda k: row_position(rows[k], positions, k))
     if order == list(range(len(rows))):
         return False
-    writer.rows = [rows[k] for k in order]
-    writer.records = {labels[k]: writer.records[labels[k]] for k in order}
-    writer.steps = {labels[k]: writer.steps[labels[k]] for k in order if labels[k] in writer.steps}
-    writer.flush()
+    writer.finish([rows[k] for k in order])
     return True

@@ -2,24 +2,27 @@
 
 `outcomes` is the one loop sweep.py iterates, whatever the executor: serially it runs each spec here, with the live
 per-request progress of report/progress.py; a pool or Ray yields each run when a worker is done with it, and
-`GridProgress` prints one line per finished run (a worker's requests cannot be followed from here).
+`GridProgress` prints one line per finished run (a worker's requests cannot be followed from here) with the grid's
+count, rate and ETA, under a live bar in a terminal, with a heartbeat in a log.
 `Grid.notes` are the lines printed under the table: where the runs ran, and any worker that died on the way.
 """
 
 from __future__ import annotations
 
+import threading
 import time
-from collections.abc import Generator, Iterator, Mapping, Sequence
+from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
 from cbbench.perf.grid.executor import ExecutorChoice, pool_size
 from cbbench.perf.grid.grid_worker import Outcome, make_job
 from cbbench.perf.grid.pool import ProcessPool
 from cbbench.perf.grid.ray_runner import RayRunner
-from cbbench.perf.report.progress import RunProgress, run_summary
+from cbbench.perf.report.progress import GridEta, RunProgress, heartbeat_interval, run_summary
 
 if TYPE_CHECKING:
     from cbbench.perf.plan.spec import RunPlan
@@ -85,25 +88,66 @@ class Grid:
         """What the table's notes say about the executor (nothing for a serial run that went as always)."""
         if self.choice.kind == "serial" or not self.todo:
             return list(self.events)
-        line = f"{len(self.todo)} run(s) on {self.choice.describe(len(self.todo))} in {self.elapsed_s:.1f} s"
+        line = f"{len(self.todo)} run(s) on {self.choice.describe(len(self.todo))} in {self.elapsed_s:.1f} s elapsed"
         return [line, *self.events]
 
 
 class GridProgress:
-    """One plain line per finished run of a parallel grid, in finishing order: `[3/8] refengine continuous, ...:
-    16 requests, 0.4 s on a worker, 1890 tok/s, TTFT p50 66.0 ms`."""
+    """The progress of a parallel grid: one line per finished run, in finishing order (`[3/8] refengine continuous,
+    ...: 16 requests, 0.4 s on a worker, 1890 tok/s, TTFT p50 66.0 ms | 3/8 runs, 12.0 runs/min, ETA 25 s`). In a
+    terminal a live bar below them counts the runs, with their rate and the ETA; in a log (not a TTY) a heartbeat
+    line says the same every `heartbeat_s` while no run finishes (a worker's requests cannot be followed from here)."""
 
-    def __init__(self, console: Console, num_runs: int, where: str, *, quiet: bool = False) -> None:
-        self.console, self.num_runs, self.where, self.quiet = console, num_runs, where, quiet
+    def __init__(
+        self,
+        console: Console,
+        num_runs: int,
+        where: str,
+        *,
+        quiet: bool = False,
+        live: bool | None = None,
+        heartbeat_s: float | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.console, self.num_runs, self.where, self.quiet, self.clock = console, num_runs, where, quiet, clock
+        self.live = console.is_terminal if live is None else live
+        self.heartbeat_s = heartbeat_interval() if heartbeat_s is None else heartbeat_s
         self.index, self.line = 0, ""
+        self.grid = GridEta(num_runs, clock)
+        self._bar: Progress | None = None
+        self._task: Any = None
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
 
     def __enter__(self) -> GridProgress:
-        if not self.quiet and self.num_runs:
-            self._print(f"running {self.num_runs} run(s) on {self.where}")
+        self.grid = GridEta(self.num_runs, self.clock)
+        if self.quiet or not self.num_runs:
+            return self
+        self._print(f"running {self.num_runs} run(s) on {self.where}")
+        if self.live:
+            self._bar = Progress(
+                TextColumn("runs"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                TextColumn("{task.fields[eta]}"),
+                console=self.console,
+                transient=True,
+                get_time=self.clock,
+            )
+            self._bar.__enter__()
+            self._task = self._bar.add_task("runs", total=self.num_runs, eta="")
+        else:
+            self._thread = threading.Thread(target=self._beat, name="cbbench-grid-heartbeat", daemon=True)
+            self._thread.start()
         return self
 
-    def __exit__(self, *exc: object) -> None:
-        pass
+    def __exit__(self, *exc: Any) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+        if self._bar is not None:
+            self._bar.__exit__(*exc)
 
     def start(self, label: str, total: int, wall_s: float = 0.0, attempts: int = 1) -> None:
         self.index += 1
@@ -112,8 +156,20 @@ class GridProgress:
 
     def finish(self, row: Mapping[str, Any] | None, error: str | None = None) -> None:
         summary = f"failed: {error}" if error else run_summary(row)
-        if not self.quiet:
-            self._print(self.line + (f", {summary}" if summary else ""))
+        with self._lock:
+            self.grid.done += 1
+            grid = self.grid.text()
+        if self.quiet:
+            return
+        self._print(self.line + (f", {summary}" if summary else "") + f" | {grid}")
+        if self._bar is not None:
+            self._bar.update(self._task, completed=self.grid.done, eta=grid.partition(" runs, ")[2])
+
+    def _beat(self) -> None:
+        while not self._stop.wait(self.heartbeat_s):
+            with self._lock:
+                line = f"... {self.grid.text()} on {self.where}"
+            self._print(line)
 
     def _print(self, line: str) -> None:
         self.console.print(line, markup=False, highlight=False, soft_wrap=True)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -424,16 +425,33 @@ def build_workload(o: PerfOptions, load: LoadPoint | None = None, tokenizer: Tok
     if not tokenizer:
         assert o.engine.model is not None, "build_plan fills in the model first"  # narrows the type
         tokenizer = resolve_tokenizer(o.engine.model, w.tokenizer)
-    return get_workload(
-        w.name,
-        tokenizer=tokenizer,
-        num_prompts=w.num_prompts if w.num_prompts is not None else default_num_prompts(o.device),
-        seed=o.run.seed,
-        request_rate=load.request_rate,
-        burstiness=load.burstiness,
-        max_concurrency=load.max_concurrency,
-        **workload_kwargs(w, o.engine.model, o.device.is_cpu),
-    )
+    num_prompts = w.num_prompts if w.num_prompts is not None else default_num_prompts(o.device)
+
+    def make(n: int) -> Workload:
+        return get_workload(
+            w.name,
+            tokenizer=tokenizer,
+            num_prompts=n,
+            seed=o.run.seed,
+            request_rate=load.request_rate,
+            burstiness=load.burstiness,
+            max_concurrency=load.max_concurrency,
+            **workload_kwargs(w, o.engine.model, o.device.is_cpu),
+        )
+
+    from cbbench.workloads.local_datasets import TooFewRecords
+
+    try:
+        return make(num_prompts)
+    except TooFewRecords as e:  # a small file of the user's just works: all of it, said once (an explicit count
+        if w.num_prompts is not None or e.available < 1:  # it cannot meet is still refused)
+            raise
+        print(
+            f"note: {w.dataset_path} holds {e.available} records, fewer than the default {num_prompts}: "
+            f"using all {e.available} (--num-prompts sets how many)",
+            file=sys.stderr,
+        )
+        return make(e.available)
 
 
 def validate_configs(modes: Sequence[str], knob_sets: Sequence[EngineKnobs]) -> None:

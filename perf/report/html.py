@@ -2,7 +2,7 @@
 
 The page holds the results table (the terminal table's columns, empty ones left out, ratios and notes), the TTFT
 and ITL CDFs of every configuration (inline SVG drawn by inline JS from embedded data), the slot timeline of each
-measured refengine run (inline SVG from the per-step request ids in the JSON, request ids on hover, the legend
+measured refengine run (inline SVG from the per-step request ids of the run's records, request ids on hover, the legend
 drawn from the same colour rule), for a request-rate sweep `cbbench plot`'s latency-against-throughput panels (a
 base64 PNG), for a `cbbench plan` grid its throughput-per-GPU frontier (frontier_svg.py), for HTTP runs the scraped /metrics series (server_series.py), the environment, and the
 configuration as the engine resolved it. Nothing is fetched: no external
@@ -35,10 +35,10 @@ CDF_POINTS = 400  # each CDF is drawn through this many quantiles: exact enough 
 
 
 def load_run(path: str | Path) -> dict[str, Any]:
-    try:
-        doc = json.loads(Path(path).read_text())
-    except json.JSONDecodeError as e:
-        raise ValueError(f"{path}: not JSON ({e.msg} at line {e.lineno})") from None
+    """The run's document (run_json.py: a summary's records read from its record folder), checked."""
+    from cbbench.perf.results.run_json import read_run
+
+    doc = read_run(path)
     if not isinstance(doc, dict) or not isinstance(doc.get("rows"), list) or not isinstance(doc.get("records"), dict):
         raise ValueError(f"{path}: not a cbbench perf run JSON (no 'rows' list and 'records' by run)")
     bad_row = next((i for i, r in enumerate(doc["rows"]) if not isinstance(r, dict)), None)
@@ -53,8 +53,8 @@ def load_run(path: str | Path) -> dict[str, Any]:
 
 
 def runs_of(doc: Mapping[str, Any]) -> list[dict[str, Any]]:
-    """One entry per measured run: its label parts, CSV row, request records and step dicts. The JSON keeps
-    rows and records in the same order; a label reads engine/batching/knobs/repeatN."""
+    """One entry per measured run: its label parts, CSV row, request records and step dicts. `load_run` gives
+    rows and records in the same order (a summary's paired by plan entry); a label reads engine/batching/knobs/repeatN."""
     labels = list(doc["records"])
     rows = doc["rows"]
     out = []

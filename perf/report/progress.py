@@ -1,10 +1,13 @@
-"""`cbbench perf`'s progress: a live line per run in a terminal, plain lines in a log.
+"""`cbbench perf`'s and `cbbench plan`'s progress: a live line per run in a terminal, plain lines in a log, and over
+the whole grid the runs done / total, their rate and an ETA (`GridEta`), on every executor.
 
 In a terminal (the console is a TTY) one rich line per run shows requests done / total, elapsed, ETA, and the run's
 output tok/s and TTFT p50 so far (from the records the backend hands to `advance`), its final ones once it is over.
 When stdout is not a TTY (a CI log) nothing is redrawn: one plain line per finished run, and a heartbeat line every
 `heartbeat_s` seconds while a run is going (with the same numbers so far), so a long sweep is never silent.
-`CBBENCH_HEARTBEAT_S` overrides the heartbeat interval.
+`CBBENCH_HEARTBEAT_S` overrides the heartbeat interval. Each finished run's line (and the terminal's bar) also
+carries the grid's count, rate and ETA: `3/8 runs, 1.5 runs/min, ETA 3 min 20 s`, the ETA being the mean time per
+finished run so far times the runs left (runs finish in parallel on a pool, so it is wall time, not run time).
 
 Time bases. Elapsed time and ETA are wall seconds of the measured run: they start when the backend says the
 measured run starts (`advance(0)`, once the engine is built and warmed up), not when the run's line appears. The
@@ -46,6 +49,35 @@ def heartbeat_interval(default: float = HEARTBEAT_S) -> float:
     if not value > 0:
         raise ValueError(f"{HEARTBEAT_ENV}: must be > 0, got {raw!r}")
     return value
+
+
+def duration(seconds: float) -> str:
+    """`45 s`, `3 min 20 s`, `2 h 05 min`: an ETA as a person reads it."""
+    s = max(0, round(seconds))
+    if s < 60:
+        return f"{s} s"
+    if s < 3600:
+        return f"{s // 60} min {s % 60:02d} s"
+    return f"{s // 3600} h {s % 3600 // 60:02d} min"
+
+
+class GridEta:
+    """The grid's runs done / total, their rate and the ETA, on `clock` from the moment the grid starts."""
+
+    def __init__(self, num_runs: int, clock: Callable[[], float]) -> None:
+        self.num_runs, self.clock, self.done = num_runs, clock, 0
+        self.started = clock()
+
+    def text(self) -> str:
+        """`3/8 runs, 1.5 runs/min, ETA 3 min 20 s` (no rate or ETA before the first run is over)."""
+        elapsed = self.clock() - self.started
+        head = f"{self.done}/{self.num_runs} runs"
+        if not self.done or elapsed <= 0:
+            return head
+        per_s = self.done / elapsed
+        rate = f"{per_s:.2f} runs/s" if per_s >= 1 else f"{per_s * 60:.1f} runs/min"
+        left = self.num_runs - self.done
+        return f"{head}, {rate}" + (f", ETA {duration(left / per_s)}" if left else f", all in {duration(elapsed)}")
 
 
 def run_summary(row: Mapping[str, Any] | None) -> str:
@@ -113,6 +145,7 @@ class RunProgress:
         self.index, self.label, self.done, self.total, self.started = 0, "", 0, 0, 0.0
         self.measuring = False  # the measured run has started (`advance(0)`, or a first finished request)
         self.so_far, self.shown_at = SoFar(), -math.inf  # this run's numbers so far, and when the line last had them
+        self.grid = GridEta(num_runs, clock)
         self._bar: Progress | None = None
         self._task: Any = None
         self._stop = threading.Event()
@@ -120,6 +153,7 @@ class RunProgress:
         self._lock = threading.Lock()
 
     def __enter__(self) -> RunProgress:
+        self.grid = GridEta(self.num_runs, self.clock)
         if self.quiet:
             return self
         if self.live:
@@ -186,15 +220,18 @@ class RunProgress:
         """The run is over: its line says how it went (the row's tok/s and TTFT p50, or the error)."""
         with self._lock:
             elapsed, label, self.label = self.clock() - self.started, self.label, ""
+            self.grid.done += 1
         summary = f"failed: {error}" if error else run_summary(row)
         if self.quiet:
             return
         if self._bar is not None:
-            self._bar.update(self._task, completed=self.total, numbers=summary)
+            grid = f" | {self.grid.text()}" if self.num_runs > 1 else ""
+            self._bar.update(self._task, completed=self.total, numbers=summary + grid)
             return
         self._print(
             f"[{self.index}/{self.num_runs}] {label}: {self.done}/{self.total} requests in {elapsed:.1f} s"
             + (f", {summary}" if summary else "")
+            + (f" | {self.grid.text()}" if self.num_runs > 1 else "")
         )
 
     def _beat(self) -> None:

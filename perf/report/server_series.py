@@ -1,7 +1,7 @@
 """The HTML report's chart of an HTTP run's scraped /metrics: KV usage, running, waiting and preemptions over time.
 
-The results JSON keeps, per HTTP run, the points `ServerMetrics` scraped (`server_metrics`: a list of
-`SERIES_KEYS` dicts). Each run with at least one point gets one inline SVG: the three counts against the left axis,
+The run's document (the record folder's run files, or an older JSON) keeps, per HTTP run, the points `ServerMetrics`
+scraped (`server_metrics`: a list of `SERIES_KEYS` dicts). Each run with at least one point gets one inline SVG: the three counts against the left axis,
 KV usage (0-100 %) against the right one, a legend with each line's peak, and the values on hover. A JSON without
 a series (an in-process run, a server without /metrics) gets no chart at all, not an empty one.
 """

@@ -71,9 +71,11 @@ def saved_entries(csv_path: str | Path) -> tuple[list[Entry], SavedWorkload]:
     json_path = Path(csv_path).with_suffix(".json")
     doc: dict[str, Any] = {}
     if json_path.is_file():
+        from cbbench.perf.results.run_json import read_run
+
         try:
-            doc = json.loads(json_path.read_text())
-        except json.JSONDecodeError:
+            doc = read_run(json_path, records=False)
+        except ValueError:
             doc = {}  # a damaged JSON: the CSV still makes the table
     records = doc.get("records") if isinstance(doc, dict) else None
     keys = labels_of_rows(rows, list(records) if isinstance(records, dict) else [])
@@ -89,8 +91,8 @@ def render(
         raise ValueError(f"format must be one of {', '.join(FORMATS)}, got {fmt!r}")
     if fmt == "text":
         print_perf_table(console, entries, workload, goodput=goodput)
-    elif fmt == "markdown":
-        console.file.write(_markdown(entries, goodput))
+    elif fmt == "markdown":  # a terminal shows the text as it is; a file or a pipe gets markdown that renders it
+        console.file.write(_markdown(entries, goodput, escape=not console.is_terminal))
     else:
         med, failed = summarise(entries)
         doc = {
@@ -109,8 +111,13 @@ def render(
         console.file.write(json.dumps(doc, indent=1) + "\n")
 
 
-def _markdown(entries: Sequence[Entry], goodput: Mapping[str, float] | None) -> str:
-    from cbbench.perf.results.gate import _md
+def _markdown(entries: Sequence[Entry], goodput: Mapping[str, float] | None, *, escape: bool = True) -> str:
+    """The table in markdown. `escape`: HTML and markdown marks escaped (`&lt;1%`, `\\(`), as a renderer needs them
+    (a CI step summary renders both); off for a person reading it on a terminal, who would see the escapes."""
+    from cbbench.perf.results.gate import _md as escaped
+
+    def _md(x: Any) -> str:
+        return escaped(x) if escape else " ".join(str(x).splitlines()).replace("|", "\\|")
 
     cols = [c for c in table_columns(entries, goodput=goodput) if not c.empty]
     lines = [

@@ -203,6 +203,14 @@ def table_width(console: Console) -> int | None:
     return None
 
 
+# On a CPU a step's cost grows with the batch (every row pays its own GEMMs), so the slots static batching leaves idle
+# cost little and continuous batching wins little; on a GPU a decode step costs about the same at any batch size.
+CPU_ECONOMICS = (
+    "on a CPU a step costs more the more requests it holds, so static's idle slots cost little and continuous wins"
+    " little; a GPU's economics, simulated: cbbench perf --device sim:h200 --workload sharegpt"
+)
+
+
 def summary_lines(entries: Sequence[Entry], goodput: Mapping[str, float] | None = None) -> list[str]:
     """The sentences under the table: what goodput counted, the ratios that matter, the failures."""
     med, failed = summarise(entries)
@@ -211,6 +219,7 @@ def summary_lines(entries: Sequence[Entry], goodput: Mapping[str, float] | None 
     if goodput:
         slo = " and ".join(f"{k} <= {v:g} ms" for k, v in goodput.items())
         lines.append(f"goodput: requests per second that met {slo}")
+    cpu = any(str(row.get("device")) == "cpu" for _, row, _ in entries if row)
     for (eng, mode, label), r in vs_static.items():
         if mode == "continuous":
             waste = med.get((eng, "static", label), {}).get("slot_waste", math.nan)
@@ -218,6 +227,8 @@ def summary_lines(entries: Sequence[Entry], goodput: Mapping[str, float] | None 
                 f"continuous / static output throughput{'' if label == '-' else ' (' + label + ')'}: "
                 f"{r:.2f}x (static's slot waste {waste:.2f}x: the most continuous can win back)"
             )
+    if cpu and any(mode == "continuous" for _, mode, _ in vs_static):
+        lines.append(CPU_ECONOMICS)
     for (eng, _, label), r in vs_peer.items():
         lines.append(f"refengine continuous / {eng}{'' if label == '-' else ' (' + label + ')'}: {r:.2f}x")
     lines += graphed_lines(entries)

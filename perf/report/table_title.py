@@ -1,4 +1,5 @@
-"""The perf table's title (the workload, its arrivals, the simulated GPU when the rows ran on one) and the parse of
+"""The perf table's title (the model and its tensor-parallel size, the workload, its arrivals, the simulated GPU when
+the rows ran on one) and the parse of
 a table cell as a number, which the table (table.py) shares."""
 
 from __future__ import annotations
@@ -43,13 +44,26 @@ def simulated_heading(rows: Sequence[Mapping[str, Any]]) -> str:
     return f"{device.label} (cost model {version}, {sim.get('dtype')})"
 
 
+def model_heading(rows: Sequence[Mapping[str, Any]]) -> str:
+    """ "llama-3.1-70b, tensor parallel 4": the model when the rows share one, and the tensor-parallel size(s) when a
+    row splits the model over GPUs ("" for neither)."""
+    models = {
+        str(r.get("model")) for r in rows if r.get("model") not in (None, "") and r.get("model") == r.get("model")
+    }
+    sizes = sorted({int(v) for r in rows if not math.isnan(v := cell_number(r.get("tensor_parallel_size")))})
+    parts = [next(iter(models))] if len(models) == 1 else []
+    if any(tp > 1 for tp in sizes):
+        parts.append("tensor parallel " + ", ".join(map(str, sizes)))
+    return ", ".join(parts)
+
+
 def table_title(
     name: str, summary: Mapping[str, Any], params: Mapping[str, Any], rows: Sequence[Mapping[str, Any]] = ()
 ) -> str:
     s = summary
-    sim = simulated_heading(rows)
+    sim, model = simulated_heading(rows), model_heading(rows)
     return (
-        f"cbbench perf{' on a ' + sim if sim else ''}: {name}, {s['num_requests']} requests, {describe_arrivals(params, rows)}, prompt mean "
+        f"cbbench perf{' of ' + model if model else ''}{(',' if ',' in model else '') + ' on a ' + sim if sim else ''}: {name}, {s['num_requests']} requests, {describe_arrivals(params, rows)}, prompt mean "
         f"{s['mean_prompt_len']:.0f} (max {s['max_prompt_len']}), output mean {s['mean_output_len']:.0f} "
         f"(max {s['max_output_len']}, cv {s['cv_output_len']:.2f})"
     )

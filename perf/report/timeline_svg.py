@@ -1,5 +1,7 @@
 """The HTML report's slot timeline: inline SVG, one rectangle per stretch of a request in a slot, coloured by the
-same rule as its legend (`cell_fill`), with the request id and what it was doing on hover (an SVG `<title>`).
+same rule as its legend (`cell_fill`), with the request id and what it was doing on hover (an SVG `<title>`). A run past a few thousand requests (or
+stretches) is drawn aggregated instead: stacked bars of the mean slots per kind over bins of steps, a bounded number
+of rectangles whatever the run's length.
 
 Each run's heading gives the slot use the results table gives (the row's `mean_slot_utilisation`), so the page
 has one slot-use figure, not two that disagree.
@@ -26,6 +28,11 @@ KINDS = {
 HELD_GREY = 0.82
 LEGEND_BASE = (0.3, 0.3, 0.3)  # the legend shows each shading on a neutral grey, as `cbbench timeline` does
 STEP_PX, SLOT_PX, MAX_WIDTH_PX = 6, 14, 1200  # a step's width shrinks so long runs fit MAX_WIDTH_PX
+# Past these a run is drawn aggregated (`aggregate_svg`): a rectangle per request stretch would make the page tens of
+# megabytes (a simulated ShareGPT run of 1000 requests has some 200k stretches) and no one can hover them apart.
+AGGREGATE_ABOVE_REQUESTS = 2000
+MAX_STRETCHES = 4000
+BIN_PX = 3  # an aggregated run: one column of stacked bars per BIN_PX pixels, so at most MAX_WIDTH_PX / BIN_PX bins
 
 
 def palette() -> list[tuple[float, float, float]]:
@@ -73,9 +80,12 @@ def run_svg(run: Mapping[str, Any], max_num_seqs: int, colours: Sequence[tuple[f
     cells = assign_slots(run["steps"], max_num_seqs)
     steps = len(run["steps"])
     seqs = max([max_num_seqs, *(c.slot + 1 for c in cells)])
+    stretches = _stretches(cells)
+    if len(ids) > AGGREGATE_ABOVE_REQUESTS or len(stretches) > MAX_STRETCHES:
+        return aggregate_svg(cells, steps, seqs)
     dx = min(STEP_PX, MAX_WIDTH_PX / max(steps, 1))
     rects = []
-    for slot, a, b, rid, kind in _stretches(cells):
+    for slot, a, b, rid, kind in stretches:
         what = f"request {rid}: {KINDS[kind][1]}, steps {a}-{b - 1}, slot {slot}"
         rects.append(
             f'<rect x="{a * dx:.2f}" y="{slot * SLOT_PX}" width="{(b - a) * dx:.2f}" height="{SLOT_PX - 1}"'
@@ -85,6 +95,38 @@ def run_svg(run: Mapping[str, Any], max_num_seqs: int, colours: Sequence[tuple[f
     width, height = max(steps * dx, 1), seqs * SLOT_PX
     return (
         f'<svg class="timeline-svg" width="{width:.0f}" height="{height}" viewBox="0 0 {width:.2f} {height}">'
+        f"{''.join(rects)}</svg>"
+    )
+
+
+def aggregate_svg(cells: Sequence[Cell], steps: int, seqs: int) -> str:
+    """A long run's timeline: the steps cut into at most MAX_WIDTH_PX / BIN_PX bins, each a stack of the mean number
+    of slots per kind over its steps (prefill at the bottom, then decode, idle, held), in the legend's shadings. Its
+    size is bounded whatever the run's length: at most four rectangles per bin."""
+    bins = max(1, min(steps, MAX_WIDTH_PX // BIN_PX))
+    per_bin = steps / bins
+    counts = {kind: [0] * bins for kind in KINDS}
+    for c in cells:
+        counts[c.kind][min(int(c.step / per_bin), bins - 1)] += 1
+    width, height = bins * BIN_PX, seqs * SLOT_PX
+    rects = []
+    for b in range(bins):
+        first, last = round(b * per_bin), max(round((b + 1) * per_bin) - 1, round(b * per_bin))
+        n = last - first + 1
+        y = float(height)
+        for kind in KINDS:
+            mean = counts[kind][b] / n
+            if mean <= 0:
+                continue
+            h = mean * SLOT_PX
+            y -= h
+            rects.append(
+                f'<rect x="{b * BIN_PX}" y="{y:.2f}" width="{BIN_PX}" height="{h:.2f}"'
+                f' fill="{cell_fill(LEGEND_BASE, kind)}" data-kind="{kind}"><title>steps {first}-{last}:'
+                f" {mean:.1f} slots {KINDS[kind][1]}</title></rect>"
+            )
+    return (
+        f'<svg class="timeline-svg aggregated" width="{width}" height="{height}" viewBox="0 0 {width} {height}">'
         f"{''.join(rects)}</svg>"
     )
 
@@ -125,10 +167,11 @@ def timeline_html(runs: Sequence[Mapping[str, Any]]) -> str | None:
     parts = [legend_html()]
     for r in drawn:
         name = " ".join(x for x in r["key"] if x != "-")
-        heading = ", ".join(x for x in (f"{len(r['steps'])} steps", slot_use(r["row"])) if x)
+        svg = run_svg(r, _int(r["row"]["max_num_seqs"]), colours)
+        aggregated = "slots per kind, mean over bins of steps" if "aggregated" in svg[:40] else ""
+        heading = ", ".join(x for x in (f"{len(r['steps'])} steps", slot_use(r["row"]), aggregated) if x)
         parts.append(
-            f'<figure class="run-timeline"><figcaption>{html.escape(name)}: {heading}</figcaption>'
-            f"{run_svg(r, _int(r['row']['max_num_seqs']), colours)}</figure>"
+            f'<figure class="run-timeline"><figcaption>{html.escape(name)}: {heading}</figcaption>{svg}</figure>'
         )
     return "".join(parts)
 

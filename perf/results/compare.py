@@ -40,6 +40,7 @@ from typing import Any
 from rich.console import Console
 from rich.text import Text
 
+from cbbench.perf.results.files import file_error_line
 from cbbench.perf.results.gate import FORMATS, gate_tolerances, render_json, render_markdown, render_table
 from cbbench.perf.results.matching import cell_text, check_finite, filter_rows, ignored_key_names, keyed, label
 from cbbench.perf.results.rows import Row, as_rows, read_rows, with_extra_metrics
@@ -210,7 +211,8 @@ def main_compare(
             baseline, new, overrides, fail_on_missing=fail_on_missing, ignore_key=ignore_key, where=where
         )
     except (OSError, ValueError) as e:
-        msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        msg = file_error_line(e) if isinstance(e, OSError) else str(e).strip().splitlines()[0] if str(e).strip() else ""
+        msg = msg or type(e).__name__
         err.print(f"cbbench compare: error: {msg}", markup=False, style="bold red")
         return 2
     summary = _summary(rows, regressed, baseline, new, sources)

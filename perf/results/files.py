@@ -26,6 +26,19 @@ from cbbench.perf.results.cells import neutralise, restore
 from cbbench.perf.results.columns import COLUMNS, METRIC_COLUMNS, SCHEMA_VERSION, upgrade_lines
 from cbbench.perf.results.environment import environment_info
 
+_FILE_ERROR_WORDS = {  # what a file error says about the file, with no `[Errno N]` for a user to decode
+    FileNotFoundError: "no such file",
+    PermissionError: "permission denied",
+    IsADirectoryError: "is a folder, not a file",
+    NotADirectoryError: "a part of the path is not a folder",
+}
+
+
+def file_error_line(e: OSError) -> str:
+    """`PATH: no such file` for a file error (Python words it `[Errno 2] No such file or directory: 'PATH'`)."""
+    words = next((w for t, w in _FILE_ERROR_WORDS.items() if isinstance(e, t)), e.strerror or type(e).__name__)
+    return f"{e.filename}: {words}" if e.filename else str(words)
+
 
 def atomic_write_text(path: str | os.PathLike[str], text: str) -> Path:
     """Write `text` to a temporary file beside `path`, then rename it over `path`: a reader (or an interrupt)
@@ -36,7 +49,7 @@ def atomic_write_text(path: str | os.PathLike[str], text: str) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
-        os.chmod(tmp, _file_mode(path))  # mkstemp makes 0600; a result file is as readable as any other
+        os.chmod(tmp, file_mode(path))  # mkstemp makes 0600; a result file is as readable as any other
         with os.fdopen(fd, "w", newline="") as f:
             f.write(text)
             f.flush()
@@ -60,7 +73,7 @@ def remove_stale_temporaries(path: str | os.PathLike[str]) -> list[Path]:
     return stale
 
 
-def _file_mode(path: Path) -> int:
+def file_mode(path: Path) -> int:
     if path.exists():
         return path.stat().st_mode & 0o777
     mask = os.umask(0)

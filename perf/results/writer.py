@@ -1,31 +1,40 @@
-"""Result files written as the runs finish: Ctrl-C or a crash keeps every finished run, and the CSV never holds a
-row that its JSON lacks.
+"""Result files written as the runs finish: Ctrl-C, a crash or SIGKILL keeps every finished run, and the CSV never
+holds a row whose records are not on disk.
 
-After each run, `ResultWriter.add` rewrites the JSON (records, steps, rows) and then the CSV, each atomically (a
-temporary file renamed over the old one), so at any moment both files are whole and agree. Each run's records are
-encoded once (perf/results/json_text.py), so the rewrites stay linear in the sweep's size. `--resume` opens an
-existing pair: the rows and records already there are kept, and `done(plan_id)` tells which runs to skip (each row
-carries the id of the plan entry it came from in its `run_options`).
+Three things per results pair: the CSV (one row per run), the record folder (record_files.py: each run's requests and
+steps in Parquet files of its own) and the summary JSON (run_json.py: environment, configuration, workload). When a
+run finishes, `ResultWriter.add` writes its record files, then appends its row to the CSV: nothing already written is
+read or written again, so a grid of any size costs each run its own bytes once, and the writer keeps only the rows
+(no record) in memory. The summary JSON is written when the writer opens and again when it is done (`finish`: the
+simulated speed, the rows in plan order for a parallel grid).
+
+`--resume` opens an existing pair: the rows already there are kept (a last line cut short by a kill is dropped, and
+its run is run again), record files of runs with no CSV row are removed, and `done(plan_id)` tells which runs to
+skip (each row carries the id of the plan entry it came from in its `run_options`). A pair written by an older
+cbbench, whose JSON holds every record, has its records moved into the folder first.
 """
 
 from __future__ import annotations
 
+import csv
 import json
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from cbbench.perf.records import RequestRecord, StepRecord
+from cbbench.perf.records import RequestRecord, StepRecord, as_request_record, as_step_record
 from cbbench.perf.results.cells import restore
+from cbbench.perf.results.columns import COLUMNS
 from cbbench.perf.results.files import (
-    atomic_write_text,
+    append_rows,
     checked_lines,
     jsonable,
     read_csv,
     remove_stale_temporaries,
     write_csv,
 )
-from cbbench.perf.results.json_text import encode, run_json_text
+from cbbench.perf.results.record_files import RecordFiles, plan_id_of, records_dir, runs_in_row_order
+from cbbench.perf.results.run_json import is_summary, load_json, write_summary
 from cbbench.perf.results.schema import workload_params_key
 
 
@@ -35,7 +44,7 @@ def plan_id(engine: str, batching: str, knobs: Mapping[str, Any], load: str, rep
 
 
 class ResultWriter:
-    """The CSV + JSON pair of one `cbbench perf` invocation."""
+    """The CSV, record folder and summary JSON of one `cbbench perf` invocation."""
 
     def __init__(
         self,
@@ -48,22 +57,25 @@ class ResultWriter:
     ) -> None:
         self.csv_path = Path(csv_path)
         self.json_path = self.csv_path.with_suffix(".json")
+        self.files = RecordFiles(records_dir(self.csv_path))
         self.config, self.environment, self.workload = dict(config), dict(environment), workload
         self.rows: list[dict[str, Any]] = []
-        self.records: dict[str, str] = {}  # run label -> its records, as JSON text (encoded once)
-        self.steps: dict[str, str] = {}
-        self.server_metrics: dict[str, Any] = {}  # HTTP runs: the /metrics series of each (ServerMetrics.series)
+        self.labels: dict[str, str] = {}  # plan_id -> its run's record label
         self._done: set[str] = set()
         for p in (self.csv_path, self.json_path):  # a run killed mid-write (SIGKILL) left its temporary behind
             remove_stale_temporaries(p)
-        if resume:
+        self.files.remove_temporaries()
+        if resume and self.csv_path.exists():
             self._load_existing()
         elif self.csv_path.exists():
             raise ValueError(f"output: {self.csv_path} exists; add --resume to complete it, or name a new file")
+        else:
+            self.files.clear()  # a folder left without its CSV belongs to no result any more
+            write_csv(self.csv_path, [])
+        self._write_summary()
 
     def _load_existing(self) -> None:
-        if not self.csv_path.exists():
-            return  # nothing to resume: start the file
+        _drop_cut_last_line(self.csv_path)
         read_csv(self.csv_path, allow_empty=True)  # schema, whole rows, numbers
         mine = workload_params_key(json.dumps(jsonable(getattr(self.workload, "params", {}) or {})))
         # the cells as written (an older schema's upgraded), so a resumed file keeps them byte for byte
@@ -76,14 +88,30 @@ class ResultWriter:
                     f"{row.get('workload_params')}); resume with the options it was made with"
                 )
             self.rows.append({k: restore(v) for k, v in row.items()})  # write_csv marks them again
-            opts = json.loads(row["run_options"]) if row.get("run_options") else {}
-            if opts.get("plan_id"):
-                self._done.add(opts["plan_id"])
-        if self.json_path.exists():
-            doc = json.loads(self.json_path.read_text())
-            self.records = {k: encode(v) for k, v in (doc.get("records") or {}).items()}
-            self.steps = {k: encode(v) for k, v in (doc.get("steps") or {}).items()}
-            self.server_metrics = dict(doc.get("server_metrics") or {})
+            if pid := plan_id_of(row):
+                self._done.add(pid)
+        with self.csv_path.open(newline="") as f:
+            on_disk = next(csv.reader(f), [])
+        if tuple(on_disk) != COLUMNS:
+            write_csv(self.csv_path, self.rows)  # an older schema's file: appending needs this one's header
+        if self.json_path.exists() and not is_summary(doc := load_json(self.json_path)):
+            self._move_embedded_records(doc)
+        self.files.keep_only(self._done)
+        self.labels = {r.plan_id: r.label for r in self.files.runs() if r.plan_id is not None}
+
+    def _move_embedded_records(self, doc: Any) -> None:
+        """An older pair's JSON holds every run's records, in row order: write them as record files once."""
+        records, steps = doc.get("records") or {}, doc.get("steps") or {}
+        series = doc.get("server_metrics") or {}
+        self.files.clear()
+        for row, label in zip(self.rows, records):
+            self.files.write_run(
+                label,
+                plan_id_of(row),
+                [as_request_record(r) for r in records[label] or []],
+                [as_step_record(s) for s in steps.get(label) or []],
+                series.get(label),
+            )
 
     def done(self, pid: str) -> bool:
         return pid in self._done
@@ -91,6 +119,10 @@ class ResultWriter:
     @property
     def num_done(self) -> int:
         return len(self._done)
+
+    def row_labels(self) -> list[str]:
+        """The record label of each row, in row order (rows whose records are missing are left out)."""
+        return [r.label for r in runs_in_row_order(self.files.runs(), self.rows)]
 
     def add(
         self,
@@ -100,27 +132,30 @@ class ResultWriter:
         steps: Sequence[StepRecord],
         server_series: Sequence[Mapping[str, Any]] | None = None,
     ) -> None:
-        """One finished run: JSON first, then CSV, so an interrupt between the two leaves a JSON with one run more
-        than the CSV (harmless: --resume reruns it), never a CSV row without its records."""
+        """One finished run: its record files, then its CSV row (appended), so an interrupt between the two leaves
+        records with no row (removed by --resume, which runs it again), never a row without its records."""
+        pid = plan_id_of(row)
+        self.files.write_run(label, pid, records, steps, server_series)
+        append_rows(self.csv_path, [row])
         self.rows.append(dict(row))
-        self.records[label] = encode([r.to_dict() for r in records])
-        self.steps[label] = encode([s.to_dict() for s in steps])
-        if server_series:
-            self.server_metrics[label] = [dict(p) for p in server_series]
-        opts = json.loads(row["run_options"]) if row.get("run_options") else {}
-        if opts.get("plan_id"):
-            self._done.add(opts["plan_id"])
-        self.flush()
+        if pid:
+            self._done.add(pid)
+            self.labels[pid] = label
 
-    def flush(self) -> None:
-        text = run_json_text(
-            config=self.config,
-            environment=self.environment,
-            workload=self.workload,
-            rows=self.rows,
-            records=self.records,
-            steps=self.steps,
-            server_metrics=self.server_metrics or None,
-        )
-        atomic_write_text(self.json_path, text)
-        write_csv(self.csv_path, self.rows)
+    def finish(self, rows_in_order: Sequence[Mapping[str, Any]] | None = None) -> None:
+        """The run is over (or interrupted): the summary JSON again (the config may have grown: `sim_speed`), and the
+        CSV rewritten once when `rows_in_order` puts its rows in another order."""
+        if rows_in_order is not None:
+            self.rows = [dict(r) for r in rows_in_order]
+            write_csv(self.csv_path, self.rows)
+        self._write_summary()
+
+    def _write_summary(self) -> None:
+        write_summary(self.json_path, config=self.config, environment=self.environment, workload=self.workload)
+
+
+def _drop_cut_last_line(path: Path) -> None:
+    """A kill during an append can leave the CSV's last line cut short: drop it (its run has no row yet)."""
+    data = path.read_bytes()
+    if data and not data.endswith(b"\n"):
+        path.write_bytes(data[: data.rfind(b"\n") + 1])

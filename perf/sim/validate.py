@@ -96,9 +96,9 @@ def _as_if_all_rounds(json_path: Path, run: MeasuredRun, rounds: int) -> float:
     rounds (Protocol.long_rounds), and its opening round, all c prompts at once into an idle server, is a far larger
     share of its requests than of the measured run's 20 rounds. The opening round (the first c arrivals) keeps its
     weight of 1 in `rounds`; the replayed rounds after it stand for the rest."""
-    import json
+    from cbbench.perf.results.run_json import read_run
 
-    (records,) = json.loads(json_path.read_text())["records"].values()
+    (records,) = read_run(json_path)["records"].values()
     by_arrival = sorted(records, key=lambda r: r["arrival_time"])
     ttfts = [1e3 * (float(r["first_token_time"]) - float(r["arrival_time"])) for r in by_arrival]
     c = run.concurrency or len(ttfts)

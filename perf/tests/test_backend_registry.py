@@ -3,8 +3,6 @@ changes) and runs `cbbench perf --backend <it>` end to end, through the plan, th
 
 from __future__ import annotations
 
-import json
-
 import pytest
 from typer.testing import CliRunner
 
@@ -14,6 +12,7 @@ from cbbench.perf.cli import app
 from cbbench.perf.plan.spec import RunSpec
 from cbbench.perf.records import RequestRecord, StepRecord
 from cbbench.perf.results.files import read_csv
+from cbbench.perf.results.run_json import read_run
 
 NAME = "echo-test"
 TOKEN_S = 0.01  # the throwaway backend's pretend time per output token
@@ -99,7 +98,7 @@ def test_a_registered_backend_runs_end_to_end(echo_registered, tmp_path):
     assert (df["completed"] == 3).all() and (df["total_output_tokens"] == 12).all()
     # 4 tokens at TOKEN_S each: E2EL 40 ms, TTFT 10 ms for every request
     assert df["mean_e2el_ms"].tolist() == pytest.approx([4000 * TOKEN_S] * 2)
-    doc = json.loads(out.with_suffix(".json").read_text())
+    doc = read_run(out.with_suffix(".json"))
     assert sorted(doc["records"]) == [f"{NAME}/continuous/-/repeat0", f"{NAME}/static/-/repeat0"]
     assert all(len(recs) == 3 for recs in doc["records"].values())
     assert f"{NAME}" in res.output

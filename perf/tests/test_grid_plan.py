@@ -14,6 +14,7 @@ from cbbench.perf import cli
 from cbbench.perf.grid.capacity import MAX_PLAN_RUNS, summary_lines
 from cbbench.perf.grid.frontier import Slo, best_per_gpu, candidates, pareto
 from cbbench.perf.report.html import render_html
+from cbbench.perf.results.run_json import read_run
 
 
 def row(mode: str, seqs: int, tp: int, tput: float, ttft: float, tpot: float, **kw) -> dict:
@@ -80,7 +81,7 @@ def test_plan_on_a_simulated_grid_with_tensor_parallelism(tmp_path) -> None:
     res = invoke(*args, "--batching", "continuous", "--slo-ttft-p99-ms", "200", "--slo-tpot-p99-ms", "50",
                  "--executor", "serial", "--output", str(out), "--quiet")  # fmt: skip
     assert res.exit_code == 0, res.output
-    doc = json.loads(out.with_suffix(".json").read_text())
+    doc = read_run(out.with_suffix(".json"))
     rows = doc["rows"]
     assert sorted((r["max_num_seqs"], r["tensor_parallel_size"]) for r in rows) == [(8, 1), (8, 2), (16, 1), (16, 2)]
     tp2 = {r["max_num_seqs"]: r for r in rows if r["tensor_parallel_size"] == 2}

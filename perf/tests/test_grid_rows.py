@@ -36,6 +36,7 @@ from cbbench.perf.plan.options import (
     RunOptions,
     WorkloadOptions,
 )
+from cbbench.perf.results.run_json import read_run
 from cbbench.perf.sweep import run_plan
 from refengine.sim.sim_device import DeviceSpec
 
@@ -78,7 +79,7 @@ def files(csv_path: Path) -> dict:
     the same), records and steps, in file order."""
     with csv_path.open(newline="") as f:
         cells = [{k: v for k, v in r.items() if k not in RUN_SPECIFIC_COLUMNS} for r in csv.DictReader(f)]
-    doc = json.loads(csv_path.with_suffix(".json").read_text())
+    doc = read_run(csv_path.with_suffix(".json"))
     rows = [{k: v for k, v in r.items() if k not in RUN_SPECIFIC_COLUMNS} for r in doc["rows"]]
     return {"csv": cells, "rows": rows, "records": list(doc["records"].items()), "steps": list(doc["steps"].items())}
 

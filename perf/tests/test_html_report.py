@@ -20,6 +20,7 @@ from typer.testing import CliRunner
 from cbbench.perf.cli import app
 from cbbench.perf.report.html import latency_values, load_run, render_html
 from cbbench.perf.report.timeline_svg import KINDS, LEGEND_BASE, cell_fill, palette, request_rgb
+from cbbench.perf.results.run_json import read_run
 
 TINY = TINY_RUN + ["--peers", "none", "--batching", "continuous,static"]
 CHROMIUM_NAMES = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable", "chrome")
@@ -174,7 +175,7 @@ def test_one_slot_use_figure_and_the_resolved_configuration(run_page):
 
 def test_old_json_without_step_ids_still_renders(run_page):
     js, _ = run_page
-    doc = json.loads(js.read_text())
+    doc = read_run(js)
     for steps in doc["steps"].values():
         for s in steps:
             for k in ("scheduled_req_ids", "running_req_ids", "prefill_req_ids", "batch_id"):

@@ -20,6 +20,7 @@ from cbbench.perf.bench.fake_openai_server import BAD_PROMPT_TOKEN, NUM_GPU_BLOC
 from cbbench.perf.cli import app
 from cbbench.perf.knobs import EngineKnobs
 from cbbench.perf.results.files import read_csv
+from cbbench.perf.results.run_json import read_run
 from cbbench.workloads.workload import Workload, WorkloadRequest
 
 INPUT_LEN, OUTPUT_LEN, NUM_PROMPTS = 8, 5, 6
@@ -66,7 +67,7 @@ def _perf(server, tmp_path, *extra: str):
     assert res.exit_code == 0, res.output
     (csv,) = tmp_path.glob("*.csv")
     (js,) = tmp_path.glob("*.json")
-    return read_csv(csv), json.loads(js.read_text()), res.output
+    return read_csv(csv), read_run(js), res.output
 
 
 def test_payload_is_vllm_bench_serve_shaped():
@@ -143,16 +144,19 @@ def test_failed_requests_are_counted_not_fatal(server):
 
 
 @pytest.mark.parametrize("backend", ["openai", "openai-chat"])
-def test_unreachable_server_is_a_failed_row_and_exit_1(tmp_path, backend):
-    """A benchmark that measured nothing never exits 0: the table shows the failed row, the files are written,
-    and one line on stderr says which run produced no result."""
+def test_unreachable_server_is_one_line_exit_2_and_no_files(tmp_path, backend):
+    """An address where no server accepts a connection: nothing could be measured, so nothing runs and nothing is
+    written (no CSV or JSON of a run that never started), and one line says where no server answered."""
     with FakeOpenAIServer() as s:
         url = s.base_url  # a port that was free a moment ago and is closed now
     res = invoke("perf", *FIXED, "--backend", backend, "--base-url", url, "--result-dir", str(tmp_path))
-    assert res.exit_code == 1, res.output
-    assert "failed" in res.stdout and "warm-up" in res.stdout
+    assert res.exit_code == 2, res.output
     (line,) = res.stderr.strip().splitlines()
-    assert line.startswith("cbbench perf: error: ") and "produced no result" in line
+    assert line == (
+        f"cbbench perf: error: --base-url {url}: no server answers there (connection refused); start one "
+        "(`cbbench serve`) or fix the address"
+    )
+    assert list(tmp_path.iterdir()) == []
 
 
 @pytest.mark.parametrize("cap", [1, 2])

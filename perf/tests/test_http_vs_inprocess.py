@@ -23,6 +23,7 @@ from cbbench.perf.backends.http_client import HttpTarget
 from cbbench.perf.backends.http_run import run_http
 from cbbench.perf.cli import app
 from cbbench.perf.results.files import read_csv
+from cbbench.perf.results.run_json import read_run
 from cbbench.workloads.workload import Workload, WorkloadRequest
 from refengine.models.presets import TEST_MODEL
 
@@ -101,7 +102,7 @@ def _run(tmp_path, *args: str):
     res = CliRunner().invoke(app, ["perf", *args, "--result-dir", str(tmp_path)])
     assert res.exit_code == 0, res.output
     (csv,), (js,) = tmp_path.glob("*.csv"), tmp_path.glob("*.json")
-    return read_csv(csv).to_dict("records"), json.loads(js.read_text())
+    return read_csv(csv).to_dict("records"), read_run(js)
 
 
 def test_http_run_agrees_with_in_process_run(served, tmp_path):

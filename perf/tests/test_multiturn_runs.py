@@ -19,6 +19,7 @@ from cbbench.perf.backends.http_run import run_http
 from cbbench.perf.bench.fake_openai_server import FakeOpenAIServer
 from cbbench.perf.cli import app
 from cbbench.perf.knobs import EngineKnobs
+from cbbench.perf.results.run_json import read_run
 from cbbench.workloads.catalog import get_workload
 from cbbench.workloads.workload import Workload, WorkloadRequest
 
@@ -163,7 +164,7 @@ def test_cli_prints_the_turn_line_and_writes_turns_to_the_json(server, tmp_path)
     assert res.exit_code == 0, res.output
     assert "mean TTFT by turn (ms)" in res.output and "conversation latency" in res.output
     (js,) = tmp_path.glob("*.json")
-    doc = json.loads(js.read_text())
+    doc = read_run(js)
     (recs,) = doc["records"].values()
     assert sorted((x["conversation_id"], x["turn"]) for x in recs) == [(c, k) for c in range(2) for k in range(3)]
     extra = json.loads(doc["rows"][0]["extra"])

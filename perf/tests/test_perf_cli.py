@@ -5,8 +5,6 @@ Sizes are tiny (3 prompts of 8 tokens, 4 output tokens) so the whole file runs i
 `--cpu-threads 0` leaves torch's thread count alone for the rest of the session.
 """
 
-import json
-
 import pandas as pd
 import pytest
 from tiny_run import TINY_RUN  # perf/tests/tiny_run.py (pytest puts this folder on sys.path)
@@ -15,6 +13,7 @@ from typer.testing import CliRunner
 from cbbench.perf.cli import app
 from cbbench.perf.results.columns import COLUMNS
 from cbbench.perf.results.files import read_csv
+from cbbench.perf.results.run_json import read_run
 
 TINY = TINY_RUN
 
@@ -51,7 +50,7 @@ def test_perf_writes_csv_with_schema(perf_run):
 
 def test_perf_writes_json_records_and_table(perf_run):
     _, js, output = perf_run
-    doc = json.loads(js.read_text())
+    doc = read_run(js)
     assert doc["workload"]["name"] == "fixed" and doc["environment"]["git_sha"]
     assert len(doc["rows"]) == 3
     for label, recs in doc["records"].items():
@@ -130,4 +129,5 @@ def test_piped_output_prints_each_written_path_on_one_line(tmp_path):
         app, ["perf", *TINY, "--peers", "none", "--batching", "continuous", "--output", str(csv)], env={"COLUMNS": ""}
     )
     assert res.exit_code == 0, res.output
-    assert f"wrote {csv} and {csv.with_suffix('.json')}" in res.stdout.splitlines(), res.stdout
+    wrote = f"wrote {csv}, {csv.with_suffix('.json')} and {csv.with_suffix('.records')}/"
+    assert wrote in res.stdout.splitlines(), res.stdout

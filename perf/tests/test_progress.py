@@ -77,11 +77,11 @@ def test_not_a_tty_prints_a_line_per_run_and_a_heartbeat():
     assert all(re.search(r": \d/4 requests, \d+ s elapsed", x) for x in beats), beats
     assert re.fullmatch(
         r"\[1/2\] refengine continuous, repeat 1/2: 4/4 requests in \d+\.\d s, "
-        r"812 tok/s, TTFT p50 12\.3 ms",
+        r"812 tok/s, TTFT p50 12\.3 ms \| 1/2 runs, .*ETA .*",
         lines[-2],
     ), lines
     assert lines[-1].startswith("[2/2] refengine continuous, repeat 2/2: 0/4 requests in ")
-    assert lines[-1].endswith("failed: server unreachable")
+    assert "failed: server unreachable | 2/2 runs" in lines[-1]
     assert "\x1b[" not in out.getvalue()  # no redraws or colours in a log
 
 
@@ -112,7 +112,7 @@ def test_perf_in_a_log_prints_each_finished_run(tmp_path, monkeypatch):
     assert len(done) == 2, res.stdout
     assert done[0].startswith("[1/2] refengine continuous, repeat 1/2: 3/3 requests in ")
     assert done[1].startswith("[2/2] refengine continuous, repeat 2/2: 3/3 requests in ")
-    assert all(re.search(r"\d+ tok/s, TTFT p50 \d+\.\d ms$", x) for x in done), done
+    assert all(re.search(r"\d+ tok/s, TTFT p50 \d+\.\d ms \| \d/2 runs, ", x) for x in done), done
 
 
 class Clock:

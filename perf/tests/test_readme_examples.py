@@ -5,6 +5,7 @@ real README (every example parses; the perf ones plan)."""
 from __future__ import annotations
 
 import importlib.util
+import os
 import re
 import shlex
 import sys
@@ -114,3 +115,23 @@ def test_full_times_every_example_and_lists_the_slow_ones(tmp_path, capsys):
     assert [x for x in out if x.startswith("over 0.2 s")][0].endswith(
         "line 2: python -c 'import time; time.sleep(0.3)'"
     )
+
+
+def test_only_files_the_repository_tracks_are_read_from_the_checkout(tmp_path, fixtures):
+    """A user's own `prompts.jsonl` in the repository root (untracked) must not stand in for the example's file; a
+    results JSON stands in with its CSV and its record folder, so `report` reads the records."""
+    stray = ROOT / f"prompts-untracked-{os.getpid()}.jsonl"
+    stray.write_text('{"prompt": "not the fixture"}\n')
+    try:
+        jsonl = fixtures / "prompts.jsonl"
+        jsonl.write_text('{"prompt": "the fixture", "output_len": 4}\n')
+        made = {".csv": fixtures / "sweep.csv", ".json": fixtures / "sweep.json", ".jsonl": jsonl}
+        scratch = tmp_path / "scratch"
+        scratch.mkdir()
+        args = ["perf", "--dataset-path", stray.name, "--like", "results/baselines/cpu.csv"]
+        got = rx.substitute(args, made, scratch)
+        assert Path(got[2]).read_text() == jsonl.read_text() and got[4] == "results/baselines/cpu.csv"
+        (report_json,) = rx.substitute(["results/<file>.json"], made, scratch)
+        assert Path(report_json).with_suffix(".records").is_dir() and Path(report_json).with_suffix(".csv").is_file()
+    finally:
+        stray.unlink()

@@ -4,7 +4,6 @@ without a series (an in-process run, a server without /metrics) gets no chart at
 
 from __future__ import annotations
 
-import json
 import re
 
 import pytest
@@ -15,6 +14,7 @@ from cbbench.perf.bench.fake_openai_server import FakeOpenAIServer
 from cbbench.perf.cli import app
 from cbbench.perf.report.html import render_html
 from cbbench.perf.report.server_series import server_metrics_html
+from cbbench.perf.results.run_json import read_run
 
 TINY = ["--workload", "fixed", "--workload-param", "input_len=8,output_len=8", "--num-prompts", "6", "--quiet"]
 FOUR = ["kv_usage", "num_running", "num_waiting", "num_preemptions"]
@@ -38,7 +38,7 @@ def _series_drawn(page: str) -> list[str]:
 
 
 def test_http_run_json_keeps_the_series(http_json):
-    doc = json.loads(http_json.read_text())
+    doc = read_run(http_json)
     (label,) = doc["records"]
     series = doc["server_metrics"][label]
     assert len(series) >= 2  # the scrapes before and after the run, at least
@@ -59,7 +59,7 @@ def test_report_draws_the_four_lines(http_json):
 
 
 def test_no_series_no_chart(http_json):
-    doc = json.loads(http_json.read_text())
+    doc = read_run(http_json)
     del doc["server_metrics"]
     page = render_html(doc)
     assert "server-metrics" not in page and not _series_drawn(page)

@@ -13,6 +13,7 @@ from cli_runs import invoke, one_line
 from tiny_run import TINY_RUN  # perf/tests/tiny_run.py (pytest puts this folder on sys.path)
 
 from cbbench.perf.results.files import read_csv, write_csv
+from cbbench.perf.results.run_json import read_run
 from cbbench.perf.results.schema import make_row
 from cbbench.workloads.catalog import get_workload
 
@@ -54,8 +55,8 @@ def test_resume_keeps_user_strings_exact(tmp_path):
     w = get_workload("fixed", num_prompts=2, seed=0, input_len=8, output_len=4)
     path = write_csv(tmp_path / "r.csv", [row("=x")])
     writer = ResultWriter(path, config={}, environment={"git_sha": None}, workload=w, resume=True)
-    writer.flush()
-    writer.flush()  # rewriting a resumed row must not mark it twice
+    writer.finish(writer.rows)
+    writer.finish(writer.rows)  # rewriting a resumed row must not mark it twice
     assert read_csv(path)["label"].tolist() == ["=x"]
 
 
@@ -202,7 +203,7 @@ def test_report_data_block_cannot_be_ended_by_a_name(tmp_path):
     from cbbench.perf.report.html import render_html
 
     names = ["<!--<script>", "</script><b>x</b>", "a&b"]
-    doc = json.loads(_run_json(tmp_path).read_text())
+    doc = read_run(_run_json(tmp_path))
     rec = doc["records"]["refengine/continuous/-/repeat0"][0]
     doc["records"] = {f"refengine/continuous/{n}/repeat0": [rec] for n in names}
     doc["rows"] = [dict(doc["rows"][0], batching="continuous") for _ in names]

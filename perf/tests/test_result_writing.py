@@ -14,6 +14,7 @@ from cbbench.perf.backends import in_process
 from cbbench.perf.cli import app
 from cbbench.perf.results import schema as results
 from cbbench.perf.results.files import read_csv, write_csv
+from cbbench.perf.results.run_json import read_run
 
 TINY = TINY_RUN + ["--peers", "none", "--batching", "continuous,static"]
 
@@ -39,7 +40,7 @@ def test_interrupt_keeps_finished_runs_and_resume_completes(tmp_path, monkeypatc
     line = res.stderr.strip().splitlines()
     assert len(line) == 1 and "1 run(s) kept in" in line[0] and "--resume" in line[0]
     df = read_csv(out)
-    doc = json.loads(out.with_suffix(".json").read_text())
+    doc = read_run(out.with_suffix(".json"))
     assert list(df["batching"]) == ["continuous"] and list(df["label"]) == ["try1"]
     assert len(doc["rows"]) == 1 and list(doc["records"]) == ["refengine/continuous/-/repeat0"]
     assert len(doc["records"]["refengine/continuous/-/repeat0"]) == 3
@@ -50,7 +51,7 @@ def test_interrupt_keeps_finished_runs_and_resume_completes(tmp_path, monkeypatc
     assert res.exit_code == 0, res.output
     assert calls == ["static"]  # only the missing run ran
     df = read_csv(out)
-    doc = json.loads(out.with_suffix(".json").read_text())
+    doc = read_run(out.with_suffix(".json"))
     assert list(df["batching"]) == ["continuous", "static"]
     assert df.iloc[0]["timestamp"] == first["timestamp"] and df.iloc[0]["duration"] == first["duration"]
     assert len(doc["rows"]) == 2 and set(doc["records"]) == {

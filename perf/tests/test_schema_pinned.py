@@ -16,6 +16,7 @@ from typer.testing import CliRunner
 
 from cbbench.perf.bench.fake_openai_server import FakeOpenAIServer
 from cbbench.perf.cli import app
+from cbbench.perf.results.run_json import read_run
 
 FIXTURE = Path(__file__).parent / "fixtures" / "schema.json"
 TINY = [
@@ -33,10 +34,19 @@ TINY = [
 ]
 
 
+class RefusingServer(FakeOpenAIServer):
+    """A server that answers every completion 400: each request of a run is an error record."""
+
+    async def _completions(self, request: Any) -> Any:
+        from aiohttp import web
+
+        return web.json_response({"error": {"message": "refused", "code": 400}}, status=400)
+
+
 def _perf(out: Path, *args: str, exit_code: int = 0) -> tuple[list[str], dict[str, Any]]:
     res = CliRunner().invoke(app, ["perf", *TINY, "--output", str(out / "r.csv"), *args])
     assert res.exit_code == exit_code, res.output
-    return (out / "r.csv").read_text().splitlines()[0].split(","), json.loads((out / "r.json").read_text())
+    return (out / "r.csv").read_text().splitlines()[0].split(","), read_run(out / "r.json")
 
 
 def _layout(doc: dict[str, Any]) -> dict[str, Any]:
@@ -63,9 +73,9 @@ def measure() -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as d, FakeOpenAIServer() as server:
         _, doc = _perf(Path(d), "--backend", "openai", "--base-url", server.base_url, "--model", "fake-model")
         got["http"] = _layout(doc)
-    with tempfile.TemporaryDirectory() as d:  # nothing listens on port 9: every request is an error record
-        # (a run that measured nothing exits 1, after writing both files)
-        _, doc = _perf(Path(d), "--backend", "openai", "--base-url", "http://127.0.0.1:9", "--warmup", "0", exit_code=1)
+    with tempfile.TemporaryDirectory() as d, RefusingServer() as server:  # every request is an error record
+        # (a run that measured nothing exits 1, after writing its files)
+        _, doc = _perf(Path(d), "--backend", "openai", "--base-url", server.base_url, "--warmup", "0", exit_code=1)
         got["http_failed"] = _layout(doc)
     return got
 

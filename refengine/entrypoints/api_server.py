@@ -33,6 +33,7 @@ from refengine.entrypoints.chat import chat_renderer
 from refengine.entrypoints.docs_page import render_docs
 from refengine.entrypoints.prometheus_metrics import CONTENT_TYPE
 from refengine.entrypoints.protocol import (
+    LONE_SURROGATE,
     BadRequest,
     ChatCompletionRequest,
     CompletionRequest,
@@ -64,6 +65,9 @@ def _validation_error(exc: RequestValidationError) -> JSONResponse:
     first = errors[0] if errors else {}
     loc = [str(p) for p in first.get("loc", ()) if p != "body"]
     msg = first.get("msg", "invalid request")
+    if first.get("type") == LONE_SURROGATE:  # found anywhere in the body: the field is in the error's context
+        field = str((first.get("ctx") or {}).get("field") or "") or None
+        return _error(msg, 400, field)
     if first.get("type") == "json_invalid":
         return _error(f"the request body is not valid JSON: {msg}", 400)
     if first.get("type") == "missing" and not loc:

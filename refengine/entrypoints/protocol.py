@@ -13,11 +13,13 @@ strict mode; an int is still a float). Ranges are SamplingParams' own, which are
 
 from __future__ import annotations
 
+import re
 import time
 import uuid
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic_core import PydanticCustomError
 
 from refengine.sampling_params import SamplingParams
 
@@ -55,6 +57,55 @@ def error_body(message: str, status: int, param: str | None = None) -> dict[str,
     return {"error": {"message": message, "type": error_type(status), "param": param, "code": status}}
 
 
+LONE_SURROGATE = "lone_surrogate"  # the pydantic error type of a string UTF-8 cannot hold (api_server names the field)
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _surrogate_path(value: Any, path: str) -> tuple[str, str] | None:
+    """(the dotted field path, the code point) of the first string in `value` (a dict's keys included) holding a
+    lone surrogate, or None. JSON's `\\ud800` escape parses to one; UTF-8 cannot encode it, so no answer naming it
+    could be sent. It runs on the event loop for every request, so it costs no Python step per character or per
+    token id: strings are searched by the regex engine, and a list of numbers (a prompt's 450k token ids) is
+    skipped (a string inside one fails the field's strict type instead)."""
+    if isinstance(value, str):
+        bad = _SURROGATE.search(value)
+        return (path, f"U+{ord(bad.group()):04X}") if bad is not None else None
+    if isinstance(value, list):
+        if value and isinstance(value[0], (int, float)):
+            return None
+        items: Any = enumerate(value)
+    elif isinstance(value, dict):
+        items = value.items()
+    else:
+        return None
+    for key, item in items:
+        where = f"{path}.{key}" if path else str(key)
+        found = (_surrogate_path(key, path or "body") if isinstance(key, str) else None) or _surrogate_path(item, where)
+        if found is not None:
+            return found
+    return None
+
+
+class _Utf8Body(BaseModel):
+    """A request body whose every string (any field, known or not, and the keys) is valid Unicode: a lone surrogate
+    is a 400 naming its field, not the codec error that encoding an answer with it in would raise."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_lone_surrogates(cls, data: Any) -> Any:
+        found = _surrogate_path(data, "") if isinstance(data, dict) else None
+        if found is not None:
+            field, char = found
+            raise PydanticCustomError(
+                LONE_SURROGATE,
+                "{field}: holds a lone surrogate ({char}), which is not text UTF-8 can carry; send valid Unicode",
+                {"field": field, "char": char},
+            )
+        return data
+
+
 class StreamOptions(BaseModel):
     model_config = ConfigDict(strict=True)
 
@@ -62,7 +113,7 @@ class StreamOptions(BaseModel):
     continuous_usage_stats: bool = False
 
 
-class _SamplingFields(BaseModel):
+class _SamplingFields(_Utf8Body):
     """Fields both endpoints share: OpenAI's and vLLM's extra sampling parameters."""
 
     model_config = ConfigDict(extra="allow", strict=True)
@@ -229,7 +280,7 @@ def usage(prompt_tokens: int, completion_tokens: int) -> dict[str, int]:
     }
 
 
-class TokenizeRequest(BaseModel):
+class TokenizeRequest(_Utf8Body):
     """vLLM's POST /tokenize: a completion `prompt`, or chat `messages` (rendered with the chat template as
     /v1/chat/completions renders them); the tokens are the ones the engine would get."""
 
@@ -249,7 +300,7 @@ class TokenizeRequest(BaseModel):
             raise BadRequest("return_token_strs is not supported", "return_token_strs")
 
 
-class DetokenizeRequest(BaseModel):
+class DetokenizeRequest(_Utf8Body):
     """vLLM's POST /detokenize: token ids -> text, as the engine decodes its outputs."""
 
     model_config = ConfigDict(extra="allow", strict=True)

@@ -121,6 +121,8 @@ class OpenAIServing:
                 "prompt",
             )
         prompt_ids = await self._tokenize(prompts, "prompt")
+        for ids in prompt_ids:
+            self._check_room(len(ids), req.max_tokens, "max_tokens")
         params = self._params(req, req.max_tokens, "max_tokens", {})
         return Call("completion", new_id("cmpl"), self.model_name, now(), prompt_ids, params, req.include_usage)
 
@@ -129,11 +131,26 @@ class OpenAIServing:
         text = await asyncio.to_thread(render_messages, self.chat_render, req.messages, req.add_generation_prompt)
         [ids] = await self._tokenize([text], "messages")
         requested = req.requested_max_tokens()
+        name = "max_completion_tokens" if req.max_completion_tokens is not None else "max_tokens"
+        self._check_room(len(ids), requested, name)
         # OpenAI's default for chat: as many tokens as the context leaves
         max_tokens = requested if requested is not None else max(1, self.max_model_len - len(ids))
-        name = "max_completion_tokens" if req.max_completion_tokens is not None else "max_tokens"
         params = self._params(req, max_tokens, name, {"max_tokens": name})
         return Call("chat", new_id("chatcmpl"), self.model_name, now(), [ids], params, req.include_usage)
+
+    def _check_room(self, prompt_len: int, max_tokens: int | None, param: str) -> None:
+        """A prompt must leave room for the `max_tokens` asked for: a 400 naming both numbers, as vLLM's server words
+        it, where the engine would stop at the context's end (a prompt that alone fills the context is the
+        engine's refusal, and the offline `LLM` API keeps stopping at the context's end, as vLLM's does)."""
+        if max_tokens is None or not isinstance(max_tokens, int) or prompt_len >= self.max_model_len:
+            return
+        if prompt_len + max_tokens > self.max_model_len:
+            raise BadRequest(
+                f"'max_tokens' or 'max_completion_tokens' is too large: {max_tokens}. This model's maximum context "
+                f"length is {self.max_model_len} tokens and your request has {prompt_len} input tokens "
+                f"({max_tokens} > {self.max_model_len} - {prompt_len}). (parameter={param}, value={max_tokens})",
+                param,
+            )
 
     async def tokenize(self, req: TokenizeRequest) -> dict[str, Any]:
         """vLLM's /tokenize answer: the ids the engine would get for this prompt (or these chat messages)."""

@@ -5,13 +5,15 @@ connection); the requests in flight get `grace_s` to finish normally, with their
 left is aborted, each open stream ending with a final chunk whose finish_reason is "abort" and an error event
 saying the server is shutting down (a waiting non-streaming call gets a 503). No request is answered with a 500.
 Then uvicorn's own shutdown runs (close connections, lifespan: the engine thread stops). A second signal during
-the drain skips what is left of the grace period.
+the drain skips what is left of the grace period. A SIGTERM that drained ends the process with exit code 0 (a stop
+asked for and carried out; scripts and supervisors read 143 as a failure); a Ctrl-C still ends as an interrupt.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import signal
 import socket
 from types import FrameType
 
@@ -41,7 +43,8 @@ class DrainingServer(uvicorn.Server):
         """Signal handler (runs between bytecodes of the loop's thread): start the drain, or cut it short."""
         if self._loop is None or self.should_exit:  # not serving yet, or already past the drain: uvicorn's way
             return super().handle_exit(sig, frame)
-        self._captured_signals.append(sig)
+        if sig != signal.SIGTERM:  # uvicorn raises the captured signals again once it has stopped: Ctrl-C still
+            self._captured_signals.append(sig)  # ends as an interrupt, a drained SIGTERM as a clean exit (0)
         self.request_stop()
 
     def request_stop(self) -> None:

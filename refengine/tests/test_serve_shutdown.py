@@ -105,7 +105,7 @@ def test_sigterm_drains_finishes_in_flight_and_aborts_the_rest(tmp_path):
         assert "failure" not in plain and plain["status"] == 503, plain
         assert plain["body"]["error"]["type"] == "ServiceUnavailableError"
         proc.wait(timeout=EXIT_TIMEOUT_S)
-        assert proc.returncode in (0, -signal.SIGTERM), proc.returncode  # uvicorn re-raises the signal it caught
+        assert proc.returncode == 0, proc.returncode  # a drained SIGTERM is a clean stop, not a death by signal
         assert "Traceback" not in (tmp_path / "serve.log").read_text()
     finally:
         stop_process(proc)

@@ -1,0 +1,89 @@
+"""The run JSON beside a results CSV: a small summary (environment, configuration, workload) that points at the CSV
+(one row per run) and at the record folder (record_files.py: every request and step, as Parquet), and its reading
+back into one document, whichever cbbench wrote the file.
+
+A JSON written before the records moved out holds `rows`, `records` and `steps` itself; `read_run` returns that
+document as it is, and a summary's as the same shape (rows from the CSV, records and steps from the folder, each
+run's paired with its row by plan entry), so `cbbench report`, `show` and the tests read both alike.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, cast
+
+from cbbench.perf.results.columns import SCHEMA_VERSION
+from cbbench.perf.results.files import atomic_write_text, jsonable
+from cbbench.perf.results.record_files import RecordFiles, records_dir, runs_in_row_order
+
+SUMMARY_KEY = "record_files"  # a summary's pointer; a JSON with embedded records has `records` instead
+
+
+def write_summary(
+    json_path: str | os.PathLike[str], *, config: Mapping[str, Any], environment: Mapping[str, Any], workload: Any
+) -> Path:
+    """The summary JSON of the pair whose CSV is `json_path` with `.csv` (written at the start and at the end of a
+    run, never per run: its size does not grow with the grid)."""
+    path = Path(json_path)
+    folder = records_dir(path).name
+    doc = {
+        "schema_version": SCHEMA_VERSION,
+        "environment": dict(environment),
+        "config": dict(config),
+        "workload": workload.to_dict() if hasattr(workload, "to_dict") else workload,
+        "rows_file": path.with_suffix(".csv").name,
+        SUMMARY_KEY: {
+            "format": "parquet",
+            "requests": f"{folder}/requests",
+            "steps": f"{folder}/steps",
+            "read_with": f'pandas.read_parquet("{folder}/requests"), polars.read_parquet("{folder}/requests/*.parquet")',
+        },
+    }
+    return atomic_write_text(path, json.dumps(jsonable(doc), indent=1, default=str) + "\n")
+
+
+def load_json(path: str | os.PathLike[str]) -> Any:
+    """The parsed JSON (ValueError naming the file when it is missing or not JSON)."""
+    try:
+        text = Path(path).read_text()
+    except FileNotFoundError:
+        raise ValueError(f"{path}: no such file") from None
+    except (IsADirectoryError, PermissionError, UnicodeDecodeError) as e:
+        raise ValueError(f"{path}: cannot be read ({type(e).__name__})") from None
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as e:
+        raise ValueError(f"{path}: not JSON ({e.msg} at line {e.lineno})") from None
+
+
+def is_summary(doc: Any) -> bool:
+    return isinstance(doc, dict) and isinstance(doc.get(SUMMARY_KEY), dict)
+
+
+def read_run(path: str | os.PathLike[str], *, records: bool = True) -> dict[str, Any]:
+    """The run document: environment, config, workload, `rows` (the CSV's), `records` and `steps` by run label in
+    row order, `server_metrics` when any. With `records=False` the record and step lists are empty (the labels
+    stay): `show` names its rows without reading a record."""
+    doc = load_json(path)
+    if not is_summary(doc):
+        return cast(dict[str, Any], doc)  # an older JSON holds its records itself (checked by its reader)
+    from cbbench.perf.results.rows import read_rows
+
+    csv_path = Path(path).parent / str(doc.get("rows_file") or Path(path).with_suffix(".csv").name)
+    rows = read_rows(csv_path, allow_empty=True) if csv_path.is_file() else []
+    files = RecordFiles(records_dir(path))
+    runs = runs_in_row_order(files.runs(), rows)
+    doc["rows"] = rows
+    if records:
+        doc["records"] = {r.label: recs for r, recs in files.iter_runs("requests", runs)}
+        doc["steps"] = {r.label: steps for r, steps in files.iter_runs("steps", runs)}
+    else:
+        doc["records"] = {r.label: [] for r in runs}
+        doc["steps"] = {r.label: [] for r in runs}
+    series = {r.label: r.server_series for r in runs if r.server_series}
+    if series:
+        doc["server_metrics"] = series
+    return cast(dict[str, Any], doc)
