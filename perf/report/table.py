@@ -25,6 +25,7 @@ from rich.table import Table
 from rich.text import Text
 
 from cbbench.perf.report.table_title import cell_number, simulated_heading, table_title
+from refengine.sim.sim_device import DeviceSpec
 
 Key = tuple[str, str, str]  # engine, batching, knob label
 Entry = tuple[Key, Mapping[str, Any] | None, str | None]  # key, CSV row (None if failed), error
@@ -219,7 +220,7 @@ def summary_lines(entries: Sequence[Entry], goodput: Mapping[str, float] | None 
     if goodput:
         slo = " and ".join(f"{k} <= {v:g} ms" for k, v in goodput.items())
         lines.append(f"goodput: requests per second that met {slo}")
-    cpu = any(str(row.get("device")) == "cpu" for _, row, _ in entries if row)
+    cpu = any(_device(row).is_cpu for _, row, _ in entries if row)
     for (eng, mode, label), r in vs_static.items():
         if mode == "continuous":
             waste = med.get((eng, "static", label), {}).get("slot_waste", math.nan)
@@ -247,7 +248,7 @@ def graphed_lines(entries: Sequence[Entry]) -> list[str]:
     graph (perf/metrics.py's graphed_step_share / graphed_token_share, kept in each row's `extra`)."""
     shares: dict[Key, list[tuple[float, float]]] = {}
     for key, row, _ in entries:
-        if row is None or not str(row.get("device") or "").startswith("cuda"):
+        if row is None or not _device(row).is_cuda:
             continue
         extra = row.get("extra")
         d = json.loads(extra) if isinstance(extra, str) and extra.strip() else extra if isinstance(extra, dict) else {}
@@ -294,3 +295,12 @@ def print_perf_table(
 def _measure(table: RenderableType) -> Measurement:
     console = Console(width=10_000, file=io.StringIO())
     return Measurement.get(console, console.options, table)
+
+
+def _device(row: Mapping[str, Any]) -> DeviceSpec:
+    """The device a results row ran on (a name no longer known reads as neither CPU, CUDA nor simulated)."""
+    name = str(row.get("device") or "")
+    try:
+        return DeviceSpec.parse(name)
+    except ValueError:
+        return DeviceSpec(name, "other")

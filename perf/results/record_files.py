@@ -51,6 +51,8 @@ def _field_types() -> dict[str, dict[str, Any]]:
             return pa.list_(pa.float64())
         if "list[str]" in text:
             return pa.list_(pa.string())
+        if text.startswith("bool"):
+            return pa.bool_()
         if text.startswith("float"):
             return pa.float64()
         if text.startswith("int"):

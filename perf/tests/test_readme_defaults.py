@@ -45,7 +45,7 @@ def test_the_readmes_cpu_defaults_are_the_commands(monkeypatch):
     got_modes, got_peers = modes_and_peers(plan)
     assert (WORDS[modes], WORDS[peers]) == (len(got_modes), len(got_peers))
     assert int(prompts) == len(plan.workload.requests)
-    assert {int(slots)} == {s.knobs["max_num_seqs"] for s in plan.specs}
+    assert {int(slots)} == {s.knobs.max_num_seqs for s in plan.specs}
     assert (int(prompt_cap), int(output_cap)) == (
         plan.workload.params["max_prompt_len"],
         plan.workload.params["max_output_len"],
