@@ -2,6 +2,6 @@
 
 import torch
 
-# The suite runs many tiny forwards; on a small shared machine intra-op threads only fight each other
-# (measured here: one engine run took 5 s with 1 thread and 47 s with 2 under load).
+# The suite runs many tiny forwards; on a small shared machine intra-op threads only fight each other and the other
+# processes for the cores, and an engine run slows down many times over (docs/measurements.md, "The test suite").
 torch.set_num_threads(1)

@@ -28,7 +28,7 @@ def bind_socket(host: str, port: int) -> socket.socket:
     # IPPROTO_TCP, not the default 0: asyncio turns Nagle off (TCP_NODELAY) only on connections of a socket that
     # names its protocol. With Nagle on, a token chunk written while the last one is unacknowledged waits for the
     # client's delayed ACK (40 ms on Linux): a request sent right after another finished on the same keep-alive
-    # connection got its first token about 35 ms late (measured on the simulated H200, whose steps are ~6 ms).
+    # connection waited most of that delay for its first token, several steps of a fast GPU (docs/simulation.md).
     sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn: a restart reuses a TIME_WAIT port
     try:

@@ -86,10 +86,10 @@ def _validation_error(exc: RequestValidationError) -> JSONResponse:
 
 
 # The engine thread shares this process's GIL, and a step takes it back after every torch op: while another thread
-# runs Python or a long C call, a step waits out that whole run (measured: a 10 ms decode step took 563 ms beside a
-# 553 ms JSON encoding done in 20 000-id slices). So a large answer costs the engine the GIL time of its encoding,
-# and id lists this long are encoded by `str`, the fastest encoder at hand (a list of ints prints as JSON):
-# 1.47 M ids in ~210 ms, against ~300 ms for json.dumps and ~450 ms for joining slices.
+# runs Python or a long C call, a step waits out that whole run (encoding in slices does not help: a step needs the
+# GIL dozens of times). So a large answer costs the engine the GIL time of its encoding, and id lists this long are
+# encoded by `str`, the fastest encoder at hand (a list of ints prints as JSON), ahead of json.dumps and of joining
+# slices. The measurements: docs/serving-limits.md, "What never runs on the event loop".
 _LARGE_ID_LIST = 20_000
 
 

@@ -29,8 +29,8 @@ log = logging.getLogger("refengine.server")
 SHUTDOWN_TIMEOUT_S = 30.0  # server stop waits this long for the engine thread (its step in flight, the drain)
 # A paced engine on time waits (at most this long) for the loop to write a step's outputs before it computes the
 # next: the two threads share the GIL, and a step computed while the loop writes makes each of the loop's socket
-# writes wait for the GIL after its system call (measured: the loop's per-chunk write time fell by 40% at 256
-# streams). Unpaced, or late, the two overlap: then throughput is worth more than what the GIL costs.
+# writes wait for the GIL after its system call (docs/sim-engine.md). Unpaced, or late, the two overlap: then
+# throughput is worth more than what the GIL costs.
 WRITE_WAIT_S = 0.5
 
 

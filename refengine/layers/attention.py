@@ -20,8 +20,8 @@ from refengine.config import ATTENTION_BACKENDS
 
 # Keys per chunk of the CPU decode attention: the chunk's gathered K and V (at 64 decodes, 2 KV heads x 64 dims:
 # 64 x 64 x 512 B = 2 MB each) stay in cache between the gather and the attention that reads them, so the KV
-# cache is read from memory once. Measured here (16 and 64 decodes, ShareGPT-like lengths to 768): 32 to 128
-# alike at 16, 256 and more slower at 64.
+# cache is read from memory once. Tuned on the CPU against 16 and 64 decodes of ShareGPT-like lengths (to 768):
+# smaller chunks gain nothing, larger ones lose at 64 decodes (docs/cpu-profile.md).
 DECODE_CHUNK_TOKENS = 64
 
 # (output [B, H, Lq, D], logsumexp [B, H, Lq]) = attention of q [B, H, Lq, D] over k, v [B, kvH, Lk, D]; torch's
@@ -132,8 +132,8 @@ def decode_attention_cpu(
             mask = torch.zeros(a, 1, 1, width, device=dev)
             mask[full:a, 0, 0].masked_fill_(unused, float("-inf"))
         # torch's fused CPU attention (GQA on the strided [a, kvH, C, D] views, no copies) also returns the
-        # log-sum-exp that merges chunks: measured here at 16 decodes x 64 keys, 215 us against 360 us for the
-        # two per-head bmm pairs alone
+        # log-sum-exp that merges chunks, so one call per chunk does what two per-head bmm pairs and a hand-written
+        # online softmax did, in less time (docs/cpu-profile.md)
         out_c, lse_c = _flash_cpu(qh[:a], k.transpose(1, 2), v.transpose(1, 2), attn_mask=mask, scale=scale)
         merged = torch.logaddexp(lse[:a], lse_c)
         acc[:a].mul_((lse[:a] - merged).exp_()[..., None]).add_(out_c.mul_((lse_c - merged).exp_()[..., None]))

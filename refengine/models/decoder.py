@@ -203,8 +203,8 @@ class CausalLM(nn.Module):
         if hidden.device.type != "cpu":
             logits = self.lm_head(hidden).float()  # [n, vocab] float32
             return logits if out is None else out.copy_(logits)
-        # On the CPU, F.linear picks a slow kernel for a few rows against a vocab-sized weight (measured here with
-        # one thread, 151936 x 256: 48 ms for 8 rows, 26 ms as a plain matmul with the weight transposed once).
+        # On the CPU, F.linear picks a slower kernel for a few rows against a vocab-sized weight than a plain
+        # matmul with the weight transposed once (docs/cpu-profile.md).
         # (weights never change after loading; the copy is made at the first step)
         if self._lm_head_t is None:
             self._lm_head_t = self.lm_head.weight.detach().t().contiguous()  # [hidden, vocab]

@@ -80,7 +80,8 @@ def _empty_model(
     with torch.device("meta"):
         model = CausalLM(config, backend)
     # What `to_empty` does, with torch.empty for torch.empty_like: empty_like of a meta tensor goes through torch's
-    # Python decompositions and imports torch.fx's symbolic shapes on first use, 1.2 s of every fresh process's load.
+    # Python decompositions and imports torch.fx's symbolic shapes on first use, a cost every fresh process's load
+    # would pay (docs/measurements.md).
     model = model.to(dtype=dtype)
     model._apply(lambda t: torch.empty(t.shape, dtype=t.dtype, device=device))  # type: ignore[no-untyped-call]
     model.tie_weights()  # parameters are replaced one module at a time, which unties a shared weight

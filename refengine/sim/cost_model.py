@@ -61,8 +61,10 @@ class HostCost:
         return self.step_s + self.per_request_s * num_requests
 
 
-# refengine's own host time per decode step: `cbbench bench-step --stub-model` lowest medians 0.57 ms at 64 and
-# 1.68 ms at 256 running requests (README, "Host time per step"): 5.8 us per request and 0.2 ms per step
+# refengine's own host time per decode step (schedule, input preparation, update_from_output, outputs: the CPU work
+# a GPU's asynchronous forward does not hide), as a fixed part plus a part per running request: a line through
+# `cbbench bench-step --stub-model`'s lowest medians at 64 and 256 running requests (the figures: docs/perf.md,
+# "Host time per step"; the constant: docs/simulation.md)
 DEFAULT_HOST = HostCost(step_s=0.2e-3, per_request_s=5.8e-6)
 
 

@@ -20,8 +20,8 @@ if TYPE_CHECKING:
 
 GiB = 2**30
 # The peak activations of vLLM's profiling forward (max_num_batched_tokens tokens) plus the memory torch does not
-# allocate (CUDA context, cuBLAS workspaces). An estimate for 7-8B models at the default 8192-token budget, not
-# measured here: it only moves the pool by ~1.5 GiB, a few percent of an 80 GiB GPU's KV cache.
+# allocate (CUDA context, cuBLAS workspaces). An estimate for 7-8B models at the default 8192-token budget, not a
+# measurement: the whole reserve is a few percent of an 80 GiB GPU's KV cache, so an error in it moves little.
 ACTIVATION_RESERVE_BYTES = int(1.5 * GiB)
 SIM_DTYPES = {"bfloat16": "bfloat16", "bf16": "bfloat16", "fp8": "fp8"}
 

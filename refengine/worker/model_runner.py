@@ -42,7 +42,7 @@ Sampler = Callable[[torch.Tensor, SamplingMetadata, "torch.Generator | None"], t
 def _zeros(shape: tuple[int, ...], dtype: torch.dtype, device: torch.device | None, pin_memory: bool) -> torch.Tensor:
     """torch.zeros, but in ordinary host memory from calloc (numpy's zeros): the OS hands out zeroed pages on first
     touch, so a 1 GiB CPU cache costs nothing until blocks are written, where torch.zeros writes every byte up front
-    (0.4 s per engine, most of a small engine's start). Device and pinned memory are torch's."""
+    (most of a small engine's start: docs/measurements.md). Device and pinned memory are torch's."""
     if pin_memory or (device is not None and device.type != "cpu"):
         return torch.zeros(shape, dtype=dtype, device=device, pin_memory=pin_memory)
     nbytes = math.prod(shape) * dtype.itemsize
