@@ -22,10 +22,10 @@ from dataclasses import dataclass
 
 import torch
 
-from cbbench.kernels.activation import silu_and_mul
-from cbbench.kernels.layernorm import fused_add_rms_norm, rms_norm
 from cbbench.kernels.reshape_and_cache import reshape_and_cache
-from cbbench.kernels.rotary_embedding import rotary_embedding
+from cbbench.kernels.rms_norm import fused_add_rms_norm, rms_norm
+from cbbench.kernels.rope import rotary_embedding
+from cbbench.kernels.silu_and_mul import silu_and_mul
 from cbbench.kernels.unified_attention import plan_unified_attention, unified_attention
 
 _WARMUP_BLOCKS = 4  # cache blocks of the tiny warm-up batch: enough for a prefill chunk and a short decode

@@ -25,10 +25,10 @@ def compile_for_sm90() -> list[str]:
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
 
-    from cbbench.kernels.activation import _silu_and_mul_kernel
-    from cbbench.kernels.layernorm import _rms_norm_kernel
     from cbbench.kernels.reshape_and_cache import _reshape_and_cache_kernel
-    from cbbench.kernels.rotary_embedding import _rotary_embedding_kernel
+    from cbbench.kernels.rms_norm import _rms_norm_kernel
+    from cbbench.kernels.rope import _rotary_embedding_kernel
+    from cbbench.kernels.silu_and_mul import _silu_and_mul_kernel
     from cbbench.kernels.unified_attention import _reduce_segments_kernel, _unified_attention_kernel
 
     ptr = {"q_ptr", "k_cache_ptr", "v_cache_ptr", "out_ptr", "k_ptr", "v_ptr", "x_ptr", "residual_ptr", "weight_ptr",

@@ -74,9 +74,9 @@ def test_per_step_ints_are_not_specialized() -> None:
 
 def test_fused_kernels_row_count_is_not_specialized() -> None:
     """The decoder layer's fused kernels take the step's row count as their one per-step int."""
-    from cbbench.kernels.activation import _silu_and_mul_kernel
-    from cbbench.kernels.layernorm import _rms_norm_kernel
-    from cbbench.kernels.rotary_embedding import _rotary_embedding_kernel
+    from cbbench.kernels.rms_norm import _rms_norm_kernel
+    from cbbench.kernels.rope import _rotary_embedding_kernel
+    from cbbench.kernels.silu_and_mul import _silu_and_mul_kernel
 
     for kernel, name in (
         (_rms_norm_kernel, "num_rows"),
@@ -146,10 +146,10 @@ def test_warmup_covers_every_variant_the_heuristics_pick(monkeypatch: pytest.Mon
 @pytest.mark.skipif(not ON_GPU, reason="needs a CUDA device")
 def test_gpu_no_compile_after_engine_start() -> None:
     """After the engine's warm-up, steps of any batch size and context length compile nothing new."""
-    from cbbench.kernels.activation import _silu_and_mul_kernel
-    from cbbench.kernels.layernorm import _rms_norm_kernel
     from cbbench.kernels.reshape_and_cache import _reshape_and_cache_kernel
-    from cbbench.kernels.rotary_embedding import _rotary_embedding_kernel
+    from cbbench.kernels.rms_norm import _rms_norm_kernel
+    from cbbench.kernels.rope import _rotary_embedding_kernel
+    from cbbench.kernels.silu_and_mul import _silu_and_mul_kernel
     from cbbench.kernels.unified_attention import _reduce_segments_kernel, _unified_attention_kernel
     from refengine import LLM, SamplingParams
 

@@ -17,10 +17,10 @@ from cbbench.kernels.triton_common import FLOAT_DTYPES, cast_rne, check_launchab
 BLOCK_D = 1024  # columns per program: a row of an 8B model's MLP (14336) takes 14 programs, each 4 per thread
 
 
-DO_NOT_SPECIALIZE = ("num_rows",)  # changes from step to step (kernels/layernorm.py)
+DO_NOT_SPECIALIZE = ("num_rows",)  # changes from step to step (kernels/rms_norm.py)
 
 
-# A Triton program (untyped: see kernels/layernorm.py).
+# A Triton program (untyped: see kernels/rms_norm.py).
 @triton.jit(do_not_specialize=DO_NOT_SPECIALIZE)  # type: ignore[untyped-decorator]
 def _silu_and_mul_kernel(  # type: ignore[no-untyped-def]
     x_ptr,  # [num_rows, 2 * D]   gate | up; last dim contiguous

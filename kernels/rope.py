@@ -27,10 +27,10 @@ from cbbench.kernels.triton_common import (
     rows_per_program,
 )
 
-DO_NOT_SPECIALIZE = ("num_tokens",)  # changes from step to step (kernels/layernorm.py)
+DO_NOT_SPECIALIZE = ("num_tokens",)  # changes from step to step (kernels/rms_norm.py)
 
 
-# A Triton program (untyped: see kernels/layernorm.py).
+# A Triton program (untyped: see kernels/rms_norm.py).
 @triton.jit(do_not_specialize=DO_NOT_SPECIALIZE)  # type: ignore[untyped-decorator]
 def _rotary_embedding_kernel(  # type: ignore[no-untyped-def]
     positions_ptr,  # [num_tokens]
