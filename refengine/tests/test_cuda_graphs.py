@@ -4,6 +4,8 @@ engine with graphs gives the same greedy tokens as with enforce_eager, and actua
 
 from __future__ import annotations
 
+import contextlib
+
 import numpy as np
 import pytest
 import torch
@@ -174,6 +176,69 @@ def test_no_graphs_off_cuda_and_enforce_eager_is_a_knob():
     assert LLMEngine("tiny-qwen2", device="cpu", num_gpu_blocks=64, enforce_eager=True).config.enforce_eager
     with pytest.raises(ValueError, match="enforce_eager"):
         LLMEngine("tiny-qwen2", device="cpu", num_gpu_blocks=64, enforce_eager="yes")
+
+
+def test_capture_warms_up_every_bucket_on_one_side_stream(monkeypatch):
+    """The caching allocator keeps a block freed on one stream for that stream alone: a side stream per bucket
+    would strand each bucket's warm-up activations in a pool of its own (torch hands out up to 32 streams in turn)
+    that nothing else reuses, on a card whose KV cache is already sized. torch.cuda's stream and graph calls are
+    faked on the CPU, recording the stream each warm-up forward runs on."""
+    from refengine.worker.cuda_graphs import NUM_WARMUP_FORWARDS, CudaGraphRunner
+
+    class Stream:
+        def __init__(self, device: object = None) -> None:
+            made.append(self)
+
+        def wait_stream(self, other: object) -> None:
+            pass
+
+    made: list[Stream] = []
+    default = Stream()
+    state = {"current": default, "capturing": False}
+    warmup_streams: list[Stream] = []
+
+    @contextlib.contextmanager
+    def stream(s):
+        before, state["current"] = state["current"], s
+        try:
+            yield
+        finally:
+            state["current"] = before
+
+    @contextlib.contextmanager
+    def graph(g, pool=None):
+        state["capturing"] = True
+        try:
+            yield
+        finally:
+            state["capturing"] = False
+
+    class Graph:
+        def pool(self) -> None:
+            return None
+
+    for name, value in {
+        "Stream": Stream,
+        "stream": stream,
+        "graph": graph,
+        "CUDAGraph": Graph,
+        "synchronize": lambda device=None: None,
+        "current_stream": lambda device=None: state["current"],
+    }.items():
+        monkeypatch.setattr(torch.cuda, name, value)
+
+    def model(input_ids, positions, kv_caches, meta):
+        if not state["capturing"]:
+            warmup_streams.append(state["current"])
+        return torch.zeros(input_ids.shape[0], 4)
+
+    caches = [(torch.zeros(2, 4, 1, 8), torch.zeros(2, 4, 1, 8))]
+    buckets = GraphBuckets.of(max_num_seqs=8, max_num_batched_tokens=64)
+    runner = CudaGraphRunner(model, caches, buckets, max_blocks=4, device=torch.device("cpu"))
+    runner.capture()
+    assert len(runner.graphs) == len(buckets.shapes()) > 1
+    assert len(warmup_streams) == NUM_WARMUP_FORWARDS * len(buckets.shapes())
+    assert len({id(s) for s in warmup_streams}) == 1 and warmup_streams[0] is not default
 
 
 # ---------------------------------------------------------------- on a GPU

@@ -204,12 +204,14 @@ class CudaGraphRunner:
         """Capture every bucket, largest first, sharing one memory pool (as vLLM does)."""
         start = time.perf_counter()
         pool = None
+        # one side stream for every warm-up: the allocator reuses a freed block only on the stream it was freed on,
+        # so a stream per bucket would leave each bucket's warm-up activations cached where nothing reuses them
+        side = torch.cuda.Stream(self.device)  # type: ignore[no-untyped-call]  # torch leaves Stream() unannotated
         for num_tokens, num_seqs in sorted(self.buckets.shapes(), reverse=True):
             self._dummy_step(num_tokens, num_seqs)
             args = (self.input_ids[:num_tokens], self.positions[:num_tokens], self.kv_caches)
             meta = self.meta(num_tokens, num_seqs)
-            # warm up outside the capture, on a side stream (compiles Triton variants, sets up cuBLAS handles)
-            side = torch.cuda.Stream(self.device)  # type: ignore[no-untyped-call]  # torch leaves Stream() unannotated
+            # warm up outside the capture, on the side stream (compiles Triton variants, sets up cuBLAS handles)
             side.wait_stream(torch.cuda.current_stream(self.device))
             with torch.cuda.stream(side):
                 for _ in range(NUM_WARMUP_FORWARDS):
