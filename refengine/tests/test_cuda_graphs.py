@@ -13,7 +13,14 @@ import torch
 import conformance._triton_env  # noqa: F401  (before kernels: the interpreter on a CPU)
 from conformance.engine_helpers import greedy, make_prompts
 from refengine import LLM, LLMEngine
-from refengine.worker.cuda_graphs import GraphBuckets, capture_sizes, mixed_capture_sizes, pad_step_inputs, padded_size
+from refengine.worker.cuda_graphs import (
+    CudaGraphRunner,
+    GraphBuckets,
+    capture_sizes,
+    mixed_capture_sizes,
+    pad_step_inputs,
+    padded_size,
+)
 
 ON_GPU = torch.cuda.is_available()
 needs_cuda = [pytest.mark.gpu, pytest.mark.skipif(not ON_GPU, reason="needs a CUDA device")]
@@ -351,3 +358,14 @@ def _assert_one_sync_per_step(llm: LLM) -> None:
     steps = llm.llm_engine.step_stats
     assert any(s.num_prefill_tokens and s.num_decode_tokens for s in steps)
     assert runner.num_host_syncs <= len(steps)
+
+
+def test_a_buckets_max_query_len_bounds_every_step_it_holds():
+    """A step of 10 tokens over 2 sequences (one query of 9) replays the mixed bucket (16, 15): the metadata must not
+    claim a longest query shorter than 9; a decode bucket's queries are one token."""
+    buckets = GraphBuckets.of(max_num_seqs=16, max_num_batched_tokens=64)
+    kv = [(torch.zeros(4, 16, 1, 8), torch.zeros(4, 16, 1, 8))]
+    runner = CudaGraphRunner(torch.nn.Identity(), kv, buckets, max_blocks=4, device=torch.device("cpu"))
+    t_pad, s_pad = buckets.shape_of(10, 2)
+    assert runner.meta(t_pad, s_pad).max_query_len >= 9
+    assert runner.meta(8, 8).max_query_len == 1

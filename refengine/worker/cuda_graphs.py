@@ -176,13 +176,15 @@ class CudaGraphRunner:
         self.capture_seconds = 0.0
 
     def meta(self, num_tokens: int, num_seqs: int) -> AttentionMetadata:
-        """The metadata of a bucket, on views of the static buffers."""
+        """The metadata of a bucket, on views of the static buffers. Its max_query_len bounds every step the bucket
+        holds: one token in a decode bucket; in a mixed one a single sequence may hold all the real tokens (the
+        padded sequences have none)."""
         return AttentionMetadata(
             slot_mapping=self.slot_mapping[:num_tokens],
             query_start_loc=self.query_start_loc[: num_seqs + 1],
             seq_lens=self.seq_lens[:num_seqs],
             block_table=self.block_table[:num_seqs],
-            max_query_len=num_tokens - num_seqs + 1,
+            max_query_len=1 if num_tokens == num_seqs else num_tokens,
             max_seq_len=self.max_blocks * self.kv_caches[0][0].shape[1],
         )
 
