@@ -84,8 +84,15 @@ class Scheduler:
 
     # ---- requests -------------------------------------------------------------------------------------------
     def add_request(self, request: Request) -> None:
+        """Queue a request (WAITING). ValueError, and nothing queued, for a request_id in use or an empty prompt (a
+        request with no token to compute could never be scheduled, nor finish). Like vLLM's scheduler, it does not
+        judge whether the KV cache can ever hold the request: the engine's Processor refuses that before it gets here."""
         if request.request_id in self.requests:
             raise ValueError(f"request_id {request.request_id!r} is already in use")
+        if not request.prompt_token_ids:
+            raise ValueError(
+                f"request {request.request_id!r}: prompt_token_ids is empty; a request needs a prompt token"
+            )
         if request.eos_token_ids == frozenset() and self.eos_token_id is not None:
             request.eos_token_ids = frozenset(
                 [self.eos_token_id] if isinstance(self.eos_token_id, int) else self.eos_token_id

@@ -208,3 +208,20 @@ def test_check_request_fits(prompt: int, max_tokens: int, knobs: dict, match: st
     with pytest.raises(ValueError, match=match):
         check_request_fits(prompt, max_tokens, **limits)
     assert cdiv(39, 16) == 3 and cdiv(32, 16) == 2
+
+
+def test_the_scheduler_refuses_an_empty_prompt_and_keeps_the_others() -> None:
+    """Model-free, a request with no prompt token could never be scheduled nor finish (has_unfinished_requests would
+    hold for ever): add_request refuses it naming the field, queues nothing, and the others still run."""
+    from refengine.request import Request
+    from refengine.scheduler import Scheduler
+
+    sched = Scheduler(max_num_batched_tokens=64, max_num_seqs=4, block_size=16, num_gpu_blocks=8)
+    with pytest.raises(ValueError, match="prompt_token_ids is empty"):
+        sched.add_request(Request("empty", [], SamplingParams(max_tokens=2)))
+    assert not sched.has_unfinished_requests() and "empty" not in sched.requests
+    sched.add_request(Request("ok", [1, 2, 3], SamplingParams(max_tokens=1)))
+    out = sched.schedule()
+    assert out.num_scheduled_tokens == {"ok": 3}
+    assert [r.request_id for r in sched.update_from_output(out, {"ok": [7]})] == ["ok"]
+    assert not sched.has_unfinished_requests()
