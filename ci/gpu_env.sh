@@ -8,7 +8,7 @@
 #   3. install the wheels of missing packages from $WHEELHOUSE (default ci/wheels, or .whl) with --no-index
 #      (ci/gpu_wheels.sh fills ci/wheels where pip reaches PyPI);
 #   4. if every dependency imports, `pip install --no-deps --no-build-isolation -e .`; if that fails (no pip,
-#      no setuptools), put the repo on the path through a small `cbbench` shim folder instead;
+#      no setuptools), put the checkout on PYTHONPATH instead (its root holds cbbench/ and refengine/);
 #   5. otherwise stop with ONE line naming the missing packages.
 # Exposes: PY (the python to use), CB (array: the cbbench CLI as `$PY -m cbbench.perf.cli`), TORCH_VERSION,
 # gpu_slug, GPU_QWEN_RUNS and GPU_LLAMA_RUNS (the baseline's runs). Every Python it runs is a file of the
@@ -102,13 +102,9 @@ _inherit_site() {  # BASE NEWVENV_PYTHON: a venv made from a venv's python (the 
   echo "$dirs" > "$purelib/_cbbench_base_site.pth"
 }
 
-_make_shim() {  # SHIM: cbbench without pip. setup.py installs kernels/, perf/ and workloads/ as cbbench.kernels,
-  # cbbench.perf and cbbench.workloads: SHIM/cbbench/<folder> links spell those names; refengine is the checkout's own
-  local shim=$1 folder
-  rm -rf "$shim"
-  mkdir -p "$shim/cbbench"
-  for folder in kernels perf workloads; do ln -s "$PWD/$folder" "$shim/cbbench/$folder"; done
-  export PYTHONPATH="$shim:$PWD${PYTHONPATH:+:$PYTHONPATH}"
+_use_checkout() {  # cbbench without pip: the checkout's root holds the packages cbbench/ and refengine/ under their
+  # import names, so the root on PYTHONPATH is all an install would give
+  export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 }
 
 setup_gpu_env() {  # VENV [dry_run]: sets PY and CB, or prints one line and returns 2. A dry run accepts a torch
@@ -140,7 +136,7 @@ setup_gpu_env() {  # VENV [dry_run]: sets PY and CB, or prints one line and retu
     if "$base" -m venv --system-site-packages "$venv" >/dev/null 2>&1 && [[ -x "$venv/bin/python" ]]; then
       PY=$venv/bin/python
       _inherit_site "$base" "$PY"
-    fi  # else: no venv module; work in the base python (the shim below needs no install)
+    fi  # else: no venv module; work in the base python (the checkout on PYTHONPATH needs no install)
   fi
   local missing wheels=${WHEELHOUSE:-}
   [[ -z "$wheels" && -d ci/wheels ]] && wheels=ci/wheels
@@ -158,10 +154,10 @@ setup_gpu_env() {  # VENV [dry_run]: sets PY and CB, or prints one line and retu
     return 2
   fi
   if ! "$PY" -m pip install -q --no-deps --no-build-isolation --no-index -e . >/dev/null 2>&1; then
-    _make_shim "${venv}-shim"
+    _use_checkout
   fi
   if [[ "$(_repo_of "$PY")" == "-" ]]; then
-    echo "gpu_env: cbbench does not import with $PY even through the shim (PYTHONPATH=$PYTHONPATH)" >&2
+    echo "gpu_env: cbbench does not import with $PY even from the checkout (PYTHONPATH=$PYTHONPATH)" >&2
     return 2
   fi
   CB=("$PY" -m cbbench.perf.cli)

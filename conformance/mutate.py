@@ -41,7 +41,12 @@ def copy_tree(dest: Path) -> None:
     ).stdout.split("\n")
     for rel in filter(None, files):
         src = ROOT / rel
-        if src.is_file() and not rel.startswith(("results/", "docs/")):
+        if rel.startswith(("results/", "docs/")):
+            continue
+        if src.is_symlink():  # the top-level kernels/, perf/, workloads/ -> cbbench/...: a link in the copy too
+            (dest / rel).parent.mkdir(parents=True, exist_ok=True)
+            (dest / rel).symlink_to(os.readlink(src))
+        elif src.is_file():
             (dest / rel).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(src, dest / rel)
 

@@ -1,7 +1,7 @@
 """SiLU-and-mul, SwiGLU's gate over the merged gate_up projection (vLLM's layers/activation.py `SiluAndMul`).
 
 x [T, 2 * intermediate] (gate | up) -> silu(gate) * up [T, intermediate]. The Triton kernel
-(cbbench.kernels.silu_and_mul) runs with the triton attention backend; the torch path is the oracle
+(cbbench.kernels.triton_silu_and_mul) runs with the triton attention backend; the torch path is the oracle
 (cbbench.kernels.reference), which does not import Triton.
 """
 
@@ -20,7 +20,7 @@ class SiluAndMul(nn.Module):
         super().__init__()
         self._fn: Callable[[torch.Tensor], torch.Tensor] = silu_and_mul_ref
         if use_triton:
-            from cbbench.kernels.silu_and_mul import silu_and_mul
+            from cbbench.kernels.triton_silu_and_mul import silu_and_mul
 
             self._fn = silu_and_mul
 

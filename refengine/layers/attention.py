@@ -175,8 +175,8 @@ def get_attention_backend(name: str) -> AttentionBackend:
     if name == "torch":
         return AttentionBackend("torch", reshape_and_cache_ref, unified_attention_cpu, takes_host_lens=True)
     if name == "triton":
-        from cbbench.kernels.reshape_and_cache import reshape_and_cache
-        from cbbench.kernels.unified_attention import unified_attention
+        from cbbench.kernels.triton_reshape_and_cache import reshape_and_cache
+        from cbbench.kernels.triton_unified_attention import unified_attention
 
         return AttentionBackend("triton", reshape_and_cache, unified_attention)
     raise ValueError(f"attention_backend must be one of {ATTENTION_BACKENDS}, got {name!r}")

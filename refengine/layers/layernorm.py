@@ -2,7 +2,7 @@
 
 `RMSNorm(x)` normalises; `RMSNorm(x, residual)` returns (RMSNorm(x + residual), x + residual), so that a decoder
 layer carries its residual stream beside the hidden states and adds it in the next norm, one launch where the
-unfused code had an add and a norm. The Triton kernels (cbbench.kernels.rms_norm, in place) run with the triton
+unfused code had an add and a norm. The Triton kernels (cbbench.kernels.triton_rms_norm, in place) run with the triton
 attention backend; the torch path is the oracle itself (cbbench.kernels.reference), which does not import Triton.
 """
 
@@ -27,7 +27,7 @@ class RMSNorm(nn.Module):
             [torch.Tensor, torch.Tensor, torch.Tensor, float], tuple[torch.Tensor, torch.Tensor]
         ] = fused_add_rms_norm_ref
         if use_triton:
-            from cbbench.kernels.rms_norm import fused_add_rms_norm, rms_norm
+            from cbbench.kernels.triton_rms_norm import fused_add_rms_norm, rms_norm
 
             self._norm, self._add_norm = rms_norm, fused_add_rms_norm
 

@@ -7,7 +7,7 @@ rounded to the model dtype as transformers does. It is a plain attribute made at
 dtype, not a buffer: `model.to(bfloat16)` must not round the frequencies, and the model is built on `meta`.
 
 `forward(positions, x)` rotates x [T, heads, head_dim]; a decoder passes its queries and keys as one x (the first
-num_heads + num_kv_heads heads of the merged qkv output). The Triton kernel (cbbench.kernels.rope)
+num_heads + num_kv_heads heads of the merged qkv output). The Triton kernel (cbbench.kernels.triton_rope)
 rotates in place and runs with the triton attention backend; the torch path is the oracle
 (cbbench.kernels.reference), which returns a new tensor and does not import Triton.
 """
@@ -32,7 +32,7 @@ class RotaryEmbedding(nn.Module):
         self._caches: dict[tuple[torch.device, torch.dtype], torch.Tensor] = {}
         self._fn: Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor] = rotary_embedding_ref
         if use_triton:
-            from cbbench.kernels.rope import rotary_embedding
+            from cbbench.kernels.triton_rope import rotary_embedding
 
             self._fn = rotary_embedding
 

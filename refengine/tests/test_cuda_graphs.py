@@ -91,8 +91,8 @@ def test_triton_kernel_on_a_padded_decode_batch_matches_the_unpadded_oracle(num_
     """What a graph replay runs: the Triton kernels (interpreted here) on 3 decodes padded to 8; the real rows must
     equal the oracle on the unpadded batch, and the padded tokens must write nothing to the cache."""
     from cbbench.kernels.reference import unified_attention_ref
-    from cbbench.kernels.reshape_and_cache import reshape_and_cache
-    from cbbench.kernels.unified_attention import unified_attention
+    from cbbench.kernels.triton_reshape_and_cache import reshape_and_cache
+    from cbbench.kernels.triton_unified_attention import unified_attention
 
     g = torch.Generator().manual_seed(0)
     num_blocks, bs, kvh, heads, d = 12, 4, 2, 4, 16
@@ -142,8 +142,8 @@ def test_triton_kernel_on_a_padded_mixed_step_matches_the_unpadded_oracle():
     unpadded step; the padded tokens write nothing to the cache, and their output rows are left as they were (no
     sequence's query reaches them)."""
     from cbbench.kernels.reference import unified_attention_ref
-    from cbbench.kernels.reshape_and_cache import reshape_and_cache
-    from cbbench.kernels.unified_attention import unified_attention
+    from cbbench.kernels.triton_reshape_and_cache import reshape_and_cache
+    from cbbench.kernels.triton_unified_attention import unified_attention
 
     g = torch.Generator().manual_seed(1)
     num_blocks, bs, kvh, heads, d = 12, 4, 2, 4, 16

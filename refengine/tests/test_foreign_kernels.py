@@ -1,9 +1,11 @@
 """cbbench beside another distribution's `kernels` (Hugging Face's, which transformers >= 5.25 installs): the engine
 imports its own kernels as `cbbench.kernels`, and a bare `import kernels` finds the other package, even with the
-repository's root first on the path (pytest, `python -m`, a script run from the checkout).
+repository's root, which holds the link kernels/ -> cbbench/kernels/, first on the path (pytest, `python -m`, a
+script run from the checkout). Where no other package has a bare name, it is cbbench's own package, one module under
+two names, never a second copy.
 
 The other package is made here (a `kernels` package with its dist-info, on PYTHONPATH), so the test needs no
-download and fails if the repository's kernels/ folder shadows it or if refengine reaches for a top-level `kernels`.
+download and fails if the repository's kernels/ link shadows it or if refengine reaches for a top-level `kernels`.
 Where the real Hugging Face `kernels` is installed, transformers' own use of it is checked too.
 """
 
@@ -55,12 +57,12 @@ def test_the_engine_runs_beside_another_kernels_package(tmp_path: Path) -> None:
         llm = LLM("tiny-qwen2", device="cpu", num_gpu_blocks=64, attention_backend="triton")
         out = llm.generate([[1, 2, 3, 4]], SamplingParams(max_tokens=4, temperature=0.0))
         assert len(out[0].outputs[0].token_ids) == 4
-        import cbbench.kernels.unified_attention as ua
+        import cbbench.kernels.triton_unified_attention as ua
         assert ua.__file__.startswith(sys.argv[1]), ua.__file__
         print("ok")
         """,
         [REPO, other],
-        str(REPO / "kernels"),
+        str(REPO / "cbbench" / "kernels"),
     )
     assert res.returncode == 0 and res.stdout.strip().endswith("ok"), res.stderr[-3000:]
 
@@ -84,6 +86,23 @@ def test_transformers_uses_its_kernels_from_the_repository_root() -> None:
         cfg = Qwen2Config(vocab_size=128, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
                           num_attention_heads=2, num_key_value_heads=1)
         Qwen2ForCausalLM(cfg)
+        print("ok")
+        """,
+        [REPO],
+    )
+    assert res.returncode == 0 and res.stdout.strip().endswith("ok"), res.stderr[-3000:]
+
+
+def test_a_bare_name_no_other_package_has_is_cbbench_s_own_package() -> None:
+    """`perf` and `workloads` (no distribution here has them) from the repository's root: the same module objects as
+    cbbench.perf and cbbench.workloads, so nothing of cbbench is loaded twice."""
+    res = _run(
+        """
+        import perf, workloads, cbbench.perf, cbbench.workloads
+        from perf import compare
+        from cbbench.perf.results.compare import compare as the_compare
+        assert perf is cbbench.perf and workloads is cbbench.workloads, (perf, workloads)
+        assert compare is the_compare
         print("ok")
         """,
         [REPO],

@@ -1,4 +1,4 @@
-"""The decoder layer's fused Triton kernels (kernels/rms_norm.py, rotary_embedding.py, activation.py) against their
+"""The decoder layer's fused Triton kernels (kernels/triton_rms_norm.py, rotary_embedding.py, activation.py) against their
 torch oracles (kernels/reference.py), their wrappers' checks, and the layers that pick between the two.
 
 On a CPU the kernels run under TRITON_INTERPRET=1, on small shapes. Row counts cross the interpreter's rows per
@@ -22,9 +22,9 @@ from hypothesis import given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
 from cbbench.kernels.reference import fused_add_rms_norm_ref, rms_norm_ref, rotary_embedding_ref, silu_and_mul_ref  # noqa: E402
-from cbbench.kernels.rms_norm import fused_add_rms_norm, rms_norm  # noqa: E402
-from cbbench.kernels.rope import rotary_embedding  # noqa: E402
-from cbbench.kernels.silu_and_mul import silu_and_mul  # noqa: E402
+from cbbench.kernels.triton_rms_norm import fused_add_rms_norm, rms_norm  # noqa: E402
+from cbbench.kernels.triton_rope import rotary_embedding  # noqa: E402
+from cbbench.kernels.triton_silu_and_mul import silu_and_mul  # noqa: E402
 from refengine.layers.rotary_embedding import RotaryEmbedding  # noqa: E402
 from refengine.models.model_config import rope_inv_freq  # noqa: E402
 from refengine.models.presets import PRESETS  # noqa: E402

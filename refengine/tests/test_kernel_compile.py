@@ -25,11 +25,11 @@ def compile_for_sm90() -> list[str]:
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
 
-    from cbbench.kernels.reshape_and_cache import _reshape_and_cache_kernel
-    from cbbench.kernels.rms_norm import _rms_norm_kernel
-    from cbbench.kernels.rope import _rotary_embedding_kernel
-    from cbbench.kernels.silu_and_mul import _silu_and_mul_kernel
-    from cbbench.kernels.unified_attention import _reduce_segments_kernel, _unified_attention_kernel
+    from cbbench.kernels.triton_reshape_and_cache import _reshape_and_cache_kernel
+    from cbbench.kernels.triton_rms_norm import _rms_norm_kernel
+    from cbbench.kernels.triton_rope import _rotary_embedding_kernel
+    from cbbench.kernels.triton_silu_and_mul import _silu_and_mul_kernel
+    from cbbench.kernels.triton_unified_attention import _reduce_segments_kernel, _unified_attention_kernel
 
     ptr = {"q_ptr", "k_cache_ptr", "v_cache_ptr", "out_ptr", "k_ptr", "v_ptr", "x_ptr", "residual_ptr", "weight_ptr",
            "cos_sin_cache_ptr"}  # fmt: skip

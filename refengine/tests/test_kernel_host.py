@@ -55,7 +55,7 @@ def _do_not_specialize(kernel, what: str = "do_not_specialize") -> list:
 
 
 def test_per_step_ints_are_not_specialized() -> None:
-    from cbbench.kernels.unified_attention import _reduce_segments_kernel, _unified_attention_kernel
+    from cbbench.kernels.triton_unified_attention import _reduce_segments_kernel, _unified_attention_kernel
     from cbbench.kernels.unified_attention_kernels import DO_NOT_SPECIALIZE
 
     assert {"num_seqs", "stride_bt_seq"} <= set(DO_NOT_SPECIALIZE)
@@ -74,9 +74,9 @@ def test_per_step_ints_are_not_specialized() -> None:
 
 def test_fused_kernels_row_count_is_not_specialized() -> None:
     """The decoder layer's fused kernels take the step's row count as their one per-step int."""
-    from cbbench.kernels.rms_norm import _rms_norm_kernel
-    from cbbench.kernels.rope import _rotary_embedding_kernel
-    from cbbench.kernels.silu_and_mul import _silu_and_mul_kernel
+    from cbbench.kernels.triton_rms_norm import _rms_norm_kernel
+    from cbbench.kernels.triton_rope import _rotary_embedding_kernel
+    from cbbench.kernels.triton_silu_and_mul import _silu_and_mul_kernel
 
     for kernel, name in (
         (_rms_norm_kernel, "num_rows"),
@@ -104,7 +104,7 @@ def test_slot_mapping_pointer_alignment_is_not_specialized() -> None:
     """slot_mapping may be a view into a packed per-step buffer: its alignment must not pick a kernel variant."""
     import triton
 
-    from cbbench.kernels.reshape_and_cache import _reshape_and_cache_kernel
+    from cbbench.kernels.triton_reshape_and_cache import _reshape_and_cache_kernel
 
     if "do_not_specialize_on_alignment" not in inspect.signature(triton.jit).parameters:
         pytest.skip("this Triton has no do_not_specialize_on_alignment")
@@ -114,7 +114,7 @@ def test_slot_mapping_pointer_alignment_is_not_specialized() -> None:
 
 def test_warmup_covers_every_variant_the_heuristics_pick(monkeypatch: pytest.MonkeyPatch) -> None:
     import cbbench.kernels.warmup as warmup_mod
-    from cbbench.kernels.unified_attention import plan_unified_attention
+    from cbbench.kernels.triton_unified_attention import plan_unified_attention
 
     heads, kv_heads, head_dim, block_size, max_model_len = 4, 2, 16, 4, 256
     dtype, device = torch.float32, "cuda" if ON_GPU else "cpu"
@@ -146,11 +146,11 @@ def test_warmup_covers_every_variant_the_heuristics_pick(monkeypatch: pytest.Mon
 @pytest.mark.skipif(not ON_GPU, reason="needs a CUDA device")
 def test_gpu_no_compile_after_engine_start() -> None:
     """After the engine's warm-up, steps of any batch size and context length compile nothing new."""
-    from cbbench.kernels.reshape_and_cache import _reshape_and_cache_kernel
-    from cbbench.kernels.rms_norm import _rms_norm_kernel
-    from cbbench.kernels.rope import _rotary_embedding_kernel
-    from cbbench.kernels.silu_and_mul import _silu_and_mul_kernel
-    from cbbench.kernels.unified_attention import _reduce_segments_kernel, _unified_attention_kernel
+    from cbbench.kernels.triton_reshape_and_cache import _reshape_and_cache_kernel
+    from cbbench.kernels.triton_rms_norm import _rms_norm_kernel
+    from cbbench.kernels.triton_rope import _rotary_embedding_kernel
+    from cbbench.kernels.triton_silu_and_mul import _silu_and_mul_kernel
+    from cbbench.kernels.triton_unified_attention import _reduce_segments_kernel, _unified_attention_kernel
     from refengine import LLM, SamplingParams
 
     kernels = (

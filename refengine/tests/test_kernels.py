@@ -21,8 +21,8 @@ from hypothesis import given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
 from cbbench.kernels.reference import reshape_and_cache_ref
-from cbbench.kernels.reshape_and_cache import reshape_and_cache  # noqa: E402
-from cbbench.kernels.unified_attention import (  # noqa: E402
+from cbbench.kernels.triton_reshape_and_cache import reshape_and_cache  # noqa: E402
+from cbbench.kernels.triton_unified_attention import (  # noqa: E402
     MAX_KV_SEGMENTS,
     choose_num_kv_segments,
     plan_unified_attention,
