@@ -1,7 +1,7 @@
 """The root conftest.py's guard: a run that leaves a new or changed file in the checkout fails (exit 1, the paths
 listed), under pytest-xdist as the default addopts run it, while what a test writes to a relative path lands in its
 scratch working directory and pytest-benchmark keeps no `.benchmarks` folder there. Checked on a copy of that
-conftest.py in a scratch checkout (pytester), run in a subprocess: with two workers, and without xdist."""
+conftest.py in a scratch checkout (pytester), run in a subprocess: under xdist (a controller, a worker) and without."""
 
 from __future__ import annotations
 
@@ -29,7 +29,7 @@ def test_changes_a_file_of_the_checkout():
     (Path(__file__).parent / "notes.md").write_text("changed, longer than before")
 """,
 }
-XDIST = ("-p", "xdist", "-n", "2", "--dist", "loadfile", "-p", "no:cacheprovider")
+XDIST = ("-p", "xdist", "-n", "1", "--dist", "loadfile", "-p", "no:cacheprovider")  # a controller and a worker
 
 
 @pytest.fixture
