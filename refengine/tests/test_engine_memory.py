@@ -10,6 +10,7 @@ from __future__ import annotations
 import gc
 import threading
 import weakref
+from pathlib import Path
 
 import pytest
 import torch
@@ -149,7 +150,9 @@ def test_preset_weights_on_a_device_live_only_as_long_as_an_engine_uses_them(mon
     assert host_key in worker_mod.shared_presets()  # the host's newest are kept: CPU tests make engines in a row
 
 
-def test_perf_releases_each_configurations_engine_before_the_next(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_perf_releases_each_configurations_engine_before_the_next(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
     """`cbbench perf` (and `perf --like` over a baseline) runs its configurations one after another in one process:
     each engine must have given its memory back before the next one is sized, or on a GPU the second is refused."""
     from typer.testing import CliRunner
@@ -176,7 +179,10 @@ def test_perf_releases_each_configurations_engine_before_the_next(monkeypatch: p
             app, ["perf", *TINY_RUN, "--batching", "continuous,static", "--peers", "none", "--dry-run"]
         )
         assert res.exit_code == 0, res.output
-        res = CliRunner().invoke(app, ["perf", *TINY_RUN, "--batching", "continuous,static", "--peers", "none"])
+        res = CliRunner().invoke(
+            app,
+            ["perf", *TINY_RUN, "--batching", "continuous,static", "--peers", "none", "--result-dir", str(tmp_path)],
+        )
     finally:
         gc.enable()
     assert res.exit_code == 0, res.output

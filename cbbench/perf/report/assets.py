@@ -2,7 +2,8 @@
 
 The script draws each CDF chart as inline SVG from the JSON embedded in the page (`<script id="cdf-data">`), built
 as markup through innerHTML, so the page never names an SVG namespace URL. Each drawn chart gets
-`data-rendered="<number of series>"`, which the headless-browser test reads from the DOM.
+`data-rendered="<number of series>"` and `data-scale="linear|log"` (the x axis axis_scale.py chose), which the
+headless-browser test reads from the DOM.
 """
 
 CSS = """
@@ -21,7 +22,7 @@ tr:hover td { background: #fafbfc; }
 .charts { display: flex; flex-wrap: wrap; gap: 24px; }
 .chart { width: 600px; } .chart svg { width: 600px; }
 .chart .axis line, .chart .axis path { stroke: #888; } .chart text { font-size: 11px; fill: #333; }
-.chart .grid { stroke: #eee; } .chart .cdf-line { fill: none; stroke-width: 1.8; }
+.chart .grid { stroke: #eee; } .chart .grid.minor { stroke: #f6f6f6; } .chart .cdf-line { fill: none; stroke-width: 1.8; }
 .timeline img { max-width: 100%; border: 1px solid #eee; }
 .timeline figure { margin: 8px 0 14px; } .timeline figcaption { font-size: 12px; color: #333; }
 .timeline-svg { border: 1px solid #eee; display: block; }
@@ -40,30 +41,23 @@ JS = r"""
   function esc(s) {
     return String(s).replace(/&/g, "&amp;").replace(/</g, "&lt;").replace(/>/g, "&gt;").replace(/"/g, "&quot;");
   }
-  function niceTicks(lo, hi, n) {
-    if (!(hi > lo)) { hi = lo + 1; }
-    const raw = (hi - lo) / n, mag = Math.pow(10, Math.floor(Math.log10(raw)));
-    const step = [1, 2, 2.5, 5, 10].map(f => f * mag).find(s => s >= raw);
-    const out = [];
-    // from the last tick at or below lo to the first at or above hi, so every point lies inside the axes
-    for (let v = Math.floor(lo / step) * step; ; v += step) {
-      out.push(+v.toFixed(10));
-      if (v >= hi - step * 1e-9) { break; }
-    }
-    return out;
-  }
   function plain(v) { return Math.abs(v) >= 100 ? v.toFixed(0) : String(+v.toPrecision(3)); }
   function draw(el, chart) {
     const series = chart.series.filter(s => s.x.length > 0);
     if (!series.length) { el.innerHTML = '<p class="empty">no ' + esc(chart.title) + ' values in this run</p>'; return; }
-    const xmax = Math.max(...series.map(s => s.x[s.x.length - 1]));
-    const xmin = Math.min(0, ...series.map(s => s.x[0]));
-    const xt = niceTicks(xmin, xmax, 6), x0 = xt[0], x1 = xt[xt.length - 1];
+    // the axis (scale, range, ticks) comes with the data: perf/report/axis_scale.py chooses it for the report and
+    // for `cbbench plot` alike; a log axis puts zero and below at its low end
+    const ax = chart.axis, x0 = ax.lo, x1 = ax.hi, xt = ax.ticks, log = ax.scale === "log";
+    const pos = log ? v => (Math.log10(Math.max(v, x0)) - Math.log10(x0)) / (Math.log10(x1) - Math.log10(x0))
+                    : v => (v - x0) / (x1 - x0);
     const rows = Math.ceil(series.length / 2), H = PH + 10 + 16 * rows;  // a two-column legend below the axes
-    const X = v => M.l + (v - x0) / (x1 - x0) * (W - M.l - M.r);
+    const X = v => M.l + pos(v) * (W - M.l - M.r);
     const Y = p => PH - M.b - p * (PH - M.t - M.b);
     let svg = '<svg viewBox="0 0 ' + W + ' ' + H + '" height="' + H + '" role="img" aria-label="' +
-              esc(chart.title) + '">';
+              esc(chart.title) + '" data-scale="' + ax.scale + '">';
+    for (const t of ax.minor) {
+      svg += '<line class="grid minor" x1="' + X(t) + '" x2="' + X(t) + '" y1="' + Y(0) + '" y2="' + Y(1) + '"/>';
+    }
     for (const t of xt) {
       svg += '<line class="grid" x1="' + X(t) + '" x2="' + X(t) + '" y1="' + Y(0) + '" y2="' + Y(1) + '"/>';
       svg += '<text x="' + X(t) + '" y="' + (Y(0) + 16) + '" text-anchor="middle">' + plain(t) + '</text>';
@@ -89,6 +83,7 @@ JS = r"""
     });
     el.innerHTML = svg + '</svg>';
     el.dataset.rendered = String(series.length);
+    el.dataset.scale = ax.scale;
   }
   for (const el of document.querySelectorAll("[data-chart]")) { draw(el, data[el.dataset.chart]); }
   document.body.dataset.chartsDrawn = "yes";

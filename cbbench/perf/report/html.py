@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 
 from cbbench.perf.report.assets import CSS, JS
+from cbbench.perf.report.axis_scale import choose_axis
 from cbbench.perf.report.frontier_svg import frontier_html
 from cbbench.perf.report.server_series import server_metrics_html
 from cbbench.perf.report.table import Entry, fit_columns, summary_lines, table_columns
@@ -116,7 +117,8 @@ def latency_values(records: Sequence[Mapping[str, Any]]) -> tuple[list[float], l
 
 
 def cdf_data(runs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
-    """The embedded chart data: per configuration (its first repeat), the TTFT and ITL CDFs."""
+    """The embedded chart data: per configuration (its first repeat), the TTFT and ITL CDFs, and per chart the x
+    axis they share (`Axis.to_json()`: log where the values spread over more than two decades)."""
     first = [r for r in runs if r["repeat"] == min(x["repeat"] for x in runs if x["key"] == r["key"])]
     charts: dict[str, dict[str, Any]] = {
         "ttft": {"title": "TTFT", "xlabel": "TTFT (ms)", "unit": "requests", "series": []},
@@ -127,6 +129,12 @@ def cdf_data(runs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         ttft, itl = latency_values(r["records"])
         charts["ttft"]["series"].append({"name": name, **_cdf(ttft)})
         charts["itl"]["series"].append({"name": name, **_cdf(itl)})
+    for chart in charts.values():
+        # one axis for every mode's curve, chosen by the rule `cbbench plot` uses too (axis_scale.py)
+        axis = choose_axis(x for s in chart["series"] for x in s["x"])
+        chart["axis"] = axis.to_json()
+        if axis.scale == "log":
+            chart["xlabel"] = chart["xlabel"].replace(" (ms)", " (ms, log scale)")
     return charts
 
 

@@ -7,7 +7,9 @@ Two kinds, chosen from the data (`kind="auto"`):
   labelled with its rate; a curve that bends up is the engine reaching saturation.
 - `sweep`, otherwise: the max_num_batched_tokens trade-off: TTFT (mean, p99) and output
   throughput against a swept knob.
-Ticks are plain numbers (no scientific notation, no offset), so the axes read as the table does.
+Ticks are plain numbers (no scientific notation, no offset), so the axes read as the table does. A value axis (the
+latencies, the throughputs) is logarithmic where its values spread over more than two decades, by the rule of
+axis_scale.py that `cbbench report`'s CDFs follow too; a swept knob's axis is log base 2 over a range of 8x or more.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from typing import Any
 
 import pandas as pd
 
+from cbbench.perf.report.axis_scale import choose_axis
 from cbbench.perf.report.plot_data import choose_kind, curves, load_results, not_a_sweep, plain_number, request_rates
 from cbbench.perf.results.columns import CONFIG_KEY_COLUMNS
 
@@ -130,6 +133,24 @@ def _plot_sweep(df: pd.DataFrame, axes: Sequence[Any], knob: str, named: bool = 
     return f"TTFT and throughput against {knob}"
 
 
+def _value_scale(ax: Any, which: str) -> None:
+    """Make a value axis logarithmic, with the range and decade ticks of axis_scale.choose_axis, when the data drawn
+    on it (lines and error bars) spreads over more than two decades; a linear one keeps matplotlib's own range."""
+    lim = ax.dataLim
+    lo, hi = (lim.y0, lim.y1) if which == "y" else (lim.x0, lim.x1)
+    axis = choose_axis([lo, hi])
+    if axis.scale != "log":
+        return
+    if which == "y":
+        ax.set_yscale("log")
+        ax.set_ylim(axis.lo, axis.hi)
+        ax.set_yticks(axis.ticks)
+    else:
+        ax.set_xscale("log")
+        ax.set_xlim(axis.lo, axis.hi)
+        ax.set_xticks(axis.ticks)
+
+
 def default_out(csv_path: str | Path, kind: str, knob: str) -> Path:
     return Path(csv_path).with_suffix(".latency-throughput.png" if kind == "latency" else f".{knob}.png")
 
@@ -160,6 +181,9 @@ def make_figure(
         plt.close(fig)
         raise
     for ax in axes:
+        _value_scale(ax, "y")
+        if kind == "latency":
+            _value_scale(ax, "x")  # output throughput: a value axis too (a sweep's x is its knob)
         ax.grid(alpha=0.3)
         for axis in (ax.xaxis, ax.yaxis):
             axis.set_major_formatter(FuncFormatter(plain_number))

@@ -59,7 +59,7 @@ def test_dry_run_reruns_every_part_of_the_baseline_like_and_compares(tmp_path: P
     )
     assert f"compare {base} results/gpu-ci/h200.csv" in res.stdout
     assert f"tolerances: {tmp_path / 'h200.tolerances.toml'}" in res.stdout
-    assert not Path("results/gpu-ci").exists() or not any(Path("results/gpu-ci").iterdir())
+    assert not (REPO / "results/gpu-ci").exists() or not any((REPO / "results/gpu-ci").iterdir())
 
 
 def test_missing_baseline_is_one_line_and_exit_2(tmp_path: Path) -> None:

@@ -18,7 +18,9 @@ from tiny_run import TINY_RUN  # perf/tests/tiny_run.py (pytest puts this folder
 from typer.testing import CliRunner
 
 from cbbench.perf.cli import app
+from cbbench.perf.report.axis_scale import LOG_SPREAD, Axis, choose_axis
 from cbbench.perf.report.html import latency_values, load_run, render_html
+from cbbench.perf.report.plot_data import plain_number
 from cbbench.perf.report.timeline_svg import KINDS, LEGEND_BASE, cell_fill, palette, request_rgb
 from cbbench.perf.results.run_json import read_run
 
@@ -261,6 +263,83 @@ def test_headless_screenshot(run_page, tmp_path):
     _browse(page, f"--screenshot={shot}", "--window-size=1300,1600")
     img = mpimg.imread(shot)
     assert img.shape[:2] == (1600, 1300) and img[..., :3].std() > 0.05
+
+
+# the README's simulated run made small: `none` serves one request at a time, so its TTFT spreads decades past the
+# other modes' (a simulated run: no model is loaded, the numbers repeat to the digit)
+SIM_RUN = ["--device", "sim:h200", "--workload", "sharegpt", "--num-prompts", "16", "--max-num-seqs", "4"]
+SIM_RUN += ["--batching", "continuous,static,none", "--peers", "none", "--executor", "serial", "--quiet"]
+VISIBLE_SHARE = 0.1  # a curve spans at least a tenth of its chart's x axis (53 of the 528 px of the plot area)
+
+
+@pytest.fixture(scope="module")
+def sim_page(tmp_path_factory):
+    out = tmp_path_factory.mktemp("sim-report")
+    res = CliRunner().invoke(app, ["perf", *SIM_RUN, "--result-dir", str(out)])
+    assert res.exit_code == 0, res.output
+    (js,) = out.glob("*.json")
+    page = out / "report.html"
+    res = CliRunner().invoke(app, ["report", str(js), "-o", str(page)])
+    assert res.exit_code == 0, res.output
+    return page
+
+
+def _chart_data(page_text: str) -> dict:
+    return json.loads(Dom(page_text).find("script", id="cdf-data")[0][2][0])
+
+
+def test_the_simulated_runs_ttft_gets_a_log_axis_that_shows_every_mode(sim_page):
+    data = _chart_data(sim_page.read_text())
+    ttft = data["ttft"]
+    axis = Axis(**{k: tuple(v) if isinstance(v, list) else v for k, v in ttft["axis"].items()})
+    xs = [x for s in ttft["series"] for x in s["x"]]
+    assert axis.scale == "log" and max(xs) / min(xs) > LOG_SPREAD and ttft["xlabel"] == "TTFT (ms, log scale)"
+    assert [s["name"] for s in ttft["series"]] == ["refengine continuous", "refengine static", "refengine none"]
+    for s in ttft["series"]:
+        assert axis.lo <= min(s["x"]) and max(s["x"]) <= axis.hi
+        assert axis.position(max(s["x"])) - axis.position(min(s["x"])) >= VISIBLE_SHARE, s["name"]
+    itl = [x for s in data["itl"]["series"] for x in s["x"]]
+    assert data["itl"]["axis"] == choose_axis(itl).to_json()  # the same rule, whichever scale it gives
+
+
+def _chart_svg(dumped: str, chart_id: str) -> tuple[dict, Dom]:
+    """A drawn chart's div attributes and its contents (from Chromium's DOM dump)."""
+    m = re.search(rf'<div class="chart" id="{chart_id}"([^>]*)>(.*?)</div>', dumped, re.S)
+    assert m, chart_id
+    return dict(re.findall(r'([\w-]+)="([^"]*)"', m.group(1))), Dom(m.group(2))
+
+
+def _path_xs(d: str) -> list[float]:
+    return [float(x) for x in re.findall(r"[ML](-?[\d.]+),", d)]
+
+
+@needs_chromium
+def test_headless_chromium_draws_each_curve_where_the_axis_puts_it(sim_page):
+    """The page's script draws the axis the data names: a log TTFT axis labelled at the powers of ten, every curve
+    inside the plot area and as wide there as axis_scale.py's position says (so the script's log mapping is the
+    rule's), each spanning a visible share."""
+    data = _chart_data(sim_page.read_text())
+    dumped = _browse(sim_page, "--dump-dom")
+    for chart_id, key in (("ttft-cdf", "ttft"), ("itl-cdf", "itl")):
+        attrs, dom = _chart_svg(dumped, chart_id)
+        spec = data[key]["axis"]
+        axis = Axis(**{k: tuple(v) if isinstance(v, list) else v for k, v in spec.items()})
+        assert attrs["data-scale"] == spec["scale"] and attrs["data-rendered"] == "3"
+        (svg,) = dom.find("svg")
+        assert svg[1]["data-scale"] == spec["scale"]
+        labels = {"".join(e[2]) for e in dom.find("text")}
+        assert {plain_number(t) for t in axis.ticks} <= labels
+        axis_line = next(e for e in dom.elements if e[0] == "line" and "class" not in e[1])  # the x axis, in g.axis
+        left, right = float(axis_line[1]["x1"]), float(axis_line[1]["x2"])
+        paths = {p[1]["data-series"]: _path_xs(p[1]["d"]) for p in dom.find("path", class_="cdf-line")}
+        for s in data[key]["series"]:
+            px = paths[s["name"]]
+            assert left - 0.5 <= min(px) and max(px) <= right + 0.5
+            want = axis.position(max(s["x"])) - axis.position(min(s["x"]))
+            assert (max(px) - min(px)) / (right - left) == pytest.approx(want, abs=0.005), s["name"]
+            if key == "ttft":
+                assert want >= VISIBLE_SHARE, s["name"]
+    assert _chart_svg(dumped, "ttft-cdf")[0]["data-scale"] == "log"
 
 
 def test_rate_sweep_gets_a_latency_throughput_chart(run_page, tmp_path):

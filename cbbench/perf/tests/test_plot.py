@@ -18,6 +18,7 @@ from matplotlib.container import ErrorbarContainer  # noqa: E402
 from typer.testing import CliRunner  # noqa: E402
 
 from cbbench.perf.cli import app  # noqa: E402
+from cbbench.perf.report.axis_scale import Axis
 from cbbench.perf.report.plot import make_figure
 from cbbench.perf.report.plot_data import plain_number
 from cbbench.perf.results.files import write_csv
@@ -158,6 +159,29 @@ def test_knob_sweep_has_error_bars_and_plain_log_ticks(tmp_path):
         fig.canvas.draw()
         ticks = [t.get_text() for t in ax_t.xaxis.get_ticklabels() if t.get_text()]
         assert {"512", "2048", "8192"} <= set(ticks)  # not 2^9, 2^11, 2^13
+    finally:
+        plt.close(fig)
+
+
+def test_a_latency_axis_over_two_decades_is_log_so_both_csvs_show(tmp_path):
+    """The report's axis rule (axis_scale.py) in `cbbench plot`: a CSV a thousand times slower than the other puts
+    TTFT and end-to-end latency (150 ms to a million) on log axes from a round value past each end, with a label per
+    decade, so the fast CSV's curve spans a visible share; TPOT (20 to 29 ms) and the throughputs stay linear."""
+    fast, slow = _csv(tmp_path / "fast.csv"), _csv(tmp_path / "slow.csv", scale=1000.0)
+    fig, _ = make_figure([fast, slow], labels=["fast", "slow"])
+    try:
+        ttft, tpot, e2el = fig.axes
+        assert [ax.get_yscale() for ax in fig.axes] == ["log", "linear", "log"]
+        assert [ax.get_xscale() for ax in fig.axes] == ["linear"] * 3
+        assert ttft.get_ylim() == (100.0, 2_000_000.0)  # 150 ms (fast, rate 1, repeat 0) to 1000020 (slow p99, inf)
+        assert list(ttft.get_yticks()) == [100.0, 1000.0, 10000.0, 100000.0, 1000000.0]
+        fig.canvas.draw()
+        assert [t.get_text() for t in ttft.yaxis.get_ticklabels()] == ["100", "1000", "10000", "100000", "1000000"]
+        bars = next(c for c in ttft.containers if c.get_label() == "fast continuous mean")
+        top = max(line.get_ydata().max() for line in ttft.get_lines() if line.get_label().startswith("fast"))
+        low = bars.lines[0].get_ydata().min()
+        axis = Axis("log", *ttft.get_ylim(), ())
+        assert axis.position(top) - axis.position(low) >= 0.1  # on a linear axis to 2e6: under 0.1%
     finally:
         plt.close(fig)
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import io
 import socket
+from pathlib import Path
 
 import pytest
 from cli_runs import invoke, one_line
@@ -16,6 +17,7 @@ from cbbench.perf.report.show import render
 from cbbench.perf.report.table import CPU_ECONOMICS, summary_lines
 from cbbench.perf.report.table_title import table_title
 
+BASELINE = str(Path(__file__).resolve().parents[3] / "results/baselines/cpu.csv")  # a CSV that exists
 SUMMARY = {"num_requests": 4, "mean_prompt_len": 8.0, "max_prompt_len": 8, "mean_output_len": 4.0}
 SUMMARY |= {"max_output_len": 4, "cv_output_len": 0.0}
 
@@ -24,8 +26,8 @@ SUMMARY |= {"max_output_len": 4, "cv_output_len": 0.0}
     "args",
     [
         ["show", "{missing}"],
-        ["compare", "{missing}", "results/baselines/cpu.csv"],
-        ["compare", "results/baselines/cpu.csv", "{missing}"],
+        ["compare", "{missing}", BASELINE],
+        ["compare", BASELINE, "{missing}"],
         ["perf", "--like", "{missing}", "--dry-run"],
         ["report", "{missing_json}"],
     ],
