@@ -38,6 +38,7 @@ from cbbench.perf.knobs import NO_GRID, KnobGrid, engine_knob_options
 from cbbench.perf.plan.options import (
     CPU_DEFAULTS,
     BackendOptions,
+    ClientOptions,
     EngineOptions,
     LoadAxes,
     OutputOptions,
@@ -118,15 +119,15 @@ def perf(
         given = [name for name in explicit if name not in LIKE_MAY_SET and name != "executor"]  # how, not what
         if given:
             raise CliError(f"--like takes the configurations from {like}; leave out --{given[0].replace('_', '-')}")
+    from cbbench.perf.backends.registry import check_backend  # (the backends load numpy: not at --help)
+
     opts = PerfOptions(  # (each group checks its own values, in the order the options are documented to fail)
-        backend=BackendOptions(
-            name=backend,
-            base_url=base_url,
-            prompt_format=prompt_format,
-            ignore_eos=ignore_eos,
-            request_timeout=request_timeout,
-            client_workers=client_workers,
-            peers=BackendOptions.parse_peers(peers),
+        backend=check_backend(
+            BackendOptions(
+                name=backend,
+                client=ClientOptions(base_url, prompt_format, ignore_eos, request_timeout, client_workers),
+                peers=BackendOptions.parse_peers(peers),
+            )
         ),
         output=OutputOptions(
             result_dir=result_dir,
