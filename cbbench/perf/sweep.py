@@ -17,9 +17,9 @@ from cbbench.perf.exceptions import NoResultError
 from cbbench.perf.grid.executor import resolve_executor
 from cbbench.perf.grid.order import plan_positions, put_in_plan_order, row_position
 from cbbench.perf.grid.run import Grid
-from cbbench.perf.plan.build import build_plan
+from cbbench.perf.plan.build import RunPlan, build_plan
 from cbbench.perf.plan.options import DEFAULT_CPU_THREADS, PerfOptions
-from cbbench.perf.plan.spec import RunPlan, RunSpec
+from cbbench.perf.plan.spec import RunSpec
 from cbbench.perf.report.show import labels_of_rows, render
 from cbbench.perf.report.table import Entry
 from cbbench.perf.results.environment import environment_info
@@ -36,7 +36,7 @@ def show_plan(o: PerfOptions, console: Console) -> None:
     """`cbbench perf --dry-run`: the validated plan, one line per run, and the executor; nothing runs."""
     plan = build_plan(o)
     head, _, runs = plan.describe().partition("\n")
-    choice = resolve_executor(plan.executor, plan, len(plan.specs))
+    choice = resolve_executor(plan.executor, plan.settings.device, plan.server, len(plan.specs))
     text = f"{head}; executor {choice.describe(len(plan.specs))}" + (f"\n{runs}" if runs else "")
     console.print(text, markup=False, highlight=False, soft_wrap=True)
 
@@ -55,7 +55,7 @@ def run_plan(plan: RunPlan, console: Console, *, table: bool = True) -> list[dic
         resume=plan.resume,
     )
     todo = [i for i, spec in enumerate(plan.specs) if not writer.done(spec.plan_id)]
-    grid = Grid(plan, resolve_executor(plan.executor, plan, len(todo)), todo)
+    grid = Grid(plan, resolve_executor(plan.executor, plan.settings.device, plan.server, len(todo)), todo)
     info = console if plan.format == "text" else Console(stderr=True)  # stdout holds only the markdown / JSON
     if plan.resume and writer.num_done:
         info.print(f"resume: {writer.num_done} run(s) already in {plan.csv_path}; {len(todo)} to go", markup=False)
@@ -112,7 +112,7 @@ def _check_measured(entries: list[Entry]) -> None:
 
 def _record(plan: RunPlan, spec: RunSpec, result: RunResult, writer: ResultWriter, notes: list[str]) -> Entry:
     """One finished run: its row and records written; its entry of the table (key, row or None, error)."""
-    key = (result.engine, result.batching, spec.label_of(result))
+    key = (result.engine, result.batching, spec.label_of(result.knobs))
     if result.error:
         return key, None, result.error
     backend = plan.backends[spec.backend]

@@ -5,10 +5,10 @@ Each step(): schedule -> forward + sample -> update_from_output (EOS, stop ids, 
 the requests it reports (ended by a stop string, or whose output failed) finished through the scheduler here ->
 the step's StepStats. docs/engine.md follows one step hop by hop.
 With async_scheduling=True the forward runs in a worker thread and step() schedules and launches step N+1 before
-it processes step N's output (refengine/engine/batch_queue.py): outputs come back one step later, tokens are the same.
+it processes step N's output (refengine/worker/batch_queue.py): outputs come back one step later, tokens are the same.
 The model (or `model_impl`), the sampler and the detokenizer factory come in through the constructor, so a
 benchmark or a test swaps one without patching. What the engine runs on, a real device or a simulated GPU, is its
-Device (`engine.platform`, refengine/worker/device.py), chosen once in the constructor.
+Device (`engine.platform`, refengine/worker/device.py), chosen once in the constructor (refengine/engine/platform.py).
 Lifetime: shutdown(), the end of a `with` block, or the engine's collection gives its device memory back (the KV
 caches, the CUDA graphs, the reference to the weights, then the allocator's cache), so that engines made one
 after another in a process each find the memory the last one used.
@@ -28,6 +28,7 @@ import refengine.sample.sampler as sampler_module
 from refengine.engine.detokenizer import IncrementalDetokenizer
 from refengine.engine.engine_args import EngineArgs, with_resolved
 from refengine.engine.output_processor import DetokenizerFactory, OutputProcessor
+from refengine.engine.platform import make_device
 from refengine.engine.processor import Processor
 from refengine.engine.step_stats import StepStats
 from refengine.outputs import RequestOutput
@@ -35,7 +36,7 @@ from refengine.request import Request, RequestStatus
 from refengine.sampling_params import SamplingParams
 from refengine.scheduler.scheduler import Scheduler
 from refengine.scheduler.scheduler_output import ModelRunnerOutput, SchedulerOutput
-from refengine.worker.device import Device, Runner, StepQueue, make_device
+from refengine.worker.device import Device, Runner, StepQueue
 from refengine.worker.model_runner import Sampler
 
 NewRequest = tuple[Any, ...]  # add_requests' entries: add_request's arguments, the last three optional
@@ -67,8 +68,8 @@ class LLMEngine:
         (forward, compute_logits), for `model`'s config; `sampler` and `detokenizer_factory` replace refengine's."""
         args = EngineArgs.from_kwargs(model, **kwargs)
         cfg = args.create_configs()  # bad knobs fail here, before a model is loaded
-        # the one place the kind of device is decided (refengine/worker/device.py): a real one, or device="sim:<gpu>", a
-        # simulated GPU (no weights, no forward: a runner on a virtual clock, refengine/sim/)
+        # the one place the kind of device is decided (refengine/engine/platform.py): a real one, or device="sim:<gpu>",
+        # a simulated GPU (no weights, no forward: a runner on a virtual clock, refengine/sim/)
         self.platform: Device = make_device(cfg, model_impl)
         self.clock = self.platform.clock
         parts = self.platform.parts

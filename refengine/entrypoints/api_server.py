@@ -291,10 +291,3 @@ def build_app(
 
     _add_service_routes(app, serving, check_model, disable_docs)
     return app
-
-
-def run_server(engine_kwargs: dict[str, Any], **kwargs: Any) -> None:
-    """`cbbench serve`'s entry point (launch.run_server: the port checked first, the limits, the graceful stop)."""
-    from refengine.entrypoints.launch import run_server as run  # (launch imports this module)
-
-    run(engine_kwargs, **kwargs)

@@ -65,21 +65,25 @@ class CachedRequestData:
     num_computed_tokens: list[int] = field(default_factory=list)  # before this step's tokens
 
 
-@dataclass
+@dataclass(kw_only=True)
 class SchedulerOutput:
-    """One step: who runs how many tokens, and what the runner must learn or forget first."""
+    """One step: who runs how many tokens, and what the runner must learn or forget first.
 
-    scheduled_new_reqs: list[NewRequestData] = field(default_factory=list)
-    scheduled_cached_reqs: CachedRequestData = field(default_factory=CachedRequestData)
-    num_scheduled_tokens: dict[str, int] = field(default_factory=dict)  # in scheduling order
-    total_num_scheduled_tokens: int = 0
-    is_prefill: dict[str, bool] = field(default_factory=dict)  # per scheduled request: prefill chunk or decode
-    preempted_req_ids: list[str] = field(default_factory=list)  # in preemption order
-    finished_req_ids: set[str] = field(default_factory=set)  # finished or aborted since the previous schedule()
-    blocks_to_swap_out: list[tuple[int, int]] = field(default_factory=list)  # (device block, host block)
-    blocks_to_swap_in: list[tuple[int, int]] = field(default_factory=list)  # (host block, device block)
-    num_prefill_tokens: int = 0
-    num_decode_tokens: int = 0
+    Every field is required and named: `Scheduler._make_output`, the one builder, says each one, so a field it
+    forgets (or one added here and not there) is a TypeError on the first schedule(), never an empty default that
+    the runner would read as "nothing to do"."""
+
+    scheduled_new_reqs: list[NewRequestData]
+    scheduled_cached_reqs: CachedRequestData
+    num_scheduled_tokens: dict[str, int]  # in scheduling order
+    total_num_scheduled_tokens: int
+    is_prefill: dict[str, bool]  # per scheduled request: prefill chunk or decode
+    preempted_req_ids: list[str]  # in preemption order
+    finished_req_ids: set[str]  # finished or aborted since the previous schedule()
+    blocks_to_swap_out: list[tuple[int, int]]  # (device block, host block)
+    blocks_to_swap_in: list[tuple[int, int]]  # (host block, device block)
+    num_prefill_tokens: int
+    num_decode_tokens: int
 
 
 @dataclass

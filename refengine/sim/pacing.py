@@ -26,7 +26,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from refengine.engine.clock import VirtualClock
+from refengine.clock import VirtualClock
 from refengine.sim.time_scale import ScaleController, check_time_scale
 
 if TYPE_CHECKING:

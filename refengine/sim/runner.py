@@ -5,7 +5,7 @@ model's seconds for it, and samples a fixed non-EOS token for every sampling row
 It keeps, per request, only its token count (prompt + sampled), to know which rows sample: as the real runner, a
 request samples when this step computes its last known token (a partial prefill samples nothing).
 
-SimBatchQueue stands in for refengine/engine/batch_queue.py under async scheduling: the same interface, no thread. A
+SimBatchQueue stands in for refengine/worker/batch_queue.py under async scheduling: the same interface, no thread. A
 step's "forward" runs when its output is collected, on the caller's thread, so the clock moves in a fixed order
 (deterministic) and step N runs before step N+1, as in the real worker. The overlap of host work with the GPU
 that async scheduling buys is the cost model's (max of the two, not the sum).
@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Callable
 
-from refengine.engine.clock import VirtualClock
+from refengine.clock import VirtualClock
 from refengine.scheduler.scheduler_output import ModelRunnerOutput, SchedulerOutput
 from refengine.sim.cost_model import CostModel, StepShape
 
@@ -81,7 +81,7 @@ class SimBatchQueue:
     """BatchQueue's interface without the worker thread (see the module docstring)."""
 
     def __init__(self, execute_model: Callable[[SchedulerOutput], ModelRunnerOutput]) -> None:
-        from refengine.engine.batch_queue import MAX_STEPS_IN_FLIGHT
+        from refengine.worker.batch_queue import MAX_STEPS_IN_FLIGHT
 
         self._execute_model = execute_model
         self._max = MAX_STEPS_IN_FLIGHT

@@ -20,7 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from refengine.engine.clock import VirtualClock
+from refengine.clock import VirtualClock
 from refengine.sim.gpus import GPUS, GpuSpec, get_gpu
 from refengine.sim.pacing import StepPacer
 from refengine.sim.sim_memory import num_sim_blocks, sim_dtype, torch_dtype

@@ -7,7 +7,7 @@ from __future__ import annotations
 import torch
 
 from conformance.engine_helpers import TEST_MODEL, greedy, make_prompts, run_llm
-from refengine.scheduler.scheduler_output import NewRequestData, SchedulerOutput
+from refengine.scheduler.scheduler_output import CachedRequestData, NewRequestData, SchedulerOutput
 from refengine.worker.cuda_graphs import CudaGraphRunner, GraphBuckets
 from refengine.worker.model_runner import ModelRunner
 from refengine.worker.worker import _load_model_cached
@@ -37,6 +37,25 @@ def make_runner(num_cpu_blocks: int = 16, max_num_seqs: int = 4) -> ModelRunner:
         dtype=torch.float32,
         seed=0,
     )
+
+
+def blank_output(**fields: object) -> SchedulerOutput:
+    """A step with nothing in it yet, for HandScheduler to fill in; `fields` sets some from the start. (A
+    SchedulerOutput names every field: the scheduler's one builder says each, a hand-built one starts empty.)"""
+    empty: dict[str, object] = {
+        "scheduled_new_reqs": [],
+        "scheduled_cached_reqs": CachedRequestData(),
+        "num_scheduled_tokens": {},
+        "total_num_scheduled_tokens": 0,
+        "is_prefill": {},
+        "preempted_req_ids": [],
+        "finished_req_ids": set(),
+        "blocks_to_swap_out": [],
+        "blocks_to_swap_in": [],
+        "num_prefill_tokens": 0,
+        "num_decode_tokens": 0,
+    }
+    return SchedulerOutput(**{**empty, **fields})  # type: ignore[arg-type]  # (each value has its field's type)
 
 
 class HandScheduler:
@@ -99,7 +118,7 @@ class HandScheduler:
 
 def decode_until(hs: HandScheduler, runner: ModelRunner, rids: list[str], n_out: int) -> None:
     while any(len(hs.tokens[r]) - len(p) < n_out for r, p in rids):
-        out = SchedulerOutput()
+        out = blank_output()
         for r, p in rids:
             if len(hs.tokens[r]) - len(p) < n_out:
                 hs.cached(out, r, 1)
@@ -120,7 +139,7 @@ def mixed_steps(hs: HandScheduler, runner: ModelRunner, n_out: int = 8) -> list[
     ]
     sizes = []
     for step in plan:
-        out = SchedulerOutput()
+        out = blank_output()
         for rid, n, new in step:
             if new:
                 hs.new(out, rid, dict(zip("abc", PROMPTS))[rid], n)

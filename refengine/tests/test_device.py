@@ -1,6 +1,6 @@
-"""The Device seam (refengine/worker/device.py): make_device chooses once, each device answers for itself, the engine asks
-its device (KV pool, memory check, runner, pacer) instead of branching on the kind, and no engine module outside
-the device modules knows that simulated GPUs exist."""
+"""The Device seam (refengine/worker/device.py): make_device (refengine/engine/platform.py) chooses once, each device
+answers for itself, the engine asks its device (KV pool, memory check, runner, pacer) instead of branching on the
+kind, and no engine module outside the device modules knows that simulated GPUs exist."""
 
 from __future__ import annotations
 
@@ -11,17 +11,18 @@ import pytest
 
 import refengine.engine.llm_engine as engine_module
 from refengine import LLMEngine
+from refengine.clock import WALL_CLOCK
 from refengine.config import EngineConfig
-from refengine.engine.clock import WALL_CLOCK
 from refengine.engine.engine_args import EngineArgs
+from refengine.engine.platform import make_device
 from refengine.models.presets import TEST_MODEL
 from refengine.sim.pacing import StepPacer
 from refengine.sim.sim_device import SimDevice
-from refengine.worker.device import LocalDevice, make_device
+from refengine.worker.device import LocalDevice
 
 ENGINE_ROOT = Path(__file__).resolve().parents[1]
-# the modules that may know about simulated GPUs: the seam itself and the simulation's package
-DEVICE_MODULES = ("worker/device.py", "sim/")
+# the modules that may know about simulated GPUs: the one place that chooses a device, and the simulation's package
+DEVICE_MODULES = ("engine/platform.py", "sim/")
 
 
 def config(**kwargs: object) -> EngineConfig:

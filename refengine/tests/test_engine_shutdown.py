@@ -1,6 +1,6 @@
 """Engine lifetime: `LLMEngine.shutdown()` / `LLM.shutdown()` and their `with` blocks, as vLLM's engines shut down.
 
-With async scheduling the forwards run in a worker thread (refengine/engine/batch_queue.py). Shutdown waits for the steps
+With async scheduling the forwards run in a worker thread (refengine/worker/batch_queue.py). Shutdown waits for the steps
 in flight and keeps their tokens, aborts what is unfinished (finish_reason "abort", `error` saying why, KV freed),
 stops the worker, and is idempotent; step() / add_request() afterwards raise. An engine dropped without shutdown
 stops its worker when it is collected (weakref.finalize), so engines made in a loop do not pile up threads; and

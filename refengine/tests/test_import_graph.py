@@ -1,14 +1,22 @@
-"""The import structure, read from the source (ast), not by importing it:
+"""The import structure, read from the source (ast), not by importing it. Every import counts, wherever it stands:
+at module level, under `if TYPE_CHECKING:` (a type checker follows it) and inside a function (it runs on the first
+call, and ties the two modules as surely as one at the top: deferring an import hides a circle, it does not open it).
 
-- refengine's modules import one another without a circle: the imports a module runs as it loads (those at module
-  level, `if TYPE_CHECKING:` blocks included, since a type checker follows them too) form an acyclic graph. An
-  import inside a function runs after every module has loaded and is left out; it is how a module defers a heavy
-  dependency (torch, the model loader), not a way round a circle;
-- the engine does not import the harness: refengine's own code (its tests aside) imports neither perf, workloads
-  nor conformance, anywhere; kernels (the engine's kernel library) imports none of refengine, perf, workloads or
-  conformance;
-- the scheduler -> runner contract (refengine/scheduler/scheduler_output.py) asks the KV cache manager for block ids and does
-  not import the block pool.
+- No import circle: the modules of refengine and of cbbench (cbbench.kernels, cbbench.perf, cbbench.workloads) and
+  the imports between them form an acyclic graph;
+- refengine's layers (`LAYERS`, docs/architecture.md): a module imports its own layer and the layers below it, never
+  one above. What runs a step goes down and its answer comes back up as a return value, not as an import;
+- the engine does not import the harness: refengine's own code (its tests aside) imports neither cbbench.perf,
+  cbbench.workloads nor conformance; cbbench.kernels (the engine's kernel library) imports none of refengine,
+  cbbench.perf, cbbench.workloads or conformance;
+- the scheduler -> runner contract (refengine/scheduler/scheduler_output.py) asks the KV cache manager for block
+  ids and does not import the block pool.
+
+How an import is read (`imports_of`): `import a.b` names the module a.b; `from a import x` names a.x when that is a
+module which a's __init__.py does not bind, else a itself (a face handing x on, or the module that defines x); a
+relative import is resolved against the importing module's package. The packages above a module, which Python runs
+before it, are not counted: a face binds its names lazily (cbbench/_faces.py, refengine/__init__.py), so running it
+imports nothing else.
 """
 
 from __future__ import annotations
@@ -17,7 +25,25 @@ import ast
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
-HARNESS = ("cbbench.perf", "cbbench.workloads", "conformance")  # import names (setup.py)
+PACKAGES = ("refengine", "cbbench")
+HARNESS = ("cbbench.perf", "cbbench.workloads", "conformance")  # import names
+
+# refengine's layers, lowest first, by the name under refengine/ (a folder, or a module of the package's top).
+# A module may import its own layer and those below it. `sim` is a device, as the worker is (refengine/worker/
+# device.py's LocalDevice beside refengine/sim/sim_device.py's SimDevice): it builds on the worker's seams (the
+# Device protocols, EngineParts, the batch queue's bound), and the worker knows nothing of it; the engine chooses
+# one of the two where it is built (refengine/engine/platform.py). refengine/__init__.py, the package's face, stands
+# above every layer.
+LAYERS: tuple[tuple[str, ...], ...] = (
+    ("checks", "limits", "clock", "sampling_params", "request", "outputs", "config", "tokenizer"),  # leaf modules
+    ("kv_cache", "sample", "layers"),
+    ("models",),
+    ("scheduler",),
+    ("worker",),
+    ("sim",),
+    ("engine",),
+    ("entrypoints",),
+)
 
 
 def _module_name(path: Path, root: Path) -> str:
@@ -26,90 +52,203 @@ def _module_name(path: Path, root: Path) -> str:
 
 
 def _sources(root: Path, package: str) -> dict[str, Path]:
-    """module name -> file, for the package's non-test modules."""
+    """module name -> file, for the package's non-test modules (`package` dotted: "cbbench.kernels" is
+    root/cbbench/kernels/)."""
     return {
         _module_name(p, root): p
-        for p in sorted((root / package).rglob("*.py"))
+        for p in sorted((root / package.replace(".", "/")).rglob("*.py"))
         if "tests" not in p.relative_to(root).parts
     }
 
 
-def _imported_names(tree: ast.Module, module: str, *, load_time_only: bool) -> list[str]:
-    """Every dotted name the module imports (`from a import b` gives a and a.b); with `load_time_only`, only the
-    imports at module level and in module-level `if` (TYPE_CHECKING) and `try` blocks."""
-    if load_time_only:
-        nodes: list[ast.stmt] = []
-        for stmt in tree.body:
-            nodes.append(stmt)
-            if isinstance(stmt, ast.If):
-                nodes += stmt.body + stmt.orelse
-            elif isinstance(stmt, ast.Try):
-                nodes += stmt.body + [s for h in stmt.handlers for s in h.body] + stmt.orelse + stmt.finalbody
-    else:
-        nodes = [n for n in ast.walk(tree) if isinstance(n, ast.stmt)]
+def _base(node: ast.ImportFrom, module: str, is_package: bool) -> str:
+    """The dotted module a `from ... import` reads from (a relative one resolved against the importing module)."""
+    if not node.level:
+        return node.module or ""
+    pkg = module if is_package else module.rpartition(".")[0]
+    if node.level > 1:
+        pkg = pkg.rsplit(".", node.level - 1)[0]
+    return f"{pkg}.{node.module}" if node.module else pkg
+
+
+def _imported_names(tree: ast.Module, module: str, *, is_package: bool = False) -> list[str]:
+    """Every dotted name the module imports, anywhere in it (`from a import b` gives a and a.b)."""
     names = []
-    for node in nodes:
+    for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             names += [a.name for a in node.names]
         elif isinstance(node, ast.ImportFrom):
-            base = node.module or ""
-            if node.level:  # relative: resolved against the importing module's package
-                pkg = module.rsplit(".", node.level)[0]
-                base = f"{pkg}.{base}" if base else pkg
+            base = _base(node, module, is_package)
             names += [base, *(f"{base}.{a.name}" for a in node.names)]
     return names
 
 
-def import_graph(root: Path, package: str) -> dict[str, set[str]]:
-    """module -> the package's modules it imports as it loads."""
-    mods = _sources(root, package)
-    graph: dict[str, set[str]] = {}
-    for name, path in mods.items():
-        imported = _imported_names(ast.parse(path.read_text()), name, load_time_only=True)
-        graph[name] = {n for n in imported if n in mods and n != name}
-    return graph
+def _bound_names(tree: ast.Module) -> set[str]:
+    """The names a module binds at its top (in module-level `if` and `try` blocks too): what `from it import x`
+    finds before it looks for a submodule x."""
+    stmts: list[ast.stmt] = []
+    todo = list(tree.body)
+    while todo:
+        stmt = todo.pop()
+        stmts.append(stmt)
+        if isinstance(stmt, ast.If):
+            todo += stmt.body + stmt.orelse
+        elif isinstance(stmt, ast.Try):
+            todo += stmt.body + [s for h in stmt.handlers for s in h.body] + stmt.orelse + stmt.finalbody
+    bound: set[str] = set()
+    for stmt in stmts:
+        if isinstance(stmt, ast.Import):
+            bound |= {a.asname or a.name.partition(".")[0] for a in stmt.names}
+        elif isinstance(stmt, ast.ImportFrom):
+            bound |= {a.asname or a.name for a in stmt.names}
+        elif isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            bound.add(stmt.name)
+        elif isinstance(stmt, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
+            targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]
+            bound |= {n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name)}
+    return bound
 
 
-def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
-    """One import circle as [a, b, ..., a], or None."""
-    state: dict[str, int] = {}  # 1: on the current path, 2: done
-    path: list[str] = []
+class Modules:
+    """The modules of some packages under `root`: their files, parsed once, and what each import of theirs names."""
 
-    def visit(node: str) -> list[str] | None:
-        state[node] = 1
-        path.append(node)
-        for nxt in sorted(graph.get(node, ())):
-            if state.get(nxt) == 1:
-                return path[path.index(nxt) :] + [nxt]
-            if nxt not in state and (found := visit(nxt)):
-                return found
-        path.pop()
-        state[node] = 2
+    def __init__(self, root: Path, packages: tuple[str, ...] = PACKAGES) -> None:
+        self.files = {name: path for p in packages for name, path in _sources(root, p).items()}
+        self.trees = {name: ast.parse(path.read_text(), str(path)) for name, path in self.files.items()}
+        self._bound: dict[str, set[str]] = {}
+
+    def is_package(self, name: str) -> bool:
+        return self.files[name].name == "__init__.py"
+
+    def binds(self, name: str, attr: str) -> bool:
+        if name not in self._bound:
+            self._bound[name] = _bound_names(self.trees[name])
+        return attr in self._bound[name]
+
+    def imports_of(self, name: str) -> list[tuple[str, int]]:
+        """(module imported, line) for each import of module `name` that names one of these modules."""
+        found = []
+        for node in ast.walk(self.trees[name]):
+            if isinstance(node, ast.Import):
+                found += [(a.name, node.lineno) for a in node.names if a.name in self.files]
+            elif isinstance(node, ast.ImportFrom):
+                base = _base(node, name, self.is_package(name))
+                for a in node.names:
+                    sub = f"{base}.{a.name}"
+                    if sub in self.files and not (base in self.files and self.binds(base, a.name)):
+                        found.append((sub, node.lineno))
+                    elif base in self.files:
+                        found.append((base, node.lineno))
+        return [(target, line) for target, line in found if target != name]
+
+    def graph(self) -> dict[str, set[str]]:
+        """module -> the modules it imports."""
+        return {name: {target for target, _ in self.imports_of(name)} for name in self.files}
+
+
+def import_graph(root: Path, packages: tuple[str, ...] = PACKAGES) -> dict[str, set[str]]:
+    return Modules(root, packages).graph()
+
+
+def find_circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Every import circle, as its modules sorted (the strongly connected components of more than one module, or
+    of one that imports itself; Tarjan's algorithm, iterative)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    circles: list[list[str]] = []
+    for start in sorted(graph):
+        if start in index:
+            continue
+        work = [(start, iter(sorted(graph[start])))]
+        index[start] = low[start] = len(index)
+        stack.append(start)
+        on_stack.add(start)
+        while work:
+            node, successors = work[-1]
+            nxt = next(successors, None)
+            if nxt is not None:
+                if nxt not in index:
+                    index[nxt] = low[nxt] = len(index)
+                    stack.append(nxt)
+                    on_stack.add(nxt)
+                    work.append((nxt, iter(sorted(graph.get(nxt, ())))))
+                elif nxt in on_stack:
+                    low[node] = min(low[node], index[nxt])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                component = []
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    component.append(member)
+                    if member == node:
+                        break
+                if len(component) > 1 or node in graph.get(node, ()):
+                    circles.append(sorted(component))
+    return circles
+
+
+def describe(circle: list[str], graph: dict[str, set[str]]) -> str:
+    """A circle as its imports: `a -> b, b -> a`."""
+    members = set(circle)
+    return ", ".join(f"{a} -> {b}" for a in circle for b in sorted(graph[a] & members))
+
+
+def layer_of(module: str) -> int | None:
+    """The rank of a refengine module's layer in LAYERS; None for the package's face (above them all) and for a
+    module of another package."""
+    parts = module.split(".")
+    if parts[0] != "refengine" or len(parts) == 1:
         return None
+    for rank, names in enumerate(LAYERS):
+        if parts[1] in names:
+            return rank
+    raise AssertionError(f"{module}: refengine/{parts[1]} stands in no layer of LAYERS; place it there")
 
-    for node in sorted(graph):
-        if node not in state and (found := visit(node)):
-            return found
-    return None
+
+def upward_imports(modules: Modules) -> list[str]:
+    """`module:line -> imported` for each import of a refengine module from a higher layer."""
+    found = []
+    for name in modules.files:
+        rank = layer_of(name)
+        if rank is None:
+            continue
+        for target, line in modules.imports_of(name):
+            above = layer_of(target)
+            if above is not None and above > rank:
+                found.append(f"{name}:{line} -> {target}")
+    return sorted(found)
 
 
 def forbidden_imports(root: Path, package: str, banned: tuple[str, ...]) -> dict[str, list[str]]:
-    """module -> the banned packages (dotted import names) it imports anywhere (lazy imports included)."""
+    """module -> the banned packages (dotted import names) it imports anywhere."""
     found = {}
     for name, path in _sources(root, package).items():
-        imported = _imported_names(ast.parse(path.read_text()), name, load_time_only=False)
+        imported = _imported_names(ast.parse(path.read_text()), name, is_package=path.name == "__init__.py")
         if hits := sorted({b for b in banned for n in imported if n == b or n.startswith(b + ".")}):
             found[name] = hits
     return found
 
 
-def test_refengine_imports_form_no_circle() -> None:
-    graph = import_graph(REPO, "refengine")
-    assert (
-        "refengine.scheduler.scheduler" in graph
-        and "refengine.scheduler.batching" in graph["refengine.scheduler.scheduler"]
-    )
-    assert find_cycle(graph) is None, " -> ".join(find_cycle(graph) or [])
+def test_no_import_circle_in_refengine_or_cbbench() -> None:
+    graph = import_graph(REPO)
+    # the graph reads what it should: a function-level import, a face's, and both packages
+    assert "refengine.entrypoints.launch" in graph["cbbench.perf.cli.commands"]  # (inside `serve`)
+    assert "cbbench.kernels.triton_unified_attention" in graph["cbbench.kernels"]  # (the face's TYPE_CHECKING)
+    assert "refengine.scheduler.batching" in graph["refengine.scheduler.scheduler"]
+    circles = find_circles(graph)
+    assert circles == [], "\n".join(describe(c, graph) for c in circles)
+
+
+def test_no_refengine_import_runs_up_its_layers() -> None:
+    modules = Modules(REPO, ("refengine",))
+    assert {layer_of(name) for name in modules.files} == {None, *range(len(LAYERS))}  # every layer holds a module
+    assert upward_imports(modules) == []
 
 
 def test_the_engine_does_not_import_the_harness() -> None:
@@ -117,15 +256,13 @@ def test_the_engine_does_not_import_the_harness() -> None:
 
 
 def test_kernels_import_neither_the_engine_nor_the_harness() -> None:
-    assert forbidden_imports(REPO, "kernels", ("refengine", *HARNESS)) == {}
+    assert forbidden_imports(REPO, "cbbench.kernels", ("refengine", *HARNESS)) == {}
 
 
 def test_the_scheduler_output_asks_the_kv_cache_manager_not_the_block_pool() -> None:
-    path = REPO / "refengine" / "scheduler" / "scheduler_output.py"
-    names = _imported_names(ast.parse(path.read_text()), "refengine.scheduler.scheduler_output", load_time_only=False)
-    assert "refengine.kv_cache.kv_cache_manager" in names and not [
-        n for n in names if n.startswith("refengine.kv_cache.block_pool")
-    ]
+    modules = Modules(REPO, ("refengine",))
+    imported = {target for target, _ in modules.imports_of("refengine.scheduler.scheduler_output")}
+    assert "refengine.kv_cache.kv_cache_manager" in imported and "refengine.kv_cache.block_pool" not in imported
 
 
 def _tree(tmp_path: Path, files: dict[str, str]) -> Path:
@@ -135,22 +272,74 @@ def _tree(tmp_path: Path, files: dict[str, str]) -> Path:
     return tmp_path
 
 
-def test_the_checks_can_fail(tmp_path: Path) -> None:
-    """A circle through a TYPE_CHECKING import is found; a function-level one is not a circle; a lazy import of the
-    harness is still an import of the harness."""
+def test_the_reading_of_an_import(tmp_path: Path) -> None:
+    """`from pkg import c` is the module pkg.c, unless pkg's face binds c; a relative import is resolved; a lazy
+    import is an import; the packages above a module are not counted."""
     root = _tree(
         tmp_path,
         {
-            "pkg/__init__.py": "",
-            "pkg/a.py": "from pkg.b import B\n",
-            "pkg/b.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from pkg import c\n",
-            "pkg/c.py": "def f():\n    from pkg.b import B\n",
-            "pkg/d.py": "import pkg.a\nfrom . import c\n",
+            "pkg/__init__.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from pkg.b import B as B\n",
+            "pkg/a.py": "from pkg import c\nfrom pkg import B\n",
+            "pkg/b.py": "def f():\n    from . import c\n",
+            "pkg/c.py": "import pkg.sub.d\n",
+            "pkg/sub/__init__.py": "",
+            "pkg/sub/d.py": "from .. import c as _c\nfrom ..b import f\nimport os\n",
             "pkg/e.py": "def g():\n    import cbbench.perf.cli\n",
         },
     )
-    assert find_cycle(import_graph(root, "pkg")) is None
-    (root / "pkg" / "c.py").write_text("from pkg.a import A\n")
-    assert find_cycle(import_graph(root, "pkg")) == ["pkg.a", "pkg.b", "pkg.c", "pkg.a"]
-    assert import_graph(root, "pkg")["pkg.d"] == {"pkg", "pkg.a", "pkg.c"}  # (`from . import c` runs pkg too)
+    graph = import_graph(root, ("pkg",))
+    assert graph == {
+        "pkg": {"pkg.b"},
+        "pkg.a": {"pkg.c", "pkg"},
+        "pkg.b": {"pkg.c"},
+        "pkg.c": {"pkg.sub.d"},
+        "pkg.sub": set(),
+        "pkg.sub.d": {"pkg.c", "pkg.b"},
+        "pkg.e": set(),
+    }
     assert forbidden_imports(root, "pkg", HARNESS) == {"pkg.e": ["cbbench.perf"]}
+
+
+def test_the_checks_can_fail(tmp_path: Path) -> None:
+    """A planted circle (through a function-level import and a face) and a planted upward import are found."""
+    root = _tree(
+        tmp_path,
+        {
+            "refengine/__init__.py": "",
+            "refengine/config.py": "import enum\n",
+            "refengine/request.py": "",
+            "refengine/scheduler/__init__.py": "",
+            "refengine/scheduler/scheduler.py": "from refengine.config import X\n",
+            "refengine/worker/__init__.py": "from refengine.worker.model_runner import Runner as Runner\n",
+            "refengine/worker/model_runner.py": "from refengine.scheduler.scheduler import S\n",
+            "refengine/engine/__init__.py": "",
+            "refengine/engine/llm_engine.py": "from refengine.worker import Runner\n",
+        },
+    )
+    modules = Modules(root, ("refengine",))
+    assert find_circles(modules.graph()) == [] and upward_imports(modules) == []
+    (root / "refengine/scheduler/scheduler.py").write_text(
+        "from refengine.config import X\ndef f():\n    from refengine.worker import Runner\n"
+    )
+    modules = Modules(root, ("refengine",))
+    graph = modules.graph()
+    assert find_circles(graph) == [
+        ["refengine.scheduler.scheduler", "refengine.worker", "refengine.worker.model_runner"]
+    ]
+    assert describe(find_circles(graph)[0], graph) == (
+        "refengine.scheduler.scheduler -> refengine.worker, refengine.worker -> refengine.worker.model_runner, "
+        "refengine.worker.model_runner -> refengine.scheduler.scheduler"
+    )
+    assert upward_imports(modules) == ["refengine.scheduler.scheduler:3 -> refengine.worker"]
+    (root / "refengine/scheduler/scheduler.py").write_text("from refengine.config import X\n")
+    (root / "refengine/request.py").write_text("def f():\n    import refengine.engine.llm_engine\n")
+    modules = Modules(root, ("refengine",))
+    assert find_circles(modules.graph()) == []
+    assert upward_imports(modules) == ["refengine.request:2 -> refengine.engine.llm_engine"]
+    (root / "refengine/newpart.py").write_text("")
+    try:
+        upward_imports(Modules(root, ("refengine",)))
+    except AssertionError as e:
+        assert "refengine/newpart stands in no layer" in str(e)
+    else:
+        raise AssertionError("a module outside LAYERS went unplaced")

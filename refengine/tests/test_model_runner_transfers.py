@@ -10,10 +10,10 @@ import os
 import pytest
 import torch
 
-from refengine.scheduler.scheduler_output import SchedulerOutput
 from refengine.tests._hand_runner import (
     PROMPTS,
     HandScheduler,
+    blank_output,
     count_host_reads,
     engine_reference,
     install_eager_graphs,
@@ -40,19 +40,19 @@ def test_one_device_to_host_transfer_per_step(monkeypatch):
     """Every host read of a tensor is counted while execute_model runs. Only the sampled ids may cross."""
     runner, hs = make_runner(), HandScheduler()
     calls = count_host_reads(monkeypatch)
-    out = SchedulerOutput()
+    out = blank_output()
     hs.new(out, "a", PROMPTS[0], len(PROMPTS[0]))
     hs.new(out, "b", PROMPTS[2], 6)  # a partial prefill beside a full one: a mixed step
     hs.step(runner, out)
     assert calls == ["tolist"], calls
     calls.clear()
-    out = SchedulerOutput()
+    out = blank_output()
     hs.cached(out, "a", 1)
     hs.cached(out, "b", len(PROMPTS[2]) - 6)
     hs.step(runner, out)
     assert calls == ["tolist"], calls
     calls.clear()
-    out = SchedulerOutput()
+    out = blank_output()
     hs.cached(out, "a", 1)
     hs.cached(out, "b", 1)
     hs.step(runner, out)  # decode-only
@@ -64,7 +64,7 @@ def test_swap_copies_wait_for_nothing_of_their_own(monkeypatch):
     """A swap-out beside a decode and a swap-in beside a decode: still only the sampled ids are read on the host,
     and the swap-out's copy lands in the host cache (a step that samples nothing may wait for it: its one wait)."""
     runner, hs = make_runner(), HandScheduler()
-    out = SchedulerOutput()
+    out = blank_output()
     hs.new(out, "a", PROMPTS[0], len(PROMPTS[0]))
     hs.new(out, "b", PROMPTS[2], len(PROMPTS[2]))
     hs.step(runner, out)
@@ -72,14 +72,14 @@ def test_swap_copies_wait_for_nothing_of_their_own(monkeypatch):
     syncs = runner.num_host_syncs
     device = hs.drop("b")
     host = list(range(len(device)))
-    out = SchedulerOutput(preempted_req_ids=["b"], blocks_to_swap_out=list(zip(device, host)))
+    out = blank_output(preempted_req_ids=["b"], blocks_to_swap_out=list(zip(device, host)))
     hs.cached(out, "a", 1)
     hs.step(runner, out)
     assert calls == ["tolist"] and runner.num_host_syncs == syncs + 1, calls
     for (k, v), (hk, hv) in zip(runner.kv_caches, runner.host_caches):  # landed, block for block
         assert torch.equal(hk[host], k[device]) and torch.equal(hv[host], v[device])
     calls.clear()
-    out = SchedulerOutput()
+    out = blank_output()
     hs.cached(out, "a", 1)
     hs.computed["b"] = len(PROMPTS[2]) + 1
     hs.cached(out, "b", 1, resumed=True)
@@ -88,7 +88,7 @@ def test_swap_copies_wait_for_nothing_of_their_own(monkeypatch):
     assert calls == ["tolist"] and runner.num_host_syncs == syncs + 2, calls
     calls.clear()
     hs.drop("a")
-    hs.step(runner, SchedulerOutput(preempted_req_ids=["a"], blocks_to_swap_out=[(0, 5)]))  # nothing scheduled
+    hs.step(runner, blank_output(preempted_req_ids=["a"], blocks_to_swap_out=[(0, 5)]))  # nothing scheduled
     assert calls == [] and runner.num_host_syncs == syncs + 3
 
 

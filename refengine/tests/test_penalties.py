@@ -26,7 +26,6 @@ from conformance.hypothesis_profiles import scaled
 from refengine import LLM, SamplingParams
 from refengine.sample.penalties import PenaltyTables
 from refengine.sample.sampler import SamplingMetadata, sample
-from refengine.scheduler.scheduler_output import SchedulerOutput
 
 # ---- the oracle ---------------------------------------------------------------------------------------------
 
@@ -237,18 +236,18 @@ def test_a_strong_frequency_penalty_stops_the_repetition(crowd):
 def test_penalised_steps_still_make_one_device_to_host_transfer(monkeypatch):
     """The runner with penalised rows (greedy and random, a mixed step with a partial prefill, then decodes): every
     host read of a tensor is counted while execute_model runs, and only the sampled ids may cross."""
-    from refengine.tests._hand_runner import PROMPTS, HandScheduler, count_host_reads, make_runner
+    from refengine.tests._hand_runner import PROMPTS, HandScheduler, blank_output, count_host_reads, make_runner
 
     runner, hs = make_runner(), HandScheduler()
     calls = count_host_reads(monkeypatch)
-    out = SchedulerOutput()
+    out = blank_output()
     hs.new(out, "a", PROMPTS[0], len(PROMPTS[0]))
     hs.new(out, "b", PROMPTS[2], 6)  # a partial prefill beside a full one
     out.scheduled_new_reqs[0].sampling_params = greedy(8, repetition_penalty=1.3, frequency_penalty=0.5)
     out.scheduled_new_reqs[1].sampling_params = SamplingParams(max_tokens=8, seed=3, presence_penalty=0.7)
     hs.step(runner, out)
     for chunk in (len(PROMPTS[2]) - 6, 1, 1):
-        out = SchedulerOutput()
+        out = blank_output()
         hs.cached(out, "a", 1)
         hs.cached(out, "b", chunk)
         hs.step(runner, out)

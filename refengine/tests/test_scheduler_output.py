@@ -1,15 +1,18 @@
 """The scheduler -> runner contract, model-free: a shadow runner that knows only the SchedulerOutputs (as the model
 runner does) must hold, after every step of random traces in every batching mode, preemption mode and with prefix
 caching, exactly the block ids and computed-token counts the scheduler holds, and every scheduled request must be
-described once: as new when the runner has not met it, as cached (resumed after a preemption) otherwise."""
+described once: as new when the runner has not met it, as cached (resumed after a preemption) otherwise. And the
+contract has no defaults: a field that its one builder (`Scheduler._make_output`) forgets fails the first step."""
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import random
 
 import pytest
 
+import refengine.scheduler.scheduler as scheduler_module
 from refengine.request import Request
 from refengine.sampling_params import SamplingParams
 from refengine.scheduler import Scheduler
@@ -101,3 +104,24 @@ def test_shadow_runner_agrees_with_the_scheduler(batching, preemption_mode, enab
         sched.check_invariants()
     if batching == "continuous":
         assert preemptions > 0  # the trace did exercise preemption and resumption
+
+
+OUTPUT_FIELDS = [f.name for f in dataclasses.fields(SchedulerOutput)]
+
+
+@pytest.mark.parametrize("forgotten", OUTPUT_FIELDS)
+def test_a_field_the_builder_forgets_fails_at_once(monkeypatch, forgotten):
+    """The real builder, made to leave one field out: schedule() raises a TypeError naming the field, where a default
+    would have handed the runner an empty list or a zero that reads as "nothing to do" (a preemption it never swaps
+    out, a finished request whose row it keeps)."""
+    built = scheduler_module.SchedulerOutput
+
+    def forgetful(**given: object) -> SchedulerOutput:
+        given.pop(forgotten)
+        return built(**given)  # type: ignore[arg-type]  # (the builder's own keyword arguments, less one)
+
+    monkeypatch.setattr(scheduler_module, "SchedulerOutput", forgetful)
+    sched = Scheduler(eos_token_id=EOS, max_num_batched_tokens=16, max_num_seqs=2, block_size=4, num_gpu_blocks=8)
+    sched.add_request(Request("r0", [1, 2, 3], SamplingParams(max_tokens=2), eos_token_id=EOS))
+    with pytest.raises(TypeError, match=rf"missing 1 required keyword-only argument: '{forgotten}'"):
+        sched.schedule()

@@ -51,7 +51,7 @@ def imports_back(root: Path, rules: dict[str, tuple[tuple[str, ...], tuple[str, 
         for prefix, (banned, allowed) in rules.items():
             if not _under(name, prefix):
                 continue
-            imported = _imported_names(ast.parse(path.read_text()), name, load_time_only=False)
+            imported = _imported_names(ast.parse(path.read_text()), name, is_package=path.name == "__init__.py")
             hits = sorted(
                 {n for n in imported if any(_under(n, b) for b in banned) and not any(_under(n, a) for a in allowed)}
             )

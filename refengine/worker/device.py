@@ -1,13 +1,15 @@
-"""The Device seam: what LLMEngine runs on, chosen once from `cfg.device` by `make_device`.
+"""The Device seam: what LLMEngine runs on, chosen once where the engine is built (refengine/engine/platform.py).
 
 A Device supplies all that differs between a real device and a simulated GPU: the engine's clock, the label that
 reports name the run by, the model parts (torch device, dtype, weights, attention backend, ModelConfig, tokenizer),
 how many KV blocks fit when num_gpu_blocks is not given, the memory check before anything is allocated, the model
 runner, the batch queue of async scheduling, the pacer that serves it in real time (none on a real device), and,
 at the end, the release of what the engine held on the device.
-`LocalDevice` is the CPU or a CUDA GPU; `SimDevice` (refengine/sim/sim_device.py) a simulated GPU. The engine keeps
-its Device as `engine.platform` (vLLM's name for the device-specific layer); nothing outside these two modules
-asks which kind it has: a caller that must tell them apart reads `platform.simulated`.
+`LocalDevice` is the CPU or a CUDA GPU; `SimDevice` (refengine/sim/sim_device.py), a simulated GPU, implements the
+same protocols beside it. This module knows nothing of the simulation: `make_device` (refengine/engine/platform.py)
+picks one of the two, once, from `cfg.device`. The engine keeps its Device as `engine.platform` (vLLM's name for the
+device-specific layer); nothing outside the device modules asks which kind it has: a caller that must tell them
+apart reads `platform.simulated`.
 """
 
 from __future__ import annotations
@@ -16,9 +18,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
-from refengine.engine.batch_queue import BatchQueue
-from refengine.engine.clock import WALL_CLOCK, WallClock
-from refengine.sim.sim_device import DeviceSpec, SimDevice
+from refengine.clock import WALL_CLOCK, WallClock
+from refengine.worker.batch_queue import BatchQueue
 from refengine.worker.worker import (
     EngineParts,
     check_engine_memory,
@@ -44,7 +45,7 @@ EngineStep = Callable[[], "list[RequestOutput]"]
 
 
 class Clock(Protocol):
-    """The engine's time (refengine/engine/clock.py): wall time on a real device, virtual on a simulated one."""
+    """The engine's time (refengine/clock.py): wall time on a real device, virtual on a simulated one."""
 
     @property
     def simulated(self) -> bool: ...
@@ -59,7 +60,7 @@ class Runner(Protocol):
 
 
 class StepQueue(Protocol):
-    """The steps launched and not yet collected under async scheduling (refengine/engine/batch_queue.py's interface)."""
+    """The steps launched and not yet collected under async scheduling (refengine/worker/batch_queue.py's interface)."""
 
     def submit(self, out: SchedulerOutput) -> None: ...
     def full(self) -> bool: ...
@@ -165,11 +166,3 @@ class LocalDevice:
 
     def return_memory(self) -> None:
         return_device_memory(self.parts[0])
-
-
-def make_device(cfg: EngineConfig, model_impl: torch.nn.Module | None = None) -> Device:
-    """The Device of `cfg.device`: "sim:<gpu>" is a simulated GPU (it has no weights, so `model_impl` is not
-    used there), anything else a local device that loads the model or takes `model_impl`."""
-    if isinstance(cfg.device, str) and DeviceSpec.parse(cfg.device).simulated:
-        return SimDevice.create(cfg.device, cfg.model, cfg.dtype, cfg.tensor_parallel_size)
-    return LocalDevice.create(cfg, model_impl)

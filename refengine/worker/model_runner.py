@@ -28,11 +28,11 @@ from refengine.limits import cdiv
 from refengine.models.decoder import CausalLM
 from refengine.models.model_config import ModelConfig
 from refengine.sample.sampler import SamplingMetadata, sample
-from refengine.sample.sampling_inputs import sampling_arrays, sampling_metadata
 from refengine.scheduler.scheduler_output import ModelRunnerOutput, SchedulerOutput
 from refengine.worker.cuda_graphs import CudaGraphRunner, GraphBuckets, pad_step_inputs
 from refengine.worker.input_batch import InputBatch, StagingBuffer
 from refengine.worker.runner_states import CachedRequestState, update_states
+from refengine.worker.sampling_inputs import sampling_arrays, sampling_metadata
 from refengine.worker.step_isolation import sample_rows_apart
 
 # (logits [n, vocab], metadata, the engine's generator) -> sampled token ids [n] on the device

@@ -1,9 +1,15 @@
-"""The `Backend` protocol every perf backend implements, the `RunResult` it returns, and the registry by name.
+"""The `Backend` base every perf backend implements, the `RunResult` it returns, the typed arguments it takes
+(`BackendArgs`), and the registry by name.
 
-A backend is a class with `run(spec, progress) -> RunResult`, registered with `Backend.register(name, kind)` (as
-GuideLLM's `Backend.register`); `cbbench perf --backend NAME` (kinds "engine" and "server") and `--peers NAME`
-(kind "peer") find it here. Adding a backend is one new module in backends/ that registers its class, plus its
-import in backends/registry.py. What each kind means to the plan:
+A backend is a class with `run(spec, progress) -> RunResult`, registered with `Backend.register(name, kind, args)` (as
+GuideLLM's backends register with their own argument classes): the registry maps its name to (its class, its
+argument class), and `cbbench perf --backend NAME` (kinds "engine" and "server") and `--peers NAME` (kind "peer")
+find it here. Its argument class, declared beside it in its module, is what it takes from the command line beyond
+the plan's shared `RunSettings` (openai.py's `HttpArgs`); a backend that takes nothing of its own keeps the default,
+`BackendArgs`. The options (plan/options.py) stand below every backend and name none: `Backend.create` makes a
+backend's arguments from them as the plan is built. Adding a backend is one new module in backends/ that declares
+and registers its class (and its arguments, if it has any), plus its import in backends/registry.py. What each kind
+means to the plan:
 - "engine": in process, swept over batching modes x engine knob sets; the peers may run beside it;
 - "server": a server reached over HTTP; its knobs and modes are its own, so one run per load point;
 - "peer": another engine on refengine's weights, run beside an "engine" backend (`--peers`).
@@ -17,15 +23,17 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar, Protocol
+from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple, Protocol, Self, TypeVar
 
 import numpy as np
 
 from cbbench.perf.backends.conversations import conversation_metrics, conversation_note
+from cbbench.perf.knobs import EngineKnobs
 from cbbench.perf.metrics import compute_metrics
 from cbbench.perf.records import RequestRecord, StepRecord
 
 if TYPE_CHECKING:
+    from cbbench.perf.plan.options import BackendOptions
     from cbbench.perf.plan.spec import RunSettings, RunSpec
 
 # Synthetic warm-up prompts: short, and drawn far from the workloads' token ids so they never seed the prefix cache
@@ -50,7 +58,7 @@ class RunResult:
 
     engine: str  # the backend's name: "refengine" | "hf-static" | "hf-cb" | "openai" ...
     batching: str
-    knobs: dict[str, Any]  # the knobs that define this configuration (CSV config columns)
+    knobs: EngineKnobs  # the knobs that define this configuration, as the engine resolved them (CSV config columns)
     records: list[RequestRecord] = field(default_factory=list)
     steps: list[StepRecord] = field(default_factory=list)  # empty where the engine's steps cannot be seen
     duration: float = math.nan
@@ -73,27 +81,55 @@ class RunResult:
         return {**m, **conversation_metrics(self.records)}
 
 
+@dataclass(frozen=True)
+class BackendArgs:
+    """What a backend takes from the command line beyond the plan's `RunSettings`, typed. A backend module declares
+    its own subclass beside its class and registers the two together (`Backend.register(..., args=...)`); this base
+    takes nothing, the arguments of a backend that needs none."""
+
+    @classmethod
+    def of(cls, options: BackendOptions) -> Self:
+        """The arguments from the backend options as given (plan/options.py)."""
+        return cls()
+
+
+NO_ARGS = BackendArgs()
+
+
+class Registered(NamedTuple):
+    """A registered backend: its class and its argument class."""
+
+    backend: type[Backend]
+    args: type[BackendArgs]
+
+
+B = TypeVar("B", bound="Backend")
+
+
 class Backend:
     """What drives one run of a plan. Subclasses set `name` and `kind` through `Backend.register` and implement
-    `run`; the constructor takes the plan's `RunSettings` and raises ValueError for settings it cannot serve (so a
-    bad option fails while the plan is built, before anything runs)."""
+    `run`; the constructor takes the plan's `RunSettings` and the backend's own arguments, and raises ValueError for
+    settings it cannot serve (so a bad option fails while the plan is built, before anything runs)."""
 
     name: ClassVar[str] = ""
     kind: ClassVar[str] = "engine"
-    _registry: ClassVar[dict[str, type[Backend]]] = {}
+    _registry: ClassVar[dict[str, Registered]] = {}
 
-    def __init__(self, settings: RunSettings) -> None:
+    def __init__(self, settings: RunSettings, args: BackendArgs = NO_ARGS) -> None:
         self.settings = settings
+        self.args = args
 
     @classmethod
-    def register(cls, name: str, kind: str = "engine") -> Callable[[type[Backend]], type[Backend]]:
-        """Class decorator: `@Backend.register("openai", kind="server")`."""
+    def register(
+        cls, name: str, kind: str = "engine", args: type[BackendArgs] = BackendArgs
+    ) -> Callable[[type[B]], type[B]]:
+        """Class decorator: `@Backend.register("openai", kind="server", args=HttpArgs)`."""
         if kind not in KINDS:
             raise ValueError(f"kind: expected one of {', '.join(KINDS)}, got {kind!r}")
 
-        def add(backend: type[Backend]) -> type[Backend]:
+        def add(backend: type[B]) -> type[B]:
             backend.name, backend.kind = name, kind
-            cls._registry[name] = backend
+            cls._registry[name] = Registered(backend, args)
             return backend
 
         return add
@@ -101,18 +137,24 @@ class Backend:
     @classmethod
     def names(cls, *kinds: str) -> list[str]:
         """The registered names of these kinds, in registration order."""
-        return [n for n, b in cls._registry.items() if b.kind in kinds]
+        return [n for n, r in cls._registry.items() if r.backend.kind in kinds]
 
     @classmethod
     def get(cls, name: str) -> type[Backend]:
-        return cls._registry[name]
+        return cls._registry[name].backend
+
+    @classmethod
+    def create(cls, name: str, settings: RunSettings, options: BackendOptions) -> Backend:
+        """The backend registered as `name`, made for `settings` with its own arguments taken from `options`."""
+        backend, args = cls._registry[name]
+        return backend(settings, args.of(options))
 
     def run(self, spec: RunSpec, progress: ProgressFn | None = None) -> RunResult:
         raise NotImplementedError
 
     def row_config(self, result: RunResult) -> tuple[dict[str, Any], str]:
         """The CSV's configuration cells of a result (knobs and dtype) and its device column."""
-        return {**result.knobs, "dtype": self.settings.dtype_name}, self.settings.device.name
+        return {**result.knobs.given(), "dtype": self.settings.dtype_name}, self.settings.device.name
 
     def notes(self, key: tuple[str, str, str], result: RunResult) -> list[str]:
         """Lines printed under the table about this run (failed requests, a multi-turn run's turn metrics, ...)."""

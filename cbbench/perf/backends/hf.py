@@ -6,7 +6,8 @@
   waste, reported as `slot_waste` from synthetic per-step records (slots held = batch size, running = members whose
   own output is not yet complete). A streamer stamps every generated position (all members of a batch get their
   n-th token at the same time); a request finishes, as its caller sees it, when its batch returns.
-- `hf-cb`: transformers' continuous batching, in hf_cb.py (it uses this module's model and records).
+- `hf-cb`: transformers' continuous batching, in hf_cb.py (it uses this module's model and records; this module
+  knows nothing of it).
 
 On a simulated GPU (`sim:<gpu>`) hf-static is modelled on the engine's cost model (`run_hf_static_sim`); hf-cb
 is not simulated, and a simulated plan leaves it out.
@@ -22,6 +23,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from cbbench.perf.backends.backend import Backend, ProgressFn, RunResult, warmup_prompts
+from cbbench.perf.knobs import EngineKnobs
 from cbbench.perf.records import PEER_STEP_KEYS, REQUEST_KEYS, RequestRecord, StepRecord
 from cbbench.perf.sim.hf_static import simulate_hf_static_on, workload_requests
 from refengine.sim.sim_device import DeviceSpec
@@ -32,8 +34,6 @@ if TYPE_CHECKING:
 
     from cbbench.perf.plan.spec import RunSpec
     from cbbench.workloads.workload import Workload, WorkloadRequest
-
-_MOVED_TO_HF_CB = ("run_hf_cb", "HfCbBackend", "HF_CB_PAGE_SIZE", "HF_CB_TIMEOUT_S")
 
 
 def hf_model(
@@ -48,7 +48,7 @@ def hf_model(
     return to_hf_model(ref, config, attn_implementation=attn_implementation)
 
 
-def _record(
+def peer_record(
     rid: str, r: WorkloadRequest, arrival: float, token_times: list[float], finish: float, first_scheduled: float | None
 ) -> RequestRecord:
     return RequestRecord(
@@ -116,7 +116,7 @@ def run_hf_static_sim(
 ) -> RunResult:
     """hf-static on a simulated GPU: the same batching on the engine's cost model (perf/sim/hf_static.py),
     times in simulated seconds from 0, as the simulated engine's."""
-    res = RunResult("hf-static", "static", {"max_num_seqs": max_num_seqs}, max_num_seqs=max_num_seqs)
+    res = RunResult("hf-static", "static", EngineKnobs(max_num_seqs=max_num_seqs), max_num_seqs=max_num_seqs)
     sim = simulate_hf_static_on(device, model, workload_requests(workload), max_num_seqs, dtype or "bfloat16")
     res.records = [RequestRecord.from_dict(r, REQUEST_KEYS) for r in sim.records]  # the CPU peer's keys
     res.steps = [
@@ -164,7 +164,7 @@ def run_hf_static(
         if progress:  # simulated in one go: the whole run is done at once (the progress line said 0/N)
             progress(len(sim.records))
         return sim
-    res = RunResult("hf-static", "static", {"max_num_seqs": max_num_seqs}, max_num_seqs=max_num_seqs)
+    res = RunResult("hf-static", "static", EngineKnobs(max_num_seqs=max_num_seqs), max_num_seqs=max_num_seqs)
     if workload.is_multi_turn:
         res.error = MULTI_TURN_REFUSED
         return res
@@ -193,7 +193,7 @@ def run_hf_static(
                 times = _generate_batch(hf, [r.prompt_token_ids for r in reqs], longest, pad_id)
                 end = time.perf_counter()
                 for i, r in zip(idx, reqs):
-                    res.records.append(_record(str(i), r, t0 + r.arrival_time, times[: r.output_len], end, start))
+                    res.records.append(peer_record(str(i), r, t0 + r.arrival_time, times[: r.output_len], end, start))
                 res.steps.extend(_batch_steps(reqs, times))
                 if progress:
                     progress(len(reqs), res.records[-len(reqs) :])
@@ -221,12 +221,3 @@ class HfStaticBackend(Backend):
             seed=st.seed,
             progress=progress,
         )
-
-
-def __getattr__(name: str) -> Any:
-    """hf-cb's names, where they were before hf_cb.py held them (`from cbbench.perf.backends.hf import run_hf_cb`)."""
-    if name in _MOVED_TO_HF_CB:
-        from cbbench.perf.backends import hf_cb
-
-        return getattr(hf_cb, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

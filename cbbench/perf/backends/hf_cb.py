@@ -16,8 +16,8 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from cbbench.perf.backends.backend import Backend, ProgressFn, RunResult, warmup_prompts
-from cbbench.perf.backends.hf import MULTI_TURN_REFUSED, _record, hf_model
-from cbbench.perf.knobs import KnobValue
+from cbbench.perf.backends.hf import MULTI_TURN_REFUSED, hf_model, peer_record
+from cbbench.perf.knobs import EngineKnobs
 
 if TYPE_CHECKING:
     from cbbench.perf.plan.spec import RunSpec
@@ -41,10 +41,12 @@ def run_hf_cb(
     seed: int = 0,
     progress: ProgressFn | None = None,
 ) -> RunResult:
-    knobs: dict[str, KnobValue | None] = {
-        "max_num_seqs": max_num_seqs,
-        "max_num_batched_tokens": max_num_batched_tokens,
-    }
+    # named in this order even when the token budget is unset, as results files already hold hf-cb's knobs
+    knobs = EngineKnobs(
+        max_num_seqs=max_num_seqs,
+        max_num_batched_tokens=max_num_batched_tokens,
+        order=("max_num_seqs", "max_num_batched_tokens"),
+    )
     res = RunResult("hf-cb", "continuous", knobs, max_num_seqs=max_num_seqs)
     if workload.is_multi_turn:
         res.error = MULTI_TURN_REFUSED
@@ -75,13 +77,13 @@ def run_hf_cb(
             if len(out.generated_tokens) != r.output_len:
                 raise RuntimeError(f"request {i}: {len(out.generated_tokens)} tokens, asked for {r.output_len}")
             times = list(out.timestamps)
-            res.records.append(_record(i, r, t0 + r.arrival_time, times, times[-1], out.lifespan[0]))
+            res.records.append(peer_record(i, r, t0 + r.arrival_time, times, times[-1], out.lifespan[0]))
             if progress:
                 progress(1, res.records[-1:])
 
         _collect(manager, len(reqs), done)
         res.records.sort(key=lambda r: int(r.request_id))
-        res.duration = max(r.finish_time for r in res.records if r.finish_time is not None) - t0  # _record sets it
+        res.duration = max(r.finish_time for r in res.records if r.finish_time is not None) - t0  # peer_record sets it
     except Exception as e:
         return RunResult("hf-cb", "continuous", knobs, error=f"{type(e).__name__}: {e}"[:300])
     finally:

@@ -20,6 +20,7 @@ from cbbench.perf.backends.http_client import HttpTarget, make_session, replay, 
 from cbbench.perf.backends.http_turns import replay_turns
 from cbbench.perf.backends.server_metrics import ServerMetrics, scrape
 from cbbench.perf.backends.sim_time import SimClock, time_note
+from cbbench.perf.knobs import EngineKnobs
 from cbbench.perf.plan.load import known_vocab_size
 from cbbench.perf.records import RequestRecord
 
@@ -82,7 +83,7 @@ async def _run(
     client_workers: int = 1,
     send: Any = None,
 ) -> HttpRunResult:
-    res = HttpRunResult(target.backend, "", {})
+    res = HttpRunResult(target.backend, "", EngineKnobs())
     prompts = request_prompts(workload, target, tokenizer)
     async with make_session(max_concurrency, target.timeout_s) as session:
         if warmup:  # as vLLM's test prompt: a server that cannot answer fails the run here, not 500 times
@@ -228,4 +229,4 @@ def run_http(
             )
         )
     except (TimeoutError, OSError, RuntimeError) as e:
-        return HttpRunResult(target.backend, "", {}, error=f"{type(e).__name__}: {e}")
+        return HttpRunResult(target.backend, "", EngineKnobs(), error=f"{type(e).__name__}: {e}")

@@ -132,19 +132,25 @@ def _run_on(
 ) -> RunResult:
     """run_refengine's run on an engine made for it."""
     sc = engine.scheduler.config
+    # the knobs given, then as the engine resolved every scheduler knob, its attention backend and its TP size
+    resolved = {
+        k.name: getattr(sc, k.name) for k in engine_knobs() if k.source == "SchedulerConfig" and k.name in SWEEP_KNOBS
+    }
     result = RunResult(
         "refengine",
         batching,
-        dict(knobs.given()),
+        EngineKnobs.of(
+            {
+                **knobs.given(),
+                **resolved,
+                "attention_backend": engine.attention_backend,
+                "tensor_parallel_size": engine.config.tensor_parallel_size,
+            }
+        ),
         max_num_seqs=sc.max_num_seqs,
         max_num_batched_tokens=sc.max_num_batched_tokens,
         num_gpu_blocks=sc.num_gpu_blocks,
     )
-    result.knobs.update(
-        {k.name: getattr(sc, k.name) for k in engine_knobs() if k.source == "SchedulerConfig" and k.name in SWEEP_KNOBS}
-    )
-    result.knobs["attention_backend"] = engine.attention_backend
-    result.knobs["tensor_parallel_size"] = engine.config.tensor_parallel_size
 
     def params(n: int) -> SamplingParams:  # (only finished outputs are read: FINAL_ONLY, as vLLM's offline runs)
         return SamplingParams(max_tokens=n, temperature=0.0, ignore_eos=True, output_kind=RequestOutputKind.FINAL_ONLY)

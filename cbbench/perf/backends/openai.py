@@ -1,15 +1,17 @@
 """The "server" backends: "openai" (/v1/completions) and "openai-chat", an OpenAI-compatible server at --base-url.
 
-One measured run (warm-up, /metrics scraped around the replay) is
-http_run.py's; it returns the same `RunResult` the in-process runner does, so the metrics, the CSV row and the
-table are the same code for both.
+Each is registered with its arguments, `HttpArgs`: how the client talks to the server (`--prompt-format`,
+`--ignore-eos`, `--request-timeout`, `--client-workers`); the server's address is the plan's (`RunSettings.base_url`).
+One measured run (warm-up, /metrics scraped around the replay) is http_run.py's; it returns the same `RunResult` the
+in-process runner does, so the metrics, the CSV row and the table are the same code for both.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from cbbench.perf.backends.backend import Backend, ProgressFn, RunResult
+from cbbench.perf.backends.backend import Backend, BackendArgs, ProgressFn, RunResult
 from cbbench.perf.backends.client_workers import check_client_workers
 from cbbench.perf.backends.http_client import HttpTarget
 from cbbench.perf.backends.http_run import run_http
@@ -17,7 +19,25 @@ from cbbench.perf.knobs import KnobGrid, knob_names
 from cbbench.perf.records import RequestRecord
 
 if TYPE_CHECKING:
+    from cbbench.perf.plan.options import BackendOptions
     from cbbench.perf.plan.spec import RunSettings, RunSpec
+
+
+@dataclass(frozen=True)
+class HttpArgs(BackendArgs):
+    """What an HTTP backend takes of the command line: the prompts as token ids or text, vLLM's ignore_eos field,
+    the seconds one request may take, and the client processes the requests are sharded over (checked, with the
+    server's address, when the backend is made)."""
+
+    prompt_format: str = "ids"
+    ignore_eos: bool = True
+    request_timeout: float = 6 * 3600
+    client_workers: int = 1
+
+    @classmethod
+    def of(cls, options: BackendOptions) -> HttpArgs:
+        c = options.client
+        return cls(c.prompt_format, c.ignore_eos, c.request_timeout, c.client_workers)
 
 
 def http_target(
@@ -62,19 +82,20 @@ class HttpBackend(Backend):
     Its engine knobs are the server's own: given here, they are refused while the plan is built."""
 
     send: ClassVar[Any] = None  # the request function; None: http_client.stream_request
+    args: HttpArgs
 
-    def __init__(self, settings: RunSettings) -> None:
-        super().__init__(settings)
+    def __init__(self, settings: RunSettings, args: HttpArgs) -> None:
+        super().__init__(settings, args)
         self.target = http_target(
             self.name,
             settings.base_url,
             settings.model,
-            settings.prompt_format,
+            args.prompt_format,
             settings.engine_knobs,
-            settings.ignore_eos,
-            settings.request_timeout,
+            args.ignore_eos,
+            args.request_timeout,
         )
-        check_client_workers(settings.client_workers)
+        check_client_workers(args.client_workers)
 
     def run(self, spec: RunSpec, progress: ProgressFn | None = None) -> RunResult:
         return run_http(
@@ -85,7 +106,7 @@ class HttpBackend(Backend):
             warmup=self.settings.warmup,
             seed=self.settings.seed,
             progress=progress,
-            client_workers=self.settings.client_workers,
+            client_workers=self.args.client_workers,
             send=self.send,
         )
 
@@ -104,11 +125,11 @@ class HttpBackend(Backend):
         return own + failure_notes(key, result.records) + super().notes(key, result)
 
 
-@Backend.register("openai", kind="server")
+@Backend.register("openai", kind="server", args=HttpArgs)
 class OpenAIBackend(HttpBackend):
     """/v1/completions."""
 
 
-@Backend.register("openai-chat", kind="server")
+@Backend.register("openai-chat", kind="server", args=HttpArgs)
 class OpenAIChatBackend(HttpBackend):
     """/v1/chat/completions."""

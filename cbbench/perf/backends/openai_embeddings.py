@@ -19,7 +19,7 @@ import aiohttp
 
 from cbbench.perf.backends.backend import Backend
 from cbbench.perf.backends.http_client import HttpTarget, _headers, error_record
-from cbbench.perf.backends.openai import HttpBackend
+from cbbench.perf.backends.openai import HttpArgs, HttpBackend
 from cbbench.perf.records import HTTP_ERROR_KEYS, RequestRecord
 
 EMBEDDING_KEYS = tuple(k for k in HTTP_ERROR_KEYS if k not in ("chunk_times",))
@@ -72,7 +72,7 @@ async def embed_request(
     )
 
 
-@Backend.register("openai-embeddings", kind="server")
+@Backend.register("openai-embeddings", kind="server", args=HttpArgs)
 class OpenAIEmbeddingsBackend(HttpBackend):
     """/v1/embeddings: latency and input-token throughput of an embedding server."""
 

@@ -51,7 +51,7 @@ def _ops_profiler(clock: PhaseClock) -> Any:
 
 def _run_engine(engine: str, workload: Any, *, model: str, max_num_seqs: int, seed: int) -> Any:
     """refengine continuous, or transformers' CB, over `workload` on the CPU (no warm-up: the clock skips it)."""
-    from cbbench.perf.backends.hf import run_hf_cb
+    from cbbench.perf.backends.hf_cb import run_hf_cb
     from cbbench.perf.backends.in_process import run_refengine
     from cbbench.perf.knobs import EngineKnobs
 

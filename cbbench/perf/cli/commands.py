@@ -50,7 +50,7 @@ def serve(
         raise CliError(f"cpu-threads must be >= 0 (0 = torch's default), got {cpu_threads}")
     check_shutdown_timeout(shutdown_timeout)
     sock = bind_socket(host, port)  # run_server serves on it and closes it
-    from refengine.entrypoints.api_server import run_server  # (the server and the engine load torch)
+    from refengine.entrypoints.launch import run_server  # (the server and the engine load torch)
 
     if DeviceSpec.parse(device).is_cpu and cpu_threads != 0:  # the same default as in-process perf
         import torch

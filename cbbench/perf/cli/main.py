@@ -32,12 +32,13 @@ from cbbench.perf.cli.bench_cmd import bench_async, bench_scheduler, bench_step
 from cbbench.perf.cli.commands import compare, generate, kernels, plot, report, serve, show, timeline
 from cbbench.perf.cli.plan_cmd import plan
 from cbbench.perf.cli.profile_cmd import bench_profile
-from cbbench.perf.cli.sim import sim_app
+from cbbench.perf.cli.sim import make_sim_app
 from cbbench.perf.exceptions import NoResultError
 from cbbench.perf.knobs import NO_GRID, KnobGrid, engine_knob_options
 from cbbench.perf.plan.options import (
     CPU_DEFAULTS,
     BackendOptions,
+    ClientOptions,
     EngineOptions,
     LoadAxes,
     OutputOptions,
@@ -118,15 +119,15 @@ def perf(
         given = [name for name in explicit if name not in LIKE_MAY_SET and name != "executor"]  # how, not what
         if given:
             raise CliError(f"--like takes the configurations from {like}; leave out --{given[0].replace('_', '-')}")
+    from cbbench.perf.backends.registry import check_backend  # (the backends load numpy: not at --help)
+
     opts = PerfOptions(  # (each group checks its own values, in the order the options are documented to fail)
-        backend=BackendOptions(
-            name=backend,
-            base_url=base_url,
-            prompt_format=prompt_format,
-            ignore_eos=ignore_eos,
-            request_timeout=request_timeout,
-            client_workers=client_workers,
-            peers=BackendOptions.parse_peers(peers),
+        backend=check_backend(
+            BackendOptions(
+                name=backend,
+                client=ClientOptions(base_url, prompt_format, ignore_eos, request_timeout, client_workers),
+                peers=BackendOptions.parse_peers(peers),
+            )
         ),
         output=OutputOptions(
             result_dir=result_dir,
@@ -185,6 +186,12 @@ def run_perf(opts: PerfOptions, console: Console) -> None:
     run(opts, console)
 
 
+def run_command_line(argv: list[str]) -> None:
+    """A `cbbench` command line (["perf", ...]) in this process, raising on failure: how `cbbench sim validate` runs
+    each row's, handed down to it (cli/sim.py), in a worker process too."""
+    typer.main.get_command(app).main(args=argv, standalone_mode=False)
+
+
 # The command table, in --help order. perf stays here, where it finds `run_perf` (tests replace it on this module).
 app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": False})(perf)
 app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": False})(plan)
@@ -200,7 +207,7 @@ app.command("bench-scheduler")(bench_scheduler)
 app.command("bench-profile")(bench_profile)
 app.command("bench-step")(bench_step)
 app.command("bench-async")(bench_async)
-app.add_typer(sim_app, name="sim")
+app.add_typer(make_sim_app(run_command_line), name="sim")
 
 
 def main() -> None:  # pragma: no cover

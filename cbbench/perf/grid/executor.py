@@ -8,7 +8,8 @@
   `ray.init()`, which starts a local cluster unless RAY_ADDRESS is set). A simulated run asks for one CPU, a CUDA run
   for one GPU, so that on a GPU cluster every run has a GPU of its own.
 
-With no `--executor`, a plan whose every run is simulated goes to a pool, any other plan runs serially.
+With no `--executor`, a plan whose every run is simulated goes to a pool, any other plan runs serially. What a plan
+is, for these checks: its device and, when its runs go to a server, the server backend's name (`RunPlan.server`).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from cbbench.perf.plan.spec import RunPlan
+    from refengine.sim.sim_device import DeviceSpec
 
 KINDS = ("serial", "pool", "ray")
 RAY_MISSING = "--executor ray needs Ray: pip install 'cbbench[ray]'"
@@ -78,24 +79,24 @@ def pool_size(choice: ExecutorChoice, num_runs: int | None) -> int:
     return max(1, min(n, num_runs)) if num_runs else n
 
 
-def is_simulated(plan: RunPlan) -> bool:
-    """Every run of the plan is on a simulated GPU: an in-process backend (engine or peer) on `sim:<gpu>`. A server
+def is_simulated(device: DeviceSpec, server: str | None) -> bool:
+    """Every run of a plan is on a simulated GPU: an in-process backend (engine or peer) on `sim:<gpu>`. A server
     backend's runs are real HTTP runs whatever `--device` says (it only picks the workload's defaults there)."""
-    return plan.settings.device.simulated and all(b.kind != "server" for b in plan.backends.values())
+    return device.simulated and server is None
 
 
-def check_executor(choice: ExecutorChoice | None, plan: RunPlan) -> None:
-    """ValueError, one line naming the option, for an executor that cannot run this plan's runs."""
+def check_executor(choice: ExecutorChoice | None, device: DeviceSpec, server: str | None) -> None:
+    """ValueError, one line naming the option, for an executor that cannot run the runs of a plan on `device` (sent
+    to the backend `server`, when they go to one)."""
     if choice is None or choice.kind == "serial":
         return
     if choice.kind == "ray" and importlib.util.find_spec("ray") is None:
         raise ValueError(RAY_MISSING)
-    if is_simulated(plan):
+    if is_simulated(device, server):
         return
-    device = plan.settings.device
-    if any(b.kind == "server" for b in plan.backends.values()):
+    if server is not None:
         raise ValueError(
-            f"executor: {choice.kind} with --backend {next(iter(plan.backends))}: every run goes to the "
+            f"executor: {choice.kind} with --backend {server}: every run goes to the "
             "one server, and runs side by side would time each other; use --executor serial"
         )
     if choice.kind == "pool":
@@ -112,12 +113,14 @@ def check_executor(choice: ExecutorChoice | None, plan: RunPlan) -> None:
         raise ValueError(f"executor: ray gives each run a GPU of its own (cuda); got --device {device.name}")
 
 
-def resolve_executor(choice: ExecutorChoice | None, plan: RunPlan, num_runs: int) -> ExecutorChoice:
-    """The executor that runs `num_runs` runs of `plan`: the choice (checked), else the default, which is a pool
+def resolve_executor(
+    choice: ExecutorChoice | None, device: DeviceSpec, server: str | None, num_runs: int
+) -> ExecutorChoice:
+    """The executor that runs `num_runs` runs of a plan: the choice (checked), else the default, which is a pool
     when every run is simulated and there is more than one run and one CPU, else serial."""
-    check_executor(choice, plan)
+    check_executor(choice, device, server)
     if choice is not None:
         return choice
-    if is_simulated(plan) and num_runs > 1 and (os.cpu_count() or 1) > 1:
+    if is_simulated(device, server) and num_runs > 1 and (os.cpu_count() or 1) > 1:
         return ExecutorChoice("pool")
     return ExecutorChoice("serial")

@@ -21,7 +21,8 @@ from cbbench.perf.backends.backend import RunResult
 
 if TYPE_CHECKING:
     from cbbench.perf.backends.backend import Backend
-    from cbbench.perf.plan.spec import RunPlan, RunSpec
+    from cbbench.perf.plan.build import RunPlan
+    from cbbench.perf.plan.spec import RunSpec
 
 
 @dataclass
@@ -80,7 +81,7 @@ def run_one(job: GridJob, index: int) -> Outcome:
 
 def lost_run(spec: RunSpec, why: str) -> RunResult:
     """The result of a run whose worker died on every attempt: an error, as a run that could not run reports."""
-    return RunResult(spec.backend, spec.batching, spec.knobs.given(), error=why)
+    return RunResult(spec.backend, spec.batching, spec.knobs, error=why)
 
 
 def _portable(e: BaseException) -> BaseException:

@@ -25,7 +25,7 @@ from cbbench.perf.grid.ray_runner import RayRunner
 from cbbench.perf.report.progress import GridEta, RunProgress, heartbeat_interval, run_summary
 
 if TYPE_CHECKING:
-    from cbbench.perf.plan.spec import RunPlan
+    from cbbench.perf.plan.build import RunPlan
 
 
 @dataclass

@@ -1,4 +1,6 @@
-"""`build_plan`: the `PerfOptions` of `cbbench perf` turned, once, into a validated `RunPlan`.
+"""`build_plan`: the `PerfOptions` of `cbbench perf` turned, once, into a validated `RunPlan`: the specs in the order
+they run (plan/spec.py), the backends that run them, and where the results go. `RunPlan.describe` is what `--dry-run`
+prints.
 
 Everything is checked before the first run: each option's own value as the command line parses it into the typed
 options (plan/options.py), then here every knob combination as a `SchedulerConfig`, every request against every
@@ -12,12 +14,14 @@ from __future__ import annotations
 import dataclasses
 import datetime as _dt
 import itertools
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple
 
 from cbbench.perf.backends.backend import warmup_lengths
-from cbbench.perf.backends.registry import Backend
-from cbbench.perf.grid.executor import check_executor
+from cbbench.perf.backends.registry import Backend, check_backend
+from cbbench.perf.grid.executor import ExecutorChoice, check_executor
 from cbbench.perf.knobs import EngineKnobs
 from cbbench.perf.plan.load import LoadPoint, resolve_tokenizer
 from cbbench.perf.plan.options import (
@@ -34,13 +38,55 @@ from cbbench.perf.plan.options import (
     validate_configs,
 )
 from cbbench.perf.plan.preflight import check_feasible, check_output_name, check_writable
-from cbbench.perf.plan.spec import Entry, RunPlan, RunSettings, RunSpec
+from cbbench.perf.plan.spec import Entry, RunSettings, RunSpec
 from cbbench.perf.results.columns import STORED_PERCENTILES
 from cbbench.perf.results.like import apply_like
 from cbbench.workloads.workload import Workload
 from refengine.config import BATCHING_MODES, SchedulerConfig, dtype_name
 from refengine.sim.cost_model import COST_MODEL_VERSION
 from refengine.sim.sim_memory import sim_dtype
+
+
+@dataclass
+class RunPlan:
+    """The runs of one invocation, in order, and where their results go."""
+
+    settings: RunSettings
+    specs: list[RunSpec]
+    backends: dict[str, Backend]  # name -> the backend that runs its specs
+    workload: Workload  # the first load point's: the table's and the JSON's
+    csv_path: Path  # the JSON goes beside it
+    config: dict[str, object]  # the JSON's `config`: every option, and what the plan resolved
+    percentiles: Sequence[float]  # the latency percentiles every row stores
+    goodput: Mapping[str, float] | None
+    label: str = ""
+    command: str = ""
+    resume: bool = False
+    quiet: bool = False
+    format: str = "text"  # the table: text | markdown | json (report/show.py)
+    executor: ExecutorChoice | None = None  # --executor (perf/grid/executor.py; None: the plan's default)
+
+    @property
+    def server(self) -> str | None:
+        """The name of the server backend the plan's runs go to; None when they run in this process."""
+        return next((name for name, b in self.backends.items() if b.kind == "server"), None)
+
+    @property
+    def run_options(self) -> dict[str, object]:
+        """What shaped the runs without defining their configuration (a row's `run_options`)."""
+        opts: dict[str, object] = {"warmup": self.settings.warmup, "cpu_threads": self.settings.cpu_threads}
+        if self.settings.device.simulated:  # its numbers are this cost model's (the device column names the GPU)
+            opts["cost_model"] = COST_MODEL_VERSION
+        return opts
+
+    def describe(self) -> str:
+        """The plan as `--dry-run` prints it: the workload, then one line per run."""
+        lines = [
+            f"workload {self.workload.name}: {len(self.workload)} requests; {len(self.specs)} run(s); "
+            f"results to {self.csv_path}"
+        ]
+        lines += [f"  {spec.describe()}" for spec in self.specs]
+        return "\n".join(lines)
 
 
 class _Sweep(NamedTuple):
@@ -57,14 +103,17 @@ class _Sweep(NamedTuple):
 
 def build_plan(o: PerfOptions) -> RunPlan:
     """The plan of `o` (ValueError naming the option for anything that could not run)."""
+    check_backend(o.backend)
     like_entries = None
     if o.like is not None:
         o, like_entries = apply_like(o)
     o = _resolved(o)
     settings = _settings(o)
     sw = _sweep(o, like_entries)
-    backends = {name: Backend.get(name)(settings) for name in dict.fromkeys(e.backend for e in sw.entries)}
-    in_process = o.backend.in_process
+    backends = {
+        name: Backend.create(name, settings, o.backend) for name in dict.fromkeys(e.backend for e in sw.entries)
+    }
+    in_process = Backend.get(o.backend.name).kind == "engine"
     if in_process and o.device.is_cuda:
         import torch  # (only a CUDA plan loads torch: planning a CPU or simulated run does not)
 
@@ -119,7 +168,7 @@ def build_plan(o: PerfOptions) -> RunPlan:
         format=out.format,
         executor=o.run.executor,
     )
-    check_executor(o.run.executor, plan)  # pool or Ray for runs it cannot take: refused before any run
+    check_executor(o.run.executor, o.device, plan.server)  # pool or Ray for runs it cannot take: refused before any run
     return plan
 
 
@@ -142,7 +191,6 @@ def _settings(o: PerfOptions) -> RunSettings:
     assert o.engine.model is not None and o.run.warmup is not None and o.run.repeats is not None, (
         "_resolved fills them in"
     )
-    b = o.backend
     return RunSettings(
         o.engine.model,
         o.device,
@@ -151,11 +199,7 @@ def _settings(o: PerfOptions) -> RunSettings:
         o.run.warmup,
         o.run.cpu_threads,
         repeats=o.run.repeats,
-        base_url=b.base_url,
-        prompt_format=b.prompt_format,
-        ignore_eos=b.ignore_eos,
-        request_timeout=b.request_timeout,
-        client_workers=b.client_workers,
+        base_url=o.backend.client.base_url,
         engine_knobs=o.engine.knobs,
     )
 
@@ -204,7 +248,7 @@ def _sweep(o: PerfOptions, like_entries: list[Entry] | None) -> _Sweep:
         modes = sorted({e.batching for e in like_entries if e.backend == "refengine"}, key=BATCHING_MODES.index)
         validate_configs(modes, knob_sets)
         entries = list(like_entries)
-    elif o.backend.in_process:
+    elif Backend.get(o.backend.name).kind == "engine":
         knob_sets = o.engine.configurations(on_cpu=o.device.is_cpu)
         validate_configs(modes, knob_sets)
         if peers and any(p.max_concurrency for p in loads):

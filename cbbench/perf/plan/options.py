@@ -1,9 +1,13 @@
 """What `cbbench perf` is asked to run, typed by concern as GuideLLM groups its own options: `WorkloadOptions` (the
 requests), `LoadAxes` (the load sweep), `EngineOptions` (model, dtype, batching modes and the engine-knob grid),
-the device (`DeviceSpec`, refengine/sim/sim_device.py), `BackendOptions` (who serves the requests, and the peers),
-`RunOptions` (seed, repeats, warm-up, threads, executor) and `OutputOptions` (files, table, metrics). The command
-line parses each option once into these frozen objects (perf/cli/); `PerfOptions` holds one of each, and
-`PerfOptions.record` is the flat `config` a results JSON records.
+the device (`DeviceSpec`, refengine/sim/sim_device.py), `BackendOptions` (who serves the requests, how a client
+talks to a server, and the peers), `RunOptions` (seed, repeats, warm-up, threads, executor) and `OutputOptions`
+(files, table, metrics). The command line parses each option once into these frozen objects (perf/cli/);
+`PerfOptions` holds one of each, and `PerfOptions.record` is the flat `config` a results JSON records.
+
+These types stand below every backend and import none: a backend name is a string here, checked against the
+registry (backends/registry.py: `check_backend`, which the command line runs as it parses and the plan as it is
+built), and each backend makes its own typed arguments from the options (backends/backend.py: `BackendArgs`).
 
 Also here: the CPU-sized defaults, and the workload of a load point (its params checked against the workload's own
 defaults, so an int param takes no "abc"). plan/build.py turns the options into the run plan.
@@ -31,8 +35,8 @@ if TYPE_CHECKING:
     from cbbench.workloads.workload import Workload
     from refengine.tokenizer import Tokenizer
 
-# `cbbench --help` imports this module (the options' help names CPU_DEFAULTS), so what loads numpy or aiohttp (the
-# backend registry, the workload catalog, the cost model) is imported in the function that first needs it.
+# `cbbench --help` imports this module (the options' help names CPU_DEFAULTS), so what loads numpy (the workload
+# catalog, the cost model) is imported in the function that first needs it.
 
 PEERS = ("hf-static", "hf-cb")
 # CPU-sized defaults: the default run (4 modes + 2 peers, tiny-qwen2, 1 torch thread) stays short on a shared
@@ -164,41 +168,32 @@ class EngineOptions:
 
 
 @dataclass(frozen=True)
-class BackendOptions:
-    """Who serves the requests (an in-process engine or a server), how the client talks to a server, and the peers
-    run beside an in-process engine."""
+class ClientOptions:
+    """How a client talks to a server backend, as given: its address, the prompts as token ids or text, vLLM's
+    ignore_eos field, seconds per request, and the client processes the requests are sharded over. A server
+    backend's own arguments are made from them (backends/openai.py: `HttpArgs`); the JSON's config records them
+    whichever backend runs."""
 
-    name: str = "refengine"  # a registered backend of kind engine or server (backends/backend.py)
     base_url: str | None = None
-    prompt_format: str = "ids"  # a server: send token ids or text
-    ignore_eos: bool = True  # a server: send vLLM's ignore_eos field
-    request_timeout: float = 6 * 3600  # a server: seconds per request
-    client_workers: int = 1  # a server: client processes the requests are sharded over
+    prompt_format: str = "ids"
+    ignore_eos: bool = True
+    request_timeout: float = 6 * 3600
+    client_workers: int = 1
+
+
+@dataclass(frozen=True)
+class BackendOptions:
+    """Who serves the requests (a registered backend of kind engine or server, by name: backends/backend.py), how
+    the client talks to a server, and the peers run beside an in-process engine."""
+
+    name: str = "refengine"
+    client: ClientOptions = ClientOptions()
     peers: Listed[str] = Listed(PEERS, ",".join(PEERS))
-
-    def __post_init__(self) -> None:
-        from cbbench.perf.backends.registry import Backend
-
-        engines = Backend.names("engine", "server")
-        if self.name not in engines:
-            raise ValueError(f"backend: unknown {self.name!r}; expected one of {', '.join(engines)}")
-
-    @property
-    def in_process(self) -> bool:
-        from cbbench.perf.backends.registry import Backend
-
-        return Backend.get(self.name).kind == "engine"
 
     @staticmethod
     def parse_peers(text: str) -> Listed[str]:
-        from cbbench.perf.backends.registry import Backend
-
-        peers = [] if text.strip().lower() == "none" else split_list("peers", text)
-        known = Backend.names("peer")
-        bad = [p for p in peers if p not in known]
-        if bad:
-            raise ValueError(f"peers: unknown peer {bad[0]!r}; expected a comma list of {', '.join(known)}, or none")
-        return Listed(tuple(peers), text)
+        """`--peers`: a comma list, or none (the names are the registry's to check: backends/registry.py)."""
+        return Listed(tuple([] if text.strip().lower() == "none" else split_list("peers", text)), text)
 
     def simulated_peers(self) -> Listed[str]:
         """The peers of a simulated plan: the default list without hf-cb; naming hf-cb is a ValueError."""
@@ -281,6 +276,7 @@ class PerfOptions:
     def record(self) -> dict[str, object]:
         """The options as the results JSON's `config` records them: one flat key per command-line option."""
         w, e, b, r, out = self.workload, self.engine, self.backend, self.run, self.output
+        client = b.client
         return {
             "workload": w.name,
             "model": e.model,
@@ -300,12 +296,12 @@ class PerfOptions:
             "burstiness": self.load.burstiness.text,
             "max_concurrency": self.load.max_concurrency.text,
             "backend": b.name,
-            "base_url": b.base_url,
+            "base_url": client.base_url,
             "tokenizer": w.tokenizer,
-            "prompt_format": b.prompt_format,
-            "ignore_eos": b.ignore_eos,
-            "request_timeout": b.request_timeout,
-            "client_workers": b.client_workers,
+            "prompt_format": client.prompt_format,
+            "ignore_eos": client.ignore_eos,
+            "request_timeout": client.request_timeout,
+            "client_workers": client.client_workers,
             "batching": e.batching.text,
             "repeats": r.repeats,
             "warmup": r.warmup,

@@ -13,7 +13,7 @@ from cbbench.perf.sim.consistency import feasibility
 from cbbench.perf.sim.measured import MeasuredRun, Protocol, load_measured_runs
 from cbbench.perf.sim.relative_errors import Prediction, RowErrors, row_errors
 from cbbench.perf.sim.report import render_markdown, render_summary
-from cbbench.perf.sim.validate import Replay, read_replays, replay_all, write_replays
+from cbbench.perf.sim.validate import Replay, RunCommand, read_replays, replay_all, write_replays
 
 _WHERE_KEYS = {"model", "gpu", "tp", "dtype", "isl", "osl", "concurrency", "workload", "id"}
 
@@ -88,9 +88,11 @@ def run_validation(
     resume: bool,
     markdown: Path | None,
     console: Console,
+    run_command: RunCommand,
     prompts: str = "recipe",
     server: str = "generator",
 ) -> list[RowErrors]:
+    """`run_command` runs each row's `cbbench perf` command line (validate.py: `RunCommand`)."""
     from refengine.sim.cost_model import COST_MODEL_VERSION
 
     protocol = Protocol(rounds=rounds, long_rounds=long_rounds, prompts=prompts, server=server)
@@ -110,7 +112,7 @@ def run_validation(
         status = r.error or f"TTFT {r.ttft_ms:.0f} ms, TPOT {r.tpot_ms:.2f} ms in {r.wall_s:.0f} s"
         console.print(f"[{len(finished)}/{len(runs)}] {r.id}: {status}", markup=False, highlight=False)
 
-    replays = replay_all(runs, protocol, workers=workers, done=done, on_result=on_result)
+    replays = replay_all(runs, protocol, run_command, workers=workers, done=done, on_result=on_result)
     write_replays(output, {**kept, **replays}.values())
     failed = [r for r in replays.values() if r.error]
     rows, peers = build_rows(runs, replays)

@@ -4,7 +4,9 @@ the simulator's error per row and its medians, beside the peer simulators' predi
 Each row runs the exact `cbbench perf` command line `Protocol.perf_argv` prints (in-process, so the simulated
 engine, the perf runner and the metrics are the ones a user gets); rows run in parallel worker processes and are
 written to the output CSV as they finish, so an interrupted validation resumes (`--resume`). A row's result is
-only reused when the cost model's version and the protocol are the same.
+only reused when the cost model's version and the protocol are the same. What runs a command line is handed down by
+the command line itself (`RunCommand`: cbbench.perf.cli.main's `run_command_line`, passed to worker processes by
+name), so that this module, which the `sim validate` command runs, never imports the command line back.
 """
 
 from __future__ import annotations
@@ -24,6 +26,8 @@ from pathlib import Path
 from cbbench.perf.sim.measured import MeasuredRun, Protocol
 
 RESULT_FIELDS = ("ttft_ms", "tpot_ms", "output_throughput")
+# runs a `cbbench` command line (["perf", ...]) in this process; a failure raises (or exits, as click does)
+RunCommand = Callable[[list[str]], None]
 
 
 @dataclass(frozen=True)
@@ -51,11 +55,8 @@ def _cost_model_version() -> str:
     return COST_MODEL_VERSION
 
 
-def replay(run: MeasuredRun, protocol: Protocol) -> Replay:
+def replay(run: MeasuredRun, protocol: Protocol, run_command: RunCommand) -> Replay:
     """Run `cbbench perf` on `run`'s command line (its output silenced) and read its CSV row back."""
-    import typer
-
-    from cbbench.perf.cli import app
     from cbbench.perf.results.rows import read_rows
 
     version = _cost_model_version()
@@ -65,7 +66,7 @@ def replay(run: MeasuredRun, protocol: Protocol) -> Replay:
         sink = io.StringIO()
         try:
             with contextlib.redirect_stdout(sink), contextlib.redirect_stderr(sink):
-                typer.main.get_command(app).main(args=argv, standalone_mode=False)
+                run_command(argv)
             (row,) = read_rows(Path(tmp) / "run.csv")
             ttft = float(row["mean_ttft_ms"])
             if protocol.rounds_for(run) < protocol.rounds:
@@ -139,6 +140,7 @@ def write_replays(path: Path, replays: Iterable[Replay]) -> None:
 def replay_all(
     runs: Sequence[MeasuredRun],
     protocol: Protocol,
+    run_command: RunCommand,
     *,
     workers: int = 1,
     done: dict[str, Replay] | None = None,
@@ -158,14 +160,14 @@ def replay_all(
             todo.append(run)
     todo.sort(key=lambda r: -(r.osl or 0) * (r.concurrency or 0))
     if workers <= 1:
-        results: Iterable[Replay] = (replay(r, protocol) for r in todo)
+        results: Iterable[Replay] = (replay(r, protocol, run_command) for r in todo)
         for res in results:
             out[res.id] = res
             if on_result:
                 on_result(res)
         return out
     with ProcessPoolExecutor(max_workers=workers) as pool:
-        futures = [pool.submit(replay, r, protocol) for r in todo]
+        futures = [pool.submit(replay, r, protocol, run_command) for r in todo]
         for fut in as_completed(futures):
             res = fut.result()
             out[res.id] = res

@@ -50,7 +50,7 @@ class EchoBackend(Backend):
         return RunResult(
             self.name,
             spec.batching,
-            spec.knobs.given(),
+            spec.knobs,
             records=records,
             steps=steps,
             duration=max(r.finish_time for r in records),

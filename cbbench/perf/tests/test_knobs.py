@@ -104,14 +104,14 @@ def test_validate_knobs_uses_the_configs_own_checks():
 
 
 def test_serve_takes_the_same_generated_knobs_as_single_values(monkeypatch):
-    import refengine.entrypoints.api_server as api_server
+    import refengine.entrypoints.launch as launch
 
     res = CliRunner().invoke(cli.app, ["serve", "--help"], env={"COLUMNS": "300"})
     assert res.exit_code == 0
     for k in engine_knobs():  # batching too: a server runs one mode
         assert k.flag in res.output, k.name
     seen = {}
-    monkeypatch.setattr(api_server, "run_server", lambda knobs, **kw: seen.update(knobs=knobs, **kw))
+    monkeypatch.setattr(launch, "run_server", lambda knobs, **kw: seen.update(knobs=knobs, **kw))
     res = CliRunner().invoke(
         cli.app,
         ["serve", "--max-num-seqs", "8", "--batching", "static", "--no-enable-prefix-caching", "--port", "9001"],

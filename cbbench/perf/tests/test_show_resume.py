@@ -86,12 +86,12 @@ def test_serve_and_in_process_perf_use_the_same_default_threads(monkeypatch):
     import torch
 
     from cbbench.perf.plan.options import DEFAULT_CPU_THREADS
-    from refengine.entrypoints import api_server
+    from refengine.entrypoints import launch
     from refengine.sim.sim_device import DeviceSpec
 
     set_to: list[int] = []
     monkeypatch.setattr(torch, "set_num_threads", set_to.append)
-    monkeypatch.setattr(api_server, "run_server", lambda *a, **k: None)
+    monkeypatch.setattr(launch, "run_server", lambda *a, **k: None)
     assert invoke("serve").exit_code == 0
     assert invoke("serve", "--cpu-threads", "3").exit_code == 0
     assert set_to == [DEFAULT_CPU_THREADS, 3]

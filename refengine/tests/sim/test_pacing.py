@@ -14,7 +14,7 @@ import types
 import pytest
 
 from refengine import LLMEngine
-from refengine.engine.clock import VirtualClock
+from refengine.clock import VirtualClock
 from refengine.entrypoints.async_engine import AsyncLLMEngine
 from refengine.sim import pacing
 from refengine.sim.pacing import StepPacer

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from refengine.engine.clock import VirtualClock
+from refengine.clock import VirtualClock
 from refengine.sim import time_scale as ts
 from refengine.sim.pacing import StepPacer
 from refengine.sim.time_scale import ScaleController, check_time_scale

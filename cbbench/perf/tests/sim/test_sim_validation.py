@@ -11,6 +11,7 @@ import pytest
 from typer.testing import CliRunner
 
 from cbbench.perf.cli import app
+from cbbench.perf.cli.main import run_command_line
 from cbbench.perf.sim.consistency import feasibility
 from cbbench.perf.sim.measured import MeasuredRun, Protocol, load_measured_runs
 from cbbench.perf.sim.relative_errors import row_errors
@@ -97,7 +98,7 @@ def test_a_row_twice_as_fast_as_measured_would_be_infeasible() -> None:
 def _worst_tpot_error() -> float:
     worst = 0.0
     for run in _pinned_runs():
-        rep = replay(run, PIN_PROTOCOL)
+        rep = replay(run, PIN_PROTOCOL, run_command_line)
         assert not rep.error, rep.error
         worst = max(worst, abs(row_errors(run, rep, {}, None).errors["tpot"]))
     return worst

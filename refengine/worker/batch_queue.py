@@ -2,7 +2,9 @@
 
 LLMEngine.step() with `async_scheduling=True` works as vLLM's `step_with_batch_queue`: it schedules step N+1 and
 launches its forward while the forward of step N is still running, then waits for step N and processes its output.
-The forwards run one after another in a single worker thread, so the runner sees its steps in order (and the
+The queue is a real device's (`LocalDevice.make_batch_queue`; a simulated GPU has its own, sim/runner.py's
+SimBatchQueue), as the thread that runs the forwards is the worker's side of the step, the part vLLM's executor
+plays. The forwards run one after another in that thread, so the runner sees its steps in order (and the
 token step N samples is in its persistent batch before step N+1's forward reads it as input), while the main
 thread schedules, updates and detokenises. Torch releases the GIL inside its kernels, so on the CPU too the host
 work of one step overlaps the forward of the other.
