@@ -132,6 +132,31 @@ def test_prefix_hit_never_covers_the_last_token(adapter_cls):
     assert out.num_scheduled_tokens == {"c": 1}  # both full blocks hit, the 9th token is computed
 
 
+def test_a_readmission_keeps_the_prefix_hit_of_the_first_admission(adapter_cls):
+    """vLLM's num_cached_tokens (its usage's cached_tokens, its metrics) is the prefix-cache hit of a request's first
+    admission. Readmitted after a recompute preemption, the request hits more (its own freed blocks): that larger
+    hit saves the re-prefill, and leaves num_cached_tokens as it was."""
+    a = make(adapter_cls, block_size=4, num_gpu_blocks=5, max_num_batched_tokens=64, enable_prefix_caching=True)
+    a.add_request("P", prompt(8), max_tokens=1, arrival_time=0)
+    step(a)  # P's two full blocks stay cached once it has finished
+    a.add_request("B", prompt(6, 2000), max_tokens=2, arrival_time=1)
+    a.add_request("A", prompt(8) + prompt(4, 5000), max_tokens=8, arrival_time=2)
+    out, _ = step(a)  # B takes 2 blocks; A hits P's 2 and takes 1 for its last 4 prompt tokens: no block is left
+    assert out.num_scheduled_tokens == {"B": 6, "A": 4}
+    if a.request("A").num_cached_tokens is not None:
+        assert a.request("A").num_cached_tokens == 8
+    out, finished = step(a)  # A's 13th token needs a 4th block: A, the last admitted, preempts itself; B finishes
+    assert out.preempted_req_ids == ["A"] and finished == {"B"}
+    out, _ = step(a)  # A's three full blocks (12 tokens) are still cached: only its 13th token is computed
+    assert out.num_scheduled_tokens == {"A": 1} and a.request("A").num_computed_tokens == 13
+    if a.request("A").num_cached_tokens is not None:
+        assert a.request("A").num_cached_tokens == 8, "the readmission's hit replaced the first admission's"
+    while a.request("A").status != "finished":
+        step(a)
+    if a.request("A").num_cached_tokens is not None:
+        assert a.request("A").num_cached_tokens == 8
+
+
 def _lru_setup(adapter_cls):
     """bs 4, 8 blocks. A (9 tokens: A0 A1 full, A2 partial) finishes, then B (B0 B1 B2) finishes. Freed blocks that
     can never be hit (the partial A2, B2) are reused first, then never-used ones, then cached blocks least recently
