@@ -119,6 +119,98 @@ def test_swap_with_full_host_pool_falls_back_to_recompute(adapter_cls):
     assert a.request("r1").num_computed_tokens == 0 and a.request("r1").num_output_tokens == 3
 
 
+# ---- async scheduling: a step's output comes back after the next step is scheduled ---------------------------------
+class AsyncDriver:
+    """Drives an adapter as vLLM's engine core drives its AsyncScheduler: each tick schedules step N+1, then feeds
+    step N's samples. A step samples for the requests whose known and in-flight tokens are all computed, the token of
+    output position `sample_index`; each must be delivered as exactly that output (a request preempted meanwhile
+    still gets it; one that finished meanwhile drops it)."""
+
+    def __init__(self, a) -> None:
+        self.a = a
+        self.pending: dict[str, int] | None = None  # the last step's {request: output position sampled}
+        self.delivered: dict[str, int] = {}  # request -> outputs delivered so far
+
+    def tick(self):
+        a = self.a
+        out = a.schedule()
+        now = {rid: a.request(rid).sample_index for rid in out.num_scheduled_tokens if a.request(rid).samples_now()}
+        fed, self.pending = self.pending, now
+        finished: set[str] = set()
+        if fed is not None:
+            for rid, index in fed.items():
+                if a.request(rid).status == "finished":
+                    continue  # finished since that step was scheduled: its token is dropped
+                n = self.delivered.get(rid, 0)
+                assert index == n, f"{rid}: the token sampled for output {index} is delivered as output {n}"
+                self.delivered[rid] = n + 1
+            finished = set(a.update({rid: [TOK] for rid in fed}))
+        return out, finished
+
+
+def test_async_a_token_in_flight_reaches_its_preempted_request_before_it_is_readmitted(adapter_cls):
+    """vLLM's AsyncScheduler: a request preempted by recompute while its step's token is in flight gets that token
+    when the step's output comes back, and its re-prefill, later, covers it: no output position is sampled twice or
+    skipped (AsyncDriver checks each delivery), and it ends with exactly max_tokens outputs."""
+    a = make(adapter_cls, block_size=4, num_gpu_blocks=4, max_num_batched_tokens=64, async_scheduling=True)
+    a.add_request("r0", prompt(6), max_tokens=8, arrival_time=0)
+    a.add_request("r1", prompt(6, 2000), max_tokens=8, arrival_time=1)
+    d = AsyncDriver(a)
+    in_flight = None
+    for _ in range(40):
+        sampling = dict(d.pending or {})
+        out, _ = d.tick()
+        r1 = a.request("r1")
+        if in_flight is None and "r1" in out.preempted_req_ids:
+            # r0's third block preempts r1 (the last admitted) while r1's output #in_flight is in flight; this tick
+            # fed that output: r1 holds it, waiting, with nothing computed
+            assert "r1" in sampling, "meant to preempt r1 while its token is in flight"
+            in_flight = sampling["r1"]
+            assert (r1.status, r1.num_output_tokens, r1.num_computed_tokens) == ("preempted", in_flight + 1, 0)
+        elif in_flight is not None and "r1" in out.new_req_ids:
+            # readmitted: it re-prefills its prompt and every output, the one that was in flight included
+            assert r1.num_output_tokens == in_flight + 1
+            assert out.num_scheduled_tokens["r1"] == 6 + in_flight + 1 == r1.num_computed_tokens
+        if all(a.request(r).status == "finished" for r in ("r0", "r1")):
+            break
+    assert in_flight is not None, "the pool was sized to preempt r1"
+    for rid in ("r0", "r1"):
+        v = a.request(rid)
+        assert (v.finish_reason, v.num_output_tokens, d.delivered[rid]) == ("length", 8, 8), v
+
+
+def test_async_a_victim_with_its_token_in_flight_is_not_readmitted_in_the_same_step(adapter_cls):
+    """priority_preemption (beyond vLLM): urgent X preempts V to get in, and V's freed blocks would let V back at
+    once (a prefix hit on two of them, one block to spare). But V's token is in flight: readmitted now, V would
+    re-prefill without it and sample that output position again. V waits until the token is back, passed over
+    without blocking the queue: W, less urgent, still gets in."""
+    a = make(
+        adapter_cls,
+        block_size=4,
+        num_gpu_blocks=4,
+        max_num_batched_tokens=64,
+        async_scheduling=True,
+        enable_prefix_caching=True,
+        policy="priority",
+        priority_preemption=True,
+    )
+    a.add_request("V", prompt(11), max_tokens=6, priority=5, arrival_time=0)
+    d = AsyncDriver(a)
+    d.tick()  # V's prompt (3 blocks); its output #0 in flight
+    d.tick()  # V decodes: all 12 known tokens computed, output #1 in flight
+    a.add_request("X", prompt(4, 3000), max_tokens=3, priority=0, arrival_time=1)
+    a.add_request("W", prompt(4, 4000), max_tokens=3, priority=6, arrival_time=2)
+    sampling = dict(d.pending or {})
+    out, _ = d.tick()  # no block for X: it preempts V, the less urgent; X and W each take one of V's 4 freed blocks
+    assert sampling == {"V": 1} and out.preempted_req_ids == ["V"]
+    assert out.num_scheduled_tokens == {"X": 4, "W": 4}, "V readmitted with its token in flight, or W held back"
+    v = a.request("V")
+    assert (v.status, v.num_output_tokens) == ("preempted", 2)  # output #1 came back to it in this tick
+    while not all(a.request(r).status == "finished" for r in "VXW"):
+        d.tick()
+    assert [(a.request(r).num_output_tokens, d.delivered[r]) for r in "VXW"] == [(6, 6), (3, 3), (3, 3)]
+
+
 # ---- prefix caching -----------------------------------------------------------------------------------------------
 def test_prefix_hit_never_covers_the_last_token(adapter_cls):
     a = make(adapter_cls, block_size=4, num_gpu_blocks=16, enable_prefix_caching=True)
