@@ -119,6 +119,35 @@ def test_swap_with_full_host_pool_falls_back_to_recompute(adapter_cls):
     assert a.request("r1").num_computed_tokens == 0 and a.request("r1").num_output_tokens == 3
 
 
+def test_swap_fills_the_host_pool_exactly_then_the_next_victim_recomputes(adapter_cls):
+    """A victim whose blocks exactly fill the host pool is swapped out (fits exactly is fits); with the pool then
+    full, the next victim falls back to recompute; the swapped one comes back from the same host blocks, which are
+    free again once that step is scheduled."""
+    a = make(adapter_cls, block_size=4, num_gpu_blocks=6, num_cpu_blocks=2, preemption_mode="swap")
+    for i in range(3):
+        a.add_request(f"r{i}", prompt(6, 1000 * (i + 1)), max_tokens=10, arrival_time=i)
+    for _ in range(3):
+        step(a)  # three 6-token prompts, two blocks each, then two decodes: 8 tokens, every block full
+    held = a.request("r2").block_ids
+    out, _ = step(a)  # r0 and r1 each need a third block: r2, the last admitted, gives way
+    assert out.preempted_req_ids == ["r2"] and len(held) == 2
+    assert [d for d, _ in out.blocks_to_swap_out] == held, "2 blocks for 2 free host blocks: a swap, not a recompute"
+    host = [h for _, h in out.blocks_to_swap_out]
+    assert a.request("r2").host_block_ids == host and a.request("r2").num_computed_tokens == 8
+    while not out.preempted_req_ids or out.preempted_req_ids == ["r2"]:
+        out, _ = step(a)
+    assert out.preempted_req_ids == ["r1"] and out.blocks_to_swap_out == []  # the host pool is full: recompute
+    assert a.request("r1").num_computed_tokens == 0 and a.request("r2").host_block_ids == host
+    while not out.blocks_to_swap_in:
+        out, _ = step(a)
+    assert [h for h, _ in out.blocks_to_swap_in] == host and out.num_scheduled_tokens == {"r2": 1}
+    if hasattr(a, "host_block_ref_counts"):
+        assert not any(a.host_block_ref_counts().values())  # the swap-in's sources are free once it is scheduled
+    while a.request("r2").status != "finished":
+        step(a)
+    assert [a.request(f"r{i}").num_output_tokens for i in range(3)] == [10, 10, 10]
+
+
 # ---- async scheduling: a step's output comes back after the next step is scheduled ---------------------------------
 class AsyncDriver:
     """Drives an adapter as vLLM's engine core drives its AsyncScheduler: each tick schedules step N+1, then feeds
@@ -209,6 +238,44 @@ def test_async_a_victim_with_its_token_in_flight_is_not_readmitted_in_the_same_s
     while not all(a.request(r).status == "finished" for r in "VXW"):
         d.tick()
     assert [(a.request(r).num_output_tokens, d.delivered[r]) for r in "VXW"] == [(6, 6), (3, 3), (3, 3)]
+
+
+def test_async_a_swap_out_never_lands_in_the_host_blocks_a_swap_in_of_the_same_step_reads(adapter_cls):
+    """The runner copies a step's swap-outs before its swap-ins, so a host block that a swap-in reads from must not
+    take a swap-out of the same step (its KV would be overwritten before it is read back). Reachable with
+    priority_preemption under async scheduling: V, preempted with its token in flight, is passed over while less
+    urgent C gets in; in the next step V is swapped back in, then urgent X preempts C, whose KV is swapped out."""
+    a = make(
+        adapter_cls,
+        block_size=4,
+        num_gpu_blocks=12,
+        num_cpu_blocks=8,
+        max_num_batched_tokens=64,
+        async_scheduling=True,
+        policy="priority",
+        priority_preemption=True,
+        preemption_mode="swap",
+    )
+    a.add_request("V", prompt(8, 1000), max_tokens=6, priority=5, arrival_time=0)
+    a.add_request("P", prompt(16, 6000), max_tokens=2, priority=1, arrival_time=1)
+    d = AsyncDriver(a)
+    d.tick()
+    d.tick()  # V holds 3 blocks, P 5; both have a token in flight, P its last
+    a.add_request("Y", prompt(18, 2000), max_tokens=3, priority=0, arrival_time=2)
+    a.add_request("C", prompt(1, 4000), max_tokens=6, priority=9, arrival_time=3)
+    out, _ = d.tick()  # Y (5 blocks) preempts V (swapped out); V's token is in flight: C gets in instead; P ends
+    assert out.preempted_req_ids == ["V"] and len(out.blocks_to_swap_out) == 3
+    assert out.num_scheduled_tokens == {"Y": 18, "C": 1}
+    a.add_request("X", prompt(14, 5000), max_tokens=3, priority=6, arrival_time=4)
+    out, _ = d.tick()  # V is swapped back in (P's blocks are free); X (4 blocks) preempts C, swapped out
+    assert out.preempted_req_ids == ["C"] and {"V", "X"} <= set(out.num_scheduled_tokens)
+    read = {h for h, _ in out.blocks_to_swap_in}
+    written = {h for _, h in out.blocks_to_swap_out}
+    assert len(read) == 3 and len(written) == 1
+    assert not read & written, f"host blocks {sorted(read & written)} are written before they are read back"
+    while not all(a.request(r).status == "finished" for r in "VPYCX"):
+        d.tick()
+    assert [d.delivered[r] for r in "VPYCX"] == [6, 2, 3, 6, 3]
 
 
 # ---- prefix caching -----------------------------------------------------------------------------------------------
