@@ -31,19 +31,31 @@ ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_TIMEOUT_S = 600  # a subset takes well under this on a quiet machine; past it the mutant made something hang
 
 
-def copy_tree(dest: Path) -> None:
+def copy_tree(dest: Path, root: Path = ROOT) -> None:
+    """Copy the tracked (and untracked, not ignored) files of `root` into `dest`. A symbolic link is copied as a
+    link, with its target as written (`perf -> cbbench/perf`: in the copy it points into the copy), never as a copy
+    of what it points to nor skipped as "not a file": git lists a link to a folder as one entry, and nothing under
+    it."""
     files = subprocess.run(
         ["git", "ls-files", "--cached", "--others", "--exclude-standard"],
-        cwd=ROOT,
+        cwd=root,
         check=True,
         capture_output=True,
         text=True,
     ).stdout.split("\n")
     for rel in filter(None, files):
-        src = ROOT / rel
-        if src.is_file() and not rel.startswith(("results/", "docs/")):
-            (dest / rel).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(src, dest / rel)
+        src, out = root / rel, dest / rel
+        if rel.startswith(("results/", "docs/")) or not (src.is_symlink() or src.is_file()):
+            continue  # (a file deleted but not yet staged is still listed)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        if src.is_symlink():
+            target = os.readlink(src)
+            if os.path.isabs(target) or not Path(os.path.normpath(out.parent / target)).is_relative_to(dest):
+                # a mutant patched through it would edit the working tree, or the copy would import it
+                raise SystemExit(f"{rel} links outside the repository ({target}): the copy cannot hold it")
+            out.symlink_to(target)
+        else:
+            shutil.copy2(src, out)
 
 
 def run_tests(tree: Path, tests: tuple[str, ...], timeout: float) -> tuple[str, float, str]:
