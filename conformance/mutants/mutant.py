@@ -17,6 +17,7 @@ SAMPLER = "refengine/sample/sampler.py"
 DETOK = "refengine/engine/detokenizer.py"
 OUTPUT = "refengine/engine/output_processor.py"
 ENGINE = "refengine/engine/llm_engine.py"
+TIMELINE_SVG = "perf/report/timeline_svg.py"  # the HTML report's slot timeline (through perf -> cbbench/perf if linked)
 
 # The fast subsets, by area: each is quick (seconds to a minute here) and run with -x.
 # (the stateful Hypothesis machine, test_scheduler_stateful.py, is left out: minutes per run; the recorded traces
@@ -44,6 +45,14 @@ HF_TESTS = ["refengine/tests/test_engine_hf.py"]
 KILL_TESTS = ["conformance/test_mutation_kills.py"]
 # what a random-weight model's greedy tokens do not show: the KV a step attends to (each sampled step's logits
 # against a dense forward), the tokens a re-prefill samples, EOS under min_tokens with a model that prefers it
+# the scheduler's statistics (SchedulerStats: prefix-cache queries and hits, first admissions apart from readmissions)
+STATS_TESTS = ["refengine/tests/test_interfaces.py"]
+# the report's figures against the step records they are drawn from (geometry first: it is the fast one)
+REPORT_TESTS = [
+    "perf/tests/test_timeline_geometry.py",
+    "perf/tests/test_step_stats.py",
+    "perf/tests/test_html_report.py",
+]
 KV_BEHAVIOUR_TESTS = [
     "refengine/tests/test_prefix_cache_partial_blocks.py",
     "refengine/tests/test_swap_partial_block.py",
