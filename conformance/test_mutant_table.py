@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from conformance.mutate import copy_tree
 from conformance.mutants import MUTANTS
+from conformance.mutate import copy_tree
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -17,7 +17,10 @@ SAMPLER = "refengine/sample/sampler.py"
 DETOK = "refengine/engine/detokenizer.py"
 OUTPUT = "refengine/engine/output_processor.py"
 ENGINE = "refengine/engine/llm_engine.py"
-TIMELINE_SVG = "perf/report/timeline_svg.py"  # the HTML report's slot timeline (through perf -> cbbench/perf if linked)
+# the HTML report's Python-drawn charts (through perf -> cbbench/perf where that is a link)
+TIMELINE_SVG = "perf/report/timeline_svg.py"  # the slot timeline
+FRONTIER_SVG = "perf/report/frontier_svg.py"  # the capacity plan's throughput-per-GPU against latency chart
+SERVER_SERIES = "perf/report/server_series.py"  # an HTTP run's scraped /metrics over time
 
 # The fast subsets, by area: each is quick (seconds to a minute here) and run with -x.
 # (the stateful Hypothesis machine, test_scheduler_stateful.py, is left out: minutes per run; the recorded traces
@@ -50,6 +53,7 @@ STATS_TESTS = ["refengine/tests/test_interfaces.py"]
 # the report's figures against the step records they are drawn from (geometry first: it is the fast one)
 REPORT_TESTS = [
     "perf/tests/test_timeline_geometry.py",
+    "perf/tests/test_report_figure_geometry.py",
     "perf/tests/test_step_stats.py",
     "perf/tests/test_html_report.py",
 ]

@@ -1,8 +1,9 @@
-"""The planted bugs of the report side: the HTML report's slot timeline, drawn from a run's step records."""
+"""The planted bugs of the report side: the HTML report's charts, drawn from a run's step records, rows and scraped
+server metrics."""
 
 from __future__ import annotations
 
-from conformance.mutants.mutant import REPORT_TESTS, TIMELINE_SVG, Mutant, mutant
+from conformance.mutants.mutant import FRONTIER_SVG, REPORT_TESTS, SERVER_SERIES, TIMELINE_SVG, Mutant, mutant
 
 REPORT_MUTANTS: list[Mutant] = [
     mutant(
@@ -28,5 +29,21 @@ REPORT_MUTANTS: list[Mutant] = [
         'width="{(b - a + 1) * dx:.2f}"',
         REPORT_TESTS,
         "timeline: a stretch's end (last step + 1) is read as its last step: each rectangle one step too wide",
+    ),
+    mutant(
+        "frontier-y-not-inverted",
+        FRONTIER_SVG,
+        "        return TOP + h * (1 - v / yt[-1])\n",
+        "        return TOP + h * v / yt[-1]\n",
+        REPORT_TESTS,
+        "capacity plan chart: throughput per GPU drawn from the top down (SVG's y grows downwards)",
+    ),
+    mutant(
+        "series-kv-usage-as-fraction",
+        SERVER_SERIES,
+        '    return float(v) * 100 if key == "kv_usage" else float(v)\n',
+        "    return float(v)\n",
+        REPORT_TESTS,
+        "/metrics chart: KV usage, a fraction, drawn on the 0-100 % axis unscaled",
     ),
 ]
