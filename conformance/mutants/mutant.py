@@ -18,7 +18,8 @@ DETOK = "refengine/engine/detokenizer.py"
 OUTPUT = "refengine/engine/output_processor.py"
 ENGINE = "refengine/engine/llm_engine.py"
 # the HTML report's Python-drawn charts (through perf -> cbbench/perf where that is a link)
-TIMELINE_SVG = "perf/report/timeline_svg.py"  # the slot timeline
+TIMELINE = "perf/report/timeline.py"  # the slot timeline's cells: which request holds which slot at each step
+TIMELINE_SVG = "perf/report/timeline_svg.py"  # the slot timeline, drawn
 FRONTIER_SVG = "perf/report/frontier_svg.py"  # the capacity plan's throughput-per-GPU against latency chart
 SERVER_SERIES = "perf/report/server_series.py"  # an HTTP run's scraped /metrics over time
 

@@ -3,7 +3,7 @@ server metrics."""
 
 from __future__ import annotations
 
-from conformance.mutants.mutant import FRONTIER_SVG, REPORT_TESTS, SERVER_SERIES, TIMELINE_SVG, Mutant, mutant
+from conformance.mutants.mutant import FRONTIER_SVG, REPORT_TESTS, SERVER_SERIES, TIMELINE, TIMELINE_SVG, Mutant, mutant
 
 REPORT_MUTANTS: list[Mutant] = [
     mutant(
@@ -45,5 +45,14 @@ REPORT_MUTANTS: list[Mutant] = [
         "    return float(v)\n",
         REPORT_TESTS,
         "/metrics chart: KV usage, a fraction, drawn on the 0-100 % axis unscaled",
+    ),
+    mutant(
+        "timeline-preempted-holds-slot",
+        TIMELINE,
+        "        for rid in [r for r in slot_of if r not in present and r not in batch_of]:\n"
+        "            free.append(slot_of.pop(rid))  # preempted since the last step: it waits, holding no slot\n",
+        "",
+        REPORT_TESTS,
+        "timeline: a request preempted in continuous mode keeps its slot a step, drawn as a static batch's held slot",
     ),
 ]

@@ -188,3 +188,29 @@ def test_an_aggregated_static_run_draws_the_slots_its_cells_hold():
             assert float(r["height"]) == pytest.approx(got / n * SLOT_PX, abs=PX_TOLERANCE)
         assert min(float(r["y"]) for r in stack) >= -PX_TOLERANCE
         assert sum(float(r["height"]) for r in stack) <= height + len(stack) * PX_TOLERANCE  # (each one rounded)
+
+
+def test_a_preempted_request_holds_no_slot_while_it_waits():
+    """Continuous batching: a request preempted at a step is neither scheduled nor running there. It leaves its slot
+    (drawn nowhere until it is readmitted, then wherever a slot is free), never drawn as a slot held by a finished
+    static-batch member, which it is not."""
+
+    def step(scheduled, running, prefill=()):
+        return {"scheduled_req_ids": scheduled, "running_req_ids": running, "prefill_req_ids": list(prefill)}
+
+    steps = [
+        step(["a", "b"], ["a", "b"], prefill=["a", "b"]),
+        step(["a", "b"], ["a", "b"]),
+        step(["a"], ["a"]),  # b is preempted: a needed its blocks
+        step(["a", "c"], [], prefill=["c"]),  # c is admitted into the free slot; a and c both finish
+        step(["b"], ["b"], prefill=["b"]),  # b is readmitted
+    ]
+    for s in steps:
+        s["batch_id"] = None
+    cells = assign_slots(steps, 2)
+    assert not [c for c in cells if c.kind == "held"]
+    assert [(c.step, c.slot, c.request_id, c.kind) for c in cells if c.step in (2, 3)] == [
+        (2, 0, "a", "decode"),
+        (3, 0, "a", "decode"),
+        (3, 1, "c", "prefill"),
+    ]
