@@ -28,6 +28,7 @@ from pathlib import Path
 from conformance.mutants import MUTANTS, Mutant
 
 ROOT = Path(__file__).resolve().parent.parent
+NAMESPACED = ("kernels", "perf", "workloads")  # folders imported as cbbench.<folder> (setup.py)
 DEFAULT_TIMEOUT_S = 600  # a subset takes well under this on a quiet machine; past it the mutant made something hang
 
 
@@ -58,6 +59,23 @@ def copy_tree(dest: Path, root: Path = ROOT) -> None:
             shutil.copy2(src, out)
 
 
+def link_import_names(tree: Path) -> None:
+    """Give a copy without a cbbench/ folder one made of links to its kernels/, perf/ and workloads/.
+
+    Where those folders are installed under the import names cbbench.kernels, cbbench.perf and cbbench.workloads by
+    setup.py's package_dir (an editable install maps them to the working tree), PYTHONPATH alone would import the
+    copy's refengine and conformance but the working tree's cbbench.perf: a mutant planted in the copy's perf/ would
+    go unseen. The copy's cbbench/ (a namespace folder, as the install makes it) is found first on PYTHONPATH. Where
+    cbbench/ is a real package in the repository, the copy has it already and nothing is added."""
+    package = tree / "cbbench"
+    if package.exists():
+        return
+    package.mkdir()
+    for folder in NAMESPACED:
+        if (tree / folder).is_dir():
+            (package / folder).symlink_to(Path("..") / folder)
+
+
 def run_tests(tree: Path, tests: tuple[str, ...], timeout: float) -> tuple[str, float, str]:
     """('pass' | 'fail' | 'timeout', seconds, last lines of the output) of one pytest run inside the copy."""
     env = {**os.environ, "PYTHONPATH": str(tree), "PYTHONDONTWRITEBYTECODE": "1"}
@@ -72,13 +90,19 @@ def run_tests(tree: Path, tests: tuple[str, ...], timeout: float) -> tuple[str, 
 
 
 def check_copy_is_imported(tree: Path) -> None:
+    """Refuse to score unless refengine, conformance and cbbench.perf (where mutants are planted) import from the
+    copy."""
     env = {**os.environ, "PYTHONPATH": str(tree)}
-    code = "import refengine.scheduler.scheduler as s, conformance; print(s.__file__)"
-    where = subprocess.run(
+    code = (
+        "import refengine.scheduler.scheduler as s, conformance, cbbench.perf.exceptions as m; "
+        "print(s.__file__); print(conformance.__file__); print(m.__file__)"
+    )
+    found = subprocess.run(
         [sys.executable, "-c", code], cwd=tree, env=env, capture_output=True, text=True, check=True
-    ).stdout.strip()
-    if not Path(where).resolve().is_relative_to(tree.resolve()):
-        raise SystemExit(f"the copy is not what gets imported (refengine from {where}): refusing to score")
+    ).stdout.split()
+    for where in found:
+        if not Path(where).resolve().is_relative_to(tree.resolve()):
+            raise SystemExit(f"the copy is not what gets imported ({where}): refusing to score")
 
 
 def score(mutants: list[Mutant], timeout: float, log=print) -> list[tuple[Mutant, str, float]]:
@@ -87,6 +111,7 @@ def score(mutants: list[Mutant], timeout: float, log=print) -> list[tuple[Mutant
     with tempfile.TemporaryDirectory(prefix="cbbench-mutate-") as tmp:
         tree = Path(tmp)
         copy_tree(tree)
+        link_import_names(tree)
         check_copy_is_imported(tree)
         for tests in sorted({m.tests for m in mutants}):
             outcome, secs, tail = run_tests(tree, tests, timeout)

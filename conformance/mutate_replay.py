@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 
 from conformance.mutants import MUTANTS, Mutant
-from conformance.mutate import check_copy_is_imported, copy_tree
+from conformance.mutate import check_copy_is_imported, copy_tree, link_import_names
 
 # reloaded in this order after each patch: each one's `from ... import` then picks up the patched classes
 REPLAY_MODULES = [
@@ -97,6 +97,7 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="cbbench-mutate-") as tmp:
         tree = Path(tmp)
         copy_tree(tree)
+        link_import_names(tree)
         check_copy_is_imported(tree)
         env = {**os.environ, "PYTHONPATH": str(tree), "PYTHONDONTWRITEBYTECODE": "1"}
         cmd = [

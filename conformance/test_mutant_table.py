@@ -8,13 +8,15 @@ then "kill" it.
 
 from __future__ import annotations
 
+import os
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 from conformance.mutants import MUTANTS
-from conformance.mutate import copy_tree
+from conformance.mutate import copy_tree, link_import_names
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -79,3 +81,17 @@ def test_the_copy_refuses_a_link_out_of_the_repository(tmp_path):
     copy.mkdir()
     with pytest.raises(SystemExit, match="perf links outside the repository"):
         copy_tree(copy, root=repo)
+
+
+def test_the_copy_imports_its_own_perf(tmp_path):
+    """A mutant planted in the copy's perf/ is seen only if `cbbench.perf` imports from the copy: with perf/ installed
+    as cbbench.perf by an editable install, PYTHONPATH alone imported the working tree's (every report mutant then
+    "survived"); the copy's cbbench/ links make the copy's the one found first."""
+    copy_tree(tmp_path)
+    link_import_names(tmp_path)
+    code = "import cbbench.perf.exceptions as m; print(m.__file__)"
+    env = {**os.environ, "PYTHONPATH": str(tmp_path)}
+    where = subprocess.run(
+        [sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True, check=True
+    ).stdout.strip()
+    assert Path(where).resolve().is_relative_to(tmp_path.resolve()), where
