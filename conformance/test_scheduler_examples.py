@@ -181,7 +181,9 @@ def test_async_a_token_in_flight_reaches_its_preempted_request_before_it_is_read
     """vLLM's AsyncScheduler: a request preempted by recompute while its step's token is in flight gets that token
     when the step's output comes back, and its re-prefill, later, covers it: no output position is sampled twice or
     skipped (AsyncDriver checks each delivery), and it ends with exactly max_tokens outputs."""
-    a = make(adapter_cls, block_size=4, num_gpu_blocks=4, max_num_batched_tokens=64, async_scheduling=True)
+    a = make(
+        adapter_cls, block_size=4, num_gpu_blocks=4, max_num_batched_tokens=64, max_num_seqs=4, async_scheduling=True
+    )
     a.add_request("r0", prompt(6), max_tokens=8, arrival_time=0)
     a.add_request("r1", prompt(6, 2000), max_tokens=8, arrival_time=1)
     d = AsyncDriver(a)
@@ -295,7 +297,14 @@ def test_a_readmission_keeps_the_prefix_hit_of_the_first_admission(adapter_cls):
     """vLLM's num_cached_tokens (its usage's cached_tokens, its metrics) is the prefix-cache hit of a request's first
     admission. Readmitted after a recompute preemption, the request hits more (its own freed blocks): that larger
     hit saves the re-prefill, and leaves num_cached_tokens as it was."""
-    a = make(adapter_cls, block_size=4, num_gpu_blocks=5, max_num_batched_tokens=64, enable_prefix_caching=True)
+    a = make(
+        adapter_cls,
+        block_size=4,
+        num_gpu_blocks=5,
+        max_num_batched_tokens=64,
+        max_num_seqs=4,
+        enable_prefix_caching=True,
+    )
     a.add_request("P", prompt(8), max_tokens=1, arrival_time=0)
     step(a)  # P's two full blocks stay cached once it has finished
     a.add_request("B", prompt(6, 2000), max_tokens=2, arrival_time=1)
