@@ -31,24 +31,31 @@ ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_TIMEOUT_S = 600  # a subset takes well under this on a quiet machine; past it the mutant made something hang
 
 
-def copy_tree(dest: Path) -> None:
+def copy_tree(dest: Path, root: Path = ROOT) -> None:
+    """Copy the tracked (and untracked, not ignored) files of `root` into `dest`. A symbolic link is copied as a
+    link, with its target as written (`perf -> cbbench/perf`: in the copy it points into the copy), never as a copy
+    of what it points to nor skipped as "not a file": git lists a link to a folder as one entry, and nothing under
+    it."""
     files = subprocess.run(
         ["git", "ls-files", "--cached", "--others", "--exclude-standard"],
-        cwd=ROOT,
+        cwd=root,
         check=True,
         capture_output=True,
         text=True,
     ).stdout.split("\n")
     for rel in filter(None, files):
-        src = ROOT / rel
-        if rel.startswith(("results/", "docs/")):
-            continue
-        if src.is_symlink():  # the top-level kernels/, perf/, workloads/ -> cbbench/...: a link in the copy too
-            (dest / rel).parent.mkdir(parents=True, exist_ok=True)
-            (dest / rel).symlink_to(os.readlink(src))
-        elif src.is_file():
-            (dest / rel).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(src, dest / rel)
+        src, out = root / rel, dest / rel
+        if rel.startswith(("results/", "docs/")) or not (src.is_symlink() or src.is_file()):
+            continue  # (a file deleted but not yet staged is still listed)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        if src.is_symlink():
+            target = os.readlink(src)
+            if os.path.isabs(target) or not Path(os.path.normpath(out.parent / target)).is_relative_to(dest):
+                # a mutant patched through it would edit the working tree, or the copy would import it
+                raise SystemExit(f"{rel} links outside the repository ({target}): the copy cannot hold it")
+            out.symlink_to(target)
+        else:
+            shutil.copy2(src, out)
 
 
 def run_tests(tree: Path, tests: tuple[str, ...], timeout: float) -> tuple[str, float, str]:
@@ -65,13 +72,19 @@ def run_tests(tree: Path, tests: tuple[str, ...], timeout: float) -> tuple[str, 
 
 
 def check_copy_is_imported(tree: Path) -> None:
+    """Refuse to score unless refengine, conformance and cbbench.perf (where mutants are planted) import from the
+    copy."""
     env = {**os.environ, "PYTHONPATH": str(tree)}
-    code = "import refengine.scheduler.scheduler as s, conformance; print(s.__file__)"
-    where = subprocess.run(
+    code = (
+        "import refengine.scheduler.scheduler as s, conformance, cbbench.perf.exceptions as m; "
+        "print(s.__file__); print(conformance.__file__); print(m.__file__)"
+    )
+    found = subprocess.run(
         [sys.executable, "-c", code], cwd=tree, env=env, capture_output=True, text=True, check=True
-    ).stdout.strip()
-    if not Path(where).resolve().is_relative_to(tree.resolve()):
-        raise SystemExit(f"the copy is not what gets imported (refengine from {where}): refusing to score")
+    ).stdout.split()
+    for where in found:
+        if not Path(where).resolve().is_relative_to(tree.resolve()):
+            raise SystemExit(f"the copy is not what gets imported ({where}): refusing to score")
 
 
 def score(mutants: list[Mutant], timeout: float, log=print) -> list[tuple[Mutant, str, float]]:

@@ -119,6 +119,167 @@ def test_swap_with_full_host_pool_falls_back_to_recompute(adapter_cls):
     assert a.request("r1").num_computed_tokens == 0 and a.request("r1").num_output_tokens == 3
 
 
+def test_swap_fills_the_host_pool_exactly_then_the_next_victim_recomputes(adapter_cls):
+    """A victim whose blocks exactly fill the host pool is swapped out (fits exactly is fits); with the pool then
+    full, the next victim falls back to recompute; the swapped one comes back from the same host blocks, which are
+    free again once that step is scheduled."""
+    a = make(adapter_cls, block_size=4, num_gpu_blocks=6, num_cpu_blocks=2, preemption_mode="swap")
+    for i in range(3):
+        a.add_request(f"r{i}", prompt(6, 1000 * (i + 1)), max_tokens=10, arrival_time=i)
+    for _ in range(3):
+        step(a)  # three 6-token prompts, two blocks each, then two decodes: 8 tokens, every block full
+    held = a.request("r2").block_ids
+    out, _ = step(a)  # r0 and r1 each need a third block: r2, the last admitted, gives way
+    assert out.preempted_req_ids == ["r2"] and len(held) == 2
+    assert [d for d, _ in out.blocks_to_swap_out] == held, "2 blocks for 2 free host blocks: a swap, not a recompute"
+    host = [h for _, h in out.blocks_to_swap_out]
+    assert a.request("r2").host_block_ids == host and a.request("r2").num_computed_tokens == 8
+    while not out.preempted_req_ids or out.preempted_req_ids == ["r2"]:
+        out, _ = step(a)
+    assert out.preempted_req_ids == ["r1"] and out.blocks_to_swap_out == []  # the host pool is full: recompute
+    assert a.request("r1").num_computed_tokens == 0 and a.request("r2").host_block_ids == host
+    while not out.blocks_to_swap_in:
+        out, _ = step(a)
+    assert [h for h, _ in out.blocks_to_swap_in] == host and out.num_scheduled_tokens == {"r2": 1}
+    if hasattr(a, "host_block_ref_counts"):
+        assert not any(a.host_block_ref_counts().values())  # the swap-in's sources are free once it is scheduled
+    while a.request("r2").status != "finished":
+        step(a)
+    assert [a.request(f"r{i}").num_output_tokens for i in range(3)] == [10, 10, 10]
+
+
+# ---- async scheduling: a step's output comes back after the next step is scheduled ---------------------------------
+class AsyncDriver:
+    """Drives an adapter as vLLM's engine core drives its AsyncScheduler: each tick schedules step N+1, then feeds
+    step N's samples. A step samples for the requests whose known and in-flight tokens are all computed, the token of
+    output position `sample_index`; each must be delivered as exactly that output (a request preempted meanwhile
+    still gets it; one that finished meanwhile drops it)."""
+
+    def __init__(self, a) -> None:
+        self.a = a
+        self.pending: dict[str, int] | None = None  # the last step's {request: output position sampled}
+        self.delivered: dict[str, int] = {}  # request -> outputs delivered so far
+
+    def tick(self):
+        a = self.a
+        out = a.schedule()
+        now = {rid: a.request(rid).sample_index for rid in out.num_scheduled_tokens if a.request(rid).samples_now()}
+        fed, self.pending = self.pending, now
+        finished: set[str] = set()
+        if fed is not None:
+            for rid, index in fed.items():
+                if a.request(rid).status == "finished":
+                    continue  # finished since that step was scheduled: its token is dropped
+                n = self.delivered.get(rid, 0)
+                assert index == n, f"{rid}: the token sampled for output {index} is delivered as output {n}"
+                self.delivered[rid] = n + 1
+            finished = set(a.update({rid: [TOK] for rid in fed}))
+        return out, finished
+
+
+def test_async_a_token_in_flight_reaches_its_preempted_request_before_it_is_readmitted(adapter_cls):
+    """vLLM's AsyncScheduler: a request preempted by recompute while its step's token is in flight gets that token
+    when the step's output comes back, and its re-prefill, later, covers it: no output position is sampled twice or
+    skipped (AsyncDriver checks each delivery), and it ends with exactly max_tokens outputs."""
+    a = make(
+        adapter_cls, block_size=4, num_gpu_blocks=4, max_num_batched_tokens=64, max_num_seqs=4, async_scheduling=True
+    )
+    a.add_request("r0", prompt(6), max_tokens=8, arrival_time=0)
+    a.add_request("r1", prompt(6, 2000), max_tokens=8, arrival_time=1)
+    d = AsyncDriver(a)
+    in_flight = None
+    for _ in range(40):
+        sampling = dict(d.pending or {})
+        out, _ = d.tick()
+        r1 = a.request("r1")
+        if in_flight is None and "r1" in out.preempted_req_ids:
+            # r0's third block preempts r1 (the last admitted) while r1's output #in_flight is in flight; this tick
+            # fed that output: r1 holds it, waiting, with nothing computed
+            assert "r1" in sampling, "meant to preempt r1 while its token is in flight"
+            in_flight = sampling["r1"]
+            assert (r1.status, r1.num_output_tokens, r1.num_computed_tokens) == ("preempted", in_flight + 1, 0)
+        elif in_flight is not None and "r1" in out.new_req_ids:
+            # readmitted: it re-prefills its prompt and every output, the one that was in flight included
+            assert r1.num_output_tokens == in_flight + 1
+            assert out.num_scheduled_tokens["r1"] == 6 + in_flight + 1 == r1.num_computed_tokens
+        if all(a.request(r).status == "finished" for r in ("r0", "r1")):
+            break
+    assert in_flight is not None, "the pool was sized to preempt r1"
+    for rid in ("r0", "r1"):
+        v = a.request(rid)
+        assert (v.finish_reason, v.num_output_tokens, d.delivered[rid]) == ("length", 8, 8), v
+
+
+def test_async_a_victim_with_its_token_in_flight_is_not_readmitted_in_the_same_step(adapter_cls):
+    """priority_preemption (beyond vLLM): urgent X preempts V to get in, and V's freed blocks would let V back at
+    once (a prefix hit on two of them, one block to spare). But V's token is in flight: readmitted now, V would
+    re-prefill without it and sample that output position again. V waits until the token is back, passed over
+    without blocking the queue: W, less urgent, still gets in."""
+    a = make(
+        adapter_cls,
+        block_size=4,
+        num_gpu_blocks=4,
+        max_num_batched_tokens=64,
+        async_scheduling=True,
+        enable_prefix_caching=True,
+        policy="priority",
+        priority_preemption=True,
+    )
+    a.add_request("V", prompt(11), max_tokens=6, priority=5, arrival_time=0)
+    d = AsyncDriver(a)
+    d.tick()  # V's prompt (3 blocks); its output #0 in flight
+    d.tick()  # V decodes: all 12 known tokens computed, output #1 in flight
+    a.add_request("X", prompt(4, 3000), max_tokens=3, priority=0, arrival_time=1)
+    a.add_request("W", prompt(4, 4000), max_tokens=3, priority=6, arrival_time=2)
+    sampling = dict(d.pending or {})
+    out, _ = d.tick()  # no block for X: it preempts V, the less urgent; X and W each take one of V's 4 freed blocks
+    assert sampling == {"V": 1} and out.preempted_req_ids == ["V"]
+    assert out.num_scheduled_tokens == {"X": 4, "W": 4}, "V readmitted with its token in flight, or W held back"
+    v = a.request("V")
+    assert (v.status, v.num_output_tokens) == ("preempted", 2)  # output #1 came back to it in this tick
+    while not all(a.request(r).status == "finished" for r in "VXW"):
+        d.tick()
+    assert [(a.request(r).num_output_tokens, d.delivered[r]) for r in "VXW"] == [(6, 6), (3, 3), (3, 3)]
+
+
+def test_async_a_swap_out_never_lands_in_the_host_blocks_a_swap_in_of_the_same_step_reads(adapter_cls):
+    """The runner copies a step's swap-outs before its swap-ins, so a host block that a swap-in reads from must not
+    take a swap-out of the same step (its KV would be overwritten before it is read back). Reachable with
+    priority_preemption under async scheduling: V, preempted with its token in flight, is passed over while less
+    urgent C gets in; in the next step V is swapped back in, then urgent X preempts C, whose KV is swapped out."""
+    a = make(
+        adapter_cls,
+        block_size=4,
+        num_gpu_blocks=12,
+        num_cpu_blocks=8,
+        max_num_batched_tokens=64,
+        async_scheduling=True,
+        policy="priority",
+        priority_preemption=True,
+        preemption_mode="swap",
+    )
+    a.add_request("V", prompt(8, 1000), max_tokens=6, priority=5, arrival_time=0)
+    a.add_request("P", prompt(16, 6000), max_tokens=2, priority=1, arrival_time=1)
+    d = AsyncDriver(a)
+    d.tick()
+    d.tick()  # V holds 3 blocks, P 5; both have a token in flight, P its last
+    a.add_request("Y", prompt(18, 2000), max_tokens=3, priority=0, arrival_time=2)
+    a.add_request("C", prompt(1, 4000), max_tokens=6, priority=9, arrival_time=3)
+    out, _ = d.tick()  # Y (5 blocks) preempts V (swapped out); V's token is in flight: C gets in instead; P ends
+    assert out.preempted_req_ids == ["V"] and len(out.blocks_to_swap_out) == 3
+    assert out.num_scheduled_tokens == {"Y": 18, "C": 1}
+    a.add_request("X", prompt(14, 5000), max_tokens=3, priority=6, arrival_time=4)
+    out, _ = d.tick()  # V is swapped back in (P's blocks are free); X (4 blocks) preempts C, swapped out
+    assert out.preempted_req_ids == ["C"] and {"V", "X"} <= set(out.num_scheduled_tokens)
+    read = {h for h, _ in out.blocks_to_swap_in}
+    written = {h for _, h in out.blocks_to_swap_out}
+    assert len(read) == 3 and len(written) == 1
+    assert not read & written, f"host blocks {sorted(read & written)} are written before they are read back"
+    while not all(a.request(r).status == "finished" for r in "VPYCX"):
+        d.tick()
+    assert [d.delivered[r] for r in "VPYCX"] == [6, 2, 3, 6, 3]
+
+
 # ---- prefix caching -----------------------------------------------------------------------------------------------
 def test_prefix_hit_never_covers_the_last_token(adapter_cls):
     a = make(adapter_cls, block_size=4, num_gpu_blocks=16, enable_prefix_caching=True)
@@ -130,6 +291,38 @@ def test_prefix_hit_never_covers_the_last_token(adapter_cls):
     a.add_request("c", prompt(9), max_tokens=1, arrival_time=2)
     out, _ = step(a)
     assert out.num_scheduled_tokens == {"c": 1}  # both full blocks hit, the 9th token is computed
+
+
+def test_a_readmission_keeps_the_prefix_hit_of_the_first_admission(adapter_cls):
+    """vLLM's num_cached_tokens (its usage's cached_tokens, its metrics) is the prefix-cache hit of a request's first
+    admission. Readmitted after a recompute preemption, the request hits more (its own freed blocks): that larger
+    hit saves the re-prefill, and leaves num_cached_tokens as it was."""
+    a = make(
+        adapter_cls,
+        block_size=4,
+        num_gpu_blocks=5,
+        max_num_batched_tokens=64,
+        max_num_seqs=4,
+        enable_prefix_caching=True,
+    )
+    a.add_request("P", prompt(8), max_tokens=1, arrival_time=0)
+    step(a)  # P's two full blocks stay cached once it has finished
+    a.add_request("B", prompt(6, 2000), max_tokens=2, arrival_time=1)
+    a.add_request("A", prompt(8) + prompt(4, 5000), max_tokens=8, arrival_time=2)
+    out, _ = step(a)  # B takes 2 blocks; A hits P's 2 and takes 1 for its last 4 prompt tokens: no block is left
+    assert out.num_scheduled_tokens == {"B": 6, "A": 4}
+    if a.request("A").num_cached_tokens is not None:
+        assert a.request("A").num_cached_tokens == 8
+    out, finished = step(a)  # A's 13th token needs a 4th block: A, the last admitted, preempts itself; B finishes
+    assert out.preempted_req_ids == ["A"] and finished == {"B"}
+    out, _ = step(a)  # A's three full blocks (12 tokens) are still cached: only its 13th token is computed
+    assert out.num_scheduled_tokens == {"A": 1} and a.request("A").num_computed_tokens == 13
+    if a.request("A").num_cached_tokens is not None:
+        assert a.request("A").num_cached_tokens == 8, "the readmission's hit replaced the first admission's"
+    while a.request("A").status != "finished":
+        step(a)
+    if a.request("A").num_cached_tokens is not None:
+        assert a.request("A").num_cached_tokens == 8
 
 
 def _lru_setup(adapter_cls):

@@ -144,6 +144,19 @@ class PositionOnlyBlockHash(Scheduler):
         kv.block_hashes = block_hashes
 
 
+class CachedTokensOfLastAdmission(Scheduler):
+    """A readmission after preemption records its own prefix-cache hit (often its own freed blocks) as the
+    request's num_cached_tokens, replacing the hit of its first admission."""
+
+    def _admit_waiting(self, step, admit_without_budget, skipped):
+        swapped = self.kv_cache_manager.swapped
+        recomputed = [r for r in self.waiting if r.status == RequestStatus.PREEMPTED and r.request_id not in swapped]
+        super()._admit_waiting(step, admit_without_budget, skipped)
+        for r in recomputed:
+            if r.status == RequestStatus.RUNNING:
+                r.num_cached_tokens = r.num_computed_tokens - step.num_scheduled_tokens.get(r.request_id, 0)
+
+
 # bug -> (machine's batching modes, KV pressure, the invariant(s) expected to catch it, max_examples)
 BITES = {
     BudgetOffByOne: (("continuous",), False, "token_budget", 200),
@@ -157,6 +170,7 @@ BITES = {
     SequenceMixesDecodes: (("sequence",), False, "sequence_no_mixing", 250),
     DropTokenOnPreempt: (("continuous",), True, "outputs_kept|token_accounting", 150),
     PositionOnlyBlockHash: (("continuous", "sequence"), False, "block_sharing", 300),
+    CachedTokensOfLastAdmission: (("continuous",), True, "cached_tokens", 150),
 }
 # the engine's own check_invariants may see a bug before the suite's named invariant does: a block hash that is not
 # the chained hash of its block's tokens (KVCacheManager.check_invariants, run by the adapter with the requests)

@@ -28,6 +28,10 @@ class ReqView:
     # async scheduling: tokens sampled by steps still in flight (counted in num_computed_tokens, not yet known)
     num_output_placeholders: int = 0
     max_tokens: int | None = None
+    # prefix-cache hit (tokens) of its first admission, which a readmission after preemption leaves as it was
+    # (vLLM's Request.num_cached_tokens, reported in its usage and metrics); -1 before its first admission; None
+    # where the adapter does not report it (the checks of it are skipped then)
+    num_cached_tokens: int | None = None
 
     @property
     def num_tokens(self) -> int:

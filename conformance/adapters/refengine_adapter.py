@@ -89,6 +89,7 @@ class RefEngineAdapter:
             host_block_ids=[b.block_id for b in self.sched.kv_cache_manager.swapped.get(r.request_id, [])],
             num_output_placeholders=r.num_output_placeholders,
             max_tokens=r.max_tokens,
+            num_cached_tokens=r.num_cached_tokens,
         )
 
     def running(self):

@@ -59,6 +59,7 @@ from conformance.invariants.preemption_invariants import (  # noqa: F401  (the p
 from conformance.invariants.requests import (  # noqa: F401  (the package's API: the suite reads `inv.<name>`)
     check_aborted,
     check_all_finished,
+    check_cached_tokens,
     check_finish,
     check_no_leaks,
     check_outputs_kept,
@@ -79,6 +80,7 @@ STEP_CHECKS = (
     check_no_admission_after_preemption,
     check_swap,
     check_token_accounting,
+    check_cached_tokens,
 )
 
 

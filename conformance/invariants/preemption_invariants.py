@@ -112,13 +112,22 @@ def check_no_admission_after_preemption(cfg: dict, before: Snapshot, step: StepV
 def check_swap(cfg: dict, before: Snapshot, step: StepView, after: Snapshot) -> None:
     """Swap mode: a swapped-out victim's device blocks are all in blocks_to_swap_out, in order, paired with the host
     blocks it now holds; a victim falls back to recompute only when the host pool could not take its blocks; a
-    resumed request's host blocks are all in blocks_to_swap_in, onto its first device blocks."""
+    resumed request's host blocks are all in blocks_to_swap_in, onto its first device blocks; no host block is both
+    a swap-out's destination and a swap-in's source in one step (the runner copies the swap-outs first)."""
     swap_mode = cfg["preemption_mode"] == "swap"
     if not swap_mode:
         if step.blocks_to_swap_out or step.blocks_to_swap_in:
             _fail("swap", "swap copies in recompute mode", cfg=cfg, step=step)
         return
     out_map = dict((h, d) for d, h in step.blocks_to_swap_out)
+    overwritten = set(out_map) & {h for h, _ in step.blocks_to_swap_in}
+    if overwritten:  # the runner copies a step's swap-outs before its swap-ins
+        _fail(
+            "swap",
+            f"host blocks {sorted(overwritten)} take a swap-out before the same step's swap-in reads them",
+            cfg=cfg,
+            step=step,
+        )
     host_total = getattr_cfg(cfg, "num_cpu_blocks")
     host_avail = host_total - sum(len(v.host_block_ids) for v in before.waiting)
     for vid in step.preempted_req_ids:

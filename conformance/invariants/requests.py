@@ -49,6 +49,34 @@ def check_token_accounting(cfg: dict, before: Snapshot, step: StepView, after: S
             )
 
 
+def check_cached_tokens(cfg: dict, before: Snapshot, step: StepView, after: Snapshot) -> None:
+    """A request's prefix-cache hit count (vLLM's num_cached_tokens, what its usage and metrics report) is the hit
+    of its first admission: the tokens it started from then (its computed tokens less those scheduled in that
+    step), 0 without prefix caching; a readmission after preemption, which may hit its own freed blocks, leaves it
+    as it was. Skipped where the adapter does not report it."""
+    for rid, v1 in after.by_id.items():
+        v0 = before.by_id.get(rid)
+        if v0 is None or v1.num_cached_tokens is None or v0.num_cached_tokens is None:
+            continue
+        if v0.num_cached_tokens >= 0:
+            expected, why = v0.num_cached_tokens, "kept from its first admission"
+        elif rid in step.preempted_req_ids:
+            continue  # (priority_preemption) admitted and preempted again within the step: its hit is not seen
+        elif v1.status == "running" and v0.status == "waiting":
+            expected = v1.num_computed_tokens - step.num_scheduled_tokens.get(rid, 0)
+            why = "its first admission's prefix-cache hit"
+        else:
+            expected, why = -1, "not admitted yet"
+        if v1.num_cached_tokens != expected:
+            _fail(
+                "cached_tokens",
+                f"{rid} reports {v1.num_cached_tokens} cached tokens, expected {expected} ({why})",
+                cfg=cfg,
+                step=step,
+                snaps=[("before", before), ("after", after)],
+            )
+
+
 def check_outputs_kept(
     views: dict[str, ReqView], expected_outputs: dict[str, int], prompt_lens: dict[str, int]
 ) -> None:

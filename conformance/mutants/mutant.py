@@ -17,6 +17,11 @@ SAMPLER = "refengine/sample/sampler.py"
 DETOK = "refengine/engine/detokenizer.py"
 OUTPUT = "refengine/engine/output_processor.py"
 ENGINE = "refengine/engine/llm_engine.py"
+# the HTML report's Python-drawn charts (through perf -> cbbench/perf where that is a link)
+TIMELINE = "perf/report/timeline.py"  # the slot timeline's cells: which request holds which slot at each step
+TIMELINE_SVG = "perf/report/timeline_svg.py"  # the slot timeline, drawn
+FRONTIER_SVG = "perf/report/frontier_svg.py"  # the capacity plan's throughput-per-GPU against latency chart
+SERVER_SERIES = "perf/report/server_series.py"  # an HTTP run's scraped /metrics over time
 
 # The fast subsets, by area: each is quick (seconds to a minute here) and run with -x.
 # (the stateful Hypothesis machine, test_scheduler_stateful.py, is left out: minutes per run; the recorded traces
@@ -44,6 +49,15 @@ HF_TESTS = ["refengine/tests/test_engine_hf.py"]
 KILL_TESTS = ["conformance/test_mutation_kills.py"]
 # what a random-weight model's greedy tokens do not show: the KV a step attends to (each sampled step's logits
 # against a dense forward), the tokens a re-prefill samples, EOS under min_tokens with a model that prefers it
+# the scheduler's statistics (SchedulerStats: prefix-cache queries and hits, first admissions apart from readmissions)
+STATS_TESTS = ["refengine/tests/test_interfaces.py"]
+# the report's figures against the step records they are drawn from (geometry first: it is the fast one)
+REPORT_TESTS = [
+    "perf/tests/test_timeline_geometry.py",
+    "perf/tests/test_report_figure_geometry.py",
+    "perf/tests/test_step_stats.py",
+    "perf/tests/test_html_report.py",
+]
 KV_BEHAVIOUR_TESTS = [
     "refengine/tests/test_prefix_cache_partial_blocks.py",
     "refengine/tests/test_swap_partial_block.py",

@@ -79,6 +79,10 @@ class Scheduler:
         self.num_swap_outs = 0  # the preemptions that went to the host pool rather than recompute
         self.num_prefix_cache_queries = 0  # tokens of admitted requests (vLLM's PrefixCacheStats.queries)
         self.num_prefix_cache_hits = 0  # of those, tokens found in the prefix cache
+        # the same for readmissions after a recompute preemption, counted apart as vLLM does (preempted_queries /
+        # preempted_hits): a victim that hits its own freed blocks again would otherwise raise the hit rate
+        self.num_prefix_cache_preempted_queries = 0
+        self.num_prefix_cache_preempted_hits = 0
         # every timestamp the scheduler sets; the engine swaps in its clock (a virtual one on a simulated GPU)
         self.clock: Callable[[], float] = time.monotonic
 
@@ -270,10 +274,14 @@ class Scheduler:
                 if req.status == RequestStatus.PREEMPTED:
                     req.num_recomputed_tokens += max(0, req.num_lost_tokens - num_computed)
                 req.num_computed_tokens = num_computed
-                if req.num_cached_tokens < 0:
+                if req.num_cached_tokens < 0:  # the first admission's hit: what usage and metrics report
                     req.num_cached_tokens = num_computed
-                self.num_prefix_cache_queries += req.num_tokens
-                self.num_prefix_cache_hits += num_computed
+                if req.num_preemptions:
+                    self.num_prefix_cache_preempted_queries += req.num_tokens
+                    self.num_prefix_cache_preempted_hits += num_computed
+                else:
+                    self.num_prefix_cache_queries += req.num_tokens
+                    self.num_prefix_cache_hits += num_computed
             req.status = RequestStatus.RUNNING
             self.running.append(req)
             mode.on_admit(req.request_id)
@@ -448,6 +456,8 @@ class Scheduler:
             num_swap_outs=self.num_swap_outs,
             prefix_cache_queries=self.num_prefix_cache_queries,
             prefix_cache_hits=self.num_prefix_cache_hits,
+            prefix_cache_preempted_queries=self.num_prefix_cache_preempted_queries,
+            prefix_cache_preempted_hits=self.num_prefix_cache_preempted_hits,
             static_batch_id=mode.batch_id,
             batch_ids=mode.batch_ids(scheduled, running),
         )

@@ -16,9 +16,12 @@ class SchedulerStats:
     kv_cache_usage: float  # num_used_blocks / all device blocks, in [0, 1]
     num_preemptions: int  # since the scheduler was made
     num_swap_outs: int  # the preemptions that went to the host pool rather than recompute
-    # prefix caching, since the scheduler was made: tokens of admitted requests, and those found in the cache
+    # prefix caching, since the scheduler was made: tokens of admitted requests, and those found in the cache; a
+    # readmission after a recompute preemption is counted in the preempted pair instead (vLLM's PrefixCacheStats)
     prefix_cache_queries: int
     prefix_cache_hits: int
+    prefix_cache_preempted_queries: int
+    prefix_cache_preempted_hits: int
     # static batching: the batch now running (1, 2, ...); None in the other modes
     static_batch_id: int | None = None
     # every scheduled (in the step asked about) or running request -> its batch, which holds its slot until the

@@ -89,6 +89,26 @@ def test_make_stats_counts_preemptions_and_prefix_hits() -> None:
     assert stats.batch_ids == {"a": None}  # (continuous: no batches)
 
 
+def test_a_readmissions_prefix_lookup_is_counted_apart() -> None:
+    """As vLLM's PrefixCacheStats: the lookup of a request readmitted after a recompute preemption (which often hits
+    its own freed blocks) is counted in preempted_queries / preempted_hits, so that prefix_cache_hits /
+    prefix_cache_queries stays the hit rate of first admissions."""
+    sched = Scheduler(
+        max_num_batched_tokens=64, block_size=4, num_gpu_blocks=4, max_num_seqs=4, enable_prefix_caching=True
+    )
+    sched.add_request(_req("a", 8, max_tokens=2))
+    sched.add_request(_req("b", 7, max_tokens=8))
+    sched.update_from_output(sched.schedule(), {"a": [9], "b": [9]})
+    out = sched.schedule()  # a needs a third block: b is preempted, its full first block stays cached
+    assert out.preempted_req_ids == ["b"]
+    sched.update_from_output(out, {"a": [9]})  # a finishes (max_tokens 2)
+    out = sched.schedule()  # b is readmitted: of its 8 tokens, its own first block (4) is a hit
+    assert out.num_scheduled_tokens == {"b": 4}
+    stats = sched.make_stats(out)
+    assert (stats.prefix_cache_queries, stats.prefix_cache_hits) == (15, 0)
+    assert (stats.prefix_cache_preempted_queries, stats.prefix_cache_preempted_hits) == (8, 4)
+
+
 def test_add_requests_is_all_or_nothing() -> None:
     engine = LLMEngine("tiny-qwen2", **SMALL)
     good = ("r0", [11, 12, 13], SamplingParams(max_tokens=2))

@@ -49,7 +49,8 @@ def assign_slots(steps: Sequence[Any], max_num_seqs: int) -> list[Cell]:
     request ids and batch ids.
 
     A request with a static batch id keeps its slot until a request of another batch appears (its whole batch has
-    left); one without frees its slot the step after it stops running."""
+    left); one without frees its slot the step after it stops running, or at once when it is preempted (present
+    neither scheduled nor running: it waits, holding no slot, and is drawn nowhere until it is readmitted)."""
     slot_of: dict[str, int] = {}
     batch_of: dict[str, int] = {}  # request -> static batch, for requests now holding a slot
     cells: list[Cell] = []
@@ -58,6 +59,8 @@ def assign_slots(steps: Sequence[Any], max_num_seqs: int) -> list[Cell]:
         scheduled_ids, running_ids, prefill_ids, batch_ids = _step_view(step)
         running = set(running_ids)
         present = set(scheduled_ids) | running
+        for rid in [r for r in slot_of if r not in present and r not in batch_of]:
+            free.append(slot_of.pop(rid))  # preempted since the last step: it waits, holding no slot
         new_batches = {batch_ids.get(r) for r in present} - {None} - set(batch_of.values())
         if new_batches:  # a new static batch forms only once the previous one has wholly left
             for rid in [r for r in slot_of if r in batch_of]:

@@ -104,14 +104,17 @@ def aggregate_svg(cells: Sequence[Cell], steps: int, seqs: int) -> str:
     of slots per kind over its steps (prefill at the bottom, then decode, idle, held), in the legend's shadings. Its
     size is bounded whatever the run's length: at most four rectangles per bin."""
     bins = max(1, min(steps, MAX_WIDTH_PX // BIN_PX))
-    per_bin = steps / bins
+    # Bin b holds the steps s with s * bins // steps == b: from starts[b] = ceil(b * steps / bins) to starts[b + 1] - 1,
+    # never empty (steps >= bins). The one rule places each cell, names the bin's steps and divides its counts, so a
+    # bin's mean is over exactly the steps it counted.
+    starts = [-(-b * steps // bins) for b in range(bins + 1)]
     counts = {kind: [0] * bins for kind in KINDS}
     for c in cells:
-        counts[c.kind][min(int(c.step / per_bin), bins - 1)] += 1
+        counts[c.kind][c.step * bins // steps] += 1
     width, height = bins * BIN_PX, seqs * SLOT_PX
     rects = []
     for b in range(bins):
-        first, last = round(b * per_bin), max(round((b + 1) * per_bin) - 1, round(b * per_bin))
+        first, last = starts[b], starts[b + 1] - 1
         n = last - first + 1
         y = float(height)
         for kind in KINDS:
