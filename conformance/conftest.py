@@ -3,15 +3,31 @@ server the HTTP suite in conformance/http talks to), and the Hypothesis profile 
 `fast`, the default, `ci`, and `thorough`, for nightly runs), chosen by CBBENCH_HYPOTHESIS_PROFILE.
 
 Profiles only set defaults: a test's own `@settings(max_examples=...)` still wins, so the kernel tests keep theirs.
+
+`--engine NAME` other than refengine checks that engine's scheduler: only the tests that drive a scheduler through
+the adapter (those taking the `adapter_cls` fixture) and the tests marked with the engine's name (the vLLM
+differential, `vllm`) run; the rest check refengine alone (its model, server, mutants) and are deselected, as the
+default run already runs them. The HTTP suite is not even collected then: it talks to a server, not to a scheduler,
+so an engine's own environment (.venv-vllm) needs none of its client's dependencies. The run ends with a section
+that names everything the suite did not check on that engine (skips, expected failures, configurations refused).
 """
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
 
 import pytest
 
 import conformance._triton_env  # noqa: F401  (must run before anything imports the Triton kernels)
 from conformance import hypothesis_profiles
-from conformance.adapters import ADAPTERS, load_adapter
+from conformance.adapters import ADAPTERS, REFUSED_PROPERTY, load_adapter
 
 hypothesis_profiles.load()  # fast (the default) / ci / thorough, by CBBENCH_HYPOTHESIS_PROFILE
+
+_HTTP_SUITE = Path(__file__).parent / "http"
+_DESELECTED_KEY = pytest.StashKey[int]()
+_DESELECTED_OUTPUT = "cbbench_deselected"  # the same count, sent from a pytest-xdist worker to the controller
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -20,7 +36,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         action="store",
         default="refengine",
         choices=sorted(ADAPTERS),
-        help="which scheduler the engine-agnostic conformance tests drive (through conformance/adapters)",
+        help="which scheduler the engine-agnostic conformance tests drive (through conformance/adapters); with an "
+        "engine other than refengine only those tests (and the tests marked with its name) run",
     )
     parser.addoption(
         "--base-url",
@@ -29,6 +46,41 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="run the HTTP suite (conformance/http) against this OpenAI-compatible server, e.g. "
         "http://127.0.0.1:8000; without it the suite starts its own `cbbench serve`",
     )
+
+
+def _foreign_engine(config: pytest.Config) -> str | None:
+    engine = config.getoption("--engine")
+    return None if engine == "refengine" else engine
+
+
+def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
+    if _foreign_engine(config) and collection_path == _HTTP_SUITE:
+        return True
+    return None
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    engine = _foreign_engine(config)
+    if engine is None:
+        return
+    keep, drop = [], []
+    for item in items:
+        driven = "adapter_cls" in getattr(item, "fixturenames", ()) or item.get_closest_marker(engine) is not None
+        (keep if driven else drop).append(item)
+    if drop:
+        config.hook.pytest_deselected(items=drop)
+        items[:] = keep
+    config.stash[_DESELECTED_KEY] = len(drop)
+    if hasattr(config, "workeroutput"):  # a pytest-xdist worker: the controller prints the summary
+        config.workeroutput[_DESELECTED_OUTPUT] = len(drop)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node, error) -> None:
+    """pytest-xdist's controller: every worker collects (and deselects) the same items; keep one worker's count."""
+    count = getattr(node, "workeroutput", {}).get(_DESELECTED_OUTPUT)
+    if count is not None:
+        node.config.stash[_DESELECTED_KEY] = count
 
 
 @pytest.fixture(scope="session")
@@ -48,3 +100,35 @@ def adapter_cls(engine_name: str):
         return load_adapter(engine_name)
     except ImportError as e:  # the adapter module itself, or something it needs, is missing
         pytest.skip(f"--engine {engine_name}: adapter not importable ({e})")
+
+
+def _skip_reason(report: pytest.TestReport) -> str:
+    longrepr = report.longrepr
+    if isinstance(longrepr, tuple):  # (path, line, "Skipped: reason")
+        return str(longrepr[2]).removeprefix("Skipped: ")
+    return str(longrepr)
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:
+    """What the suite did not check on a foreign engine, each with its reason (docs/conformance.md keeps the table)."""
+    engine = _foreign_engine(config)
+    if engine is None:
+        return
+    tr = terminalreporter
+    tr.section(f"not checked on --engine {engine}")
+    for report in tr.stats.get("skipped", []):
+        tr.line(f"SKIPPED {report.nodeid}: {_skip_reason(report)}")
+    for report in tr.stats.get("xfailed", []):
+        tr.line(f"XFAIL   {report.nodeid}: {report.wasxfail}")
+    refused: Counter[str] = Counter()
+    for report in tr.stats.get("passed", []) + tr.stats.get("failed", []):
+        for key, value in report.user_properties:
+            if key == REFUSED_PROPERTY:
+                refused.update(value)
+    for reason, n in sorted(refused.items()):
+        tr.line(f"REFUSED {n} drawn configuration(s) of the state machine: {reason}")
+    deselected = config.stash.get(_DESELECTED_KEY, 0)
+    if deselected:
+        tr.line(
+            f"{deselected} tests of refengine alone deselected (its model, server, mutants; the default run has them)"
+        )

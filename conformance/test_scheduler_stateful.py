@@ -15,6 +15,8 @@ it; test_suite_bites.py runs it against deliberately broken schedulers.
 from __future__ import annotations
 
 import random
+import re
+from collections import Counter
 
 import pytest
 from hypothesis import assume, event, settings, target
@@ -22,6 +24,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, precondition, rule, run_state_machine_as_test
 
 from conformance import invariants as inv
+from conformance.adapters import REFUSED_PROPERTY
 from conformance.fake_runner import EOS_TOKEN_ID, FakeRunner, RequestSpec
 
 BATCHING_MODES = ("continuous", "sequence", "static", "none")
@@ -66,6 +69,7 @@ def scheduler_configs(draw, modes: tuple[str, ...] = BATCHING_MODES, pressure: b
 
 class SchedulerMachine(RuleBasedStateMachine):
     adapter_cls = None  # set by make_machine()
+    refused: Counter[str] = Counter()  # drawn configurations the engine's supports() refused, by reason (make_machine)
     batching_modes: tuple[str, ...] = BATCHING_MODES
     pressure = False
 
@@ -83,7 +87,10 @@ class SchedulerMachine(RuleBasedStateMachine):
         if self.pressure:
             eos_prob = min(eos_prob, 0.02)  # long generations grow the KV until something must give
         supports = getattr(self.adapter_cls, "supports", None)
-        assume(supports is None or supports(cfg) is None)
+        why = supports(cfg) if supports is not None else None
+        if why is not None:  # reported by the test (the values in a reason are the draw's, not part of it)
+            self.refused[re.sub(r"\(\d+\)", "(N)", why)] += 1
+        assume(why is None)
         self.cfg = cfg
         self.adapter = self.adapter_cls(eos_token_id=EOS_TOKEN_ID, **cfg)
         self.rng = rng = random.Random(seed)
@@ -278,7 +285,7 @@ def make_machine(
     return type(
         f"SchedulerMachine_{adapter_cls.__name__}",
         (SchedulerMachine,),
-        {"adapter_cls": adapter_cls, "batching_modes": tuple(modes), "pressure": pressure},
+        {"adapter_cls": adapter_cls, "batching_modes": tuple(modes), "pressure": pressure, "refused": Counter()},
     )
 
 
@@ -287,9 +294,13 @@ def make_machine(
     [("continuous", False), ("continuous", True), ("sequence", False), ("static", False), ("none", False)],
     ids=["continuous", "continuous-kv-pressure", "sequence", "static", "none"],
 )
-def test_scheduler_invariants(adapter_cls, batching, pressure):
+def test_scheduler_invariants(request, adapter_cls, batching, pressure):
     supports = getattr(adapter_cls, "supports", None)
     if supports is not None and supports({"batching": batching}) is not None:
         pytest.skip(supports({"batching": batching}))
-    # settings() built here inherits the profile conftest.py loaded (ci / thorough)
-    run_state_machine_as_test(make_machine(adapter_cls, (batching,), pressure), settings=settings())
+    machine = make_machine(adapter_cls, (batching,), pressure)
+    try:
+        # settings() built here inherits the profile conftest.py loaded (ci / thorough)
+        run_state_machine_as_test(machine, settings=settings())
+    finally:
+        request.node.user_properties.append((REFUSED_PROPERTY, dict(machine.refused)))

@@ -104,6 +104,10 @@ class SchedulerAdapter(Protocol):
     #   supports(knobs: dict) -> str | None   (classmethod)  why this engine cannot run a configuration, or None
 
 
+# The user property under which a test reports how many drawn configurations the engine's supports() refused, by
+# reason (the state machine's `assume` drops them); conftest.py's summary for a foreign engine lists them.
+REFUSED_PROPERTY = "refused_configs"
+
 ADAPTERS = {
     "refengine": "conformance.adapters.refengine_adapter:RefEngineAdapter",
     "vllm": "conformance.adapters.vllm_adapter:VLLMAdapter",
