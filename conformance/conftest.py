@@ -21,7 +21,14 @@ import pytest
 
 import conformance._triton_env  # noqa: F401  (must run before anything imports the Triton kernels)
 from conformance import hypothesis_profiles
-from conformance.adapters import ADAPTERS, REFUSED_PROPERTY, load_adapter
+from conformance.adapters import (
+    ADAPTERS,
+    DEPARTED_PROPERTY,
+    NOT_DRAWN_PROPERTY,
+    REFUSED_PROPERTY,
+    STALLED_PROPERTY,
+    load_adapter,
+)
 
 hypothesis_profiles.load()  # fast (the default) / ci / thorough, by CBBENCH_HYPOTHESIS_PROFILE
 
@@ -116,17 +123,40 @@ def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Co
         return
     tr = terminalreporter
     tr.section(f"not checked on --engine {engine}")
+    skipped: dict[str, list[str]] = {}
     for report in tr.stats.get("skipped", []):
-        tr.line(f"SKIPPED {report.nodeid}: {_skip_reason(report)}")
+        skipped.setdefault(_skip_reason(report), []).append(report.nodeid)
+    for reason, ids in sorted(skipped.items(), key=lambda kv: sorted(kv[1])):
+        ids = sorted(ids)
+        shown = ", ".join(ids[:3]) + (f" and {len(ids) - 3} more" if len(ids) > 3 else "")
+        tr.line(f"SKIPPED {shown}: {reason}")
     for report in tr.stats.get("xfailed", []):
         tr.line(f"XFAIL   {report.nodeid}: {report.wasxfail}")
-    refused: Counter[str] = Counter()
+    counts: dict[str, Counter[str]] = {
+        REFUSED_PROPERTY: Counter(),
+        DEPARTED_PROPERTY: Counter(),
+        STALLED_PROPERTY: Counter(),
+    }
+    not_drawn: dict[str, str] = {}
     for report in tr.stats.get("passed", []) + tr.stats.get("failed", []):
         for key, value in report.user_properties:
-            if key == REFUSED_PROPERTY:
-                refused.update(value)
-    for reason, n in sorted(refused.items()):
+            if key in counts:
+                counts[key].update(value)
+            elif key == NOT_DRAWN_PROPERTY:
+                not_drawn.update(value)
+    for reason, knob in sorted(not_drawn.items(), key=lambda kv: kv[1]):
+        tr.line(f"NOT DRAWN by the state machine (it draws {knob}): {reason}")
+    for reason, n in sorted(counts[REFUSED_PROPERTY].items()):
         tr.line(f"REFUSED {n} drawn configuration(s) of the state machine: {reason}")
+    for reason, n in sorted(counts[STALLED_PROPERTY].items()):
+        tr.line(f"STALLED {n} example(s) of the state machine ended in a state the engine never leaves: {reason}")
+    try:
+        departures = getattr(load_adapter(engine), "departures", {})
+    except ImportError:
+        departures = {}
+    for invariant, reason in sorted(departures.items()):
+        n = counts[DEPARTED_PROPERTY][invariant]
+        tr.line(f"DEPARTS invariant `{invariant}` ({n} violations in the state machine, counted, not raised): {reason}")
     deselected = config.stash.get(_DESELECTED_KEY, 0)
     if deselected:
         tr.line(

@@ -7,17 +7,18 @@ from __future__ import annotations
 
 import pytest
 
+from conformance.adapters import expect_known_difference
 from conformance.fake_runner import EOS_TOKEN_ID
 
 TOK = 5  # an ordinary sampled token
 
 
 def make(adapter_cls, **knobs):
+    knobs.setdefault("enable_prefix_caching", False)
     supports = getattr(adapter_cls, "supports", None)
     why = supports(knobs) if supports is not None else None
     if why:
         pytest.skip(why)
-    knobs.setdefault("enable_prefix_caching", False)
     return adapter_cls(eos_token_id=EOS_TOKEN_ID, **knobs)
 
 
@@ -128,7 +129,8 @@ def test_swap_with_full_host_pool_falls_back_to_recompute(adapter_cls):
 
 
 # ---- prefix caching -----------------------------------------------------------------------------------------------
-def test_prefix_hit_never_covers_the_last_token(adapter_cls):
+def test_prefix_hit_never_covers_the_last_token(request, adapter_cls):
+    expect_known_difference(request, adapter_cls, "blocks_of_a_finishing_step_cached")
     a = make(adapter_cls, block_size=4, num_gpu_blocks=16, enable_prefix_caching=True)
     a.add_request("a", prompt(8), max_tokens=1, arrival_time=0)
     step(a)  # 8 tokens = 2 full blocks, cached; finished (max_tokens 1)
@@ -154,14 +156,16 @@ def _lru_setup(adapter_cls):
     return a
 
 
-def test_lru_evicts_least_recently_freed_blocks_first(adapter_cls):
+def test_lru_evicts_least_recently_freed_blocks_first(request, adapter_cls):
+    expect_known_difference(request, adapter_cls, "blocks_of_a_finishing_step_cached", "lru_eviction")
     a = _lru_setup(adapter_cls)
     a.add_request("A2", prompt(9, 1000), max_tokens=1, arrival_time=3)
     out, _ = step(a)
     assert out.num_scheduled_tokens["A2"] == 9 - 4  # A1 was evicted by C, A0 (freed last of A's) is still cached
 
 
-def test_lru_keeps_the_most_recently_freed_blocks(adapter_cls):
+def test_lru_keeps_the_most_recently_freed_blocks(request, adapter_cls):
+    expect_known_difference(request, adapter_cls, "blocks_of_a_finishing_step_cached", "lru_eviction")
     a = _lru_setup(adapter_cls)
     a.add_request("B2", prompt(9, 2000), max_tokens=1, arrival_time=3)
     out, _ = step(a)
@@ -272,17 +276,7 @@ def test_vllm_style_stop_via_update(request, adapter_cls, case):
         kw["ignore_eos"] = True
     if case == "min_tokens":
         kw["min_tokens"] = 3
-        if getattr(adapter_cls, "name", "") == "vllm":
-            # Run, and required to fail on vLLM (strict): should vLLM ever hold min_tokens in check_stop, the xfail
-            # turns into a failure and this line goes.
-            request.applymarker(
-                pytest.mark.xfail(
-                    strict=True,
-                    reason="vLLM's difference: its check_stop ends a request on an EOS fed before min_tokens "
-                    "('stop' at output 1 of min_tokens=3), trusting its sampler to have masked EOS; docs/scheduling.md "
-                    "(refengine) ends no request before min_tokens. Unreachable with a masking sampler",
-                )
-            )
+        expect_known_difference(request, adapter_cls, "eos_before_min_tokens")
     a.add_request("r", prompt(4), **kw)
     a.add_request("other", prompt(4, 2000), max_tokens=10)
     first = {
