@@ -8,7 +8,8 @@ Profiles only set defaults: a test's own `@settings(max_examples=...)` still win
 the adapter (those taking the `adapter_cls` fixture) and the tests marked with the engine's name (the vLLM
 differential, `vllm`) run; the rest check refengine alone (its model, server, mutants) and are deselected, as the
 default run already runs them. The HTTP suite is not even collected then: it talks to a server, not to a scheduler,
-so an engine's own environment (.venv-vllm) needs none of its client's dependencies. The run ends with a section
+so an engine's own environment (.venv-vllm) needs none of its client's dependencies; nor are the other foreign
+engines' own test files (test_<name>_*.py). The run ends with a section
 that names everything the suite did not check on that engine (skips, expected failures, configurations refused).
 """
 
@@ -61,7 +62,17 @@ def _foreign_engine(config: pytest.Config) -> str | None:
 
 
 def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
-    if _foreign_engine(config) and collection_path == _HTTP_SUITE:
+    engine = _foreign_engine(config)
+    if engine is None:
+        return None
+    if collection_path == _HTTP_SUITE:
+        return True
+    # another foreign engine's own tests (test_vllm_*.py, test_transformers_*.py): its package may not even import
+    # in this engine's environment
+    others = [name for name in ADAPTERS if name not in ("refengine", engine)]
+    if collection_path.parent == _HTTP_SUITE.parent and collection_path.name.startswith(
+        tuple(f"test_{name}_" for name in others)
+    ):
         return True
     return None
 

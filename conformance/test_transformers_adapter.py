@@ -29,6 +29,8 @@ from conformance.fake_runner import EOS_TOKEN_ID  # noqa: E402
 from conformance.test_scheduler_examples import prompt, step  # noqa: E402
 from conformance.test_scheduler_stateful import make_machine  # noqa: E402
 
+pytestmark = pytest.mark.transformers  # also run by `pytest conformance/ --engine transformers`
+
 ENGINES = [RefEngineAdapter, TransformersAdapter]
 
 
