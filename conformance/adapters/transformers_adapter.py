@@ -22,10 +22,15 @@ Knob mapping (our name -> transformers' ContinuousBatchingConfig):
                   are free, a knob our suite has no name for; 0 makes admission depend on the blocks alone, as ours.
 Not supported (`supports(knobs)` says why): batching other than "continuous", policy="priority" (no request
 priorities), chunked prefill off (a prompt larger than the budget left is always split), long_prefill_token_threshold,
-priority_preemption, and async batching (its double IO pairs need a CUDA device's streams and events).
+priority_preemption, block_size < 4 (its config's bound), async batching (its double IO pairs need a CUDA device's
+streams and events), and swap together with prefix caching (see unsupported_reason).
 
-A waiting request that a prefix hit makes active and the offloading puts back within the same step (it could not
-get its other blocks) never ran: it is reported as still waiting, not as preempted.
+What a step did is read from transformers' own objects, and from three of its calls observed as they happen (each
+calls through, changing nothing): the requeue of an offloaded request, and the GPU -> CPU and CPU -> GPU block pairs
+it copies. A waiting request that a prefix hit makes active and the offloading puts back within the same step (it
+could not get its other blocks) never ran: it is reported as still waiting, not as preempted. Its CPU swap pool is
+allocated unpinned where torch has no accelerator to pin for. Where transformers is known to stall or crash (its
+bugs), `stalled()` says so and the state machine ends the example there.
 
 Views: running() is the scheduler's active requests, waiting() its waiting queue in its own order; a request soft
 reset or offloaded is "preempted" until it runs again. A soft reset request is a new RequestState whose prompt holds
