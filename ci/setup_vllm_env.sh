@@ -23,4 +23,4 @@ import vllm.v1.core.sched.scheduler  # noqa: F401
 assert torch.__version__.startswith("2.13.0"), torch.__version__
 print(f"vllm {vllm.__version__} with torch {torch.__version__}: scheduler importable")
 PY
-echo "$venv ready in $(( $(date +%s) - start ))s; run: $venv/bin/pytest conformance/test_vllm_differential.py -q"
+echo "$venv ready in $(( $(date +%s) - start ))s; run: $venv/bin/pytest conformance/ --engine vllm"

@@ -49,6 +49,12 @@ def test_corpus_covers_what_it_is_for():
 @pytest.mark.parametrize("row", ROWS, ids=[row["id"] for row in ROWS])
 def test_replay_matches_vllm(adapter_cls, row):
     reason = adapter_cls.supports(row["knobs"]) if hasattr(adapter_cls, "supports") else None
+    departures = sorted(getattr(adapter_cls, "departures", {}))
+    if reason is None and departures:
+        reason = (
+            f"{adapter_cls.name} departs from vLLM's rules by design ({', '.join(departures)}): a replay of vLLM's "
+            "own decisions does not apply to it"
+        )
     if reason is not None:
         pytest.skip(reason)
     try:

@@ -106,12 +106,48 @@ class SchedulerAdapter(Protocol):
     #   num_cpu_blocks: int                                  host blocks for swap (0: no swap)
     #   host_block_ref_counts() -> dict[int, int]            ref count of every host block
     #   supports(knobs: dict) -> str | None   (classmethod)  why this engine cannot run a configuration, or None
+    #   knob_domain: dict[str, tuple]                        the only values the state machine draws for these knobs
+    #                                                        (what supports() refuses anyway), so that an engine
+    #                                                        with few modes is not mostly drawn and refused
+    #   departures: dict[str, str]                           invariant name -> why this engine departs from it by
+    #                                                        design: the state machine counts those violations and
+    #                                                        reports them instead of failing; every other invariant
+    #                                                        still fails. Each wants a named case that shows it.
+    #   known_differences: dict[str, str]                    behaviour -> why: the named example of that behaviour
+    #                                                        must fail on this engine (a strict xfail, see below)
+    #   stalled() -> str | None                              a state the engine is known never to leave, or a step
+    #                                                        it is known to crash in (its bug, with a reason): the
+    #                                                        state machine ends the example there, counted and
+    #                                                        reported, instead of failing it
 
+
+# The user property under which a test reports how many drawn configurations the engine's supports() refused, by
+# reason (the state machine's `assume` drops them); conftest.py's summary for a foreign engine lists them.
+REFUSED_PROPERTY = "refused_configs"
+# ... and how many checks of each invariant the adapter declared a departure from failed (SchedulerAdapter.departures)
+DEPARTED_PROPERTY = "departed_checks"
+# ... and how many examples ended in a state the engine is known never to leave (SchedulerAdapter.stalled), by reason
+STALLED_PROPERTY = "stalled_examples"
+# ... and which knob values the machine did not draw at all (SchedulerAdapter.knob_domain), with supports()'s reason
+NOT_DRAWN_PROPERTY = "not_drawn_knobs"
 
 ADAPTERS = {
     "refengine": "conformance.adapters.refengine_adapter:RefEngineAdapter",
     "vllm": "conformance.adapters.vllm_adapter:VLLMAdapter",
+    "transformers": "conformance.adapters.transformers_adapter:TransformersAdapter",
 }
+
+
+def expect_known_difference(request, adapter_cls, *behaviours: str) -> None:
+    """Mark the running test a strict xfail when the engine declares one of `behaviours` a known difference: the test
+    still runs, and must fail there (if the engine changes, the xfail turns into a failure and the entry goes)."""
+    import pytest
+
+    known = getattr(adapter_cls, "known_differences", {})
+    for behaviour in behaviours:
+        if behaviour in known:
+            request.applymarker(pytest.mark.xfail(strict=True, reason=known[behaviour]))
+            return
 
 
 def load_adapter(name: str):

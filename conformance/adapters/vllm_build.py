@@ -123,22 +123,33 @@ class _RecordingAsyncScheduler(_PreemptionLog, AsyncScheduler):
 
 
 def unsupported_reason(knobs: dict) -> str | None:
-    """Why vLLM's V1 scheduler cannot run this configuration of our knobs, or None if it can."""
+    """Why vLLM's V1 scheduler cannot run this configuration of our knobs, or None if it can. Each reason says what
+    the suite therefore leaves unchecked on vLLM and whose the gap is (docs/conformance.md keeps the table)."""
     k = {**KNOB_DEFAULTS, **knobs}
     if k["batching"] != "continuous":
-        return f"vLLM V1 has only continuous batching, not batching={k['batching']!r}"
+        return (
+            f"vLLM's difference: V1 has only continuous batching, so batching={k['batching']!r} (and its invariants) "
+            "has nothing to check there"
+        )
     if k["preemption_mode"] != "recompute":
-        return f"vLLM V1 preempts only by recompute (no host pool), not preemption_mode={k['preemption_mode']!r}"
+        return (
+            f"vLLM's difference: V1 preempts only by recompute, so preemption_mode={k['preemption_mode']!r} (swap "
+            "plans, host blocks) is unchecked there; its CPU KV offloading (kv_offloading_size, a KV connector) is "
+            "a prefix-cache tier a re-admitted request may hit, not a preemption mode"
+        )
     if k["priority_preemption"]:
-        return "vLLM V1 never preempts to admit a waiting request (priority_preemption=True)"
+        return (
+            "vLLM's difference: under policy='priority' V1 preempts only for a running request's blocks, never to "
+            "admit a waiting one, so priority_preemption=True is unchecked there"
+        )
     # vLLM's SchedulerConfig validation (refengine accepts these)
     if k["max_num_batched_tokens"] < k["max_num_seqs"]:
         return (
-            f"vLLM requires max_num_batched_tokens ({k['max_num_batched_tokens']}) >= max_num_seqs "
-            f"({k['max_num_seqs']})"
+            f"vLLM's difference: its SchedulerConfig refuses max_num_batched_tokens ({k['max_num_batched_tokens']}) "
+            f"< max_num_seqs ({k['max_num_seqs']}), so a budget smaller than the batch is unchecked there"
         )
     if k["long_prefill_token_threshold"] > k["max_model_len"]:
-        return "vLLM requires long_prefill_token_threshold <= max_model_len"
+        return "vLLM's difference: its SchedulerConfig refuses long_prefill_token_threshold > max_model_len"
     return None
 
 

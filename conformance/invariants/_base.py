@@ -10,7 +10,9 @@ from conformance.adapters import ReqView, StepView
 
 
 class InvariantViolation(AssertionError):
-    pass
+    def __init__(self, message: str, invariant: str = "") -> None:
+        super().__init__(message)
+        self.invariant = invariant  # the invariant's name, as _fail was given it
 
 
 def cdiv(a: int, b: int) -> int:
@@ -45,7 +47,7 @@ def _fail(
         lines.append(f"  {label}: free_blocks={s.free_blocks}")
         lines.append("    running: " + "; ".join(map(_fmt, s.running)))
         lines.append("    waiting: " + "; ".join(map(_fmt, s.waiting)))
-    raise InvariantViolation("\n".join(lines))
+    raise InvariantViolation("\n".join(lines), name)
 
 
 @dataclass
