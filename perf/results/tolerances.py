@@ -45,10 +45,16 @@ def direction(metric: str) -> str:
     raise ValueError(f"tolerance: no known direction for metric {metric!r}")
 
 
-def resolve_tolerances(overrides: Mapping[str, float | None] | None = None) -> dict[str, float]:
-    """Defaults updated by `overrides`: keys are metric names or fnmatch patterns ("*_ttft_ms"), values relative
-    tolerances (0.05 = 5 %) or None to stop gating the metric."""
-    tol = dict(DEFAULT_TOLERANCES)
+def resolve_tolerances(
+    overrides: Mapping[str, float | None] | None = None,
+    *,
+    defaults: Mapping[str, float] = DEFAULT_TOLERANCES,
+    what: str = "tolerance",
+) -> dict[str, float]:
+    """`defaults` updated by `overrides`: keys are metric names or fnmatch patterns ("*_ttft_ms"), values relative
+    tolerances (0.05 = 5 %) or None to stop gating the metric. `cbbench gate` resolves its minimum effects so
+    (`what` names them in an error)."""
+    tol = dict(defaults)
     for pattern, value in (overrides or {}).items():
         names = [m for m in DIRECTIONS if fnmatch.fnmatchcase(m, pattern)] or [pattern]
         for m in names:
@@ -56,7 +62,7 @@ def resolve_tolerances(overrides: Mapping[str, float | None] | None = None) -> d
             if value is None:
                 tol.pop(m, None)
             elif not value >= 0:
-                raise ValueError(f"tolerance for {m} must be >= 0, got {value}")
+                raise ValueError(f"{what} for {m} must be >= 0, got {value}")
             else:
                 tol[m] = float(value)
     return tol
