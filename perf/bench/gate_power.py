@@ -1,10 +1,12 @@
 """The gate's false-alarm rate and power, measured: N A/A gates (the same commit on both sides) and N gates against a
-scratch commit that plants a per-step delay of a fraction of the step's own duration, tabulated as they finish.
+scratch commit that plants a per-step delay of a fraction of the step's own duration, tabulated as they finish; and
+the one A/A gate ci/gpu_check.sh ends with.
 
-    python -m cbbench.perf.bench.gate_power OUTDIR [--aa 20] [--planted 0.05:10,0.10:5,0.20:5] [-- GATE OPTIONS]
-    python -m cbbench.perf.bench.gate_power OUTDIR --tabulate     # the table of what OUTDIR holds so far
+    python -m cbbench.perf.bench.gate_power campaign OUTDIR [--aa 20] [--planted 0.05:10,0.1:5,0.2:5] [-- GATE OPTIONS]
+    python -m cbbench.perf.bench.gate_power tabulate OUTDIR      # the table of what OUTDIR holds so far
+    python -m cbbench.perf.bench.gate_power aa OUT.csv [-- GATE OPTIONS]   # one A/A gate of this checkout's files
 
-Everything happens in a temporary clone of this repository (never on a branch of it): its HEAD is the base of every
+A campaign happens in a temporary clone of this repository (never on a branch of it): its HEAD is the base of every
 gate; for each fraction f a scratch commit appends to refengine/engine/llm_engine.py a wrapper that makes
 `LLMEngine.step` busy-wait f times the step's own duration after it (busy, as more work would be, so a shared
 machine's contention slows it as it slows real work). An A/A gate is `cbbench gate --base HEAD` in the clone's
@@ -12,7 +14,13 @@ clean work tree; a planted one adds `--head planted-<f>`. The gates run in an in
 A/A, 10 %, A/A, 5 %, A/A, 20 %, ...), so a campaign cut short still covers every kind, and the machine's load is
 recorded before and after each. Each gate appends one line to OUTDIR/gates.csv (its kind, exit code, verdict,
 per-metric ratios, wall and CPU seconds: the gate process and every process it waited for, from the kernel's
-accounting) and rewrites OUTDIR/summary.md; its results pair is OUTDIR/gate-NNN.csv.
+accounting) and rewrites OUTDIR/summary.md; its results pair is OUTDIR/gate-NNN.csv. The gate's own code is the
+clone's (PYTHONPATH), so editing the checkout while a campaign runs changes nothing it measures.
+
+`aa` copies this checkout's files (those git tracks or would track; every file but caches and virtual environments
+where there is no git history, as on a lent GPU machine) into a one-commit repository and gates its HEAD against its
+clean work tree: the same code twice, so any FAIL is a false alarm. It prints the verdict, writes the gate's pair at
+OUT.csv and its JSON verdict at OUT.gate.json, and exits 0 whenever the gate ran (pass or false alarm).
 """
 
 from __future__ import annotations
@@ -268,22 +276,85 @@ def _planted(text: str) -> dict[float, int]:
     return out
 
 
-def main(argv: Sequence[str] | None = None) -> None:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0], formatter_class=argparse.RawTextHelpFormatter)
-    p.add_argument("out", type=Path)
-    p.add_argument("--aa", type=int, default=20, help="A/A gates")
-    p.add_argument("--planted", default="0.05:10,0.10:5,0.20:5", help="FRACTION:GATES, comma separated")
-    p.add_argument("--tabulate", action="store_true", help="print the table of OUTDIR's gates and stop")
-    p.add_argument("gate_args", nargs="*", help="after --: options for every `cbbench gate`")
-    a = p.parse_args(argv)
-    if a.tabulate:
-        print(tabulate(_read(a.out / "gates.csv")), end="")
-        return
+SKIP_DIRS = {"results", "build", "wheels", "__pycache__", "node_modules"}  # outputs, caches, wheelhouses
+
+
+def snapshot(src: Path, dst: Path) -> Path:
+    """`src`'s files as a new one-commit repository at `dst`: what git tracks or would track in `src` when it is a
+    repository, else every file outside hidden folders (.git, .venv), SKIP_DIRS and *.egg-info."""
+    listed = subprocess.run(
+        ["git", "-C", str(src), "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+        capture_output=True,
+        check=False,
+    )
+    if listed.returncode == 0:
+        files = [Path(p.decode()) for p in listed.stdout.split(b"\0") if p]
+    else:
+        files = []
+        for folder, dirs, names in os.walk(src):
+            dirs[:] = [d for d in dirs if not d.startswith(".") and d not in SKIP_DIRS and not d.endswith(".egg-info")]
+            files += [Path(folder, n).relative_to(src) for n in names]
+    for rel in files:
+        if (src / rel).is_file() or (src / rel).is_symlink():
+            (dst / rel).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(src / rel, dst / rel, follow_symlinks=False)
+    git(dst, "init", "--quiet")
+    git(dst, "add", "--all")
+    git(dst, "commit", "--quiet", "--message", "snapshot for an A/A gate")
+    return dst
+
+
+def aa(out: Path, gate_args: Sequence[str], src: Path) -> int:
+    """One A/A gate of `src`'s files (module docstring); the exit code: 0 when the gate ran, else the gate's."""
+    out = out.resolve()
+    with tempfile.TemporaryDirectory(prefix="cbbench-gate-aa-") as tmp:
+        repo = snapshot(src, Path(tmp) / "repo")
+        clone = Tree("head", "snapshot", git(repo, "rev-parse", "HEAD"), repo, checked_out=False)
+        env = arm_environment(import_root(clone, Path(tmp)))
+        argv = [sys.executable, "-m", "cbbench.perf.cli", "gate", "--base", "HEAD", "--output", str(out)]
+        argv += ["--format", "json", "--summary", str(out.with_suffix(".gate.md")), *gate_args]
+        res = subprocess.run(argv, cwd=repo, env=env, stdout=subprocess.PIPE, check=False)
+    if res.returncode not in (0, 1):
+        print(f"A/A gate: could not run (exit {res.returncode})", flush=True)
+        return res.returncode
+    out.with_suffix(".gate.json").write_bytes(res.stdout)
+    doc = json.loads(res.stdout)
+    verdict = "FAIL (a false alarm: both arms ran the same code)" if doc["regressed"] else "PASS"
+    worst = min(doc["rows"], key=lambda r: r["p_worse"] if r["p_worse"] is not None else 1.0)
+    print(
+        f"A/A gate: {verdict}; {doc['repeats']} runs per arm, {doc['tests']} tests, {doc['wall_s']:.0f} s; "
+        f"smallest p {worst['p_worse']:.3g} ({worst['metric']}, ratio {worst['ratio']:.4f})",
+        flush=True,
+    )
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    sub = p.add_subparsers(dest="command", required=True)
+    c = sub.add_parser("campaign", help="A/A and planted gates into OUTDIR, tabulated as they finish")
+    c.add_argument("out", type=Path)
+    c.add_argument("--aa", type=int, default=20, help="A/A gates")
+    c.add_argument("--planted", default="0.05:10,0.1:5,0.2:5", help="FRACTION:GATES, comma separated")
+    c.add_argument("gate_args", nargs="*", help="after --: options for every `cbbench gate`")
+    t = sub.add_parser("tabulate", help="the table of OUTDIR's gates")
+    t.add_argument("out", type=Path)
+    a = sub.add_parser("aa", help="one A/A gate of this checkout's files")
+    a.add_argument("out", type=Path, help="the gate's CSV (its JSON verdict beside it: OUT.gate.json)")
+    a.add_argument("gate_args", nargs="*", help="after --: options for `cbbench gate`")
+    args = p.parse_args(argv)
     if shutil.which("git") is None:
         raise SystemExit("gate_power: git is needed")
-    src = Path(git(Path.cwd(), "rev-parse", "--show-toplevel"))  # the repository whose HEAD is measured
-    campaign(a.out, a.aa, _planted(a.planted), a.gate_args, src)
+    if args.command == "tabulate":
+        print(tabulate(_read(args.out / "gates.csv")), end="")
+        return 0
+    src = Path.cwd()
+    if args.command == "aa":
+        return aa(args.out, args.gate_args, src)
+    src = Path(git(src, "rev-parse", "--show-toplevel"))  # the repository whose HEAD is measured
+    campaign(args.out, args.aa, _planted(args.planted), args.gate_args, src)
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())
