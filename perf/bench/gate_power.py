@@ -241,15 +241,15 @@ def _read(path: Path) -> list[dict[str, str]]:
 
 
 def tabulate(lines: Sequence[dict[str, str]]) -> str:
-    """Markdown: per kind (A/A, each planted fraction), gates run, failed (the gate's exit 1), errors, and the
-    median / max wall and CPU minutes per gate and the load averages seen."""
+    """Markdown: per kind (A/A, each planted fraction), gates run, failed (the gate's exit 1), errors, the median /
+    max wall and CPU minutes per gate, the load averages seen, and how many gates each metric failed."""
     groups: dict[str, list[dict[str, str]]] = {}
     for line in lines:
         f = float(line["fraction"])
         groups.setdefault("A/A" if f == 0 else f"planted {f:.0%}", []).append(line)
     out = [
-        "| gates | run | failed | errors | wall min (median, max) | CPU min (median, max) | load (1 min) |",
-        "|---|---:|---:|---:|---|---|---|",
+        "| gates | run | failed | errors | wall min (median, max) | CPU min (median, max) | load (1 min) | failed on |",
+        "|---|---:|---:|---:|---|---|---|---|",
     ]
     for name in sorted(groups, key=lambda n: (n != "A/A", float(n.split()[-1].rstrip("%")) if n != "A/A" else 0)):
         g = groups[name]
@@ -258,11 +258,16 @@ def tabulate(lines: Sequence[dict[str, str]]) -> str:
         walls = [float(x["wall_s"]) / 60 for x in g]
         cpus = [float(x["cpu_s"]) / 60 for x in g if x.get("cpu_s")]
         loads = [float(x["load_before"].split()[0]) for x in g if x.get("load_before")]
+        on: dict[str, int] = {}  # which metrics regressed, over the gates that failed
+        for x in ok:
+            for metric, status in (json.loads(x["statuses"]) if x.get("statuses") else {}).items():
+                on[metric] = on.get(metric, 0) + (status == "regressed")
+        why = ", ".join(f"{m} {n}" for m, n in sorted(on.items(), key=lambda kv: -kv[1]) if n)
         out.append(
             f"| {name} | {len(ok)} | {failed} | {len(g) - len(ok)} | {statistics.median(walls):.1f}, {max(walls):.1f} "
-            f"| {statistics.median(cpus):.1f}, {max(cpus):.1f} | {min(loads):.1f}-{max(loads):.1f} |"
+            f"| {statistics.median(cpus):.1f}, {max(cpus):.1f} | {min(loads):.1f}-{max(loads):.1f} | {why} |"
             if cpus and loads
-            else f"| {name} | {len(ok)} | {failed} | {len(g) - len(ok)} | | | |"
+            else f"| {name} | {len(ok)} | {failed} | {len(g) - len(ok)} | | | | {why} |"
         )
     return "\n".join(out) + "\n"
 

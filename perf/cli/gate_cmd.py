@@ -199,6 +199,7 @@ def gate(
 
     cwd = Path.cwd()
     perf_args = forwarded_args(ctx, cwd)
+    runs_on = _device(device, like)
     servers = base_url is not None or head_url is not None
     if servers and "backend" not in explicit_params(ctx):
         perf_args = ["--backend", backend, *perf_args]
@@ -211,7 +212,8 @@ def gate(
         head_url=head_url,
         perf_args=tuple(perf_args),
         model=model if servers else None,
-        repeats=repeats if repeats is not None else default_repeats(_device(device, like)),
+        device=runs_on,
+        repeats=repeats if repeats is not None else default_repeats(runs_on),
         confidence=confidence,
         min_effect=tuple(min_effect or ()),
         min_effect_files=tuple(min_effect_file or ()),

@@ -5,7 +5,8 @@ Each run of an arm wrote its own pair (in the gate's scratch folder, by the arm'
 version); they are read back with this tree's readers and written again as one pair: each row with its `arm`
 (base / head), `repeat` = its run's index within the arm, its `label` naming the tree (`base main (1a2b3c4)`) and
 its records relabelled `engine/batching/<arm> knobs/repeatN`, so that each arm is a configuration of its own in
-`show` and `report`. The `git_sha` column is what the arm's own code recorded: the proof of which tree ran.
+`show` and `report`, and `process_cpu_s` (the run's whole process, in CPU seconds) in its `extra`. The `git_sha` column
+is what the arm's own code recorded: the proof of which tree ran.
 
 Nothing is half-written: the pair is made in a temporary folder beside the target and moved into place at the end,
 the record folder first and the CSV, which names the runs, last; a failure before leaves nothing at the target.
@@ -98,10 +99,13 @@ def _write(target: Path, runs: Sequence[Run], describe: Mapping[str, str], gate:
         for row, old in zip(r.rows, labels):  # (rows as this tree reads them: an older schema's upgraded)
             new_label = _relabel(old, r.arm, r.index)
             out = {k: None if isinstance(v, float) and math.isnan(v) else v for k, v in row.items()}
+            extra = json.loads(out["extra"]) if isinstance(out.get("extra"), str) and out["extra"] else {}
+            extra["process_cpu_s"] = out.pop("process_cpu_s", r.cpu_s)  # (a metric `compare` reads from extra)
             out.update(
                 arm=r.arm,
                 repeat=r.index,
                 label=" ".join(x for x in (label, f"{r.arm} {describe[r.arm]}") if x),
+                extra=json.dumps(extra, sort_keys=True),
                 run_options=_run_options(row.get("run_options"), r.arm, r.index, describe[r.arm]),
             )
             writer.add(

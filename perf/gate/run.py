@@ -31,7 +31,9 @@ from cbbench.perf.gate.verdict import (
     DEFAULT_CONFIDENCE,
     check_repeats,
     configurations,
+    count_tests,
     decide,
+    default_min_effects,
     key_changes,
     min_effects,
     regressed,
@@ -60,6 +62,7 @@ class GateOptions:
     head_url: str | None = None
     perf_args: tuple[str, ...] = ()
     model: str | None = None  # the servers' model (--model), when given
+    device: str = "cpu"  # the runs' device (--device, or --like's): which metrics are gated by default
     repeats: int = DEFAULT_REPEATS  # (`default_repeats` of the device when the command line names none)
     confidence: float = DEFAULT_CONFIDENCE
     min_effect: tuple[str, ...] = ()
@@ -162,8 +165,9 @@ def _check_ran(arm: Arm, run: Run) -> None:
 def run_gate(o: GateOptions, console: Console, err: Console) -> int:
     """The whole gate (module docstring); returns the exit code. Bad input raises ValueError (exit 2)."""
     t0 = time.perf_counter()
-    effects, sources = min_effects(o.min_effect, o.min_effect_files, cwd=o.cwd)
-    check_repeats(o.repeats, len(effects), o.confidence)
+    defaults = default_min_effects(o.device, o.servers)
+    effects, sources = min_effects(o.min_effect, o.min_effect_files, cwd=o.cwd, defaults=defaults)
+    check_repeats(o.repeats, count_tests(1, effects), o.confidence)
     output = o.output if o.output is not None else default_output(o.cwd)
     if not output.is_absolute():
         output = o.cwd / output
@@ -184,8 +188,9 @@ def run_gate(o: GateOptions, console: Console, err: Console) -> int:
             for arm in arms.values():
                 if arm.tree is not None:
                     tr.check_imports(arm.tree, dict(arm.env))
+                    tr.compile_tree(arm.tree)
                 preflight(arm, perf_args, scratch / "preflight")
-            runs = _measure(o, arms, perf_args, scratch, err, len(effects))
+            runs = _measure(o, arms, perf_args, scratch, err, effects)
         finally:
             for repo, tree in made:
                 tr.remove(repo, tree)
@@ -200,7 +205,12 @@ def run_gate(o: GateOptions, console: Console, err: Console) -> int:
 
 
 def _measure(
-    o: GateOptions, arms: dict[str, Arm], perf_args: Sequence[str], scratch: Path, err: Console, metrics: int
+    o: GateOptions,
+    arms: dict[str, Arm],
+    perf_args: Sequence[str],
+    scratch: Path,
+    err: Console,
+    effects: dict[str, float],
 ) -> list[Run]:
     from cbbench.perf.results.rows import read_rows
 
@@ -210,8 +220,10 @@ def _measure(
         arm = arms[name]
         run = run_once(arm, index, perf_args, scratch / "runs", lambda p: read_rows(p))
         _check_ran(arm, run)
+        for row in run.rows:  # (the whole process's, on every row of the run: gated once per run)
+            row["process_cpu_s"] = run.cpu_s
         if k == 1:  # the number of configurations is known now: every test counts
-            check_repeats(o.repeats, metrics * len(run.rows), o.confidence)
+            check_repeats(o.repeats, count_tests(len(run.rows), effects), o.confidence)
         runs.append(run)
         _progress(err, o.quiet, k, len(order), run, arm)
     return runs

@@ -136,12 +136,23 @@ def import_root(tree: Tree, scratch: Path) -> Path:
 
 
 def arm_environment(path: Path, base: dict[str, str] | None = None) -> dict[str, str]:
-    """The environment of a process of one arm: `path` first on PYTHONPATH, the rest of the caller's after it."""
+    """The environment of a process of one arm: `path` first on PYTHONPATH, the rest of the caller's after it, and
+    bytecode written (PYTHONDONTWRITEBYTECODE unset: with it, every run would compile its tree again, while a tree
+    with a warm __pycache__ would not; the CPU seconds of the arms' runs would differ for that alone)."""
     env = dict(os.environ if base is None else base)
     rest = env.get("PYTHONPATH", "")
     env["PYTHONPATH"] = str(path) + (os.pathsep + rest if rest else "")
     env.pop("PYTHONSAFEPATH", None)  # (the run's cwd is its tree's root: the same code either way)
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
     return env
+
+
+def compile_tree(tree: Tree) -> None:
+    """Compile every module of `tree` into its __pycache__ folders before any run (a new worktree has none), so that
+    no measured run pays a compile that another does not."""
+    folders = ["cbbench", "refengine"] if layout(tree.root) == "package" else [*NAMESPACED, "refengine"]
+    argv = [sys.executable, "-m", "compileall", "-q", "-x", "/tests/", *folders]
+    subprocess.run(argv, cwd=tree.root, capture_output=True, timeout=600, check=False)
 
 
 _PROBE = (

@@ -50,6 +50,20 @@ GATED = (
 # is reported as a "small change", not failed.
 DEFAULT_MIN_EFFECT = 0.015
 DEFAULT_MIN_EFFECTS: dict[str, float] = dict.fromkeys(GATED, DEFAULT_MIN_EFFECT)
+# Measured once per run, not per configuration: the CPU seconds (user + system) of the run's whole process, taken by
+# the gate from the kernel's accounting. On a shared CPU, contention stretches every wall-clock metric by up to 3x
+# from one run to the next while the work a run does, its CPU time, moves by about 2 % (docs/gate.md): a regression
+# that adds work shows here long before it shows through the noise of the wall clock. It is gated by default where
+# the engine runs on the CPU in-process; a server's (or a GPU's) work is not the client process's.
+RUN_METRICS = ("process_cpu_s",)
+CPU_MIN_EFFECTS: dict[str, float] = {**DEFAULT_MIN_EFFECTS, "process_cpu_s": DEFAULT_MIN_EFFECT}
+
+
+def default_min_effects(device: str, servers: bool) -> dict[str, float]:
+    """The gated metrics of a gate on `device`: the wall-clock seven, and the runs' CPU time for an in-process CPU."""
+    return dict(CPU_MIN_EFFECTS if device == "cpu" and not servers else DEFAULT_MIN_EFFECTS)
+
+
 DEFAULT_CONFIDENCE = 0.95
 PYPROJECT_TABLE = ("tool", "cbbench", "gate", "min-effect")
 FILE_TABLE = ("min-effect",)
@@ -74,9 +88,10 @@ def min_effects(
     files: Sequence[str | os.PathLike[str]] = (),
     *,
     cwd: str | os.PathLike[str] | None = None,
+    defaults: Mapping[str, float] = DEFAULT_MIN_EFFECTS,
 ) -> tuple[dict[str, float], list[str]]:
     """The minimum effect of every gated metric (see the module docstring) and the sources that set any."""
-    effects = dict(DEFAULT_MIN_EFFECTS)
+    effects = dict(defaults)
     sources: list[str] = []
 
     def layer(values: Mapping[str, float | None], source: str) -> None:
@@ -188,13 +203,23 @@ def decide(
     base = [with_extra_metrics(run) for run in base]
     head = [with_extra_metrics(run) for run in head]
     names = configurations(base, head)
-    tests = len(names) * len(effects)
-    alpha = (1 - confidence) / tests
+    per_config = {m: e for m, e in effects.items() if m not in RUN_METRICS}
+    per_run = {m: e for m, e in effects.items() if m in RUN_METRICS}
+    alpha = (1 - confidence) / count_tests(len(names), effects)
     out = []
     for i, name in enumerate(names):
-        for metric, effect in effects.items():
+        for metric, effect in per_config.items():
             out.append(_decide(name, metric, _samples(base, i, metric), _samples(head, i, metric), effect, alpha))
+    whole = names[0] if len(names) == 1 else f"the whole run ({len(names)} configurations)"
+    for metric, effect in per_run.items():  # the same number on every row of a run: one test, from the first
+        out.append(_decide(whole, metric, _samples(base, 0, metric), _samples(head, 0, metric), effect, alpha))
     return out, alpha
+
+
+def count_tests(configs: int, effects: Mapping[str, float]) -> int:
+    """The tests of a gate: each per-configuration metric of each configuration, and each per-run metric once."""
+    runs = sum(m in RUN_METRICS for m in effects)
+    return configs * (len(effects) - runs) + runs
 
 
 def _decide(config: str, metric: str, b: list[float], h: list[float], effect: float, alpha: float) -> Decision:
@@ -228,7 +253,7 @@ def regressed(decisions: Sequence[Decision]) -> bool:
     return any(d.status in BAD for d in decisions)
 
 
-def check_repeats(repeats: int, tests: int, confidence: float) -> None:
+def check_repeats(repeats: int, tests: int, confidence: float) -> None:  # (tests: count_tests's)
     """ValueError when `repeats` runs per arm can never make a change significant for `tests` tests: such a gate
     would pass whatever the change."""
     alpha = (1 - confidence) / tests
@@ -249,6 +274,9 @@ __all__ = [
     "DEFAULT_CONFIDENCE",
     "DEFAULT_MIN_EFFECT",
     "DEFAULT_MIN_EFFECTS",
+    "RUN_METRICS",
+    "count_tests",
+    "default_min_effects",
     "Decision",
     "GATED",
     "HIGHER",

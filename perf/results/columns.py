@@ -86,10 +86,7 @@ KEY_NAMES = (*CONFIG_KEY_COLUMNS, "workload_params")
 # Older files read as this version: each upgrade names the columns added since that version and the value every old
 # row had in them (schema 2 predates tensor parallelism: every run was on one GPU; schema 3 predates `cbbench gate`:
 # no run belonged to an arm).
-UPGRADES: dict[int, dict[str, str]] = {
-    3: {"arm": ""},
-    2: {"tensor_parallel_size": "1", "arm": ""},
-}
+UPGRADES: dict[int, dict[str, str]] = {3: {"arm": ""}, 2: {"tensor_parallel_size": "1", "arm": ""}}
 
 
 def upgrade_lines(lines: list[list[str]]) -> list[list[str]] | None:

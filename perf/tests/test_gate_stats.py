@@ -176,3 +176,24 @@ def test_min_effect_layers_pyproject_then_files_then_the_command_line(tmp_path):
 def test_bad_min_effects_name_what_is_wrong(tmp_path, items, message):
     with pytest.raises(ValueError, match=message):
         min_effects(items, cwd=tmp_path)
+
+
+def test_the_runs_cpu_time_is_gated_on_an_in_process_cpu_only_and_once_per_run():
+    from cbbench.perf.gate.verdict import RUN_METRICS, count_tests, default_min_effects
+
+    assert set(default_min_effects("cpu", servers=False)) == {*GATED, *RUN_METRICS}
+    assert set(default_min_effects("sim:h200", servers=False)) == set(GATED)  # a simulated run's numbers repeat
+    assert set(default_min_effects("cpu", servers=True)) == set(GATED)  # the client's CPU is not the server's work
+    effects = default_min_effects("cpu", servers=False)
+    assert count_tests(3, effects) == 3 * len(GATED) + 1
+
+    def run(cpu: float) -> list[dict[str, float | str]]:
+        rows = [{"engine": "e", "batching": b, "process_cpu_s": cpu, "mean_ttft_ms": 50.0} for b in ("x", "y")]
+        return rows  # two configurations, one process: the same CPU seconds on both rows
+
+    base = [run(10.0 + 0.01 * i) for i in range(5)]
+    head = [run(11.0 + 0.01 * i) for i in range(5)]  # 10 % more work
+    decisions, alpha = decide(base, head, {"mean_ttft_ms": 0.015, "process_cpu_s": 0.015})
+    cpu = [d for d in decisions if d.metric == "process_cpu_s"]
+    assert len(cpu) == 1 and cpu[0].status == "regressed" and cpu[0].config == "the whole run (2 configurations)"
+    assert alpha == pytest.approx(0.05 / 3)

@@ -115,3 +115,15 @@ def test_this_checkout_is_a_tree_the_gate_can_run():
     root = Path(__file__).resolve().parents[2]
     assert tr.layout(root) in ("mapped", "package")
     assert sys.executable  # (the arms share this interpreter)
+
+
+def test_arms_write_bytecode_and_name_their_tree_first(monkeypatch, tmp_path):
+    """With PYTHONDONTWRITEBYTECODE every run would compile its tree again (a warm work tree would not): the arms
+    write bytecode, and compile_tree fills a fresh worktree's caches before any run."""
+    monkeypatch.setenv("PYTHONDONTWRITEBYTECODE", "1")
+    monkeypatch.setenv("PYTHONPATH", "/elsewhere")
+    env = tr.arm_environment(tmp_path / "links")
+    assert "PYTHONDONTWRITEBYTECODE" not in env and env["PYTHONPATH"] == f"{tmp_path / 'links'}:/elsewhere"
+    repo = _fake_repo(tmp_path / "repo", "mapped")
+    tr.compile_tree(tr.work_tree(repo, HEAD))
+    assert list((repo / "refengine" / "__pycache__").glob("__init__.*.pyc"))
