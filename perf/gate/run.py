@@ -48,7 +48,9 @@ SIM_REPEATS = 7
 
 
 def default_repeats(device: str | None) -> int:
-    return SIM_REPEATS if device is not None and device.lower().startswith("sim:") else DEFAULT_REPEATS
+    from refengine.sim.sim_device import DeviceSpec
+
+    return SIM_REPEATS if device is not None and DeviceSpec.parse(device).simulated else DEFAULT_REPEATS
 
 
 @dataclass(frozen=True)

@@ -61,7 +61,9 @@ CPU_MIN_EFFECTS: dict[str, float] = {**DEFAULT_MIN_EFFECTS, "process_cpu_s": DEF
 
 def default_min_effects(device: str, servers: bool) -> dict[str, float]:
     """The gated metrics of a gate on `device`: the wall-clock seven, and the runs' CPU time for an in-process CPU."""
-    return dict(CPU_MIN_EFFECTS if device == "cpu" and not servers else DEFAULT_MIN_EFFECTS)
+    from refengine.sim.sim_device import DeviceSpec
+
+    return dict(CPU_MIN_EFFECTS if DeviceSpec.parse(device).is_cpu and not servers else DEFAULT_MIN_EFFECTS)
 
 
 DEFAULT_CONFIDENCE = 0.95
