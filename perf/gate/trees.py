@@ -81,7 +81,8 @@ class Tree:
     @property
     def name(self) -> str:
         """`main (1a2b3c4)`, `work tree (1a2b3c4-dirty)`: how tables and messages name the tree."""
-        return f"{self.rev} ({self.sha[:7]}{'-dirty' if self.dirty else ''})"
+        short = f"{self.sha[:7]}{'-dirty' if self.dirty else ''}"
+        return short if self.sha.startswith(self.rev) else f"{self.rev} ({short})"  # (a sha is named once)
 
     def ran_this(self, git_sha: str) -> bool:
         """Whether a row's `git_sha` (written by the tree's own code) is this tree's ("unknown" cannot be told)."""

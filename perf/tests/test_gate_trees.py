@@ -127,3 +127,17 @@ def test_arms_write_bytecode_and_name_their_tree_first(monkeypatch, tmp_path):
     repo = _fake_repo(tmp_path / "repo", "mapped")
     tr.compile_tree(tr.work_tree(repo, HEAD))
     assert list((repo / "refengine" / "__pycache__").glob("__init__.*.pyc"))
+
+
+def test_a_run_that_recorded_another_trees_sha_is_refused(tmp_path):
+    """After every run the rows' git_sha (written by the arm's own code) must be the arm's commit: a run of another
+    tree (a shadowed import path) stops the gate; the work tree's `-dirty` and an unknown sha pass."""
+    from cbbench.perf.gate.arms import Arm, Run
+    from cbbench.perf.gate.run import _check_ran
+
+    tree = tr.Tree(BASE, "main", "a" * 40, tmp_path, checked_out=True)
+    arm = Arm(BASE, tree.name, tmp_path, {}, tree=tree)
+    for ok in ("a" * 40, "a" * 40 + "-dirty", "unknown"):
+        _check_ran(arm, Run(BASE, 0, tmp_path / "r.csv", [{"git_sha": ok}], 1.0, 1.0))
+    with pytest.raises(ValueError, match="ran another tree's code"):
+        _check_ran(arm, Run(BASE, 0, tmp_path / "r.csv", [{"git_sha": "b" * 40}], 1.0, 1.0))
