@@ -27,7 +27,7 @@ def copy_of_this_checkout(dst: Path) -> Path:
     for raw in listed:
         rel = raw.decode()
         src = ROOT / rel
-        if not rel or not src.exists() or src.is_dir():
+        if not rel or not src.exists() or (src.is_dir() and not src.is_symlink()):
             continue
         (dst / rel).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(src, dst / rel, follow_symlinks=False)
