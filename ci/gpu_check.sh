@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # Every GPU check and benchmark as one prepared command for a fresh GPU box (only this repo, no network): its own
-# setup, under 8 minutes in all, everything it writes packed into OUTDIR as at most 8 files (so one call of a
-# lent machine runs it and brings it back), and the perf baseline results/baselines/<gpu>.csv (h200.csv on an H200).
+# setup, under 10 minutes in all, everything it writes packed into OUTDIR as at most 8 files (so one call of a
+# lent machine runs it and brings it back), the perf baseline results/baselines/<gpu>.csv (h200.csv on an H200), and
+# last an A/A `cbbench gate` on the card (the same code on both arms: a FAIL there is a false alarm, so the first card
+# that runs this measures the gate's false-alarm rate on a GPU).
 #
 #   bash ci/gpu_check.sh [--dry-run] [OUTDIR]        (OUTDIR default results/gpu-check)
 #
 # Steps, each under its own time limit (one that hangs cannot eat the others' time; all run even if one fails),
-# never past the deadline (TOTAL_S, default 475 s, setup included). The budget, on an H200, from its first runs
+# never past the deadline (TOTAL_S, default 595 s, setup included). The budget, on an H200, from its first runs
 # (../shared/gpu notes; measured there: perf-*.csv durations) and estimates where none was measured (~):
 #   setup            60  venv on the image's torch, offline wheels (ci/gpu_wheels.sh), pip -e        ~30-60 s
 #   gpu-tests       100  pytest -m gpu in ONE process (-p no:xdist: each engine has the card to itself), every
@@ -36,13 +38,18 @@
 #   calibration-qwen 12  the ShareGPT runs again on sim:<gpu> (perf/bench/sim_calibration.py): real /
 #                        simulated per configuration; 10 s measured for 256 prompts of the 0.5B             ~12 s
 #   calibration-llama 8  the same for the 8B's 320 prompts                                                ~8 s
-#   = 464 s; the pack (tar of the logs) follows the deadline (~2 s). 1000 ShareGPT prompts on the 8B (87 s of
+#   gate-aa         120  cbbench gate A/A of a snapshot of this checkout (python -m cbbench.perf.bench.gate_power
+#                        aa): qwen2.5-0.5b, 64 ShareGPT prompts on 64 slots, 5 runs per arm (the fewest with
+#                        which the 7 default tests can find anything), each a fresh process: start, weights,
+#                        engine and warm-up ~8 s, the run ~1 s (not measured on a card yet)                  ~100 s
+#   = 584 s; the pack (tar of the logs) follows the deadline (~2 s). 1000 ShareGPT prompts on the 8B (87 s of
 #   generation measured, both modes) do not fit beside the rest: with 320 on 256 slots static still runs a second,
 #   quarter-full batch that continuous batching fills as requests finish.
 # Written to OUTDIR (at most 8 files): summary.txt (each step's exit and seconds, pytest's and every run's lines),
 # gpu.txt (device, driver, versions), <gpu>.csv (the baseline, also copied to results/baselines/ when every run
 # finished and RECORD is not 0), kernels.csv, calibration-qwen.csv, calibration-llama.csv, logs.tar.gz (every
-# step's log, the runs' CSVs and JSONs, the junit XML). Work files go to WORK (default /tmp/cbbench-gpu-check).
+# step's log, the runs' CSVs and JSONs, the junit XML, the A/A gate's results and verdict; its verdict line is in
+# summary.txt too). Work files go to WORK (default /tmp/cbbench-gpu-check).
 # --dry-run: print the plan (python found, steps, limits, commands) and run nothing; works on a CPU machine.
 # Env: PYTHON (a python3 with CUDA torch), WHEELHOUSE (wheels of missing packages), VENV (default .venv-gpu-check),
 #      TOTAL_S, WORK, RECORD (0: leave results/baselines/ alone), LIMIT_PCT (every step's limit in percent of the
@@ -57,14 +64,14 @@ ARGS=()
 for a in "$@"; do
   case "$a" in
     --dry-run) DRY_RUN=1 ;;
-    -h|--help) sed -n '2,43p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,58p' "$0"; exit 0 ;;
     -*) echo "gpu_check: unknown option $a" >&2; exit 2 ;;
     *) ARGS+=("$a") ;;
   esac
 done
 OUT=${ARGS[0]:-results/gpu-check}
 VENV=${VENV:-.venv-gpu-check}
-TOTAL_S=${TOTAL_S:-475}
+TOTAL_S=${TOTAL_S:-595}
 WORK=${WORK:-${TMPDIR:-/tmp}/cbbench-gpu-check}
 # shellcheck source=ci/gpu_env.sh
 source ci/gpu_env.sh
@@ -155,11 +162,16 @@ step calibration-qwen 12 "$PY" -m cbbench.perf.bench.sim_calibration "$PERF/qwen
 step calibration-llama 8 "$PY" -m cbbench.perf.bench.sim_calibration "$PERF/llama8b-sharegpt.csv" \
   "$WORK/calibration-llama" "${LLAMA_SIM[@]}"
 
+# last, an A/A gate on the card: a snapshot of this checkout's files gated against itself (no git history needed)
+step gate-aa 120 "$PY" -m cbbench.perf.bench.gate_power aa "$WORK/gate-aa.csv" -- --model qwen2.5-0.5b --device cuda \
+  --num-prompts 64 --max-num-seqs 64 --warmup 2 --repeats 5
+
 [[ $DRY_RUN == 1 ]] && { echo "dry run: nothing was run"; exit 0; }
 # pack: at most 8 files in OUTDIR
 {
   echo "== pytest"; tail -n 1 "$WORK/gpu-tests.log" 2>/dev/null
   echo "== runs"; "$PY" -m cbbench.perf.bench.gpu_runs summary "${PARTS[@]}" 2>&1
+  echo "== A/A gate"; grep -h "^A/A gate" "$WORK/gate-aa.log" 2>/dev/null || echo "A/A gate: no verdict (see its log)"
 } >> "$WORK/summary.txt"
 cp "$WORK/summary.txt" "$WORK/gpu.txt" "$OUT/"
 for f in "$WORK/$GPU.csv" "$WORK/kernels.csv"; do [[ -f $f ]] && cp "$f" "$OUT/"; done

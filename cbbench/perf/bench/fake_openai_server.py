@@ -5,7 +5,7 @@ whose text is "" as a detokenizer that holds back a partial character sends), th
 chunk and `[DONE]`, so the tests see every shape of chunk a real server sends. It keeps what the tests check:
 the peak number of requests in flight and every request body. Its /metrics speaks vLLM's names: one preemption
 per completed request, KV usage = in-flight requests / `KV_SLOTS`, running = in flight, none waiting, and a
-`cache_config_info` with num_gpu_blocks.
+`cache_config_info` with num_gpu_blocks. /v1/models lists its one model.
 A prompt whose first token id is `BAD_PROMPT_TOKEN` gets HTTP 400 with an OpenAI-style error. /v1/embeddings
 answers after one token delay with an `EMBEDDING_DIM`-long vector that depends on the prompt.
 """
@@ -55,9 +55,13 @@ class FakeOpenAIServer:
         app.router.add_post("/v1/completions", self._completions)
         app.router.add_post("/v1/chat/completions", self._completions)
         app.router.add_post("/v1/embeddings", self._embeddings)
+        app.router.add_get("/v1/models", self._models)
         if self.with_metrics:
             app.router.add_get("/metrics", self._metrics)
         return app
+
+    async def _models(self, request: web.Request) -> web.Response:
+        return web.json_response({"object": "list", "data": [{"id": self.model, "object": "model"}]})
 
     async def _metrics(self, request: web.Request) -> web.Response:
         text = (

@@ -1,9 +1,9 @@
-"""The `cbbench` command line: perf (the main job), plan (the capacity planner), serve, timeline, plot, report, compare, generate, kernels,
-bench-scheduler, bench-step, bench-async.
+"""The `cbbench` command line: perf (the main job), plan (the capacity planner), serve, timeline, plot, report, compare, gate,
+generate, kernels, bench-scheduler, bench-step, bench-async.
 
 Every engine knob of `cbbench perf` maps one to one onto a `SchedulerConfig` / `LLMEngine` keyword, and takes a comma
 list to sweep (`--max-num-batched-tokens 512,2048`). Bad input (unknown workload, batching mode, knob value) ends
-the command with one line on stderr and exit code 2; a regression found by `compare` exits 1.
+the command with one line on stderr and exit code 2; a regression found by `compare` or `gate` exits 1.
 
 This file holds `perf` and the command table; `perf`'s options are declared in perf_params.py, the app and its
 error handling are in app.py, the other commands in commands.py and bench_cmd.py. `perf` only parses its options,
@@ -30,6 +30,7 @@ from cbbench.perf.cli.app import (
 )
 from cbbench.perf.cli.bench_cmd import bench_async, bench_scheduler, bench_step
 from cbbench.perf.cli.commands import compare, generate, kernels, plot, report, serve, show, timeline
+from cbbench.perf.cli.gate_cmd import gate
 from cbbench.perf.cli.plan_cmd import plan
 from cbbench.perf.cli.profile_cmd import bench_profile
 from cbbench.perf.cli.sim import make_sim_app
@@ -201,6 +202,7 @@ app.command()(plot)
 app.command()(report)
 app.command()(show)
 app.command()(compare)
+app.command()(gate)
 app.command()(generate)
 app.command()(kernels)
 app.command("bench-scheduler")(bench_scheduler)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from cbbench.perf.metrics import stat_keys
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 
 CONFIG_KEY_COLUMNS = (
     "engine",
@@ -35,6 +35,9 @@ CONFIG_KEY_COLUMNS = (
     "priority_preemption",
     "attention_backend",
     "tensor_parallel_size",  # schema 3
+    # schema 4: which side of an A/B gate ran the row ("base" | "head"; empty for any other run), so that the same
+    # configuration measured on two trees stays two configurations for every reader that groups rows
+    "arm",
 )
 THROUGHPUT_COLUMNS = ("request_throughput", "output_throughput", "total_token_throughput", "request_goodput")
 # Every run stores this dense set of latency percentiles whatever `--metric-percentiles` asks to show, so a gate can
@@ -80,9 +83,10 @@ COLUMNS = (
 )
 KEY_NAMES = (*CONFIG_KEY_COLUMNS, "workload_params")
 
-# Older files read as this version: each upgrade names the columns the version added and the value every old row
-# had in them (schema 2 predates tensor parallelism: every run was on one GPU).
-UPGRADES: dict[int, dict[str, str]] = {2: {"tensor_parallel_size": "1"}}
+# Older files read as this version: each upgrade names the columns added since that version and the value every old
+# row had in them (schema 2 predates tensor parallelism: every run was on one GPU; schema 3 predates `cbbench gate`:
+# no run belonged to an arm).
+UPGRADES: dict[int, dict[str, str]] = {3: {"arm": ""}, 2: {"tensor_parallel_size": "1", "arm": ""}}
 
 
 def upgrade_lines(lines: list[list[str]]) -> list[list[str]] | None:

@@ -19,7 +19,7 @@ from typing import Any
 from cbbench.perf.knobs import EngineKnobs, KnobValue, knob, knob_names
 from cbbench.perf.plan.options import LoadAxes, PerfOptions
 from cbbench.perf.plan.spec import Entry
-from cbbench.perf.results.columns import CONFIG_KEY_COLUMNS
+from cbbench.perf.results.columns import CONFIG_KEY_COLUMNS, KEY_NAMES
 from cbbench.perf.results.files import read_csv
 from cbbench.perf.results.schema import config_key
 from refengine.sim.sim_device import DeviceSpec
@@ -81,7 +81,9 @@ def load_like(path: str | Path) -> LikePlan:
     repeats = 1
     for r in rows:
         knobs = {k: _knob_value(k, r[k]) for k in CONFIG_KEY_COLUMNS if k in sweepable and _cell(r[k]) is not None}
-        entries.setdefault(config_key(r), (r["engine"], r["batching"], EngineKnobs.of(knobs)))
+        # (a gate's file holds each configuration once per arm: rerun once)
+        key = tuple("" if name == "arm" else cell for name, cell in zip(KEY_NAMES, config_key(r)))
+        entries.setdefault(key, (r["engine"], r["batching"], EngineKnobs.of(knobs)))
         repeats = max(repeats, int(r["repeat"]) + 1)
     first = rows[0]
     opts = json.loads(first["run_options"]) if _cell(first.get("run_options")) else {}

@@ -18,7 +18,7 @@ from cbbench.perf.results.rows import Row, aggregate_rows, number
 from cbbench.perf.results.schema import config_key
 
 # key columns whose value reads without its name in a config label
-_BARE = {"engine", "model", "device", "dtype", "workload", "batching"}
+_BARE = {"engine", "model", "device", "dtype", "workload", "batching", "arm"}
 
 
 def label(key: tuple[str, ...], keys: Sequence[tuple[str, ...]]) -> str:
@@ -38,7 +38,8 @@ def label(key: tuple[str, ...], keys: Sequence[tuple[str, ...]]) -> str:
 
 # what identifies the load a run was measured under; `--ignore-key server` ignores every other key column
 LOAD_KEY_NAMES = ("model", "workload", "num_prompts", "seed", "request_rate", "burstiness", "workload_params")
-SERVER_KEY_NAMES = tuple(k for k in KEY_NAMES if k not in LOAD_KEY_NAMES)
+# (a gate's `arm` is neither: which tree ran the row, kept apart even when the server's columns are ignored)
+SERVER_KEY_NAMES = tuple(k for k in KEY_NAMES if k not in (*LOAD_KEY_NAMES, "arm"))
 
 
 def ignored_key_names(names: Sequence[str]) -> set[str]:

@@ -25,6 +25,8 @@ DIRECTIONS: dict[str, str] = {
     "peak_kv_usage": LOWER,
     "slot_waste": LOWER,
     "duration": LOWER,
+    # `cbbench gate`: the CPU seconds of a run's whole process (user + system), what a CPU engine's work costs
+    "process_cpu_s": LOWER,
 }
 THROUGHPUT_TOLERANCE = 0.05
 LATENCY_TOLERANCE = 0.10  # latency percentiles move more between runs than throughput does
@@ -45,10 +47,16 @@ def direction(metric: str) -> str:
     raise ValueError(f"tolerance: no known direction for metric {metric!r}")
 
 
-def resolve_tolerances(overrides: Mapping[str, float | None] | None = None) -> dict[str, float]:
-    """Defaults updated by `overrides`: keys are metric names or fnmatch patterns ("*_ttft_ms"), values relative
-    tolerances (0.05 = 5 %) or None to stop gating the metric."""
-    tol = dict(DEFAULT_TOLERANCES)
+def resolve_tolerances(
+    overrides: Mapping[str, float | None] | None = None,
+    *,
+    defaults: Mapping[str, float] = DEFAULT_TOLERANCES,
+    what: str = "tolerance",
+) -> dict[str, float]:
+    """`defaults` updated by `overrides`: keys are metric names or fnmatch patterns ("*_ttft_ms"), values relative
+    tolerances (0.05 = 5 %) or None to stop gating the metric. `cbbench gate` resolves its minimum effects so
+    (`what` names them in an error)."""
+    tol = dict(defaults)
     for pattern, value in (overrides or {}).items():
         names = [m for m in DIRECTIONS if fnmatch.fnmatchcase(m, pattern)] or [pattern]
         for m in names:
@@ -56,7 +64,7 @@ def resolve_tolerances(overrides: Mapping[str, float | None] | None = None) -> d
             if value is None:
                 tol.pop(m, None)
             elif not value >= 0:
-                raise ValueError(f"tolerance for {m} must be >= 0, got {value}")
+                raise ValueError(f"{what} for {m} must be >= 0, got {value}")
             else:
                 tol[m] = float(value)
     return tol

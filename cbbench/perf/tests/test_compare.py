@@ -17,9 +17,9 @@ from cbbench.perf.results.rows import read_rows
 from cbbench.perf.results.schema import aggregate_repeats, config_key, make_row
 from cbbench.workloads.catalog import get_workload
 
-# The column order of schema version 3 (2 plus tensor_parallel_size). Changing COLUMNS means bumping SCHEMA_VERSION
-# and this list together.
-EXPECTED_COLUMNS_V3 = (
+# The column order of schema version 4 (2 plus tensor_parallel_size in 3, plus a gate's arm in 4). Changing COLUMNS
+# means bumping SCHEMA_VERSION and this list together.
+EXPECTED_COLUMNS_V4 = (
     "schema_version",
     "label",
     "engine",
@@ -45,6 +45,7 @@ EXPECTED_COLUMNS_V3 = (
     "priority_preemption",
     "attention_backend",
     "tensor_parallel_size",
+    "arm",
     "repeat",
     "workload_params",
     "completed",
@@ -125,13 +126,13 @@ def gate(tmp_path, baseline, rows, **kw):
 
 
 def test_csv_schema_is_fixed(tmp_path):
-    assert COLUMNS == EXPECTED_COLUMNS_V3 and SCHEMA_VERSION == 3
+    assert COLUMNS == EXPECTED_COLUMNS_V4 and SCHEMA_VERSION == 4
     path = write_csv(tmp_path / "r.csv", [row()])
     with path.open() as f:
         header = next(csv.reader(f))
-    assert tuple(header) == EXPECTED_COLUMNS_V3
+    assert tuple(header) == EXPECTED_COLUMNS_V4
     df = read_csv(path)
-    assert df.loc[0, "schema_version"] == 3 and df.loc[0, "engine"] == "refengine"
+    assert df.loc[0, "schema_version"] == 4 and df.loc[0, "engine"] == "refengine"
     assert df.loc[0, "workload"] == "fixed" and df.loc[0, "num_prompts"] == 4
     assert json.loads(df.loc[0, "workload_params"])["input_len"] == 8
     assert df.loc[0, "request_rate"] == math.inf
@@ -144,34 +145,43 @@ def test_unknown_metrics_go_to_extra_and_headers_must_match(tmp_path):
     append_rows(path, [row(repeat=1)])
     assert len(read_csv(path)) == 2
     other = tmp_path / "other.csv"
-    other.write_text("schema_version,engine\n3,refengine\n")
+    other.write_text("schema_version,engine\n4,refengine\n")
     with pytest.raises(ValueError, match="header"):
         append_rows(other, [row()])
     with pytest.raises(ValueError, match="columns"):
         read_csv(other)
 
 
-def test_a_schema_2_file_reads_as_schema_3_on_one_gpu(tmp_path):
-    """Schema 2 (before tensor parallelism) files, e.g. older baselines, read with tensor_parallel_size 1, by both
-    readers, and a resumed or compared run matches them by configuration."""
+def _older(tmp_path, version: int, dropped: tuple[str, ...]) -> tuple:
+    """A file of an older schema: this one's row without the columns added since `version`."""
     new = write_csv(tmp_path / "new.csv", [row(tensor_parallel_size=1)])
     header, line = new.read_text().splitlines()
     cells = next(csv.reader([line]))
-    at = header.split(",").index("tensor_parallel_size")
-    old_cells = ["2", *cells[1:at], *cells[at + 1 :]]
-    old = tmp_path / "old.csv"
+    names = header.split(",")
+    old_cells = [str(version), *(c for n, c in zip(names[1:], cells[1:]) if n not in dropped)]
+    old = tmp_path / f"v{version}.csv"
     with old.open("w", newline="") as f:
         w = csv.writer(f, lineterminator="\n")
-        w.writerow([c for c in EXPECTED_COLUMNS_V3 if c != "tensor_parallel_size"])
+        w.writerow([c for c in EXPECTED_COLUMNS_V4 if c not in dropped])
         w.writerow(old_cells)
+    return new, old
+
+
+@pytest.mark.parametrize("version, dropped", [(2, ("tensor_parallel_size", "arm")), (3, ("arm",))])
+def test_an_older_schema_file_reads_as_this_one(tmp_path, version, dropped):
+    """Schema 2 (before tensor parallelism) and 3 (before `cbbench gate`'s arm) files, e.g. older baselines, read
+    with tensor_parallel_size 1 and no arm, by both readers, and a resumed or compared run matches them by
+    configuration."""
+    new, old = _older(tmp_path, version, dropped)
     df = read_csv(old)
-    assert tuple(df.columns) == COLUMNS and df.loc[0, "tensor_parallel_size"] == 1 and df.loc[0, "schema_version"] == 3
+    assert tuple(df.columns) == COLUMNS and df.loc[0, "tensor_parallel_size"] == 1 and df.loc[0, "schema_version"] == 4
+    assert math.isnan(df.loc[0, "arm"])
     (rows,) = read_rows(old)
     assert rows["tensor_parallel_size"] == 1 and config_key(rows) == config_key(read_rows(new)[0])
-    # a schema-2 file missing one of its own columns is not upgraded: the version mismatch is named
+    # an old file missing one of its own columns is not upgraded: the version mismatch is named
     broken = tmp_path / "broken.csv"
-    broken.write_text(",".join(EXPECTED_COLUMNS_V3[:5]) + "\n" + "2,a,b,c,d\n")
-    with pytest.raises(ValueError, match="schema_version \\[2\\]"):
+    broken.write_text(",".join(EXPECTED_COLUMNS_V4[:5]) + "\n" + f"{version},a,b,c,d\n")
+    with pytest.raises(ValueError, match=f"schema_version \\[{version}\\]"):
         read_csv(broken)
 
 

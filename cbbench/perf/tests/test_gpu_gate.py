@@ -1,9 +1,11 @@
-"""ci/gpu_gate.sh's logic on a CPU machine: it splits the baseline into its `perf --like` groups, reruns them in one
-process and compares the merged rows with the baseline's sidecar tolerances (no `--tolerance` flags); a missing
-baseline is one line and exit 2 before anything runs. With the device named by GPU_SLUG and a baseline in
-BASELINE_DIR, the whole gate runs for real: on a baseline of ci/gpu_env.sh's runs made on the simulated H200 it
-passes on an unchanged tree and fails on a 20% step slowdown planted through the simulator
-(CBBENCH_SIM_PLANTED_SLOWDOWN), and on a CPU baseline it fails once the baseline claims better than a rerun can do."""
+"""ci/gpu_gate.sh on a CPU machine: its verdict is `cbbench gate` of this tree against GATE_BASE (no stored baseline:
+a missing one skips only the trend check, with a notice); the trend check splits the stored baseline into its `perf
+--like` groups, reruns them in one process and compares the merged rows with the baseline's sidecar tolerances (no
+`--tolerance` flags). With the device named by GPU_SLUG and a baseline in BASELINE_DIR, the whole flow runs for
+real: on the simulated H200 the gate passes an unchanged tree and fails a scratch commit that slows every simulated
+step; the trend check, on a baseline of ci/gpu_env.sh's runs made on the simulated H200, passes on an unchanged tree
+and fails on a 20% step slowdown planted through the simulator (CBBENCH_SIM_PLANTED_SLOWDOWN), and on a CPU
+baseline it fails once the baseline claims better than a rerun can do."""
 
 from __future__ import annotations
 
@@ -60,16 +62,29 @@ def test_dry_run_reruns_every_part_of_the_baseline_like_and_compares(tmp_path: P
     assert f"compare {base} results/gpu-ci/h200.csv" in res.stdout
     assert f"tolerances: {tmp_path / 'h200.tolerances.toml'}" in res.stdout
     assert not (REPO / "results/gpu-ci").exists() or not any((REPO / "results/gpu-ci").iterdir())
+    lines = res.stdout.splitlines()
+    at = next(i for i, line in enumerate(lines) if " gate --base " in line)  # the verdict first, the trend after
+    assert at < next(i for i, line in enumerate(lines) if "gpu_runs perf" in line)
+    argv = lines[at].split()
+    assert argv[argv.index("--device") + 1] == "cuda" and argv[argv.index("--repeats") + 1] == "10"
+    assert argv[argv.index("--output") + 1] == "results/gpu-ci/gate.csv"
 
 
-def test_missing_baseline_is_one_line_and_exit_2(tmp_path: Path) -> None:
-    res = gate(env={"BASELINE_DIR": str(tmp_path), "GPU_SLUG": "h200", "PYTHON": "/nonexistent/python3"})
-    assert res.returncode == 2
-    line = res.stderr.strip()
-    assert "\n" not in line and f"no baseline {tmp_path / 'h200.csv'}" in line and "UPDATE_BASELINE=1" in line
-    assert res.stdout == ""  # it stopped before setup, tests or perf
-    dry = gate("--dry-run", env={"BASELINE_DIR": str(tmp_path)})
-    assert dry.returncode == 0 and "no baseline" in dry.stdout  # a dry run says so and shows the plan
+def test_a_missing_baseline_skips_the_trend_check_not_the_gate(tmp_path: Path) -> None:
+    res = gate("--dry-run", env={"BASELINE_DIR": str(tmp_path), "GATE_BASE": "abc123"})
+    assert res.returncode == 0, res.stderr
+    assert " gate --base abc123 " in res.stdout  # the gate needs no stored baseline
+    assert f"trend check skipped: no baseline {tmp_path / 'h200.csv'}" in res.stdout and "gpu_runs" not in res.stdout
+
+
+def test_the_workflows_gate_base_against_head_with_the_history_they_need() -> None:
+    for name, script in (("cpu.yml", "ci/cpu_gate.sh"), ("gpu.yml", "ci/gpu_gate.sh")):
+        text = (REPO / ".github" / "workflows" / name).read_text()
+        assert "fetch-depth: 0" in text and "git merge-base HEAD" in text and "GATE_BASE:" in text
+        assert f"run: bash {script}" in text
+    gpu = (REPO / ".github" / "workflows" / "gpu.yml").read_text()
+    assert "present" not in gpu  # no step waits for a stored baseline any more
+    assert "head.repo.full_name == github.repository" in gpu  # a fork's pull request never runs on the card
 
 
 def test_h200_tolerances_parse_and_each_has_its_reason() -> None:
@@ -88,8 +103,8 @@ def test_h200_tolerances_parse_and_each_has_its_reason() -> None:
             assert explained or "#" in line, f"no reason given for: {line}"
 
 
-@pytest.mark.slow  # the whole CPU gate script, about a minute: nightly; test_sim_gate.py gates a planted bug every run
-def test_gate_on_the_cpu_passes_then_catches_a_regression(tmp_path: Path) -> None:
+@pytest.mark.slow  # the whole CPU trend check, about a minute: nightly; test_sim_gate.py gates a planted bug every run
+def test_trend_check_on_the_cpu_passes_then_catches_a_regression(tmp_path: Path) -> None:
     df = pd.read_csv(REPO / "results/baselines/cpu.csv")
     one = df[(df["batching"] == "continuous") & (df["repeat"] == 0)].copy()
     assert len(one) == 1
@@ -103,7 +118,9 @@ def test_gate_on_the_cpu_passes_then_catches_a_regression(tmp_path: Path) -> Non
         "GPU_SLUG": "cpu-test",
         "SKIP_SETUP": "1",
         "SKIP_TESTS": "1",
-        "REPEATS": "1",
+        "SKIP_GATE": "1",  # the trend check alone (the gate's own test is below)
+        "TREND_FAILS": "1",
+        "TREND_REPEATS": "1",
         "OUT": str(tmp_path / "out"),
     }
     res = gate(env=env, timeout=300)
@@ -143,8 +160,8 @@ def sim_gpu_runs() -> list[str]:
 
 
 @pytest.mark.slow  # three gate runs of five groups on the simulated H200: a minute or two on a shared CPU
-def test_gate_on_the_simulated_h200_passes_unchanged_and_fails_a_planted_slowdown(tmp_path: Path) -> None:
-    """The whole flow of ci/gpu_gate.sh (split, rerun every part in one process, merge, compare with the H200's own
+def test_trend_check_on_the_simulated_h200_passes_unchanged_and_fails_a_planted_slowdown(tmp_path: Path) -> None:
+    """The trend check of ci/gpu_gate.sh (split, rerun every part in one process, merge, compare with the H200's own
     tolerances) on a baseline of the GPU check's runs, recorded on the simulated H200 the way gpu_check.sh records
     one: an unchanged tree passes; a 20% slower step, planted through the simulator, fails on throughput."""
     runs = tmp_path / "runs"
@@ -165,7 +182,9 @@ def test_gate_on_the_simulated_h200_passes_unchanged_and_fails_a_planted_slowdow
         "GPU_SLUG": "h200",
         "SKIP_SETUP": "1",
         "SKIP_TESTS": "1",
-        "REPEATS": "1",
+        "SKIP_GATE": "1",
+        "TREND_FAILS": "1",
+        "TREND_REPEATS": "1",
         "OUT": str(tmp_path / "out"),
     }
     res = gate(env=env, timeout=600)
@@ -204,3 +223,39 @@ def test_planted_slowdown_scales_every_simulated_step(monkeypatch: pytest.Monkey
         monkeypatch.setenv(PLANTED_SLOWDOWN_ENV, bad)
         with pytest.raises(ValueError, match=PLANTED_SLOWDOWN_ENV):
             LLMEngine("llama-3.1-8b", device="sim:h200", max_num_seqs=4)
+
+
+@pytest.mark.slow  # two gates of 5 + 5 simulated runs through the script: a minute or two on a shared CPU
+def test_the_scripts_gate_passes_an_unchanged_tree_and_fails_a_slower_commit(tmp_path: Path) -> None:
+    """ci/gpu_gate.sh's verdict, `cbbench gate`, on the simulated H200 in a copy of this checkout: GATE_BASE=HEAD
+    against the unchanged work tree passes; a commit that makes every simulated step 2 % slower, gated against its
+    parent, fails, and the step summary says so (no stored baseline anywhere: the trend check is skipped)."""
+    from gate_repos import copy_of_this_checkout, git
+
+    from cbbench.perf.bench.gate_power import PLANTED_SIM, SIM_FILE
+
+    repo = copy_of_this_checkout(tmp_path / "repo")
+    env = {
+        **os.environ,
+        "PYTHON": sys.executable,
+        "SKIP_SETUP": "1",
+        "SKIP_TESTS": "1",
+        "GPU_SLUG": "h200",
+        "BASELINE_DIR": str(tmp_path / "no-baselines"),
+        "GATE_ARGS": "--device sim:h200 --num-prompts 20 --quiet",
+        "REPEATS": "5",
+        "GATE_BASE": "HEAD",
+        "OUT": str(tmp_path / "out"),
+        "SUMMARY": str(tmp_path / "summary.md"),
+    }
+    script = ["bash", str(repo / GATE)]
+    res = subprocess.run(script, cwd=repo, capture_output=True, text=True, env=env, timeout=900)
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-2000:]
+    assert "PASS" in (tmp_path / "summary.md").read_text() and "trend check skipped" in res.stdout
+    (repo / SIM_FILE).write_text((repo / SIM_FILE).read_text() + PLANTED_SIM.format(factor="1.02"))
+    git(repo, "commit", "-qam", "every simulated step 2 % slower")
+    res = subprocess.run(
+        script, cwd=repo, capture_output=True, text=True, env={**env, "GATE_BASE": "HEAD~1"}, timeout=900
+    )
+    assert res.returncode == 1, res.stdout[-3000:] + res.stderr[-2000:]
+    assert "**FAIL**" in (tmp_path / "summary.md").read_text()

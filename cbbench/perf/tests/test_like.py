@@ -25,13 +25,15 @@ def invoke(*args):
     return CliRunner().invoke(app, list(args))
 
 
-def test_readme_and_cpu_gate_use_the_same_commands():
+def test_readme_shows_like_and_compare_and_the_cpu_gate_gates_with_cbbench_gate():
     readme = (ROOT / "README.md").read_text()
     gate = (ROOT / "ci" / "cpu_gate.sh").read_text()
     assert "cbbench perf --like results/baselines/cpu.csv --output NEW.csv" in readme
     assert "cbbench compare results/baselines/cpu.csv NEW.csv" in readme
-    assert re.search(r'cbbench" perf --like "\$BASELINE" --output "\$OUT/cpu.csv"', gate)
-    assert re.search(r'cbbench" compare "\$BASELINE" "\$OUT/cpu.csv"\n', gate)
+    assert re.search(r'cbbench" gate --base "\$GATE_BASE"', gate)  # no stored CPU baseline: base and head in one job
+    assert "baselines/cpu.csv" not in gate  # retired: its tolerances let throughput fall 60 %
+    assert re.search(r'cbbench" perf --like "\$SIM_BASELINE" --output "\$OUT/sim-h200.csv"', gate)
+    assert re.search(r'cbbench" compare "\$SIM_BASELINE" "\$OUT/sim-h200.csv"\n', gate)
     assert "--tolerance" not in gate  # tolerances live with the baseline
     assert (BASELINE.parent / "cpu.tolerances.toml").is_file()
 

@@ -1,0 +1,234 @@
+"""`cbbench gate`: the A/B regression gate's command line (the work is perf/gate/'s).
+
+Its perf options are `cbbench perf`'s own, declared with the same types and help, and passed on as given to every
+run of both arms (the defaults differ in two places: one batching mode, `continuous`, and no peers: the gate measures
+the tree's engine, not transformers'). Options that name a file are made absolute first, since each arm runs in its
+own tree.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Annotated, Any, Optional
+
+import typer
+from rich.console import Console
+
+from cbbench.perf.cli import perf_params as options
+from cbbench.perf.cli.app import Opt, err, explicit_params, one_line_errors
+from cbbench.perf.knobs import NO_GRID, KnobGrid, engine_knob_options, knob_names
+
+# `cbbench perf`'s options a gate passes to every run (the engine knobs too); the rest are the gate's own
+FORWARDED = (
+    "workload",
+    "model",
+    "device",
+    "dtype",
+    "num_prompts",
+    "seed",
+    "dataset_path",
+    "time_scale",
+    "hf_split",
+    "hf_column",
+    "hf_output_column",
+    "hf_output_len",
+    "max_prompt_len",
+    "max_output_len",
+    "request_rate",
+    "burstiness",
+    "max_concurrency",
+    "backend",
+    "tokenizer",
+    "prompt_format",
+    "request_timeout",
+    "client_workers",
+    "ignore_eos",
+    "batching",
+    "warmup",
+    "peers",
+    "workload_param",
+    "cpu_threads",
+    "like",
+)
+PATH_OPTIONS = ("like", "dataset_path", "model", "tokenizer")  # made absolute when they name something on disk
+GATE_BATCHING = "continuous"
+GATE_PEERS = "none"
+
+
+def _value(v: Any, cwd: Path, name: str) -> str:
+    text = str(v)
+    if name in PATH_OPTIONS and (cwd / text).exists():
+        return str((cwd / text).resolve())
+    return text
+
+
+def forwarded_args(ctx: typer.Context, cwd: Path) -> list[str]:
+    """The perf options given on the gate's command line, spelled as perf reads them, plus the gate's own defaults
+    for batching and peers (unless --like fixes both)."""
+    given = set(explicit_params(ctx))
+    names = set(FORWARDED) | set(knob_names(exclude=("batching",)))
+    out: list[str] = []
+    for p in ctx.command.params:
+        if p.name not in names or p.name not in given or not getattr(p, "opts", None):
+            continue
+        value = ctx.params.get(p.name)
+        if getattr(p, "is_flag", False) or isinstance(value, bool):
+            out.append(p.opts[0] if value else (p.secondary_opts or [p.opts[0]])[0])
+        elif isinstance(value, (list, tuple)):
+            for v in value:
+                out += [p.opts[0], _value(v, cwd, p.name)]
+        elif value is not None:
+            out += [p.opts[0], _value(value, cwd, p.name)]
+    if "like" not in given:
+        out += [] if "batching" in given else ["--batching", GATE_BATCHING]
+        out += [] if "peers" in given else ["--peers", GATE_PEERS]
+    return out
+
+
+def _device(device: str, like: Path | None) -> str:
+    """The device the runs use: --like's (its rows name it), else --device."""
+    if like is None:
+        return device
+    from cbbench.perf.results.rows import read_rows
+
+    return str(read_rows(like)[0].get("device") or "cpu")
+
+
+@contextlib.contextmanager
+def _term_as_interrupt() -> Iterator[None]:
+    """SIGTERM (a CI job cancelled) ends the gate as Ctrl-C does: the worktrees and temporaries are removed."""
+
+    def handler(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt("terminated")
+
+    try:
+        old = signal.signal(signal.SIGTERM, handler)
+    except ValueError:  # not the main thread (a test runner's worker): the default stays
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, old)
+
+
+@one_line_errors("gate")
+@engine_knob_options(sweep=True, exclude=("batching",))
+def gate(
+    ctx: typer.Context,
+    base: Annotated[
+        Optional[str], Opt(help="the revision to gate against (a branch, tag or sha), checked out as a worktree")
+    ] = None,
+    head: Annotated[
+        Optional[str], Opt(help="the revision to gate (default: the work tree, uncommitted changes included)")
+    ] = None,
+    base_url: Annotated[
+        Optional[str], Opt(help="instead of trees: the base server (OpenAI-compatible), e.g. http://HOST:8000")
+    ] = None,
+    head_url: Annotated[Optional[str], Opt(help="... and the head server; the two are measured in turn")] = None,
+    repeats: Annotated[
+        Optional[int],
+        Opt(help="runs per arm, each a fresh process, in ABBA order (default 20; 7 on sim:<gpu>, whose runs repeat)"),
+    ] = None,
+    min_effect: Annotated[
+        Optional[list[str]],
+        Opt(
+            help="METRIC=REL (0.02, 2% or off; fnmatch patterns; a bare REL sets every gated metric): the smallest "
+            "change that fails; repeat it for several",
+            metavar="<metric=rel>",
+        ),
+    ] = None,
+    min_effect_file: Annotated[
+        Optional[list[str]], Opt(help="a TOML file whose \\[min-effect] table sets minimum effects", metavar="<path>")
+    ] = None,
+    confidence: Annotated[
+        float, Opt(help="for the whole gate: an unchanged tree fails with probability at most 1 - this")
+    ] = 0.95,
+    output: Annotated[
+        Optional[Path],
+        Opt(help="the CSV of every run of both arms (JSON and records beside it; default results/gate-TIME.csv)"),
+    ] = None,
+    label: options.Label = "",
+    format: Annotated[str, Opt("--format", help="the verdict: text | markdown (a CI step summary) | json")] = "text",
+    summary: Annotated[
+        Optional[Path], Opt(help="also append the verdict as markdown to this file (e.g. $GITHUB_STEP_SUMMARY)")
+    ] = None,
+    quiet: Annotated[bool, Opt(help="no line per run on stderr")] = False,
+    dry_run: Annotated[bool, Opt("--dry-run", help="print the arms, the order and the commands; run nothing")] = False,
+    workload: options.Workload = "sharegpt",
+    model: options.Model = None,
+    device: options.Device = "cpu",
+    dtype: options.Dtype = None,
+    num_prompts: options.NumPrompts = None,
+    seed: options.Seed = 0,
+    dataset_path: options.DatasetPath = None,
+    time_scale: options.TimeScale = None,
+    hf_split: options.HfSplit = None,
+    hf_column: options.HfColumn = None,
+    hf_output_column: options.HfOutputColumn = None,
+    hf_output_len: options.HfOutputLen = None,
+    max_prompt_len: options.MaxPromptLen = None,
+    max_output_len: options.MaxOutputLen = None,
+    request_rate: options.RequestRate = "inf",
+    burstiness: options.Burstiness = "1",
+    max_concurrency: options.MaxConcurrency = None,
+    backend: Annotated[
+        str, Opt(help="with --base-url / --head-url: openai | openai-chat | openai-embeddings")
+    ] = "openai",
+    tokenizer: options.Tokenizer = None,
+    prompt_format: options.PromptFormat = "ids",
+    request_timeout: options.RequestTimeout = 6 * 3600,
+    client_workers: options.ClientWorkers = 1,
+    ignore_eos: options.IgnoreEos = True,
+    batching: options.Batching = GATE_BATCHING,
+    warmup: options.Warmup = 8,
+    peers: options.Peers = GATE_PEERS,
+    workload_param: options.WorkloadParam = None,
+    cpu_threads: options.CpuThreads = None,
+    like: options.Like = None,
+    knobs: KnobGrid = NO_GRID,
+) -> None:
+    """Gate a change: base and head measured in one job, interleaved, and a stated test per metric. No baseline file.
+
+    Exit 0: no regression; 1: a regression (significant, in the bad direction, beyond the minimum effect) or a failed head run; 2: bad input (docs/gate.md)."""
+    from cbbench.perf.gate.arms import HEAD, ArmFailed
+    from cbbench.perf.gate.run import GateOptions, default_repeats, run_gate
+
+    cwd = Path.cwd()
+    perf_args = forwarded_args(ctx, cwd)
+    runs_on = _device(device, like)
+    servers = base_url is not None or head_url is not None
+    if servers and "backend" not in explicit_params(ctx):
+        perf_args = ["--backend", backend, *perf_args]
+    elif not servers and "backend" in explicit_params(ctx):
+        raise ValueError("--backend is for two servers (--base-url / --head-url); a tree's runs are in-process")
+    opts = GateOptions(
+        base=base,
+        head=head,
+        base_url=base_url,
+        head_url=head_url,
+        perf_args=tuple(perf_args),
+        model=model if servers else None,
+        device=runs_on,
+        repeats=repeats if repeats is not None else default_repeats(runs_on),
+        confidence=confidence,
+        min_effect=tuple(min_effect or ()),
+        min_effect_files=tuple(min_effect_file or ()),
+        output=output,
+        label=label,
+        format=format,
+        summary=summary,
+        quiet=quiet,
+        dry_run=dry_run,
+        cwd=cwd,
+    )
+    with _term_as_interrupt():
+        try:
+            code = run_gate(opts, Console(soft_wrap=True, width=max(100, Console().width)), err)
+        except ArmFailed as e:
+            err.print(f"cbbench gate: error: {e}", markup=False)
+            raise typer.Exit(1 if e.arm == HEAD else 2) from None
+    raise typer.Exit(code)

@@ -1,0 +1,128 @@
+"""How a gate reads: a text table per configuration (a terminal or a CI log), one markdown table (a CI step
+summary such as $GITHUB_STEP_SUMMARY) or JSON (everything, for tools); each metric's base and head medians, the
+ratio head / base, its interval, the minimum effect and the verdict, then the test that decided it."""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from rich.console import Group
+from rich.table import Table
+from rich.text import Text
+
+from cbbench.perf.gate.verdict import BAD, Decision, as_dict
+from cbbench.perf.results.gate import _clean, _md, _num
+
+FORMATS = ("text", "markdown", "json")
+RATIO_NOTE = (
+    "base, head: medians of each arm's runs; ratio: the median of head / base over every pair of runs "
+    "(Hodges-Lehmann), the estimate the test goes with"
+)
+_STYLE = {"regressed": "bold red", "missing in head": "bold red", "improved": "green", "small change": "yellow"}
+
+
+def _ratio(x: float) -> str:
+    return "" if math.isnan(x) else f"{x:.4f}"
+
+
+def interval(d: Decision) -> str:
+    if math.isnan(d.low):
+        return ""
+    if d.low == 0 and d.high == math.inf:
+        return "(too few runs)"
+    return f"{d.low:.4f} - {d.high:.4f}"
+
+
+def test_line(summary: Mapping[str, Any]) -> str:
+    """The test, in one sentence, with the numbers that make it this gate's."""
+    return (
+        f"Mann-Whitney U on the log of each metric, {summary['repeats']} runs per arm in ABBA order; "
+        f"{summary['tests']} tests, Bonferroni: each one-sided at alpha {summary['alpha']:.2g} "
+        f"({summary['confidence']:.0%} for the whole gate); the interval is the ratio's at "
+        f"{1 - summary['alpha']:.4g} on each side; a regression is significant, in the bad direction and beyond "
+        f"the minimum effect"
+    )
+
+
+def message(decisions: Sequence[Decision]) -> str:
+    bad = [d for d in decisions if d.status in BAD]
+    if not bad:
+        small = sum(d.status == "small change" for d in decisions)
+        better = sum(d.status == "improved" for d in decisions)
+        extra = [f"{better} improved"] * bool(better) + [f"{small} significant but within the minimum effect"] * bool(
+            small
+        )
+        return "PASS: no regression" + (f" ({'; '.join(extra)})" if extra else "")
+    names = ", ".join(
+        f"{d.metric} {_ratio(d.ratio)}x" + (f" ({d.config})" if len({x.config for x in decisions}) > 1 else "")
+        for d in bad[:4]
+    )
+    return f"FAIL: {len(bad)} regression(s): {names}" + (" ..." if len(bad) > 4 else "")
+
+
+def render_text(decisions: Sequence[Decision], summary: Mapping[str, Any]) -> Group:
+    parts: list[Any] = [Text(f"cbbench gate: base {summary['base']} -> head {summary['head']}", style="bold")]
+    by_config: dict[str, list[Decision]] = {}
+    for d in decisions:
+        by_config.setdefault(d.config, []).append(d)
+    for config, group in by_config.items():
+        t = Table(title=Text(config), title_justify="left", title_style="bold")
+        t.add_column("metric", no_wrap=True)
+        for col in ("", "base", "head", "ratio", "interval", "min"):
+            t.add_column(col, justify="right", no_wrap=True)
+        t.add_column("status", no_wrap=True)
+        for d in group:
+            t.add_row(
+                d.metric,
+                {"higher": "↑", "lower": "↓"}.get(d.direction, ""),
+                _num(d.base),
+                _num(d.head),
+                _ratio(d.ratio),
+                interval(d),
+                f"{d.min_effect:.1%}",
+                d.status,
+                style=_STYLE.get(d.status, ""),
+            )
+        parts.append(t)
+    for note in summary.get("notes", []):
+        parts.append(Text(note, style="yellow"))
+    parts.append(Text(RATIO_NOTE, style="dim"))
+    parts.append(Text(test_line(summary), style="dim"))
+    if summary.get("min_effect_sources"):
+        parts.append(Text("minimum effects from: " + ", ".join(summary["min_effect_sources"]), style="dim"))
+    if summary.get("output"):
+        parts.append(Text(f"runs: {summary['output']}", style="dim"))
+    parts.append(Text(summary["message"], style="bold red" if summary["regressed"] else "green"))
+    return Group(*parts)
+
+
+def render_markdown(decisions: Sequence[Decision], summary: Mapping[str, Any]) -> str:
+    verdict = "FAIL" if summary["regressed"] else "PASS"
+    lines = [
+        f"### cbbench gate: {_md(summary['base'])} -> {_md(summary['head'])}",
+        "",
+        f"**{verdict}**: {_md(summary['message'].partition(': ')[2] or summary['message'])}",
+        "",
+        "| configuration | metric | base | head | ratio | interval | min effect | status |",
+        "|---|---|---:|---:|---:|---:|---:|---|",
+    ]
+    for d in decisions:
+        status = f"**{d.status}**" if d.status in BAD else d.status
+        lines.append(
+            f"| {_md(d.config)} | {_md(d.metric)} | {_num(d.base)} | {_num(d.head)} | {_ratio(d.ratio)} "
+            f"| {interval(d)} | {d.min_effect:.1%} | {status} |"
+        )
+    lines += ["", *(f"- {_md(n)}" for n in summary.get("notes", []))]
+    lines += [f"{_md(RATIO_NOTE)}. {_md(test_line(summary))}", ""]
+    if summary.get("output"):
+        lines += [f"Runs: `{summary['output']}`", ""]
+    return "\n".join(lines)
+
+
+def render_json(decisions: Sequence[Decision], summary: Mapping[str, Any]) -> str:
+    doc = {k: _clean(v) for k, v in summary.items()}
+    doc["rows"] = [{k: _clean(v) for k, v in as_dict(d).items()} for d in decisions]
+    return json.dumps(doc, indent=1)
