@@ -9,6 +9,25 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Protocol
 
+# The engine knobs every adapter takes, with our defaults (refengine.config.SchedulerConfig's), spelled out here so
+# that an adapter of another engine does not depend on refengine.
+ADAPTER_KNOB_DEFAULTS: dict[str, object] = dict(
+    max_num_batched_tokens=8192,
+    max_num_seqs=256,
+    block_size=16,
+    num_gpu_blocks=4096,
+    num_cpu_blocks=0,
+    enable_chunked_prefill=True,
+    long_prefill_token_threshold=0,
+    enable_prefix_caching=True,
+    preemption_mode="recompute",
+    policy="fcfs",
+    batching="continuous",
+    priority_preemption=False,
+    max_model_len=1 << 30,
+    async_scheduling=False,
+)
+
 
 @dataclass
 class ReqView:

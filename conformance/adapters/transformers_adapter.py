@@ -66,28 +66,12 @@ except ImportError as e:  # pragma: no cover - depends on the environment
         f"transformers 5.25): {e}"
     ) from e
 
-from conformance.adapters import ReqView, StepView
+from conformance.adapters import ADAPTER_KNOB_DEFAULTS, ReqView, StepView
 
 logging.getLogger("ContinuousBatchingLogger").setLevel(logging.ERROR)  # its sizing notes are about serving
 
-# Our knobs and their defaults (refengine.config.SchedulerConfig), kept here so that this adapter does not depend on
-# refengine.
-KNOB_DEFAULTS = dict(
-    max_num_batched_tokens=8192,
-    max_num_seqs=256,
-    block_size=16,
-    num_gpu_blocks=4096,
-    num_cpu_blocks=0,
-    enable_chunked_prefill=True,
-    long_prefill_token_threshold=0,
-    enable_prefix_caching=True,
-    preemption_mode="recompute",
-    policy="fcfs",
-    batching="continuous",
-    priority_preemption=False,
-    max_model_len=1 << 20,
-    async_scheduling=False,
-)
+# the knobs every adapter takes (conformance/adapters/__init__.py), with a context length transformers' cache sizes for
+KNOB_DEFAULTS = {**ADAPTER_KNOB_DEFAULTS, "max_model_len": 1 << 20}
 
 HEAD_DIM = 16  # with one float32 KV head: 128 bytes of K and V per token, so one block is one sector
 MIN_PAGE_SIZE = 4  # transformers' check_cb_values_bounds

@@ -10,6 +10,8 @@ import logging
 import os
 import tempfile
 
+from conformance.adapters import ADAPTER_KNOB_DEFAULTS
+
 os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")  # must be set before vllm is first imported
 
 try:  # everything vLLM that the adapter needs, so that one message says it is missing (vllm_adapter.py takes the
@@ -41,24 +43,8 @@ class VLLMUnsupported(NotImplementedError):
     """A knob value that vLLM's V1 scheduler has no counterpart for."""
 
 
-# Our knobs and their defaults (refengine.config.SchedulerConfig); kept here so that this adapter does not depend on
-# refengine.
-KNOB_DEFAULTS = dict(
-    max_num_batched_tokens=8192,
-    max_num_seqs=256,
-    block_size=16,
-    num_gpu_blocks=4096,
-    num_cpu_blocks=0,
-    enable_chunked_prefill=True,
-    long_prefill_token_threshold=0,
-    enable_prefix_caching=True,
-    preemption_mode="recompute",
-    policy="fcfs",
-    batching="continuous",
-    priority_preemption=False,
-    max_model_len=1 << 30,
-    async_scheduling=False,
-)
+# the knobs every adapter takes (conformance/adapters/__init__.py), with vLLM's room for any context length
+KNOB_DEFAULTS = {**ADAPTER_KNOB_DEFAULTS, "max_model_len": 1 << 30}
 
 STATUS_NAMES = {
     RequestStatus.WAITING: "waiting",
