@@ -1,7 +1,7 @@
 """`cbbench gate` end to end on the CPU, the device whose numbers are noisy: real engine runs of two trees, in fresh
 processes, in ABBA order. An A/A gate (the same commit on both sides) passes; a scratch commit that makes every
-engine step busy-wait its own duration again (gate_power's planted slowdown, 2x per step) fails on output
-throughput. (The false-alarm rate and the power at a 5 % slowdown, at the default repeats, are measured by
+engine step busy-wait three times its own duration (gate_power's planted slowdown, 4x per step) fails on
+output throughput. (The false-alarm rate and the power at a 5 % slowdown, at the default repeats, are measured by
 `python -m cbbench.perf.bench.gate_power campaign`, docs/gate.md: too long for a test.)"""
 
 from __future__ import annotations
@@ -20,14 +20,16 @@ from cbbench.perf.cli import app
 # A small run with enough decode steps (4 requests x 24 tokens on 2 slots) that the steps, not the process start,
 # dominate its measured time.
 CPU_RUN = [*TINY_RUN, "--device", "cpu", "--workload-param", "input_len=16,output_len=24", "--num-prompts", "4"]
-REPEATS = "4"  # per arm: 1 / C(8, 4) = 0.014, significant at alpha 0.05 with one base run beating one head run
+# per arm: significant at alpha 0.05 with up to 3 of the 25 base-head pairs the wrong way round (P(U <= 3) = 7 / 252).
+# 4 per arm allowed one, and a clean clone's CI at nice 19 beside two CPU-bound jobs missed a 2x step time with 2.
+REPEATS = "5"
 # One gated metric, so the test is not a 5 % coin toss on a shared CPU: an A/A gate fails only if the head's output
 # throughput looks more than MIN_EFFECT worse AND significantly so, which the machine's noise (2x swings between
-# runs seen at load 10, but alike for both arms in ABBA order) does not do; the planted 2x step time roughly halves
-# output throughput, far beyond it.
+# runs seen at load 10, but alike for both arms in ABBA order) does not do; the planted 4x step time cuts output
+# throughput far beyond it.
 MIN_EFFECT = ["--min-effect", "off", "--min-effect", "output_throughput=25%"]
-PLANTED_DELAY = 1.0  # each step busy-waits its own duration: 2x the step time
-SLOWEST_PLANTED_RATIO = 0.8  # head / base output throughput at 2x step time: about 0.5 to 0.6 measured here
+PLANTED_DELAY = 3.0  # each step busy-waits three times its own duration: 4x the step time
+SLOWEST_PLANTED_RATIO = 0.8  # head / base output throughput at 4x step time (2x gave 0.37 to 0.6 here)
 
 
 @pytest.fixture(scope="module")
