@@ -17,6 +17,7 @@ after another in a process each find the memory the last one used.
 from __future__ import annotations
 
 import collections
+import functools
 import logging
 import sys
 from collections.abc import Callable, Sequence
@@ -104,6 +105,15 @@ class LLMEngine:
         self._pending: list[RequestOutput] = []  # outputs of requests aborted between steps
         self.batch_queue: StepQueue | None = (
             self.platform.make_batch_queue(self.model_runner.execute_model) if sc.async_scheduling else None
+        )
+        # the step function, chosen here once (as vLLM's EngineCore picks step or step_with_batch_queue), so that
+        # step() itself never asks which mode it runs in; shutdown() swaps in one that refuses. A function of the
+        # engine, not a bound method: that would tie the engine to itself in a cycle, and a dropped engine must go
+        # (and stop its worker thread) at once, by reference counting
+        self._step: Callable[[LLMEngine], list[RequestOutput]] = (
+            LLMEngine._step_sync
+            if self.batch_queue is None
+            else functools.partial(LLMEngine._step_async, queue=self.batch_queue)
         )
         self._shut_down = False
         # the newest stats_log_size steps and finished requests, for metrics; the caller may clear them
@@ -203,7 +213,7 @@ class LLMEngine:
         outputs, self._pending = self._pending, []
         try:
             while self.batch_queue:  # drain, as step() does once nothing is left to schedule
-                outputs += self._process_step(*self.batch_queue.pop())
+                outputs += self._process_step(self.batch_queue.oldest(), self.batch_queue.collect)
             unfinished = list(self.scheduler.requests.values())
             if unfinished:
                 logger.warning("shutdown: aborting %d unfinished request(s)", len(unfinished))
@@ -213,6 +223,7 @@ class LLMEngine:
             outputs, self._pending = outputs + self._pending, []
         finally:
             self._shut_down = True
+            self._step = LLMEngine._step_shut_down
             if self.batch_queue is not None:
                 self.batch_queue.shutdown()
             self._release()
@@ -255,32 +266,44 @@ class LLMEngine:
         detokenisation, output, or its own values failing its row or the sampler: refengine/worker/step_isolation.py)
         finishes that request alone with finish_reason "abort" and `error` set; any other failure of the batched
         forward + sampling aborts the requests of this step the same way; the engine goes on."""
-        if self._shut_down:  # rather than stepping an engine whose requests were aborted
-            raise RuntimeError(f"step(): {_SHUT_DOWN}")
+        return self._step(self)
+
+    def _step_sync(self) -> list[RequestOutput]:
+        """Sync scheduling (vLLM's EngineCore.step): schedule, run the forward, process its output."""
         outputs, self._pending = self._pending, []
         sched = self.scheduler
-        if self.batch_queue is None:
-            if not sched.has_unfinished_requests():
-                return outputs
-            out = sched.schedule()
-            return outputs + self._process_step(out, lambda: self.model_runner.execute_model(out))
-        # async scheduling (vLLM's step_with_batch_queue): schedule step N+1 and launch it behind step N's running
-        # forward, then wait for step N and process its output; with nothing left to schedule, drain the queue
+        if not sched.has_unfinished_requests():
+            return outputs
+        out = sched.schedule()
+        return outputs + self._process_step(out, self.model_runner.execute_model)
+
+    def _step_async(self, queue: StepQueue) -> list[RequestOutput]:
+        """Async scheduling (vLLM's step_with_batch_queue): schedule step N+1 and launch it behind step N's running
+        forward, then wait for step N and process its output; with nothing left to schedule, drain the queue."""
+        outputs, self._pending = self._pending, []
+        sched = self.scheduler
         scheduled = sched.has_unfinished_requests()
         if scheduled:
-            self.batch_queue.submit(sched.schedule())
-        if self.batch_queue.full() or (self.batch_queue and not scheduled):
-            outputs += self._process_step(*self.batch_queue.pop())
+            queue.submit(sched.schedule())
+        if queue.full() or (queue and not scheduled):
+            outputs += self._process_step(queue.oldest(), queue.collect)
         return outputs
 
-    def _process_step(self, out: SchedulerOutput, model_output: Callable[[], ModelRunnerOutput]) -> list[RequestOutput]:
-        """One step's output, back up the path: the scheduler appends the sampled tokens (`model_output()` returns
-        them, or raises if the forward failed) and runs its stop checks; the output processor builds the outputs
-        and reports the requests its stop strings ended or whose output failed; the engine finishes those through
-        the scheduler."""
+    def _step_shut_down(self) -> list[RequestOutput]:
+        """The step function of a shut-down engine, rather than stepping one whose requests were aborted."""
+        raise RuntimeError(f"step(): {_SHUT_DOWN}")
+
+    def _process_step(
+        self, out: SchedulerOutput, forward: Callable[[SchedulerOutput], ModelRunnerOutput]
+    ) -> list[RequestOutput]:
+        """One step's output, back up the path: `forward(out)` gives the sampled tokens (the runner's execute_model
+        runs the forward now; a batch queue's collect waits for the one it launched), or raises if the forward
+        failed; the scheduler appends them and runs its stop checks; the output processor builds the outputs and
+        reports the requests its stop strings ended or whose output failed; the engine finishes those through the
+        scheduler."""
         sched, op = self.scheduler, self.output_processor
         try:
-            runner_output = model_output()
+            runner_output = forward(out)
             sampled = runner_output.by_request()
             finished = {r.request_id for r in sched.update_from_output(out, sampled)}
         except Exception as exc:  # noqa: BLE001 (whatever failed, the other requests must not be lost)

@@ -97,9 +97,14 @@ class SimBatchQueue:
     def full(self) -> bool:
         return len(self._steps) >= self._max
 
-    def pop(self) -> tuple[SchedulerOutput, Callable[[], ModelRunnerOutput]]:
-        out = self._steps.popleft()
-        return out, lambda: self._execute_model(out)
+    def oldest(self) -> SchedulerOutput:
+        return self._steps[0]
+
+    def collect(self, out: SchedulerOutput) -> ModelRunnerOutput:
+        """Take the oldest step, `out`, off the queue and run its (simulated) forward now."""
+        oldest = self._steps.popleft()
+        assert oldest is out, "collect the oldest step first"
+        return self._execute_model(out)
 
     def holds(self, request_id: str) -> bool:
         return any(request_id in out.num_scheduled_tokens for out in self._steps)

@@ -45,7 +45,7 @@ def _forward_worker(work: queue.SimpleQueue[WorkItem]) -> None:
         if future.set_running_or_notify_cancel():  # (False: cancelled by shutdown() before it started)
             try:
                 future.set_result(execute_model(out))
-            except BaseException as exc:  # noqa: BLE001 (pop()'s caller gets it and aborts the step's requests)
+            except BaseException as exc:  # noqa: BLE001 (collect()'s caller gets it and aborts the step's requests)
                 future.set_exception(exc)
         del future, execute_model, out  # hold no step's tensors while waiting for the next
 
@@ -88,11 +88,17 @@ class BatchQueue:
     def full(self) -> bool:
         return len(self._steps) >= MAX_STEPS_IN_FLIGHT
 
-    def pop(self) -> tuple[SchedulerOutput, Callable[[], ModelRunnerOutput]]:
-        """The oldest step and a function that waits for its output (re-raising whatever its forward raised; a
-        step cancelled by shutdown() raises CancelledError)."""
-        future, out = self._steps.popleft()
-        return out, future.result
+    def oldest(self) -> SchedulerOutput:
+        """The step launched first of those in flight: the one `collect` returns next."""
+        return self._steps[0][1]
+
+    def collect(self, out: SchedulerOutput) -> ModelRunnerOutput:
+        """Take the oldest step, `out`, off the queue and wait for its output (re-raising whatever its forward
+        raised; a step cancelled by shutdown() raises CancelledError). It takes the step as the runner's
+        execute_model does, so the engine processes an output the same way whichever of the two gives it."""
+        future, oldest = self._steps.popleft()
+        assert oldest is out, "collect the oldest step first"
+        return future.result()
 
     def holds(self, request_id: str) -> bool:
         """Whether a step in flight scheduled this request (its id may not be reused until that output is back)."""
@@ -102,7 +108,7 @@ class BatchQueue:
         return len(self._steps)
 
     def shutdown(self) -> None:
-        """Stop the worker: the forward it runs finishes, steps not yet started are cancelled (their pop() raises
+        """Stop the worker: the forward it runs finishes, steps not yet started are cancelled (their collect() raises
         CancelledError). Idempotent. The queue lets go of the forward (the runner behind it) too."""
         self._finalizer()
         self._execute_model = _no_forward
