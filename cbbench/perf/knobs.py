@@ -8,7 +8,9 @@ one, else from `_HELP` here, else a generic line. Choices come from the constant
 
 What a command receives is typed: `EngineKnobs`, one configuration's knobs as fields named as the configs name them
 (perf/tests/test_knobs.py holds the two to the same names and types), and `KnobGrid`, a sweep's knobs as one axis
-of values per knob given.
+of values per knob given. A configuration's knobs become refengine's `EngineArgs` in one place,
+`EngineKnobs.engine_args`, which builds the engine's configs and so checks every value once, with the engine's own
+ValueError; the plan carries those arguments to the run's engine (`LLMEngine.from_engine_args`) as they are.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ import typer
 
 from refengine import config as _config
 from refengine.config import EngineConfig, SchedulerConfig
+from refengine.engine.engine_args import EngineArgs
 
 KnobValue = int | float | bool | str
 
@@ -274,14 +277,21 @@ class EngineKnobs:
         names = [*self.order, *(n for n in knob_names() if n not in self.order)]
         return {n: v for n in names if (v := getattr(self, n)) is not None}
 
+    def engine_args(self, *, model: str, device: str, dtype: str | None, seed: int, batching: str) -> EngineArgs:
+        """refengine's arguments of one run of these knobs (those not set are left to the engine's defaults): making
+        them builds the engine's configs, so a bad value fails here with the engine's own ValueError, before a model
+        is loaded; `LLMEngine.from_engine_args` takes them as they are. stats_log_size=None: the run keeps every
+        step's stats (the engine keeps only the newest by default)."""
+        return EngineArgs.from_kwargs(
+            model, device=device, dtype=dtype, seed=seed, batching=batching, stats_log_size=None, **self.given()
+        )
+
     def validate(self, batching: str | None = None) -> None:
-        """Build the configs of these knobs (`batching` for the run's mode), so a bad value fails with the engine's
-        own ValueError; no model is loaded."""
-        sched, eng = split_knobs(self.given())
-        if batching is not None:
-            sched["batching"] = batching
-        SchedulerConfig(**sched)
-        EngineConfig(**eng)
+        """Build the configs of these knobs (`batching` for the run's mode) as the engine does, so a bad value fails
+        with the engine's own ValueError; no model is loaded (`cbbench serve` checks its knobs so, before the
+        server starts)."""
+        knobs: dict[str, Any] = {**self.given(), **({} if batching is None else {"batching": batching})}
+        EngineArgs.from_kwargs(**knobs)
 
 
 @dataclass(frozen=True)
@@ -337,14 +347,6 @@ class KnobGrid:
 def parse_knobs(raw: Mapping[str, str | KnobValue | None]) -> dict[str, list[KnobValue]]:
     """{name: comma list | value | None} -> {name: [values]} for the knobs that were given."""
     return {name: knob(name).parse_list(value) for name, value in raw.items() if value is not None}
-
-
-def split_knobs(knobs: Mapping[str, KnobValue]) -> tuple[dict[str, Any], dict[str, Any]]:
-    """(SchedulerConfig fields, EngineConfig fields) of one knob set, as keyword arguments of the two configs (whose
-    own checks type each value)."""
-    src = {k.name: k.source for k in engine_knobs()}
-    sched = {k: v for k, v in knobs.items() if src.get(k) == "SchedulerConfig"}
-    return sched, {k: v for k, v in knobs.items() if k not in sched}
 
 
 def validate_knobs(knobs: Mapping[str, KnobValue | None], *, batching: str | None = None) -> None:

@@ -57,18 +57,22 @@ class _ReleasedRunner:
 class LLMEngine:
     def __init__(
         self,
-        model: str = "tiny-qwen2",
+        model: str | EngineArgs = "tiny-qwen2",
         *,
         model_impl: torch.nn.Module | None = None,
         sampler: Sampler | None = None,
         detokenizer_factory: DetokenizerFactory | None = None,
         **kwargs: Any,
     ) -> None:
-        """`model`: a preset name or a local Hugging Face folder; `kwargs`: the engine knobs (EngineConfig and
-        SchedulerConfig fields). `model_impl` replaces the loaded weights with a module of the same interface
+        """`model`: a preset name or a local Hugging Face folder, and `kwargs` the engine knobs (EngineConfig and
+        SchedulerConfig fields); or the `EngineArgs` made (and so checked) already, with no knobs beside them
+        (`from_engine_args`). `model_impl` replaces the loaded weights with a module of the same interface
         (forward, compute_logits), for `model`'s config; `sampler` and `detokenizer_factory` replace refengine's."""
-        args = EngineArgs.from_kwargs(model, **kwargs)
-        cfg = args.create_configs()  # bad knobs fail here, before a model is loaded
+        if isinstance(model, EngineArgs) and kwargs:
+            raise ValueError(f"give the engine knobs in its EngineArgs, not beside them: {sorted(kwargs)}")
+        # bad knobs fail here, before a model is loaded
+        args = model if isinstance(model, EngineArgs) else EngineArgs.from_kwargs(model, **kwargs)
+        cfg = args.config
         # the one place the kind of device is decided (refengine/engine/platform.py): a real one, or device="sim:<gpu>",
         # a simulated GPU (no weights, no forward: a runner on a virtual clock, refengine/sim/)
         self.platform: Device = make_device(cfg, model_impl)
@@ -122,6 +126,20 @@ class LLMEngine:
         self.output_processor = OutputProcessor(
             self.tokenizer, self.finished_requests, detokenizer_factory or IncrementalDetokenizer
         )
+
+    @classmethod
+    def from_engine_args(
+        cls,
+        args: EngineArgs,
+        *,
+        model_impl: torch.nn.Module | None = None,
+        sampler: Sampler | None = None,
+        detokenizer_factory: DetokenizerFactory | None = None,
+    ) -> LLMEngine:
+        """An engine of arguments made (and so checked) already, as vLLM's LLMEngine.from_engine_args: a benchmark
+        checks every configuration of its sweep before the first run, then hands each run's arguments on as they
+        are. The other arguments are the constructor's."""
+        return cls(args, model_impl=model_impl, sampler=sampler, detokenizer_factory=detokenizer_factory)
 
     # ---- requests -------------------------------------------------------------------------------------------
     def add_request(

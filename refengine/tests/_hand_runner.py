@@ -7,6 +7,7 @@ from __future__ import annotations
 import torch
 
 from conformance.engine_helpers import TEST_MODEL, greedy, make_prompts, run_llm
+from refengine.config import EngineConfig, SchedulerConfig
 from refengine.scheduler.scheduler_output import CachedRequestData, NewRequestData, SchedulerOutput
 from refengine.worker.cuda_graphs import CudaGraphRunner, GraphBuckets
 from refengine.worker.model_runner import ModelRunner
@@ -36,6 +37,8 @@ def make_runner(num_cpu_blocks: int = 16, max_num_seqs: int = 4) -> ModelRunner:
         device=torch.device("cpu"),
         dtype=torch.float32,
         seed=0,
+        max_num_batched_tokens=SchedulerConfig.max_num_batched_tokens,  # (the scheduler's default: sizes no CPU buffer)
+        enforce_eager=EngineConfig.enforce_eager,
     )
 
 

@@ -83,8 +83,8 @@ class ModelRunner:
         device: torch.device,
         dtype: torch.dtype,
         seed: int,
-        max_num_batched_tokens: int = 8192,
-        enforce_eager: bool = False,
+        max_num_batched_tokens: int,
+        enforce_eager: bool,
         sampler: Sampler = sample,
     ) -> None:
         self.model = model

@@ -58,13 +58,12 @@ class RunResult:
 
     engine: str  # the backend's name: "refengine" | "hf-static" | "hf-cb" | "openai" ...
     batching: str
-    knobs: EngineKnobs  # the knobs that define this configuration, as the engine resolved them (CSV config columns)
+    # the knobs that define this configuration, as the engine resolved them (CSV config columns); the step metrics
+    # divide by its slots, token budget and KV blocks, stored here once
+    knobs: EngineKnobs
     records: list[RequestRecord] = field(default_factory=list)
     steps: list[StepRecord] = field(default_factory=list)  # empty where the engine's steps cannot be seen
     duration: float = math.nan
-    max_num_seqs: int | None = None
-    max_num_batched_tokens: int | None = None
-    num_gpu_blocks: int | None = None
     error: str | None = None
 
     def metrics(self, *, metric_percentiles: Sequence[float], goodput: Mapping[str, float] | None) -> dict[str, Any]:
@@ -72,9 +71,9 @@ class RunResult:
             self.records,
             self.duration,
             steps=self.steps,
-            max_num_seqs=self.max_num_seqs,
-            max_num_batched_tokens=self.max_num_batched_tokens,
-            num_gpu_blocks=self.num_gpu_blocks,
+            max_num_seqs=self.knobs.max_num_seqs,
+            max_num_batched_tokens=self.knobs.max_num_batched_tokens,
+            num_gpu_blocks=self.knobs.num_gpu_blocks,
             metric_percentiles=metric_percentiles,
             goodput=goodput,
         )

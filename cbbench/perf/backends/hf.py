@@ -116,7 +116,7 @@ def run_hf_static_sim(
 ) -> RunResult:
     """hf-static on a simulated GPU: the same batching on the engine's cost model (perf/sim/hf_static.py),
     times in simulated seconds from 0, as the simulated engine's."""
-    res = RunResult("hf-static", "static", EngineKnobs(max_num_seqs=max_num_seqs), max_num_seqs=max_num_seqs)
+    res = RunResult("hf-static", "static", EngineKnobs(max_num_seqs=max_num_seqs))
     sim = simulate_hf_static_on(device, model, workload_requests(workload), max_num_seqs, dtype or "bfloat16")
     res.records = [RequestRecord.from_dict(r, REQUEST_KEYS) for r in sim.records]  # the CPU peer's keys
     res.steps = [
@@ -164,7 +164,7 @@ def run_hf_static(
         if progress:  # simulated in one go: the whole run is done at once (the progress line said 0/N)
             progress(len(sim.records))
         return sim
-    res = RunResult("hf-static", "static", EngineKnobs(max_num_seqs=max_num_seqs), max_num_seqs=max_num_seqs)
+    res = RunResult("hf-static", "static", EngineKnobs(max_num_seqs=max_num_seqs))
     if workload.is_multi_turn:
         res.error = MULTI_TURN_REFUSED
         return res

@@ -47,7 +47,7 @@ def run_hf_cb(
         max_num_batched_tokens=max_num_batched_tokens,
         order=("max_num_seqs", "max_num_batched_tokens"),
     )
-    res = RunResult("hf-cb", "continuous", knobs, max_num_seqs=max_num_seqs)
+    res = RunResult("hf-cb", "continuous", knobs)
     if workload.is_multi_turn:
         res.error = MULTI_TURN_REFUSED
         return res

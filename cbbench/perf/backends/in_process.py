@@ -1,6 +1,7 @@
 """Replays a workload through one engine configuration and returns what `compute_metrics` needs.
 
-`run_refengine` drives `refengine.LLMEngine` for one batching mode and knob set; `RefengineBackend` is it registered
+`run_refengine` drives `refengine.LLMEngine` for one batching mode and knob set, made of the run's `EngineArgs` (the
+plan built, and so checked, them once: `EngineKnobs.engine_args`); `RefengineBackend` is it registered
 as the "refengine" backend. The peers (Hugging Face static `generate`, transformers' continuous batching) are
 hf.py's and return the same `RunResult`.
 
@@ -23,7 +24,7 @@ from typing import TYPE_CHECKING
 
 from cbbench.perf.backends.backend import WARMUP_OUTPUT_LEN, Backend, ProgressFn, RunResult, warmup_prompts
 from cbbench.perf.backends.conversations import TurnFeeder, tag_record
-from cbbench.perf.knobs import EngineKnobs, KnobValue, engine_knobs, knob_names
+from cbbench.perf.knobs import EngineKnobs, engine_knobs, knob_names
 from cbbench.perf.records import ENGINE_REQUEST_KEYS, ENGINE_STEP_KEYS, RequestRecord, StepRecord
 from refengine.sampling_params import RequestOutputKind, SamplingParams
 
@@ -31,25 +32,11 @@ if TYPE_CHECKING:
     from cbbench.perf.plan.spec import RunSpec
     from cbbench.workloads.workload import Workload, WorkloadRequest
     from refengine import LLMEngine
+    from refengine.engine.engine_args import EngineArgs
     from refengine.engine.step_stats import StepStats
 
 # the knobs a configuration may set (batching is a run's own column); generated from the config fields
 SWEEP_KNOBS = knob_names(exclude=("batching",))
-
-
-def engine_kwargs(
-    *, device: str, dtype: str | None, seed: int, batching: str, knobs: EngineKnobs
-) -> dict[str, KnobValue | None]:
-    """LLMEngine keyword arguments for one configuration (knobs not set are left to the engine's defaults)."""
-    # stats_log_size=None: keep every step's stats (the engine keeps only the newest by default)
-    return {
-        "device": device,
-        "dtype": dtype,
-        "seed": seed,
-        "batching": batching,
-        "stats_log_size": None,
-        **knobs.given(),
-    }
 
 
 def step_records(step_stats: Sequence[StepStats]) -> list[StepRecord]:
@@ -99,17 +86,14 @@ def step_records(step_stats: Sequence[StepStats]) -> list[StepRecord]:
 def run_refengine(
     workload: Workload,
     *,
-    model: str,
-    device: str,
-    dtype: str | None,
-    seed: int,
-    batching: str,
+    engine_args: EngineArgs,
     knobs: EngineKnobs,
     warmup: int = 8,
     progress: ProgressFn | None = None,
     max_concurrency: int | None = None,
 ) -> RunResult:
-    """Run `workload` through a fresh LLMEngine for one batching mode and knob set.
+    """Run `workload` through a fresh LLMEngine of `engine_args` (`knobs.engine_args(...)`: the configuration's
+    batching mode and `knobs`, whose order names the run's knobs in its result).
 
     `max_concurrency` caps the requests in flight as `vllm bench serve --max-concurrency` does: a request that is
     due while the cap is full is added when a slot frees, and its arrival (TTFT's start) is that moment."""
@@ -117,8 +101,10 @@ def run_refengine(
 
     # shut down when the run ends: its device memory goes back before the next configuration's engine sizes its
     # KV cache (`perf --like` runs every configuration of a baseline in this one process)
-    with LLMEngine(model, **engine_kwargs(device=device, dtype=dtype, seed=seed, batching=batching, knobs=knobs)) as e:
-        return _run_on(e, workload, batching, knobs, warmup, progress, max_concurrency)
+    with LLMEngine.from_engine_args(engine_args) as e:
+        return _run_on(
+            e, workload, str(engine_args.config.scheduler.batching), knobs, warmup, progress, max_concurrency
+        )
 
 
 def _run_on(
@@ -147,9 +133,6 @@ def _run_on(
                 "tensor_parallel_size": engine.config.tensor_parallel_size,
             }
         ),
-        max_num_seqs=sc.max_num_seqs,
-        max_num_batched_tokens=sc.max_num_batched_tokens,
-        num_gpu_blocks=sc.num_gpu_blocks,
     )
 
     def params(n: int) -> SamplingParams:  # (only finished outputs are read: FINAL_ONLY, as vLLM's offline runs)
@@ -223,16 +206,12 @@ class RefengineBackend(Backend):
     """refengine's `LLMEngine`, in this process: one fresh engine per run."""
 
     def run(self, spec: RunSpec, progress: ProgressFn | None = None) -> RunResult:
-        st = self.settings
+        assert spec.engine_args is not None, "the plan makes an in-process run's EngineArgs"
         return run_refengine(
             spec.workload,
-            model=st.model,
-            device=st.device.name,
-            dtype=st.dtype,
-            seed=st.seed,
-            batching=spec.batching,
+            engine_args=spec.engine_args,
             knobs=spec.knobs,
-            warmup=st.warmup,
+            warmup=self.settings.warmup,
             progress=progress,
             max_concurrency=spec.load.max_concurrency,
         )

@@ -103,8 +103,11 @@ def _warm_up(a: argparse.Namespace, short: Any, knobs: dict[str, Any]) -> float:
     from cbbench.perf.backends.in_process import run_refengine
     from refengine import LLMEngine
 
+    ks = EngineKnobs.of(knobs)
     run_refengine(
-        short, model=a.model, device=a.device, dtype=None, seed=0, batching="continuous", knobs=EngineKnobs.of(knobs)
+        short,
+        engine_args=ks.engine_args(model=a.model, device=a.device, dtype=None, seed=0, batching="continuous"),
+        knobs=ks,
     )
     LLMEngine(a.model, device=a.device, seed=0, **knobs)
     c0 = time.process_time()
@@ -168,17 +171,10 @@ def _in_process_run(a: argparse.Namespace, wl: Any, knobs: dict[str, Any], build
     """One in-process run's metrics, with its CPU seconds per 1k output tokens (the engine's build left out)."""
     from cbbench.perf.backends.in_process import run_refengine
 
+    ks = EngineKnobs.of(knobs)
+    args = ks.engine_args(model=a.model, device=a.device, dtype=None, seed=0, batching="continuous")
     c0 = time.process_time()
-    r = run_refengine(
-        wl,
-        model=a.model,
-        device=a.device,
-        dtype=None,
-        seed=0,
-        batching="continuous",
-        knobs=EngineKnobs.of(knobs),
-        max_concurrency=a.concurrency,
-    )
+    r = run_refengine(wl, engine_args=args, knobs=ks, max_concurrency=a.concurrency)
     m = r.metrics(metric_percentiles=[50], goodput=None)
     m["cpu_s_per_1k"] = (time.process_time() - c0 - build_cpu) / m["total_output_tokens"] * 1000
     return m

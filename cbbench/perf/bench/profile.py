@@ -57,9 +57,8 @@ def _run_engine(engine: str, workload: Any, *, model: str, max_num_seqs: int, se
 
     if engine == "refengine":
         knobs = EngineKnobs(max_num_seqs=max_num_seqs)
-        return run_refengine(
-            workload, model=model, device="cpu", dtype=None, seed=seed, batching="continuous", knobs=knobs, warmup=0
-        )
+        args = knobs.engine_args(model=model, device="cpu", dtype=None, seed=seed, batching="continuous")
+        return run_refengine(workload, engine_args=args, knobs=knobs, warmup=0)
     return run_hf_cb(
         workload,
         model,

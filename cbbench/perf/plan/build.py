@@ -35,7 +35,6 @@ from cbbench.perf.plan.options import (
     build_workload,
     knob_label,
     sim_label,
-    validate_configs,
 )
 from cbbench.perf.plan.preflight import check_feasible, check_output_name, check_writable
 from cbbench.perf.plan.spec import Entry, RunSettings, RunSpec
@@ -43,6 +42,7 @@ from cbbench.perf.results.columns import STORED_PERCENTILES
 from cbbench.perf.results.like import apply_like
 from cbbench.workloads.workload import Workload
 from refengine.config import BATCHING_MODES, SchedulerConfig, dtype_name
+from refengine.engine.engine_args import EngineArgs
 from refengine.sim.cost_model import COST_MODEL_VERSION
 from refengine.sim.sim_memory import sim_dtype
 
@@ -99,6 +99,9 @@ class _Sweep(NamedTuple):
     loads: list[LoadPoint]
     load_varying: set[str]
     percentiles: list[float]
+    # the in-process engine's arguments of each (batching mode, knob set): made, and so checked, once (none for a
+    # server, whose knobs are its own)
+    engine_args: dict[tuple[str, EngineKnobs], EngineArgs]
 
 
 def build_plan(o: PerfOptions) -> RunPlan:
@@ -141,6 +144,7 @@ def build_plan(o: PerfOptions) -> RunPlan:
             varying,
             repeats,
             e.unset_in_id,
+            sw.engine_args.get((e.batching, e.knobs)) if e.backend == o.backend.name else None,
         )
         for rep in range(repeats)
         for load in sw.loads
@@ -208,9 +212,9 @@ def _check_sweep_feasible(sw: _Sweep, workload: Workload, settings: RunSettings)
     """Every request (and warm-up request) must fit every mode and knob set of the sweep: ValueError otherwise."""
     lengths = [(len(r.prompt_token_ids), r.output_len) for r in workload.requests]
     lengths += warmup_lengths(settings.warmup, settings.seed)
-    for mode, ks in itertools.product(sw.modes, sw.knob_sets):
+    for (mode, ks), args in sw.engine_args.items():
         given = ks.given()
-        check_feasible(lengths, ks, label=f"{mode} {knob_label(given, set(given))}".strip())
+        check_feasible(lengths, args, label=f"{mode} {knob_label(given, set(given))}".strip())
 
 
 def _plan_config(o: PerfOptions, sw: _Sweep, dtype_resolved: str) -> dict[str, object]:
@@ -246,17 +250,33 @@ def _sweep(o: PerfOptions, like_entries: list[Entry] | None) -> _Sweep:
     if like_entries is not None:
         knob_sets = [e.knobs for e in like_entries if e.backend == "refengine"] or [EngineKnobs()]
         modes = sorted({e.batching for e in like_entries if e.backend == "refengine"}, key=BATCHING_MODES.index)
-        validate_configs(modes, knob_sets)
+        engine_args = _engine_args(o, modes, knob_sets)
         entries = list(like_entries)
     elif Backend.get(o.backend.name).kind == "engine":
         knob_sets = o.engine.configurations(on_cpu=o.device.is_cpu)
-        validate_configs(modes, knob_sets)
+        engine_args = _engine_args(o, modes, knob_sets)
         if peers and any(p.max_concurrency for p in loads):
             raise ValueError("max_concurrency: the Hugging Face peers do not take it; add --peers none")
         entries = [Entry(o.backend.name, m, ks) for ks in knob_sets for m in modes] + _peer_entries(peers, knob_sets)
     else:  # the server's knobs, modes and peers are its own: one run per load point
         knob_sets, modes, peers, entries = [EngineKnobs()], [""], [], [Entry(o.backend.name, "", EngineKnobs())]
-    return _Sweep(entries, knob_sets, modes, peers, loads, load_varying, percentiles)
+        engine_args = {}
+    return _Sweep(entries, knob_sets, modes, peers, loads, load_varying, percentiles, engine_args)
+
+
+def _engine_args(
+    o: PerfOptions, modes: Sequence[str], knob_sets: Sequence[EngineKnobs]
+) -> dict[tuple[str, EngineKnobs], EngineArgs]:
+    """Every configuration's engine arguments, before anything runs: a bad knob value fails here with the engine's
+    own ValueError (the first configuration in run order that has one), and each run's engine is made of its
+    arguments as they are."""
+    assert o.engine.model is not None, "_resolved fills it in"
+    return {
+        (mode, ks): ks.engine_args(
+            model=o.engine.model, device=o.device.name, dtype=o.engine.dtype, seed=o.run.seed, batching=mode
+        )
+        for mode, ks in itertools.product(modes, knob_sets)
+    }
 
 
 def _peer_entries(peers: list[str], knob_sets: list[EngineKnobs]) -> list[Entry]:

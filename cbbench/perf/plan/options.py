@@ -450,11 +450,5 @@ def build_workload(o: PerfOptions, load: LoadPoint | None = None, tokenizer: Tok
         return make(e.available)
 
 
-def validate_configs(modes: Sequence[str], knob_sets: Sequence[EngineKnobs]) -> None:
-    """Every configuration of the sweep, before anything runs."""
-    for mode, ks in itertools.product(modes, knob_sets):
-        ks.validate(batching=mode)
-
-
 def knob_label(knobs: Mapping[str, object], varying: set[str]) -> str:
     return " ".join(f"{k}={v}" for k, v in knobs.items() if k in varying) or "-"

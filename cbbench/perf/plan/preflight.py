@@ -15,9 +15,10 @@ import os
 import tempfile
 from collections.abc import Iterable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from cbbench.perf.knobs import EngineKnobs
-from refengine.config import SchedulerConfig
+if TYPE_CHECKING:
+    from refengine.engine.engine_args import EngineArgs
 
 
 def check_output_name(csv_path: Path) -> None:
@@ -51,34 +52,33 @@ def _cdiv(a: int, b: int) -> int:
     return -(-a // b)
 
 
-def check_feasible(lengths: Iterable[tuple[int, int]], knobs: EngineKnobs, *, label: str = "") -> None:
-    """ValueError when some request, given as (prompt_len, output_len), could never run under `knobs` (KV blocks,
-    max_model_len, or a prompt larger than the budget with chunked prefill off). Knobs left out take
-    SchedulerConfig's defaults; num_gpu_blocks left out is sized by the engine from memory and is not checked."""
+def check_feasible(lengths: Iterable[tuple[int, int]], args: EngineArgs, *, label: str = "") -> None:
+    """ValueError when some request, given as (prompt_len, output_len), could never run under the engine arguments
+    `args` (KV blocks, max_model_len, or a prompt larger than the budget with chunked prefill off), read from the
+    configs they built; num_gpu_blocks not given is sized by the engine from memory and is not checked."""
     lengths = list(lengths)
     if not lengths:
         return
     prompt, output = max(lengths, key=lambda x: x[0] + x[1])
     where = f"configuration {label}: " if label else ""
-    max_model_len = knobs.max_model_len
+    config = args.config
+    sc = config.scheduler
+    max_model_len = config.max_model_len
     if max_model_len is not None and max(p for p, _ in lengths) >= max_model_len:
         raise ValueError(
             f"{where}a prompt of {max(p for p, _ in lengths)} tokens leaves no room for output "
             f"under max_model_len={max_model_len}"
         )
     kv_tokens = int(min(prompt + output, max_model_len or math.inf)) - 1
-    block_size = knobs.block_size or SchedulerConfig.block_size
-    blocks = knobs.num_gpu_blocks
+    block_size = sc.block_size
+    blocks = sc.num_gpu_blocks if args.num_gpu_blocks_given else None
     if blocks is not None and _cdiv(kv_tokens, block_size) > blocks:
         raise ValueError(
             f"{where}a request of {prompt} + {output} tokens needs {_cdiv(kv_tokens, block_size)} KV "
             f"blocks of {block_size}, more than num_gpu_blocks={blocks}: it could never run"
         )
-    chunked = (
-        SchedulerConfig.enable_chunked_prefill if knobs.enable_chunked_prefill is None else knobs.enable_chunked_prefill
-    )
-    budget = knobs.max_num_batched_tokens or SchedulerConfig.max_num_batched_tokens
-    if not chunked and kv_tokens + 1 > budget:
+    budget = sc.max_num_batched_tokens
+    if not sc.enable_chunked_prefill and kv_tokens + 1 > budget:
         raise ValueError(
             f"{where}a request of {prompt} + {output} tokens exceeds max_num_batched_tokens={budget} "
             f"with enable_chunked_prefill=False: it could not be prefilled in one step"

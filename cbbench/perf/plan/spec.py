@@ -8,7 +8,7 @@ go; `build_plan` makes it.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, NamedTuple
 
 from cbbench.perf.knobs import EngineKnobs, KnobGrid
@@ -19,6 +19,7 @@ from refengine.sim.sim_device import DeviceSpec
 
 if TYPE_CHECKING:
     from cbbench.workloads.workload import Workload
+    from refengine.engine.engine_args import EngineArgs
     from refengine.tokenizer import Tokenizer
 
 
@@ -64,6 +65,9 @@ class RunSpec:
     varying: frozenset[str] = frozenset()  # the knobs that differ between the plan's knob sets
     num_repeats: int = 1  # how many repeats the plan makes of this configuration
     unset_in_id: tuple[str, ...] = ()  # (Entry's)
+    # an in-process engine's arguments, as the plan made (and so checked) them (None for a server or a peer):
+    # `LLMEngine.from_engine_args` takes them as they are
+    engine_args: EngineArgs | None = field(default=None, compare=False)
 
     @property
     def plan_id(self) -> str:

@@ -3,6 +3,8 @@ changes) and runs `cbbench perf --backend <it>` end to end, through the plan, th
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 from typer.testing import CliRunner
 
@@ -50,11 +52,10 @@ class EchoBackend(Backend):
         return RunResult(
             self.name,
             spec.batching,
-            spec.knobs,
+            dataclasses.replace(spec.knobs, max_num_seqs=len(records)),  # (the slots its steps' metrics divide by)
             records=records,
             steps=steps,
             duration=max(r.finish_time for r in records),
-            max_num_seqs=len(records),
         )
 
 

@@ -204,17 +204,9 @@ def test_in_process_max_concurrency_caps_requests_in_flight():
 
     cap = 2
     w = _workload([[7 + i] * 8 for i in range(5)], output_len=4)
-    r = run_refengine(
-        w,
-        model="tiny-qwen2",
-        device="cpu",
-        dtype=None,
-        seed=0,
-        batching="continuous",
-        knobs=EngineKnobs(max_num_seqs=4),
-        warmup=0,
-        max_concurrency=cap,
-    )
+    knobs = EngineKnobs(max_num_seqs=4)
+    args = knobs.engine_args(model="tiny-qwen2", device="cpu", dtype=None, seed=0, batching="continuous")
+    r = run_refengine(w, engine_args=args, knobs=knobs, warmup=0, max_concurrency=cap)
     assert [rec.output_len for rec in r.records] == [4] * 5
     assert max(s.num_running + s.num_waiting for s in r.steps) == cap
 

@@ -64,16 +64,9 @@ def test_in_process_turns_carry_the_history_and_hit_the_prefix_cache():
     from cbbench.perf.backends.in_process import run_refengine
 
     w = get_workload("multiturn", num_prompts=2, num_turns=TURNS, user_len=USER_LEN, output_len=OUTPUT_LEN)
-    r = run_refengine(
-        w,
-        model="tiny-qwen2",
-        device="cpu",
-        dtype=None,
-        seed=0,
-        batching="continuous",
-        knobs=EngineKnobs(max_num_seqs=4, enable_prefix_caching=True, block_size=16),
-        warmup=0,
-    )
+    knobs = EngineKnobs(max_num_seqs=4, enable_prefix_caching=True, block_size=16)
+    args = knobs.engine_args(model="tiny-qwen2", device="cpu", dtype=None, seed=0, batching="continuous")
+    r = run_refengine(w, engine_args=args, knobs=knobs, warmup=0)
     by = {(rec.conversation_id, rec.turn): rec for rec in r.records}
     assert sorted(by) == [(c, k) for c in range(2) for k in range(TURNS)]
     for c in range(2):

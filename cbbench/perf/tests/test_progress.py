@@ -225,10 +225,10 @@ def test_a_simulated_run_marks_its_start_and_its_live_rate_ends_at_the_tables():
 
     calls: list[tuple[int, list[RequestRecord]]] = []
     w = get_workload("fixed", tokenizer=None, num_prompts=8, seed=0, input_len=64, output_len=16)
+    args = EngineKnobs().engine_args(model="llama-3.1-8b", device="sim:h200", dtype=None, seed=0, batching="continuous")
     r = run_refengine(
-        w, model="llama-3.1-8b", device="sim:h200", dtype=None, seed=0, batching="continuous", knobs=EngineKnobs(), warmup=1,
-        progress=lambda n, recs=(): calls.append((n, list(recs))),
-    )  # fmt: skip
+        w, engine_args=args, knobs=EngineKnobs(), warmup=1, progress=lambda n, recs=(): calls.append((n, list(recs)))
+    )
     assert calls[0] == (0, []) and all(n > 0 for n, _ in calls[1:])  # the start mark, once, before any finish
     so_far = SoFar()
     for _, recs in calls:

@@ -29,7 +29,7 @@ def test_interrupt_keeps_finished_runs_and_resume_completes(tmp_path, monkeypatc
     calls = []
 
     def second_run_interrupted(*a, **k):
-        calls.append(k["batching"])
+        calls.append(k["engine_args"].config.scheduler.batching)
         if len(calls) == 2:
             raise KeyboardInterrupt
         return real(*a, **k)
