@@ -157,7 +157,7 @@ def test_unknown_metrics_go_to_extra_and_headers_must_match(tmp_path):
     append_rows(path, [row(repeat=1)])
     assert len(read_csv(path)) == 2
     other = tmp_path / "other.csv"
-    other.write_text("schema_version,engine\n4,refengine\n")
+    other.write_text("schema_version,engine\n5,refengine\n")
     with pytest.raises(ValueError, match="header"):
         append_rows(other, [row()])
     with pytest.raises(ValueError, match="columns"):
