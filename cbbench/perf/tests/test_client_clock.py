@@ -227,9 +227,13 @@ def test_perf_and_show_write_and_print_the_steady_state_and_client_figures(tmp_p
                 "4",
                 "--result-dir",
                 str(tmp_path),
+                "--steady-state",
+                "--format",
+                "markdown",
             ],
         )
     assert res.exit_code == 0, res.output
+    assert "steady out tok/s" in res.output
     (csv,) = tmp_path.glob("*.csv")
     from cbbench.perf.results.rows import read_rows
 
