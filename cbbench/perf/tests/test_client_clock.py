@@ -248,3 +248,26 @@ def test_perf_and_show_write_and_print_the_steady_state_and_client_figures(tmp_p
     assert [c.header for c in table_columns([(("openai", "-", "-"), row, None)], steady_state=True)].count(
         "steady TTFT p50 ms"
     ) == 1
+
+
+def _margin(runs: int) -> None:
+    """`python perf/tests/test_client_clock.py [RUNS]`: the clock test's measurement RUNS times, to size the bounds'
+    margin on this machine (docs/perf.md)."""
+    import os
+
+    for i in range(runs):
+        w = _workload(CLOCK_REQUESTS, CLOCK_OUTPUT_LEN)
+        with FakeOpenAIServer(token_delay_s=CLOCK_DELAY_S, with_metrics=False) as s:
+            r = run_http(w, HttpTarget("openai", s.base_url, "fake-model"), max_concurrency=1, warmup=1)
+        ttft, itl = clock_errors(r.records, CLOCK_DELAY_S)
+        print(
+            f"run {i}: load {os.getloadavg()[0]:.1f}, median TTFT error {ttft * 1e3:.2f} ms "
+            f"(bound {TTFT_ERROR_BOUND_S * 1e3:g}), median ITL error {itl * 1e3:.2f} ms (bound {ITL_ERROR_BOUND_S * 1e3:g})",
+            flush=True,
+        )
+
+
+if __name__ == "__main__":
+    import sys
+
+    _margin(int(sys.argv[1]) if len(sys.argv) > 1 else 10)
