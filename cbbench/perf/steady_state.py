@@ -23,6 +23,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from cbbench.perf.metrics import NOT_COMPLETED
 from cbbench.perf.records import RequestRecord
 
 # vLLM's Rust bench client: in flight at least 0.95 x the maximum
@@ -46,12 +47,16 @@ class Window:
     peak: int  # the most requests in flight at once
 
 
+def _completed(records: Sequence[RequestRecord]) -> list[RequestRecord]:
+    return [r for r in records if r.finish_time is not None and r.finish_reason not in NOT_COMPLETED]
+
+
 def in_flight_window(records: Sequence[RequestRecord]) -> Window | str:
     """The steady-state window of a run's completed records, or the reason there is none."""
-    done = [r for r in records if r.finish_time is not None and r.finish_reason not in ("abort", "error")]
+    done = _completed(records)
     if not done:
         return "no usable steady-state window: no request completed"
-    events = sorted([(r.arrival_time, 1) for r in done] + [(r.finish_time, -1) for r in done if r.finish_time])
+    events = sorted([(r.arrival_time, 1) for r in done] + [(float(r.finish_time or 0.0), -1) for r in done])
     level, after = 0, {}  # time -> in flight from that time on (events at one instant count together)
     for t, step in events:
         level += step
@@ -99,7 +104,7 @@ def steady_metrics(records: Sequence[RequestRecord]) -> dict[str, float | str]:
     if isinstance(w, str):
         return {**dict.fromkeys(STEADY_COLUMNS, math.nan), NOTE_COLUMN: w}
     a, b = w.start, w.end
-    done = [r for r in records if r.finish_time is not None and r.finish_reason not in ("abort", "error")]
+    done = _completed(records)
     tokens = sum(n for r in done for t, n in _token_times(r) if a <= t <= b)
     if tokens == 0:
         return {
