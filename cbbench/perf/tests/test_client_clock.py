@@ -155,6 +155,20 @@ def test_the_gate_says_when_the_arms_clients_lagged_differently():
     assert "lagged differently" in note and "0 of 3 base" in note and "2 of 3 head" in note
 
 
+def test_the_gate_verdict_carries_the_lag_note(tmp_path):
+    from cbbench.perf.gate.arms import Run
+    from cbbench.perf.gate.run import GateOptions, _summary
+
+    o = GateOptions(base_url="http://127.0.0.1:1", head_url="http://127.0.0.1:2", cwd=tmp_path)
+    runs = [
+        Run(arm, i, tmp_path / "r.csv", [_row(d)], 1.0, 1.0)
+        for arm, d in (("base", 1.0), ("head", 30.0))
+        for i in range(2)
+    ]
+    summary = _summary(o, [], 0.05, {"base": "a", "head": "b"}, runs, [], tmp_path / "g.csv", 1.0)
+    assert any("lagged differently" in n for n in summary["notes"])
+
+
 def _rec(i: int, sent: float, n_tokens: int, every: float) -> RequestRecord:
     times = [sent + every * (k + 1) for k in range(n_tokens)]
     return RequestRecord(str(i), 4, n_tokens, sent, None, times[0], times, times[-1], 0, 0, "length")
