@@ -35,6 +35,7 @@ HTTP_REQUEST_KEYS = (
     "output_len",
     "requested_output_len",
     "output_len_source",
+    "scheduled_time",
     "arrival_time",
     "first_scheduled_time",
     "first_token_time",
@@ -99,9 +100,13 @@ class RequestRecord:
     num_recomputed_tokens: int | None = None  # refengine: tokens computed again after recompute preemptions
     error: str | None = None
     requested_output_len: int | None = None  # HTTP: max_tokens as sent (a server may stop earlier)
-    output_len_source: str | None = None  # HTTP: "usage" | "tokenizer" | "chunks"
+    output_len_source: str | None = None  # HTTP: "usage" | "token_ids" | "tokenizer" | "chunks"
     chunk_times: list[float] | None = None
     text: str | None = None
+    # HTTP: when a perfect client would have sent the request: its arrival in the workload's schedule, or later
+    # when it waited for a `--max-concurrency` slot (the moment the slot freed). arrival_time - scheduled_time is
+    # the load generator's own lateness, its schedule delay (client_lag.py).
+    scheduled_time: float | None = None
     conversation_id: int | None = None  # multi-turn: the conversation and the turn (0, 1, ...) of a request
     turn: int | None = None
     layout: tuple[str, ...] = field(default=REQUEST_KEYS, repr=False, compare=False)

@@ -90,7 +90,14 @@ def run_plan(plan: RunPlan, console: Console, *, table: bool = True) -> list[dic
         writer.finish()
     entries.sort(key=lambda e: e[0])
     if table:
-        render(console, [e for _, e in entries], plan.workload, plan.format, goodput=plan.goodput)
+        render(
+            console,
+            [e for _, e in entries],
+            plan.workload,
+            plan.format,
+            goodput=plan.goodput,
+            steady_state=plan.steady_state,
+        )
     for line in notes + grid.notes:
         info.print(line, markup=False, highlight=False, soft_wrap=True)  # a log's line is never broken
     info.print(f"wrote {plan.csv_path}, {writer.json_path} and {writer.files.root}/", markup=False, soft_wrap=True)

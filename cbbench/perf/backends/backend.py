@@ -28,9 +28,11 @@ from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple, Protocol, Self, Typ
 import numpy as np
 
 from cbbench.perf.backends.conversations import conversation_metrics, conversation_note
+from cbbench.perf.client_lag import client_metrics
 from cbbench.perf.knobs import EngineKnobs
 from cbbench.perf.metrics import compute_metrics
 from cbbench.perf.records import RequestRecord, StepRecord
+from cbbench.perf.steady_state import steady_metrics
 
 if TYPE_CHECKING:
     from cbbench.perf.plan.options import BackendOptions
@@ -77,7 +79,13 @@ class RunResult:
             metric_percentiles=metric_percentiles,
             goodput=goodput,
         )
-        return {**m, **conversation_metrics(self.records)}
+        # the client's report on itself (NaN in process) and the steady-state window's figures
+        return {
+            **m,
+            **client_metrics(self.records),
+            **steady_metrics(self.records),
+            **conversation_metrics(self.records),
+        }
 
 
 @dataclass(frozen=True)

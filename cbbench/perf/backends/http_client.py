@@ -16,8 +16,10 @@ What is measured (one clock, `time.perf_counter()`, per request):
   the chat role announcement and a trailing finish-only chunk are not content;
 - first_token_time = the first content chunk (TTFT), `chunk_times` = every content chunk (ITL = their gaps),
   finish_time = the last content chunk;
-- output_len = the server's `usage.completion_tokens`, else the tokenizer's count of the generated text (vLLM's
-  fallback); prompt_len = `usage.prompt_tokens`, else the workload's; num_cached_tokens =
+- output_len = the server's `usage.completion_tokens`, else the count of the token ids its chunks carried (vLLM's
+  `token_ids` on each choice, where the server sends them), else the tokenizer's count of the generated text (vLLM's
+  fallback; never chunk by chunk: inference-perf issue 564 counted a BOS per chunk, nearly twice the tokens), else
+  one per content chunk; `output_len_source` says which; prompt_len = `usage.prompt_tokens`, else the workload's; num_cached_tokens =
   `usage.prompt_tokens_details.cached_tokens` where the server reports it.
 A request that fails (connection error, HTTP error, a stream without content) is a record with finish_reason
 "error" and its message: it is counted in `failed` and left out of every statistic; the run goes on.
@@ -154,6 +156,7 @@ async def stream_request(
     st = time.perf_counter()
     chunk_times: list[float] = []
     texts: list[str] = []
+    n_ids: int | None = None  # token ids the chunks carried, where the server sends them
     usage: dict[str, Any] = {}
     finish_reason = None
     try:
@@ -177,6 +180,8 @@ async def stream_request(
                     if text is not None:
                         chunk_times.append(now)
                         texts.append(text)
+                    if isinstance(choice.get("token_ids"), list):
+                        n_ids = (n_ids or 0) + len(choice["token_ids"])
                     finish_reason = choice.get("finish_reason") or finish_reason
                 if event.get("usage"):
                     usage = event["usage"]
@@ -184,7 +189,7 @@ async def stream_request(
         why = str(e) or f"no complete response after {time.perf_counter() - st:.0f} s"  # a timeout says nothing
         return error_record(request_id, prompt_len, output_len, st, f"{type(e).__name__}: {why}")
     return _stream_record(
-        request_id, prompt_len, output_len, st, chunk_times, "".join(texts), usage, finish_reason, tokenizer
+        request_id, prompt_len, output_len, st, chunk_times, "".join(texts), usage, finish_reason, tokenizer, n_ids
     )
 
 
@@ -198,12 +203,16 @@ def _stream_record(
     usage: dict[str, Any],
     finish_reason: str | None,
     tokenizer: Any,
+    n_ids: int | None = None,
 ) -> RequestRecord:
-    """The record of a stream that ended well: its output length from the usage, else as vLLM's client counts it."""
+    """The record of a stream that ended well: its output length from the usage, else from the token ids streamed,
+    else as vLLM's client counts it."""
     if not chunk_times:
         return error_record(request_id, prompt_len, output_len, st, "the stream held no content chunk")
     n_out, source = usage.get("completion_tokens"), "usage"
-    if not n_out and tokenizer is not None and text:  # no usage: vLLM's fallback, the text re-tokenized
+    if not n_out and n_ids:
+        n_out, source = n_ids, "token_ids"
+    elif not n_out and tokenizer is not None and text:  # no usage: vLLM's fallback, the text re-tokenized
         n_out, source = len(tokenizer.encode(text)), "tokenizer"
     elif not n_out:  # nor a tokenizer: one token per content chunk
         n_out, source = len(chunk_times), "chunks"
@@ -236,6 +245,35 @@ def make_session(max_concurrency: int | None, timeout_s: float) -> aiohttp.Clien
     )
 
 
+class Slots:
+    """`--max-concurrency`'s cap, which says when each slot it hands out was freed: a request that waited for one
+    was due then, not at its arrival, so that the wait (the cap's by design, vLLM's "client queue time") is not
+    counted as the client's lateness. Taken in FIFO order, as asyncio's semaphore hands out its slots."""
+
+    def __init__(self, cap: int | None) -> None:
+        self._free: asyncio.Queue[float] | None = None
+        if cap:
+            self._free = asyncio.Queue()
+            for _ in range(cap):
+                self._free.put_nowait(-math.inf)  # never held: free from the start
+
+    async def take(self) -> float:
+        """Wait for a slot; the time it was freed (-inf: free from the start; also without a cap)."""
+        return -math.inf if self._free is None else await self._free.get()
+
+    def give(self) -> None:
+        if self._free is not None:
+            self._free.put_nowait(time.perf_counter())
+
+
+def scheduled(rec: RequestRecord, due: float) -> RequestRecord:
+    """The record with its `scheduled_time` (the moment it was due and a slot was free) in its layout."""
+    rec.scheduled_time = due
+    if "scheduled_time" not in rec.layout:
+        rec.layout = (*rec.layout, "scheduled_time")
+    return rec
+
+
 async def replay(
     target: HttpTarget,
     prompts: Sequence[str | list[int]],
@@ -253,21 +291,20 @@ async def replay(
 ) -> tuple[list[RequestRecord], float, float]:
     """Send request i at t0 + arrivals[i] (waiting for a free slot under `max_concurrency`); t0 defaults to now
     (a `time.perf_counter()` value: client workers share one); `send` is `stream_request` unless another
-    endpoint's request function (same arguments) is given; returns (records in request order, t0, the time
-    the last request ended)."""
+    endpoint's request function (same arguments) is given; returns (records in request order, each with its
+    `scheduled_time`, t0, the time the last request ended)."""
     own = session is None
     send = send or stream_request
     session = session or make_session(max_concurrency, target.timeout_s)
-    sem = asyncio.Semaphore(max_concurrency) if max_concurrency else None
+    slots = Slots(max_concurrency)
     ids = list(ids) if ids is not None else [str(i) for i in range(len(prompts))]
 
-    async def one(i: int) -> RequestRecord:
-        rec: RequestRecord
-        if sem is None:
+    async def one(i: int, due: float) -> RequestRecord:
+        try:
             rec = await send(session, target, ids[i], prompts[i], prompt_lens[i], output_lens[i], tokenizer)
-        else:
-            async with sem:
-                rec = await send(session, target, ids[i], prompts[i], prompt_lens[i], output_lens[i], tokenizer)
+        finally:
+            slots.give()
+        rec = scheduled(rec, due)
         if progress:
             progress(1, [rec])
         return rec
@@ -280,7 +317,8 @@ async def replay(
             delay = t0 + arrivals[i] - time.perf_counter()
             if delay > 0:
                 await asyncio.sleep(delay)
-            tasks[i] = asyncio.create_task(one(i))
+            freed = await slots.take()
+            tasks[i] = asyncio.create_task(one(i, max(t0 + arrivals[i], freed)))
         records = [await tasks[i] for i in range(len(prompts))]
         end = time.perf_counter()
     finally:

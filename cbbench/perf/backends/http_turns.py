@@ -10,7 +10,6 @@ run's records still cover every request of the workload.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -18,7 +17,7 @@ from typing import Any
 import aiohttp
 
 from cbbench.perf.backends.conversations import TurnFeeder, tag_record
-from cbbench.perf.backends.http_client import HttpTarget, error_record, stream_request
+from cbbench.perf.backends.http_client import HttpTarget, Slots, error_record, scheduled, stream_request
 from cbbench.perf.records import RequestRecord
 
 
@@ -45,15 +44,17 @@ async def replay_turns(
             "to turn each answer back into the ids of the next turn's history"
         )
     feeder = TurnFeeder(requests)
-    sem: Any = asyncio.Semaphore(max_concurrency) if max_concurrency else contextlib.nullcontext()
+    slots = Slots(max_concurrency)
     records: list[RequestRecord | None] = [None] * len(requests)
     t0 = time.perf_counter()
 
     async def chain(start: float, i: int | None) -> None:
         await asyncio.sleep(max(0.0, t0 + start - time.perf_counter()))
+        due = t0 + start  # a later turn: due when its previous answer has been read (re-encoding it is the client's)
         while i is not None:
             r = requests[i]
-            async with sem:
+            freed = await slots.take()
+            try:
                 rec = await stream_request(
                     session,
                     target,
@@ -63,7 +64,9 @@ async def replay_turns(
                     r.output_len,
                     tokenizer,
                 )
-            records[i] = tag_record(rec, r)
+            finally:
+                slots.give()
+            records[i], due = tag_record(scheduled(rec, max(due, freed)), r), time.perf_counter()
             if progress:
                 progress(1, [rec])
             if rec.finish_reason == "error":

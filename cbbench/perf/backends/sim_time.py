@@ -100,6 +100,7 @@ class SimClock:
             token_times=many(rec.token_times),
             finish_time=one(rec.finish_time),
             chunk_times=many(rec.chunk_times),
+            scheduled_time=one(rec.scheduled_time),
         )
 
 

@@ -1,5 +1,6 @@
 """How far the HTTP client scales: TTFT / ITL error against a fake server's known inter-token delay, per
-concurrency and client worker count, and the request rate and streamed tokens/s each sustained.
+concurrency and client worker count, the request rate and streamed tokens/s each sustained, and the client's own
+median schedule delay (perf/client_lag.py: how late it sent the wave's requests; a run is flagged at 10 ms).
 
     python -m cbbench.perf.bench.client_scaling [--concurrency 1,64,256,1024,4096] [--workers 1,2]
                                                 [--token-delay-ms 20] [--output-len 6] [--run-timeout-s 120]
@@ -35,6 +36,7 @@ def measure(
 ) -> dict[str, float]:
     from cbbench.perf.backends.http_client import HttpTarget
     from cbbench.perf.backends.http_run import run_http
+    from cbbench.perf.client_lag import client_metrics
     from cbbench.perf.metrics import request_latencies
     from cbbench.workloads.workload import Workload, WorkloadRequest
 
@@ -64,6 +66,7 @@ def measure(
         "ttft_p99_err_ms": ((pct(ttft, n=100)[98] if len(ttft) > 1 else ttft[0]) - delay_s) * 1e3,
         "itl_err_ms": (statistics.median(itl) - delay_s) * 1e3 if itl else float("nan"),
         "itl_p99_err_ms": ((pct(itl, n=100)[98] if len(itl) > 1 else itl[0]) - delay_s) * 1e3 if itl else float("nan"),
+        "sched_ms": client_metrics(r.records)["median_schedule_delay_ms"],
         "req_per_s": len(done) / r.duration,
         "tok_per_s": chunks / r.duration,
     }
@@ -91,7 +94,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     print(
         f"{'conc':>5} {'workers':>7} {'TTFT err ms':>11} {'p99':>8} {'ITL err ms':>10} {'p99':>8} "
-        f"{'req/s':>8} {'tok/s':>8} {'failed':>6} {'wall s':>7}",
+        f"{'sched ms':>8} {'req/s':>8} {'tok/s':>8} {'failed':>6} {'wall s':>7}",
         flush=True,
     )
     try:
@@ -101,11 +104,11 @@ def main(argv: list[str] | None = None) -> int:
                 m = measure(url, c, w, a.output_len, delay, a.run_timeout_s)
                 wall = time.perf_counter() - t
                 if "ttft_err_ms" not in m:
-                    print(f"{c:>5} {w:>7} {'failed':>11} {'':>46} {wall:>7.1f}", flush=True)
+                    print(f"{c:>5} {w:>7} {'failed':>11} {'':>55} {wall:>7.1f}", flush=True)
                     continue
                 print(
                     f"{c:>5} {w:>7} {m['ttft_err_ms']:>11.2f} {m['ttft_p99_err_ms']:>8.2f} {m['itl_err_ms']:>10.2f} "
-                    f"{m['itl_p99_err_ms']:>8.2f} {m['req_per_s']:>8.1f} {m['tok_per_s']:>8.0f} "
+                    f"{m['itl_p99_err_ms']:>8.2f} {m['sched_ms']:>8.2f} {m['req_per_s']:>8.1f} {m['tok_per_s']:>8.0f} "
                     f"{int(m['failed']):>6} {wall:>7.1f}",
                     flush=True,
                 )

@@ -6,6 +6,10 @@ chunk and `[DONE]`, so the tests see every shape of chunk a real server sends. I
 the peak number of requests in flight and every request body. Its /metrics speaks vLLM's names: one preemption
 per completed request, KV usage = in-flight requests / `KV_SLOTS`, running = in flight, none waiting, and a
 `cache_config_info` with num_gpu_blocks. /v1/models lists its one model.
+`chunk_tokens` > 1 streams that many tokens per chunk (one chunk per `token_delay_s`, as a server that batches its
+detokenised output or speculates several tokens a step), and `with_token_ids` puts each chunk's token ids in its
+choice (`token_ids`, as vLLM's `return_token_ids`), so that the client's output token count can be told from its
+chunk count and from a re-tokenisation of the text.
 A prompt whose first token id is `BAD_PROMPT_TOKEN` gets HTTP 400 with an OpenAI-style error. /v1/embeddings
 answers after one token delay with an `EMBEDDING_DIM`-long vector that depends on the prompt.
 """
@@ -37,8 +41,11 @@ class FakeOpenAIServer:
         token_delay_s: float = TOKEN_DELAY_S,
         with_metrics: bool = True,
         with_usage: bool = True,
+        chunk_tokens: int = 1,
+        with_token_ids: bool = False,
     ) -> None:
         self.model, self.token_delay_s, self.with_metrics = model, token_delay_s, with_metrics
+        self.chunk_tokens, self.with_token_ids = chunk_tokens, with_token_ids
         self.with_usage = with_usage  # False: as a server that ignores stream_options
         self.in_flight = self.peak_in_flight = self.completed = 0
         self.bodies: list[dict[str, Any]] = []
@@ -122,17 +129,25 @@ class FakeOpenAIServer:
             async def send(obj: Any) -> None:
                 await resp.write(b"data: " + (obj if isinstance(obj, bytes) else json.dumps(obj).encode()) + b"\n\n")
 
-            def choice(text: str, finish: str | None) -> dict[str, Any]:
+            def choice(text: str, finish: str | None, ids: list[int] | None = None) -> dict[str, Any]:
+                out: dict[str, Any] = {"index": 0, "text": text, "finish_reason": finish}
                 if chat:
-                    return {"index": 0, "delta": {"content": text} if text else {}, "finish_reason": finish}
-                return {"index": 0, "text": text, "finish_reason": finish}
+                    out = {"index": 0, "delta": {"content": text} if text else {}, "finish_reason": finish}
+                if ids is not None and self.with_token_ids:
+                    out["token_ids"] = ids
+                return out
 
             if chat:
                 await send({"choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}}]})
-            for k in range(n):
+            step = max(1, self.chunk_tokens)
+            for k in range(0, n, step):
                 await asyncio.sleep(self.token_delay_s)
-                text = "" if (k % EMPTY_TEXT_EVERY == EMPTY_TEXT_EVERY - 1 and not chat) else f"t{k} "
-                await send({"choices": [choice(text, None)]})
+                ks = range(k, min(n, k + step))
+                if step == 1:
+                    text = "" if (k % EMPTY_TEXT_EVERY == EMPTY_TEXT_EVERY - 1 and not chat) else f"t{k} "
+                else:
+                    text = "".join(f"t{j} " for j in ks)
+                await send({"choices": [choice(text, None, [100 + j for j in ks])]})
             await send({"choices": [choice("", "length")]})
             if self.with_usage and (body.get("stream_options") or {}).get("include_usage"):
                 await send(

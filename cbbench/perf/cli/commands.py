@@ -139,12 +139,19 @@ def show(
         typer.Argument(help="a cbbench perf results CSV (its JSON beside it names the runs)", metavar="RESULTS_CSV"),
     ],
     format: Annotated[str, Opt("--format", help="text | markdown | json")] = "text",
+    steady_state: Annotated[
+        bool,
+        Opt(
+            "--steady-state",
+            help="add the figures over the window where the requests in flight stayed >= 0.95 x their maximum",
+        ),
+    ] = False,
 ) -> None:
     """Print the perf table of saved results again: medians over repeats, as the run printed it."""
     from cbbench.perf.report.show import render, saved_entries
 
     entries, workload = saved_entries(results_csv)
-    render(Console(), entries, workload, format)
+    render(Console(), entries, workload, format, steady_state=steady_state)
 
 
 @one_line_errors("compare")

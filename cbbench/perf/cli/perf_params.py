@@ -120,6 +120,14 @@ CpuThreads = Annotated[
 ]
 Quiet = Annotated[bool, Opt(help="no progress bar")]
 Format = Annotated[str, Opt("--format", help="the table: text | markdown | json (the files are the same)")]
+SteadyState = Annotated[
+    bool,
+    Opt(
+        "--steady-state",
+        help="add to the table the figures over the window where the requests in flight stayed >= 0.95 x their "
+        "maximum (the CSV has them always)",
+    ),
+]
 Output = Annotated[
     Optional[Path],
     Opt(

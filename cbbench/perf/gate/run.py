@@ -23,6 +23,7 @@ from typing import Any
 
 from rich.console import Console
 
+from cbbench.perf.client_lag import arms_lag_notes
 from cbbench.perf.gate import trees as tr
 from cbbench.perf.gate.arms import BASE, HEAD, Arm, Run, perf_argv, preflight, run_once, run_order
 from cbbench.perf.gate.output import check_target, write_pair
@@ -248,6 +249,7 @@ def _summary(
         changed = key_changes(b, h)
         if changed:
             notes.append(f"{name}: the arms resolved the configuration differently ({'; '.join(changed)})")
+    notes += arms_lag_notes(configurations(base, head), base, head)
     return {
         "base": describe[BASE],
         "head": describe[HEAD],

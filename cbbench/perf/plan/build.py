@@ -64,6 +64,7 @@ class RunPlan:
     resume: bool = False
     quiet: bool = False
     format: str = "text"  # the table: text | markdown | json (report/show.py)
+    steady_state: bool = False  # the table adds the steady-state figures
     executor: ExecutorChoice | None = None  # --executor (perf/grid/executor.py; None: the plan's default)
 
     @property
@@ -170,6 +171,7 @@ def build_plan(o: PerfOptions) -> RunPlan:
         resume=out.resume,
         quiet=out.quiet,
         format=out.format,
+        steady_state=out.steady_state,
         executor=o.run.executor,
     )
     check_executor(o.run.executor, o.device, plan.server)  # pool or Ray for runs it cannot take: refused before any run

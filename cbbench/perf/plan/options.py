@@ -239,6 +239,7 @@ class OutputOptions:
     label: str = ""  # a name for this run in the CSV's label column (compare / plot show it)
     resume: bool = False  # complete `output`: skip the runs it already holds
     format: str = "text"  # the table: text | markdown | json
+    steady_state: bool = False  # the table adds the steady-state window's figures (perf/steady_state.py)
     quiet: bool = False
     metric_percentiles: Listed[float] = Listed((50.0, 90.0, 99.0), "50,90,99")
     goodput_items: tuple[str, ...] = ()  # NAME:MS items, as given

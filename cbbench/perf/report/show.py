@@ -84,17 +84,24 @@ def saved_entries(csv_path: str | Path) -> tuple[list[Entry], SavedWorkload]:
 
 
 def render(
-    console: Console, entries: Sequence[Entry], workload: Any, fmt: str, goodput: Mapping[str, float] | None = None
+    console: Console,
+    entries: Sequence[Entry],
+    workload: Any,
+    fmt: str,
+    goodput: Mapping[str, float] | None = None,
+    *,
+    steady_state: bool = False,
 ) -> None:
-    """The table in `fmt`: text (fitted to the terminal), markdown or json."""
+    """The table in `fmt`: text (fitted to the terminal), markdown or json; `steady_state`: with the steady-state
+    window's figures (perf/steady_state.py)."""
     if fmt not in FORMATS:
         raise ValueError(f"format must be one of {', '.join(FORMATS)}, got {fmt!r}")
     if fmt == "text":
-        print_perf_table(console, entries, workload, goodput=goodput)
+        print_perf_table(console, entries, workload, goodput=goodput, steady_state=steady_state)
     elif fmt == "markdown":  # a terminal shows the text as it is; a file or a pipe gets markdown that renders it
-        console.file.write(_markdown(entries, goodput, escape=not console.is_terminal))
+        console.file.write(_markdown(entries, goodput, escape=not console.is_terminal, steady_state=steady_state))
     else:
-        med, failed = summarise(entries)
+        med, failed = summarise(entries, steady_state=steady_state)
         doc = {
             "runs": [
                 {
@@ -106,12 +113,14 @@ def render(
                 for k, vals in med.items()
             ],
             "failed": [{"engine": k[0], "batching": k[1], "knobs": k[2], "error": e} for k, e in failed.items()],
-            "notes": summary_lines(entries, goodput),
+            "notes": summary_lines(entries, goodput, steady_state=steady_state),
         }
         console.file.write(json.dumps(doc, indent=1) + "\n")
 
 
-def _markdown(entries: Sequence[Entry], goodput: Mapping[str, float] | None, *, escape: bool = True) -> str:
+def _markdown(
+    entries: Sequence[Entry], goodput: Mapping[str, float] | None, *, escape: bool = True, steady_state: bool = False
+) -> str:
     """The table in markdown. `escape`: HTML and markdown marks escaped (`&lt;1%`, `\\(`), as a renderer needs them
     (a CI step summary renders both); off for a person reading it on a terminal, who would see the escapes."""
     from cbbench.perf.results.gate import _md as escaped
@@ -119,12 +128,12 @@ def _markdown(entries: Sequence[Entry], goodput: Mapping[str, float] | None, *, 
     def _md(x: Any) -> str:
         return escaped(x) if escape else " ".join(str(x).splitlines()).replace("|", "\\|")
 
-    cols = [c for c in table_columns(entries, goodput=goodput) if not c.empty]
+    cols = [c for c in table_columns(entries, goodput=goodput, steady_state=steady_state) if not c.empty]
     lines = [
         "| " + " | ".join(_md(c.header) for c in cols) + " |",
         "|" + "|".join("---" if c.justify == "left" else "---:" for c in cols) + "|",
     ]
     for i in range(len(cols[0].cells) if cols else 0):
         lines.append("| " + " | ".join(_md(str(c.cells[i])) for c in cols) + " |")
-    lines += ["", *(f"- {_md(line)}" for line in summary_lines(entries, goodput))]
+    lines += ["", *(f"- {_md(line)}" for line in summary_lines(entries, goodput, steady_state=steady_state))]
     return "\n".join(lines) + "\n"

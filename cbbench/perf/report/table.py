@@ -24,7 +24,9 @@ from rich.measure import Measurement
 from rich.table import Table
 from rich.text import Text
 
+from cbbench.perf.client_lag import lag_line
 from cbbench.perf.report.table_title import cell_number, simulated_heading, table_title
+from cbbench.perf.steady_state import NOTE_COLUMN
 from refengine.sim.sim_device import DeviceSpec
 
 Key = tuple[str, str, str]  # engine, batching, knob label
@@ -48,6 +50,13 @@ COLUMNS = (
     ("slot waste", "slot_waste", "{:.2f}x", 4),
 )
 RATIO_PRIORITY = 1  # "÷ static" and "cont ÷ this": the table's point
+# `--steady-state`: the figures over the window where the server held its load (perf/steady_state.py), asked for
+STEADY_COLUMNS = (
+    ("steady out tok/s", "steady_output_throughput", "{:.1f}", 1),
+    ("steady TTFT p50 ms", "steady_median_ttft_ms", "{:.0f}", 2),
+    ("steady TPOT p50 ms", "steady_median_tpot_ms", "{:.1f}", 3),
+    ("steady ITL p50 ms", "steady_median_itl_ms", "{:.1f}", 9),
+)
 
 
 @dataclass
@@ -83,8 +92,11 @@ def _fmt(fmt: str, v: float) -> str:
     return "" if math.isnan(v) else fmt.format(v)
 
 
-def summarise(entries: Sequence[Entry]) -> tuple[dict[Key, dict[str, float]], dict[Key, str]]:
-    """Per key: the median of every metric over its repeats (+ spread of output_throughput); failures by key."""
+def summarise(
+    entries: Sequence[Entry], *, steady_state: bool = False
+) -> tuple[dict[Key, dict[str, float]], dict[Key, str]]:
+    """Per key: the median of every metric over its repeats (+ spread of output_throughput), the steady-state
+    figures too when asked; failures by key."""
     by_key: dict[Key, list[Mapping[str, Any]]] = {}
     failed: dict[Key, str] = {}
     for key, row, error in entries:
@@ -94,7 +106,8 @@ def summarise(entries: Sequence[Entry]) -> tuple[dict[Key, dict[str, float]], di
             by_key.setdefault(key, []).append(row)
     out: dict[Key, dict[str, float]] = {}
     for key, rows in by_key.items():
-        med = {m: _median([cell_number(r.get(m)) for r in rows]) for _, m, _, _ in COLUMNS}
+        shown = (*COLUMNS, *(STEADY_COLUMNS if steady_state else ()))
+        med = {m: _median([cell_number(r.get(m)) for r in rows]) for _, m, _, _ in shown}
         tp = [cell_number(r.get("output_throughput")) for r in rows]
         med["spread"] = (max(tp) - min(tp)) / 2 / med["output_throughput"] if len(rows) > 1 else math.nan
         med["repeats"] = len(rows)
@@ -121,16 +134,18 @@ def ratios(med: Mapping[Key, Mapping[str, float]]) -> tuple[dict[Key, float], di
     return vs_static, cont_vs_peer
 
 
-def table_columns(entries: Sequence[Entry], *, goodput: Mapping[str, float] | None = None) -> list[Column]:
+def table_columns(
+    entries: Sequence[Entry], *, goodput: Mapping[str, float] | None = None, steady_state: bool = False
+) -> list[Column]:
     """Every column of the table, in display order, with its cells already formatted."""
-    med, failed = summarise(entries)
+    med, failed = summarise(entries, steady_state=steady_state)
     vs_static, vs_peer = ratios(med)
     keys = [*med, *(k for k in failed if k not in med)]
     cols = [
         Column(h, [k[i] for k in keys], -1, "left", wrap=h == "knobs")
         for i, h in enumerate(("engine", "batching", "knobs"))
     ]
-    for j, (header, metric, fmt, prio) in enumerate(COLUMNS):
+    for j, (header, metric, fmt, prio) in enumerate((*COLUMNS, *(STEADY_COLUMNS if steady_state else ()))):
         if metric == "request_goodput" and not goodput:
             continue  # without --goodput every request counts, and the column would repeat req/s
         cells: list[str | Text] = []
@@ -212,8 +227,11 @@ CPU_ECONOMICS = (
 )
 
 
-def summary_lines(entries: Sequence[Entry], goodput: Mapping[str, float] | None = None) -> list[str]:
-    """The sentences under the table: what goodput counted, the ratios that matter, the failures."""
+def summary_lines(
+    entries: Sequence[Entry], goodput: Mapping[str, float] | None = None, *, steady_state: bool = False
+) -> list[str]:
+    """The sentences under the table: what goodput counted, the ratios that matter, the clients that lagged, the
+    runs without a steady state (when asked for), the failures."""
     med, failed = summarise(entries)
     vs_static, vs_peer = ratios(med)
     lines = []
@@ -233,6 +251,7 @@ def summary_lines(entries: Sequence[Entry], goodput: Mapping[str, float] | None 
     for (eng, _, label), r in vs_peer.items():
         lines.append(f"refengine continuous / {eng}{'' if label == '-' else ' (' + label + ')'}: {r:.2f}x")
     lines += graphed_lines(entries)
+    lines += client_lines(entries, steady_state=steady_state)
     for key, e in failed.items():
         lines.append(f"{key[0]} {key[1]} failed: {e}")
     if simulated_heading([row for _, row, _ in entries if row]):
@@ -240,6 +259,26 @@ def summary_lines(entries: Sequence[Entry], goodput: Mapping[str, float] | None 
             "simulated: every time is the cost model's GPU time; hf-cb is not simulated (transformers' "
             "continuous batching has no cost-model twin)"
         )
+    return lines
+
+
+def _name(key: Key) -> str:
+    eng, mode, label = key
+    return " ".join(x for x in (eng, mode, "" if label == "-" else f"({label})") if x)
+
+
+def client_lines(entries: Sequence[Entry], *, steady_state: bool = False) -> list[str]:
+    """Per configuration: its client lagged (perf/client_lag.py), and, when the steady-state figures were asked
+    for, why a run has none."""
+    rows: dict[Key, list[Mapping[str, Any]]] = {}
+    for key, row, _ in entries:
+        if row is not None:
+            rows.setdefault(key, []).append(row)
+    lines = [line for key, rs in rows.items() if (line := lag_line(_name(key), rs))]
+    if steady_state:
+        for key, rs in rows.items():
+            notes = sorted({str(r.get(NOTE_COLUMN)) for r in rs if r.get(NOTE_COLUMN)})
+            lines += [f"{_name(key)}: {note}" for note in notes]
     return lines
 
 
@@ -262,25 +301,35 @@ def graphed_lines(entries: Sequence[Entry]) -> list[str]:
 
 
 def render_perf_table(
-    entries: Sequence[Entry], workload: Any, *, width: int | None = None, goodput: Mapping[str, float] | None = None
+    entries: Sequence[Entry],
+    workload: Any,
+    *,
+    width: int | None = None,
+    goodput: Mapping[str, float] | None = None,
+    steady_state: bool = False,
 ) -> Group:
     title = table_title(
         workload.name, workload.summary(), getattr(workload, "params", {}) or {}, [row for _, row, _ in entries if row]
     )
-    cols, widths, dropped = fit_columns(table_columns(entries, goodput=goodput), width)
+    cols, widths, dropped = fit_columns(table_columns(entries, goodput=goodput, steady_state=steady_state), width)
     lines = []
     if dropped:
         lines.append(Text(f"(too narrow for: {', '.join(dropped)}; widen the terminal, or see the CSV)", style="dim"))
-    lines += [Text(line) for line in summary_lines(entries, goodput)]
+    lines += [Text(line) for line in summary_lines(entries, goodput, steady_state=steady_state)]
     return Group(_build(title, cols, widths), *lines)
 
 
 def print_perf_table(
-    console: Console, entries: Sequence[Entry], workload: Any, *, goodput: Mapping[str, float] | None = None
+    console: Console,
+    entries: Sequence[Entry],
+    workload: Any,
+    *,
+    goodput: Mapping[str, float] | None = None,
+    steady_state: bool = False,
 ) -> None:
     """Print the table fitted to the console (see the module docstring)."""
     width = table_width(console)
-    group = render_perf_table(entries, workload, width=width, goodput=goodput)
+    group = render_perf_table(entries, workload, width=width, goodput=goodput, steady_state=steady_state)
     if width is not None:
         console.print(group)
         return

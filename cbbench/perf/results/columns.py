@@ -7,9 +7,11 @@ never matches columns by accident. A configuration is `CONFIG_KEY_COLUMNS` plus 
 
 from __future__ import annotations
 
+from cbbench.perf.client_lag import CLIENT_COLUMNS
 from cbbench.perf.metrics import stat_keys
+from cbbench.perf.steady_state import NOTE_COLUMN, STEADY_COLUMNS
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 
 CONFIG_KEY_COLUMNS = (
     "engine",
@@ -64,6 +66,10 @@ METRIC_COLUMNS = (
     *THROUGHPUT_COLUMNS,
     *LATENCY_COLUMNS,
     *ENGINE_COLUMNS,
+    # schema 5: the client's schedule delay and achieved rate (client_lag.py), the steady-state window's figures
+    # (steady_state.py)
+    *CLIENT_COLUMNS,
+    *STEADY_COLUMNS,
 )
 # label: a name for the run (`--label`), not part of the configuration; command: the `cbbench perf` command line
 # (options given explicitly); run_options: JSON of what shaped the run without defining its configuration
@@ -75,6 +81,7 @@ COLUMNS = (
     "repeat",
     "workload_params",
     *METRIC_COLUMNS,
+    NOTE_COLUMN,  # schema 5: why a run has no steady-state figures (text, so not a metric); empty when it has them
     "git_sha",
     "timestamp",
     "command",
@@ -86,7 +93,13 @@ KEY_NAMES = (*CONFIG_KEY_COLUMNS, "workload_params")
 # Older files read as this version: each upgrade names the columns added since that version and the value every old
 # row had in them (schema 2 predates tensor parallelism: every run was on one GPU; schema 3 predates `cbbench gate`:
 # no run belonged to an arm).
-UPGRADES: dict[int, dict[str, str]] = {3: {"arm": ""}, 2: {"tensor_parallel_size": "1", "arm": ""}}
+# schema 4 predates the client's and the steady-state figures: not measured, empty cells.
+_V5 = dict.fromkeys((*CLIENT_COLUMNS, *STEADY_COLUMNS, NOTE_COLUMN), "")
+UPGRADES: dict[int, dict[str, str]] = {
+    4: _V5,
+    3: {"arm": "", **_V5},
+    2: {"tensor_parallel_size": "1", "arm": "", **_V5},
+}
 
 
 def upgrade_lines(lines: list[list[str]]) -> list[list[str]] | None:

@@ -27,6 +27,10 @@ DIRECTIONS: dict[str, str] = {
     "duration": LOWER,
     # `cbbench gate`: the CPU seconds of a run's whole process (user + system), what a CPU engine's work costs
     "process_cpu_s": LOWER,
+    # schema 5: the client's achieved rate and the steady-state window (its latencies are `*_ms`, so LOWER)
+    "achieved_request_rate": HIGHER,
+    "steady_output_throughput": HIGHER,
+    "steady_state_duration": HIGHER,
 }
 THROUGHPUT_TOLERANCE = 0.05
 LATENCY_TOLERANCE = 0.10  # latency percentiles move more between runs than throughput does

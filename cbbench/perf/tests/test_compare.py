@@ -77,6 +77,18 @@ EXPECTED_COLUMNS_V4 = (
     "run_options",
     "extra",
 )
+# schema 5: the client's schedule delay and achieved rate, the steady-state window's figures and its note
+V5_METRICS = (
+    "median_schedule_delay_ms",
+    "p99_schedule_delay_ms",
+    "max_schedule_delay_ms",
+    "achieved_request_rate",
+    "steady_state_duration",
+    "steady_output_throughput",
+    *(f"steady_{s}_{m}_ms" for m in ("ttft", "tpot", "itl") for s in ("mean", "median", "p99")),
+)
+_AT = EXPECTED_COLUMNS_V4.index("git_sha")
+EXPECTED_COLUMNS_V5 = (*EXPECTED_COLUMNS_V4[:_AT], *V5_METRICS, "steady_state_note", *EXPECTED_COLUMNS_V4[_AT:])
 KNOBS = {
     "max_num_seqs": 8,
     "max_num_batched_tokens": 512,
@@ -126,13 +138,13 @@ def gate(tmp_path, baseline, rows, **kw):
 
 
 def test_csv_schema_is_fixed(tmp_path):
-    assert COLUMNS == EXPECTED_COLUMNS_V4 and SCHEMA_VERSION == 4
+    assert COLUMNS == EXPECTED_COLUMNS_V5 and SCHEMA_VERSION == 5
     path = write_csv(tmp_path / "r.csv", [row()])
     with path.open() as f:
         header = next(csv.reader(f))
-    assert tuple(header) == EXPECTED_COLUMNS_V4
+    assert tuple(header) == EXPECTED_COLUMNS_V5
     df = read_csv(path)
-    assert df.loc[0, "schema_version"] == 4 and df.loc[0, "engine"] == "refengine"
+    assert df.loc[0, "schema_version"] == 5 and df.loc[0, "engine"] == "refengine"
     assert df.loc[0, "workload"] == "fixed" and df.loc[0, "num_prompts"] == 4
     assert json.loads(df.loc[0, "workload_params"])["input_len"] == 8
     assert df.loc[0, "request_rate"] == math.inf
@@ -145,7 +157,7 @@ def test_unknown_metrics_go_to_extra_and_headers_must_match(tmp_path):
     append_rows(path, [row(repeat=1)])
     assert len(read_csv(path)) == 2
     other = tmp_path / "other.csv"
-    other.write_text("schema_version,engine\n4,refengine\n")
+    other.write_text("schema_version,engine\n5,refengine\n")
     with pytest.raises(ValueError, match="header"):
         append_rows(other, [row()])
     with pytest.raises(ValueError, match="columns"):
@@ -162,25 +174,28 @@ def _older(tmp_path, version: int, dropped: tuple[str, ...]) -> tuple:
     old = tmp_path / f"v{version}.csv"
     with old.open("w", newline="") as f:
         w = csv.writer(f, lineterminator="\n")
-        w.writerow([c for c in EXPECTED_COLUMNS_V4 if c not in dropped])
+        w.writerow([c for c in EXPECTED_COLUMNS_V5 if c not in dropped])
         w.writerow(old_cells)
     return new, old
 
 
-@pytest.mark.parametrize("version, dropped", [(2, ("tensor_parallel_size", "arm")), (3, ("arm",))])
+_V5 = (*V5_METRICS, "steady_state_note")
+
+
+@pytest.mark.parametrize("version, dropped", [(2, ("tensor_parallel_size", "arm", *_V5)), (3, ("arm", *_V5)), (4, _V5)])
 def test_an_older_schema_file_reads_as_this_one(tmp_path, version, dropped):
-    """Schema 2 (before tensor parallelism) and 3 (before `cbbench gate`'s arm) files, e.g. older baselines, read
-    with tensor_parallel_size 1 and no arm, by both readers, and a resumed or compared run matches them by
-    configuration."""
+    """Schema 2 (before tensor parallelism), 3 (before `cbbench gate`'s arm) and 4 (before the client's and the
+    steady-state figures) files, e.g. older baselines, read with tensor_parallel_size 1, no arm and empty schema-5
+    cells, by both readers, and a resumed or compared run matches them by configuration."""
     new, old = _older(tmp_path, version, dropped)
     df = read_csv(old)
-    assert tuple(df.columns) == COLUMNS and df.loc[0, "tensor_parallel_size"] == 1 and df.loc[0, "schema_version"] == 4
-    assert math.isnan(df.loc[0, "arm"])
+    assert tuple(df.columns) == COLUMNS and df.loc[0, "tensor_parallel_size"] == 1 and df.loc[0, "schema_version"] == 5
+    assert math.isnan(df.loc[0, "arm"]) and math.isnan(df.loc[0, "steady_output_throughput"])
     (rows,) = read_rows(old)
     assert rows["tensor_parallel_size"] == 1 and config_key(rows) == config_key(read_rows(new)[0])
     # an old file missing one of its own columns is not upgraded: the version mismatch is named
     broken = tmp_path / "broken.csv"
-    broken.write_text(",".join(EXPECTED_COLUMNS_V4[:5]) + "\n" + f"{version},a,b,c,d\n")
+    broken.write_text(",".join(EXPECTED_COLUMNS_V5[:5]) + "\n" + f"{version},a,b,c,d\n")
     with pytest.raises(ValueError, match=f"schema_version \\[{version}\\]"):
         read_csv(broken)
 
