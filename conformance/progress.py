@@ -5,15 +5,16 @@ Progress is a request gaining an output token or leaving the engine (finished, a
 unfinished, the most urgent one gains at least one token of compute per step (docs/scheduling.md: it is never a
 victim, and the token budget is at least one), so it samples within its own token count of steps, plus a few steps
 of slack (async scheduling delivers a token one step late; a swap-in or a step that only preempts). The guard fails
-after `window(state)` steps without progress; a livelock of preemption (requests admitted and preempted in turn,
-none ever reaching its next token) is caught there. It also fails past `max_steps` steps in all, which catches a
+after that many steps without progress (the longest live request's tokens + SLACK_STEPS); a livelock of preemption
+(requests admitted and preempted in turn, none ever reaching its next token) is caught there. It also fails past `max_steps` steps in all, which catches a
 request that never finishes although it keeps gaining tokens (a runaway past max_tokens).
 
 A stuck engine may also never return from one step: a loop inside `schedule()` (a victim preempted and readmitted
 over and over within the step, its tokens given back to the budget each time). No step count sees that, so each
 guarded step runs under a watchdog (SIGALRM, in the main thread where signals are delivered): past `STEP_HANG_S`
-(`ENGINE_STEP_HANG_S` for an engine step, which runs the model) the step is interrupted and the test fails with the state it was in. A step here takes milliseconds; the limit is
-thousands of times that, a hang guard that no load reaches, never a timing check.
+(`ENGINE_STEP_HANG_S` for an engine step, which runs the model) the step is interrupted and the test fails with the
+state it was in. A step here takes milliseconds; the limits are hundreds of times that, hang guards that no load
+reaches, never timing checks.
 
 The failure (`EngineStuck`, an AssertionError) shows the waiting and running requests, the free blocks and the last
 `HISTORY` decisions. `for_adapter` guards a SchedulerAdapter (the examples, the state machine, the recorded traces and
@@ -34,8 +35,9 @@ HISTORY = 12  # decisions shown when the guard fails: enough to see a cycle of p
 # Steps a request may go without sampling beyond its own token count (one token of compute per step): async
 # scheduling's token in flight, a step that only preempts, a swap-in, a static batch waiting for its last member.
 SLACK_STEPS = 16
-# Steps any one guarded loop may take in all: a test's scenario needs tens to a few thousand; past this, something
-# keeps running that should have finished (the state machine's own liveness bound is tighter and passed in).
+# Steps any one guarded adapter or generate() call may take in all: a test's scenario needs tens to a few thousand;
+# past this, something keeps running that should have finished (the state machine's teardown has its own, tighter
+# liveness bound).
 DEFAULT_MAX_STEPS = 20_000
 # One step's wall-time limit before the watchdog calls it a hang. A scheduler step without a model (the adapters)
 # takes well under a millisecond to a few ms here (the 12000-token example's is the largest); an engine step runs
@@ -94,8 +96,9 @@ class ProgressGuard:
             self.fail(f"still running after {self.max_steps} steps")
 
     @contextmanager
-    def watch(self, limit_s: float = STEP_HANG_S) -> Iterator[None]:
-        """Run one step under the watchdog: past `limit_s` it fails with the state the step is in."""
+    def watch(self, limit_s: float | None = None) -> Iterator[None]:
+        """Run one step under the watchdog: past `limit_s` (STEP_HANG_S) it fails with the state the step is in."""
+        limit_s = STEP_HANG_S if limit_s is None else limit_s
         if threading.current_thread() is not threading.main_thread() or not hasattr(signal, "setitimer"):
             yield  # (signals reach the main thread only: elsewhere the step count is the only guard)
             return
