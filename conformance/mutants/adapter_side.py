@@ -67,6 +67,7 @@ ADAPTER_MUTANTS: list[Mutant] = [
         VLLM_ENGINE_TESTS,
         "vLLM: the waiting view leaves out the waiting requests that still hold KV blocks",
         python=VLLM_PYTHON,
+        equivalent=True,  # docs/mutation.md: no configuration the adapter builds puts a request in that queue
     ),
     mutant(
         "vllm-adapter-new-ids-from-running",
