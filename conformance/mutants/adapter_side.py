@@ -75,7 +75,9 @@ ADAPTER_MUTANTS: list[Mutant] = [
         "new_req_ids=[rid for rid in out.num_scheduled_tokens if rid in waiting_before],",
         "new_req_ids=[r.req_id for r in out.scheduled_new_reqs],",
         VLLM_ENGINE_TESTS,
-        "vLLM: the admitted ids taken from scheduled_new_reqs, which leaves out resumed (preempted) requests",
+        "vLLM: the admitted ids taken from scheduled_new_reqs, which leaves out resumed (preempted) requests "
+        "under vLLM's V1 model runner",
         python=VLLM_PYTHON,
+        equivalent=True,  # docs/mutation.md: vLLM 0.33 builds the V2 runner here, which gets resumed ones as new
     ),
 ]
