@@ -30,6 +30,7 @@ from conformance.adapters import (
     STALLED_PROPERTY,
     load_adapter,
 )
+from conformance.progress import guarded
 
 hypothesis_profiles.load()  # fast (the default) / ci / thorough, by CBBENCH_HYPOTHESIS_PROFILE
 
@@ -115,7 +116,8 @@ def adapter_cls(engine_name: str):
             reason="--engine vllm needs vllm installed (see docs/conformance.md: 'Checking another engine's scheduler')",
         )
     try:
-        return load_adapter(engine_name)
+        # every schedule() under the progress guard: a stuck engine fails its test with its state, never hangs it
+        return guarded(load_adapter(engine_name))
     except ImportError as e:  # the adapter module itself, or something it needs, is missing
         pytest.skip(f"--engine {engine_name}: adapter not importable ({e})")
 

@@ -6,6 +6,7 @@ import functools
 
 import torch
 
+from conformance.progress import guarded_generate
 from refengine import LLM, SamplingParams
 from refengine.models.presets import TEST_MODEL
 
@@ -30,7 +31,7 @@ def greedy(max_tokens: int, **kw) -> SamplingParams:
 
 def run_llm(prompts, max_tokens=MAX_TOKENS, model: str = TEST_MODEL, **knobs) -> tuple[list[list[int]], LLM]:
     llm = LLM(model=model, device="cpu", **knobs)
-    outs = llm.generate(prompts, [greedy(m) for m in max_tokens])
+    outs = guarded_generate(llm, prompts, [greedy(m) for m in max_tokens])  # a stuck engine fails, with its state
     return [o.outputs[0].token_ids for o in outs], llm
 
 

@@ -8,7 +8,8 @@ profile, a per-mutant timeout), and restores the file. The copy is imported firs
 finder comes after it on sys.meta_path), which is checked before any mutant runs. A mutant is
   killed    the subset failed (or ran past the timeout: a hang it caused);
   survived  the subset passed: the suite misses that bug;
-  stale     its snippet is not in the file any more (code refactored): neither, update the snippet.
+  stale     its snippet is not in the file any more (code refactored): neither, update the snippet;
+  unavailable  an adapter's mutant whose engine environment (Mutant.python, e.g. .venv-vllm) is not there: neither.
 The unmutated subsets must pass first, or nothing is scored. Exit status: 0 if nothing survived but the mutants argued equivalent (`equivalent=True`), 1 otherwise.
 """
 
@@ -58,10 +59,21 @@ def copy_tree(dest: Path, root: Path = ROOT) -> None:
             shutil.copy2(src, out)
 
 
-def run_tests(tree: Path, tests: tuple[str, ...], timeout: float) -> tuple[str, float, str]:
+def interpreter(m: Mutant, root: Path = ROOT) -> str | None:
+    """The Python that runs the mutant's subset: the tool's own, or the engine's environment an adapter's mutant
+    names (`Mutant.python`, relative to the repository); None where that environment is not there."""
+    if not m.python:
+        return sys.executable
+    path = root / m.python
+    return str(path) if path.exists() else None
+
+
+def run_tests(
+    tree: Path, tests: tuple[str, ...], timeout: float, python: str = sys.executable
+) -> tuple[str, float, str]:
     """('pass' | 'fail' | 'timeout', seconds, last lines of the output) of one pytest run inside the copy."""
     env = {**os.environ, "PYTHONPATH": str(tree), "PYTHONDONTWRITEBYTECODE": "1"}
-    cmd = [sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", *tests]
+    cmd = [python, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", *tests]
     start = time.monotonic()
     try:
         p = subprocess.run(cmd, cwd=tree, env=env, capture_output=True, text=True, timeout=timeout)
@@ -71,16 +83,16 @@ def run_tests(tree: Path, tests: tuple[str, ...], timeout: float) -> tuple[str, 
     return ("pass" if p.returncode == 0 else "fail"), time.monotonic() - start, tail
 
 
-def check_copy_is_imported(tree: Path) -> None:
+def check_copy_is_imported(tree: Path, python: str = sys.executable) -> None:
     """Refuse to score unless refengine, conformance and cbbench.perf (where mutants are planted) import from the
-    copy."""
+    copy (in each interpreter that runs a subset: an engine's environment has its own editable install)."""
     env = {**os.environ, "PYTHONPATH": str(tree)}
     code = (
         "import refengine.scheduler.scheduler as s, conformance, cbbench.perf.exceptions as m; "
         "print(s.__file__); print(conformance.__file__); print(m.__file__)"
     )
     found = subprocess.run(
-        [sys.executable, "-c", code], cwd=tree, env=env, capture_output=True, text=True, check=True
+        [python, "-c", code], cwd=tree, env=env, capture_output=True, text=True, check=True
     ).stdout.split()
     for where in found:
         if not Path(where).resolve().is_relative_to(tree.resolve()):
@@ -88,18 +100,27 @@ def check_copy_is_imported(tree: Path) -> None:
 
 
 def score(mutants: list[Mutant], timeout: float, log=print) -> list[tuple[Mutant, str, float]]:
-    """[(mutant, 'killed' | 'survived' | 'stale', seconds)] for each mutant, run one at a time in a copy."""
+    """[(mutant, 'killed' | 'survived' | 'stale' | 'unavailable', seconds)] for each mutant, run one at a time in a
+    copy ('unavailable': the engine environment its subset needs is not there)."""
     results = []
+    pythons = {m.name: interpreter(m) for m in mutants}
     with tempfile.TemporaryDirectory(prefix="cbbench-mutate-") as tmp:
         tree = Path(tmp)
         copy_tree(tree)
-        check_copy_is_imported(tree)
-        for tests in sorted({m.tests for m in mutants}):
-            outcome, secs, tail = run_tests(tree, tests, timeout)
-            log(f"baseline {' '.join(tests)}: {outcome} in {secs:.0f}s")
+        for python in sorted({p for p in pythons.values() if p is not None}):
+            check_copy_is_imported(tree, python)
+        for python, tests in sorted({(pythons[m.name], m.tests) for m in mutants if pythons[m.name] is not None}):
+            outcome, secs, tail = run_tests(tree, tests, timeout, python)
+            where = "" if python == sys.executable else f" ({python})"
+            log(f"baseline {' '.join(tests)}{where}: {outcome} in {secs:.0f}s")
             if outcome != "pass":
                 raise SystemExit(f"the unmutated subset does not pass; fix it first:\n{tail}")
         for m in mutants:
+            python = pythons[m.name]
+            if python is None:
+                results.append((m, "unavailable", 0.0))
+                log(f"{m.name}: unavailable ({m.python} is not there: see docs/mutation.md)")
+                continue
             target = tree / m.path
             original = target.read_text()
             if original.count(m.old) != 1:
@@ -108,7 +129,7 @@ def score(mutants: list[Mutant], timeout: float, log=print) -> list[tuple[Mutant
                 continue
             target.write_text(original.replace(m.old, m.new))
             try:
-                outcome, secs, tail = run_tests(tree, m.tests, timeout)
+                outcome, secs, tail = run_tests(tree, m.tests, timeout, python)
             finally:
                 target.write_text(original)
             verdict = "survived" if outcome == "pass" else "killed"
@@ -118,11 +139,14 @@ def score(mutants: list[Mutant], timeout: float, log=print) -> list[tuple[Mutant
 
 
 def markdown(results: list[tuple[Mutant, str, float]]) -> str:
-    scored = [r for r in results if r[1] != "stale"]
+    scored = [r for r in results if r[1] not in ("stale", "unavailable")]
     killed = sum(r[1] == "killed" for r in scored)
     equivalent = sum(r[1] == "survived" and r[0].equivalent for r in scored)
+    stale = sum(r[1] == "stale" for r in results)
+    unavailable = sum(r[1] == "unavailable" for r in results)
     lines = [
-        f"Score: {killed}/{len(scored)} killed, {equivalent} argued equivalent ({len(results) - len(scored)} stale).",
+        f"Score: {killed}/{len(scored)} killed, {equivalent} argued equivalent ({stale} stale, {unavailable} "
+        "unavailable: the engine environment their subset needs is not there).",
         "",
         "| mutant | file | bug | result | seconds |",
         "|---|---|---|---|---|",

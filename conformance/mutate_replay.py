@@ -47,11 +47,12 @@ def _reload() -> None:
 def _kills(rows: list[dict], recorded_with: str) -> str | None:
     """The first divergence (or error) of the current refengine on the corpus, or None if every trace replays."""
     from conformance.adapters.refengine_adapter import RefEngineAdapter
+    from conformance.progress import guarded
     from conformance.sched_traces import TraceDivergence, replay
 
     for row in rows:
-        try:
-            replay(RefEngineAdapter, row, recorded_with)
+        try:  # (guarded: a mutant that loops inside a step is a kill, not a hang of the whole pass)
+            replay(guarded(RefEngineAdapter), row, recorded_with)
         except TraceDivergence as e:
             return str(e).splitlines()[0]
         except Exception as e:  # noqa: BLE001 (a crash the bug causes kills it too)

@@ -9,6 +9,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from conformance.engine_helpers import TEST_MODEL, TOKEN_ID_RANGE, greedy, hf_greedy
+from conformance.progress import guarded_generate
 from refengine import LLM
 
 # Each example runs the engine and HF on a few short prompts (~1-3 s); the ci profile's example count would make
@@ -51,7 +52,7 @@ def test_greedy_tokens_equal_hf_under_any_knobs(data):
     prompts, max_tokens = data.draw(workloads())
     kn = data.draw(knobs(prompts, max_tokens))
     llm = LLM(TEST_MODEL, **kn)
-    outs = llm.generate(prompts, [greedy(m) for m in max_tokens])
+    outs = guarded_generate(llm, prompts, [greedy(m) for m in max_tokens])
     ours = [o.outputs[0].token_ids for o in outs]
     assert ours == hf_greedy(prompts, max_tokens), f"knobs={kn}"
     sched = llm.llm_engine.scheduler

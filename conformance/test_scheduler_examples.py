@@ -93,6 +93,7 @@ def test_recompute_keeps_generated_tokens_and_reprefills_them(adapter_cls):
         out, _ = step(a)
     out, _ = step(a)
     assert out.num_scheduled_tokens == {"r1": 6 + 3}  # prompt + the 3 generated tokens, re-prefilled at once
+    assert out.new_req_ids == ["r1"]  # a resumed request is admitted from waiting again, as a new one is
     assert a.request("r1").num_output_tokens == 4
 
 

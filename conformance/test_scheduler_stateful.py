@@ -26,6 +26,7 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, precondition,
 from conformance import invariants as inv
 from conformance.adapters import DEPARTED_PROPERTY, NOT_DRAWN_PROPERTY, REFUSED_PROPERTY, STALLED_PROPERTY
 from conformance.fake_runner import EOS_TOKEN_ID, FakeRunner, RequestSpec
+from conformance.progress import guarded
 
 BATCHING_MODES = ("continuous", "sequence", "static", "none")
 MAX_REQUESTS = 10  # per example: keeps the teardown drain (and the liveness bound) small
@@ -363,7 +364,9 @@ def make_machine(
         f"SchedulerMachine_{adapter_cls.__name__}",
         (SchedulerMachine,),
         {
-            "adapter_cls": adapter_cls,
+            # every step under the progress guard (conformance/progress.py): a livelock or a loop inside a step
+            # fails the example with the stuck state, within a few steps or seconds, instead of running on
+            "adapter_cls": guarded(adapter_cls),
             "batching_modes": tuple(modes),
             "pressure": pressure,
             "refused": Counter(),

@@ -26,6 +26,7 @@ from transformers.generation.continuous_batching import scheduler as tf_schedule
 from conformance.adapters.refengine_adapter import RefEngineAdapter  # noqa: E402
 from conformance.adapters.transformers_adapter import TransformersAdapter  # noqa: E402
 from conformance.fake_runner import EOS_TOKEN_ID  # noqa: E402
+from conformance.progress import guarded  # noqa: E402
 from conformance.test_scheduler_examples import prompt, step  # noqa: E402
 from conformance.test_scheduler_stateful import make_machine  # noqa: E402
 
@@ -36,7 +37,7 @@ ENGINES = [RefEngineAdapter, TransformersAdapter]
 
 def make(adapter_cls, **knobs):
     knobs.setdefault("enable_prefix_caching", False)
-    return adapter_cls(eos_token_id=EOS_TOKEN_ID, **knobs)
+    return guarded(adapter_cls)(eos_token_id=EOS_TOKEN_ID, **knobs)  # a stuck engine fails with its state
 
 
 def running_ids(a) -> list[str]:

@@ -39,6 +39,7 @@ from hypothesis import given, note, settings  # noqa: E402
 
 from conformance.adapters.refengine_adapter import RefEngineAdapter  # noqa: E402
 from conformance.adapters.vllm_adapter import VLLMAdapter  # noqa: E402
+from conformance.progress import guarded  # noqa: E402
 from conformance.sched_traces import drive, final_outputs, first_difference  # noqa: E402
 from conformance.trace_spec import EOS, MAX_MODEL_LEN, MAX_STEPS, Req, Trace, traces  # noqa: E402
 
@@ -51,8 +52,8 @@ class Mismatch(AssertionError):
 
 def run(trace: Trace, max_steps: int = MAX_STEPS) -> list[str]:
     """Drive refengine and vLLM in lockstep; raise Mismatch at the first step they disagree. Returns the step log."""
-    ref = RefEngineAdapter(eos_token_id=EOS, **trace.knobs)
-    vl = VLLMAdapter(eos_token_id=EOS, **trace.knobs)
+    ref = guarded(RefEngineAdapter)(eos_token_id=EOS, **trace.knobs)  # a stuck engine fails with its state
+    vl = guarded(VLLMAdapter)(eos_token_id=EOS, **trace.knobs)
     log: list[str] = []
     steps_a, steps_b = drive(ref, trace, max_steps), drive(vl, trace, max_steps)
     for step in range(max_steps + 1):

@@ -31,6 +31,8 @@ SCHED_TESTS = [
     "conformance/test_scheduler_examples.py",
     "refengine/tests/test_async_scheduling.py",
 ]
+# priority scheduling one rule at a time first (seconds), then the scheduler's area
+PRIORITY_TESTS = ["conformance/test_priority_scheduling.py", *SCHED_TESTS]
 RUNNER_TESTS = [
     "refengine/tests/test_model_runner.py",
     "refengine/tests/test_model_runner_transfers.py",
@@ -58,6 +60,26 @@ REPORT_TESTS = [
     "perf/tests/test_step_stats.py",
     "perf/tests/test_html_report.py",
 ]
+# The adapters (conformance/adapters/): a bug there changes only the runs against that engine, which the default
+# suite (refengine) never makes. Their mutants run the engine's conformance run (`--engine NAME`) in the environment
+# that has the engine: transformers is in the project's own; vLLM in ci/setup_vllm_env.sh's .venv-vllm.
+TF_ADAPTER = "conformance/adapters/transformers_adapter.py"
+VLLM_ADAPTER = "conformance/adapters/vllm_adapter.py"
+VLLM_PYTHON = ".venv-vllm/bin/python"
+# (the state machine is left out: minutes a run; the examples and the adapter's own cases come first)
+TF_ENGINE_TESTS = [
+    "conformance/test_transformers_adapter.py",
+    "conformance/test_scheduler_examples.py",
+    "--engine",
+    "transformers",
+]
+VLLM_ENGINE_TESTS = [
+    "conformance/test_scheduler_examples.py",
+    "conformance/test_recorded_traces.py",
+    "conformance/test_priority_scheduling.py",
+    "--engine",
+    "vllm",
+]
 KV_BEHAVIOUR_TESTS = [
     "refengine/tests/test_prefix_cache_partial_blocks.py",
     "refengine/tests/test_swap_partial_block.py",
@@ -77,9 +99,12 @@ class Mutant:
     what: str  # the bug, in words
     # argued in docs/mutation.md to change no behaviour the engine can reach: its survival does not fail the run
     equivalent: bool = False
+    # the interpreter that runs its subset, relative to the repository ("": the tool's own); an engine's environment
+    # for an adapter's mutant. Where it is missing the mutant is "unavailable": neither killed nor survived.
+    python: str = ""
 
 
 def mutant(
-    name: str, path: str, old: str, new: str, tests: list[str], what: str, *, equivalent: bool = False
+    name: str, path: str, old: str, new: str, tests: list[str], what: str, *, equivalent: bool = False, python: str = ""
 ) -> Mutant:
-    return Mutant(name, path, old, new, tuple(tests), what, equivalent)
+    return Mutant(name, path, old, new, tuple(tests), what, equivalent, python)

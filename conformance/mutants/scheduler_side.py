@@ -10,6 +10,7 @@ from conformance.mutants.mutant import (
     KV_BEHAVIOUR_TESTS,
     POOL,
     PREEMPTION,
+    PRIORITY_TESTS,
     QUEUE,
     RUNNER_TESTS,
     SCHED,
@@ -44,6 +45,23 @@ SCHEDULER_MUTANTS: list[Mutant] = [
         "return min(running, key=lambda r: (r.priority, r.arrival_time))",
         SCHED_TESTS,
         "priority preempts the most urgent request instead of the least",
+    ),
+    mutant(
+        "sched-priority-preempts-equal",
+        PREEMPTION,
+        "return victim if victim.priority > req.priority else None",
+        "return victim if victim.priority >= req.priority else None",
+        PRIORITY_TESTS,
+        "priority_preemption: a waiting request preempts a running one of equal priority (issue 47's held-out bug "
+        "class: a victim preempted and readmitted inside one step, for ever)",
+    ),
+    mutant(
+        "sched-priority-victim-last-admitted",
+        PREEMPTION,
+        "            return max(running, key=lambda r: (r.priority, r.arrival_time))\n",
+        "            return max(running[::-1], key=lambda r: r.priority)\n",
+        PRIORITY_TESTS,
+        "priority: among equally urgent running requests the victim is the last admitted, not the latest arrival",
     ),
     mutant(
         "sched-budget-ignored",

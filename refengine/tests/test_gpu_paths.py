@@ -14,13 +14,13 @@ from __future__ import annotations
 import os
 import signal
 import threading
-import time
 
 import pytest
 import torch
 
 from conformance.engine_helpers import TEST_MODEL, greedy, make_prompts
 from refengine import LLM, LLMEngine, SamplingParams
+from refengine.tests.waiting import wait_for
 
 ON_GPU = torch.cuda.is_available()
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not ON_GPU, reason="needs a CUDA device")]
@@ -220,10 +220,7 @@ def test_gpu_serve_streams_and_drains_on_sigterm(tmp_path):
         assert short.failure is None and short.done and short.finish_reasons() == ["length"], short
         reader = threading.Thread(target=read_stream, args=(url, {**body, "max_tokens": LONG}, long), daemon=True)
         reader.start()
-        deadline = time.monotonic() + 120
-        while not long.chunks:
-            assert time.monotonic() < deadline, "the long stream never started"
-            time.sleep(0.01)
+        wait_for(lambda: bool(long.chunks), "the long stream's first chunk")
         os.kill(proc.pid, signal.SIGTERM)
         reader.join(timeout=SERVE_GRACE_S + 60)
         assert not reader.is_alive() and long.failure is None, long.failure

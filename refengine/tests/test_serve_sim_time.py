@@ -7,6 +7,8 @@ cbbench.perf.bench.sim_serving is the full-size version (512 ShareGPT prompts at
 
 from __future__ import annotations
 
+import pytest
+
 from cbbench.perf.backends.http_client import HttpTarget
 from cbbench.perf.backends.http_run import run_http
 from cbbench.perf.backends.in_process import run_refengine
@@ -33,6 +35,13 @@ def _mean_tpot_ms(result) -> float:
     return float(result.metrics(metric_percentiles=[50], goodput=None)["mean_tpot_ms"])
 
 
+# A benchmark, out of the default run: the served TPOT is the client's wall-clock times mapped to simulated time, so
+# a loaded host (the client, the server's event loop and its engine thread behind one GIL) stretches it: at load 3-5
+# on the shared 2-core machine it came out 8.6 ms against 6.6 in-process (issue 47), a failure of a correct tree.
+# Run it with `pytest -m slow refengine/tests/test_serve_sim_time.py` on a quiet machine (or the full-size
+# cbbench.perf.bench.sim_serving); the default run keeps refengine/tests/test_serve_sim_clock.py's checks of the
+# served clock itself, which count and order rather than time.
+@pytest.mark.slow
 def test_served_tpot_in_simulated_time_matches_in_process_at_more_streams_than_the_host_keeps_up_with():
     workload = _workload()
     inproc = run_refengine(
