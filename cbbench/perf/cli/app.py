@@ -236,6 +236,7 @@ LIKE_MAY_SET = {
     "goodput",
     "dry_run",
     "format",
+    "prefix_cache_isolation",
 }
 
 
