@@ -103,8 +103,8 @@ async def _run(
                 return res
         if isolation is not None and isolation.reset_path is not None:  # after the warm-up: it warms nothing either
             error = await reset(session, target, isolation.reset_path)
-            if error is not None:
-                res.error = error
+            if error is not None and salt is None:  # (refused, say while another client's requests run: the salt
+                res.error = error  # alone still keeps this run's prompts from every earlier run's)
                 return res
         if salt is not None:  # every request of the run under the run's own salt: its shared prefixes still hit
             target = dataclasses.replace(target, cache_salt=salt)

@@ -79,3 +79,4 @@ class OpenAIEmbeddingsBackend(HttpBackend):
     """/v1/embeddings: latency and input-token throughput of an embedding server."""
 
     send = staticmethod(embed_request)
+    takes_salt = False  # an embedding request carries no cache_salt: a reset, where offered, starts each run cold

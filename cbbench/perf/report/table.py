@@ -50,9 +50,9 @@ COLUMNS = (
 )
 RATIO_PRIORITY = 1  # "÷ static" and "cont ÷ this": the table's point
 # The prefix-hit column is shown only where some configuration's median hit rate reaches this share of its prompt
-# tokens: a run whose prompts were served from an earlier run's cache hits nearly all of them (a warm repeat of
-# sharegpt against cbbench serve: ~95 %), a cold run of distinct prompts well under 1 %; below 5 % the cached tokens
-# change a run's prefill work, and so its TTFT, by less than this machine's run-to-run noise.
+# tokens: a run whose prompts were served from an earlier run's cache hits most of them (a warm repeat of sharegpt
+# against cbbench serve: 90 %, docs/measurements.md), a cold run of distinct prompts none; below 5 % the cached
+# tokens change a run's prefill work, and so its TTFT, by less than this machine's run-to-run noise.
 PREFIX_HIT_SHOWN = 0.05
 
 

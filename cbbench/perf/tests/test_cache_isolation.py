@@ -91,6 +91,9 @@ def test_a_mode_the_server_lacks_or_an_in_process_backend_is_one_line_and_exit_2
         assert "offers no prefix-cache reset" in res.output and not list(tmp_path.glob("*.csv"))
         # what auto finds there: it takes the field (and ignores it: the hit rate is the check); no reset
         assert probe(HttpTarget("openai", fake.base_url, "fake-model"), "auto") == Isolation("auto", True, None)
+        res = CliRunner().invoke(app, ["perf", "--backend", "openai-embeddings", "--base-url", fake.base_url,
+                                       "--prefix-cache-isolation", "salt", "--dry-run"])  # fmt: skip
+        assert res.exit_code == 2 and "carry no cache_salt" in res.output, res.output
     for mode in ("salt", "reset", "off"):
         res = CliRunner().invoke(app, ["perf", *FIXED, "--num-prompts", "2", "--prefix-cache-isolation", mode,
                                        "--dry-run"])  # fmt: skip
