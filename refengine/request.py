@@ -47,8 +47,14 @@ class Request:
         priority: int = 0,
         arrival_time: float | None = None,
         eos_token_id: int | list[int] | None = None,
+        cache_salt: str | None = None,
     ) -> None:
         self.request_id = request_id
+        # vLLM's cache_salt: mixed into the first KV block's hash, so that only requests of the same salt share
+        # prefixes (refengine/kv_cache/block_pool.py's hash_block_tokens)
+        if cache_salt is not None and (not isinstance(cache_salt, str) or not cache_salt):
+            raise ValueError(f"cache_salt must be a non-empty string if given, got {cache_salt!r}")
+        self.cache_salt = cache_salt
         self.prompt_token_ids = list(prompt_token_ids)
         self.sampling_params = sampling_params if sampling_params is not None else SamplingParams()
         self.stop_token_ids = frozenset(

@@ -47,6 +47,8 @@ def run_plan(plan: RunPlan, console: Console, *, table: bool = True) -> list[dic
     _set_threads(plan)
     _check_server(plan.settings.base_url)
     _check_simulated_tp(plan)
+    for backend in plan.backends.values():  # (a server's offer is asked once, before any file is written)
+        backend.prepare()
     writer = ResultWriter(
         plan.csv_path,
         config=plan.config,
@@ -98,7 +100,7 @@ def run_plan(plan: RunPlan, console: Console, *, table: bool = True) -> list[dic
             goodput=plan.goodput,
             steady_state=plan.steady_state,
         )
-    for line in notes + grid.notes:
+    for line in dict.fromkeys(notes + grid.notes):  # a note every run of a server makes is said once
         info.print(line, markup=False, highlight=False, soft_wrap=True)  # a log's line is never broken
     info.print(f"wrote {plan.csv_path}, {writer.json_path} and {writer.files.root}/", markup=False, soft_wrap=True)
     _check_measured([e for _, e in entries])

@@ -213,6 +213,14 @@ class LLMEngine:
             self.scheduler.finish_requests([rid], RequestStatus.FINISHED_ABORTED)
             self._pending.append(self.output_processor.output_of(req))
 
+    def reset_prefix_cache(self) -> bool:
+        """Forget every cached prefix, as vLLM's LLMEngine.reset_prefix_cache() (its default, running requests left
+        alone): True once done; False, nothing changed, while a request still holds KV blocks (one running, or
+        a step in flight under async scheduling). Call it from the thread that steps the engine."""
+        if self._shut_down:
+            raise RuntimeError(f"reset_prefix_cache(): {_SHUT_DOWN}")
+        return self.scheduler.reset_prefix_cache()
+
     def has_unfinished_requests(self) -> bool:
         return self.scheduler.has_unfinished_requests() or bool(self._pending) or bool(self.batch_queue)
 

@@ -19,7 +19,8 @@ from refengine.request import Request
 from refengine.sampling_params import SamplingParams
 from refengine.tokenizer import NoTokenizer, Tokenizer
 
-Prompt = str | list[int] | dict[str, Any]  # text, token ids, or vLLM's {"prompt": ...} / {"prompt_token_ids": ...}
+# text, token ids, or vLLM's {"prompt": ...} / {"prompt_token_ids": ...}, either with vLLM's optional "cache_salt"
+Prompt = str | list[int] | dict[str, Any]
 
 
 class Processor:
@@ -39,10 +40,22 @@ class Processor:
         if not isinstance(request_id, str) or not request_id:
             raise ValueError(f"request_id must be a non-empty string, got {request_id!r}")
         params = self.check_params(params)
+        salt = None
+        if isinstance(prompt, dict) and "cache_salt" in prompt:
+            prompt = dict(prompt)
+            salt = prompt.pop("cache_salt")
+            if not isinstance(salt, str) or not salt:  # vLLM's words for it
+                raise ValueError(f"cache_salt must be a non-empty string if provided, got {salt!r}")
         text, token_ids = self.tokenize(prompt)
         self.check_prompt(token_ids, params)
         req = Request(
-            request_id, token_ids, params, priority=priority, arrival_time=arrival_time, eos_token_id=self.eos_token_id
+            request_id,
+            token_ids,
+            params,
+            priority=priority,
+            arrival_time=arrival_time,
+            eos_token_id=self.eos_token_id,
+            cache_salt=salt,
         )
         return req, text
 
@@ -87,7 +100,10 @@ class Processor:
             if isinstance(ids, str):
                 raise ValueError("prompt_token_ids must be a list of token ids, got a string")
             return ids
-        raise ValueError(f"a prompt dict takes exactly one of 'prompt' or 'prompt_token_ids', got keys {sorted(keys)}")
+        raise ValueError(
+            "a prompt dict takes exactly one of 'prompt' or 'prompt_token_ids' (and optionally 'cache_salt'), got "
+            f"keys {sorted(keys)}"
+        )
 
     def check_prompt(self, ids: list[int], params: SamplingParams) -> None:
         vocab, sc = self.vocab_size, self.sc

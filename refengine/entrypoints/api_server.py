@@ -1,7 +1,10 @@
 """`cbbench serve`: refengine behind an OpenAI-compatible HTTP API (FastAPI + uvicorn), shaped as vLLM's server.
 
 Routes: POST /v1/completions, POST /v1/chat/completions (both streaming over SSE or not), GET /v1/models, /health,
-/metrics (Prometheus text, vLLM's metric names), and vLLM's POST /tokenize, POST /detokenize, GET /version. Errors are OpenAI-shaped, `{"error": {"message", "type", "param",
+/metrics (Prometheus text, vLLM's metric names), and vLLM's POST /tokenize, POST /detokenize, GET /version and POST
+/reset_prefix_cache (a development route in vLLM; here always on, behind the API key as every route but /health and
+/metrics: 200 `{"success": true}` once every cached prefix is forgotten, 409 while a request holds KV blocks, which
+vLLM's engine refuses too, where vLLM's route answers 200 whatever the engine said). Errors are OpenAI-shaped, `{"error": {"message", "type", "param",
 "code"}}`: client input that the server refuses is a 400 naming the field (request-body validation included, which
 FastAPI would answer with 422), an unknown model a 404, every other 4xx a client-error type. Only a failure of the
 engine itself is a 500; it fails the requests in flight at that step and the server goes on serving. Error messages
@@ -180,6 +183,20 @@ def _add_service_routes(app: FastAPI, serving: OpenAIServing, check_model: Any, 
             if pacer:
                 out["sim_time_scale"] = pacer.scale
         return out
+
+    @app.post("/reset_prefix_cache")
+    async def reset_prefix_cache(request: Request) -> JSONResponse:
+        if request.query_params.get("reset_running_requests", "false").lower() not in ("false", "0"):
+            raise BadRequest(
+                "reset_running_requests is not supported: this server resets only while no request holds KV blocks",
+                "reset_running_requests",
+            )
+        if not await serving.reset_prefix_cache():
+            raise BadRequest(
+                "the prefix cache was not reset: requests still hold KV blocks; reset once they have finished",
+                status=409,
+            )
+        return JSONResponse({"success": True})
 
     @app.get("/health")
     async def health() -> Response:

@@ -18,6 +18,7 @@ import threading
 import traceback
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from refengine.engine.llm_engine import LLMEngine
 from refengine.entrypoints.delivery import OutputHandoff
@@ -49,7 +50,8 @@ class EngineError(RuntimeError):
 
 # what a stream's queue receives: (the caller's tag, the request's next output, or the error that ended it)
 StreamItem = tuple[object, RequestOutput | Exception]
-NewItem = tuple[str, str | list[int], object]  # (request_id, prompt, tag)
+# (request_id, prompt, tag); a dict prompt is vLLM's {"prompt_token_ids": ..., "cache_salt": ...}
+NewItem = tuple[str, str | list[int] | dict[str, Any], object]
 
 
 @dataclass
@@ -67,6 +69,13 @@ class _Add:
 @dataclass
 class _Abort:
     request_ids: list[str]
+
+
+@dataclass
+class _Reset:
+    """Forget the cached prefixes between two steps; `fut` gets the engine's answer (False: blocks are held)."""
+
+    fut: concurrent.futures.Future[bool]
 
 
 @dataclass
@@ -91,7 +100,7 @@ class AsyncLLMEngine:
         config = engine.config.scheduler
         self.metrics = ServerMetrics(model_name, config.num_gpu_blocks, config.block_size)
         self._lock = threading.Lock()
-        self._commands: list[_Add | _Abort] = []
+        self._commands: list[_Add | _Abort | _Reset] = []
         self._wake = threading.Event()
         self._streams: dict[str, _Stream] = {}  # engine thread only
         self._stop = False
@@ -152,10 +161,17 @@ class AsyncLLMEngine:
         if request_ids and not self._stop:
             self._send(_Abort(list(request_ids)))
 
+    async def reset_prefix_cache(self) -> bool:
+        """Ask the engine thread to forget every cached prefix between two steps (LLMEngine.reset_prefix_cache):
+        True once done, False while a request holds KV blocks."""
+        fut: concurrent.futures.Future[bool] = concurrent.futures.Future()
+        self._send(_Reset(fut))
+        return await asyncio.wrap_future(fut)
+
     def is_running(self) -> bool:
         return self._thread is not None and self._thread.is_alive()
 
-    def _send(self, command: _Add | _Abort) -> None:
+    def _send(self, command: _Add | _Abort | _Reset) -> None:
         if not self.is_running():
             raise EngineError("the engine thread is not running")
         with self._lock:
@@ -174,7 +190,7 @@ class AsyncLLMEngine:
         with self._lock:
             commands, self._commands = self._commands, []
         for cmd in commands:
-            if isinstance(cmd, _Add) and not cmd.fut.done():
+            if isinstance(cmd, (_Add, _Reset)) and not cmd.fut.done():
                 cmd.fut.set_exception(EngineError("the server is shutting down"))
         try:
             self._after_step(self.engine.shutdown())
@@ -208,6 +224,12 @@ class AsyncLLMEngine:
         with self._lock:
             commands, self._commands = self._commands, []
         for cmd in commands:
+            if isinstance(cmd, _Reset):
+                try:
+                    cmd.fut.set_result(self.engine.reset_prefix_cache())
+                except Exception as e:  # noqa: BLE001 (the caller gets it; the engine thread goes on)
+                    cmd.fut.set_exception(e)
+                continue
             if isinstance(cmd, _Abort):
                 live = [rid for rid in cmd.request_ids if rid in self._streams]
                 if live:

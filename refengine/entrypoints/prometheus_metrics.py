@@ -116,6 +116,11 @@ class ServerMetrics:
         self.preemptions = counter("vllm:num_preemptions", "Cumulative number of preemption from the engine.")
         self.prompt_tokens = counter("vllm:prompt_tokens", "Number of prefill tokens processed.")
         self.generation_tokens = counter("vllm:generation_tokens", "Number of generation tokens processed.")
+        # vLLM V1's prefix-cache counters, in tokens: a client's hit rate over a run is the ratio of the differences
+        self.prefix_queries = counter(
+            "vllm:prefix_cache_queries", "Prefix cache queries, in terms of number of queried tokens."
+        )
+        self.prefix_hits = counter("vllm:prefix_cache_hits", "Prefix cache hits, in terms of number of cached tokens.")
         self._success = Counter(
             "vllm:request_success",
             "Count of successfully processed requests.",
@@ -164,6 +169,9 @@ class ServerMetrics:
         """`m` is the engine's per-request record (refengine.engine.llm_engine.request_metrics); times are monotonic."""
         reason = m.get("finish_reason") or "abort"
         self._success.labels(**self._labels, finished_reason=reason).inc()
+        if m.get("first_scheduled_time") is not None:  # admitted: its prompt was looked up in the prefix cache
+            self.prefix_queries.inc(m.get("prompt_len", 0))
+            self.prefix_hits.inc(m.get("num_cached_tokens", 0))
         arrival, first, finish = m.get("arrival_time"), m.get("first_token_time"), m.get("finish_time")
         times = m.get("token_times") or []
         if arrival is not None and first is not None:

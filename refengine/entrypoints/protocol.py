@@ -146,6 +146,8 @@ class _SamplingFields(_Utf8Body):
     prompt_logprobs: int | None = None
     user: str | None = None
     priority: int = 0
+    # vLLM's: requests share cached prefixes only under the same salt (refengine/kv_cache/block_pool.py)
+    cache_salt: str | None = None
 
     def _check_common(self) -> None:
         if self.n != 1:
@@ -154,6 +156,8 @@ class _SamplingFields(_Utf8Body):
             raise BadRequest(f"best_of must be 1 or unset, got {self.best_of}", "best_of")
         if self.stream_options is not None and not self.stream:
             raise BadRequest("stream_options is only allowed when stream is true", "stream_options")
+        if self.cache_salt is not None and not self.cache_salt:  # (a non-string fails the field's strict type)
+            raise BadRequest("cache_salt must be a non-empty string if provided", "cache_salt")
 
     def sampling_params(self, max_tokens: int) -> SamplingParams:
         """Defaults as vLLM's server: temperature 1, top_p 1, top_k off. A ValueError names its field."""

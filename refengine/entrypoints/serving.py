@@ -19,7 +19,7 @@ from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, cast
 
-from refengine.entrypoints.async_engine import AsyncLLMEngine, BatchRefused, EngineError, StreamItem
+from refengine.entrypoints.async_engine import AsyncLLMEngine, BatchRefused, EngineError, NewItem, StreamItem
 from refengine.entrypoints.chat import ChatRender, render_messages
 from refengine.entrypoints.protocol import (
     BadRequest,
@@ -73,6 +73,7 @@ class Call:
     prompt_ids: list[list[int]]
     params: SamplingParams
     include_usage: bool = False
+    cache_salt: str | None = None  # vLLM's request field: the call's prompts share cached prefixes only under it
     queue: asyncio.Queue[StreamItem] = field(default_factory=asyncio.Queue)
     request_ids: list[str] = field(default_factory=list)
     done: set[int] = field(default_factory=set)
@@ -124,7 +125,9 @@ class OpenAIServing:
         for ids in prompt_ids:
             self._check_room(len(ids), req.max_tokens, "max_tokens")
         params = self._params(req, req.max_tokens, "max_tokens", {})
-        return Call("completion", new_id("cmpl"), self.model_name, now(), prompt_ids, params, req.include_usage)
+        return Call(
+            "completion", new_id("cmpl"), self.model_name, now(), prompt_ids, params, req.include_usage, req.cache_salt
+        )
 
     async def chat_call(self, req: ChatCompletionRequest) -> Call:
         req.check()
@@ -136,7 +139,9 @@ class OpenAIServing:
         # OpenAI's default for chat: as many tokens as the context leaves
         max_tokens = requested if requested is not None else max(1, self.max_model_len - len(ids))
         params = self._params(req, max_tokens, name, {"max_tokens": name})
-        return Call("chat", new_id("chatcmpl"), self.model_name, now(), [ids], params, req.include_usage)
+        return Call(
+            "chat", new_id("chatcmpl"), self.model_name, now(), [ids], params, req.include_usage, req.cache_salt
+        )
 
     def _check_room(self, prompt_len: int, max_tokens: int | None, param: str) -> None:
         """A prompt must leave room for the `max_tokens` asked for: a 400 naming both numbers, as vLLM's server words
@@ -185,12 +190,21 @@ class OpenAIServing:
                 str(e), param_of(str(e), set(SamplingParams.__dataclass_fields__), "prompt", renames)
             ) from None
 
+    async def reset_prefix_cache(self) -> bool:
+        """vLLM's POST /reset_prefix_cache: True once every cached prefix is forgotten; False (nothing changed)
+        while a request holds KV blocks, as vLLM's engine refuses without reset_running_requests."""
+        return await self.engine.reset_prefix_cache()
+
     async def submit(self, call: Call, priority: int) -> None:
         """Queue every prompt of the call at once, all or nothing; a refused one is a 400 naming its field."""
         if self.closed:  # it was still tokenising when the server aborted everything
             raise ShutdownAbort(self.closed)
         prompt_param = "prompt" if call.kind == "completion" else "messages"
-        items = [(f"{call.id}-{i}", ids, i) for i, ids in enumerate(call.prompt_ids)]
+        salt = call.cache_salt
+        items: list[NewItem] = [
+            (f"{call.id}-{i}", ids if salt is None else {"prompt_token_ids": ids, "cache_salt": salt}, i)
+            for i, ids in enumerate(call.prompt_ids)
+        ]
         try:
             await self.engine.add_requests(items, call.params, call.queue, priority=priority)
         except ValueError as e:

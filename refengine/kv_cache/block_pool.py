@@ -27,9 +27,15 @@ class KVCacheBlock:
         return f"KVCacheBlock({self.block_id}, ref={self.ref_cnt}, hash={self.block_hash})"
 
 
-def hash_block_tokens(parent_hash: BlockHash | None, token_ids: Sequence[int]) -> BlockHash:
-    """Hash of a full block chained to the hash of the block before it, so equal hashes mean equal prefixes."""
-    return hash((parent_hash, tuple(token_ids)))
+def hash_block_tokens(
+    parent_hash: BlockHash | None, token_ids: Sequence[int], cache_salt: str | None = None
+) -> BlockHash:
+    """Hash of a full block chained to the hash of the block before it, so equal hashes mean equal prefixes. A
+    request's `cache_salt` (vLLM's request field) goes into its first block's hash only: the chain carries it to
+    every later block, so a salted prefix never matches an unsalted one or one under another salt."""
+    if cache_salt is None:
+        return hash((parent_hash, tuple(token_ids)))
+    return hash((parent_hash, tuple(token_ids), cache_salt))
 
 
 class BlockPool:
@@ -106,6 +112,17 @@ class BlockPool:
             return
         block.block_hash = block_hash
         self.cached.setdefault(block_hash, {})[block.block_id] = block
+
+    def reset_prefix_cache(self) -> bool:
+        """Forget every cached prefix, as vLLM's BlockPool.reset_prefix_cache: only while no block is held (a
+        running request's blocks are its KV, and vLLM refuses rather than touch them); False, nothing changed,
+        otherwise. Benchmarks call it between runs so that no run is served from an earlier one's prefixes."""
+        if self.num_used_blocks:
+            return False
+        for block in self.blocks:
+            block.block_hash = None
+        self.cached.clear()
+        return True
 
     def check_invariants(self) -> None:
         """free + used == total; ref counts never negative; free queue holds exactly the zero-ref blocks;

@@ -49,7 +49,8 @@ class KVCacheManager:
         bs = self.block_size
         for i in range(len(hashes), request.num_tokens // bs):
             parent = hashes[-1] if hashes else None
-            hashes.append(hash_block_tokens(parent, request.all_token_ids[i * bs : (i + 1) * bs]))
+            salt = request.cache_salt if i == 0 else None  # the first block's alone: the chain carries it on
+            hashes.append(hash_block_tokens(parent, request.all_token_ids[i * bs : (i + 1) * bs], salt))
         return hashes
 
     def get_computed_blocks(self, request: Request) -> tuple[list[KVCacheBlock], int]:
@@ -79,6 +80,11 @@ class KVCacheManager:
         for i in range(start, num_full):
             self.block_pool.cache_block(blocks[i], hashes[i])
         self.num_cached_blocks[request.request_id] = num_full
+
+    def reset_prefix_cache(self) -> bool:
+        """Drop every cached prefix while no request holds a block (BlockPool.reset_prefix_cache); False if any
+        does. The requests' own block hashes stay: they are their tokens' hashes, valid whatever the map holds."""
+        return self.block_pool.reset_prefix_cache()
 
     # ---- allocation -----------------------------------------------------------------------------------------
     def has_room(self, request: Request, num_new_tokens: int) -> bool:
@@ -223,5 +229,6 @@ class KVCacheManager:
         )
         parent: BlockHash | None = None
         for i, h in enumerate(hashes):
-            parent = hash_block_tokens(parent, request.all_token_ids[i * bs : (i + 1) * bs])
+            salt = request.cache_salt if i == 0 else None
+            parent = hash_block_tokens(parent, request.all_token_ids[i * bs : (i + 1) * bs], salt)
             assert h == parent, f"{request}: block {i}'s hash is not that of its tokens"

@@ -145,6 +145,11 @@ class Scheduler:
     def get_num_unfinished_requests(self) -> int:
         return len(self.running) + len(self.waiting)
 
+    def reset_prefix_cache(self) -> bool:
+        """Forget every cached prefix (vLLM's Scheduler.reset_prefix_cache without reset_running_requests): refused,
+        False and nothing changed, while any request holds a KV block."""
+        return self.kv_cache_manager.reset_prefix_cache()
+
     @property
     def num_free_blocks(self) -> int:
         return self.kv_cache_manager.num_free_blocks

@@ -156,6 +156,10 @@ class Backend:
         backend, args = cls._registry[name]
         return backend(settings, args.of(options))
 
+    def prepare(self) -> None:
+        """Called once before the plan's first run, in this process (a server backend asks its server what it
+        offers here); a ValueError refuses the whole plan before anything runs. Nothing by default."""
+
     def run(self, spec: RunSpec, progress: ProgressFn | None = None) -> RunResult:
         raise NotImplementedError
 

@@ -7,7 +7,8 @@ The request shapes are those of vLLM's `bench serve` (`vllm/benchmarks/lib/endpo
   turns: the history's user / assistant messages, `http_turns.py`), `max_completion_tokens`;
 - both: `stream: true`, `stream_options.include_usage`, `temperature: 0` (greedy) and vLLM's `ignore_eos: true`, so
   an engine that honours it generates exactly the workload's output lengths; `ignore_eos=False` leaves the field
-  out for servers that refuse unknown fields (transformers serve answers 422), and outputs may then be shorter.
+  out for servers that refuse unknown fields (transformers serve answers 422), and outputs may then be shorter;
+  vLLM's `cache_salt` where the run has one (`--prefix-cache-isolation`, cache_isolation.py).
 
 What is measured (one clock, `time.perf_counter()`, per request):
 - arrival_time: when the request is sent (after `--max-concurrency`'s wait, as vLLM measures);
@@ -59,6 +60,7 @@ class HttpTarget:
     prompt_format: str = "ids"  # "ids" | "text" (openai-chat always sends text)
     ignore_eos: bool = True  # send vLLM's ignore_eos (exact output lengths)
     timeout_s: float = 6 * 3600  # per request, as vLLM's AIOHTTP_TIMEOUT
+    cache_salt: str | None = None  # vLLM's request field, one per measured run (cache_isolation.py); None: not sent
 
     def __post_init__(self) -> None:
         if self.backend not in ENDPOINTS:
@@ -91,6 +93,7 @@ def build_payload(
         "stream_options": {"include_usage": True},
         "temperature": 0.0,
         **({"ignore_eos": True} if target.ignore_eos else {}),
+        **({"cache_salt": target.cache_salt} if target.cache_salt is not None else {}),
     }
     if target.backend == "openai":
         return {**common, "prompt": prompt, "max_tokens": output_len}
@@ -104,7 +107,7 @@ def build_payload(
     return {**common, "messages": messages, "max_completion_tokens": output_len, "max_tokens": output_len}
 
 
-def _headers() -> dict[str, str]:
+def auth_headers() -> dict[str, str]:
     key = os.environ.get("OPENAI_API_KEY")
     return {"Authorization": f"Bearer {key}"} if key else {}
 
@@ -160,7 +163,7 @@ async def stream_request(
     usage: dict[str, Any] = {}
     finish_reason = None
     try:
-        async with session.post(target.url, json=payload, headers=_headers()) as resp:
+        async with session.post(target.url, json=payload, headers=auth_headers()) as resp:
             if resp.status != 200:
                 body = (await resp.text()).strip().replace("\n", " ")
                 return error_record(request_id, prompt_len, output_len, st, f"HTTP {resp.status}: {body}")

@@ -1,4 +1,8 @@
-"""One measured HTTP run: warm the server up, scrape /metrics, replay the workload, scrape again.
+"""One measured HTTP run: warm the server up, make sure the run starts cold, scrape /metrics, replay the workload,
+scrape again.
+
+Cold: with an `Isolation` (cache_isolation.py) the run sends its own `cache_salt` (the warm-up another) and/or resets
+the server's prefix cache after the warm-up, so that no prompt of an earlier run (or of the warm-up) hits it.
 
 What only the engine sees is NaN unless the server's /metrics tells it (`server_metrics.py`): queueing time,
 recomputed tokens, slot and token-budget utilisation, static slot waste, the step count. A served simulated GPU
@@ -9,12 +13,14 @@ time (`sim_time.py`), and a note says so.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from cbbench.perf.backends.backend import WARMUP_OUTPUT_LEN, ProgressFn, RunResult, warmup_prompts
+from cbbench.perf.backends.cache_isolation import Isolation, new_salt, reset
 from cbbench.perf.backends.client_workers import check_client_workers, replay_sharded
 from cbbench.perf.backends.http_client import HttpTarget, make_session, replay, run_duration
 from cbbench.perf.backends.http_turns import replay_turns
@@ -44,6 +50,7 @@ class HttpRunResult(RunResult):
     server_series: list[dict[str, float | None]] = field(default_factory=list)  # ServerMetrics.series
     sim_time_scale: float | None = None  # the served clock's mean scale over the run, where times were converted
     time_note: str | None = None
+    isolation: Isolation | None = None  # how the run was kept from an earlier run's cached prefixes (None: not asked)
 
     def metrics(self, *, metric_percentiles: Sequence[float], goodput: Mapping[str, float] | None) -> dict[str, Any]:
         m = super().metrics(metric_percentiles=metric_percentiles, goodput=goodput)
@@ -82,15 +89,25 @@ async def _run(
     progress: ProgressFn | None,
     client_workers: int = 1,
     send: Any = None,
+    isolation: Isolation | None = None,
 ) -> HttpRunResult:
-    res = HttpRunResult(target.backend, "", EngineKnobs())
+    res = HttpRunResult(target.backend, "", EngineKnobs(), isolation=isolation)
     prompts = request_prompts(workload, target, tokenizer)
+    salt = new_salt() if isolation is not None and isolation.salt else None
     async with make_session(max_concurrency, target.timeout_s) as session:
         if warmup:  # as vLLM's test prompt: a server that cannot answer fails the run here, not 500 times
-            error = await _warm_up(target, session, tokenizer, warmup, seed, max_concurrency, send)
+            warm_target = target if salt is None else dataclasses.replace(target, cache_salt=salt + "-warmup")
+            error = await _warm_up(warm_target, session, tokenizer, warmup, seed, max_concurrency, send)
             if error is not None:
                 res.error = error
                 return res
+        if isolation is not None and isolation.reset_path is not None:  # after the warm-up: it warms nothing either
+            error = await reset(session, target, isolation.reset_path)
+            if error is not None and salt is None:  # (refused, say while another client's requests run: the salt
+                res.error = error  # alone still keeps this run's prompts from every earlier run's)
+                return res
+        if salt is not None:  # every request of the run under the run's own salt: its shared prefixes still hit
+            target = dataclasses.replace(target, cache_salt=salt)
         sm = ServerMetrics(target.root + "/metrics")
         sm.before = await scrape(session, sm.url)
         if sm.before is not None:
@@ -207,10 +224,12 @@ def run_http(
     progress: ProgressFn | None = None,
     client_workers: int = 1,
     send: Any = None,
+    isolation: Isolation | None = None,
 ) -> HttpRunResult:
     """Replay `workload` against `target` (over `client_workers` processes, client_workers.py); a server that
     cannot be reached, or a client worker that fails, is a failed run, not an exception. `send`: the request
-    function (`http_client.replay`'s), for endpoints that do not stream completions."""
+    function (`http_client.replay`'s), for endpoints that do not stream completions. `isolation`: what keeps the
+    run from an earlier run's cached prefixes (cache_isolation.py; None: nothing, the server's cache as it is)."""
     if max_concurrency is not None and max_concurrency < 1:
         raise ValueError(f"max_concurrency must be >= 1, got {max_concurrency}")
     check_client_workers(client_workers)
@@ -226,6 +245,7 @@ def run_http(
                 progress=progress,
                 client_workers=client_workers,
                 send=send,
+                isolation=isolation,
             )
         )
     except (TimeoutError, OSError, RuntimeError) as e:

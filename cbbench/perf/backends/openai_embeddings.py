@@ -18,7 +18,7 @@ from typing import Any
 import aiohttp
 
 from cbbench.perf.backends.backend import Backend
-from cbbench.perf.backends.http_client import HttpTarget, _headers, error_record
+from cbbench.perf.backends.http_client import HttpTarget, auth_headers, error_record
 from cbbench.perf.backends.openai import HttpArgs, HttpBackend
 from cbbench.perf.records import HTTP_ERROR_KEYS, RequestRecord
 
@@ -42,7 +42,9 @@ async def embed_request(
     `tokenizer` are http_client.replay's arguments, unused here."""
     st = time.perf_counter()
     try:
-        async with session.post(target.url, json=build_embedding_payload(target, prompt), headers=_headers()) as resp:
+        async with session.post(
+            target.url, json=build_embedding_payload(target, prompt), headers=auth_headers()
+        ) as resp:
             if resp.status != 200:
                 body = (await resp.text()).strip().replace("\n", " ")
                 return error_record(request_id, prompt_len, 0, st, f"HTTP {resp.status}: {body}")
@@ -77,3 +79,4 @@ class OpenAIEmbeddingsBackend(HttpBackend):
     """/v1/embeddings: latency and input-token throughput of an embedding server."""
 
     send = staticmethod(embed_request)
+    takes_salt = False  # an embedding request carries no cache_salt: a reset, where offered, starts each run cold

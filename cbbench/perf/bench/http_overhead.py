@@ -182,13 +182,17 @@ def _in_process_run(a: argparse.Namespace, wl: Any, knobs: dict[str, Any], build
 
 def _http_run(a: argparse.Namespace, wl: Any, url: str, server_pid: int, prof: Any) -> dict[str, Any]:
     """One HTTP run's metrics, with the CPU seconds per 1k output tokens of the client and the server together."""
+    from cbbench.perf.backends.cache_isolation import probe
     from cbbench.perf.backends.http_client import HttpTarget
     from cbbench.perf.backends.http_run import run_http
 
     if prof:
         prof.enable()
     c0, s0 = time.process_time(), _proc_cpu_s(server_pid)
-    h = run_http(wl, HttpTarget("openai", url, a.model), max_concurrency=a.concurrency)
+    target = HttpTarget("openai", url, a.model)
+    # each run cold, as each in-process run's fresh engine is: else every HTTP run after the first is served from
+    # the prefix cache the first one filled (backends/cache_isolation.py)
+    h = run_http(wl, target, max_concurrency=a.concurrency, isolation=probe(target, "auto"))
     cpu = time.process_time() - c0 + _proc_cpu_s(server_pid) - s0
     if prof:
         prof.disable()

@@ -237,6 +237,7 @@ LIKE_MAY_SET = {
     "dry_run",
     "format",
     "steady_state",
+    "prefix_cache_isolation",
 }
 
 

@@ -87,6 +87,7 @@ def perf(
     request_timeout: options.RequestTimeout = 6 * 3600,
     client_workers: options.ClientWorkers = 1,
     ignore_eos: options.IgnoreEos = True,
+    prefix_cache_isolation: options.PrefixCacheIsolation = "auto",
     batching: options.Batching = "continuous,sequence,static,none",
     repeats: options.Repeats = 1,
     warmup: options.Warmup = 8,
@@ -127,7 +128,9 @@ def perf(
         backend=check_backend(
             BackendOptions(
                 name=backend,
-                client=ClientOptions(base_url, prompt_format, ignore_eos, request_timeout, client_workers),
+                client=ClientOptions(
+                    base_url, prompt_format, ignore_eos, request_timeout, client_workers, prefix_cache_isolation
+                ),
                 peers=BackendOptions.parse_peers(peers),
             )
         ),

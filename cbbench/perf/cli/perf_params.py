@@ -98,6 +98,13 @@ IgnoreEos = Annotated[
         help="--backend openai*: send vLLM's ignore_eos (off for servers that refuse unknown fields)",
     ),
 ]
+PrefixCacheIsolation = Annotated[
+    str,
+    Opt(
+        help="--backend openai*: keep each run from the prefixes earlier runs cached: auto (the server's cache_salt "
+        "and/or reset, whichever it offers), salt, reset, or off (a warm cache)"
+    ),
+]
 Batching = Annotated[str, Opt(help="comma list of continuous,sequence,static,none", metavar=list_metavar("str"))]
 Repeats = Annotated[int, Opt(help="runs per configuration; the table shows the median")]
 Warmup = Annotated[int, Opt(help="short synthetic requests of staggered lengths run first, not measured")]

@@ -118,6 +118,12 @@ def build_plan(o: PerfOptions) -> RunPlan:
         name: Backend.create(name, settings, o.backend) for name in dict.fromkeys(e.backend for e in sw.entries)
     }
     in_process = Backend.get(o.backend.name).kind == "engine"
+    isolation = o.backend.client.prefix_cache_isolation
+    if in_process and isolation != "auto":  # (its default asks nothing of an in-process run)
+        raise ValueError(
+            f"prefix_cache_isolation: {isolation} applies to a server backend (--backend openai or openai-chat); "
+            f"--backend {o.backend.name} and its peers build a fresh engine for every run, whose cache starts empty"
+        )
     if in_process and o.device.is_cuda:
         import torch  # (only a CUDA plan loads torch: planning a CPU or simulated run does not)
 

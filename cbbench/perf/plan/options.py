@@ -167,18 +167,31 @@ class EngineOptions:
         return sets
 
 
+# --prefix-cache-isolation: how each run against a server is kept from the prefixes an earlier run cached
+# (backends/cache_isolation.py): whatever the server offers, its cache_salt, its reset, or nothing (a warm cache)
+PREFIX_CACHE_ISOLATION_MODES = ("auto", "salt", "reset", "off")
+
+
 @dataclass(frozen=True)
 class ClientOptions:
     """How a client talks to a server backend, as given: its address, the prompts as token ids or text, vLLM's
-    ignore_eos field, seconds per request, and the client processes the requests are sharded over. A server
-    backend's own arguments are made from them (backends/openai.py: `HttpArgs`); the JSON's config records them
-    whichever backend runs."""
+    ignore_eos field, seconds per request, the client processes the requests are sharded over, and how each run is
+    kept from an earlier run's cached prefixes. A server backend's own arguments are made from them
+    (backends/openai.py: `HttpArgs`); the JSON's config records them whichever backend runs."""
 
     base_url: str | None = None
     prompt_format: str = "ids"
     ignore_eos: bool = True
     request_timeout: float = 6 * 3600
     client_workers: int = 1
+    prefix_cache_isolation: str = "auto"
+
+    def __post_init__(self) -> None:
+        if self.prefix_cache_isolation not in PREFIX_CACHE_ISOLATION_MODES:
+            raise ValueError(
+                f"prefix_cache_isolation: expected one of {', '.join(PREFIX_CACHE_ISOLATION_MODES)}, got "
+                f"{self.prefix_cache_isolation!r}"
+            )
 
 
 @dataclass(frozen=True)
@@ -303,6 +316,7 @@ class PerfOptions:
             "ignore_eos": client.ignore_eos,
             "request_timeout": client.request_timeout,
             "client_workers": client.client_workers,
+            "prefix_cache_isolation": client.prefix_cache_isolation,
             "batching": e.batching.text,
             "repeats": r.repeats,
             "warmup": r.warmup,

@@ -48,6 +48,7 @@ COLUMNS = (
     ("peak KV", "peak_kv_usage", PERCENT, 12),
     ("slot util", "mean_slot_utilisation", PERCENT, 5),
     ("slot waste", "slot_waste", "{:.2f}x", 4),
+    ("prefix hit", "prefix_cache_hit_rate", PERCENT, 3),
 )
 RATIO_PRIORITY = 1  # "÷ static" and "cont ÷ this": the table's point
 # `--steady-state`: the figures over the window where the server held its load (perf/steady_state.py), asked for
@@ -57,6 +58,11 @@ STEADY_COLUMNS = (
     ("steady TPOT p50 ms", "steady_median_tpot_ms", "{:.1f}", 3),
     ("steady ITL p50 ms", "steady_median_itl_ms", "{:.1f}", 9),
 )
+# The prefix-hit column is shown only where some configuration's median hit rate reaches this share of its prompt
+# tokens: a run whose prompts were served from an earlier run's cache hits most of them (a warm repeat of sharegpt
+# against cbbench serve: 90 %, docs/measurements.md), a cold run of distinct prompts none; below 5 % the cached
+# tokens change a run's prefill work, and so its TTFT, by less than this machine's run-to-run noise.
+PREFIX_HIT_SHOWN = 0.05
 
 
 @dataclass
@@ -148,6 +154,10 @@ def table_columns(
     for j, (header, metric, fmt, prio) in enumerate((*COLUMNS, *(STEADY_COLUMNS if steady_state else ()))):
         if metric == "request_goodput" and not goodput:
             continue  # without --goodput every request counts, and the column would repeat req/s
+        if metric == "prefix_cache_hit_rate" and not any(
+            med[k][metric] >= PREFIX_HIT_SHOWN for k in keys if k in med
+        ):  # (NaN compares False: a run that could not see its hits shows none)
+            continue
         cells: list[str | Text] = []
         for key in keys:
             if key not in med:

@@ -9,7 +9,7 @@ import math
 import pytest
 from rich.console import Console
 
-from cbbench.perf.report.table import COLUMNS, print_perf_table
+from cbbench.perf.report.table import COLUMNS, PREFIX_HIT_SHOWN, print_perf_table
 from cbbench.workloads.workload import Workload, WorkloadRequest
 
 NARROW, WIDE = 80, 200
@@ -135,8 +135,19 @@ def test_a_log_keeps_the_whole_table(monkeypatch):
     assert "too narrow" not in out
     assert max(len(line) for line in out.splitlines()) > NARROW
     for h, metric, *_ in COLUMNS:
-        if metric not in ("peak_kv_blocks", "peak_kv_usage", "request_goodput"):  # no value: left out
+        # no value: left out; the prefix hit rate is shown only where it is not near zero (its own test)
+        if metric not in ("peak_kv_blocks", "peak_kv_usage", "request_goodput", "prefix_cache_hit_rate"):
             assert _shown(out, h), h
+
+
+@pytest.mark.parametrize("rates, shown", [((0.0, 0.01), False), ((0.0, PREFIX_HIT_SHOWN), True), ((0.9, 0.9), True)])
+def test_the_prefix_hit_column_shows_only_a_rate_not_near_zero(monkeypatch, rates, shown):
+    entries = [
+        (("refengine", "continuous", "-"), _row(110.2, prefix_cache_hit_rate=rates[0]), None),
+        (("refengine", "static", "-"), _row(99.9, prefix_cache_hit_rate=rates[1]), None),
+    ]
+    out = _print(monkeypatch, None, entries)
+    assert _shown(out, "prefix hit") == shown, out
 
 
 def test_failed_run_is_a_row_and_a_line(monkeypatch):
