@@ -145,7 +145,8 @@ class SchedulerMachine(RuleBasedStateMachine):
         # invariants this engine departs from by design, each with its reason (SchedulerAdapter.departures): their
         # violations are counted and reported, every other invariant still fails the example
         self.departures = frozenset(getattr(self.adapter_cls, "departures", {}))
-        self._applicable = checked_each_step(cfg)
+        unchecked = getattr(self.adapter_cls, "unchecked", {})  # what the adapter cannot report, with why
+        self._applicable = [name for name in checked_each_step(cfg) if name not in unchecked]
         self.rng = rng = random.Random(seed)
         self.runner = FakeRunner(rng, eos_prob)
         self.specs: dict[str, RequestSpec] = {}

@@ -136,6 +136,8 @@ class SchedulerAdapter(Protocol):
     #                                                        departure on a case of its own. A departure from a
     #                                                        universal invariant (conformance/invariants/scope.py)
     #                                                        is reported as the engine breaking it
+    #   unchecked: dict[str, str]                            invariant name -> why the adapter cannot check it on
+    #                                                        this engine (its views lack what it reads)
     #   known_differences: dict[str, str]                    behaviour -> why: the named example of that behaviour
     #                                                        must fail on this engine (a strict xfail, see below)
     #   stalled() -> str | None                              a state the engine is known never to leave, or a step

@@ -90,6 +90,7 @@ try:  # one message when SGLang (or something it imports) is missing
     import torch
     from sglang.srt.managers.io_struct import AbortReq
     from sglang.srt.managers.schedule_batch import FINISH_ABORT, FINISH_LENGTH, FINISH_MATCHED_TOKEN, Req
+    from sglang.srt.managers.schedule_policy import SchedulePolicy
     from sglang.srt.managers.scheduler import Scheduler
     from sglang.srt.managers.utils import GenerationBatchResult
     from sglang.srt.sampling.sampling_params import SamplingParams
@@ -103,6 +104,14 @@ from conformance.adapters.sglang_build import build_scheduler
 from conformance.adapters.sglang_rules import KNOB_DEFAULTS, SGLangRules, unsupported_reason
 
 logging.getLogger("sglang").setLevel(logging.ERROR)
+
+
+class _Tokenizer:
+    """What SamplingParams.normalize asks of a tokenizer for token-id stops and min_new_tokens: its EOS id."""
+
+    def __init__(self, eos_token_id: int | None) -> None:
+        self.eos_token_id = eos_token_id
+        self.additional_stop_token_ids = None
 
 
 class SGLangAdapter(SGLangRules):
@@ -127,6 +136,7 @@ class SGLangAdapter(SGLangRules):
         self._aborted: set[str] = set()
         self._batch = None  # the batch of the last schedule(), until its update()
         self._requeued: list[str] = []
+        self._idle = False  # the last schedule() ran nothing
         self._observe()
 
     # ---- requests -------------------------------------------------------------------------------------------
@@ -151,7 +161,9 @@ class SGLangAdapter(SGLangRules):
             ignore_eos=ignore_eos,
             stop_token_ids=list(stop_token_ids or []) or None,
         )
-        sp.normalize(None)
+        # min_new_tokens is its sampler's (a penalizer masks EOS, which needs the tokenizer's EOS id); stop strings,
+        # the tokenizer's other use, are not ours
+        sp.normalize(_Tokenizer(self.eos_token_id))
         req = Req(
             request_id,
             "",
@@ -161,7 +173,7 @@ class SGLangAdapter(SGLangRules):
             vocab_size=1 << 20,
             priority=priority if self.knobs["policy"] == "priority" else None,
         )
-        req.tokenizer = None
+        req.tokenizer = _Tokenizer(self.eos_token_id)  # its EOS id, for the min-new-tokens penalizer
         self._all[request_id] = req
         self._arrival[request_id] = arrival_time
         self._max_tokens[request_id] = max_tokens
@@ -217,6 +229,7 @@ class SGLangAdapter(SGLangRules):
         s.running_batch = plan.running_batch
         batch = plan.batch_to_run
         self._batch = batch
+        self._idle = batch is None
         preempted = [rid for rid in dict.fromkeys(self._requeued) if rid in running_before]
         for rid in preempted:
             self._num_preemptions[rid] += 1
@@ -226,7 +239,7 @@ class SGLangAdapter(SGLangRules):
             decoding |= {id(r) for r in batch.decoding_reqs or []}  # the decodes a mixed step took along
             for r in batch.reqs:
                 # a prefill computes its extend (the prefix-cache hit is not computed); a decode its one input token
-                scheduled[r.rid] = 1 if id(r) in decoding else int(r.extend_input_len)
+                scheduled[r.rid] = 1 if id(r) in decoding else int(r.extend_len)
         return StepView(
             num_scheduled_tokens=scheduled,
             preempted_req_ids=preempted,
@@ -244,11 +257,16 @@ class SGLangAdapter(SGLangRules):
         rows = []
         for r in batch.reqs:
             tokens = sampled.get(r.rid, [])
+            samples = r.inflight_middle_chunks <= 0  # a chunk before the last samples nothing
+            if samples != bool(tokens) and not r.finished():
+                raise AssertionError(
+                    f"{r.rid}: the caller sampled {tokens} but SGLang's batch {'samples' if samples else 'does not sample'}"
+                    f" a token for it (allocated {r.kv.kv_allocated_len}, prompt {len(r.origin_input_ids)}, outputs "
+                    f"{len(r.output_ids)}, extend {r.extend_len})"
+                )
             rows.append(int(tokens[0]) if tokens else 0)
         result = GenerationBatchResult(
             next_token_ids=torch.tensor(rows, dtype=torch.int64),
-            extend_input_len_per_req=[int(getattr(r, "extend_input_len", 0) or 0) for r in batch.reqs],
-            extend_logprob_start_len_per_req=[0] * len(batch.reqs),
         )
         before = {r.rid for r in batch.reqs if not r.finished()}
         # Scheduler.process_batch_result less its metrics, load publishing and trace plumbing
@@ -260,6 +278,21 @@ class SGLangAdapter(SGLangRules):
         s.last_batch = batch
         s.forward_ct += 1
         return [r.rid for r in batch.reqs if r.rid in before and r.finished()]
+
+    def stalled(self) -> str | None:
+        """With nothing running and the whole pool free, a step that admitted nothing is a state SGLang never leaves:
+        the request at the head of its queue cannot be admitted into the empty pool."""
+        s = self.sched
+        if not (self._idle and s.waiting_queue and not self._running_reqs() and s.chunked_req is None):
+            return None
+        if self.num_free_blocks() < self.num_gpu_blocks:
+            return None
+        return (
+            "SGLang's difference: admission reserves the paged prompt plus one page more than the prompt and output "
+            "need (PrefillAdder), so a request that fits the pool by vLLM's rule (prompt + max_tokens - 1 tokens) "
+            "but not by SGLang's waits for ever; SGLang's API refuses prompts this long (max_req_input_len = pool - 6 "
+            "tokens), which the adapter, adding requests to the scheduler's queue, does not check"
+        )
 
     # ---- views ----------------------------------------------------------------------------------------------
     def _running_reqs(self) -> list[Req]:
@@ -319,10 +352,17 @@ class SGLangAdapter(SGLangRules):
     def running(self):
         return [self._view(r, "running") for r in self._running_reqs()]
 
+    def _queue(self) -> list[Req]:
+        """The waiting queue in the order SGLang's next prefill pass takes it: its policy sorts it first
+        (SchedulePolicy.calc_priority: by priority, then queue entry, under priority scheduling; fcfs keeps it)."""
+        s = self.sched
+        queue = list(s.waiting_queue)
+        if s.enable_priority_scheduling:
+            SchedulePolicy._sort_by_priority_and_fcfs(queue, s.policy.priority_sign)
+        return queue
+
     def waiting(self):
-        return [
-            self._view(r, "preempted" if self._num_preemptions[r.rid] else "waiting") for r in self.sched.waiting_queue
-        ]
+        return [self._view(r, "preempted" if self._num_preemptions[r.rid] else "waiting") for r in self._queue()]
 
     def request(self, request_id):
         r = self._all[request_id]
