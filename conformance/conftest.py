@@ -189,7 +189,9 @@ def _summarize_invariants(tr, engine: str, adapter, checked: Counter[str], depar
     cases = getattr(adapter, "departure_cases", {}) if adapter is not None else {}
     unchecked = getattr(adapter, "unchecked", {}) if adapter is not None else {}
     for scope_name in (UNIVERSAL, "engine-specific"):
-        names = [n for n, i in INVARIANTS.items() if i.scope == scope_name and n not in departures and n not in unchecked]
+        names = [
+            n for n, i in INVARIANTS.items() if i.scope == scope_name and n not in departures and n not in unchecked
+        ]
         done = ", ".join(f"{n} ({checked[n]})" for n in names if checked[n])
         idle = ", ".join(n for n in names if not checked[n])
         tr.line(f"CHECKED {scope_name} invariants (checks in the state machine): {done or 'none'}")

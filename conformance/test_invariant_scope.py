@@ -74,6 +74,8 @@ def test_every_departure_names_a_known_invariant_and_a_case(engine):
         assert reason, f"{engine}'s departure from `{name}` gives no reason"
         assert name in cases, f"{engine}'s departure from `{name}` names no case that shows it"
         assert _case_exists(cases[name]), f"{engine}'s case for `{name}` is not a test: {cases[name]}"
-    assert set(cases) <= set(departures), f"{engine} names cases of no departure: {sorted(set(cases) - set(departures))}"
+    assert set(cases) <= set(departures), (
+        f"{engine} names cases of no departure: {sorted(set(cases) - set(departures))}"
+    )
     for name, reason in getattr(cls, "unchecked", {}).items():
         assert name in INVARIANTS and reason, f"{engine} leaves `{name}` unchecked without a known name or a reason"

@@ -27,6 +27,7 @@ from conformance.test_scheduler_examples import prompt, step  # noqa: E402
 from conformance.test_scheduler_stateful import make_machine  # noqa: E402
 
 pytestmark = pytest.mark.sglang  # also run by `pytest conformance/ --engine sglang`
+MAX_STEPS = 20  # every case here ends well within this many steps; a loop that does not has stalled
 
 
 def make(**knobs) -> SGLangAdapter:
@@ -58,7 +59,13 @@ def test_a_decode_step_runs_more_requests_than_the_budget():
 def test_a_prefill_step_leaves_the_running_requests_out(chunked):
     """`decode_first`: a step is prefill or decode; --enable-mixed-chunk (our `continuous`) takes the decodes along
     only with chunked prefill on."""
-    a = make(batching="continuous", block_size=1, num_gpu_blocks=256, max_num_batched_tokens=16, enable_chunked_prefill=chunked)
+    a = make(
+        batching="continuous",
+        block_size=1,
+        num_gpu_blocks=256,
+        max_num_batched_tokens=16,
+        enable_chunked_prefill=chunked,
+    )
     a.add_request("r0", prompt(4), max_tokens=20, ignore_eos=True)
     step(a)
     step(a)  # r0 decoding
@@ -80,22 +87,31 @@ def test_ignore_eos_ignores_stop_token_ids_too():
 
 
 def test_max_new_tokens_is_clipped_to_the_empty_pool():
-    """`finish` (2): 2 + 7 - 1 = 8 tokens fit an 8-token pool (vLLM's rule), but SGLang clips max_new_tokens to
-    8 - 2 - 1 (one page) - 1 = 4 and ends the request there."""
-    a = make(block_size=1, num_gpu_blocks=8, max_num_batched_tokens=8)
-    a.add_request("r", prompt(2), max_tokens=7, ignore_eos=True)
+    """`finish` (2): 2 + 3 - 1 = 4 tokens fit a 4-block pool (vLLM's rule), but SGLang clips max_new_tokens to
+    4 - 2 - 1 (one page) - 1 = 0: the request gets one token and ends 'length'."""
+    a = make(block_size=1, num_gpu_blocks=4, max_num_batched_tokens=8)
+    a.add_request("r", prompt(2), max_tokens=3, ignore_eos=True)
     finished: set[str] = set()
-    while not finished:
+    for _ in range(MAX_STEPS):
         _, finished = step(a)
-    assert a.request("r").num_output_tokens == 4 and a.request("r").finish_reason == "length"
+        if finished:
+            break
+    assert finished == {"r"}, a.running()
+    assert a.request("r").num_output_tokens == 1 and a.request("r").finish_reason == "length"
 
 
 def test_ignore_eos_requests_overrun_the_prefill_budget_without_chunking():
     """`prefill_budget`, SGLang's bug: without chunking, a second request is admitted only while its prompt is below
     the budget left, except on the ignore_eos path (radix cache off), which skips that cap."""
     for ignore_eos, expected in ((False, {"r1": 21}), (True, {"r1": 21, "r2": 36})):
-        a = make(batching="sequence", block_size=8, num_gpu_blocks=33, max_num_batched_tokens=39, max_num_seqs=2,
-                 enable_chunked_prefill=False)
+        a = make(
+            batching="sequence",
+            block_size=8,
+            num_gpu_blocks=33,
+            max_num_batched_tokens=39,
+            max_num_seqs=2,
+            enable_chunked_prefill=False,
+        )
         a.add_request("r1", prompt(21), max_tokens=3, ignore_eos=ignore_eos)
         a.add_request("r2", prompt(36, 2000), max_tokens=3, ignore_eos=ignore_eos)
         out, _ = step(a)
@@ -143,7 +159,9 @@ def test_admission_reserves_kv_for_future_output():
 def test_the_radix_cache_shares_a_chunk_from_the_next_step():
     """Per-token radix cache: the first chunk of an unfinished request is in the tree by the next step, so a request
     with the same prefix arriving then starts from it."""
-    a = make(block_size=1, num_gpu_blocks=256, max_num_batched_tokens=8, enable_prefix_caching=True, batching="sequence")
+    a = make(
+        block_size=1, num_gpu_blocks=256, max_num_batched_tokens=8, enable_prefix_caching=True, batching="sequence"
+    )
     a.add_request("r0", prompt(12), max_tokens=4)
     step(a)  # r0's first 8 tokens
     a.add_request("r1", prompt(10), max_tokens=4)

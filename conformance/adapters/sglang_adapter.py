@@ -46,8 +46,10 @@ import logging
 import os
 from array import array
 
-os.environ.setdefault("SGLANG_LOG_LEVEL", "error")
+from conformance.adapters import ReqView, StepView
+from conformance.adapters.sglang_rules import KNOB_DEFAULTS, SGLangRules, unsupported_reason
 
+os.environ.setdefault("SGLANG_LOG_LEVEL", "error")
 
 
 def _stub_if_missing(*packages: str) -> None:
@@ -91,17 +93,14 @@ try:  # one message when SGLang (or something it imports) is missing
     from sglang.srt.managers.io_struct import AbortReq
     from sglang.srt.managers.schedule_batch import FINISH_ABORT, FINISH_LENGTH, FINISH_MATCHED_TOKEN, Req
     from sglang.srt.managers.schedule_policy import SchedulePolicy
-    from sglang.srt.managers.scheduler import Scheduler
     from sglang.srt.managers.utils import GenerationBatchResult
     from sglang.srt.sampling.sampling_params import SamplingParams
+
+    from conformance.adapters.sglang_build import build_scheduler
 except ImportError as e:  # pragma: no cover - depends on the environment
     raise ImportError(
         f"conformance.adapters.sglang_adapter needs sglang==0.5.23 (bash ci/setup_sglang_env.sh builds .venv-sglang): {e}"
     ) from e
-
-from conformance.adapters import ReqView, StepView
-from conformance.adapters.sglang_build import build_scheduler
-from conformance.adapters.sglang_rules import KNOB_DEFAULTS, SGLangRules, unsupported_reason
 
 logging.getLogger("sglang").setLevel(logging.ERROR)
 
@@ -265,9 +264,7 @@ class SGLangAdapter(SGLangRules):
                     f"{len(r.output_ids)}, extend {r.extend_len})"
                 )
             rows.append(int(tokens[0]) if tokens else 0)
-        result = GenerationBatchResult(
-            next_token_ids=torch.tensor(rows, dtype=torch.int64),
-        )
+        result = GenerationBatchResult(next_token_ids=torch.tensor(rows, dtype=torch.int64))
         before = {r.rid for r in batch.reqs if not r.finished()}
         # Scheduler.process_batch_result less its metrics, load publishing and trace plumbing
         if batch.forward_mode.is_decode():
@@ -383,12 +380,15 @@ class SGLangAdapter(SGLangRules):
         return refs
 
     def check_invariants(self):
-        """SGLang's own memory self-check (its idle check, SchedulerInvariantChecker) where nothing runs; else what
-        its pool accounting relies on: every page is free, evictable in the radix cache, or held by a request."""
+        """SGLang has no self-check a step can call without its model worker; assert what its allocator and radix
+        cache rely on: no page is both free and in a request's row, no page is free twice, and every page is free,
+        evictable in the radix cache, or in a running request's row."""
         s = self.sched
-        held = {b for r in self._running_reqs() for b in self._pages(r)}
-        protected = s.tree_cache.protected_size() if hasattr(s.tree_cache, "protected_size") else None
-        assert len(held) + self.num_free_blocks() <= self.num_gpu_blocks + (1 if self.block_size == 1 else 0), (
-            f"{len(held)} pages held + {self.num_free_blocks()} free > {self.num_gpu_blocks}"
+        free = [int(p) for p in s.token_to_kv_pool_allocator.get_all_free_pages().tolist()]
+        held = {b + 1 for r in self._running_reqs() for b in self._pages(r)}  # SGLang's page ids
+        assert len(free) == len(set(free)), f"a page is free twice: {sorted(free)}"
+        assert not set(free) & held, f"pages both free and held by a request: {sorted(set(free) & held)}"
+        evictable = s.tree_cache.evictable_size() // self.block_size
+        assert len(free) + evictable + len(held) == self.num_gpu_blocks, (
+            f"{len(free)} free + {evictable} evictable + {len(held)} held pages != {self.num_gpu_blocks}"
         )
-        del protected

@@ -161,9 +161,9 @@ def _set_state(s: Scheduler, args: ServerArgs) -> None:
     need no model."""
     from collections import deque
 
+    from sglang.srt.beam_search.coordinator import BeamCoordinator
     from sglang.srt.disaggregation.utils import DisaggregationMode
     from sglang.srt.environ import envs
-    from sglang.srt.beam_search.coordinator import BeamCoordinator
     from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
 
     sched = get_schedule()

@@ -41,7 +41,9 @@ def check_prefill_budget(cfg: dict, before: Snapshot, step: StepView, after: Sna
     """Every engine's budget: the prompt (and re-prefill) tokens one step computes <= max_num_batched_tokens.
     Decodes (one token of a request whose every earlier token is computed) are left out: whether they count against
     the budget is one engine's design (vLLM's `token_budget`)."""
-    prefill = {rid: n for rid, n in step.num_scheduled_tokens.items() if rid in before.by_id and _is_prefill(before.by_id[rid])}
+    prefill = {
+        rid: n for rid, n in step.num_scheduled_tokens.items() if rid in before.by_id and _is_prefill(before.by_id[rid])
+    }
     if sum(prefill.values()) > cfg["max_num_batched_tokens"]:
         _fail(
             "prefill_budget",

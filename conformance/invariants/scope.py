@@ -44,9 +44,7 @@ def _swap(cfg: dict) -> bool:
 _ALL = (
     # ---- universal ----------------------------------------------------------------------------------------------
     Invariant("prefill_budget", UNIVERSAL, "the prompt tokens one step computes never exceed the engine's budget"),
-    Invariant(
-        "scheduled_tokens", UNIVERSAL, "a step gives a live request at least one, at most its remaining tokens"
-    ),
+    Invariant("scheduled_tokens", UNIVERSAL, "a step gives a live request at least one, at most its remaining tokens"),
     Invariant("max_num_seqs", UNIVERSAL, "no more requests hold KV at once than the engine's cap"),
     Invariant(
         "admission_order",
@@ -61,8 +59,15 @@ _ALL = (
     Invariant("preemption_needed", UNIVERSAL, "a request is preempted only when the KV it needs cannot be had"),
     Invariant("token_accounting", UNIVERSAL, "computed tokens grow by what is scheduled, back to 0 on recompute"),
     Invariant("outputs_kept", UNIVERSAL, "nothing lost or duplicated: a request holds exactly its sampled tokens"),
-    Invariant("sample_position", UNIVERSAL, "a request's tokens in order: a token lands where it was sampled", per_step=False),
-    Invariant("finish", UNIVERSAL, "a request finishes exactly at EOS / stop token / max_tokens, with that reason", per_step=False),
+    Invariant(
+        "sample_position", UNIVERSAL, "a request's tokens in order: a token lands where it was sampled", per_step=False
+    ),
+    Invariant(
+        "finish",
+        UNIVERSAL,
+        "a request finishes exactly at EOS / stop token / max_tokens, with that reason",
+        per_step=False,
+    ),
     Invariant("aborted", UNIVERSAL, "an aborted request ends with 'abort' and holds nothing", per_step=False),
     Invariant("progress", UNIVERSAL, "no deadlock: a step with work left schedules or preempts something"),
     Invariant("liveness", UNIVERSAL, "every request finishes within a bound once arrivals stop", per_step=False),
