@@ -200,6 +200,8 @@ class SGLangAdapter(SGLangRules):
             req.to_finish = None
         if s.chunked_req is req:
             s.chunked_req = None
+        if s._pending_chunked_abort_req is req:  # released here, not again by the next step
+            s._pending_chunked_abort_req = None
         release_kv_cache(req, s.tree_cache, checkpoint=False)
         for batch in (s.running_batch, s.last_batch):
             if batch is not None and any(r is req for r in batch.reqs):
