@@ -55,10 +55,21 @@ class SGLangRules:
     }
     # behaviours whose named example must fail on SGLang (conformance.adapters.expect_known_difference)
     known_differences = {
+        "admission_reserves_future_output": (
+            "SGLang's difference: admission reserves KV for each request's future output (prompt + a decaying ratio, "
+            "0.7 at start, of max_new_tokens; all of it with ignore_eos) and FCFS stops at the first request that "
+            "does not fit, so the requests these examples admit together to run the pool out are admitted one after "
+            "another and nothing is preempted (test_admission_reserves_kv_for_future_output)"
+        ),
+        "prefill_or_decode_steps": (
+            "SGLang's difference: with chunked prefill off there is no mixed step (--enable-mixed-chunk needs "
+            "chunking), so a step that can prefill a waiting request does, and the running decode waits "
+            "(test_a_prefill_step_leaves_the_running_requests_out)"
+        ),
         "eos_before_min_tokens": (
             "SGLang's difference: Req.update_finish_state ends a request on an EOS fed before min_new_tokens, trusting "
             "its sampler's min-new-tokens penalizer to have masked EOS (as vLLM); unreachable with a masking sampler"
-        )
+        ),
     }
     departures = {
         "prefill_budget": (
