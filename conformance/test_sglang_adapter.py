@@ -128,6 +128,19 @@ def test_a_request_that_does_not_fit_sglangs_admission_stalls():
     assert out.num_scheduled_tokens == {} and a.stalled() is not None and "admission" in a.stalled()
 
 
+def test_two_requests_cut_in_one_prefill_pass():
+    """`stalled()`, SGLang's bug: page 2, budget 3. r0 (3 tokens) is cut to 2 by the page-rounded KV budget, which
+    leaves 1 token of the budget, so r1 is cut too; only r1 stays the chunked request, and SGLang would sample a token
+    for r0 after 2 of its 3 prompt tokens. The adapter names the state (the example ends there) instead of feeding it."""
+    a = make(batching="continuous", block_size=2, num_gpu_blocks=13, max_num_batched_tokens=3, max_num_seqs=2)
+    a.add_request("r0", prompt(3), max_tokens=1)
+    a.add_request("r1", prompt(2, 2000), max_tokens=1, ignore_eos=True)
+    out = a.schedule()
+    assert out.num_scheduled_tokens == {"r0": 2, "r1": 1}
+    assert a.sched.chunked_req is a._all["r1"] and a._all["r0"].inflight_middle_chunks == 0
+    assert a.stalled() is not None and "r0" in a.stalled()
+
+
 # ---- SGLang's design, as the issue names it -------------------------------------------------------------------------
 def test_one_chunked_request_at_a_time_and_it_resumes_first():
     a = make(block_size=1, num_gpu_blocks=256, max_num_batched_tokens=8, batching="sequence")

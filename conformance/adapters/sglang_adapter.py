@@ -136,6 +136,7 @@ class SGLangAdapter(SGLangRules):
         self._batch = None  # the batch of the last schedule(), until its update()
         self._requeued: list[str] = []
         self._idle = False  # the last schedule() ran nothing
+        self._broken: str | None = None  # a step SGLang got wrong (its bug): nothing after it is checked
         self._observe()
 
     # ---- requests -------------------------------------------------------------------------------------------
@@ -241,6 +242,7 @@ class SGLangAdapter(SGLangRules):
             for r in batch.reqs:
                 # a prefill computes its extend (the prefix-cache hit is not computed); a decode its one input token
                 scheduled[r.rid] = 1 if id(r) in decoding else int(r.extend_len)
+        self._broken = self._broken or self._sampled_short(batch)
         return StepView(
             num_scheduled_tokens=scheduled,
             preempted_req_ids=preempted,
@@ -251,6 +253,8 @@ class SGLangAdapter(SGLangRules):
         """One token per request of the batch where SGLang's sampler puts it (a partial prefill's row is ignored by
         SGLang; the caller leaves it out of `sampled`), then SGLang's own process_batch_result."""
         s = self.sched
+        if self._broken is not None:
+            raise RuntimeError(f"update() after a step SGLang got wrong: {self._broken}")
         batch, self._batch = self._batch, None
         if batch is None:
             s.last_batch = None
@@ -278,9 +282,29 @@ class SGLangAdapter(SGLangRules):
         s.forward_ct += 1
         return [r.rid for r in batch.reqs if r.rid in before and r.finished()]
 
+    def _sampled_short(self, batch) -> str | None:
+        """SGLang's result processor samples a token for every request of a prefill batch but its one chunked
+        request. When two requests are cut in one prefill pass (the KV budget cuts a chunk below the token budget
+        left, so the pass goes on and cuts the next one), only the last stays SGLang's chunked request: the first
+        would get a token sampled after part of its prompt."""
+        if batch is None or batch.forward_mode.is_decode():
+            return None
+        for r in batch.reqs:
+            known = len(r.origin_input_ids) + len(r.output_ids)
+            if r.inflight_middle_chunks <= 0 and self._computed(r) < known:
+                return (
+                    "SGLang's bug: two requests cut in one prefill pass (the page-rounded KV budget cut a chunk below "
+                    "the token budget left, and PrefillAdder went on to cut the next request), and only the last "
+                    "stays the chunked request (PrefillAdder.new_chunked_req is overwritten): the first would get a "
+                    f"token sampled after {self._computed(r)} of its {known} tokens ({r.rid})"
+                )
+        return None
+
     def stalled(self) -> str | None:
-        """With nothing running and the whole pool free, a step that admitted nothing is a state SGLang never leaves:
+        """A step SGLang got wrong (its bug, found by schedule()), or, with nothing running and the whole pool free, a step that admitted nothing is a state SGLang never leaves:
         the request at the head of its queue cannot be admitted into the empty pool."""
+        if self._broken is not None:
+            return self._broken
         s = self.sched
         if not (self._idle and s.waiting_queue and not self._running_reqs() and s.chunked_req is None):
             return None
