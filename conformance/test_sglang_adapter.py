@@ -128,6 +128,27 @@ def test_a_request_that_does_not_fit_sglangs_admission_stalls():
     assert out.num_scheduled_tokens == {} and a.stalled() is not None and "admission" in a.stalled()
 
 
+def test_priority_preemption_in_a_prefill_or_decode_step():
+    """`no_preemption_outside_continuous`: SGLang's default steps (our `sequence`) preempt too. r0 (priority 1) is
+    decoding alone; r1 (priority 0, more urgent by more than the gap of 0) preempts it at admission, with 12 of 13
+    blocks free."""
+    a = make(
+        batching="sequence",
+        block_size=1,
+        num_gpu_blocks=13,
+        max_num_batched_tokens=1,
+        max_num_seqs=1,
+        policy="priority",
+        priority_preemption=True,
+    )
+    a.add_request("r0", prompt(1), max_tokens=10, priority=1, arrival_time=1)
+    step(a)
+    a.add_request("r1", prompt(1, 2000), max_tokens=10, priority=0, arrival_time=2)
+    out, _ = step(a)
+    assert out.preempted_req_ids == ["r0"] and out.num_scheduled_tokens == {"r1": 1}
+    assert a.request("r0").status == "preempted"
+
+
 def test_two_requests_cut_in_one_prefill_pass():
     """`stalled()`, SGLang's bug: page 2, budget 3. r0 (3 tokens) is cut to 2 by the page-rounded KV budget, which
     leaves 1 token of the budget, so r1 is cut too; only r1 stays the chunked request, and SGLang would sample a token

@@ -89,6 +89,11 @@ class SGLangRules:
             "decode step runs every running request, up to max_running_requests, whatever their number (with "
             "--enable-mixed-chunk a decode costs one token of the chunk budget)"
         ),
+        "no_preemption_outside_continuous": (
+            "SGLang's difference: its prefill-or-decode steps (our 'sequence') preempt as its mixed steps do: a "
+            "running request is retracted at a decode step short of KV, or preempted at admission by a waiting "
+            "request more urgent by more than the priority gap"
+        ),
         "decode_first": (
             "SGLang's difference: a step with a prefill batch takes the running decodes along only with "
             "--enable-mixed-chunk, which acts only with chunked prefill on, and only when the KV left after the "
@@ -101,6 +106,7 @@ class SGLangRules:
         "finish": _CASES + "test_ignore_eos_ignores_stop_token_ids_too",
         "token_budget": _CASES + "test_a_decode_step_runs_more_requests_than_the_budget",
         "decode_first": _CASES + "test_a_prefill_step_leaves_the_running_requests_out",
+        "no_preemption_outside_continuous": _CASES + "test_priority_preemption_in_a_prefill_or_decode_step",
     }
 
     # invariants the adapter cannot check on SGLang, with why (the state machine does not count them as checked)

@@ -114,6 +114,13 @@ _ALL = (
         applies=lambda cfg: cfg["batching"] == "sequence",
     ),
     Invariant(
+        "no_preemption_outside_continuous",
+        ENGINE_SPECIFIC,
+        "the sequence, static and none modes never preempt",
+        design="refengine's sequence / static / none modes (TGI-like)",
+        applies=lambda cfg: cfg["batching"] != "continuous",
+    ),
+    Invariant(
         "static_batch",
         ENGINE_SPECIFIC,
         "nothing joins a batch until all of it finished",
