@@ -296,7 +296,7 @@ class SGLangAdapter(SGLangRules):
                     "SGLang's bug: two requests cut in one prefill pass (the page-rounded KV budget cut a chunk below "
                     "the token budget left, and PrefillAdder went on to cut the next request), and only the last "
                     "stays the chunked request (PrefillAdder.new_chunked_req is overwritten): the first would get a "
-                    f"token sampled after {self._computed(r)} of its {known} tokens ({r.rid})"
+                    "token sampled after part of its prompt"
                 )
         return None
 
