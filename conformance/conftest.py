@@ -24,6 +24,7 @@ import conformance._triton_env  # noqa: F401  (must run before anything imports 
 from conformance import hypothesis_profiles
 from conformance.adapters import (
     ADAPTERS,
+    CHECKED_PROPERTY,
     DEPARTED_PROPERTY,
     NOT_DRAWN_PROPERTY,
     REFUSED_PROPERTY,
@@ -130,12 +131,14 @@ def _skip_reason(report: pytest.TestReport) -> str:
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:
-    """What the suite did not check on a foreign engine, each with its reason (docs/conformance.md keeps the table)."""
+    """What the suite checked on a foreign engine (each invariant by scope), where the engine departs or breaks one
+    (with the case that shows it), and what it did not check, each with its reason (docs/conformance.md keeps the
+    tables)."""
     engine = _foreign_engine(config)
     if engine is None:
         return
     tr = terminalreporter
-    tr.section(f"not checked on --engine {engine}")
+    tr.section(f"checked and not checked on --engine {engine}")
     skipped: dict[str, list[str]] = {}
     for report in tr.stats.get("skipped", []):
         skipped.setdefault(_skip_reason(report), []).append(report.nodeid)
@@ -151,9 +154,12 @@ def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Co
         STALLED_PROPERTY: Counter(),
     }
     not_drawn: dict[str, str] = {}
+    checked: Counter[str] = Counter()
     for report in tr.stats.get("passed", []) + tr.stats.get("failed", []):
         for key, value in report.user_properties:
-            if key in counts:
+            if key == CHECKED_PROPERTY:
+                checked.update(value)
+            elif key in counts:
                 counts[key].update(value)
             elif key == NOT_DRAWN_PROPERTY:
                 not_drawn.update(value)
@@ -164,14 +170,49 @@ def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Co
     for reason, n in sorted(counts[STALLED_PROPERTY].items()):
         tr.line(f"STALLED {n} example(s) of the state machine ended in a state the engine never leaves: {reason}")
     try:
-        departures = getattr(load_adapter(engine), "departures", {})
+        adapter = load_adapter(engine)
     except ImportError:
-        departures = {}
-    for invariant, reason in sorted(departures.items()):
-        n = counts[DEPARTED_PROPERTY][invariant]
-        tr.line(f"DEPARTS invariant `{invariant}` ({n} violations in the state machine, counted, not raised): {reason}")
+        adapter = None
+    _summarize_invariants(tr, engine, adapter, checked, counts[DEPARTED_PROPERTY])
     deselected = config.stash.get(_DESELECTED_KEY, 0)
     if deselected:
         tr.line(
             f"{deselected} tests of refengine alone deselected (its model, server, mutants; the default run has them)"
         )
+
+
+def _summarize_invariants(tr, engine: str, adapter, checked: Counter[str], departed: Counter[str]) -> None:
+    """Per invariant (conformance/invariants/scope.py), by scope: checked (how often, by the state machine), departed
+    from by design (an engine-specific one, with its case), or broken (a universal one: the engine's, with its
+    case). An invariant the state machine never checked on this engine (its modes refused) says so."""
+    from conformance.invariants.scope import INVARIANTS, UNIVERSAL
+
+    departures = getattr(adapter, "departures", {}) if adapter is not None else {}
+    cases = getattr(adapter, "departure_cases", {}) if adapter is not None else {}
+    unchecked = getattr(adapter, "unchecked", {}) if adapter is not None else {}
+    for scope_name in (UNIVERSAL, "engine-specific"):
+        names = [
+            n for n, i in INVARIANTS.items() if i.scope == scope_name and n not in departures and n not in unchecked
+        ]
+        done = ", ".join(f"{n} ({checked[n]})" for n in names if checked[n])
+        idle = ", ".join(n for n in names if not checked[n])
+        tr.line(f"CHECKED {scope_name} invariants (checks in the state machine): {done or 'none'}")
+        if idle:
+            tr.line(f"NOT CHECKED {scope_name} invariants (never applied to a configuration this run drew): {idle}")
+    for name, reason in sorted(unchecked.items()):
+        tr.line(f"NOT CHECKED invariant `{name}`: {reason}")
+    for name, reason in sorted(departures.items()):
+        case = cases.get(name, "no case named")
+        n = departed[name]
+        inv = INVARIANTS.get(name)
+        if inv is not None and inv.scope == UNIVERSAL:
+            tr.line(
+                f"BREAKS universal invariant `{name}` ({n} violations in the state machine, counted, not raised), "
+                f"{engine}'s: {reason} [case: {case}]"
+            )
+        else:
+            design = f" ({inv.design})" if inv is not None and inv.design else ""
+            tr.line(
+                f"DEPARTS engine-specific invariant `{name}`{design} ({n} violations in the state machine, counted, "
+                f"not raised): {reason} [case: {case}]"
+            )

@@ -69,7 +69,8 @@ def test_finished_request_leaves_and_waiting_joins_in_the_same_step(adapter_cls)
     assert out.new_req_ids == ["r2"]
 
 
-def test_recompute_keeps_generated_tokens_and_reprefills_them(adapter_cls):
+def test_recompute_keeps_generated_tokens_and_reprefills_them(request, adapter_cls):
+    expect_known_difference(request, adapter_cls, "admission_reserves_future_output")
     # 4 blocks of 4: two 6-token prompts hold 2 blocks each; the first one to need a 3rd block preempts the other
     # max_num_seqs within the budget, which vLLM's config requires (two requests: it never binds)
     a = make(
@@ -308,7 +309,10 @@ def test_a_readmission_keeps_the_prefix_hit_of_the_first_admission(request, adap
     """vLLM's num_cached_tokens (its usage's cached_tokens, its metrics) is the prefix-cache hit of a request's first
     admission. Readmitted after a recompute preemption, the request hits more (its own freed blocks): that larger
     hit saves the re-prefill, and leaves num_cached_tokens as it was."""
-    expect_known_difference(request, adapter_cls, "blocks_of_a_finishing_step_cached")  # P ends at its prefill
+    # P ends at its prefill
+    expect_known_difference(
+        request, adapter_cls, "blocks_of_a_finishing_step_cached", "admission_reserves_future_output"
+    )
     a = make(
         adapter_cls,
         block_size=4,
@@ -352,7 +356,9 @@ def _lru_setup(adapter_cls):
 
 
 def test_lru_evicts_least_recently_freed_blocks_first(request, adapter_cls):
-    expect_known_difference(request, adapter_cls, "blocks_of_a_finishing_step_cached", "lru_eviction")
+    expect_known_difference(
+        request, adapter_cls, "blocks_of_a_finishing_step_cached", "lru_eviction", "admission_reserves_future_output"
+    )
     a = _lru_setup(adapter_cls)
     a.add_request("A2", prompt(9, 1000), max_tokens=1, arrival_time=3)
     out, _ = step(a)
@@ -360,7 +366,9 @@ def test_lru_evicts_least_recently_freed_blocks_first(request, adapter_cls):
 
 
 def test_lru_keeps_the_most_recently_freed_blocks(request, adapter_cls):
-    expect_known_difference(request, adapter_cls, "blocks_of_a_finishing_step_cached", "lru_eviction")
+    expect_known_difference(
+        request, adapter_cls, "blocks_of_a_finishing_step_cached", "lru_eviction", "admission_reserves_future_output"
+    )
     a = _lru_setup(adapter_cls)
     a.add_request("B2", prompt(9, 2000), max_tokens=1, arrival_time=3)
     out, _ = step(a)
@@ -368,7 +376,8 @@ def test_lru_keeps_the_most_recently_freed_blocks(request, adapter_cls):
 
 
 # ---- policies and modes -------------------------------------------------------------------------------------------
-def test_priority_preempts_the_largest_priority_arrival(adapter_cls):
+def test_priority_preempts_the_largest_priority_arrival(request, adapter_cls):
+    expect_known_difference(request, adapter_cls, "admission_reserves_future_output")
     a = make(adapter_cls, block_size=4, num_gpu_blocks=6, policy="priority")
     for rid, prio, t in [("r0", 0, 0), ("r1", 2, 1), ("r2", 1, 2)]:
         a.add_request(rid, prompt(6, 1000 * (t + 1)), max_tokens=8, priority=prio, arrival_time=t)
@@ -379,7 +388,8 @@ def test_priority_preempts_the_largest_priority_arrival(adapter_cls):
     assert [v.request_id for v in a.running()] == ["r0", "r2"]
 
 
-def test_chunked_prefill_off_stops_admission_at_head_of_line(adapter_cls):
+def test_chunked_prefill_off_stops_admission_at_head_of_line(request, adapter_cls):
+    expect_known_difference(request, adapter_cls, "prefill_or_decode_steps")
     a = make(
         adapter_cls,
         max_num_batched_tokens=10,
@@ -447,7 +457,8 @@ def test_vllm_style_concurrent_partial_prefills_with_threshold(adapter_cls):
     assert out.num_scheduled_tokens == {"0": 1, "1": 1, "2": 352}
 
 
-def test_vllm_style_preempt_when_kv_is_full(adapter_cls):
+def test_vllm_style_preempt_when_kv_is_full(request, adapter_cls):
+    expect_known_difference(request, adapter_cls, "admission_reserves_future_output")
     a = make(adapter_cls, max_num_batched_tokens=200, max_num_seqs=8, block_size=16, num_gpu_blocks=10)
     a.add_request("0", prompt(80), max_tokens=16, arrival_time=0)
     a.add_request("1", prompt(80, 2000), max_tokens=16, arrival_time=1)

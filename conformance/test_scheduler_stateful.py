@@ -24,8 +24,15 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, precondition, rule, run_state_machine_as_test
 
 from conformance import invariants as inv
-from conformance.adapters import DEPARTED_PROPERTY, NOT_DRAWN_PROPERTY, REFUSED_PROPERTY, STALLED_PROPERTY
+from conformance.adapters import (
+    CHECKED_PROPERTY,
+    DEPARTED_PROPERTY,
+    NOT_DRAWN_PROPERTY,
+    REFUSED_PROPERTY,
+    STALLED_PROPERTY,
+)
 from conformance.fake_runner import EOS_TOKEN_ID, FakeRunner, RequestSpec
+from conformance.invariants.scope import checked_each_step
 from conformance.progress import guarded
 
 BATCHING_MODES = ("continuous", "sequence", "static", "none")
@@ -111,6 +118,7 @@ class SchedulerMachine(RuleBasedStateMachine):
     refused: Counter[str] = Counter()  # drawn configurations the engine's supports() refused, by reason (make_machine)
     departed: Counter[str] = Counter()  # checks of the adapter's declared departures that failed, by invariant
     stalled: Counter[str] = Counter()  # examples ended in a state the engine is known never to leave, by reason
+    checked: Counter[str] = Counter()  # checks run, by invariant (those that apply to the drawn configuration)
     batching_modes: tuple[str, ...] = BATCHING_MODES
     pressure = False
 
@@ -138,6 +146,8 @@ class SchedulerMachine(RuleBasedStateMachine):
         # invariants this engine departs from by design, each with its reason (SchedulerAdapter.departures): their
         # violations are counted and reported, every other invariant still fails the example
         self.departures = frozenset(getattr(self.adapter_cls, "departures", {}))
+        unchecked = getattr(self.adapter_cls, "unchecked", {})  # what the adapter cannot report, with why
+        self._applicable = [name for name in checked_each_step(cfg) if name not in unchecked]
         self.rng = rng = random.Random(seed)
         self.runner = FakeRunner(rng, eos_prob)
         self.specs: dict[str, RequestSpec] = {}
@@ -228,6 +238,7 @@ class SchedulerMachine(RuleBasedStateMachine):
         self.finished.add(rid)
         snap = inv.snapshot(self.adapter)
         self._check(inv.check_aborted, self.adapter.request(rid), snap)
+        self.checked["aborted"] += 1
         inv.check_state(
             self.cfg, snap, self._tokens(), self.adapter.num_gpu_blocks, departures=self.departures, seen=self.departed
         )
@@ -286,11 +297,13 @@ class SchedulerMachine(RuleBasedStateMachine):
             for rid, toks in live.items():
                 if toks:
                     self._check(inv.check_sample_position, rid, index[rid], len(self.specs[rid].output_token_ids))
+                    self.checked["sample_position"] += 1
                 self.specs[rid].output_token_ids.extend(toks)
             finished = set(a.update(to_feed))
             for rid, toks in live.items():
                 if toks:
                     self._check(inv.check_finish, a.request(rid), self.specs[rid].expected_finish(), rid in finished)
+                    self.checked["finish"] += 1
             self.finished |= finished
 
         rest = inv.snapshot(a)
@@ -302,6 +315,7 @@ class SchedulerMachine(RuleBasedStateMachine):
             {rid: len(s.prompt_token_ids) for rid, s in self.specs.items()},
         )
         a.check_invariants()
+        self.checked.update(name for name in self._applicable if name not in self.departures)
         self._note_stall()
         if self.stall:
             return
@@ -355,6 +369,7 @@ class SchedulerMachine(RuleBasedStateMachine):
         target(float(self.num_preemptions), label="preemptions")  # steer generation towards KV pressure
         target(float(self.num_swaps), label="swaps")
         self._check(inv.check_no_leaks, inv.snapshot(self.adapter), self.adapter.num_gpu_blocks)
+        self.checked.update(("liveness", "all_finished", "no_leaks"))
 
 
 def make_machine(
@@ -372,6 +387,7 @@ def make_machine(
             "refused": Counter(),
             "departed": Counter(),
             "stalled": Counter(),
+            "checked": Counter(),
         },
     )
 
@@ -394,3 +410,4 @@ def test_scheduler_invariants(request, adapter_cls, batching, pressure):
         request.node.user_properties.append((DEPARTED_PROPERTY, dict(machine.departed)))
         request.node.user_properties.append((STALLED_PROPERTY, dict(machine.stalled)))
         request.node.user_properties.append((NOT_DRAWN_PROPERTY, not_drawn(adapter_cls)))
+        request.node.user_properties.append((CHECKED_PROPERTY, dict(machine.checked)))

@@ -131,7 +131,13 @@ class SchedulerAdapter(Protocol):
     #   departures: dict[str, str]                           invariant name -> why this engine departs from it by
     #                                                        design: the state machine counts those violations and
     #                                                        reports them instead of failing; every other invariant
-    #                                                        still fails. Each wants a named case that shows it.
+    #                                                        still fails. Each wants a named case that shows it:
+    #   departure_cases: dict[str, str]                      invariant name -> the test (path::name) that shows the
+    #                                                        departure on a case of its own. A departure from a
+    #                                                        universal invariant (conformance/invariants/scope.py)
+    #                                                        is reported as the engine breaking it
+    #   unchecked: dict[str, str]                            invariant name -> why the adapter cannot check it on
+    #                                                        this engine (its views lack what it reads)
     #   known_differences: dict[str, str]                    behaviour -> why: the named example of that behaviour
     #                                                        must fail on this engine (a strict xfail, see below)
     #   stalled() -> str | None                              a state the engine is known never to leave, or a step
@@ -149,11 +155,15 @@ DEPARTED_PROPERTY = "departed_checks"
 STALLED_PROPERTY = "stalled_examples"
 # ... and which knob values the machine did not draw at all (SchedulerAdapter.knob_domain), with supports()'s reason
 NOT_DRAWN_PROPERTY = "not_drawn_knobs"
+# ... and how many times each invariant was checked (conformance/invariants/scope.py: those that apply to the drawn
+# configuration, every step), so that the summary names what was checked, not only what was not
+CHECKED_PROPERTY = "checked_invariants"
 
 ADAPTERS = {
     "refengine": "conformance.adapters.refengine_adapter:RefEngineAdapter",
     "vllm": "conformance.adapters.vllm_adapter:VLLMAdapter",
     "transformers": "conformance.adapters.transformers_adapter:TransformersAdapter",
+    "sglang": "conformance.adapters.sglang_adapter:SGLangAdapter",
 }
 
 

@@ -178,6 +178,19 @@ class TransformersAdapter:
         ),
     }
 
+    # invariants the adapter cannot check here, with why (the state machine does not count them as checked)
+    unchecked = {
+        "cached_tokens": "the adapter's gap: transformers keeps no per-request prefix-cache hit count; none is reported"
+    }
+    # the case that shows each departure (conformance/test_transformers_adapter.py, in the default run too)
+    departure_cases = {
+        "admission_order": "conformance/test_transformers_adapter.py::test_a_waiting_request_that_does_not_fit_is_skipped",
+        "decode_first": "conformance/test_transformers_adapter.py::test_a_running_request_short_of_blocks_lets_a_waiting_one_in",
+        "max_num_seqs": "conformance/test_transformers_adapter.py::test_a_running_request_short_of_blocks_lets_a_waiting_one_in",
+        "no_admission_after_preemption": "conformance/test_transformers_adapter.py::test_one_step_admits_and_preempts",
+        "preemption_victim": "conformance/test_transformers_adapter.py::test_victim_is_the_starved_request",
+    }
+
     @classmethod
     def supports(cls, knobs: dict) -> str | None:
         return unsupported_reason(knobs)

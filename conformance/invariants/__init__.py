@@ -38,6 +38,8 @@ from conformance.invariants.batching_invariants import (  # noqa: F401  (the pac
     check_admission_order,
     check_decode_first,
     check_max_num_seqs,
+    check_prefill_budget,
+    check_scheduled_tokens,
     check_sequence_no_mixing,
     check_static_batch,
     check_token_budget,
@@ -72,6 +74,8 @@ from conformance.invariants.requests import (  # noqa: F401  (the package's API:
 
 STEP_CHECKS = (
     check_token_budget,
+    check_prefill_budget,
+    check_scheduled_tokens,
     check_decode_first,
     check_admission_order,
     check_sequence_no_mixing,

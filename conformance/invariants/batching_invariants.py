@@ -14,8 +14,8 @@ def effective_threshold(cfg: dict, before: Snapshot) -> int:
 
 
 def check_token_budget(cfg: dict, before: Snapshot, step: StepView, after: Snapshot) -> None:
-    """Scheduled tokens of a step <= max_num_batched_tokens; no request gets more than it had left to compute or
-    (when set) more than long_prefill_token_threshold."""
+    """vLLM's one budget: every token a step schedules, decodes and prefill chunks alike, counts against
+    max_num_batched_tokens; no request gets more than long_prefill_token_threshold (when set)."""
     total = sum(step.num_scheduled_tokens.values())
     if total > cfg["max_num_batched_tokens"]:
         _fail(
@@ -27,10 +27,42 @@ def check_token_budget(cfg: dict, before: Snapshot, step: StepView, after: Snaps
         )
     thr = effective_threshold(cfg, before)
     for rid, n in step.num_scheduled_tokens.items():
+        if thr and n > thr:
+            _fail(
+                "token_budget",
+                f"{rid} scheduled {n} tokens > long_prefill_token_threshold {thr}",
+                cfg=cfg,
+                step=step,
+                snaps=[("before", before)],
+            )
+
+
+def check_prefill_budget(cfg: dict, before: Snapshot, step: StepView, after: Snapshot) -> None:
+    """Every engine's budget: the prompt (and re-prefill) tokens one step computes <= max_num_batched_tokens.
+    Decodes (one token of a request whose every earlier token is computed) are left out: whether they count against
+    the budget is one engine's design (vLLM's `token_budget`)."""
+    prefill = {
+        rid: n for rid, n in step.num_scheduled_tokens.items() if rid in before.by_id and _is_prefill(before.by_id[rid])
+    }
+    if sum(prefill.values()) > cfg["max_num_batched_tokens"]:
+        _fail(
+            "prefill_budget",
+            f"{sum(prefill.values())} prefill tokens scheduled ({prefill}) > max_num_batched_tokens "
+            f"{cfg['max_num_batched_tokens']}",
+            cfg=cfg,
+            step=step,
+            snaps=[("before", before)],
+        )
+
+
+def check_scheduled_tokens(cfg: dict, before: Snapshot, step: StepView, after: Snapshot) -> None:
+    """A step schedules only running or waiting requests, each at least one and no more tokens than it had left to
+    compute, and each is running afterwards with computed <= its tokens."""
+    for rid, n in step.num_scheduled_tokens.items():
         v = before.by_id.get(rid)
         if v is None:
             _fail(
-                "token_budget",
+                "scheduled_tokens",
                 f"{rid} was scheduled but was neither running nor waiting",
                 cfg=cfg,
                 step=step,
@@ -41,16 +73,8 @@ def check_token_budget(cfg: dict, before: Snapshot, step: StepView, after: Snaps
             left = v.num_tokens  # preempted and admitted again within the step (priority_preemption): may restart
         if not 0 < n <= left:
             _fail(
-                "token_budget",
+                "scheduled_tokens",
                 f"{rid} scheduled {n} tokens with {left} left to compute",
-                cfg=cfg,
-                step=step,
-                snaps=[("before", before)],
-            )
-        if thr and n > thr:
-            _fail(
-                "token_budget",
-                f"{rid} scheduled {n} tokens > long_prefill_token_threshold {thr}",
                 cfg=cfg,
                 step=step,
                 snaps=[("before", before)],
@@ -58,7 +82,7 @@ def check_token_budget(cfg: dict, before: Snapshot, step: StepView, after: Snaps
         a = after.by_id.get(rid)
         if a is None or a.status != "running" or a.num_computed_tokens > a.num_tokens_with_placeholders:
             _fail(
-                "token_budget",
+                "scheduled_tokens",
                 f"{rid} scheduled but not running with computed <= num_tokens after schedule()",
                 cfg=cfg,
                 step=step,

@@ -16,7 +16,8 @@ def max_block_growth(cfg: dict, v: ReqView, thr: int) -> int:
 
 
 def check_preemption_needed(cfg: dict, before: Snapshot, step: StepView, after: Snapshot) -> None:
-    """Preemption happens only when a block could not be had, and never in sequence / static / none modes.
+    """Preemption happens only when a block could not be had (`preemption_needed`), and never in sequence / static /
+    none modes (`no_preemption_outside_continuous`, refengine's design of those modes).
 
     Sound check: before the first preemption of a step nothing has been freed, so the free blocks at that moment are
     at most the free blocks before the step. The request that failed to allocate plus those allocated before it asked
@@ -27,7 +28,7 @@ def check_preemption_needed(cfg: dict, before: Snapshot, step: StepView, after: 
         return
     if cfg["batching"] != "continuous":
         _fail(
-            "preemption_needed",
+            "no_preemption_outside_continuous",
             f"preempted {step.preempted_req_ids} in {cfg['batching']} mode",
             cfg=cfg,
             step=step,
