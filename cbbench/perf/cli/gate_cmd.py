@@ -133,6 +133,14 @@ def gate(
         Optional[int],
         Opt(help="runs per arm, each a fresh process, in ABBA order (default 20; 7 on sim:<gpu>, whose runs repeat)"),
     ] = None,
+    max_repeats: Annotated[
+        Optional[int],
+        Opt(help="while the verdict is inconclusive, add 2 runs per arm (ABBA) up to this many per arm"),
+    ] = None,
+    on_inconclusive: Annotated[
+        str,
+        Opt(help="an inconclusive verdict (no regression shown, none ruled out): fail (exit 3) | pass (exit 0)"),
+    ] = "fail",
     min_effect: Annotated[
         Optional[list[str]],
         Opt(
@@ -193,7 +201,7 @@ def gate(
 ) -> None:
     """Gate a change: base and head measured in one job, interleaved, and a stated test per metric. No baseline file.
 
-    Exit 0: no regression; 1: a regression (significant, in the bad direction, beyond the minimum effect) or a failed head run; 2: bad input (docs/gate.md)."""
+    Exit 0: no regression; 1: a regression (significant, in the bad direction, beyond the minimum effect) or a failed head run; 2: bad input; 3: inconclusive, unless --on-inconclusive pass (docs/gate.md)."""
     from cbbench.perf.gate.arms import HEAD, ArmFailed
     from cbbench.perf.gate.run import GateOptions, default_repeats, run_gate
 
@@ -214,6 +222,8 @@ def gate(
         model=model if servers else None,
         device=runs_on,
         repeats=repeats if repeats is not None else default_repeats(runs_on),
+        max_repeats=max_repeats,
+        on_inconclusive=on_inconclusive,
         confidence=confidence,
         min_effect=tuple(min_effect or ()),
         min_effect_files=tuple(min_effect_file or ()),

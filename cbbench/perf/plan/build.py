@@ -38,7 +38,7 @@ from cbbench.perf.plan.options import (
     validate_configs,
 )
 from cbbench.perf.plan.preflight import check_feasible, check_output_name, check_writable
-from cbbench.perf.plan.spec import Entry, RunSettings, RunSpec
+from cbbench.perf.plan.spec import Entry, RunSettings, RunSpec, interleaved
 from cbbench.perf.results.columns import STORED_PERCENTILES
 from cbbench.perf.results.like import apply_like
 from cbbench.workloads.workload import Workload
@@ -142,9 +142,7 @@ def build_plan(o: PerfOptions) -> RunPlan:
             repeats,
             e.unset_in_id,
         )
-        for rep in range(repeats)
-        for load in sw.loads
-        for e in sw.entries
+        for rep, (load, e) in interleaved([(load, e) for load in sw.loads for e in sw.entries], repeats)
     ]
     out = o.output
     csv_path = (
