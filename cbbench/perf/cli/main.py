@@ -88,7 +88,7 @@ def perf(
     client_workers: options.ClientWorkers = 1,
     ignore_eos: options.IgnoreEos = True,
     batching: options.Batching = "continuous,sequence,static,none",
-    repeats: options.Repeats = 1,
+    repeats: options.Repeats = None,
     warmup: options.Warmup = 8,
     peers: options.Peers = "hf-static,hf-cb",
     metric_percentiles: options.MetricPercentiles = "50,90,99",

@@ -18,8 +18,8 @@ metric's tolerance is its minimum effect. "regressed": significantly worse and t
 "improved" likewise; "inconclusive": no regression shown, but the interval's bad side reaches beyond the tolerance
 (the smallest change these repeats could have seen, `unseen`); "small change": significant, within tolerance;
 "ok": the interval rules out a change beyond the tolerance. "Enough" is what the test needs to reach its level at
-all (5 repeats a side for one test at 95 %, more for more tests); with fewer, the rule above decides and the
-summary says so.
+all (at 95 %: 3 repeats a side for one test, 6 for the 16 default metrics of one configuration); with fewer, the
+rule above decides and the summary says so.
 A metric the baseline has but the new file lacks (NaN) is "missing in new" and fails; NaN in the baseline is "n/a".
 Metrics in a row's `extra` JSON (a percentile asked for with --metric-percentiles) can be gated too.
 Tolerances come from the defaults, pyproject's [tool.cbbench.tolerances], the baseline's sidecar

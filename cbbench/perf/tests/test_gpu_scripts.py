@@ -298,7 +298,7 @@ def test_gpu_runs_perf_merge_split_summary_on_the_simulated_h200(tmp_path: Path,
 
     runs = _env_runs()
     groups = []
-    for name in ("qwen0.5b-fixed", "llama8b-fixed"):  # one of each model (the ShareGPT groups parse above)
+    for name in ("qwen0.5b-fixed", "llama8b-sharegpt"):  # one of each model (the 8B's one group is ShareGPT)
         groups += [f"@{name}", *_sim(runs[name]), "--executor", "serial"]
     out = tmp_path / "perf"
     assert main(["perf", str(out), *groups]) == 0
@@ -307,7 +307,7 @@ def test_gpu_runs_perf_merge_split_summary_on_the_simulated_h200(tmp_path: Path,
     assert main(["perf", str(out), "--floor", "qwen2.5-0.5b:4:16", "@f", *_sim(runs["qwen0.5b-fixed"])]) == 0
     assert "step/floor" in (out / "step-floor.txt").read_text()
     assert main(["perf", str(out), "--floor", "qwen2.5-0.5b:four:16", "@f", "--model", "x"]) == 2  # named, refused
-    parts = [out / "qwen0.5b-fixed.csv", out / "llama8b-fixed.csv"]
+    parts = [out / "qwen0.5b-fixed.csv", out / "llama8b-sharegpt.csv"]
     baseline = tmp_path / "h200.csv"
     assert main(["merge", str(baseline), *map(str, parts)]) == 0
     df = read_csv(baseline)

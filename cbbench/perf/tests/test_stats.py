@@ -268,3 +268,60 @@ def test_compare_without_repeats_falls_back_to_tolerances_and_says_so(tmp_path):
     out = io.StringIO()
     assert main_compare(b, n, ONLY_THROUGHPUT, console=Console(file=out, width=300), use_tolerance_files=False) == 0
     assert "too few repeats for the U test" in out.getvalue() and "it needs 3 a side" in out.getvalue()
+
+
+def test_the_series_benchmark_counts_intervals_that_hold_the_others_and_ones_across_1():
+    from cbbench.perf.bench.ratio_series import agreement
+
+    assert agreement([(1.0, 0.9, 1.1), (1.05, 0.95, 1.15), (0.98, 0.9, 1.2)]) == (3, 0)
+    # the second run's interval misses the first's estimate, and lies wholly above 1 while the first's is below
+    assert agreement([(0.95, 0.9, 1.2), (1.3, 1.2, 1.4)]) == (0, 1)
+
+
+def _fake_runs(monkeypatch, values: dict[str, list[float]]) -> list[tuple[str, int]]:
+    """Make the gate's runs return the next of `values[arm]` as output throughput; returns the order they ran in."""
+    from pathlib import Path
+
+    import cbbench.perf.gate.run as gate_run
+    from cbbench.perf.gate.arms import Run
+
+    ran: list[tuple[str, int]] = []
+
+    def run_once(arm, index, perf_args, folder, read):
+        ran.append((arm.name, index))
+        row = {"engine": "refengine", "batching": "continuous", "output_throughput": values[arm.name][index]}
+        return Run(arm.name, index, Path("x.csv"), [row], 1.0, 1.0)
+
+    monkeypatch.setattr(gate_run, "run_once", run_once)
+    return ran
+
+
+def _measure(o, effects):
+    from pathlib import Path
+
+    import cbbench.perf.gate.run as gate_run
+    from cbbench.perf.gate.arms import BASE, HEAD, Arm
+
+    arms = {name: Arm(name, name, Path("."), {}) for name in (BASE, HEAD)}
+    err = Console(file=io.StringIO())
+    return gate_run._measure_and_decide(o, arms, [], Path("."), err, effects, looks(o.repeats, o.max_repeats))
+
+
+def test_an_inconclusive_gate_adds_abba_blocks_up_to_its_budget(monkeypatch):
+    effects = {"output_throughput": 0.05}
+    noisy = [100.0, 70.0, 130.0, 95.0, 110.0, 80.0, 120.0, 90.0, 105.0, 85.0, 115.0, 100.0]
+    ran = _fake_runs(monkeypatch, {"base": noisy, "head": list(reversed(noisy))})
+    o = GateOptions(base="main", repeats=4, max_repeats=8, quiet=True)
+    runs, decisions, _ = _measure(o, effects)
+    assert [d.status for d in decisions] == ["inconclusive"]  # still, after the budget
+    assert len(runs) == 16 and ran[8:] == [("base", 4), ("head", 4), ("head", 5), ("base", 5)] + [
+        ("base", 6), ("head", 6), ("head", 7), ("base", 7)
+    ]  # fmt: skip  (two ABBA blocks, indices going on)
+
+
+def test_a_gate_stops_adding_runs_once_it_can_answer(monkeypatch):
+    effects = {"output_throughput": 0.05}
+    steady = [100.0 + 0.01 * i for i in range(12)]
+    ran = _fake_runs(monkeypatch, {"base": steady, "head": [v * 0.7 for v in steady]})
+    runs, decisions, _ = _measure(GateOptions(base="main", repeats=5, max_repeats=11, quiet=True), effects)
+    assert [d.status for d in decisions] == ["regressed"] and len(ran) == 10  # no run added to a clear answer
