@@ -181,9 +181,6 @@ def compare(
             help="read BASELINE's sidecar NAME.tolerances.toml and the tool.cbbench.tolerances table of pyproject.toml"
         ),
     ] = True,
-    confidence: Annotated[
-        float, Opt(help="with repeats enough for the U test: a file unchanged fails with probability at most 1 - this")
-    ] = 0.95,
     on_inconclusive: Annotated[
         str, Opt(help="no regression shown and none ruled out: fail (exit 3) | pass (exit 0)")
     ] = "fail",
@@ -208,7 +205,6 @@ def compare(
         fmt=format,
         use_tolerance_files=tolerance_files,
         where=where or [],
-        confidence=confidence,
         on_inconclusive=on_inconclusive,
     )
     raise typer.Exit(code)
