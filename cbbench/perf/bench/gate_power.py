@@ -39,8 +39,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from cbbench.perf.gate.trees import Tree, arm_environment, import_root
 from cbbench.perf.gate.run import EXIT_INCONCLUSIVE
+from cbbench.perf.gate.trees import Tree, arm_environment, import_root
 
 STEP_FILE = "refengine/engine/llm_engine.py"
 SIM_FILE = "refengine/sim/sim_device.py"

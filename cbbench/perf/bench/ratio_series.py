@@ -49,7 +49,9 @@ def _named(csv: Path) -> dict[str, Shift]:
 def agreement(runs: Sequence[tuple[float, float, float]]) -> tuple[int, int]:
     """(how many runs' intervals hold every other run's estimate, how many (run, other) pairs have the run's interval
     wholly on the other side of 1 from the other's estimate). Each run: (estimate, low, high)."""
-    holds = sum(all(low <= e <= high for j, (e, _, _) in enumerate(runs) if j != i) for i, (_, low, high) in enumerate(runs))
+    holds = sum(
+        all(low <= e <= high for j, (e, _, _) in enumerate(runs) if j != i) for i, (_, low, high) in enumerate(runs)
+    )
     across = sum(
         1
         for i, (_, low, high) in enumerate(runs)

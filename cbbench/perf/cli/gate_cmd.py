@@ -139,12 +139,10 @@ def gate(
         Opt(help="runs per arm, each a fresh process, in ABBA order (default 20; 7 on sim:<gpu>, whose runs repeat)"),
     ] = None,
     max_repeats: Annotated[
-        Optional[int],
-        Opt(help="while the verdict is inconclusive, add 2 runs per arm (ABBA) up to this many per arm"),
+        Optional[int], Opt(help="while the verdict is inconclusive, add 2 runs per arm (ABBA) up to this many per arm")
     ] = None,
     on_inconclusive: Annotated[
-        str,
-        Opt(help="an inconclusive verdict (no regression shown, none ruled out): fail (exit 3) | pass (exit 0)"),
+        str, Opt(help="an inconclusive verdict (no regression shown, none ruled out): fail (exit 3) | pass (exit 0)")
     ] = "fail",
     min_effect: Annotated[
         Optional[list[str]],

@@ -33,12 +33,12 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from cbbench.perf.stats import log_shift, runs_needed, unseen_change
 from cbbench.perf.results.gate import _pyproject, read_tolerance_file
 from cbbench.perf.results.matching import label
 from cbbench.perf.results.rows import number, with_extra_metrics
 from cbbench.perf.results.schema import config_key
 from cbbench.perf.results.tolerances import HIGHER, LOWER, direction, resolve_tolerances
+from cbbench.perf.stats import log_shift, runs_needed, unseen_change
 
 # What a serving change moves: output throughput, and the mean and median of each latency a client sees per token
 # or per request start. p99s and the other throughputs follow the same runs (more tests would only widen every

@@ -62,7 +62,6 @@ from cbbench.perf.results.matching import (
     samples_by_key,
 )
 from cbbench.perf.results.rows import Row, as_rows, read_rows, with_extra_metrics
-from cbbench.perf.stats import log_shift, runs_needed, unseen_change
 
 # (the tolerance rules are tolerances.py's; importable from here too, as they always were)
 from cbbench.perf.results.tolerances import (
@@ -76,6 +75,7 @@ from cbbench.perf.results.tolerances import (
     parse_tolerances,
     resolve_tolerances,
 )
+from cbbench.perf.stats import log_shift, runs_needed, unseen_change
 
 __all__ = [
     "DEFAULT_TOLERANCES",
@@ -260,9 +260,7 @@ def repeats_note(rows: Sequence[Mapping[str, Any]], confidence: float = DEFAULT_
     if tested == len(judged):
         return f"decided by the {how}"
     need = runs_needed(alpha)
-    fallback = (
-        f"too few repeats for the {how}: it needs {need} a side; the tolerances and the repeats' spread decided"
-    )
+    fallback = f"too few repeats for the {how}: it needs {need} a side; the tolerances and the repeats' spread decided"
     if tested == 0:
         return fallback
     return f"{tested} of {len(judged)} decided by the {how}; the rest ({fallback.partition(': ')[2]})"
@@ -356,12 +354,18 @@ def _summary(
             "" if any(r.get("test") == TESTED for r in rows) else " and outside the repeats' spread"
         )
     elif unsure:
-        head = "INCONCLUSIVE: no regression shown, but the repeats could not rule out one beyond tolerance; the smallest "
-        head += "change in the bad direction they could have seen: " + ", ".join(
-            f"{r['metric']} {r['unseen']:.1%} (tolerance {r['tolerance']:.0%})"
-            + (f" ({r['config']})" if common > 1 else "")
-            for r in unsure[:4]
-        ) + (" ..." if len(unsure) > 4 else "")
+        head = (
+            "INCONCLUSIVE: no regression shown, but the repeats could not rule out one beyond tolerance; the smallest "
+        )
+        head += (
+            "change in the bad direction they could have seen: "
+            + ", ".join(
+                f"{r['metric']} {r['unseen']:.1%} (tolerance {r['tolerance']:.0%})"
+                + (f" ({r['config']})" if common > 1 else "")
+                for r in unsure[:4]
+            )
+            + (" ..." if len(unsure) > 4 else "")
+        )
     else:
         head = "no regression beyond tolerance"
     message = (

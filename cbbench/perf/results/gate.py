@@ -163,10 +163,14 @@ def _change(r: Mapping[str, Any]) -> str:
     if _nan(r.get("change")):
         return ""
     text = f"{r['change']:+.1%}"
-    low, high = r.get("low"), r.get("high")
-    if not _nan(low) and not _nan(high) and low > 0 and math.isfinite(high):
+    low, high = (_float(r.get(k)) for k in ("low", "high"))
+    if low > 0 and math.isfinite(high):
         text += f" ({low - 1:+.1%} to {high - 1:+.1%})"
     return text
+
+
+def _float(x: Any) -> float:
+    return math.nan if _nan(x) else float(x)
 
 
 def _nan(x: Any) -> bool:

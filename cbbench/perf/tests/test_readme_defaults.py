@@ -36,8 +36,9 @@ def modes_and_peers(plan) -> tuple[list[str], list[str]]:
 def test_the_readmes_cpu_defaults_are_the_commands(monkeypatch):
     m = re.search(
         r"through the engine's (\w+) batching modes and (\w+) peers.*?The CPU default is (\d+) prompts, (\d+) slots, "
-        r"prompts capped at (\d+) tokens and outputs at (\d+), on `([^`]+)`, (\w+) runs of each configuration"
-        .replace(" ", r"\s+"),
+        r"prompts capped at (\d+) tokens and outputs at (\d+), on `([^`]+)`, (\w+) runs of each configuration".replace(
+            " ", r"\s+"
+        ),
         README,
         re.S,
     )

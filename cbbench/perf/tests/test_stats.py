@@ -21,13 +21,7 @@ from cbbench.perf.gate.verdict import count_tests, decide, inconclusive, regress
 from cbbench.perf.plan.spec import interleaved
 from cbbench.perf.report.show import render
 from cbbench.perf.report.table import NO_INTERVAL, RATIO_LEGEND, summary_lines, table_columns
-from cbbench.perf.stats import (
-    RATIO_CONFIDENCE,
-    describe_ratio,
-    ratio_interval,
-    repeats_for_interval,
-    unseen_change,
-)
+from cbbench.perf.stats import RATIO_CONFIDENCE, describe_ratio, ratio_interval, repeats_for_interval, unseen_change
 
 NOISE = 0.03  # run-to-run noise as a log-normal sd: a CPU run at low load (docs/gate.md)
 TRIALS = 200  # synthetic experiments per coverage check
@@ -139,7 +133,14 @@ def test_a_plans_configurations_run_interleaved_forward_then_backward():
         (0, "A"), (0, "B"), (0, "C"), (1, "C"), (1, "B"), (1, "A"), (2, "A"), (2, "B"), (2, "C")
     ]  # fmt: skip
     assert [c for _, c in interleaved(["base", "head"], 4)] == [
-        "base", "head", "head", "base", "base", "head", "head", "base"
+        "base",
+        "head",
+        "head",
+        "base",
+        "base",
+        "head",
+        "head",
+        "base",
     ]  # fmt: skip  (the gate's ABBA)
     with pytest.raises(ValueError, match="repeats must be >= 1"):
         interleaved(["A"], 0)
@@ -159,7 +160,11 @@ def _entries(repeats: int, cont: float = 1.5, peer: float = 0.5) -> list:
     rng = random.Random(14)
     out = []
     for rep in range(repeats):
-        for eng, mode, level in (("refengine", "continuous", cont), ("refengine", "static", 1.0), ("hf-static", "static", peer)):
+        for eng, mode, level in (
+            ("refengine", "continuous", cont),
+            ("refengine", "static", 1.0),
+            ("hf-static", "static", peer),
+        ):
             row = {"output_throughput": 100.0 * level * math.exp(rng.gauss(0, NOISE)), "device": "cpu", "repeat": rep}
             out.append(((eng, mode, "-"), row, None))
     return out
@@ -252,7 +257,9 @@ def test_compare_says_inconclusive_with_the_smallest_change_it_could_see(tmp_pat
     code = main_compare(b, n, tol, console=Console(file=out, width=300), use_tolerance_files=False)
     assert code == EXIT_INCONCLUSIVE and "INCONCLUSIVE" in out.getvalue() and f"{r['unseen']:.1%}" in out.getvalue()
     assert "decided by the U test" in out.getvalue()
-    code = main_compare(b, n, tol, console=Console(file=io.StringIO()), on_inconclusive="pass", use_tolerance_files=False)
+    code = main_compare(
+        b, n, tol, console=Console(file=io.StringIO()), on_inconclusive="pass", use_tolerance_files=False
+    )
     assert code == 0
 
 
@@ -315,7 +322,10 @@ def test_an_inconclusive_gate_adds_abba_blocks_up_to_its_budget(monkeypatch):
     runs, decisions, _ = _measure(o, effects)
     assert [d.status for d in decisions] == ["inconclusive"]  # still, after the budget
     assert len(runs) == 16 and ran[8:] == [("base", 4), ("head", 4), ("head", 5), ("base", 5)] + [
-        ("base", 6), ("head", 6), ("head", 7), ("base", 7)
+        ("base", 6),
+        ("head", 6),
+        ("head", 7),
+        ("base", 7),
     ]  # fmt: skip  (two ABBA blocks, indices going on)
 
 
