@@ -21,7 +21,7 @@
 # others finish (with 256 on 256 both modes run one batch): ShareGPT, and fixed 1024 in / 256 out (no variance in
 # lengths: the forward's own speed), continuous and static; hf-static on 16 ShareGPT prompts of at most 256 output
 # tokens (it runs one static batch at HF's speed: 256 prompts took 117 s of an H200's 160). The sizes fit the
-# 10-minute check: ci/gpu_check.sh's header has the arithmetic.
+# 8-minute check: ci/gpu_check.sh's header has the arithmetic.
 _GPU_RUN=(--device cuda --seed 0 --max-num-seqs 256 --warmup 4)
 GPU_QWEN_RUNS=(
   @qwen0.5b-sharegpt --model qwen2.5-0.5b --workload sharegpt --num-prompts 1000 "${_GPU_RUN[@]}"
@@ -34,8 +34,6 @@ GPU_QWEN_RUNS=(
 GPU_LLAMA_RUNS=(
   @llama8b-sharegpt --model llama-3.1-8b --workload sharegpt --num-prompts 320 "${_GPU_RUN[@]}"
     --batching continuous,static --peers none
-  @llama8b-fixed --model llama-3.1-8b --workload fixed --workload-param input_len=1024,output_len=256
-    --num-prompts 256 "${_GPU_RUN[@]}" --batching continuous,static --peers none
 )
 
 # module[>=version] -> distribution, for the probe, the message and the wheelhouse: what cbbench imports (pyproject's

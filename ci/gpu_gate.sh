@@ -19,13 +19,15 @@
 # Usage:  bash ci/gpu_gate.sh [--dry-run]        # setup as ci/gpu_check.sh (offline-capable), GPU tests, gate, trend
 #         UPDATE_BASELINE=1 bash ci/gpu_gate.sh  # record results/baselines/<gpu>.csv (new, or the same configs again)
 # Env:    GATE_BASE (the revision to gate against; default: the merge base with origin/main, or HEAD~1 when HEAD is
-#         on it), GATE_ARGS (the gate's workload; default below), REPEATS (runs per arm, default 10), OUT (default
+#         on it), GATE_ARGS (the gate's workload; default below), REPEATS (runs per arm, default 10), MAX_REPEATS
+#         and ON_INCONCLUSIVE (below), OUT (default
 #         results/gpu-ci), VENV (default .venv-gpu), PYTHON, WHEELHOUSE, SKIP_TESTS=1, SKIP_GATE=1 (the trend check
 #         alone), TREND_REPEATS (default 3), TREND_FAILS=1 (a trend regression fails the job too), SUMMARY (a file for
 #         the markdown; default $GITHUB_STEP_SUMMARY), GPU_SLUG (the <gpu> name, instead of asking nvidia-smi),
 #         BASELINE_DIR (default results/baselines), SKIP_SETUP=1 (use $PYTHON as it is). --dry-run prints the plan
 #         and runs nothing. perf/tests/test_gpu_gate.py runs this whole flow on a CPU, on the simulated H200.
-# Exit:   the gate's: 0 no regression, 1 a regression (or, with TREND_FAILS=1, a trend regression), 2 bad input.
+# Exit:   the gate's: 0 no regression, 1 a regression (or, with TREND_FAILS=1, a trend regression), 2 bad input,
+#         3 inconclusive after MAX_REPEATS runs per arm (default 16; ON_INCONCLUSIVE=pass makes it 0).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
@@ -40,6 +42,7 @@ done
 VENV=${VENV:-.venv-gpu}
 OUT=${OUT:-results/gpu-ci}
 REPEATS=${REPEATS:-10}  # a GPU run repeats more closely than a shared CPU's: half the CPU gate's 20
+MAX_REPEATS=${MAX_REPEATS:-16}  # what an inconclusive gate may grow to: 3 more ABBA blocks
 TREND_REPEATS=${TREND_REPEATS:-3}  # compare's rule "every new repeat worse than every baseline repeat" needs a few
 SUMMARY=${SUMMARY:-${GITHUB_STEP_SUMMARY:-}}
 UPDATE=${UPDATE_BASELINE:-0}
@@ -86,7 +89,10 @@ if [[ "${SKIP_GATE:-0}" != 1 && $UPDATE != 1 ]]; then
   fi
   echo "== gate: $GATE_BASE -> this tree, on $GPU, $REPEATS runs per arm"
   # shellcheck disable=SC2206  # GATE_ARGS is a list of options, split on spaces as written
-  GATE=("${CB[@]}" gate --base "$GATE_BASE" $GATE_ARGS --repeats "$REPEATS" --output "$OUT/gate.csv")
+  # A GPU's runs repeat closely enough that an inconclusive gate means too few runs, not a noisy runner: it adds
+  # ABBA blocks up to MAX_REPEATS per arm, and one still inconclusive fails the job (exit 3) unless ON_INCONCLUSIVE=pass
+  GATE=("${CB[@]}" gate --base "$GATE_BASE" $GATE_ARGS --repeats "$REPEATS" --output "$OUT/gate.csv"
+    --max-repeats "$MAX_REPEATS" --on-inconclusive "${ON_INCONCLUSIVE:-fail}")
   [[ -n "$SUMMARY" ]] && GATE+=(--summary "$SUMMARY")
   if [[ $DRY_RUN == 1 ]]; then
     echo "run: ${GATE[*]}"

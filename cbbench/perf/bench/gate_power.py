@@ -39,6 +39,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from cbbench.perf.gate.run import EXIT_INCONCLUSIVE
 from cbbench.perf.gate.trees import Tree, arm_environment, import_root
 
 STEP_FILE = "refengine/engine/llm_engine.py"
@@ -190,7 +191,7 @@ def run_gate(
     if doc is None:
         line.update(verdict="error", error=(stderr.decode(errors="replace").strip().splitlines() or ["?"])[-1])
         return line
-    line["verdict"] = "FAIL" if doc["regressed"] else "PASS"
+    line["verdict"] = "FAIL" if doc["regressed"] else "INCONCLUSIVE" if doc.get("inconclusive") else "PASS"
     line["ratios"] = json.dumps({r["metric"]: r["ratio"] for r in doc["rows"]})
     line["statuses"] = json.dumps({r["metric"]: r["status"] for r in doc["rows"]})
     line["runs_cpu_s"] = sum(doc["cpu_s"].values())
@@ -253,7 +254,7 @@ def tabulate(lines: Sequence[dict[str, str]]) -> str:
     ]
     for name in sorted(groups, key=lambda n: (n != "A/A", float(n.split()[-1].rstrip("%")) if n != "A/A" else 0)):
         g = groups[name]
-        ok = [x for x in g if x["verdict"] in ("PASS", "FAIL")]
+        ok = [x for x in g if x["verdict"] in ("PASS", "FAIL", "INCONCLUSIVE")]
         failed = sum(x["verdict"] == "FAIL" for x in ok)
         walls = [float(x["wall_s"]) / 60 for x in g]
         cpus = [float(x["cpu_s"]) / 60 for x in g if x.get("cpu_s")]
@@ -319,12 +320,18 @@ def aa(out: Path, gate_args: Sequence[str], src: Path) -> int:
         argv = [sys.executable, "-m", "cbbench.perf.cli", "gate", "--base", "HEAD", "--output", str(out)]
         argv += ["--format", "json", "--summary", str(out.with_suffix(".gate.md")), *gate_args]
         res = subprocess.run(argv, cwd=repo, env=env, stdout=subprocess.PIPE, check=False)
-    if res.returncode not in (0, 1):
+    if res.returncode not in (0, 1, EXIT_INCONCLUSIVE):
         print(f"A/A gate: could not run (exit {res.returncode})", flush=True)
         return res.returncode
     out.with_suffix(".gate.json").write_bytes(res.stdout)
     doc = json.loads(res.stdout)
-    verdict = "FAIL (a false alarm: both arms ran the same code)" if doc["regressed"] else "PASS"
+    verdict = (
+        "FAIL (a false alarm: both arms ran the same code)"
+        if doc["regressed"]
+        else f"INCONCLUSIVE ({doc['message'].partition(': ')[2]})"
+        if doc.get("inconclusive")
+        else "PASS"
+    )
     worst = min(doc["rows"], key=lambda r: r["p_worse"] if r["p_worse"] is not None else 1.0)
     print(
         f"A/A gate: {verdict}; {doc['repeats']} runs per arm, {doc['tests']} tests, {doc['wall_s']:.0f} s; "

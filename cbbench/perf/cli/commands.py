@@ -188,11 +188,15 @@ def compare(
             help="read BASELINE's sidecar NAME.tolerances.toml and the tool.cbbench.tolerances table of pyproject.toml"
         ),
     ] = True,
+    on_inconclusive: Annotated[
+        str, Opt(help="no regression shown and none ruled out: fail (exit 3) | pass (exit 0)")
+    ] = "fail",
 ) -> None:
-    """Per configuration and metric: change, direction, tolerance. Exit 1 on a regression, 2 on bad input.
+    """Per configuration and metric: change, direction, tolerance. Exit 1 on a regression, 2 on bad input, 3 when inconclusive.
 
-    A regression is a median worse than the baseline's by more than the tolerance AND every new repeat worse
-    than every baseline repeat (see perf/results/compare.py)."""
+    With enough repeats on both sides, the gate's U test decides each metric (its tolerance the minimum effect);
+    otherwise a regression is a median worse than the baseline's by more than the tolerance AND every new repeat
+    worse than every baseline repeat (see perf/results/compare.py)."""
     from cbbench.perf.results.compare import main_compare, parse_tolerances
 
     tol = parse_tolerances(tolerance or [])
@@ -208,6 +212,7 @@ def compare(
         fmt=format,
         use_tolerance_files=tolerance_files,
         where=where or [],
+        on_inconclusive=on_inconclusive,
     )
     raise typer.Exit(code)
 

@@ -56,6 +56,9 @@ FORWARDED = (
 PATH_OPTIONS = ("like", "dataset_path", "model", "tokenizer")  # made absolute when they name something on disk
 GATE_BATCHING = "continuous"
 GATE_PEERS = "none"
+# On a CPU the gate's run keeps 16 ShareGPT prompts, the run its false-alarm rate and power were measured with
+# (docs/gate.md), though perf's own CPU default is now 8 (sized for 4 repeats in 3 minutes)
+GATE_CPU_NUM_PROMPTS = 16
 
 
 def _value(v: Any, cwd: Path, name: str) -> str:
@@ -85,6 +88,8 @@ def forwarded_args(ctx: typer.Context, cwd: Path) -> list[str]:
     if "like" not in given:
         out += [] if "batching" in given else ["--batching", GATE_BATCHING]
         out += [] if "peers" in given else ["--peers", GATE_PEERS]
+        if "num_prompts" not in given and str(ctx.params.get("device") or "cpu") == "cpu":
+            out += ["--num-prompts", str(GATE_CPU_NUM_PROMPTS)]
     return out
 
 
@@ -133,6 +138,12 @@ def gate(
         Optional[int],
         Opt(help="runs per arm, each a fresh process, in ABBA order (default 20; 7 on sim:<gpu>, whose runs repeat)"),
     ] = None,
+    max_repeats: Annotated[
+        Optional[int], Opt(help="while the verdict is inconclusive, add 2 runs per arm (ABBA) up to this many per arm")
+    ] = None,
+    on_inconclusive: Annotated[
+        str, Opt(help="an inconclusive verdict (no regression shown, none ruled out): fail (exit 3) | pass (exit 0)")
+    ] = "fail",
     min_effect: Annotated[
         Optional[list[str]],
         Opt(
@@ -162,7 +173,10 @@ def gate(
     model: options.Model = None,
     device: options.Device = "cpu",
     dtype: options.Dtype = None,
-    num_prompts: options.NumPrompts = None,
+    num_prompts: Annotated[
+        Optional[int],
+        Opt(help=f"default: {GATE_CPU_NUM_PROMPTS} on CPU (the gate's measured run), 500 on GPU, 1000 on sim:<gpu>"),
+    ] = None,
     seed: options.Seed = 0,
     dataset_path: options.DatasetPath = None,
     time_scale: options.TimeScale = None,
@@ -193,7 +207,7 @@ def gate(
 ) -> None:
     """Gate a change: base and head measured in one job, interleaved, and a stated test per metric. No baseline file.
 
-    Exit 0: no regression; 1: a regression (significant, in the bad direction, beyond the minimum effect) or a failed head run; 2: bad input (docs/gate.md)."""
+    Exit 0: no regression; 1: a regression (significant, in the bad direction, beyond the minimum effect) or a failed head run; 2: bad input; 3: inconclusive, unless --on-inconclusive pass (docs/gate.md)."""
     from cbbench.perf.gate.arms import HEAD, ArmFailed
     from cbbench.perf.gate.run import GateOptions, default_repeats, run_gate
 
@@ -214,6 +228,8 @@ def gate(
         model=model if servers else None,
         device=runs_on,
         repeats=repeats if repeats is not None else default_repeats(runs_on),
+        max_repeats=max_repeats,
+        on_inconclusive=on_inconclusive,
         confidence=confidence,
         min_effect=tuple(min_effect or ()),
         min_effect_files=tuple(min_effect_file or ()),

@@ -89,7 +89,7 @@ def perf(
     ignore_eos: options.IgnoreEos = True,
     prefix_cache_isolation: options.PrefixCacheIsolation = "auto",
     batching: options.Batching = "continuous,sequence,static,none",
-    repeats: options.Repeats = 1,
+    repeats: options.Repeats = None,
     warmup: options.Warmup = 8,
     peers: options.Peers = "hf-static,hf-cb",
     metric_percentiles: options.MetricPercentiles = "50,90,99",

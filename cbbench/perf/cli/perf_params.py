@@ -106,7 +106,13 @@ PrefixCacheIsolation = Annotated[
     ),
 ]
 Batching = Annotated[str, Opt(help="comma list of continuous,sequence,static,none", metavar=list_metavar("str"))]
-Repeats = Annotated[int, Opt(help="runs per configuration; the table shows the median")]
+Repeats = Annotated[
+    Optional[int],
+    Opt(
+        help="runs per configuration, interleaved; the table shows the median and each ratio's interval (default 4 "
+        "for the CPU default run, the fewest with a 95% interval; else 1)"
+    ),
+]
 Warmup = Annotated[int, Opt(help="short synthetic requests of staggered lengths run first, not measured")]
 Peers = Annotated[str, Opt(help="comma list of hf-static,hf-cb, or none", metavar=list_metavar("str"))]
 MetricPercentiles = Annotated[

@@ -13,7 +13,7 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
-from cbbench.perf.gate.verdict import BAD, Decision, as_dict
+from cbbench.perf.gate.verdict import BAD, INCONCLUSIVE, Decision, as_dict
 from cbbench.perf.results.gate import _clean, _md, _num
 
 FORMATS = ("text", "markdown", "json")
@@ -21,7 +21,13 @@ RATIO_NOTE = (
     "base, head: medians of each arm's runs; ratio: the median of head / base over every pair of runs "
     "(Hodges-Lehmann), the estimate the test goes with"
 )
-_STYLE = {"regressed": "bold red", "missing in head": "bold red", "improved": "green", "small change": "yellow"}
+_STYLE = {
+    "regressed": "bold red",
+    "missing in head": "bold red",
+    "improved": "green",
+    "small change": "yellow",
+    INCONCLUSIVE: "yellow",
+}
 
 
 def _ratio(x: float) -> str:
@@ -43,12 +49,33 @@ def test_line(summary: Mapping[str, Any]) -> str:
         f"{summary['tests']} tests, Bonferroni: each one-sided at alpha {summary['alpha']:.2g} "
         f"({summary['confidence']:.0%} for the whole gate); the interval is the ratio's at "
         f"{1 - summary['alpha']:.4g} on each side; a regression is significant, in the bad direction and beyond "
-        f"the minimum effect"
+        f"the minimum effect; inconclusive: the interval's bad side reaches beyond the minimum effect"
     )
+
+
+def verdict_word(decisions: Sequence[Decision]) -> str:
+    """FAIL (a regression), INCONCLUSIVE (none shown, none ruled out) or PASS."""
+    if any(d.status in BAD for d in decisions):
+        return "FAIL"
+    return "INCONCLUSIVE" if any(d.status == INCONCLUSIVE for d in decisions) else "PASS"
+
+
+def _unseen(decisions: Sequence[Decision]) -> str:
+    """`output_throughput 12.0 % (min 1.5 %)`: each inconclusive metric and the smallest change its runs could see."""
+    many = len({x.config for x in decisions}) > 1
+    shown = [d for d in decisions if d.status == INCONCLUSIVE]
+    return ", ".join(
+        f"{d.metric} {d.unseen:.1%} (min {d.min_effect:.1%})" + (f" ({d.config})" if many else "") for d in shown[:4]
+    ) + (" ..." if len(shown) > 4 else "")
 
 
 def message(decisions: Sequence[Decision]) -> str:
     bad = [d for d in decisions if d.status in BAD]
+    if not bad and any(d.status == INCONCLUSIVE for d in decisions):
+        return (
+            "INCONCLUSIVE: no regression shown, but these runs could not rule out one larger than the minimum effect; "
+            "the smallest change in the bad direction they could have seen: " + _unseen(decisions)
+        )
     if not bad:
         small = sum(d.status == "small change" for d in decisions)
         better = sum(d.status == "improved" for d in decisions)
@@ -95,12 +122,13 @@ def render_text(decisions: Sequence[Decision], summary: Mapping[str, Any]) -> Gr
         parts.append(Text("minimum effects from: " + ", ".join(summary["min_effect_sources"]), style="dim"))
     if summary.get("output"):
         parts.append(Text(f"runs: {summary['output']}", style="dim"))
-    parts.append(Text(summary["message"], style="bold red" if summary["regressed"] else "green"))
+    style = "bold red" if summary["regressed"] else "yellow" if summary.get("inconclusive") else "green"
+    parts.append(Text(summary["message"], style=style))
     return Group(*parts)
 
 
 def render_markdown(decisions: Sequence[Decision], summary: Mapping[str, Any]) -> str:
-    verdict = "FAIL" if summary["regressed"] else "PASS"
+    verdict = verdict_word(decisions)
     lines = [
         f"### cbbench gate: {_md(summary['base'])} -> {_md(summary['head'])}",
         "",
@@ -110,7 +138,7 @@ def render_markdown(decisions: Sequence[Decision], summary: Mapping[str, Any]) -
         "|---|---|---:|---:|---:|---:|---:|---|",
     ]
     for d in decisions:
-        status = f"**{d.status}**" if d.status in BAD else d.status
+        status = f"**{d.status}**" if d.status in BAD or d.status == INCONCLUSIVE else d.status
         lines.append(
             f"| {_md(d.config)} | {_md(d.metric)} | {_num(d.base)} | {_num(d.head)} | {_ratio(d.ratio)} "
             f"| {interval(d)} | {d.min_effect:.1%} | {status} |"

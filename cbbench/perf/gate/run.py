@@ -8,7 +8,10 @@
    before any run, naming the arm and its error line;
 4. the runs, one process at a time in ABBA order (arms.py), each checked to have run its own tree (`git_sha`);
 5. the decision (verdict.py), the results pair (output.py, written whole or not at all) and the report (report.py).
-Exit 0: no regression; 1: a regression, or the head arm failed to run; 2: bad input, or the base arm failed.
+Between 4 and 5, a gate whose verdict is inconclusive (verdict.py) adds one ABBA block at a time (two runs per arm)
+while it stays so, up to --max-repeats runs per arm (Chromium pinpoint's "need more runs").
+Exit 0: no regression (or inconclusive with --on-inconclusive pass); 1: a regression, or the head arm failed to run;
+2: bad input, or the base arm failed; 3: inconclusive (--on-inconclusive fail, the default).
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ from cbbench.perf.gate.verdict import (
     count_tests,
     decide,
     default_min_effects,
+    inconclusive,
     key_changes,
     min_effects,
     regressed,
@@ -46,6 +50,18 @@ from cbbench.perf.gate.verdict import (
 # to 25 configurations of the 7 default metrics (1 / C(14, 7) = 0.0003 <= 0.05 / 175).
 DEFAULT_REPEATS = 20
 SIM_REPEATS = 7
+
+
+ON_INCONCLUSIVE = ("fail", "pass")  # what an inconclusive gate exits with: EXIT_INCONCLUSIVE, or 0
+EXIT_INCONCLUSIVE = 3
+BLOCK = 2  # runs per arm added at a time: one ABBA block (base head head base), so the order stays balanced
+
+
+def looks(repeats: int, max_repeats: int | None) -> int:
+    """How many times a gate may decide: once after `repeats` runs per arm, and once more per block it may add."""
+    if max_repeats is None or max_repeats <= repeats:
+        return 1
+    return 1 + -(-(max_repeats - repeats) // BLOCK)
 
 
 def default_repeats(device: str | None) -> int:
@@ -67,6 +83,8 @@ class GateOptions:
     model: str | None = None  # the servers' model (--model), when given
     device: str = "cpu"  # the runs' device (--device, or --like's): which metrics are gated by default
     repeats: int = DEFAULT_REPEATS  # (`default_repeats` of the device when the command line names none)
+    max_repeats: int | None = None  # add runs to an inconclusive verdict, up to this many per arm (None: none added)
+    on_inconclusive: str = "fail"  # ON_INCONCLUSIVE
     confidence: float = DEFAULT_CONFIDENCE
     min_effect: tuple[str, ...] = ()
     min_effect_files: tuple[str, ...] = ()
@@ -90,6 +108,12 @@ class GateOptions:
             raise ValueError(f"repeats must be >= 1, got {self.repeats}")
         if not 0 < self.confidence < 1:
             raise ValueError(f"confidence must be in (0, 1), got {self.confidence}")
+        if self.max_repeats is not None and self.max_repeats < self.repeats:
+            raise ValueError(f"max-repeats: {self.max_repeats} is below --repeats {self.repeats}")
+        if self.on_inconclusive not in ON_INCONCLUSIVE:
+            raise ValueError(
+                f"on-inconclusive must be one of {', '.join(ON_INCONCLUSIVE)}, got {self.on_inconclusive!r}"
+            )
         if self.format not in FORMATS:
             raise ValueError(f"format must be one of {', '.join(FORMATS)}, got {self.format!r}")
 
@@ -170,7 +194,8 @@ def run_gate(o: GateOptions, console: Console, err: Console) -> int:
     t0 = time.perf_counter()
     defaults = default_min_effects(o.device, o.servers)
     effects, sources = min_effects(o.min_effect, o.min_effect_files, cwd=o.cwd, defaults=defaults)
-    check_repeats(o.repeats, count_tests(1, effects), o.confidence)
+    n_looks = looks(o.repeats, o.max_repeats)
+    check_repeats(o.repeats, count_tests(1, effects, n_looks), o.confidence)
     output = o.output if o.output is not None else default_output(o.cwd)
     if not output.is_absolute():
         output = o.cwd / output
@@ -193,18 +218,45 @@ def run_gate(o: GateOptions, console: Console, err: Console) -> int:
                     tr.check_imports(arm.tree, dict(arm.env))
                     tr.compile_tree(arm.tree)
                 preflight(arm, perf_args, scratch / "preflight")
-            runs = _measure(o, arms, perf_args, scratch, err, effects)
+            runs, decisions, alpha = _measure_and_decide(o, arms, perf_args, scratch, err, effects, n_looks)
         finally:
             for repo, tree in made:
                 tr.remove(repo, tree)
-        decisions, alpha = decide(
-            [r.rows for r in runs if r.arm == BASE], [r.rows for r in runs if r.arm == HEAD], effects, o.confidence
-        )
         describe = {name: arm.describe for name, arm in arms.items()}
         summary = _summary(o, decisions, alpha, describe, runs, sources, output, time.perf_counter() - t0)
         write_pair(output, runs, describe, _gate_record(summary, runs), o.label)
     _report(console, o, decisions, summary)
-    return 1 if summary["regressed"] else 0
+    if summary["regressed"]:
+        return 1
+    if summary["inconclusive"] and o.on_inconclusive == "fail":
+        return EXIT_INCONCLUSIVE
+    return 0
+
+
+def _measure_and_decide(
+    o: GateOptions,
+    arms: dict[str, Arm],
+    perf_args: Sequence[str],
+    scratch: Path,
+    err: Console,
+    effects: dict[str, float],
+    n_looks: int,
+) -> tuple[list[Run], list[Any], float]:
+    """The runs in ABBA order and the decision on them; while the decision is inconclusive and --max-repeats
+    allows, one more ABBA block and the decision again."""
+    repeats = o.repeats
+    most = max(o.max_repeats or repeats, repeats)
+    runs = _measure(o, arms, perf_args, scratch, err, effects, run_order(repeats), n_looks)
+    while True:
+        base, head = [r.rows for r in runs if r.arm == BASE], [r.rows for r in runs if r.arm == HEAD]
+        decisions, alpha = decide(base, head, effects, o.confidence, n_looks)
+        if not inconclusive(decisions) or repeats >= most:
+            return runs, decisions, alpha
+        more = min(BLOCK, most - repeats)
+        if not o.quiet:
+            err.print(f"gate: inconclusive after {repeats} runs per arm; {more} more per arm", markup=False)
+        runs += _measure(o, arms, perf_args, scratch, err, effects, run_order(repeats + more)[2 * repeats :], n_looks)
+        repeats += more
 
 
 def _measure(
@@ -214,10 +266,11 @@ def _measure(
     scratch: Path,
     err: Console,
     effects: dict[str, float],
+    order: Sequence[tuple[str, int]],
+    n_looks: int,
 ) -> list[Run]:
     from cbbench.perf.results.rows import read_rows
 
-    order = run_order(o.repeats)
     runs: list[Run] = []
     for k, (name, index) in enumerate(order, start=1):
         arm = arms[name]
@@ -225,8 +278,8 @@ def _measure(
         _check_ran(arm, run)
         for row in run.rows:  # (the whole process's, on every row of the run: gated once per run)
             row["process_cpu_s"] = run.cpu_s
-        if k == 1:  # the number of configurations is known now: every test counts
-            check_repeats(o.repeats, count_tests(len(run.rows), effects), o.confidence)
+        if k == 1 and index == 0:  # the number of configurations is known now: every test counts
+            check_repeats(o.repeats, count_tests(len(run.rows), effects, n_looks), o.confidence)
         runs.append(run)
         _progress(err, o.quiet, k, len(order), run, arm)
     return runs
@@ -254,8 +307,11 @@ def _summary(
         "base": describe[BASE],
         "head": describe[HEAD],
         "regressed": regressed(decisions),
+        "inconclusive": inconclusive(decisions),
         "message": message(decisions),
-        "repeats": o.repeats,
+        "repeats": min(len(base), len(head)),
+        "max_repeats": o.max_repeats,
+        "looks": looks(o.repeats, o.max_repeats),
         "order": "ABBA",
         "test": "Mann-Whitney U on log values, Hodges-Lehmann ratio, Bonferroni",
         "tests": len(decisions),
@@ -271,7 +327,19 @@ def _summary(
 
 def _gate_record(summary: dict[str, Any], runs: Sequence[Run]) -> dict[str, Any]:
     """What the results JSON keeps of the gate (its `config.gate`): the arms, the test and every run's cost."""
-    keep = ("base", "head", "repeats", "order", "test", "tests", "confidence", "alpha", "regressed", "message")
+    keep = (
+        "base",
+        "head",
+        "repeats",
+        "order",
+        "test",
+        "tests",
+        "confidence",
+        "alpha",
+        "regressed",
+        "inconclusive",
+        "message",
+    )
     return {
         **{k: summary[k] for k in keep},
         "runs": [{"arm": r.arm, "index": r.index, "wall_s": r.wall_s, "cpu_s": r.cpu_s} for r in runs],
@@ -295,6 +363,11 @@ def _print_plan(console: Console, o: GateOptions, arms: dict[str, Arm], perf_arg
     order = " ".join(("B" if a == BASE else "H") for a, _ in run_order(o.repeats))
     console.print(f"gate: base {arms[BASE].describe} -> head {arms[HEAD].describe}", markup=False)
     console.print(f"order ({o.repeats} runs per arm, one at a time): {order}", markup=False, soft_wrap=True)
+    if o.max_repeats is not None and o.max_repeats > o.repeats:
+        console.print(
+            f"while inconclusive: {BLOCK} more runs per arm at a time (ABBA), up to {o.max_repeats} per arm",
+            markup=False,
+        )
     for arm in arms.values():
         argv = perf_argv(perf_args, arm, Path("RUN.csv"))
         console.print(f"{arm.name}: {' '.join(argv[1:])}  (in {arm.cwd})", markup=False, soft_wrap=True)

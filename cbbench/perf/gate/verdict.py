@@ -1,5 +1,5 @@
-"""The gate's decision, per configuration and metric: head against base with the U test (stats.py), corrected for
-the number of tests, and what each metric's minimum effect is.
+"""The gate's decision, per configuration and metric: head against base with the U test (cbbench/perf/stats.py),
+corrected for the number of tests, and what each metric's minimum effect is.
 
 A metric regresses when all three hold:
 - the change is in the bad direction (throughput down, latency up);
@@ -10,6 +10,13 @@ A metric regresses when all three hold:
   metrics truly moved, but its thresholds differ per metric; with Bonferroni every interval printed is the one the
   verdict was read from;
 - the ratio is beyond the metric's minimum effect: a real change smaller than that is reported, not failed.
+
+A metric with no regression is "ok" only when its interval's bound on the bad side excludes a change as large as
+the minimum effect; otherwise it is "inconclusive", with the smallest change the runs could have seen (that bound,
+stats.py's `unseen_change`): an A/A gate whose output-throughput interval is 0.90-1.30 could not have told a 10 %
+slowdown from nothing, and says so rather than "no regression". The gate may add runs to such a verdict
+(run.py: --max-repeats); each look at the runs is one more chance of a false alarm, so the tests are counted once
+per look the gate may take (Bonferroni again), and the level holds however many it takes.
 
 Minimum effects, from weakest to strongest (a later layer overrides an earlier one, pattern by pattern, as
 `compare`'s tolerances do): `DEFAULT_MIN_EFFECTS`; `[tool.cbbench.gate.min-effect]` in the pyproject.toml of the
@@ -26,12 +33,12 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from cbbench.perf.gate.stats import log_shift, runs_needed
 from cbbench.perf.results.gate import _pyproject, read_tolerance_file
 from cbbench.perf.results.matching import label
 from cbbench.perf.results.rows import number, with_extra_metrics
 from cbbench.perf.results.schema import config_key
 from cbbench.perf.results.tolerances import HIGHER, LOWER, direction, resolve_tolerances
+from cbbench.perf.stats import log_shift, runs_needed, unseen_change
 
 # What a serving change moves: output throughput, and the mean and median of each latency a client sees per token
 # or per request start. p99s and the other throughputs follow the same runs (more tests would only widen every
@@ -70,6 +77,7 @@ DEFAULT_CONFIDENCE = 0.95
 PYPROJECT_TABLE = ("tool", "cbbench", "gate", "min-effect")
 FILE_TABLE = ("min-effect",)
 BAD = ("regressed", "missing in head")
+INCONCLUSIVE = "inconclusive"
 
 
 def _rel(text: str, what: str) -> float | None:
@@ -138,9 +146,12 @@ class Decision:
     high: float
     p_worse: float  # one-sided p-value of "head is worse"
     min_effect: float
-    status: str  # regressed | improved | small change | ok | n/a | missing in head
+    status: str  # regressed | improved | small change | inconclusive | ok | n/a | missing in head
     n_base: int
     n_head: int
+    # the largest change in the bad direction the interval cannot exclude (0.12: 12 %); beyond min_effect, the
+    # metric is inconclusive and this is the smallest change these runs could have seen
+    unseen: float = math.nan
 
 
 def _median(xs: Sequence[float]) -> float:
@@ -197,9 +208,10 @@ def decide(
     head: Sequence[Sequence[Mapping[str, Any]]],
     effects: Mapping[str, float],
     confidence: float = DEFAULT_CONFIDENCE,
+    looks: int = 1,
 ) -> tuple[list[Decision], float]:
     """Every (configuration, metric) decision and the per-test alpha. `base` / `head`: each arm's runs, each run its
-    rows in plan order."""
+    rows in plan order; `looks`: how many times the gate may decide on growing runs (its level is spread over all)."""
     if not 0 < confidence < 1:
         raise ValueError(f"confidence must be in (0, 1), got {confidence}")
     base = [with_extra_metrics(run) for run in base]
@@ -207,7 +219,7 @@ def decide(
     names = configurations(base, head)
     per_config = {m: e for m, e in effects.items() if m not in RUN_METRICS}
     per_run = {m: e for m, e in effects.items() if m in RUN_METRICS}
-    alpha = (1 - confidence) / count_tests(len(names), effects)
+    alpha = (1 - confidence) / count_tests(len(names), effects, looks)
     out = []
     for i, name in enumerate(names):
         for metric, effect in per_config.items():
@@ -218,19 +230,27 @@ def decide(
     return out, alpha
 
 
-def count_tests(configs: int, effects: Mapping[str, float]) -> int:
-    """The tests of a gate: each per-configuration metric of each configuration, and each per-run metric once."""
+def count_tests(configs: int, effects: Mapping[str, float], looks: int = 1) -> int:
+    """The tests of a gate: each per-configuration metric of each configuration, and each per-run metric once, at
+    each of the `looks` the gate may take."""
     runs = sum(m in RUN_METRICS for m in effects)
-    return configs * (len(effects) - runs) + runs
+    return (configs * (len(effects) - runs) + runs) * looks
 
 
 def _decide(config: str, metric: str, b: list[float], h: list[float], effect: float, alpha: float) -> Decision:
     d = direction(metric)
 
     def made(
-        status: str, ratio: float = math.nan, low: float = math.nan, high: float = math.nan, p: float = math.nan
+        status: str,
+        ratio: float = math.nan,
+        low: float = math.nan,
+        high: float = math.nan,
+        p: float = math.nan,
+        unseen: float = math.nan,
     ) -> Decision:
-        return Decision(config, metric, d, _median(b), _median(h), ratio, low, high, p, effect, status, len(b), len(h))
+        return Decision(
+            config, metric, d, _median(b), _median(h), ratio, low, high, p, effect, status, len(b), len(h), unseen
+        )
 
     if not b or min(b + h, default=1.0) <= 0:
         return made("n/a")  # (no ratio of a zero or negative sample: nothing to decide on)
@@ -248,11 +268,19 @@ def _decide(config: str, metric: str, b: list[float], h: list[float], effect: fl
         status = "small change"
     else:
         status = "ok"
-    return made(status, s.ratio, s.low, s.high, p_worse)
+    unseen = unseen_change(s, d == LOWER)
+    if status in ("ok", "small change") and unseen > effect:
+        status = INCONCLUSIVE  # no regression shown, and none as large as the minimum effect ruled out
+    return made(status, s.ratio, s.low, s.high, p_worse, unseen)
 
 
 def regressed(decisions: Sequence[Decision]) -> bool:
     return any(d.status in BAD for d in decisions)
+
+
+def inconclusive(decisions: Sequence[Decision]) -> bool:
+    """No regression, but some metric's runs could not rule out one as large as its minimum effect."""
+    return not regressed(decisions) and any(d.status == INCONCLUSIVE for d in decisions)
 
 
 def check_repeats(repeats: int, tests: int, confidence: float) -> None:  # (tests: count_tests's)
@@ -282,6 +310,8 @@ __all__ = [
     "Decision",
     "GATED",
     "HIGHER",
+    "INCONCLUSIVE",
+    "inconclusive",
     "LOWER",
     "as_dict",
     "check_repeats",

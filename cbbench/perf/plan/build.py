@@ -25,6 +25,7 @@ from cbbench.perf.grid.executor import ExecutorChoice, check_executor
 from cbbench.perf.knobs import EngineKnobs
 from cbbench.perf.plan.load import LoadPoint, resolve_tokenizer
 from cbbench.perf.plan.options import (
+    CPU_DEFAULT_REPEATS,
     DEFAULT_MODEL,
     DEFAULT_REPEATS,
     DEFAULT_WARMUP,
@@ -37,7 +38,7 @@ from cbbench.perf.plan.options import (
     sim_label,
 )
 from cbbench.perf.plan.preflight import check_feasible, check_output_name, check_writable
-from cbbench.perf.plan.spec import Entry, RunSettings, RunSpec
+from cbbench.perf.plan.spec import Entry, RunSettings, RunSpec, interleaved
 from cbbench.perf.results.columns import STORED_PERCENTILES
 from cbbench.perf.results.like import apply_like
 from cbbench.workloads.workload import Workload
@@ -153,9 +154,7 @@ def build_plan(o: PerfOptions) -> RunPlan:
             e.unset_in_id,
             sw.engine_args.get((e.batching, e.knobs)) if e.backend == o.backend.name else None,
         )
-        for rep in range(repeats)
-        for load in sw.loads
-        for e in sw.entries
+        for rep, (load, e) in interleaved([(load, e) for load in sw.loads for e in sw.entries], repeats)
     ]
     out = o.output
     csv_path = (
@@ -192,10 +191,19 @@ def _resolved(o: PerfOptions) -> PerfOptions:
     backend = dataclasses.replace(o.backend, peers=o.backend.simulated_peers()) if sim else o.backend
     run = dataclasses.replace(
         o.run,
-        repeats=DEFAULT_REPEATS if o.run.repeats is None else o.run.repeats,
+        repeats=_default_repeats(o) if o.run.repeats is None else o.run.repeats,
         warmup=DEFAULT_WARMUP if o.run.warmup is None else o.run.warmup,
     )
     return dataclasses.replace(o, engine=engine, backend=backend, run=run)
+
+
+def _default_repeats(o: PerfOptions) -> int:
+    """CPU_DEFAULT_REPEATS for the CPU default run (in-process, its own prompt count: sized so that 4 repeats fit
+    about 3 minutes), else DEFAULT_REPEATS."""
+    in_process = Backend.get(o.backend.name).kind == "engine"
+    if o.device.is_cpu and in_process and o.workload.num_prompts is None:
+        return CPU_DEFAULT_REPEATS
+    return DEFAULT_REPEATS
 
 
 def _settings(o: PerfOptions) -> RunSettings:

@@ -44,7 +44,12 @@ PEERS = ("hf-static", "hf-cb")
 # torch threads on a CPU for in-process `perf` and for `serve` alike, so an in-process vs HTTP comparison measures
 # the server, not a thread setting; 1 because OpenMP spin-waits cost most on an oversubscribed CPU
 DEFAULT_CPU_THREADS = 1
-CPU_DEFAULTS = {"num_prompts": 16, "max_num_seqs": 4, "max_prompt_len": 256, "max_output_len": 64}
+CPU_DEFAULTS = {"num_prompts": 8, "max_num_seqs": 4, "max_prompt_len": 256, "max_output_len": 64}
+# The CPU default run's repeats: the fewest with which each ratio has a 95 % interval (stats.repeats_for_interval).
+# With 8 prompts a repeat of the 6 configurations costs ~40 CPU s here, so the README's main command gives its
+# intervals in about 3 minutes on a quiet machine (docs/measurements.md); 16 prompts took ~62 s a repeat. A run the
+# user sizes (--num-prompts), a server's and a GPU's keep DEFAULT_REPEATS: one run, its ratios marked as such.
+CPU_DEFAULT_REPEATS = 4
 GPU_NUM_PROMPTS = 500
 DEFAULT_MODEL = "tiny-qwen2"
 # a simulated GPU runs at the scale of vLLM's headline serving benchmark: `vllm bench serve`'s 1000 ShareGPT prompts
@@ -224,7 +229,7 @@ class RunOptions:
     torch threads on a CPU, and the executor that runs the plan."""
 
     seed: int = 0
-    repeats: int | None = DEFAULT_REPEATS  # None (--like): the baseline's
+    repeats: int | None = DEFAULT_REPEATS  # None: --like's baseline's, else the device's default (plan/build.py)
     warmup: int | None = DEFAULT_WARMUP
     cpu_threads: int | None = None  # None: DEFAULT_CPU_THREADS; 0: torch's default
     executor: ExecutorChoice | None = None  # None: the plan's default (perf/grid/executor.py)

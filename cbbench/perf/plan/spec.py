@@ -8,8 +8,9 @@ go; `build_plan` makes it.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING, NamedTuple, TypeVar
 
 from cbbench.perf.knobs import EngineKnobs, KnobGrid
 from cbbench.perf.plan.load import LoadPoint
@@ -21,6 +22,20 @@ if TYPE_CHECKING:
     from cbbench.workloads.workload import Workload
     from refengine.engine.engine_args import EngineArgs
     from refengine.tokenizer import Tokenizer
+
+
+T = TypeVar("T")
+
+
+def interleaved(configs: Sequence[T], repeats: int) -> list[tuple[int, T]]:
+    """(repeat, configuration) in the order a plan runs them: every configuration once per repeat, the repeats
+    alternately forward and backward (A B C, C B A, A B C, ...): the gate's ABBA order (gate/arms.py) for any number
+    of configurations. Within each pair of repeats every configuration holds the same mean position, so a machine
+    whose speed drifts (a load trend, a neighbour starting) shifts each configuration's pair of runs alike and a ratio
+    between two of them keeps it out; run configuration by configuration, one of them would take the whole drift."""
+    if repeats < 1:
+        raise ValueError(f"repeats must be >= 1, got {repeats}")
+    return [(rep, c) for rep in range(repeats) for c in (configs if rep % 2 == 0 else configs[::-1])]
 
 
 @dataclass

@@ -16,7 +16,15 @@ from typing import Any
 
 from rich.console import Console
 
-from cbbench.perf.report.table import Entry, print_perf_table, summarise, summary_lines, table_columns
+from cbbench.perf.report.table import (
+    Entry,
+    print_perf_table,
+    ratio_record,
+    ratios,
+    summarise,
+    summary_lines,
+    table_columns,
+)
 
 FORMATS = ("text", "markdown", "json")
 
@@ -102,6 +110,7 @@ def render(
         console.file.write(_markdown(entries, goodput, escape=not console.is_terminal, steady_state=steady_state))
     else:
         med, failed = summarise(entries, steady_state=steady_state)
+        vs_static, vs_peer = ratios(entries)
         doc = {
             "runs": [
                 {
@@ -109,6 +118,9 @@ def render(
                     "batching": k[1],
                     "knobs": k[2],
                     **{m: (None if isinstance(v, float) and not math.isfinite(v) else v) for m, v in vals.items()},
+                    # output throughput over static's, and refengine continuous's over this peer's, with intervals
+                    "vs_static": ratio_record(vs_static[k]) if k in vs_static else None,
+                    "continuous_vs_this": ratio_record(vs_peer[k]) if k in vs_peer else None,
                 }
                 for k, vals in med.items()
             ],

@@ -1,6 +1,11 @@
 """The terminal table of `cbbench perf`: one row per (engine, batching, knob set), medians over repeats, the ratio of
 each refengine mode to `static` at the same knobs, and of refengine-continuous to each peer.
 
+Every ratio is of output throughput, read from the repeats of both sides with the statistics the gate uses
+(cbbench/perf/stats.py): the Hodges-Lehmann ratio and its exact 95 % interval, "within noise" where that interval
+holds 1 ("noise" in a cell), and "no interval" where the repeats are too few for one (a single run each). A simulated
+run has no run-to-run noise: its single run's ratio is exact and says so.
+
 The table fits the terminal: a column with no value in any row is left out, and when the rest is wider than the
 terminal, the least important columns go first (their names are listed under the table; the CSV has them all).
 Headers wrap at spaces before any column is dropped. Without a terminal (CI logs, a pipe) and without `COLUMNS`,
@@ -27,6 +32,7 @@ from rich.text import Text
 from cbbench.perf.client_lag import lag_line
 from cbbench.perf.report.table_title import cell_number, simulated_heading, table_title
 from cbbench.perf.steady_state import NOTE_COLUMN
+from cbbench.perf.stats import RATIO_CONFIDENCE, Shift, describe_ratio, ratio_interval, repeats_for_interval
 from refengine.sim.sim_device import DeviceSpec
 
 Key = tuple[str, str, str]  # engine, batching, knob label
@@ -121,23 +127,47 @@ def summarise(
     return out, failed
 
 
-def ratios(med: Mapping[Key, Mapping[str, float]]) -> tuple[dict[Key, float], dict[Key, float]]:
-    """(mode / static at the same knobs, refengine-continuous / peer at the same max_num_seqs)."""
+def _throughputs(entries: Sequence[Entry]) -> dict[Key, list[float]]:
+    """Per key, the output throughput of each repeat that has one (a ratio needs positive, finite samples)."""
+    out: dict[Key, list[float]] = {}
+    for key, row, _ in entries:
+        v = cell_number(row.get("output_throughput")) if row is not None else math.nan
+        if math.isfinite(v) and v > 0:
+            out.setdefault(key, []).append(v)
+    return out
+
+
+def ratios(entries: Sequence[Entry]) -> tuple[dict[Key, Shift], dict[Key, Shift]]:
+    """(each refengine mode / static at the same knobs, refengine-continuous / each peer at the same max_num_seqs):
+    output throughput, each with its interval over the repeats of both sides."""
+    tp = _throughputs(entries)
     vs_static, cont_vs_peer = {}, {}
-    for (eng, mode, label), m in med.items():
+    for (eng, mode, label), samples in tp.items():
         if eng == "refengine":
-            base = med.get((eng, "static", label))
-            if base:
-                vs_static[(eng, mode, label)] = m["output_throughput"] / base["output_throughput"]
+            base = tp.get((eng, "static", label))
+            if base and mode != "static":  # (static over itself is 1 by definition: no test)
+                vs_static[(eng, mode, label)] = ratio_interval(base, samples)
         else:  # a peer: label holds max_num_seqs only when it varies; match refengine rows that mention it
             conts = [
                 v
-                for (e, b, lab), v in med.items()
+                for (e, b, lab), v in tp.items()
                 if e == "refengine" and b == "continuous" and (label == "-" or label in lab.split())
             ]
             if conts:
-                cont_vs_peer[(eng, mode, label)] = conts[0]["output_throughput"] / m["output_throughput"]
+                cont_vs_peer[(eng, mode, label)] = ratio_interval(samples, conts[0])
     return vs_static, cont_vs_peer
+
+
+def ratio_record(s: Shift) -> dict[str, Any]:
+    """A ratio as the JSON outputs hold it: estimate, interval (null without one), runs, and whether within noise."""
+    return {
+        "ratio": s.ratio,
+        "low": s.low if s.bounded else None,
+        "high": s.high if s.bounded else None,
+        "within_noise": s.within_noise if s.bounded else None,
+        "runs": [s.n_base, s.n_head],
+        "text": describe_ratio(s),
+    }
 
 
 def table_columns(
@@ -145,7 +175,7 @@ def table_columns(
 ) -> list[Column]:
     """Every column of the table, in display order, with its cells already formatted."""
     med, failed = summarise(entries, steady_state=steady_state)
-    vs_static, vs_peer = ratios(med)
+    vs_static, vs_peer = ratios(entries)
     keys = [*med, *(k for k in failed if k not in med)]
     cols = [
         Column(h, [k[i] for k in keys], -1, "left", wrap=h == "knobs")
@@ -168,9 +198,32 @@ def table_columns(
                 cell += f" ±{med[key]['spread']:.0%}"
             cells.append(cell)
         cols.append(Column(header, cells, prio))
+    sim = _simulated(entries)
     for header, rs in (("÷ static", vs_static), ("cont ÷ this", vs_peer)):
-        cols.append(Column(header, [_fmt("{:.2f}x", rs.get(k, math.nan)) for k in keys], RATIO_PRIORITY))
+        cells = [
+            _ratio_text(rs[k], sim, short=True) if k in rs else "1.00x" if _is_static_base(k, rs) else "" for k in keys
+        ]
+        cols.append(Column(header, list(cells), RATIO_PRIORITY))
     return cols
+
+
+def _ratio_text(s: Shift, simulated: bool, *, short: bool) -> str:
+    """A ratio as a cell (`short`) or in a sentence: with its interval, or, on a simulated device without one,
+    exact (every run of it gives the same numbers)."""
+    if simulated and not s.bounded:
+        return f"{s.ratio:.2f}x" if short else f"{s.ratio:.2f}x (simulated: the same every run)"
+    return describe_ratio(s, short=short)
+
+
+def _simulated(entries: Sequence[Entry]) -> bool:
+    rows = [row for _, row, _ in entries if row]
+    return bool(rows) and all(_device(row).simulated for row in rows)
+
+
+def _is_static_base(key: Key, vs_static: Mapping[Key, Shift]) -> bool:
+    """The static row other refengine rows are divided by (its own "÷ static" is 1, no test)."""
+    eng, mode, label = key
+    return eng == "refengine" and mode == "static" and any(k[0] == eng and k[2] == label for k in vs_static)
 
 
 def _need(c: Column) -> int:
@@ -237,29 +290,52 @@ CPU_ECONOMICS = (
 )
 
 
+# The note under a table whose ratios have no interval (one run of a configuration, or too few): the main command's
+# continuous / static read 0.57x, then 1.09x, one run each, back to back on a busy machine (issue 45)
+NO_INTERVAL = (
+    f"a ratio needs {repeats_for_interval()} or more runs of each side for a {RATIO_CONFIDENCE:.0%} interval, and one"
+    f" run's ratio can be off by 2x on a busy machine: --repeats {repeats_for_interval()} or more gives one"
+)
+
+
+RATIO_LEGEND = (
+    f"÷ static, cont ÷ this: output throughput's Hodges-Lehmann ratio over the repeats, then its exact"
+    f" {RATIO_CONFIDENCE:.0%} interval (the U test's, as `cbbench gate` reads it); noise: the interval holds 1, the runs"
+    " cannot tell the two apart"
+)
+
+
 def summary_lines(
     entries: Sequence[Entry], goodput: Mapping[str, float] | None = None, *, steady_state: bool = False
 ) -> list[str]:
     """The sentences under the table: what goodput counted, the ratios that matter, the clients that lagged, the
     runs without a steady state (when asked for), the failures."""
     med, failed = summarise(entries)
-    vs_static, vs_peer = ratios(med)
+    vs_static, vs_peer = ratios(entries)
     lines = []
     if goodput:
         slo = " and ".join(f"{k} <= {v:g} ms" for k, v in goodput.items())
         lines.append(f"goodput: requests per second that met {slo}")
     cpu = any(_device(row).is_cpu for _, row, _ in entries if row)
+    sim = _simulated(entries)
     for (eng, mode, label), r in vs_static.items():
         if mode == "continuous":
             waste = med.get((eng, "static", label), {}).get("slot_waste", math.nan)
             lines.append(
                 f"continuous / static output throughput{'' if label == '-' else ' (' + label + ')'}: "
-                f"{r:.2f}x (static's slot waste {waste:.2f}x: the most continuous can win back)"
+                f"{_ratio_text(r, sim, short=False)} (static's slot waste {waste:.2f}x: the most continuous can win back)"
             )
+    for (eng, _, label), r in vs_peer.items():
+        lines.append(
+            f"refengine continuous / {eng}{'' if label == '-' else ' (' + label + ')'}: {_ratio_text(r, sim, short=False)}"
+        )
+    shown = [*vs_static.values(), *vs_peer.values()]
+    if any(r.bounded for r in shown):
+        lines.append(RATIO_LEGEND)
+    if not sim and any(not r.bounded for r in shown):
+        lines.append(NO_INTERVAL)
     if cpu and any(mode == "continuous" for _, mode, _ in vs_static):
         lines.append(CPU_ECONOMICS)
-    for (eng, _, label), r in vs_peer.items():
-        lines.append(f"refengine continuous / {eng}{'' if label == '-' else ' (' + label + ')'}: {r:.2f}x")
     lines += graphed_lines(entries)
     lines += client_lines(entries, steady_state=steady_state)
     for key, e in failed.items():

@@ -11,6 +11,15 @@ A metric regresses when BOTH hold:
   new_max < baseline_min; lower-is-better: new_min > baseline_max). With one run per side this is implied by the
   first condition; with repeats, a shift that stays inside the run-to-run spread is reported as "noise", not
   failed. Improvements are judged the same way.
+When both files hold enough repeats of a configuration, the gate's test decides instead (cbbench/perf/stats.py, as
+`cbbench gate` uses it): the Mann-Whitney U test on the log of each metric's repeats, the Hodges-Lehmann ratio
+new / baseline and its exact interval, Bonferroni over every (configuration, metric) test at `confidence`; each
+metric's tolerance is its minimum effect. "regressed": significantly worse and the ratio beyond the tolerance;
+"improved" likewise; "inconclusive": no regression shown, but the interval's bad side reaches beyond the tolerance
+(the smallest change these repeats could have seen, `unseen`); "small change": significant, within tolerance;
+"ok": the interval rules out a change beyond the tolerance. "Enough" is what the test needs to reach its level at
+all (at 95 %: 3 repeats a side for one test, 6 for the 16 default metrics of one configuration); with fewer, the
+rule above decides and the summary says so.
 A metric the baseline has but the new file lacks (NaN) is "missing in new" and fails; NaN in the baseline is "n/a".
 Metrics in a row's `extra` JSON (a percentile asked for with --metric-percentiles) can be gated too.
 Tolerances come from the defaults, pyproject's [tool.cbbench.tolerances], the baseline's sidecar
@@ -27,7 +36,8 @@ num_prompts, seed, request rate, burstiness, max concurrency). Any key column ca
 makes two configurations of one file the same, the comparison is refused (exit 2) rather than guessed.
 
 Exit codes of `main_compare` (for CI): 0 no regression, 1 a regression (or a missing configuration),
-2 the inputs could not be read or are of another schema version.
+2 the inputs could not be read or are of another schema version, 3 inconclusive (with `on_inconclusive="fail"`,
+the default; "pass" makes it 0).
 """
 
 from __future__ import annotations
@@ -42,7 +52,15 @@ from rich.text import Text
 
 from cbbench.perf.results.files import file_error_line
 from cbbench.perf.results.gate import FORMATS, gate_tolerances, render_json, render_markdown, render_table
-from cbbench.perf.results.matching import cell_text, check_finite, filter_rows, ignored_key_names, keyed, label
+from cbbench.perf.results.matching import (
+    cell_text,
+    check_finite,
+    filter_rows,
+    ignored_key_names,
+    keyed,
+    label,
+    samples_by_key,
+)
 from cbbench.perf.results.rows import Row, as_rows, read_rows, with_extra_metrics
 
 # (the tolerance rules are tolerances.py's; importable from here too, as they always were)
@@ -57,6 +75,7 @@ from cbbench.perf.results.tolerances import (
     parse_tolerances,
     resolve_tolerances,
 )
+from cbbench.perf.stats import log_shift, runs_needed, unseen_change
 
 __all__ = [
     "DEFAULT_TOLERANCES",
@@ -76,6 +95,13 @@ __all__ = [
 ]
 
 
+DEFAULT_CONFIDENCE = 0.95  # for the whole comparison, as the gate's
+ON_INCONCLUSIVE = ("fail", "pass")
+EXIT_INCONCLUSIVE = 3  # the gate's code for the same verdict (gate/run.py)
+TESTED = "U test"  # a row's `test`: how its status was decided
+BY_TOLERANCE = "tolerance"
+
+
 class NoCommonConfigs(ValueError):
     """The two files share no configuration: nothing was compared, which is never a pass."""
 
@@ -88,15 +114,21 @@ def compare(
     fail_on_missing: bool = True,
     ignore_key: Sequence[str] = (),
     where: Sequence[str] = (),
+    confidence: float = DEFAULT_CONFIDENCE,
 ) -> tuple[list[dict[str, Any]], bool]:
-    """Compare the median of each configuration's repeats; returns (table rows, regressed). Each side is a results
+    """Compare each configuration's repeats: with the U test where both sides hold enough of them, else their
+    medians against the tolerances (module docstring); returns (table rows, regressed). Each side is a results
     CSV or its rows (a DataFrame, or dicts as `rows.read_rows` gives them).
 
     `where`: KEY=VALUE filters (`batching=continuous`): only the rows of both files that match every one are
     compared, e.g. the continuous-batching run of an in-process sweep against an HTTP run.
     Each row: config, metric, direction, baseline, new, change (relative, signed), tolerance, baseline_min/max,
-    new_min/max, status ("ok" | "improved" | "regressed" | "n/a" | "missing in new" | "new config").
+    new_min/max, status ("ok" | "improved" | "regressed" | "noise" | "inconclusive" | "small change" | "n/a" |
+    "missing in new" | "new config"), test (TESTED or BY_TOLERANCE), and, where tested: ratio, low, high, p_worse,
+    unseen, alpha.
     """
+    if not 0 < confidence < 1:
+        raise ValueError(f"confidence must be in (0, 1), got {confidence}")
     tol = resolve_tolerances(tolerances)
     metrics = list(tol)
     frames = _frames((baseline_csv, new_csv), metrics, where)
@@ -111,6 +143,8 @@ def compare(
             f"`cbbench perf --like {baseline_csv if is_file else 'BASELINE.csv'}`)"
         )
     keys = list(base) + [k for k in new if k not in base]
+    samples = [samples_by_key(df, metrics, ignored) for df in frames]
+    alpha = (1 - confidence) / max(1, len(metrics) * len(set(base) & set(new)))  # Bonferroni, as the gate
     rows: list[dict[str, Any]] = []
     regressed = False
     for key in keys:
@@ -124,6 +158,7 @@ def compare(
         b, n = base[key], new[key]
         for m in metrics:
             row = _compare_metric(m, b, n, tol[m])
+            _test_metric(row, samples[0][key][m], samples[1][key][m], tol[m], alpha)
             row["config"] = name
             regressed |= row["status"] in ("regressed", "missing in new")
             rows.append(row)
@@ -181,6 +216,60 @@ def _compare_metric(m: str, b: Mapping[str, Any], n: Mapping[str, Any], tol: flo
     return row
 
 
+def _test_metric(row: dict[str, Any], b: list[float], n: list[float], tol: float, alpha: float) -> None:
+    """Decide `row` with the U test instead of the tolerance rule, when both sides have repeats enough for the
+    test to reach `alpha` and every value has a log; otherwise leave the rule's status and say why."""
+    row.update(test=BY_TOLERANCE, alpha=alpha)
+    if row["status"] in ("n/a", "missing in new"):
+        return
+    if min(len(b), len(n)) < 2 or 1 / math.comb(len(b) + len(n), len(b)) > alpha:
+        return  # (too few repeats: the test could never be significant here)
+    if min(b + n) <= 0:
+        return  # (a zero has no log: a count such as preemptions; the rule decides)
+    s = log_shift(b, n, alpha)
+    lower = row["direction"] == LOWER
+    p_worse, p_better = (s.p_higher, s.p_lower) if lower else (s.p_lower, s.p_higher)
+    worse = s.ratio > 1 + tol if lower else s.ratio < 1 - tol
+    better = s.ratio < 1 - tol if lower else s.ratio > 1 + tol
+    unseen = unseen_change(s, lower)
+    if p_worse <= alpha and worse:
+        status = "regressed"
+    elif p_better <= alpha and better:
+        status = "improved"
+    elif unseen > tol:
+        status = "inconclusive"
+    elif p_worse <= alpha or p_better <= alpha:
+        status = "small change"
+    else:
+        status = "ok"
+    row.update(status=status, test=TESTED, ratio=s.ratio, low=s.low, high=s.high, p_worse=p_worse, unseen=unseen)
+
+
+def repeats_note(rows: Sequence[Mapping[str, Any]], confidence: float = DEFAULT_CONFIDENCE) -> str:
+    """How the statuses were decided, in one sentence: by the U test, by the tolerances because the repeats were
+    too few for it (and how many it needs), or some of each."""
+    judged = [r for r in rows if r.get("test") in (TESTED, BY_TOLERANCE) and r.get("metric")]
+    if not judged:
+        return ""
+    alpha = float(judged[0]["alpha"])
+    tested = sum(r["test"] == TESTED for r in judged)
+    how = (
+        f"U test on the log of each metric's repeats, Bonferroni over {len(judged)} tests at {confidence:.0%} "
+        f"(one-sided alpha {alpha:.2g} each)"
+    )
+    if tested == len(judged):
+        return f"decided by the {how}"
+    need = runs_needed(alpha)
+    fallback = f"too few repeats for the {how}: it needs {need} a side; the tolerances and the repeats' spread decided"
+    if tested == 0:
+        return fallback
+    return f"{tested} of {len(judged)} decided by the {how}; the rest ({fallback.partition(': ')[2]})"
+
+
+def inconclusive(rows: Sequence[Mapping[str, Any]], regressed: bool) -> bool:
+    return not regressed and any(r["status"] == "inconclusive" for r in rows)
+
+
 def main_compare(
     baseline: str | os.PathLike[str],
     new: str | os.PathLike[str],
@@ -194,28 +283,38 @@ def main_compare(
     fmt: str = "text",
     use_tolerance_files: bool = True,
     where: Sequence[str] = (),
+    confidence: float = DEFAULT_CONFIDENCE,
+    on_inconclusive: str = "fail",
 ) -> int:
     """Print the comparison (`fmt`: text | markdown | json) and return the exit code (0 pass, 1 regression,
-    2 unusable input: one line on `err`, stderr by default)."""
+    2 unusable input: one line on `err`, stderr by default; 3 inconclusive when `on_inconclusive` is "fail")."""
     console = console or Console()
     err = err or Console(stderr=True, highlight=False, soft_wrap=True)
     try:
         if fmt not in FORMATS:
             raise ValueError(f"format must be one of {', '.join(FORMATS)}, got {fmt!r}")
+        if on_inconclusive not in ON_INCONCLUSIVE:
+            raise ValueError(f"on-inconclusive must be one of {', '.join(ON_INCONCLUSIVE)}, got {on_inconclusive!r}")
         overrides, sources = (
             gate_tolerances(baseline, tolerance_overrides)
             if use_tolerance_files
             else (dict(tolerance_overrides or {}), ["--tolerance"] if tolerance_overrides else [])
         )
         rows, regressed = compare(
-            baseline, new, overrides, fail_on_missing=fail_on_missing, ignore_key=ignore_key, where=where
+            baseline,
+            new,
+            overrides,
+            fail_on_missing=fail_on_missing,
+            ignore_key=ignore_key,
+            where=where,
+            confidence=confidence,
         )
     except (OSError, ValueError) as e:
         msg = file_error_line(e) if isinstance(e, OSError) else str(e).strip().splitlines()[0] if str(e).strip() else ""
         msg = msg or type(e).__name__
         err.print(f"cbbench compare: error: {msg}", markup=False, style="bold red")
         return 2
-    summary = _summary(rows, regressed, baseline, new, sources)
+    summary = _summary(rows, regressed, baseline, new, sources, confidence)
     if fmt == "json":
         console.file.write(render_json(rows, summary) + "\n")
     elif fmt == "markdown":
@@ -228,8 +327,13 @@ def main_compare(
         console.print(render_table(rows, title=f"{names[0]} -> {names[1]}", only_changes=only_changes))
         if sources:
             console.print(Text("tolerances from: " + ", ".join(sources), style="dim"))
-        console.print(Text(summary["message"], style="bold red" if regressed else "green"))
-    return 1 if regressed else 0
+        if summary["decided_by"]:
+            console.print(Text(summary["decided_by"], style="dim"))
+        style = "bold red" if regressed else "yellow" if summary["inconclusive"] else "green"
+        console.print(Text(summary["message"], style=style))
+    if regressed:
+        return 1
+    return EXIT_INCONCLUSIVE if summary["inconclusive"] and on_inconclusive == "fail" else 0
 
 
 def _summary(
@@ -238,17 +342,34 @@ def _summary(
     baseline: str | os.PathLike[str],
     new: str | os.PathLike[str],
     sources: list[str],
+    confidence: float = DEFAULT_CONFIDENCE,
 ) -> dict[str, Any]:
     """The verdict of a comparison, in words and counts, with what was compared (`--format json`'s summary)."""
     common = len({r["config"] for r in rows if r["metric"]})
     n_bad = sum(r["status"] in ("regressed", "missing in new") for r in rows)
     n_noise = sum(r["status"] == "noise" for r in rows)
-    message = (
-        (
-            f"{n_bad} regression(s) beyond tolerance and outside the repeats' spread"
-            if regressed
-            else "no regression beyond tolerance"
+    unsure = [r for r in rows if r["status"] == "inconclusive"]
+    if regressed:
+        head = f"{n_bad} regression(s) beyond tolerance" + (
+            "" if any(r.get("test") == TESTED for r in rows) else " and outside the repeats' spread"
         )
+    elif unsure:
+        head = (
+            "INCONCLUSIVE: no regression shown, but the repeats could not rule out one beyond tolerance; the smallest "
+        )
+        head += (
+            "change in the bad direction they could have seen: "
+            + ", ".join(
+                f"{r['metric']} {r['unseen']:.1%} (tolerance {r['tolerance']:.0%})"
+                + (f" ({r['config']})" if common > 1 else "")
+                for r in unsure[:4]
+            )
+            + (" ..." if len(unsure) > 4 else "")
+        )
+    else:
+        head = "no regression beyond tolerance"
+    message = (
+        head
         + f" ({common} configuration(s) in common"
         + (f"; {n_noise} change(s) within the spread of the repeats" if n_noise else "")
         + ")"
@@ -259,7 +380,9 @@ def _summary(
         "baseline_label": _labels(baseline),
         "new_label": _labels(new),
         "regressed": regressed,
+        "inconclusive": inconclusive(rows, regressed),
         "message": message,
+        "decided_by": repeats_note(rows, confidence),
         "configurations_in_common": common,
         "tolerance_sources": sources,
     }

@@ -126,7 +126,7 @@ def _md(x: Any) -> str:
 def render_markdown(
     rows: Sequence[Mapping[str, Any]], summary: Mapping[str, Any], *, only_changes: bool = False
 ) -> str:
-    verdict = "FAIL" if summary["regressed"] else "PASS"
+    verdict = "FAIL" if summary["regressed"] else "INCONCLUSIVE" if summary.get("inconclusive") else "PASS"
 
     def name(side: str) -> str:
         label = summary.get(f"{side}_label")
@@ -138,6 +138,8 @@ def render_markdown(
         f"**{verdict}**: {summary['message']}",
         "",
     ]
+    if summary.get("decided_by"):
+        lines += [_md(summary["decided_by"]), ""]
     shown = [r for r in rows if not (only_changes and r["status"] == "ok")]
     if shown:
         lines += [
@@ -145,14 +147,30 @@ def render_markdown(
             "|---|---|---:|---:|---:|---:|---|",
         ]
         for r in shown:
-            change = "" if _nan(r.get("change")) else f"{r['change']:+.1%}"
+            change = _change(r)
             tol = "" if _nan(r.get("tolerance")) else f"{r['tolerance']:.0%}"
-            status = f"**{r['status']}**" if r["status"] in BAD_STATUSES else r["status"]
+            status = f"**{r['status']}**" if r["status"] in (*BAD_STATUSES, "inconclusive") else r["status"]
             lines.append(
                 f"| {_md(r['config'])} | {_md(r['metric'] or '(configuration)')} | {_num(r.get('baseline'))} "
                 f"| {_num(r.get('new'))} | {change} | {tol} | {status} |"
             )
     return "\n".join(lines) + "\n"
+
+
+def _change(r: Mapping[str, Any]) -> str:
+    """`+3.1%`, or where the U test decided, `+3.1% (-2.0% to +8.4%)`: the median change and the interval of the
+    Hodges-Lehmann ratio new / baseline, as changes."""
+    if _nan(r.get("change")):
+        return ""
+    text = f"{r['change']:+.1%}"
+    low, high = (_float(r.get(k)) for k in ("low", "high"))
+    if low > 0 and math.isfinite(high):
+        text += f" ({low - 1:+.1%} to {high - 1:+.1%})"
+    return text
+
+
+def _float(x: Any) -> float:
+    return math.nan if _nan(x) else float(x)
 
 
 def _nan(x: Any) -> bool:
@@ -171,6 +189,8 @@ _STYLE = {
     "n/a": "dim",
     "ok": "",
     "noise": "yellow",
+    "inconclusive": "yellow",
+    "small change": "yellow",
 }
 
 
@@ -199,7 +219,7 @@ def render_table(
                 arrow,
                 _num(r["baseline"]),
                 _num(r["new"]),
-                "" if _nan(r["change"]) else f"{r['change']:+.1%}",
+                _change(r),
                 "" if _nan(r["tolerance"]) else f"{r['tolerance']:.0%}",
                 r["status"],
                 style=_STYLE.get(r["status"], ""),

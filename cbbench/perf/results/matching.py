@@ -70,6 +70,20 @@ def keyed(rows: Sequence[Row], metrics: Sequence[str], ignored: set[str], side: 
     return out
 
 
+def samples_by_key(
+    rows: Sequence[Row], metrics: Sequence[str], ignored: set[str]
+) -> dict[tuple[str, ...], dict[str, list[float]]]:
+    """Per configuration (keyed as `keyed` keys it), each metric's value in every repeat that has one."""
+    out: dict[tuple[str, ...], dict[str, list[float]]] = {}
+    for r in rows:
+        key = tuple("" if name in ignored else cell for name, cell in zip(KEY_NAMES, config_key(r)))
+        per = out.setdefault(key, {m: [] for m in metrics})
+        for m in metrics:
+            if not math.isnan(v := number(r.get(m))):
+                per[m].append(v)
+    return out
+
+
 def parse_where(items: Sequence[str]) -> list[tuple[str, str]]:
     """`["batching=continuous"]` -> [("batching", "continuous")] (ValueError naming a bad item)."""
     out = []

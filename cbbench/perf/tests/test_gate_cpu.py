@@ -1,5 +1,6 @@
 """`cbbench gate` end to end on the CPU, the device whose numbers are noisy: real engine runs of two trees, in fresh
-processes, in ABBA order. An A/A gate (the same commit on both sides) passes; a scratch commit that makes every
+processes, in ABBA order. An A/A gate (the same commit on both sides) does not fail (it passes, or is inconclusive:
+5 runs of a shared CPU rarely rule out a 25 % change); a scratch commit that makes every
 engine step busy-wait three times its own duration (gate_power's planted slowdown, 4x per step) fails on
 output throughput. (The false-alarm rate and the power at a 5 % slowdown, at the default repeats, are measured by
 `python -m cbbench.perf.bench.gate_power campaign`, docs/gate.md: too long for a test.)"""
@@ -40,6 +41,7 @@ def repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def gate(repo: Path, monkeypatch: pytest.MonkeyPatch, out: Path, *args: str) -> tuple[int, dict]:
     monkeypatch.chdir(repo)
     argv = ["gate", "--base", "HEAD", *args, "--repeats", REPEATS, "--output", str(out), "--format", "json"]
+    argv += ["--on-inconclusive", "pass"]  # (5 runs of a shared CPU rarely rule out 25 %: said, not failed)
     res = CliRunner().invoke(app, [*argv, *MIN_EFFECT, *CPU_RUN])
     assert res.exit_code in (0, 1), res.output
     return res.exit_code, json.loads(res.stdout)

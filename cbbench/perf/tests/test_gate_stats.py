@@ -11,8 +11,8 @@ from collections import Counter
 
 import pytest
 
-from cbbench.perf.gate.stats import _u_cdf, log_shift, runs_needed, smallest_p
 from cbbench.perf.gate.verdict import DEFAULT_MIN_EFFECT, GATED, check_repeats, decide, min_effects, regressed
+from cbbench.perf.stats import _u_cdf, log_shift, runs_needed, smallest_p
 
 NOISE = 0.03  # run-to-run noise of a metric, as a log-normal sd: a CPU run at low load (docs/gate.md)
 SYNTHETIC_GATES = 400  # A/A gates simulated for the false-alarm rate (each 7 metrics, 10 runs per arm)

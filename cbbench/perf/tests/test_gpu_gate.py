@@ -68,6 +68,8 @@ def test_dry_run_reruns_every_part_of_the_baseline_like_and_compares(tmp_path: P
     argv = lines[at].split()
     assert argv[argv.index("--device") + 1] == "cuda" and argv[argv.index("--repeats") + 1] == "10"
     assert argv[argv.index("--output") + 1] == "results/gpu-ci/gate.csv"
+    # an inconclusive GPU gate adds runs, then fails the job (docs/gate.md)
+    assert argv[argv.index("--max-repeats") + 1] == "16" and argv[argv.index("--on-inconclusive") + 1] == "fail"
 
 
 def test_a_missing_baseline_skips_the_trend_check_not_the_gate(tmp_path: Path) -> None:
@@ -244,6 +246,7 @@ def test_the_scripts_gate_passes_an_unchanged_tree_and_fails_a_slower_commit(tmp
         "BASELINE_DIR": str(tmp_path / "no-baselines"),
         "GATE_ARGS": "--device sim:h200 --num-prompts 20 --quiet",
         "REPEATS": "5",
+        "MAX_REPEATS": "5",  # (a simulated run repeats to the digit: no run to add, and no look to pay for)
         "GATE_BASE": "HEAD",
         "OUT": str(tmp_path / "out"),
         "SUMMARY": str(tmp_path / "summary.md"),

@@ -43,7 +43,8 @@ def test_plan_holds_one_spec_per_run_in_order(tmp_path):
         ("hf-static", "static", 2),
         ("hf-static", "static", 3),
     ]
-    assert runs == [(rep, *r) for rep in (0, 1) for r in one]
+    # interleaved: the second repeat runs the first's order backward (plan/spec.py's `interleaved`, the gate's ABBA)
+    assert runs == [(0, *r) for r in one] + [(1, *r) for r in reversed(one)]
     assert sorted(plan.backends) == ["hf-static", "refengine"]
     assert plan.specs[0].varying == {"max_num_seqs"} and len(plan.workload) == 3
     assert plan.config["batching_modes"] == ["continuous", "static"] and plan.config["peers"] == ["hf-static"]

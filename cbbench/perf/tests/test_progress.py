@@ -49,8 +49,8 @@ def test_dry_run_labels_name_repeat_of_total_and_the_load_point(tmp_path):
     assert runs == [
         "  refengine continuous, rate=2, repeat 1/2",
         "  refengine continuous, rate=4, repeat 1/2",
+        "  refengine continuous, rate=4, repeat 2/2",  # (interleaved: the second repeat runs backward)
         "  refengine continuous, rate=2, repeat 2/2",
-        "  refengine continuous, rate=4, repeat 2/2",
     ]
     assert not any(" - " in line or "(repeat" in line for line in runs)
 

@@ -28,19 +28,22 @@ def documented_plan(monkeypatch: pytest.MonkeyPatch, *args: str):
 
 
 def modes_and_peers(plan) -> tuple[list[str], list[str]]:
-    modes = [s.batching for s in plan.specs if s.backend == "refengine"]
-    return modes, [s.backend for s in plan.specs if s.backend != "refengine"]
+    first = [s for s in plan.specs if s.repeat == 0]  # (every repeat runs the same configurations)
+    modes = [s.batching for s in first if s.backend == "refengine"]
+    return modes, [s.backend for s in first if s.backend != "refengine"]
 
 
 def test_the_readmes_cpu_defaults_are_the_commands(monkeypatch):
     m = re.search(
         r"through the engine's (\w+) batching modes and (\w+) peers.*?The CPU default is (\d+) prompts, (\d+) slots, "
-        r"prompts capped at (\d+) tokens and outputs at (\d+), on `([^`]+)`".replace(" ", r"\s+"),
+        r"prompts capped at (\d+) tokens and outputs at (\d+), on `([^`]+)`, (\w+) runs of each configuration".replace(
+            " ", r"\s+"
+        ),
         README,
         re.S,
     )
     assert m, "the README no longer states the CPU defaults in the sentence this check reads"
-    modes, peers, prompts, slots, prompt_cap, output_cap, model = m.groups()
+    modes, peers, prompts, slots, prompt_cap, output_cap, model, repeats = m.groups()
     plan = documented_plan(monkeypatch, "--workload", "sharegpt")
     got_modes, got_peers = modes_and_peers(plan)
     assert (WORDS[modes], WORDS[peers]) == (len(got_modes), len(got_peers))
@@ -51,6 +54,7 @@ def test_the_readmes_cpu_defaults_are_the_commands(monkeypatch):
         plan.workload.params["max_output_len"],
     )
     assert model == plan.settings.model
+    assert WORDS[repeats] == plan.settings.repeats == max(s.repeat for s in plan.specs) + 1
 
 
 def test_the_readmes_simulated_defaults_are_the_commands(monkeypatch):

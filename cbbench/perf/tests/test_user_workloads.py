@@ -77,7 +77,7 @@ def test_custom_bad_file_names_the_line(tmp_path, content, message):
 
 
 def test_a_small_custom_file_just_works_without_num_prompts(tmp_path):
-    """The README's custom-data example on a file shorter than the CPU default of 16 prompts: all of its prompts,
+    """The README's custom-data example on a file shorter than the CPU default of 8 prompts: all of its prompts,
     and one line saying so; a count the user gave and the file cannot meet is still refused."""
     from typer.testing import CliRunner
 
@@ -87,7 +87,7 @@ def test_a_small_custom_file_just_works_without_num_prompts(tmp_path):
     res = CliRunner().invoke(app, ["perf", "--workload", "custom", "--dataset-path", f, "--dry-run"])
     assert res.exit_code == 0, res.output
     assert res.stdout.startswith("workload custom: 5 requests;")
-    assert res.stderr.count("\n") == 1 and "holds 5 records, fewer than the default 16: using all 5" in res.stderr
+    assert res.stderr.count("\n") == 1 and "holds 5 records, fewer than the default 8: using all 5" in res.stderr
     res = CliRunner().invoke(
         app, ["perf", "--workload", "custom", "--dataset-path", f, "--num-prompts", "8", "--dry-run"]
     )

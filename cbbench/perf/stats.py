@@ -1,5 +1,8 @@
-"""The gate's test: the Mann-Whitney U test on the log of each metric, its Hodges-Lehmann ratio and the interval the
-test gives, exact and free of any random draw, so the same samples always give the same verdict.
+"""The statistics every ratio of cbbench is read with: the gate's verdicts, `compare` of two files that hold repeats,
+and each ratio `cbbench perf` prints (÷ static, refengine ÷ a peer). One test: the Mann-Whitney U test on the log of
+a metric, its Hodges-Lehmann ratio and the interval the test gives, exact and free of any random draw, so the same
+samples always give the same answer. It sits at the bottom of `cbbench.perf` (it imports nothing of cbbench), so
+`results/`, `report/` and `gate/` all import it without a cycle.
 
 For one metric, `x` holds the base arm's samples and `y` the head arm's (one per run). On the log scale a change is a
 shift: `y = x + d` means head / base = exp(d), whatever the metric's unit. The `m * n` pairwise differences
@@ -11,7 +14,10 @@ shift: `y = x + d` means head / base = exp(d), whatever the metric's unit. The `
   coefficients). The bound holds with probability at least 1 - alpha whatever the distribution of the noise;
 - "head is worse" is significant at alpha exactly when the bound on the good side excludes no change: for a latency,
   the lower bound is above 1; for a throughput, the upper bound is below 1. The p-value is computed from the same
-  count, so the p-value, the interval and the verdict never disagree.
+  count, so the p-value, the interval and the verdict never disagree;
+- "no change worth failing" needs the other bound: a run shows no regression only when its bound on the bad side
+  excludes a change as large as the minimum effect (`unseen_change`); otherwise it is inconclusive, and that bound is
+  the smallest change it could have seen (Chromium pinpoint's "need more runs").
 
 Ties (a simulated device gives every run of an arm the same number) count against significance: an A/A pair of
 identical samples has ratio exactly 1.0 and p = 1; two arms each constant and apart are as far apart as U can see,
@@ -81,18 +87,28 @@ class Shift:
     n_base: int
     n_head: int
 
+    @property
+    def bounded(self) -> bool:
+        """Whether the samples were enough for an interval at the level asked (a single run never is)."""
+        return self.low > 0 and math.isfinite(self.high)
+
+    @property
+    def within_noise(self) -> bool:
+        """The interval holds 1: these runs cannot tell head from base (an unbounded interval holds 1 too)."""
+        return self.low <= 1 <= self.high
+
 
 def log_shift(base: Sequence[float], head: Sequence[float], alpha: float) -> Shift:
     """The U test of head against base on the log scale, each side at one-sided level `alpha`.
 
     ValueError when a sample is not a positive finite number (a ratio of it means nothing) or an arm is empty."""
     if not base or not head:
-        raise ValueError("gate: an arm has no sample of this metric")
+        raise ValueError("stats: an arm has no sample of this metric")
     if not 0 < alpha < 1:
-        raise ValueError(f"gate: alpha must be in (0, 1), got {alpha}")
+        raise ValueError(f"stats: alpha must be in (0, 1), got {alpha}")
     for v in (*base, *head):
         if not (math.isfinite(v) and v > 0):
-            raise ValueError(f"gate: a sample of {v!r} has no log: the ratio needs positive, finite values")
+            raise ValueError(f"stats: a sample of {v!r} has no log: the ratio needs positive, finite values")
     xs = [math.log(v) for v in base]
     ys = [math.log(v) for v in head]
     diffs = sorted(y - x for x in xs for y in ys)
@@ -108,3 +124,53 @@ def log_shift(base: Sequence[float], head: Sequence[float], alpha: float) -> Shi
     return Shift(
         ratio=math.exp(median), low=low, high=high, p_higher=cdf[not_higher], p_lower=cdf[not_lower], n_base=m, n_head=n
     )
+
+
+# The level of every interval `cbbench perf`, `show` and the report print beside a ratio: two-sided 95 %, each bound
+# at one-sided 2.5 % (the gate divides its own level among its tests: verdict.py).
+RATIO_CONFIDENCE = 0.95
+
+
+def side_alpha(confidence: float) -> float:
+    """The one-sided level of each bound of a two-sided interval at `confidence`."""
+    if not 0 < confidence < 1:
+        raise ValueError(f"confidence must be in (0, 1), got {confidence}")
+    return (1 - confidence) / 2
+
+
+def ratio_interval(base: Sequence[float], head: Sequence[float], confidence: float = RATIO_CONFIDENCE) -> Shift:
+    """head / base with its two-sided interval at `confidence` (`log_shift` with each side at half the rest)."""
+    return log_shift(base, head, side_alpha(confidence))
+
+
+def repeats_for_interval(confidence: float = RATIO_CONFIDENCE) -> int:
+    """The fewest runs per side with which a two-sided interval at `confidence` has both bounds."""
+    return runs_needed(side_alpha(confidence))
+
+
+def unseen_change(s: Shift, lower_is_better: bool) -> float:
+    """The largest change in the bad direction the interval cannot exclude, relative (0.12: 12 %), or 0.0 when the
+    interval excludes every bad change: for a latency (lower is better) the upper bound over 1, for a throughput 1
+    less the lower bound. A run that shows "no regression" must have this below the minimum effect; otherwise it is
+    the smallest change the run could have seen."""
+    if lower_is_better:
+        return max(s.high - 1, 0.0)
+    return max(1 - s.low, 0.0)
+
+
+def describe_ratio(s: Shift, confidence: float = RATIO_CONFIDENCE, *, short: bool = False) -> str:
+    """`1.23x (1.10-1.38)`, `1.02x (0.95-1.10, within noise)`, or, without enough runs for a bound,
+    `1.02x (1 run each: no interval)`: how a ratio is printed in sentences (the notes under a table, a report).
+    `short`, for a table's cell: `1.23x 1.10-1.38`, `1.02x 0.95-1.10 noise`, `1.02x (1 run)`."""
+    if short:
+        if not s.bounded:
+            n = min(s.n_base, s.n_head)
+            return f"{s.ratio:.2f}x ({n} run{'s' if n != 1 else ''})"
+        return f"{s.ratio:.2f}x {s.low:.2f}-{s.high:.2f}" + (" noise" if s.within_noise else "")
+    if not s.bounded:
+        n = min(s.n_base, s.n_head)
+        need = repeats_for_interval(confidence)
+        why = "no interval" if n == 1 else f"no {confidence:.0%} interval below {need}"
+        return f"{s.ratio:.2f}x ({n} run{'s' if n != 1 else ''} each: {why})"
+    noise = ", within noise" if s.within_noise else ""
+    return f"{s.ratio:.2f}x ({s.low:.2f}-{s.high:.2f}{noise})"
