@@ -44,17 +44,8 @@ def _mean_tpot_ms(result) -> float:
 @pytest.mark.slow
 def test_served_tpot_in_simulated_time_matches_in_process_at_more_streams_than_the_host_keeps_up_with():
     workload = _workload()
-    inproc = run_refengine(
-        workload,
-        model=MODEL,
-        device=DEVICE,
-        dtype=None,
-        seed=0,
-        batching="continuous",
-        knobs=EngineKnobs(),
-        warmup=0,
-        max_concurrency=NUM_STREAMS,
-    )
+    args = EngineKnobs().engine_args(model=MODEL, device=DEVICE, dtype=None, seed=0, batching="continuous")
+    inproc = run_refengine(workload, engine_args=args, knobs=EngineKnobs(), warmup=0, max_concurrency=NUM_STREAMS)
     with live_server(LLMEngine(MODEL, device=DEVICE)) as live:  # the adaptive time scale: serve's default
         served = run_http(
             workload, HttpTarget("openai", live.url, MODEL, prompt_format="ids"), max_concurrency=NUM_STREAMS, warmup=0
