@@ -20,6 +20,7 @@ from rich.console import Console
 from cbbench.perf.cli import perf_params as options
 from cbbench.perf.cli.app import Opt, err, explicit_params, one_line_errors
 from cbbench.perf.knobs import NO_GRID, KnobGrid, engine_knob_options, knob_names
+from refengine.sim.sim_device import DeviceSpec
 
 # `cbbench perf`'s options a gate passes to every run (the engine knobs too); the rest are the gate's own
 FORWARDED = (
@@ -88,7 +89,7 @@ def forwarded_args(ctx: typer.Context, cwd: Path) -> list[str]:
     if "like" not in given:
         out += [] if "batching" in given else ["--batching", GATE_BATCHING]
         out += [] if "peers" in given else ["--peers", GATE_PEERS]
-        if "num_prompts" not in given and str(ctx.params.get("device") or "cpu") == "cpu":
+        if "num_prompts" not in given and DeviceSpec.parse(str(ctx.params.get("device") or "cpu")).is_cpu:
             out += ["--num-prompts", str(GATE_CPU_NUM_PROMPTS)]
     return out
 
