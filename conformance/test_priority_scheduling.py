@@ -9,6 +9,7 @@ scheduler that stops making progress fails with its state instead of hanging the
 
 from __future__ import annotations
 
+from conformance.adapters import expect_known_difference
 from conformance.test_scheduler_examples import make, prompt, step
 
 
@@ -17,8 +18,9 @@ def _drain(a, rids) -> None:
         step(a)  # (the progress guard fails a stuck engine here)
 
 
-def test_waiting_order_ties_by_arrival_not_by_the_order_requests_were_added(adapter_cls):
+def test_waiting_order_ties_by_arrival_not_by_the_order_requests_were_added(request, adapter_cls):
     """Equal priority: admitted by arrival time, although added latest-first and with ids in the other order."""
+    expect_known_difference(request, adapter_cls, "priority_ties_by_queue_entry")
     a = make(adapter_cls, policy="priority", max_num_seqs=1, block_size=4, num_gpu_blocks=16)
     for rid, t in (("a", 3), ("b", 2), ("c", 1)):
         a.add_request(rid, prompt(4, 1000 * t), max_tokens=1, priority=2, arrival_time=t)
@@ -29,10 +31,11 @@ def test_waiting_order_ties_by_arrival_not_by_the_order_requests_were_added(adap
     assert admitted == ["c", "b", "a"]
 
 
-def test_the_kv_victim_among_equal_priorities_is_the_latest_arrival_not_the_last_admitted(adapter_cls):
+def test_the_kv_victim_among_equal_priorities_is_the_latest_arrival_not_the_last_admitted(request, adapter_cls):
     """`late` (arrival 5) is admitted before `early` (arrival 1) because it came to the queue first. When a block
     runs out, the victim is the largest (priority, arrival time): `late`, although `early` was admitted last (the
     FCFS victim)."""
+    expect_known_difference(request, adapter_cls, "admission_reserves_future_output")
     a = make(adapter_cls, policy="priority", block_size=4, num_gpu_blocks=4, max_num_batched_tokens=64)
     a.add_request("late", prompt(6, 1000), max_tokens=8, priority=1, arrival_time=5)
     step(a)

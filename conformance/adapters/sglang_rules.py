@@ -66,6 +66,12 @@ class SGLangRules:
             "chunking), so a step that can prefill a waiting request does, and the running decode waits "
             "(test_a_prefill_step_leaves_the_running_requests_out)"
         ),
+        "priority_ties_by_queue_entry": (
+            "SGLang's difference: requests of equal priority are ordered by when each entered its waiting queue "
+            "(SchedulePolicy._sort_by_priority_and_fcfs on Req.time_stats.wait_queue_entry_time, stamped as the "
+            "scheduler receives the request), not by a caller-given arrival time, which its requests do not carry: "
+            "requests added latest-arrival-first are admitted in the order they were added"
+        ),
         "eos_before_min_tokens": (
             "SGLang's difference: Req.update_finish_state ends a request on an EOS fed before min_new_tokens, trusting "
             "its sampler's min-new-tokens penalizer to have masked EOS (as vLLM); unreachable with a masking sampler"
