@@ -51,7 +51,9 @@ def serve(
     check_shutdown_timeout(shutdown_timeout)
     import os
 
-    check_api_key(*((api_key, "--api-key") if api_key is not None else (os.environ.get("VLLM_API_KEY"), "VLLM_API_KEY")))
+    check_api_key(
+        *((api_key, "--api-key") if api_key is not None else (os.environ.get("VLLM_API_KEY"), "VLLM_API_KEY"))
+    )
     sock = bind_socket(host, port)  # run_server serves on it and closes it
     from refengine.entrypoints.launch import run_server  # (the server and the engine load torch)
 

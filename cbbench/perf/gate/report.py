@@ -149,4 +149,4 @@ def render_error(summary: Mapping[str, Any], fmt: str) -> str:
         ]
         return "\n".join(lines)
     head = f"cbbench gate: base {summary['base']} -> head {summary['head']}\n"
-    return head + summary["message"] + "".join(f"\n{w}" for w in where) + "\n"
+    return head + str(summary["message"]) + "".join(f"\n{w}" for w in where) + "\n"

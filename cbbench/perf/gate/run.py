@@ -24,8 +24,8 @@ from typing import Any
 
 from rich.console import Console
 
-from cbbench.perf.gate import trees as tr
 from cbbench.perf.gate import signals as sig
+from cbbench.perf.gate import trees as tr
 from cbbench.perf.gate.arms import (
     BASE,
     HEAD,
@@ -112,7 +112,12 @@ class GateOptions:
         check_repeat_count(self.repeats)
         if self.run_timeout is not None and not 0 < self.run_timeout <= MAX_RUN_LIMIT_S:
             raise ValueError(f"run-timeout must be in (0, {MAX_RUN_LIMIT_S:.0f}] seconds, got {self.run_timeout}")
-        for what, text in (("base", self.base), ("head", self.head), ("base-url", self.base_url), ("head-url", self.head_url)):
+        for what, text in (
+            ("base", self.base),
+            ("head", self.head),
+            ("base-url", self.base_url),
+            ("head-url", self.head_url),
+        ):
             if text is not None and any(c in text for c in "\n\r\x00"):
                 raise ValueError(f"{what}: {text!r} holds a line break or NUL; name one revision or URL")
         if not 0 < self.confidence < 1:
@@ -349,7 +354,8 @@ def _check_sound(arm: Arm, run: Run) -> None:
     try:
         records = read_run(run.csv.with_suffix(".json")).get("records")
     except (ValueError, OSError) as e:
-        raise ArmFailed(arm.name, f"{arm.name} run {run.index + 1} ({arm.describe}): its records do not read: {e}")
+        what = f"{arm.name} run {run.index + 1} ({arm.describe})"
+        raise ArmFailed(arm.name, f"{what}: its records do not read: {e}", log=run.csv.with_suffix(".err")) from None
     problems = run_problems(run.rows, records if isinstance(records, dict) else None)
     if problems:
         raise ArmFailed(
@@ -443,7 +449,9 @@ def _report(console: Console, o: GateOptions, decisions: Sequence[Any], summary:
             with o.summary.open("a") as f:
                 f.write(render_markdown(decisions, summary))
         except OSError as e:  # (checked before the first run; the runs are in the output whatever this says)
-            raise ValueError(f"summary: cannot append to {o.summary} ({e.strerror}); the runs are in {summary['output']}") from None
+            raise ValueError(
+                f"summary: cannot append to {o.summary} ({e.strerror}); the runs are in {summary['output']}"
+            ) from None
     if o.format == "json":
         console.file.write(render_json(decisions, summary) + "\n")
     elif o.format == "markdown":

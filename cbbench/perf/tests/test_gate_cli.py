@@ -173,9 +173,7 @@ def test_a_head_that_crashes_fails_the_gate_and_a_base_that_crashes_is_bad_input
     assert [r["arm"] for r in read_rows(out)] == ["base"]  # the base run that finished first is kept
     assert len(git(repo, "worktree", "list").splitlines()) == 1
     out2 = tmp_path / "g2.csv"
-    code, _, err = gate(
-        repo, monkeypatch, "--base", bad, "--head", good, "--repeats", "5", "--output", str(out2), *SIM
-    )
+    code, _, err = gate(repo, monkeypatch, "--base", bad, "--head", good, "--repeats", "5", "--output", str(out2), *SIM)
     assert code == 2 and _one_line(err).startswith("cbbench gate: error: base run 1")
     assert (tmp_path / "g2.base-run1.err").is_file()
     _nothing_left(repo, out2)  # no run finished: the reserved output is released

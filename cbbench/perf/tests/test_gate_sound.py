@@ -179,8 +179,7 @@ def test_an_output_that_exists_or_cannot_be_made_is_refused_before_any_run(tmp_p
 
 def _gate(base: FakeOpenAIServer, head: FakeOpenAIServer, out: Path, *extra: str) -> tuple[int, str, str]:
     res = CliRunner().invoke(
-        app,
-        ["gate", "--base-url", base.base_url, "--head-url", head.base_url, "--output", str(out), *SERVERS, *extra],
+        app, ["gate", "--base-url", base.base_url, "--head-url", head.base_url, "--output", str(out), *SERVERS, *extra]
     )
     return res.exit_code, res.stdout, res.stderr
 
@@ -259,3 +258,58 @@ def test_exit_codes_of_a_signalled_gate_are_128_plus_the_signal(tmp_path: Path) 
     assert list(scratch.iterdir()) == []  # the scratch folder (and the run's files in it) removed
     assert _pids_under(scratch) == []  # no run left behind
     assert not (tmp_path / "g.csv").exists()  # no run finished: the reserved output released
+
+
+def test_a_sweep_with_too_few_repeats_is_refused_before_the_first_measured_run(tmp_path: Path) -> None:
+    """Three request rates x 7 metrics = 21 tests need 6 runs per arm: 5 is refused from the arms' dry runs, before
+    any request reaches a server."""
+    out = tmp_path / "g.csv"
+    with FakeOpenAIServer() as base, FakeOpenAIServer() as head:
+        code, _, err = _gate(base, head, out, "--request-rate", "50,100,inf")
+        assert base.requests == head.requests == 0
+    assert code == 2 and "21 test(s)" in err and "--repeats 6" in err, err
+    assert not out.exists()
+
+
+@pytest.mark.slow  # a base run, then a head run held until its time limit: about half a minute
+def test_a_run_past_its_time_limit_is_a_failed_run_of_its_arm(tmp_path: Path) -> None:
+    out = tmp_path / "g.csv"
+    with FakeOpenAIServer() as base, FakeOpenAIServer(token_delay_s=10) as head:
+        code, stdout, err = _gate(base, head, out, "--run-timeout", "20")
+    assert code == 1 and "head run 1" in err and "time limit of 20 s" in err, err
+    assert "ERROR: the head arm failed" in stdout
+
+
+@pytest.mark.slow  # two gates of ten client runs each, at once: about a minute on a shared CPU
+def test_two_gates_at_once_in_one_clone_keep_their_own_outputs(tmp_path: Path) -> None:
+    """Started in the same second in the same folder with the default output: two pairs, each whole, each gate's
+    own; the gate whose head fails keeps its base run and removes nothing of the other's."""
+    import subprocess
+    import sys
+
+    with FakeOpenAIServer() as base, FakeOpenAIServer() as head, FakeOpenAIServer(fail_every=3) as broken:
+        procs = [
+            subprocess.Popen(
+                [
+                    sys.executable,
+                    "-m",
+                    "cbbench.perf.cli",
+                    "gate",
+                    "--base-url",
+                    base.base_url,
+                    "--head-url",
+                    h.base_url,
+                    *SERVERS,
+                ],
+                cwd=tmp_path,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+            )  # fmt: skip
+            for h in (head, broken)
+        ]
+        codes = [p.wait(timeout=600) for p in procs]
+    assert codes == [0, 1], [p.stderr.read() for p in procs if p.stderr]
+    pairs = sorted((tmp_path / "results").glob("gate-*.csv"))
+    assert len(pairs) == 2
+    arms = sorted(len(read_rows(p)) for p in pairs)
+    assert arms == [1, 10]  # the failed gate's one base run; the other's every run
