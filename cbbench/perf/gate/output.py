@@ -53,6 +53,13 @@ def _why(e: OSError) -> str:
     return e.strerror or type(e).__name__
 
 
+RESERVE_TRIES = 100  # default names tried when other gates take them meanwhile
+
+
+class _Taken(Exception):
+    """A reserved path was created by someone else between the look and the create."""
+
+
 class Outputs:
     """The paths one gate writes, reserved before its first run (module docstring); `made`: what it created."""
 
@@ -66,18 +73,29 @@ class Outputs:
     def reserve(cls, csv_path: Path | None, summary: Path | None, default_folder: Path) -> Outputs:
         """Create each output path exclusively (ValueError naming the path and option when one cannot be); with no
         `csv_path`, a new `default_folder/gate-TIME-PID.csv` (a number added until no such pair exists)."""
-        if csv_path is None:
-            csv_path = _unique_default(default_folder)
-        check_target(csv_path)
-        out = cls(csv_path, summary)
-        try:
-            out._reserve_pair()
-            if summary is not None:
-                out._check_summary(summary)
-        except BaseException:
-            out.release()
-            raise
-        return out
+        for _ in range(RESERVE_TRIES if csv_path is None else 1):
+            target = csv_path if csv_path is not None else _unique_default(default_folder)
+            if csv_path is not None:
+                check_target(target)  # (a default name is taken or not by the exclusive create alone)
+            out = cls(target, summary)
+            try:
+                out._reserve_pair()
+            except _Taken:
+                out.release()
+                if csv_path is not None:
+                    raise ValueError(f"output: {target} exists; name a new file") from None
+                continue  # another gate took the free name between the look and the create: the next one
+            except BaseException:
+                out.release()
+                raise
+            try:
+                if summary is not None:
+                    out._check_summary(summary)
+            except BaseException:
+                out.release()
+                raise
+            return out
+        raise ValueError(f"output: no free name for a gate's results in {default_folder}")
 
     def _reserve_pair(self) -> None:
         csv_path, json_path, rec = pair_paths(self.csv)
@@ -89,8 +107,8 @@ class Outputs:
                 self.made.append(p)
             rec.mkdir()
             self.made.append(rec)
-        except FileExistsError as e:
-            raise ValueError(f"output: {e.filename} exists; name a new file") from None
+        except FileExistsError:
+            raise _Taken() from None
         except OSError as e:
             where = e.filename or csv_path
             raise ValueError(f"output: cannot create {where} ({_why(e)})") from None
