@@ -156,6 +156,21 @@ def test_outputs_are_reserved_exclusively_and_default_names_never_collide(tmp_pa
     assert not got[0].csv.exists() and all(o.csv.exists() for o in got[1:])
 
 
+def test_an_output_that_appears_between_the_look_and_the_create_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Another gate's (or tool's) file that appears after the gate looked: the exclusive create refuses it and leaves
+    it as it was."""
+    import cbbench.perf.gate.output as output
+
+    monkeypatch.setattr(output, "check_target", lambda p: None)  # (the look found nothing)
+    theirs = tmp_path / "g.json"
+    theirs.write_text("theirs")
+    with pytest.raises(ValueError, match="exists"):
+        Outputs.reserve(tmp_path / "g.csv", None, tmp_path)
+    assert theirs.read_text() == "theirs" and not (tmp_path / "g.csv").exists()
+
+
 def test_an_output_that_exists_or_cannot_be_made_is_refused_before_any_run(tmp_path: Path) -> None:
     taken = tmp_path / "g.csv"
     taken.with_suffix(".json").write_text("{}")  # another tool's file where the JSON would go
