@@ -241,6 +241,14 @@ def run_gate(o: GateOptions, console: Console, err: Console) -> int:
                 if configs > 1:  # a sweep: every configuration's tests count, before the first measured run
                     check_repeats(o.repeats, count_tests(configs, effects), o.confidence)
                 _measure(o, arms, perf_args, scratch, err, effects, runs, outputs)
+                decisions, alpha = decide(
+                    [r.rows for r in runs if r.arm == BASE],
+                    [r.rows for r in runs if r.arm == HEAD],
+                    effects,
+                    o.confidence,
+                )
+                summary = _summary(o, decisions, alpha, describe, runs, sources, output, time.perf_counter() - t0)
+                _write_runs(outputs, runs, describe, summary, o.label)  # (the runs' own files are in the scratch)
             except ArmFailed as e:  # (here: the failed run's stderr is still in the scratch folder)
                 assert outputs is not None
                 kept = outputs.keep_log(e.log, e.arm, _failed_index(e))
@@ -262,12 +270,6 @@ def run_gate(o: GateOptions, console: Console, err: Console) -> int:
             if note and isinstance(e, (KeyboardInterrupt, ValueError)):
                 e.args = ((f"{e.args[0]}: " if e.args and e.args[0] else "") + note,)
         raise
-    assert outputs is not None
-    decisions, alpha = decide(
-        [r.rows for r in runs if r.arm == BASE], [r.rows for r in runs if r.arm == HEAD], effects, o.confidence
-    )
-    summary = _summary(o, decisions, alpha, describe, runs, sources, output, time.perf_counter() - t0)
-    _write_runs(outputs, runs, describe, summary, o.label)
     _report(console, o, decisions, summary)
     return 1 if summary["regressed"] else 0
 
