@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime as _dt
+import math
 import os
 import time
 from collections.abc import Sequence
@@ -53,6 +54,7 @@ from cbbench.perf.gate.verdict import (
     min_effects,
     regressed,
 )
+from cbbench.perf.results.rows import number
 
 # Runs per arm. A real device: 20, the most that keeps a CPU gate of the default run (16 ShareGPT prompts, ~11 CPU s
 # a run) within 10 minutes of CPU time; the rates it gives are measured in docs/gate.md. A simulated device repeats
@@ -441,7 +443,17 @@ def _gate_record(summary: dict[str, Any], runs: Sequence[Run]) -> dict[str, Any]
     keep = ("base", "head", "repeats", "order", "test", "tests", "confidence", "alpha", "regressed", "message")
     return {
         **{k: summary[k] for k in keep},
-        "runs": [{"arm": r.arm, "index": r.index, "wall_s": r.wall_s, "cpu_s": r.cpu_s} for r in runs],
+        "runs": [
+            {
+                "arm": r.arm,
+                "index": r.index,
+                "wall_s": r.wall_s,
+                "cpu_s": r.cpu_s,
+                "failed": sum(int(v) for row in r.rows if math.isfinite(v := number(row.get("failed")))),
+                "sound": True,  # (every run kept passed soundness.py's checks; the first that did not ended the gate)
+            }
+            for r in runs
+        ],
     }
 
 

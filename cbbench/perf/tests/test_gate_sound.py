@@ -205,6 +205,8 @@ def test_a_head_server_that_fails_requests_fails_the_gate_as_an_arm_error(tmp_pa
     assert "not sound" in doc["error"]["message"] and "failed 2 of 4 requests" in doc["error"]["message"]
     assert err.strip().count("\n") == 0 and str(out) in err  # one line, naming the runs kept
     assert [r["arm"] for r in read_rows(out)] == ["base"]  # the base run that finished is on disk
+    runs = json.loads(out.with_suffix(".json").read_text())["config"]["gate"]["runs"]
+    assert [(r["arm"], r["failed"], r["sound"]) for r in runs] == [("base", 0, True)]
 
 
 def test_a_base_server_whose_usage_lies_is_a_base_error(tmp_path: Path) -> None:
