@@ -326,3 +326,54 @@ def test_two_gates_at_once_in_one_clone_keep_their_own_outputs(tmp_path: Path) -
     assert len(pairs) == 2
     arms = sorted(len(read_rows(p)) for p in pairs)
     assert arms == [1, 10]  # the failed gate's one base run; the other's every run
+
+
+@pytest.mark.slow  # a tree gate to its first head run per clock: about two minutes on a shared CPU
+@pytest.mark.parametrize(
+    ("clock", "says"),
+    [
+        ("return -self._now", "clock that ran backwards"),  # every later time is earlier
+        ("return self._now * 1e-30", "not sound"),  # (near) stopped: every figure near zero or near infinite
+    ],
+)
+def test_a_head_whose_simulated_clock_is_broken_is_a_head_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, clock: str, says: str
+) -> None:
+    from gate_repos import commit_change, copy_of_this_checkout, git
+
+    repo = copy_of_this_checkout(tmp_path / "repo")
+    good = git(repo, "rev-parse", "HEAD")
+    bad = commit_change(repo, "refengine/clock.py", "    def now(self) -> float:\n        return self._now",
+                        f"    def now(self) -> float:\n        {clock}", "a broken clock")  # fmt: skip
+    git(repo, "checkout", "-q", "--detach", good)
+    monkeypatch.chdir(repo)
+    out = tmp_path / "g.csv"
+    res = CliRunner().invoke(
+        app, ["gate", "--base", good, "--head", bad, "--output", str(out), "--device", "sim:h200",
+              "--num-prompts", "4", "--repeats", "5", "--quiet"],
+    )  # fmt: skip
+    assert res.exit_code == 1 and "head run 1" in res.stderr and says in res.stderr, res.output
+    assert "ERROR: the head arm failed" in res.stdout
+
+
+def test_a_revision_missing_from_a_shallow_clone_says_to_fetch_history(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from gate_repos import git
+
+    origin = tmp_path / "origin"
+    origin.mkdir()
+    git(origin, "init", "-q")
+    for i in range(2):
+        (origin / "f.txt").write_text(str(i))
+        git(origin, "add", "f.txt")
+        git(origin, "commit", "-qm", f"commit {i}")
+    first = git(origin, "rev-list", "--max-parents=0", "HEAD")
+    shallow = tmp_path / "shallow"
+    git(tmp_path, "clone", "-q", "--depth", "1", f"file://{origin}", str(shallow))
+    monkeypatch.chdir(shallow)
+    res = CliRunner().invoke(app, ["gate", "--base", first, "--dry-run"])
+    assert res.exit_code == 2 and "shallow clone" in res.stderr and "--unshallow" in res.stderr, res.output
+    monkeypatch.chdir(origin)  # the same revision in the full history: no hint (and it resolves)
+    res = CliRunner().invoke(app, ["gate", "--base", "no-such-rev", "--dry-run"])
+    assert res.exit_code == 2 and "shallow" not in res.stderr
