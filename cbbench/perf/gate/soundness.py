@@ -3,7 +3,8 @@ error of its arm (head: the change broke the benchmark; base: nothing to judge a
 
 The checks read the run's own files with this tree's code, whatever code the arm ran, so an older base whose perf
 made none of these checks is held to them too:
-- its rows: `failed` is 0; every metric is a number (NaN: not measured), finite and >= 0; `duration` > 0;
+- its rows: `failed` is 0; every metric is a number (NaN: not measured), finite and >= 0; a run with output took
+  at least `MIN_RUN_S` and made at most `MAX_TOKENS_PER_S`;
 - its request records (completed ones): the counts are whole numbers >= 0; the clock runs forward (arrival <= first
   token <= finish, the finish after the arrival for any output, token and chunk times in order, none before the
   arrival); the usage agrees with the stream (no more tokens than the request's max_tokens, no fewer than the
@@ -22,6 +23,12 @@ from typing import Any
 from cbbench.perf.results.columns import METRIC_COLUMNS
 
 NOT_COMPLETED = ("abort", "error")
+# Figures no machine makes, so a clock that (all but) stopped: a billion tokens a second is three orders of magnitude
+# beyond a whole GPU cluster's decode rate, and a run that streamed tokens took more than a microsecond (a clock's
+# resolution is nanoseconds; one decode step of the smallest model is tens of microseconds).
+MAX_TOKENS_PER_S = 1e9
+MIN_RUN_S = 1e-6
+THROUGHPUTS = ("output_throughput", "total_token_throughput")
 SHOWN = 3  # problems named in one message; the rest are counted
 
 
@@ -56,8 +63,13 @@ def row_problems(row: Mapping[str, Any]) -> list[str]:
         elif not math.isfinite(v) or v < 0:
             out.append(f"{m} is {v:g}")
     duration = _num(row.get("duration"))
-    if duration is not None and duration == 0:
-        out.append("duration is 0 s (the clock did not advance)")
+    tokens = _num(row.get("total_output_tokens")) or 0.0
+    if duration is not None and math.isfinite(duration) and 0 <= duration < MIN_RUN_S and tokens > 0:
+        out.append(f"duration is {duration:g} s for {tokens:g} output tokens (a clock that stopped)")
+    for m in THROUGHPUTS:
+        v = _num(row.get(m))
+        if v is not None and math.isfinite(v) and v > MAX_TOKENS_PER_S:
+            out.append(f"{m} is {v:.3g} tok/s, beyond any machine (a clock that stopped)")
     return out
 
 
