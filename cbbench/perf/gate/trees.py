@@ -236,8 +236,11 @@ def check_imports(tree: Tree, env: dict[str, str]) -> None:
 @contextlib.contextmanager
 def scratch_folder(prefix: str = "cbbench-gate-") -> Iterator[Path]:
     """A temporary folder for the worktrees, link folders and runs, removed on the way out (errors and Ctrl-C too)."""
+    from cbbench.perf.gate.signals import deferred
+
     folder = Path(tempfile.mkdtemp(prefix=prefix))
     try:
         yield folder
     finally:
-        shutil.rmtree(folder, ignore_errors=True)
+        with deferred():  # (a signal now would leave the folder half removed)
+            shutil.rmtree(folder, ignore_errors=True)

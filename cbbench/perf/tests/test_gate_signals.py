@@ -68,7 +68,18 @@ def _signalled_gate(repo: Path, tmp: Path, phase: str, signum: int) -> tuple[int
     return proc.returncode, err.decode(errors="replace")
 
 
+KILLED_GONE_S = 10  # a process killed with SIGKILL leaves /proc when the kernel has torn it down: not at once
+
+
 def _processes_of(repo: Path) -> list[str]:
+    """The gate's processes still there, once those just killed have had time to go."""
+    deadline = time.monotonic() + KILLED_GONE_S
+    while (found := _naming(repo)) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return found
+
+
+def _naming(repo: Path) -> list[str]:
     out = []
     for p in Path("/proc").iterdir():
         if p.name.isdigit():

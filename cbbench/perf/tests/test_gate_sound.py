@@ -231,7 +231,20 @@ def test_the_exit_code_table_of_docs_gate_md_is_the_codes_the_gate_gives() -> No
     assert codes == given
 
 
+KILLED_GONE_S = 10  # a process killed with SIGKILL leaves /proc when the kernel has torn it down: not at once
+
+
 def _pids_under(folder: Path) -> list[int]:
+    """The processes whose command line names `folder`, once those just killed have had time to go."""
+    import time
+
+    deadline = time.monotonic() + KILLED_GONE_S
+    while (found := _pids_naming(folder)) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return found
+
+
+def _pids_naming(folder: Path) -> list[int]:
     out = []
     for p in Path("/proc").iterdir():
         if p.name.isdigit():
