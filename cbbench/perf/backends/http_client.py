@@ -22,7 +22,8 @@ What is measured (one clock, `time.perf_counter()`, per request):
   fallback; never chunk by chunk: inference-perf issue 564 counted a BOS per chunk, nearly twice the tokens), else
   one per content chunk; `output_len_source` says which; prompt_len = `usage.prompt_tokens`, else the workload's; num_cached_tokens =
   `usage.prompt_tokens_details.cached_tokens` where the server reports it.
-A request that fails (connection error, HTTP error, a stream without content) is a record with finish_reason
+A request that fails (connection error, HTTP error, a stream without content, a usage whose counts are not whole
+numbers >= 0 or disagree with the stream: `usage_counts`) is a record with finish_reason
 "error" and its message: it is counted in `failed` and left out of every statistic; the run goes on.
 """
 
@@ -212,17 +213,21 @@ def _stream_record(
     else as vLLM's client counts it."""
     if not chunk_times:
         return error_record(request_id, prompt_len, output_len, st, "the stream held no content chunk")
-    n_out, source = usage.get("completion_tokens"), "usage"
+    try:
+        counts = usage_counts(usage, len(chunk_times), output_len)
+    except ValueError as e:  # a server's impossible usage fails this request, never the run
+        return error_record(request_id, prompt_len, output_len, st, str(e))
+    n_out, source = counts["completion_tokens"], "usage"
     if not n_out and n_ids:
         n_out, source = n_ids, "token_ids"
     elif not n_out and tokenizer is not None and text:  # no usage: vLLM's fallback, the text re-tokenized
         n_out, source = len(tokenizer.encode(text)), "tokenizer"
     elif not n_out:  # nor a tokenizer: one token per content chunk
         n_out, source = len(chunk_times), "chunks"
-    cached = (usage.get("prompt_tokens_details") or {}).get("cached_tokens")
+    cached = counts["cached_tokens"]
     return RequestRecord(
         request_id,
-        int(usage.get("prompt_tokens") or prompt_len),
+        int(counts["prompt_tokens"] or prompt_len),
         int(n_out),
         st,
         None,
@@ -238,6 +243,42 @@ def _stream_record(
         text=text,
         layout=HTTP_REQUEST_KEYS,
     )
+
+
+def _count(value: Any, field: str) -> int | None:
+    """A token count of a server's usage: None when absent, else a whole number >= 0 (ValueError naming `field`)."""
+    if value is None:
+        return None
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    if not ok or value < 0 or value != int(value):
+        raise ValueError(f"the server's {field} is {value!r}, not a token count")
+    return int(value)
+
+
+def usage_counts(usage: Any, chunks: int, max_tokens: int) -> dict[str, int | None]:
+    """The counts of a stream's `usage` (prompt_tokens, completion_tokens, cached_tokens; None where absent), checked
+    against what was streamed: ValueError naming the field when a count is not a whole number >= 0, or when
+    completion_tokens is fewer than the content chunks streamed (each carries at least one token) or more than the
+    request's max_tokens (no server may generate past it). A usage that lies makes every throughput a lie."""
+    if usage is None or usage == {}:
+        usage = {}
+    if not isinstance(usage, dict):
+        raise ValueError(f"the server's usage is {usage!r}, not an object")
+    details = usage.get("prompt_tokens_details")
+    if details is not None and not isinstance(details, dict):
+        raise ValueError(f"the server's usage.prompt_tokens_details is {details!r}, not an object")
+    out = {
+        "prompt_tokens": _count(usage.get("prompt_tokens"), "usage.prompt_tokens"),
+        "completion_tokens": _count(usage.get("completion_tokens"), "usage.completion_tokens"),
+        "cached_tokens": _count((details or {}).get("cached_tokens"), "usage.prompt_tokens_details.cached_tokens"),
+    }
+    n = out["completion_tokens"]
+    if n is not None and n > 0 and not chunks <= n <= max_tokens:
+        raise ValueError(
+            f"the server's usage.completion_tokens is {n}, but it streamed {chunks} content chunk(s) for "
+            f"max_tokens {max_tokens}: a count outside {chunks}..{max_tokens} is impossible"
+        )
+    return out
 
 
 def make_session(max_concurrency: int | None, timeout_s: float) -> aiohttp.ClientSession:

@@ -10,7 +10,8 @@ per completed request, KV usage = in-flight requests / `KV_SLOTS`, running = in 
 detokenised output or speculates several tokens a step), and `with_token_ids` puts each chunk's token ids in its
 choice (`token_ids`, as vLLM's `return_token_ids`), so that the client's output token count can be told from its
 chunk count and from a re-tokenisation of the text.
-A prompt whose first token id is `BAD_PROMPT_TOKEN` gets HTTP 400 with an OpenAI-style error. /v1/embeddings
+Broken on purpose, for the gate's tests: `fail_every` answers every k-th completion request HTTP 500, `usage_lie`
+reports another completion_tokens than it streamed. A prompt whose first token id is `BAD_PROMPT_TOKEN` gets HTTP 400 with an OpenAI-style error. /v1/embeddings
 answers after one token delay with an `EMBEDDING_DIM`-long vector that depends on the prompt.
 """
 
@@ -19,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import json
 import threading
+from collections.abc import Callable
 from typing import Any
 
 from aiohttp import web
@@ -43,10 +45,15 @@ class FakeOpenAIServer:
         with_usage: bool = True,
         chunk_tokens: int = 1,
         with_token_ids: bool = False,
+        fail_every: int = 0,
+        usage_lie: Callable[[int], Any] | None = None,
     ) -> None:
         self.model, self.token_delay_s, self.with_metrics = model, token_delay_s, with_metrics
         self.chunk_tokens, self.with_token_ids = chunk_tokens, with_token_ids
         self.with_usage = with_usage  # False: as a server that ignores stream_options
+        self.fail_every = fail_every  # k > 0: every k-th completion request answers HTTP 500 (a broken server)
+        self.usage_lie = usage_lie  # n streamed -> the completion_tokens its usage reports (a server that lies)
+        self.requests = 0
         self.in_flight = self.peak_in_flight = self.completed = 0
         self.bodies: list[dict[str, Any]] = []
         self._ready = threading.Event()
@@ -118,6 +125,9 @@ class FakeOpenAIServer:
                 }
             }
             return web.json_response(err, status=400)
+        self.requests += 1
+        if self.fail_every and self.requests % self.fail_every == 0:
+            return web.json_response({"error": {"message": "fake failure", "code": 500}}, status=500)
         n = int(body.get("max_completion_tokens") or body["max_tokens"])
         prompt_len = len(prompt) if isinstance(prompt, list) else len(prompt.split())
         self.in_flight += 1
@@ -153,7 +163,11 @@ class FakeOpenAIServer:
                 await send(
                     {
                         "choices": [],
-                        "usage": {"prompt_tokens": prompt_len, "completion_tokens": n, "total_tokens": prompt_len + n},
+                        "usage": {
+                            "prompt_tokens": prompt_len,
+                            "completion_tokens": n if self.usage_lie is None else self.usage_lie(n),
+                            "total_tokens": prompt_len + n,
+                        },
                     }
                 )
             await send(b"[DONE]")

@@ -49,6 +49,11 @@ def serve(
     if cpu_threads is not None and cpu_threads < 0:
         raise CliError(f"cpu-threads must be >= 0 (0 = torch's default), got {cpu_threads}")
     check_shutdown_timeout(shutdown_timeout)
+    import os
+
+    check_api_key(
+        *((api_key, "--api-key") if api_key is not None else (os.environ.get("VLLM_API_KEY"), "VLLM_API_KEY"))
+    )
     sock = bind_socket(host, port)  # run_server serves on it and closes it
     from refengine.entrypoints.launch import run_server  # (the server and the engine load torch)
 
@@ -67,6 +72,18 @@ def serve(
         shutdown_timeout=shutdown_timeout,
         sock=sock,
     )
+
+
+def check_api_key(key: str | None, source: str) -> None:
+    """CliError unless `key` can arrive in an `Authorization: Bearer KEY` header as it is: visible ASCII, no space. A
+    key with a space or a non-ASCII character would start a server that refuses every request (a client cannot send
+    it, or its header is cut at the space)."""
+    if key is None:
+        return
+    bad = next((c for c in key if not "\x21" <= c <= "\x7e"), None)
+    if not key or bad is not None:
+        what = "is empty" if not key else f"holds {bad!r}"
+        raise CliError(f"{source}: the API key {what}; a key is visible ASCII with no spaces (it travels in a header)")
 
 
 @one_line_errors("timeline")

@@ -8,9 +8,6 @@ own tree.
 
 from __future__ import annotations
 
-import contextlib
-import signal
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Annotated, Any, Optional
 
@@ -103,24 +100,6 @@ def _device(device: str, like: Path | None) -> str:
     return str(read_rows(like)[0].get("device") or "cpu")
 
 
-@contextlib.contextmanager
-def _term_as_interrupt() -> Iterator[None]:
-    """SIGTERM (a CI job cancelled) ends the gate as Ctrl-C does: the worktrees and temporaries are removed."""
-
-    def handler(signum: int, frame: Any) -> None:
-        raise KeyboardInterrupt("terminated")
-
-    try:
-        old = signal.signal(signal.SIGTERM, handler)
-    except ValueError:  # not the main thread (a test runner's worker): the default stays
-        yield
-        return
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, old)
-
-
 @one_line_errors("gate")
 @engine_knob_options(sweep=True, exclude=("batching",))
 def gate(
@@ -168,6 +147,14 @@ def gate(
     summary: Annotated[
         Optional[Path], Opt(help="also append the verdict as markdown to this file (e.g. $GITHUB_STEP_SUMMARY)")
     ] = None,
+    run_timeout: Annotated[
+        Optional[float],
+        Opt(
+            help="seconds one run may take before it is killed and its arm fails (default: 10x the slowest finished "
+            "run, at least 300; 3600 before any has finished)",
+            metavar="<seconds>",
+        ),
+    ] = None,
     quiet: Annotated[bool, Opt(help="no line per run on stderr")] = False,
     dry_run: Annotated[bool, Opt("--dry-run", help="print the arms, the order and the commands; run nothing")] = False,
     workload: options.Workload = "sharegpt",
@@ -208,44 +195,56 @@ def gate(
 ) -> None:
     """Gate a change: base and head measured in one job, interleaved, and a stated test per metric. No baseline file.
 
-    Exit 0: no regression; 1: a regression (significant, in the bad direction, beyond the minimum effect) or a failed head run; 2: bad input; 3: inconclusive, unless --on-inconclusive pass (docs/gate.md)."""
+    Exit 0: no regression; 1: a regression (significant, in the bad direction, beyond the minimum effect) or a failed head run; 2: bad input or a failed base run; 3: inconclusive, unless --on-inconclusive pass; 128 + N: ended by signal N (docs/gate.md)."""
+    from cbbench.perf.gate import signals as sig
     from cbbench.perf.gate.arms import HEAD, ArmFailed
+
+    with sig.handled():
+        try:
+            code = _gate(ctx, locals(), Console(soft_wrap=True, width=max(100, Console().width)))
+        except ArmFailed as e:
+            err.print(f"cbbench gate: error: {e}", markup=False, soft_wrap=True)
+            raise typer.Exit(1 if e.arm == HEAD else 2) from None
+        except sig.Interrupted as e:
+            why = str(e.args[0]) if e.args else ""
+            err.print(f"cbbench gate: interrupted ({why})", markup=False, soft_wrap=True)
+            raise typer.Exit(e.exit_code) from None
+    raise typer.Exit(code)
+
+
+def _gate(ctx: typer.Context, a: dict[str, Any], console: Console) -> int:
     from cbbench.perf.gate.run import GateOptions, default_repeats, run_gate
 
     cwd = Path.cwd()
     perf_args = forwarded_args(ctx, cwd)
-    runs_on = _device(device, like)
-    servers = base_url is not None or head_url is not None
+    servers = a["base_url"] is not None or a["head_url"] is not None
     if servers and "backend" not in explicit_params(ctx):
-        perf_args = ["--backend", backend, *perf_args]
+        perf_args = ["--backend", a["backend"], *perf_args]
     elif not servers and "backend" in explicit_params(ctx):
         raise ValueError("--backend is for two servers (--base-url / --head-url); a tree's runs are in-process")
+    runs_on = _device(a["device"], a["like"])
+    repeats = a["repeats"]
     opts = GateOptions(
-        base=base,
-        head=head,
-        base_url=base_url,
-        head_url=head_url,
+        base=a["base"],
+        head=a["head"],
+        base_url=a["base_url"],
+        head_url=a["head_url"],
         perf_args=tuple(perf_args),
-        model=model if servers else None,
+        model=a["model"] if servers else None,
         device=runs_on,
         repeats=repeats if repeats is not None else default_repeats(runs_on),
-        max_repeats=max_repeats,
-        on_inconclusive=on_inconclusive,
-        confidence=confidence,
-        min_effect=tuple(min_effect or ()),
-        min_effect_files=tuple(min_effect_file or ()),
-        output=output,
-        label=label,
-        format=format,
-        summary=summary,
-        quiet=quiet,
-        dry_run=dry_run,
+        max_repeats=a["max_repeats"],
+        on_inconclusive=a["on_inconclusive"],
+        confidence=a["confidence"],
+        min_effect=tuple(a["min_effect"] or ()),
+        min_effect_files=tuple(a["min_effect_file"] or ()),
+        output=a["output"],
+        label=a["label"],
+        format=a["format"],
+        summary=a["summary"],
+        run_timeout=a["run_timeout"],
+        quiet=a["quiet"],
+        dry_run=a["dry_run"],
         cwd=cwd,
     )
-    with _term_as_interrupt():
-        try:
-            code = run_gate(opts, Console(soft_wrap=True, width=max(100, Console().width)), err)
-        except ArmFailed as e:
-            err.print(f"cbbench gate: error: {e}", markup=False)
-            raise typer.Exit(1 if e.arm == HEAD else 2) from None
-    raise typer.Exit(code)
+    return run_gate(opts, console, err)

@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
+import signal
 import subprocess
 import sys
 import time
@@ -30,11 +32,20 @@ BASE, HEAD = "base", "head"
 ARMS = (BASE, HEAD)
 
 
+# The most runs per arm: a run of the smallest configuration takes seconds, so 1000 per arm is already hours of
+# one machine; the order is a list, and an unbounded count would fill memory before the first run.
+MAX_REPEATS = 1000
+
+
+def check_repeat_count(repeats: int) -> None:
+    if not 1 <= repeats <= MAX_REPEATS:
+        raise ValueError(f"repeats must be in 1..{MAX_REPEATS}, got {repeats}")
+
+
 def run_order(repeats: int) -> list[tuple[str, int]]:
     """(arm, its run index) for `repeats` runs per arm: base, head, head, base, base, head, ... (ABBA blocks; an odd
     `repeats` ends with one base, head pair)."""
-    if repeats < 1:
-        raise ValueError(f"repeats must be >= 1, got {repeats}")
+    check_repeat_count(repeats)
     order: list[tuple[str, int]] = []
     for i in range(repeats):
         pair = (BASE, HEAD) if i % 2 == 0 else (HEAD, BASE)
@@ -69,11 +80,13 @@ class Run:
 
 
 class ArmFailed(Exception):
-    """A run of one arm exited non-zero (its last error line is the message)."""
+    """A run of one arm failed: it exited non-zero, ran past its time limit, wrote nothing, or its results are not
+    sound (soundness.py). `log`: its stderr, while it lasts (the gate keeps a copy beside its output)."""
 
-    def __init__(self, arm: str, message: str) -> None:
+    def __init__(self, arm: str, message: str, log: Path | None = None) -> None:
         super().__init__(message)
         self.arm = arm
+        self.log = log
 
 
 def perf_argv(perf_args: Sequence[str], arm: Arm, output: Path, *, dry_run: bool = False) -> list[str]:
@@ -89,47 +102,106 @@ def error_line(text: str) -> str:
     return (errors or lines or ["(no output)"])[-1]
 
 
-def _wait(proc: subprocess.Popen[bytes]) -> tuple[int, float]:
-    """The exit code and CPU seconds (user + system) of `proc`, reaped here (Popen's own wait reports no usage)."""
+class RunTimedOut(Exception):
+    """A run went past its time limit (it was killed, with every process it started)."""
+
+
+POLL_S = 0.05  # how often a running process is looked at for its time limit (a wait costs no CPU between looks)
+
+
+def _kill_group(proc: subprocess.Popen[bytes]) -> None:
+    """Kill `proc` and every process it started (its own session): no orphaned child of a run outlives the gate."""
+    with contextlib.suppress(OSError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    with contextlib.suppress(OSError):
+        proc.kill()
+
+
+def _wait(proc: subprocess.Popen[bytes], limit_s: float | None) -> tuple[int, float]:
+    """The exit code and CPU seconds (user + system) of `proc`, reaped here (Popen's own wait reports no usage);
+    RunTimedOut past `limit_s` seconds."""
+    deadline = None if limit_s is None else time.monotonic() + limit_s
     try:
-        _, status, usage = os.wait4(proc.pid, 0)
-    except BaseException:  # Ctrl-C: the run goes with the gate
-        with contextlib.suppress(OSError):
-            proc.kill()
-        with contextlib.suppress(ChildProcessError):
-            proc.wait()
+        while True:
+            pid, status, usage = os.wait4(proc.pid, os.WNOHANG if deadline is not None else 0)
+            if pid:
+                break
+            if deadline is not None and time.monotonic() > deadline:
+                _kill_group(proc)
+                os.wait4(proc.pid, 0)
+                proc.returncode = -signal.SIGKILL
+                raise RunTimedOut(f"killed after its time limit of {limit_s:.0f} s")
+            time.sleep(POLL_S)
+    except RunTimedOut:
         raise
+    except BaseException:  # Ctrl-C, SIGTERM, SIGHUP: the run and its children go with the gate
+        _kill_group(proc)
+        with contextlib.suppress(ChildProcessError, OSError):
+            os.waitpid(proc.pid, 0)
+        proc.returncode = -signal.SIGKILL
+        raise
+    with contextlib.suppress(OSError):  # (its children, if it left any running)
+        os.killpg(proc.pid, signal.SIGKILL)
     proc.returncode = os.waitstatus_to_exitcode(status)
     return proc.returncode, usage.ru_utime + usage.ru_stime
 
 
-def start(arm: Arm, argv: Sequence[str], log: Path) -> tuple[int, float, float, str]:
-    """Run `argv` as `arm` (its cwd and environment), stdout and stderr into `log`.{out,err}; returns (exit code,
-    wall seconds, CPU seconds, stderr)."""
+def start(arm: Arm, argv: Sequence[str], log: Path, limit_s: float | None = None) -> tuple[int, float, float, str]:
+    """Run `argv` as `arm` (its cwd and environment, a session of its own), stdout and stderr into `log`.{out,err};
+    returns (exit code, wall seconds, CPU seconds, stderr). RunTimedOut past `limit_s`."""
     out, err = log.with_suffix(".out"), log.with_suffix(".err")
     t0 = time.perf_counter()
     with out.open("wb") as fo, err.open("wb") as fe:
-        proc = subprocess.Popen(list(argv), cwd=arm.cwd, env=dict(arm.env), stdout=fo, stderr=fe)
-        code, cpu = _wait(proc)
+        proc = subprocess.Popen(
+            list(argv), cwd=arm.cwd, env=dict(arm.env), stdout=fo, stderr=fe, start_new_session=True
+        )
+        code, cpu = _wait(proc, limit_s)
     return code, time.perf_counter() - t0, cpu, err.read_text(errors="replace")
 
 
-def preflight(arm: Arm, perf_args: Sequence[str], folder: Path) -> None:
-    """`perf --dry-run` in the arm: ValueError naming the arm and its error line when it cannot run the options."""
+PREFLIGHT_LIMIT_S = 600.0  # a dry run builds the plan and reads the workload; it measures nothing
+_PLANNED = re.compile(r"(\d+) run\(s\)")
+
+
+def preflight(arm: Arm, perf_args: Sequence[str], folder: Path) -> int:
+    """`perf --dry-run` in the arm: ValueError naming the arm and its error line when it cannot run the options.
+    Returns the number of configurations its plan holds (0 when its perf does not say)."""
     folder.mkdir(parents=True, exist_ok=True)
     argv = perf_argv(perf_args, arm, folder / f"{arm.name}-dry-run.csv", dry_run=True)
-    code, _, _, err = start(arm, argv, folder / f"{arm.name}-dry-run")
+    try:
+        code, _, _, err = start(arm, argv, folder / f"{arm.name}-dry-run", PREFLIGHT_LIMIT_S)
+    except RunTimedOut as e:
+        raise ValueError(f"the {arm.name} arm ({arm.describe}): perf --dry-run {e}") from None
     if code != 0:
         raise ValueError(f"the {arm.name} arm ({arm.describe}) cannot run this configuration: {error_line(err)}")
+    out = (folder / f"{arm.name}-dry-run.out").read_text(errors="replace")
+    found = _PLANNED.search(out)
+    return int(found.group(1)) if found else 0
 
 
 def run_once(
-    arm: Arm, index: int, perf_args: Sequence[str], folder: Path, read_rows: Callable[[Path], list[dict[str, Any]]]
+    arm: Arm,
+    index: int,
+    perf_args: Sequence[str],
+    folder: Path,
+    read_rows: Callable[[Path], list[dict[str, Any]]],
+    limit_s: float | None = None,
 ) -> Run:
-    """One measured run of `arm` into `folder`/`arm`-`index`.csv (ArmFailed on a non-zero exit)."""
+    """One measured run of `arm` into `folder`/`arm`-`index`.csv. ArmFailed (naming the run's stderr, `log`) when it
+    exits non-zero, passes `limit_s`, or leaves no results that read."""
     folder.mkdir(parents=True, exist_ok=True)
     csv = folder / f"{arm.name}-{index:03d}.csv"
-    code, wall, cpu, err = start(arm, perf_argv(perf_args, arm, csv), csv)
+    what = f"{arm.name} run {index + 1} ({arm.describe})"
+    try:
+        code, wall, cpu, err = start(arm, perf_argv(perf_args, arm, csv), csv, limit_s)
+    except RunTimedOut as e:
+        raise ArmFailed(arm.name, f"{what} {e}", log=csv.with_suffix(".err")) from None
     if code != 0:
-        raise ArmFailed(arm.name, f"{arm.name} run {index + 1} ({arm.describe}) exited {code}: {error_line(err)}")
-    return Run(arm.name, index, csv, read_rows(csv), wall, cpu)
+        raise ArmFailed(arm.name, f"{what} exited {code}: {error_line(err)}", log=csv.with_suffix(".err"))
+    if not csv.is_file() or not csv.with_suffix(".json").is_file():
+        raise ArmFailed(arm.name, f"{what} exited 0 but wrote no results", log=csv.with_suffix(".err"))
+    try:
+        rows = read_rows(csv)
+    except (ValueError, OSError) as e:
+        raise ArmFailed(arm.name, f"{what} wrote results that do not read: {e}", log=csv.with_suffix(".err")) from None
+    return Run(arm.name, index, csv, rows, wall, cpu)

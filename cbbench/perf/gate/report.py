@@ -154,3 +154,27 @@ def render_json(decisions: Sequence[Decision], summary: Mapping[str, Any]) -> st
     doc = {k: _clean(v) for k, v in summary.items()}
     doc["rows"] = [{k: _clean(v) for k, v in as_dict(d).items()} for d in decisions]
     return json.dumps(doc, indent=1)
+
+
+def render_error(summary: Mapping[str, Any], fmt: str) -> str:
+    """The verdict of a gate that one arm's failure ended (`summary["error"]`): the arm and why, and where its runs
+    and its stderr are; never a ratio."""
+    err = summary["error"]
+    where = [f"runs so far: {summary['output']}"] * bool(summary.get("output"))
+    where += [f"its stderr: {err['stderr']}"] * bool(err.get("stderr"))
+    if fmt == "json":
+        doc = {k: _clean(v) for k, v in summary.items()}
+        doc["rows"] = []
+        return json.dumps(doc, indent=1) + "\n"
+    if fmt == "markdown":
+        lines = [
+            f"### cbbench gate: {_md(summary['base'])} -> {_md(summary['head'])}",
+            "",
+            f"**ERROR** ({_md(err['arm'])} arm): {_md(err['message'])}",
+            "",
+            *(f"- {_md(w)}" for w in where),
+            "",
+        ]
+        return "\n".join(lines)
+    head = f"cbbench gate: base {summary['base']} -> head {summary['head']}\n"
+    return head + str(summary["message"]) + "".join(f"\n{w}" for w in where) + "\n"

@@ -16,7 +16,9 @@ Exit 0: no regression (or inconclusive with --on-inconclusive pass); 1: a regres
 
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
+import math
 import os
 import time
 from collections.abc import Sequence
@@ -27,10 +29,24 @@ from typing import Any
 from rich.console import Console
 
 from cbbench.perf.client_lag import arms_lag_notes
+from cbbench.perf.gate import signals as sig
 from cbbench.perf.gate import trees as tr
-from cbbench.perf.gate.arms import BASE, HEAD, Arm, Run, perf_argv, preflight, run_once, run_order
-from cbbench.perf.gate.output import check_target, write_pair
-from cbbench.perf.gate.report import FORMATS, message, render_json, render_markdown, render_text
+from cbbench.perf.gate.arms import (
+    BASE,
+    HEAD,
+    Arm,
+    ArmFailed,
+    Run,
+    check_repeat_count,
+    perf_argv,
+    preflight,
+    run_once,
+    run_order,
+)
+from cbbench.perf.gate.output import Outputs, check_target
+from cbbench.perf.gate.report import FORMATS, message, render_error, render_json, render_markdown, render_text
+from cbbench.perf.gate.soundness import describe as describe_problems
+from cbbench.perf.gate.soundness import run_problems
 from cbbench.perf.gate.verdict import (
     DEFAULT_CONFIDENCE,
     check_repeats,
@@ -43,6 +59,7 @@ from cbbench.perf.gate.verdict import (
     min_effects,
     regressed,
 )
+from cbbench.perf.results.rows import number
 
 # Runs per arm. A real device: 20, the most that keeps a CPU gate of the default run (16 ShareGPT prompts, ~11 CPU s
 # a run) within 10 minutes of CPU time; the rates it gives are measured in docs/gate.md. A simulated device repeats
@@ -50,6 +67,14 @@ from cbbench.perf.gate.verdict import (
 # to 25 configurations of the 7 default metrics (1 / C(14, 7) = 0.0003 <= 0.05 / 175).
 DEFAULT_REPEATS = 20
 SIM_REPEATS = 7
+# Each run's time limit (`--run-timeout` sets one for every run). A hung run must not hold a CI job for ever, and a
+# slow one is not hung: until a run has finished its size is unknown, so the first runs get an hour (the default
+# GPU gate's run takes minutes); after that, ten times the slowest finished run (a shared CPU stretched one run 3x
+# against the next, docs/gate.md), and never less than five minutes.
+FIRST_RUN_LIMIT_S = 3600.0
+RUN_LIMIT_FACTOR = 10.0
+MIN_RUN_LIMIT_S = 300.0
+MAX_RUN_LIMIT_S = 7 * 24 * 3600.0
 
 
 ON_INCONCLUSIVE = ("fail", "pass")  # what an inconclusive gate exits with: EXIT_INCONCLUSIVE, or 0
@@ -92,6 +117,7 @@ class GateOptions:
     label: str = ""
     format: str = "text"
     summary: Path | None = None
+    run_timeout: float | None = None  # seconds per run; None: `run_limit`'s default from the runs' size
     quiet: bool = False
     dry_run: bool = False
     cwd: Path = field(default_factory=Path.cwd)
@@ -104,8 +130,17 @@ class GateOptions:
             raise ValueError("gate: --base-url and --head-url go together (the two servers to measure)")
         if not servers and self.base is None:
             raise ValueError("gate: --base REV is missing (the revision to gate against, e.g. --base main)")
-        if self.repeats < 1:
-            raise ValueError(f"repeats must be >= 1, got {self.repeats}")
+        check_repeat_count(self.repeats)
+        if self.run_timeout is not None and not 0 < self.run_timeout <= MAX_RUN_LIMIT_S:
+            raise ValueError(f"run-timeout must be in (0, {MAX_RUN_LIMIT_S:.0f}] seconds, got {self.run_timeout}")
+        for what, text in (
+            ("base", self.base),
+            ("head", self.head),
+            ("base-url", self.base_url),
+            ("head-url", self.head_url),
+        ):
+            if text is not None and any(c in text for c in "\n\r\x00"):
+                raise ValueError(f"{what}: {text!r} holds a line break or NUL; name one revision or URL")
         if not 0 < self.confidence < 1:
             raise ValueError(f"confidence must be in (0, 1), got {self.confidence}")
         if self.max_repeats is not None and self.max_repeats < self.repeats:
@@ -123,8 +158,9 @@ class GateOptions:
 
 
 def default_output(cwd: Path) -> Path:
+    """The default output's name as `--dry-run` prints it (a real gate reserves `gate-TIME-PID.csv`, unique)."""
     stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
-    return cwd / "results" / f"gate-{stamp}.csv"
+    return cwd / "results" / f"gate-{stamp}-{os.getpid()}.csv"
 
 
 def _tree_arms(o: GateOptions, scratch: Path, made: list[tuple[Path, tr.Tree]]) -> dict[str, Arm]:
@@ -144,8 +180,8 @@ def _tree_arms(o: GateOptions, scratch: Path, made: list[tuple[Path, tr.Tree]]) 
         elif o.dry_run:  # the plan only: nothing is checked out
             tree = tr.Tree(name, rev, sha, scratch / name, checked_out=False)
         else:
+            made.append((repo, tr.planned(name, rev, sha, scratch / name)))  # (before git starts: see check_out)
             tree = tr.check_out(repo, name, rev, sha, scratch / name)
-            made.append((repo, tree))
         env = {} if o.dry_run else tr.arm_environment(tr.import_root(tree, scratch))
         arms[name] = Arm(name, tree.name, tree.root, env, tree=tree)
     return arms
@@ -196,35 +232,68 @@ def run_gate(o: GateOptions, console: Console, err: Console) -> int:
     effects, sources = min_effects(o.min_effect, o.min_effect_files, cwd=o.cwd, defaults=defaults)
     n_looks = looks(o.repeats, o.max_repeats)
     check_repeats(o.repeats, count_tests(1, effects, n_looks), o.confidence)
-    output = o.output if o.output is not None else default_output(o.cwd)
-    if not output.is_absolute():
+    output = o.output
+    if output is not None and not output.is_absolute():
         output = o.cwd / output
-    check_target(output)
+    if o.dry_run:
+        output = output if output is not None else default_output(o.cwd)
+        check_target(output)
+        outputs = None
+    else:
+        outputs = Outputs.reserve(output, o.summary, o.cwd / "results")
+        output = outputs.csv
     made: list[tuple[Path, tr.Tree]] = []
-    with tr.scratch_folder() as scratch:
-        try:
-            perf_args = list(o.perf_args)
-            if o.servers:
-                arms, model = _server_arms(o, scratch)
-                if o.model is None:
-                    perf_args += ["--model", model]
-            else:
-                arms = _tree_arms(o, scratch, made)
-            if o.dry_run:
-                _print_plan(console, o, arms, perf_args, output)
-                return 0
-            for arm in arms.values():
-                if arm.tree is not None:
-                    tr.check_imports(arm.tree, dict(arm.env))
-                    tr.compile_tree(arm.tree)
-                preflight(arm, perf_args, scratch / "preflight")
-            runs, decisions, alpha = _measure_and_decide(o, arms, perf_args, scratch, err, effects, n_looks)
-        finally:
-            for repo, tree in made:
-                tr.remove(repo, tree)
-        describe = {name: arm.describe for name, arm in arms.items()}
-        summary = _summary(o, decisions, alpha, describe, runs, sources, output, time.perf_counter() - t0)
-        write_pair(output, runs, describe, _gate_record(summary, runs), o.label)
+    runs: list[Run] = []
+    describe: dict[str, str] = {}
+    try:
+        with tr.scratch_folder() as scratch:
+            try:
+                perf_args = list(o.perf_args)
+                if o.servers:
+                    arms, model = _server_arms(o, scratch)
+                    if o.model is None:
+                        perf_args += ["--model", model]
+                else:
+                    arms = _tree_arms(o, scratch, made)
+                describe = {name: arm.describe for name, arm in arms.items()}
+                if o.dry_run:
+                    _print_plan(console, o, arms, perf_args, output)
+                    return 0
+                assert outputs is not None
+                configs = 0
+                for arm in arms.values():
+                    if arm.tree is not None:
+                        tr.check_imports(arm.tree, dict(arm.env))
+                        tr.compile_tree(arm.tree)
+                    configs = max(configs, preflight(arm, perf_args, scratch / "preflight"))
+                if configs > 1:  # a sweep: every configuration's tests count, before the first measured run
+                    check_repeats(o.repeats, count_tests(configs, effects, n_looks), o.confidence)
+                decisions, alpha = _measure_and_decide(
+                    o, arms, perf_args, scratch, err, effects, n_looks, runs, outputs
+                )
+                summary = _summary(o, decisions, alpha, describe, runs, sources, output, time.perf_counter() - t0)
+                _write_runs(outputs, runs, describe, summary, o.label)  # (the runs' own files are in the scratch)
+            except ArmFailed as e:  # (here: the failed run's stderr is still in the scratch folder)
+                assert outputs is not None
+                kept = outputs.keep_log(e.log, e.arm, _failed_index(e))
+                summary = _error_summary(o, describe, e, runs, output, time.perf_counter() - t0, kept)
+                _write_runs(outputs, runs, describe, summary, o.label)
+                outputs.release()
+                _report_error(console, o, summary)
+                raise ArmFailed(e.arm, _with_kept(str(e), outputs), log=kept) from None
+            finally:
+                with sig.deferred():
+                    for repo, tree in made:
+                        tr.remove(repo, tree)
+    except ArmFailed:
+        raise
+    except BaseException as e:
+        if outputs is not None:
+            outputs.release()  # (nothing kept unless a run finished)
+            note = outputs.kept_note()
+            if note and isinstance(e, (KeyboardInterrupt, ValueError)):
+                e.args = ((f"{e.args[0]}: " if e.args and e.args[0] else "") + note,)
+        raise
     _report(console, o, decisions, summary)
     if summary["regressed"]:
         return 1
@@ -241,22 +310,57 @@ def _measure_and_decide(
     err: Console,
     effects: dict[str, float],
     n_looks: int,
-) -> tuple[list[Run], list[Any], float]:
-    """The runs in ABBA order and the decision on them; while the decision is inconclusive and --max-repeats
-    allows, one more ABBA block and the decision again."""
+    runs: list[Run],
+    outputs: Outputs,
+) -> tuple[list[Any], float]:
+    """The runs in ABBA order (into `runs`, each written as it finishes) and the decision on them; while the decision
+    is inconclusive and --max-repeats allows, one more ABBA block and the decision again."""
     repeats = o.repeats
     most = max(o.max_repeats or repeats, repeats)
-    runs = _measure(o, arms, perf_args, scratch, err, effects, run_order(repeats), n_looks)
+    _measure(o, arms, perf_args, scratch, err, effects, runs, outputs, run_order(repeats), n_looks)
     while True:
         base, head = [r.rows for r in runs if r.arm == BASE], [r.rows for r in runs if r.arm == HEAD]
         decisions, alpha = decide(base, head, effects, o.confidence, n_looks)
         if not inconclusive(decisions) or repeats >= most:
-            return runs, decisions, alpha
+            return decisions, alpha
         more = min(BLOCK, most - repeats)
         if not o.quiet:
             err.print(f"gate: inconclusive after {repeats} runs per arm; {more} more per arm", markup=False)
-        runs += _measure(o, arms, perf_args, scratch, err, effects, run_order(repeats + more)[2 * repeats :], n_looks)
+        order = run_order(repeats + more)[2 * repeats :]
+        _measure(o, arms, perf_args, scratch, err, effects, runs, outputs, order, n_looks)
         repeats += more
+
+
+def _failed_index(e: ArmFailed) -> int:
+    """The run index of a failed run, from its log's name (`head-002.err`): for the kept copy's name."""
+    try:
+        return int(e.log.stem.rsplit("-", 1)[1]) if e.log is not None else 0
+    except (IndexError, ValueError):
+        return 0
+
+
+def _with_kept(message: str, outputs: Outputs) -> str:
+    note = outputs.kept_note()
+    return message + (f" ({note})" if note else "")
+
+
+def _write_runs(
+    outputs: Outputs, runs: Sequence[Run], describe: dict[str, str], summary: dict[str, Any], label: str
+) -> None:
+    if runs:
+        with sig.deferred():
+            outputs.write(runs, describe, _gate_record(summary, runs), label)
+
+
+def run_limit(finished: Sequence[Run], given: float | None) -> float:
+    """The time limit of the next run: `--run-timeout` when given; else, from the size of the runs seen so far,
+    `RUN_LIMIT_FACTOR` times the slowest finished run (at least `MIN_RUN_LIMIT_S`), or `FIRST_RUN_LIMIT_S` before
+    any has finished."""
+    if given is not None:
+        return given
+    if not finished:
+        return FIRST_RUN_LIMIT_S
+    return max(MIN_RUN_LIMIT_S, RUN_LIMIT_FACTOR * max(r.wall_s for r in finished))
 
 
 def _measure(
@@ -266,23 +370,93 @@ def _measure(
     scratch: Path,
     err: Console,
     effects: dict[str, float],
+    runs: list[Run],
+    outputs: Outputs,
     order: Sequence[tuple[str, int]],
     n_looks: int,
-) -> list[Run]:
+) -> None:
+    """The runs of `order` (ABBA) into `runs`, each checked (its tree, its soundness) and written to `outputs` as it
+    finishes. ArmFailed on the first run that fails."""
     from cbbench.perf.results.rows import read_rows
 
-    runs: list[Run] = []
+    describe = {name: arm.describe for name, arm in arms.items()}
     for k, (name, index) in enumerate(order, start=1):
         arm = arms[name]
-        run = run_once(arm, index, perf_args, scratch / "runs", lambda p: read_rows(p))
+        run = run_once(arm, index, perf_args, scratch / "runs", read_rows, run_limit(runs, o.run_timeout))
         _check_ran(arm, run)
+        _check_sound(arm, run)
         for row in run.rows:  # (the whole process's, on every row of the run: gated once per run)
             row["process_cpu_s"] = run.cpu_s
         if k == 1 and index == 0:  # the number of configurations is known now: every test counts
             check_repeats(o.repeats, count_tests(len(run.rows), effects, n_looks), o.confidence)
         runs.append(run)
+        partial = {"base": describe[BASE], "head": describe[HEAD], "repeats": o.repeats, "finished": len(runs)}
+        _write_runs(outputs, runs, describe, {**_PARTIAL, **partial}, o.label)
         _progress(err, o.quiet, k, len(order), run, arm)
-    return runs
+
+
+# the summary of a gate still running (the pair is rewritten after every run; the last write has the verdict)
+_PARTIAL: dict[str, Any] = {
+    "order": "ABBA",
+    "test": "",
+    "tests": 0,
+    "confidence": None,
+    "alpha": None,
+    "regressed": None,
+    "inconclusive": None,
+    "message": "unfinished: the gate was still running",
+}
+
+
+def _check_sound(arm: Arm, run: Run) -> None:
+    """ArmFailed when the run had failed requests or a figure no sound run makes (soundness.py)."""
+    from cbbench.perf.results.run_json import read_run
+
+    try:
+        records = read_run(run.csv.with_suffix(".json")).get("records")
+    except (ValueError, OSError) as e:
+        what = f"{arm.name} run {run.index + 1} ({arm.describe})"
+        raise ArmFailed(arm.name, f"{what}: its records do not read: {e}", log=run.csv.with_suffix(".err")) from None
+    problems = run_problems(run.rows, records if isinstance(records, dict) else None)
+    if problems:
+        raise ArmFailed(
+            arm.name,
+            f"{arm.name} run {run.index + 1} ({arm.describe}) is not sound, so the gate cannot judge it: "
+            + describe_problems(problems),
+            log=run.csv.with_suffix(".err"),
+        )
+
+
+def _error_summary(
+    o: GateOptions,
+    describe: dict[str, str],
+    e: ArmFailed,
+    runs: Sequence[Run],
+    output: Path,
+    wall_s: float,
+    kept: Path | None,
+) -> dict[str, Any]:
+    """The verdict of a gate an arm's failure ended: the arm and why, never a ratio."""
+    line = f"ERROR: the {e.arm} arm failed: {e}"
+    return {
+        **_PARTIAL,
+        "base": describe.get(BASE, ""),
+        "head": describe.get(HEAD, ""),
+        "repeats": o.repeats,
+        "regressed": e.arm == HEAD,
+        "message": line,
+        "error": {"arm": e.arm, "message": str(e), "stderr": str(kept) if kept else None},
+        "finished": len(runs),
+        "output": str(output) if runs else None,
+        "wall_s": wall_s,
+    }
+
+
+def _report_error(console: Console, o: GateOptions, summary: dict[str, Any]) -> None:
+    if o.summary is not None:
+        with contextlib.suppress(OSError), o.summary.open("a") as f:
+            f.write(render_error(summary, "markdown"))
+    console.file.write(render_error(summary, o.format))
 
 
 def _summary(
@@ -342,14 +516,29 @@ def _gate_record(summary: dict[str, Any], runs: Sequence[Run]) -> dict[str, Any]
     )
     return {
         **{k: summary[k] for k in keep},
-        "runs": [{"arm": r.arm, "index": r.index, "wall_s": r.wall_s, "cpu_s": r.cpu_s} for r in runs],
+        "runs": [
+            {
+                "arm": r.arm,
+                "index": r.index,
+                "wall_s": r.wall_s,
+                "cpu_s": r.cpu_s,
+                "failed": sum(int(v) for row in r.rows if math.isfinite(v := number(row.get("failed")))),
+                "sound": True,  # (every run kept passed soundness.py's checks; the first that did not ended the gate)
+            }
+            for r in runs
+        ],
     }
 
 
 def _report(console: Console, o: GateOptions, decisions: Sequence[Any], summary: dict[str, Any]) -> None:
     if o.summary is not None:
-        with o.summary.open("a") as f:
-            f.write(render_markdown(decisions, summary))
+        try:
+            with o.summary.open("a") as f:
+                f.write(render_markdown(decisions, summary))
+        except OSError as e:  # (checked before the first run; the runs are in the output whatever this says)
+            raise ValueError(
+                f"summary: cannot append to {o.summary} ({e.strerror}); the runs are in {summary['output']}"
+            ) from None
     if o.format == "json":
         console.file.write(render_json(decisions, summary) + "\n")
     elif o.format == "markdown":

@@ -50,11 +50,14 @@ def repo_root(cwd: str | os.PathLike[str] | None = None) -> Path:
 
 def resolve(repo: Path, rev: str, option: str) -> str:
     """The commit `rev` names, as a full sha (ValueError naming the option when there is none)."""
-    if not rev.strip() or rev.startswith("-"):
+    if not rev.strip() or rev.startswith("-") or any(c in rev for c in "\n\r\x00"):
         raise ValueError(f"{option} {rev!r}: not a revision")
     res = _git(repo, "rev-parse", "--verify", "--quiet", "--end-of-options", f"{rev}^{{commit}}")
     if res.returncode != 0 or not res.stdout.strip():
-        raise ValueError(f"{option} {rev}: no such revision in {repo}")
+        hint = ""
+        if _git(repo, "rev-parse", "--is-shallow-repository").stdout.strip() == "true":
+            hint = " (a shallow clone: fetch its history first, e.g. git fetch --unshallow, or fetch-depth: 0 in CI)"
+        raise ValueError(f"{option} {rev}: no such revision in {repo}{hint}")
     return res.stdout.strip()
 
 
@@ -95,22 +98,68 @@ def work_tree(repo: Path, arm: str) -> Tree:
     return Tree(arm, WORK_TREE, head_sha(repo), repo, checked_out=False, dirty=dirty(repo))
 
 
+def _git_uninterrupted(repo: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """`git` in a session of its own, waited for even when the gate is interrupted meanwhile: a `git worktree add`
+    killed halfway leaves a registered (and locked) worktree that `git worktree prune` keeps, so the command is let
+    finish (it takes seconds) and the caller removes what it made. The interrupt goes on after it."""
+    proc = subprocess.Popen(
+        ["git", "-C", str(repo), *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,  # (a Ctrl-C at the terminal reaches the gate, not git)
+    )
+    try:
+        out, err = proc.communicate(timeout=GIT_TIMEOUT_S)
+    except BaseException:
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.communicate(timeout=GIT_TIMEOUT_S)
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        raise
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+
+
 def check_out(repo: Path, arm: str, rev: str, sha: str, folder: Path) -> Tree:
-    """`sha` as a detached worktree at `folder` (removed by `remove`)."""
-    res = _git(repo, "worktree", "add", "--detach", "--quiet", str(folder), sha)
+    """`sha` as a detached worktree at `folder` (removed by `remove`, which the caller must call whether or not this
+    returns: an interrupt may come while git makes it)."""
+    res = _git_uninterrupted(repo, "worktree", "add", "--detach", "--quiet", str(folder), sha)
     if res.returncode != 0:
         line = (res.stderr.strip().splitlines() or ["git worktree add failed"])[-1]
         raise ValueError(f"gate: cannot check out {rev} ({sha[:7]}) for the {arm} arm: {line}")
     return Tree(arm, rev, sha, folder, checked_out=True)
 
 
+def planned(arm: str, rev: str, sha: str, folder: Path) -> Tree:
+    """The worktree `check_out` is about to make, to register for removal before git starts."""
+    return Tree(arm, rev, sha, folder, checked_out=True)
+
+
+def _admin_entries(repo: Path, folder: Path) -> list[Path]:
+    """The repository's worktree entries (.git/worktrees/<id>) that point at `folder`: this gate's own, and no other."""
+    res = _git(repo, "rev-parse", "--git-common-dir")
+    common = Path(res.stdout.strip()) if res.returncode == 0 else repo / ".git"
+    if not common.is_absolute():
+        common = repo / common
+    out = []
+    target = os.path.realpath(folder / ".git")
+    for entry in sorted((common / "worktrees").glob("*")) if (common / "worktrees").is_dir() else []:
+        with contextlib.suppress(OSError):
+            if os.path.realpath((entry / "gitdir").read_text().strip()) == target:
+                out.append(entry)
+    return out
+
+
 def remove(repo: Path, tree: Tree) -> None:
-    """Remove a worktree this gate made, and its entry in the repository (nothing else is pruned)."""
+    """Remove a worktree this gate made (or began to make), and its entry in the repository, locked or not; no other
+    worktree's entry is touched (no prune)."""
     if not tree.checked_out:
         return
-    if _git(repo, "worktree", "remove", "--force", str(tree.root)).returncode != 0:
-        shutil.rmtree(tree.root, ignore_errors=True)
-        _git(repo, "worktree", "prune")  # the entry of a folder that is gone, which is all prune removes
+    _git(repo, "worktree", "remove", "--force", "--force", str(tree.root))  # (twice: a locked one too)
+    shutil.rmtree(tree.root, ignore_errors=True)
+    for entry in _admin_entries(repo, tree.root):
+        shutil.rmtree(entry, ignore_errors=True)
 
 
 def layout(root: Path) -> str:
@@ -187,8 +236,11 @@ def check_imports(tree: Tree, env: dict[str, str]) -> None:
 @contextlib.contextmanager
 def scratch_folder(prefix: str = "cbbench-gate-") -> Iterator[Path]:
     """A temporary folder for the worktrees, link folders and runs, removed on the way out (errors and Ctrl-C too)."""
+    from cbbench.perf.gate.signals import deferred
+
     folder = Path(tempfile.mkdtemp(prefix=prefix))
     try:
         yield folder
     finally:
-        shutil.rmtree(folder, ignore_errors=True)
+        with deferred():  # (a signal now would leave the folder half removed)
+            shutil.rmtree(folder, ignore_errors=True)

@@ -107,10 +107,29 @@ def append_rows(path: str | os.PathLike[str], rows: Sequence[Mapping[str, Any]])
     return path
 
 
+def column_difference(header: Sequence[str]) -> str:
+    """How a header differs from this schema's columns, naming them: `extra column "x"; missing column "y"`."""
+    have, want = list(header), list(COLUMNS)
+    extra = [c for c in have if c not in want]
+    missing = [c for c in want if c not in have]
+    parts = [f"extra column {c!r}" for c in extra[:3]] + [f"missing column {c!r}" for c in missing[:3]]
+    if len(extra) + len(missing) > 6:
+        parts.append(f"{len(extra) + len(missing) - 6} more differences")
+    if not parts:
+        parts.append("the columns are in another order")
+    return f"columns differ from schema version {SCHEMA_VERSION}: " + "; ".join(parts)
+
+
 def checked_lines(path: str | os.PathLike[str]) -> tuple[str, list[list[str]]]:
     """A results CSV's text and its lines as cells: a cbbench results file, every line whole, the last one ended
     (ValueError naming the file). Shared by `read_csv` and rows.py's reader, which needs no pandas."""
-    text = Path(path).read_text()
+    try:
+        text = Path(path).read_text(encoding="utf-8-sig")  # (a BOM a spreadsheet added is not part of the header)
+    except FileNotFoundError:
+        raise ValueError(f"{path}: no such file") from None
+    except (OSError, UnicodeDecodeError) as e:  # a folder, no permission, a symlink loop, not UTF-8
+        why = e.strerror if isinstance(e, OSError) and e.strerror else type(e).__name__
+        raise ValueError(f"{path}: cannot be read ({why})") from None
     try:
         lines = list(csv.reader(io.StringIO(text)))
     except csv.Error as e:  # e.g. a cell over csv's field size limit (131072 characters)
@@ -146,7 +165,7 @@ def read_csv(path: str | os.PathLike[str], *, allow_empty: bool = False) -> pd.D
             "(rerun the baseline's configurations with `cbbench perf --like` to refresh it)"
         )
     if tuple(df.columns) != COLUMNS:
-        raise ValueError(f"{path}: columns differ from schema version {SCHEMA_VERSION}")
+        raise ValueError(f"{path}: {column_difference(df.columns)}")
     for c in df.columns:  # user strings were marked against spreadsheet formulas when written (cells.py)
         if not pd.api.types.is_numeric_dtype(df[c]) and not pd.api.types.is_bool_dtype(df[c]):
             df[c] = df[c].map(restore)

@@ -140,7 +140,14 @@ class RecordFiles:
         Parquet (`cbbench show` names its rows from these without importing pyarrow or numpy)."""
         out = []
         for n in self._numbers(RUNS):
-            info = json.loads(self.path(RUNS, n).read_text())
+            path = self.path(RUNS, n)
+            try:
+                info = json.loads(path.read_text())
+            except (OSError, UnicodeDecodeError, ValueError) as e:
+                why = e.strerror if isinstance(e, OSError) and e.strerror else type(e).__name__
+                raise ValueError(f"{path}: not a readable run file ({why})") from None
+            if not isinstance(info, dict):
+                raise ValueError(f"{path}: not a run file (a JSON object with label and plan_id)")
             out.append(RunFiles(n, str(info.get("label")), info.get("plan_id"), info.get("server_series")))
         return out
 

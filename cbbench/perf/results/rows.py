@@ -78,7 +78,9 @@ def read_rows(path: str | os.PathLike[str], *, allow_empty: bool = False) -> lis
             "(rerun the baseline's configurations with `cbbench perf --like` to refresh it)"
         )
     if tuple(header) != COLUMNS:
-        raise ValueError(f"{path}: columns differ from schema version {SCHEMA_VERSION}")
+        from cbbench.perf.results.files import column_difference
+
+        raise ValueError(f"{path}: {column_difference(header)}")
     if not body and not allow_empty:
         raise ValueError(f"{path}: no result rows (a header only)")
     for m in METRIC_COLUMNS:

@@ -17,7 +17,7 @@ from typing import Any, cast
 
 from cbbench.perf.results.columns import SCHEMA_VERSION
 from cbbench.perf.results.files import atomic_write_text, jsonable
-from cbbench.perf.results.record_files import RecordFiles, records_dir, runs_in_row_order
+from cbbench.perf.results.record_files import RecordFiles, plan_id_of, records_dir, runs_in_row_order
 
 SUMMARY_KEY = "record_files"  # a summary's pointer; a JSON with embedded records has `records` instead
 
@@ -48,11 +48,12 @@ def write_summary(
 def load_json(path: str | os.PathLike[str]) -> Any:
     """The parsed JSON (ValueError naming the file when it is missing or not JSON)."""
     try:
-        text = Path(path).read_text()
+        text = Path(path).read_text(encoding="utf-8-sig")  # (a BOM an editor added is not part of the JSON)
     except FileNotFoundError:
         raise ValueError(f"{path}: no such file") from None
-    except (IsADirectoryError, PermissionError, UnicodeDecodeError) as e:
-        raise ValueError(f"{path}: cannot be read ({type(e).__name__})") from None
+    except (OSError, UnicodeDecodeError) as e:  # a folder, no permission, a symlink loop, not UTF-8
+        why = e.strerror if isinstance(e, OSError) and e.strerror else type(e).__name__
+        raise ValueError(f"{path}: cannot be read ({why})") from None
     try:
         return json.loads(text)
     except json.JSONDecodeError as e:
@@ -61,6 +62,46 @@ def load_json(path: str | os.PathLike[str]) -> Any:
 
 def is_summary(doc: Any) -> bool:
     return isinstance(doc, dict) and isinstance(doc.get(SUMMARY_KEY), dict)
+
+
+def pair_files(path: str | os.PathLike[str], doc: Mapping[str, Any]) -> tuple[Path, Path]:
+    """The CSV and the record folder of the summary JSON at `path`, checked to be there (ValueError naming the file and
+    the field that points at it: a renamed pair, a missing or replaced record folder, a symlink loop)."""
+    json_path = Path(path)
+    name = doc.get("rows_file")
+    if name is not None and (not isinstance(name, str) or not name or Path(name).name != name):
+        raise ValueError(f"{json_path}: rows_file {name!r} is not a file name")
+    csv_path = json_path.parent / (name or json_path.with_suffix(".csv").name)
+    if not csv_path.is_file():
+        renamed = " (was the pair renamed? rename the CSV, JSON and record folder back alike)"
+        raise ValueError(
+            f"{json_path}: rows_file names {csv_path.name}, which {_missing(csv_path)}" + renamed * (name is not None)
+        )
+    folder = records_dir(json_path)
+    if not folder.is_dir():
+        raise ValueError(f"{json_path}: {SUMMARY_KEY}: its record folder {folder} {_missing(folder)}")
+    pointed = str((doc.get(SUMMARY_KEY) or {}).get("requests") or "").split("/")[0]
+    if pointed and pointed != folder.name:
+        raise ValueError(
+            f"{json_path}: {SUMMARY_KEY}.requests names {pointed}/, but its record folder is {folder.name}/ "
+            "(a renamed pair: rename it back, all three files alike)"
+        )
+    return csv_path, folder
+
+
+def _missing(p: Path) -> str:
+    """Why `p` is not there as what it should be, in a few words."""
+    if p.is_symlink() and not p.exists():
+        try:
+            p.resolve(strict=True)
+        except RuntimeError:
+            return "is a symlink loop"
+        except OSError as e:
+            return "is a symlink loop" if e.errno == 40 else "is a dangling symlink"
+        return "is a dangling symlink"
+    if not p.exists():
+        return "is missing"
+    return "is a folder, not a file" if p.is_dir() else "is a file, not a folder"
 
 
 def read_run(path: str | os.PathLike[str], *, records: bool = True) -> dict[str, Any]:
@@ -72,10 +113,15 @@ def read_run(path: str | os.PathLike[str], *, records: bool = True) -> dict[str,
         return cast(dict[str, Any], doc)  # an older JSON holds its records itself (checked by its reader)
     from cbbench.perf.results.rows import read_rows
 
-    csv_path = Path(path).parent / str(doc.get("rows_file") or Path(path).with_suffix(".csv").name)
-    rows = read_rows(csv_path, allow_empty=True) if csv_path.is_file() else []
-    files = RecordFiles(records_dir(path))
+    csv_path, folder = pair_files(path, doc)
+    rows = read_rows(csv_path, allow_empty=True)
+    files = RecordFiles(folder)
     runs = runs_in_row_order(files.runs(), rows)
+    if rows and not runs:  # (a run whose records alone are gone leaves the others to read; none is no pair)
+        raise ValueError(
+            f"{csv_path}: none of its {len(rows)} rows has a run in {folder} (row 1's run_options.plan_id is "
+            f"{plan_id_of(rows[0])!r}): the CSV and the record folder are not one pair"
+        )
     doc["rows"] = rows
     if records:
         doc["records"] = {r.label: recs for r, recs in files.iter_runs("requests", runs)}

@@ -147,7 +147,10 @@ def test_dry_run_shows_the_arms_the_order_and_the_commands(repo, monkeypatch, tm
 
 def test_a_head_that_crashes_fails_the_gate_and_a_base_that_crashes_is_bad_input(tmp_path, monkeypatch):
     """A run that exits non-zero stops the gate: the head's change broke the benchmark (exit 1, a failed gate), or
-    the base cannot be measured (exit 2); the line names the arm and the run's own error; nothing is written."""
+    the base cannot be measured (exit 2); the line names the arm, the run's own error and where its stderr is kept
+    (with the traceback under CBBENCH_DEBUG=1); the runs that finished before it are kept in the output."""
+    from cbbench.perf.results.rows import read_rows
+
     repo = copy_of_this_checkout(tmp_path / "repo")
     good = git(repo, "rev-parse", "HEAD")
     sim = repo / "refengine" / "sim" / "sim_device.py"
@@ -158,10 +161,19 @@ def test_a_head_that_crashes_fails_the_gate_and_a_base_that_crashes_is_bad_input
     git(repo, "commit", "-qam", "a simulated engine that cannot start")
     bad = git(repo, "rev-parse", "HEAD")
     out = tmp_path / "g.csv"
-    code, _, err = gate(repo, monkeypatch, "--base", good, "--head", bad, "--repeats", "5", "--output", str(out), *SIM)
+    monkeypatch.setenv("CBBENCH_DEBUG", "1")
+    code, stdout, err = gate(
+        repo, monkeypatch, "--base", good, "--head", bad, "--repeats", "5", "--output", str(out), *SIM
+    )
     line = _one_line(err)
     assert code == 1 and line.startswith("cbbench gate: error: head run 1") and "planted crash" in line
-    _nothing_left(repo, out)
-    code, _, err = gate(repo, monkeypatch, "--base", bad, "--head", good, "--repeats", "5", "--output", str(out), *SIM)
+    assert "ERROR: the head arm failed" in stdout  # the verdict names the arm, no ratio
+    kept = tmp_path / "g.head-run1.err"
+    assert str(kept) in line and "Traceback" in kept.read_text() and "planted crash" in kept.read_text()
+    assert [r["arm"] for r in read_rows(out)] == ["base"]  # the base run that finished first is kept
+    assert len(git(repo, "worktree", "list").splitlines()) == 1
+    out2 = tmp_path / "g2.csv"
+    code, _, err = gate(repo, monkeypatch, "--base", bad, "--head", good, "--repeats", "5", "--output", str(out2), *SIM)
     assert code == 2 and _one_line(err).startswith("cbbench gate: error: base run 1")
-    _nothing_left(repo, out)
+    assert (tmp_path / "g2.base-run1.err").is_file()
+    _nothing_left(repo, out2)  # no run finished: the reserved output is released
