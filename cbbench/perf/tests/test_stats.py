@@ -294,13 +294,21 @@ def _fake_runs(monkeypatch, values: dict[str, list[float]]) -> list[tuple[str, i
 
     ran: list[tuple[str, int]] = []
 
-    def run_once(arm, index, perf_args, folder, read):
+    def run_once(arm, index, perf_args, folder, read, limit=None):
         ran.append((arm.name, index))
         row = {"engine": "refengine", "batching": "continuous", "output_throughput": values[arm.name][index]}
         return Run(arm.name, index, Path("x.csv"), [row], 1.0, 1.0)
 
     monkeypatch.setattr(gate_run, "run_once", run_once)
+    monkeypatch.setattr(gate_run, "_check_sound", lambda arm, run: None)  # (no files behind these runs)
     return ran
+
+
+class _NoOutputs:
+    """The gate's reserved outputs, for runs that have no files: every write goes nowhere."""
+
+    def write(self, *args, **kwargs) -> None:
+        pass
 
 
 def _measure(o, effects):
@@ -311,7 +319,11 @@ def _measure(o, effects):
 
     arms = {name: Arm(name, name, Path("."), {}) for name in (BASE, HEAD)}
     err = Console(file=io.StringIO())
-    return gate_run._measure_and_decide(o, arms, [], Path("."), err, effects, looks(o.repeats, o.max_repeats))
+    runs: list = []
+    decisions, alpha = gate_run._measure_and_decide(
+        o, arms, [], Path("."), err, effects, looks(o.repeats, o.max_repeats), runs, _NoOutputs()
+    )
+    return runs, decisions, alpha
 
 
 def test_an_inconclusive_gate_adds_abba_blocks_up_to_its_budget(monkeypatch):
