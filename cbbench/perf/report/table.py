@@ -31,8 +31,8 @@ from rich.text import Text
 
 from cbbench.perf.client_lag import lag_line
 from cbbench.perf.report.table_title import cell_number, simulated_heading, table_title
-from cbbench.perf.steady_state import NOTE_COLUMN
 from cbbench.perf.stats import RATIO_CONFIDENCE, Shift, describe_ratio, ratio_interval, repeats_for_interval
+from cbbench.perf.steady_state import NOTE_COLUMN
 from refengine.sim.sim_device import DeviceSpec
 
 Key = tuple[str, str, str]  # engine, batching, knob label
