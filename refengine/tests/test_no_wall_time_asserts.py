@@ -60,8 +60,7 @@ def _walk_values(node: ast.AST):
 
 def _mentions(node: ast.AST, names: set[str]) -> bool:
     return any(
-        _is_clock_call(n) or _is_recorded(n) or (isinstance(n, ast.Name) and n.id in names)
-        for n in _walk_values(node)
+        _is_clock_call(n) or _is_recorded(n) or (isinstance(n, ast.Name) and n.id in names) for n in _walk_values(node)
     )
 
 

@@ -203,8 +203,9 @@ def test_hostile_work_leaves_the_event_loop_serving(live, engine, monkeypatch):
         assert r.status_code == status, (path, r.text[:300])
     # /tokenize: encode + answer; /detokenize: decode + answer; the too-long prompt: its length check (the 413 is
     # refused before anything is read: test_an_oversized_body_is_refused_before_it_is_read)
-    assert sorted(name for name, _ in held) == sorted(["_encode_all", "_dumps_large", "_decode", "_dumps_large",
-                                                        "_encode_all"]), held
+    assert sorted(name for name, _ in held) == sorted(
+        ["_encode_all", "_dumps_large", "_decode", "_dumps_large", "_encode_all"]
+    ), held
     for name, probe in held:
         assert probe.failure is None and probe.done, f"no completion was served while {name} ran: {probe}"
         assert probe.finish_reasons() == ["length"] and len(probe.chunks) >= PROBE_TOKENS, (name, probe)

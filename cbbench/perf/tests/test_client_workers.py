@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import time
 
-import pytest
 from typer.testing import CliRunner
 
 from cbbench.perf.backends.client_workers import shard_concurrency

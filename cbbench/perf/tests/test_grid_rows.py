@@ -16,7 +16,6 @@ import json
 import os
 import signal
 import threading
-import time
 from pathlib import Path
 
 import pytest
@@ -28,7 +27,6 @@ from cbbench.perf.grid.executor import parse_executor
 from cbbench.perf.grid.order import RUN_SPECIFIC_COLUMNS
 from cbbench.perf.knobs import KnobGrid
 from cbbench.perf.plan.build import build_plan
-from refengine.tests.waiting import HANG_GUARD_S, HangGuard, wait_for
 from cbbench.perf.plan.options import (
     BackendOptions,
     EngineOptions,
@@ -40,6 +38,7 @@ from cbbench.perf.plan.options import (
 from cbbench.perf.results.run_json import read_run
 from cbbench.perf.sweep import run_plan
 from refengine.sim.sim_device import DeviceSpec
+from refengine.tests.waiting import HANG_GUARD_S, HangGuard, wait_for
 
 GRID = PerfOptions(
     workload=WorkloadOptions("fixed", num_prompts=16, params=("input_len=256,output_len=32",)),

@@ -66,7 +66,9 @@ def _fake_run(progress: RunProgress, label: str, n: int, log: io.StringIO | None
             time.sleep(RUN_S / n)
         else:
             seen = log.getvalue().count(f"] {label}: ")
-            wait_for(lambda: log.getvalue().count(f"] {label}: ") > seen, "a heartbeat line while the run goes on")
+            wait_for(
+                lambda seen=seen: log.getvalue().count(f"] {label}: ") > seen, "a heartbeat line while the run goes on"
+            )
         progress.advance(1)
     progress.finish(ROW)
 
