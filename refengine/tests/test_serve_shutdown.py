@@ -21,15 +21,19 @@ from refengine.tests.waiting import HANG_GUARD_S, wait_for
 
 pytest.importorskip("fastapi", reason="cbbench serve needs fastapi (pip install -e .)")
 
-# Long enough that the short streams (SHORT_TOKENS steps after their first token: 0.6 s at the test model's ~6 ms
-# per step here, 6 s on a machine 10x slower) finish inside it, and far too short for the long ones (LONG_TOKENS
-# steps, ~24 s here; the model's 4096 positions bound them). SHORT_TOKENS is also long enough that the short streams
-# are still running when SIGTERM is sent: at 12 tokens a quiet machine finished them first (a clean clone's CI,
-# 2026-12-03), and the test then checked nothing.
-GRACE_S = 10
+# The drain test's grace period: a time scale the test fixes so long that only a hang outlasts it (the short streams
+# need SHORT_TOKENS engine steps after SIGTERM: under a second here, seconds on a loaded machine). Nothing is checked
+# against it: the short streams finish inside it, then a second SIGTERM (the order of events) ends it and aborts the
+# long ones, which the model's 4096 positions bound to LONG_TOKENS steps, 40x the short ones' in the same batch.
+# SHORT_TOKENS is long enough that the short streams are still running when SIGTERM is sent: at 12 tokens a quiet
+# machine finished them first (a clean clone's CI, 2026-12-03), and the test then checked nothing.
+GRACE_S = HANG_GUARD_S
+# The grace-expiry test's period: short, since it only bounds from below when the aborts may come (load only makes
+# them later); its stream needs LONG_TOKENS steps (~24 s here), far past it on any machine.
+EXPIRY_GRACE_S = 1.0
 SHORT_TOKENS, LONG_TOKENS = 100, 4000
-FIRST_CHUNK_TIMEOUT_S = 180.0  # every stream has started (model load excluded: the server is healthy by then)
-EXIT_TIMEOUT_S = GRACE_S + 60.0  # drain, aborts, uvicorn's last wait, engine stop
+FIRST_CHUNK_TIMEOUT_S = HANG_GUARD_S  # every stream has started (model load excluded: the server is healthy by then)
+EXIT_TIMEOUT_S = HANG_GUARD_S  # a hang guard: the drain, aborts, uvicorn's last wait, engine stop
 # The second-stop test's grace period: so long that only the second stop can end the stream within the hang guard
 SECOND_STOP_GRACE_S = 12 * HANG_GUARD_S
 
@@ -82,7 +86,6 @@ def test_sigterm_drains_finishes_in_flight_and_aborts_the_rest(tmp_path):
         _wait(lambda: all(ev.chunks for ev in short + long), FIRST_CHUNK_TIMEOUT_S, "every stream's first chunk")
         in_flight_short = sum(not ev.done for ev in short)
         os.kill(proc.pid, signal.SIGTERM)
-        sent = time.monotonic()
         time.sleep(0.5)  # the signal handler runs on the server's next bytecode; the drain starts from it
 
         refused = httpx.post(url + "/v1/completions", json={**body, "max_tokens": 2}, timeout=30)
@@ -90,18 +93,22 @@ def test_sigterm_drains_finishes_in_flight_and_aborts_the_rest(tmp_path):
         assert refused.json()["error"]["type"] == "ServiceUnavailableError"
         assert httpx.get(url + "/health", timeout=30).status_code == 503  # a load balancer stops routing here
 
-        for t in threads:
-            t.join(timeout=EXIT_TIMEOUT_S)
-        assert not any(t.is_alive() for t in threads), "a client was still waiting after the drain"
+        # the in-flight short streams finish during the drain (the grace period is hang-scale: only a hang outlasts
+        # it), while the long ones, 40x longer in the same batch, are still running
+        _wait(lambda: all(ev.done or ev.failure for ev in short), EXIT_TIMEOUT_S, "the short streams ending")
         assert in_flight_short, "every short stream finished before SIGTERM: the test checked nothing"
         for ev in short:
             assert ev.failure is None and ev.done and ev.finish_reasons() == ["length"] and not ev.errors, ev
+        assert not any(ev.done for ev in long), "a long stream finished inside the drain: nothing left to abort"
+        os.kill(proc.pid, signal.SIGTERM)  # the second signal ends the grace period: what is left is aborted
+        for t in threads:
+            t.join(timeout=EXIT_TIMEOUT_S)
+        assert not any(t.is_alive() for t in threads), "a client was still waiting after the drain"
         for ev in long:
             assert ev.failure is None, ev.failure
             assert ev.finish_reasons() == ["abort"] and ev.done, ev
             assert [e["error"]["type"] for e in ev.errors] == ["ServiceUnavailableError"], ev.errors
             assert "shutting down" in ev.errors[0]["error"]["message"]
-            assert ev.times[-1] - sent >= GRACE_S - 1.0, "aborted before the grace period was over"
         assert "failure" not in plain and plain["status"] == 503, plain
         assert plain["body"]["error"]["type"] == "ServiceUnavailableError"
         proc.wait(timeout=EXIT_TIMEOUT_S)
@@ -138,3 +145,27 @@ def test_a_second_stop_ends_the_grace_period_at_once():
         assert not reader.is_alive(), "the second stop did not end the grace period"
         assert ev.failure is None and ev.done and ev.finish_reasons() == ["abort"], ev
         assert [e["error"]["type"] for e in ev.errors] == ["ServiceUnavailableError"]
+
+
+def test_the_end_of_the_grace_period_aborts_what_is_left():
+    from refengine.engine.llm_engine import LLMEngine
+    from refengine.tests.live_server import live_server
+
+    engine = LLMEngine(TEST_MODEL, max_num_seqs=4, stats_log_size=1)
+    with live_server(engine, grace_s=EXPIRY_GRACE_S) as live:
+        ev = Events()
+        body = {"model": TEST_MODEL, "prompt": "Hello", "temperature": 0.0, "ignore_eos": True}
+        reader = threading.Thread(
+            target=read_stream, args=(live.url, {**body, "max_tokens": LONG_TOKENS}, ev), daemon=True
+        )
+        reader.start()
+        _wait(lambda: bool(ev.chunks), FIRST_CHUNK_TIMEOUT_S, "the stream's first chunk")
+        sent = time.monotonic()
+        live.server.request_stop()
+        reader.join(timeout=HANG_GUARD_S)  # a hang guard: without the aborts the stream runs LONG_TOKENS steps
+        assert not reader.is_alive(), "the stream was not ended by the grace period's end"
+        assert ev.failure is None and ev.done and ev.finish_reasons() == ["abort"], ev
+        assert [e["error"]["type"] for e in ev.errors] == ["ServiceUnavailableError"], ev.errors
+        # a lower bound only (load makes the abort later, never earlier): the grace period was given
+        assert ev.times[-1] - sent >= EXPIRY_GRACE_S, "aborted before the grace period was over"
+        assert len(ev.chunks) < LONG_TOKENS  # ended by the abort, not by running to its end

@@ -15,6 +15,7 @@ import statistics
 import time
 from typing import Any
 
+import pytest
 from typer.testing import CliRunner
 
 from cbbench.perf.backends.http_client import HttpTarget, stream_request
@@ -58,6 +59,30 @@ def clock_errors(records: list[RequestRecord], truth_s: float) -> tuple[float, f
     return statistics.median(ttft), statistics.median(itl)
 
 
+def test_client_stamps_each_send_and_each_chunk():
+    """The default suite's form of the clock check below, which load cannot fail: the order of each request's
+    stamps (sent, first chunk, ..., finished; one request in flight, so each is sent after the one before it
+    finished) and lower bounds set by the fake server, which cannot send a chunk before its delay has passed (a
+    busy machine only makes the times since the send longer; not each gap: a client that reads one chunk late reads
+    the next at once). A TTFT timed from the run's start sends request k before request k - 1 finished; chunk
+    times stamped once when the body ends are all equal, where each read stamps its own."""
+    w = _workload(CLOCK_REQUESTS, CLOCK_OUTPUT_LEN)
+    with FakeOpenAIServer(token_delay_s=CLOCK_DELAY_S, with_metrics=False) as s:
+        r = run_http(w, HttpTarget("openai", s.base_url, "fake-model"), max_concurrency=1, warmup=1)
+    assert r.error is None and all(x.finish_reason != "error" for x in r.records)
+    recs = sorted(r.records, key=lambda x: x.arrival_time)
+    for before, after in zip(recs, recs[1:]):
+        assert before.finish_time <= after.arrival_time, "a request was stamped as sent before its slot was free"
+    for x in recs:
+        stamps = [x.arrival_time, x.first_token_time, *x.chunk_times, x.finish_time]
+        assert stamps == sorted(stamps) and x.first_token_time == x.chunk_times[0], stamps
+        assert len(set(x.chunk_times)) == len(x.chunk_times) == CLOCK_OUTPUT_LEN, x.chunk_times  # one stamp each
+        # chunk j cannot be read before j + 1 of the server's delays have passed since the send
+        for j, t in enumerate(x.chunk_times):
+            assert t - x.arrival_time >= (j + 1) * (CLOCK_DELAY_S - EARLY_S), (j, t - x.arrival_time)
+
+
+@pytest.mark.slow  # a timing benchmark (docs/perf.md): load alone adds tens of ms to a client's error
 def test_client_ttft_and_itl_error_at_low_concurrency_is_within_bound():
     w = _workload(CLOCK_REQUESTS, CLOCK_OUTPUT_LEN)
     with FakeOpenAIServer(token_delay_s=CLOCK_DELAY_S, with_metrics=False) as s:
