@@ -5,16 +5,18 @@ on a slow disk is), while an arm's `perf --dry-run` reads the options, and while
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import stat
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 from gate_repos import copy_of_this_checkout, git
+
+from refengine.tests.waiting import HangGuard, wait_for
 
 SIM = ["--device", "sim:h200", "--num-prompts", "64", "--repeats", "5", "--quiet"]
 SLOW_GIT_S = 2  # how long the shim's `git worktree add` takes after the real one: a signal lands inside
@@ -53,9 +55,7 @@ def _signalled_gate(repo: Path, tmp: Path, phase: str, signum: int) -> tuple[int
     env = {**os.environ, "TMPDIR": str(scratch), "PATH": f"{shims}{os.pathsep}{os.environ['PATH']}"}
     argv = [sys.executable, "-m", "cbbench.perf.cli", "gate", "--base", "HEAD", "--output", str(tmp / "g.csv"), *SIM]
     proc = subprocess.Popen(argv, cwd=repo, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    deadline = time.monotonic() + 240
-    while not list(scratch.glob(PHASES[phase])) and proc.poll() is None and time.monotonic() < deadline:
-        time.sleep(0.02)
+    wait_for(lambda: list(scratch.glob(PHASES[phase])) or proc.poll() is not None, f"the gate reaching {phase}")
     assert list(scratch.glob(PHASES[phase])), f"the gate never reached {phase}: {proc.communicate()}"
     proc.send_signal(signum)
     _, err = proc.communicate(timeout=120)
@@ -68,15 +68,13 @@ def _signalled_gate(repo: Path, tmp: Path, phase: str, signum: int) -> tuple[int
     return proc.returncode, err.decode(errors="replace")
 
 
-KILLED_GONE_S = 10  # a process killed with SIGKILL leaves /proc when the kernel has torn it down: not at once
-
-
 def _processes_of(repo: Path) -> list[str]:
-    """The gate's processes still there, once those just killed have had time to go."""
-    deadline = time.monotonic() + KILLED_GONE_S
-    while (found := _naming(repo)) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    return found
+    """The gate's processes still there, once those just killed have had time to go: a killed process leaves /proc
+    when the kernel has torn it down, not at once, and later on a loaded machine; one still there after the hang
+    guard was never killed."""
+    with contextlib.suppress(HangGuard):
+        wait_for(lambda: not _naming(repo), "the gate's processes leaving")
+    return _naming(repo)
 
 
 def _naming(repo: Path) -> list[str]:

@@ -6,6 +6,7 @@ finished run is on disk; counts and run times are bounded."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import math
 import os
@@ -24,6 +25,7 @@ from cbbench.perf.gate.arms import MAX_REPEATS, Run
 from cbbench.perf.gate.output import Outputs
 from cbbench.perf.gate.run import FIRST_RUN_LIMIT_S, MIN_RUN_LIMIT_S, RUN_LIMIT_FACTOR, GateOptions, run_limit
 from cbbench.perf.results.rows import read_rows
+from refengine.tests.waiting import HangGuard, wait_for
 
 # A servers gate small enough for the default run: each run is one client process of 4 short requests.
 SERVERS = ["--workload", "fixed", "--workload-param", "input_len=8,output_len=8", "--num-prompts", "4",
@@ -232,17 +234,13 @@ def test_the_exit_code_table_of_docs_gate_md_is_the_codes_the_gate_gives() -> No
     assert codes == given
 
 
-KILLED_GONE_S = 10  # a process killed with SIGKILL leaves /proc when the kernel has torn it down: not at once
-
-
 def _pids_under(folder: Path) -> list[int]:
-    """The processes whose command line names `folder`, once those just killed have had time to go."""
-    import time
-
-    deadline = time.monotonic() + KILLED_GONE_S
-    while (found := _pids_naming(folder)) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    return found
+    """The processes whose command line names `folder`, once those just killed have had time to go: a killed process
+    leaves /proc when the kernel has torn it down, not at once, and later on a loaded machine; one still there after
+    the hang guard was never killed."""
+    with contextlib.suppress(HangGuard):
+        wait_for(lambda: not _pids_naming(folder), "the killed processes leaving")
+    return _pids_naming(folder)
 
 
 def _pids_naming(folder: Path) -> list[int]:
@@ -264,7 +262,6 @@ def test_exit_codes_of_a_signalled_gate_are_128_plus_the_signal(tmp_path: Path) 
     import signal
     import subprocess
     import sys
-    import time
 
     scratch = tmp_path / "tmp"
     scratch.mkdir()
@@ -276,9 +273,7 @@ def test_exit_codes_of_a_signalled_gate_are_128_plus_the_signal(tmp_path: Path) 
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
         )  # fmt: skip
-        deadline = time.monotonic() + 120
-        while not list(scratch.glob("cbbench-gate-*/runs/*.err")) and time.monotonic() < deadline:
-            time.sleep(0.05)
+        wait_for(lambda: list(scratch.glob("cbbench-gate-*/runs/*.err")) or proc.poll() is not None, "a run's start")
         assert list(scratch.glob("cbbench-gate-*/runs/*.err")), "no run started"
         proc.send_signal(signal.SIGHUP)
         _, err = proc.communicate(timeout=60)
