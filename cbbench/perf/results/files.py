@@ -120,16 +120,22 @@ def column_difference(header: Sequence[str]) -> str:
     return f"columns differ from schema version {SCHEMA_VERSION}: " + "; ".join(parts)
 
 
-def checked_lines(path: str | os.PathLike[str]) -> tuple[str, list[list[str]]]:
-    """A results CSV's text and its lines as cells: a cbbench results file, every line whole, the last one ended
-    (ValueError naming the file). Shared by `read_csv` and rows.py's reader, which needs no pandas."""
+def read_named(path: str | os.PathLike[str]) -> str:
+    """A results file's text, or one ValueError naming the file and why it cannot be read. A UTF-8 BOM (a
+    spreadsheet or an editor added it) is not part of the text."""
     try:
-        text = Path(path).read_text(encoding="utf-8-sig")  # (a BOM a spreadsheet added is not part of the header)
+        return Path(path).read_text(encoding="utf-8-sig")
     except FileNotFoundError:
         raise ValueError(f"{path}: no such file") from None
     except (OSError, UnicodeDecodeError) as e:  # a folder, no permission, a symlink loop, not UTF-8
         why = e.strerror if isinstance(e, OSError) and e.strerror else type(e).__name__
         raise ValueError(f"{path}: cannot be read ({why})") from None
+
+
+def checked_lines(path: str | os.PathLike[str]) -> tuple[str, list[list[str]]]:
+    """A results CSV's text and its lines as cells: a cbbench results file, every line whole, the last one ended
+    (ValueError naming the file). Shared by `read_csv` and rows.py's reader, which needs no pandas."""
+    text = read_named(path)
     try:
         lines = list(csv.reader(io.StringIO(text)))
     except csv.Error as e:  # e.g. a cell over csv's field size limit (131072 characters)

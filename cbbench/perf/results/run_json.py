@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, cast
 
 from cbbench.perf.results.columns import SCHEMA_VERSION
-from cbbench.perf.results.files import atomic_write_text, jsonable
+from cbbench.perf.results.files import atomic_write_text, jsonable, read_named
 from cbbench.perf.results.record_files import RecordFiles, plan_id_of, records_dir, runs_in_row_order
 
 SUMMARY_KEY = "record_files"  # a summary's pointer; a JSON with embedded records has `records` instead
@@ -47,13 +47,7 @@ def write_summary(
 
 def load_json(path: str | os.PathLike[str]) -> Any:
     """The parsed JSON (ValueError naming the file when it is missing or not JSON)."""
-    try:
-        text = Path(path).read_text(encoding="utf-8-sig")  # (a BOM an editor added is not part of the JSON)
-    except FileNotFoundError:
-        raise ValueError(f"{path}: no such file") from None
-    except (OSError, UnicodeDecodeError) as e:  # a folder, no permission, a symlink loop, not UTF-8
-        why = e.strerror if isinstance(e, OSError) and e.strerror else type(e).__name__
-        raise ValueError(f"{path}: cannot be read ({why})") from None
+    text = read_named(path)
     try:
         return json.loads(text)
     except json.JSONDecodeError as e:
