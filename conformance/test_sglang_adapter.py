@@ -149,6 +149,31 @@ def test_priority_preemption_in_a_prefill_or_decode_step():
     assert a.request("r0").status == "preempted"
 
 
+def test_a_preempted_request_waits_behind_its_priority_peers():
+    """`priority_arrival_order`: r0 (priority 1, arrival 1) is running, r2 (priority 1, arrival 3) waits for the one
+    seat; r1 (priority 0) preempts r0, which re-enters SGLang's waiting queue behind r2, where vLLM's queue (by
+    arrival time) would put it ahead."""
+    a = make(
+        batching="continuous",
+        block_size=1,
+        num_gpu_blocks=13,
+        max_num_batched_tokens=4,
+        max_num_seqs=1,
+        policy="priority",
+        priority_preemption=True,
+    )
+    a.add_request("r0", prompt(1), max_tokens=10, priority=1, arrival_time=1)
+    step(a)
+    a.add_request("r2", prompt(1, 3000), max_tokens=10, priority=1, arrival_time=3)
+    step(a)
+    assert running_ids(a) == ["r0"] and waiting_ids(a) == ["r2"]
+    a.add_request("r1", prompt(1, 2000), max_tokens=10, priority=0, arrival_time=2)
+    out, _ = step(a)
+    assert out.preempted_req_ids == ["r0"]
+    assert waiting_ids(a) == ["r1", "r2", "r0"]  # vLLM: r1, r0, r2
+    assert "priority_arrival_order" in SGLangAdapter.departures
+
+
 def test_two_requests_cut_in_one_prefill_pass():
     """`stalled()`, SGLang's bug: page 2, budget 3. r0 (3 tokens) is cut to 2 by the page-rounded KV budget, which
     leaves 1 token of the budget, so r1 is cut too; only r1 stays the chunked request, and SGLang would sample a token

@@ -78,6 +78,12 @@ class SGLangRules:
         ),
     }
     departures = {
+        "priority_arrival_order": (
+            "SGLang's difference: requests of one priority wait in the order they entered the waiting queue "
+            "(SchedulePolicy._sort_by_priority_and_fcfs on Req.time_stats.wait_queue_entry_time), and a preempted "
+            "request re-enters it (Scheduler._add_request_to_queue stamps it anew), so it waits behind the requests "
+            "of its priority that were waiting, where vLLM gives it back its arrival-time place"
+        ),
         "prefill_budget": (
             "SGLang's bug: with chunked prefill off and the radix cache disabled, a request with ignore_eos takes "
             "PrefillAdder.add_one_req_ignore_eos, which skips the cap add_one_req applies (a request after the first "
@@ -108,6 +114,7 @@ class SGLangRules:
         ),
     }
     departure_cases = {
+        "priority_arrival_order": _CASES + "test_a_preempted_request_waits_behind_its_priority_peers",
         "prefill_budget": _CASES + "test_ignore_eos_requests_overrun_the_prefill_budget_without_chunking",
         "finish": _CASES + "test_ignore_eos_ignores_stop_token_ids_too",
         "token_budget": _CASES + "test_a_decode_step_runs_more_requests_than_the_budget",

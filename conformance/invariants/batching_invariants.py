@@ -140,9 +140,9 @@ def check_decode_first(cfg: dict, before: Snapshot, step: StepView, after: Snaps
 
 
 def check_admission_order(cfg: dict, before: Snapshot, step: StepView, after: Snapshot) -> None:
-    """Admitted requests are a prefix of the waiting queue as it was before the step, in its order (FCFS, or
-    (priority, arrival_time, request_id) under the priority policy, exact ties by request id as vLLM: the adapter's
-    waiting() is queue order)."""
+    """Admitted requests are a prefix of the waiting queue as it was before the step, in its order (the adapter's
+    waiting() is queue order), and under the priority policy no request waits behind a less urgent one. How requests
+    of one priority are ordered is the engine's design: `priority_arrival_order`."""
     admitted = admitted_ids(before, after)
     if admitted != before.waiting_ids[: len(admitted)]:
         _fail(
@@ -153,14 +153,29 @@ def check_admission_order(cfg: dict, before: Snapshot, step: StepView, after: Sn
             snaps=[("before", before), ("after", after)],
         )
     if cfg["policy"] == "priority":
-        keys = [(*_key(v), v.request_id) for v in before.waiting]
-        if keys != sorted(keys):
+        priorities = [v.priority for v in before.waiting]
+        if priorities != sorted(priorities):
             _fail(
                 "admission_order",
-                "waiting queue not in (priority, arrival_time, request_id) order",
+                f"waiting queue not in priority order: {priorities}",
                 cfg=cfg,
                 snaps=[("before", before)],
             )
+
+
+def check_priority_arrival_order(cfg: dict, before: Snapshot, step: StepView, after: Snapshot) -> None:
+    """vLLM's priority queue: under the priority policy the waiting queue is in (priority, arrival_time, request_id)
+    order, exact ties by request id, and a preempted request keeps the place its arrival time gives it."""
+    if cfg["policy"] != "priority":
+        return
+    keys = [(*_key(v), v.request_id) for v in before.waiting]
+    if keys != sorted(keys):
+        _fail(
+            "priority_arrival_order",
+            "waiting queue not in (priority, arrival_time, request_id) order",
+            cfg=cfg,
+            snaps=[("before", before)],
+        )
 
 
 def _is_prefill(v: ReqView) -> bool:

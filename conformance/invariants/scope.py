@@ -49,7 +49,7 @@ _ALL = (
     Invariant(
         "admission_order",
         UNIVERSAL,
-        "no starvation: admission follows the queue's order (FCFS, or priority then arrival), nobody overtakes",
+        "no starvation: admission follows the queue's order (FCFS, or by priority), nobody overtakes",
     ),
     Invariant("block_accounting", UNIVERSAL, "free + held KV blocks = the pool; each block's ref count = its holders"),
     Invariant("blocks_per_request", UNIVERSAL, "a running request holds the blocks its computed tokens need"),
@@ -86,6 +86,13 @@ _ALL = (
         "a step admits a waiting request only after scheduling every running one",
         design="vLLM V1's running-then-waiting pass in one mixed step",
         applies=_continuous,
+    ),
+    Invariant(
+        "priority_arrival_order",
+        ENGINE_SPECIFIC,
+        "under priority, one priority's requests wait in arrival order, a preempted one keeping its place",
+        design="vLLM V1's priority queue: (priority, arrival_time) per request, kept across preemption",
+        applies=lambda cfg: cfg["policy"] == "priority",
     ),
     Invariant(
         "preemption_victim",
