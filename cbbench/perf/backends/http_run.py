@@ -94,7 +94,9 @@ async def _run(
     res = HttpRunResult(target.backend, "", EngineKnobs(), isolation=isolation)
     prompts = request_prompts(workload, target, tokenizer)
     salt = new_salt() if isolation is not None and isolation.salt else None
-    async with make_session(max_concurrency, target.timeout_s) as session:
+    # /metrics on a connection of its own: on the requests' session a read waits for a free connection, so with all
+    # of --max-concurrency N's held it reads nothing mid-run (at N = 1, never) and then takes one from the requests
+    async with make_session(max_concurrency, target.timeout_s) as session, make_session(1, target.timeout_s) as scraper:
         if warmup:  # as vLLM's test prompt: a server that cannot answer fails the run here, not 500 times
             warm_target = target if salt is None else dataclasses.replace(target, cache_salt=salt + "-warmup")
             error = await _warm_up(warm_target, session, tokenizer, warmup, seed, max_concurrency, send)
@@ -109,11 +111,11 @@ async def _run(
         if salt is not None:  # every request of the run under the run's own salt: its shared prefixes still hit
             target = dataclasses.replace(target, cache_salt=salt)
         sm = ServerMetrics(target.root + "/metrics")
-        sm.before = await scrape(session, sm.url)
+        sm.before = await scrape(scraper, sm.url)
         if sm.before is not None:
             sm.keep(sm.before)
         done = asyncio.Event()
-        sampler = asyncio.create_task(sm.sample_until(session, done)) if sm.before is not None else None
+        sampler = asyncio.create_task(sm.sample_until(scraper, done)) if sm.before is not None else None
         if progress:
             progress(0)  # the measured run starts: the server answered the warm-up
         try:
@@ -125,7 +127,7 @@ async def _run(
             if sampler is not None:
                 await sampler
         if sm.before is not None:
-            sm.after = await scrape(session, sm.url)
+            sm.after = await scrape(scraper, sm.url)
             if sm.after is not None:
                 sm.keep(sm.after)
     clock = SimClock.from_samples(sm.clock_samples)

@@ -10,6 +10,11 @@ per completed request, KV usage = in-flight requests / `KV_SLOTS`, running = in 
 detokenised output or speculates several tokens a step), and `with_token_ids` puts each chunk's token ids in its
 choice (`token_ids`, as vLLM's `return_token_ids`), so that the client's output token count can be told from its
 chunk count and from a re-tokenisation of the text.
+Two switches make the order of events, not the machine's speed, decide what a client's /metrics sampler sees:
+`kv_high_water` reports KV usage as the most requests in flight since the last read (a gauge that never misses a
+peak between two reads), and `hold_for_busy_scrape` holds each request's last chunk, once /metrics has been read,
+until a read has seen requests in flight since the last read that saw none, or HOLD_GUARD_S has passed (for a client
+that reads /metrics before its requests, and none between warm-up requests).
 Broken on purpose, for the gate's tests: `fail_every` answers every k-th completion request HTTP 500, `usage_lie`
 reports another completion_tokens than it streamed. A prompt whose first token id is `BAD_PROMPT_TOKEN` gets HTTP 400 with an OpenAI-style error. /v1/embeddings
 answers after one token delay with an `EMBEDDING_DIM`-long vector that depends on the prompt.
@@ -31,6 +36,7 @@ KV_SLOTS = 8
 NUM_GPU_BLOCKS = 100
 TOKEN_DELAY_S = 0.002
 EMBEDDING_DIM = 8
+HOLD_GUARD_S = 300.0  # hold_for_busy_scrape's hang guard: a client that never reads /metrics mid-run gets its answers
 BACKLOG = 4096  # pending connections: a wave of 4096 must not wait out SYN retries (Linux caps it at somaxconn)
 
 
@@ -47,12 +53,18 @@ class FakeOpenAIServer:
         with_token_ids: bool = False,
         fail_every: int = 0,
         usage_lie: Callable[[int], Any] | None = None,
+        hold_for_busy_scrape: bool = False,
+        kv_high_water: bool = False,
     ) -> None:
         self.model, self.token_delay_s, self.with_metrics = model, token_delay_s, with_metrics
         self.chunk_tokens, self.with_token_ids = chunk_tokens, with_token_ids
         self.with_usage = with_usage  # False: as a server that ignores stream_options
         self.fail_every = fail_every  # k > 0: every k-th completion request answers HTTP 500 (a broken server)
         self.usage_lie = usage_lie  # n streamed -> the completion_tokens its usage reports (a server that lies)
+        self.hold_for_busy_scrape, self.kv_high_water = hold_for_busy_scrape, kv_high_water
+        self._peak_since_read = 0
+        self.scrapes = 0
+        self._busy_seen = False  # a /metrics read saw requests in flight since the last one that saw none
         self.requests = 0
         self.in_flight = self.peak_in_flight = self.completed = 0
         self.bodies: list[dict[str, Any]] = []
@@ -78,10 +90,14 @@ class FakeOpenAIServer:
         return web.json_response({"object": "list", "data": [{"id": self.model, "object": "model"}]})
 
     async def _metrics(self, request: web.Request) -> web.Response:
+        self.scrapes += 1
+        self._busy_seen = self.in_flight > 0
+        kv_requests = max(self.in_flight, self._peak_since_read) if self.kv_high_water else self.in_flight
+        self._peak_since_read = self.in_flight
         text = (
             f"# TYPE vllm:num_preemptions_total counter\n"
             f'vllm:num_preemptions_total{{model_name="{self.model}"}} {float(self.completed)}\n'
-            f'vllm:kv_cache_usage_perc{{model_name="{self.model}"}} {self.in_flight / KV_SLOTS}\n'
+            f'vllm:kv_cache_usage_perc{{model_name="{self.model}"}} {kv_requests / KV_SLOTS}\n'
             f'vllm:num_requests_running{{model_name="{self.model}"}} {float(self.in_flight)}\n'
             f'vllm:num_requests_waiting{{model_name="{self.model}"}} 0.0\n'
             f'vllm:cache_config_info{{block_size="16",num_gpu_blocks="{NUM_GPU_BLOCKS}"}} 1.0\n'
@@ -132,6 +148,7 @@ class FakeOpenAIServer:
         prompt_len = len(prompt) if isinstance(prompt, list) else len(prompt.split())
         self.in_flight += 1
         self.peak_in_flight = max(self.peak_in_flight, self.in_flight)
+        self._peak_since_read = max(self._peak_since_read, self.in_flight)
         try:
             resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
             await resp.prepare(request)
@@ -158,6 +175,8 @@ class FakeOpenAIServer:
                 else:
                     text = "".join(f"t{j} " for j in ks)
                 await send({"choices": [choice(text, None, [100 + j for j in ks])]})
+            if self.hold_for_busy_scrape and self.scrapes:
+                await self._until_busy_scraped()
             await send({"choices": [choice("", "length")]})
             if self.with_usage and (body.get("stream_options") or {}).get("include_usage"):
                 await send(
@@ -176,6 +195,12 @@ class FakeOpenAIServer:
             return resp
         finally:
             self.in_flight -= 1
+
+    async def _until_busy_scraped(self) -> None:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + HOLD_GUARD_S
+        while not self._busy_seen and loop.time() < deadline:
+            await asyncio.sleep(0.005)
 
     def _serve(self) -> None:
         loop = self._loop = asyncio.new_event_loop()

@@ -41,12 +41,11 @@ def invoke(*args: str):
     return CliRunner().invoke(app, list(args))
 
 
-SLOW_TOKEN_S = 0.03  # the run lasts ~0.15 s: long enough for the KV sampler's first sample (50 ms in)
-
-
 @pytest.fixture
 def server():
-    with FakeOpenAIServer(token_delay_s=SLOW_TOKEN_S) as s:
+    # the KV gauge reads the most requests in flight since its last read: a run's peak reaches the table however slow
+    # the machine (a sample timed to land mid-run could not promise that under load)
+    with FakeOpenAIServer(kv_high_water=True) as s:
         yield s
 
 
@@ -160,15 +159,19 @@ def test_unreachable_server_is_one_line_exit_2_and_no_files(tmp_path, backend):
 
 
 @pytest.mark.parametrize("cap", [1, 2])
-def test_max_concurrency_caps_requests_in_flight(server, cap):
-    r = run_http(
-        _workload([[1, 2, 3]] * 6, output_len=6),
-        HttpTarget("openai", server.base_url, "fake-model"),
-        max_concurrency=cap,
-        warmup=0,
-    )
-    assert r.metrics(metric_percentiles=[50], goodput=None)["completed"] == 6
-    assert server.peak_in_flight == cap
+def test_max_concurrency_caps_requests_in_flight(cap):
+    """The cap holds, and /metrics is still read mid-run while every connection of the cap is busy: each request's
+    last chunk waits until a read has seen it in flight (a sampler sharing the requests' connections never did)."""
+    with FakeOpenAIServer(hold_for_busy_scrape=True) as server:
+        r = run_http(
+            _workload([[1, 2, 3]] * 6, output_len=6),
+            HttpTarget("openai", server.base_url, "fake-model"),
+            max_concurrency=cap,
+            warmup=0,
+        )
+    m = r.metrics(metric_percentiles=[50], goodput=None)
+    assert m["completed"] == 6 and server.peak_in_flight == cap
+    assert m["peak_kv_usage"] > 0, "no /metrics read saw a request in flight"
 
 
 def test_request_rate_sweep_is_one_row_per_rate(server, tmp_path):
