@@ -367,8 +367,18 @@ def counts(root: Path) -> dict[str, int]:
     """What docs/architecture.md quotes, for the tree at `root`, by the rules above (this tree's declarations tell
     which names, spellings and defaults to look for)."""
     out = {}
-    for rel in (*COMMAND_MODULES, "cbbench/perf/cli/perf_params.py"):
-        if (root / rel).exists():
+    for rel in (*COMMAND_MODULES, "cbbench/perf/cli/perf_params.py", "cbbench/perf/cli/params.py"):
+        if not (root / rel).exists():
+            continue
+        tree = ast.parse((root / rel).read_text())
+        calls = [n for n in ast.walk(tree) if isinstance(n, ast.Call) and _called(n) in ("Opt", "Option")]
+        out[f"typer.Option calls in {rel}"] = len(calls)
+        if rel in COMMAND_MODULES:
+            command = dict(zip(COMMAND_MODULES, COMMANDS))[rel]
+            f = next(f for f in ast.walk(tree) if isinstance(f, ast.FunctionDef) and f.name == command)
+            own = [n for _, n, _ in _defaults(f) if n not in ("ctx", "values", "knobs")]
+            out[f"option parameters of {command}()"] = len(own)
+        if rel in COMMAND_MODULES or rel.endswith("perf_params.py"):
             out[f"places {rel} spells an option"] = len(spelled_options(root, [rel], all_groups()))
     restated = restated_defaults(root, GROUPS)
     out["perf's defaults written again beside the name in cbbench/perf"] = len(restated)
