@@ -65,6 +65,8 @@ class Option(Generic[T]):
     group: str = ""
 
     def __set_name__(self, owner: type[Group], name: str) -> None:
+        if self.name:  # (a declaration named again elsewhere, `class X: w = RUN.warmup`, stays what it is)
+            return
         object.__setattr__(self, "name", name)  # (frozen: set once, as the class that declares it is made)
         object.__setattr__(self, "group", owner.title)
 

@@ -164,6 +164,14 @@ def test_a_shared_option_is_declared_in_one_group():
     assert sorted(n for n in set(names) if names.count(n) > 1) == []
 
 
+def test_a_declaration_named_again_keeps_its_name_and_group():
+    class Elsewhere(Group):
+        title = "elsewhere"
+        w = RUN.warmup
+
+    assert Elsewhere.w is RUN.warmup and RUN.warmup.key == ("run", "warmup")
+
+
 def test_a_variant_cannot_restate_its_declaration():
     with pytest.raises(ValueError, match="--warmup: a variant restates the declared default"):
         RUN.warmup.but(default=8)
