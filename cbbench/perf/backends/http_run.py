@@ -27,6 +27,7 @@ from cbbench.perf.backends.http_turns import replay_turns
 from cbbench.perf.backends.server_metrics import ServerMetrics, scrape
 from cbbench.perf.backends.sim_time import SimClock, time_note
 from cbbench.perf.knobs import EngineKnobs
+from cbbench.perf.plan.declared import RUN
 from cbbench.perf.plan.load import known_vocab_size
 from cbbench.perf.records import RequestRecord
 
@@ -221,7 +222,7 @@ def run_http(
     *,
     tokenizer: Any = None,
     max_concurrency: int | None = None,
-    warmup: int = 8,
+    warmup: int = RUN.warmup.default,
     seed: int = 0,
     progress: ProgressFn | None = None,
     client_workers: int = 1,

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING
 from cbbench.perf.backends.backend import WARMUP_OUTPUT_LEN, Backend, ProgressFn, RunResult, warmup_prompts
 from cbbench.perf.backends.conversations import TurnFeeder, tag_record
 from cbbench.perf.knobs import EngineKnobs, engine_knobs, knob_names
+from cbbench.perf.plan.declared import RUN
 from cbbench.perf.records import ENGINE_REQUEST_KEYS, ENGINE_STEP_KEYS, RequestRecord, StepRecord
 from refengine.sampling_params import RequestOutputKind, SamplingParams
 
@@ -88,7 +89,7 @@ def run_refengine(
     *,
     engine_args: EngineArgs,
     knobs: EngineKnobs,
-    warmup: int = 8,
+    warmup: int = RUN.warmup.default,
     progress: ProgressFn | None = None,
     max_concurrency: int | None = None,
 ) -> RunResult:

@@ -221,24 +221,6 @@ def one_line_errors(name: str) -> Callable[[Callable[..., Any]], Callable[..., A
 
 
 Opt = typer.Option
-# what `perf --like` lets the command line set: how to run, where to write, not what to run
-LIKE_MAY_SET = {
-    "like",
-    "repeats",
-    "warmup",
-    "cpu_threads",
-    "quiet",
-    "output",
-    "label",
-    "resume",
-    "result_dir",
-    "metric_percentiles",
-    "goodput",
-    "dry_run",
-    "format",
-    "steady_state",
-    "prefix_cache_isolation",
-}
 
 
 def explicit_params(ctx: typer.Context) -> list[str]:

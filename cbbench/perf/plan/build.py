@@ -23,20 +23,17 @@ from cbbench.perf.backends.backend import warmup_lengths
 from cbbench.perf.backends.registry import Backend, check_backend
 from cbbench.perf.grid.executor import ExecutorChoice, check_executor
 from cbbench.perf.knobs import EngineKnobs
-from cbbench.perf.plan.load import LoadPoint, resolve_tokenizer
-from cbbench.perf.plan.options import (
+from cbbench.perf.plan.declared import (
     CPU_DEFAULT_REPEATS,
     DEFAULT_MODEL,
     DEFAULT_REPEATS,
-    DEFAULT_WARMUP,
-    NOT_SIMULATED,
+    OUTPUT,
     PEERS,
+    RUN,
     SIM_MODEL,
-    PerfOptions,
-    build_workload,
-    knob_label,
-    sim_label,
 )
+from cbbench.perf.plan.load import LoadPoint, resolve_tokenizer
+from cbbench.perf.plan.options import NOT_SIMULATED, PerfOptions, build_workload, knob_label, sim_label
 from cbbench.perf.plan.preflight import check_feasible, check_output_name, check_writable
 from cbbench.perf.plan.spec import Entry, RunSettings, RunSpec, interleaved
 from cbbench.perf.results.columns import STORED_PERCENTILES
@@ -60,12 +57,12 @@ class RunPlan:
     config: dict[str, object]  # the JSON's `config`: every option, and what the plan resolved
     percentiles: Sequence[float]  # the latency percentiles every row stores
     goodput: Mapping[str, float] | None
-    label: str = ""
+    label: str = OUTPUT.label.default
     command: str = ""
-    resume: bool = False
-    quiet: bool = False
-    format: str = "text"  # the table: text | markdown | json (report/show.py)
-    steady_state: bool = False  # the table adds the steady-state figures
+    resume: bool = OUTPUT.resume.default
+    quiet: bool = OUTPUT.quiet.default
+    format: str = OUTPUT.format.default  # the table: text | markdown | json (report/show.py)
+    steady_state: bool = OUTPUT.steady_state.default  # the table adds the steady-state figures
     executor: ExecutorChoice | None = None  # --executor (perf/grid/executor.py; None: the plan's default)
 
     @property
@@ -192,7 +189,7 @@ def _resolved(o: PerfOptions) -> PerfOptions:
     run = dataclasses.replace(
         o.run,
         repeats=_default_repeats(o) if o.run.repeats is None else o.run.repeats,
-        warmup=DEFAULT_WARMUP if o.run.warmup is None else o.run.warmup,
+        warmup=RUN.warmup.default if o.run.warmup is None else o.run.warmup,
     )
     return dataclasses.replace(o, engine=engine, backend=backend, run=run)
 

@@ -2,21 +2,22 @@
 requests), `LoadAxes` (the load sweep), `EngineOptions` (model, dtype, batching modes and the engine-knob grid),
 the device (`DeviceSpec`, refengine/sim/sim_device.py), `BackendOptions` (who serves the requests, how a client
 talks to a server, and the peers), `RunOptions` (seed, repeats, warm-up, threads, executor) and `OutputOptions`
-(files, table, metrics). The command line parses each option once into these frozen objects (perf/cli/);
-`PerfOptions` holds one of each, and `PerfOptions.record` is the flat `config` a results JSON records.
+(files, table, metrics). Each option is declared once, with its default and help, in plan/declared.py; these
+objects take their defaults from there, and each is built from what a command was given by its `of` (`PerfOptions.of`
+makes them all, for `perf` and `plan` alike). `PerfOptions` holds one of each, and `PerfOptions.record` is the flat
+`config` a results JSON records.
 
 These types stand below every backend and import none: a backend name is a string here, checked against the
 registry (backends/registry.py: `check_backend`, which the command line runs as it parses and the plan as it is
 built), and each backend makes its own typed arguments from the options (backends/backend.py: `BackendArgs`).
 
-Also here: the CPU-sized defaults, and the workload of a load point (its params checked against the workload's own
-defaults, so an int param takes no "abc"). plan/build.py turns the options into the run plan.
+Also here: the workload of a load point (its params checked against the workload's own defaults, so an int param
+takes no "abc"). plan/build.py turns the options into the run plan.
 """
 
 from __future__ import annotations
 
 import itertools
-import math
 import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -26,6 +27,16 @@ from typing import TYPE_CHECKING, Generic, TypeVar
 from cbbench.perf.grid.executor import ExecutorChoice, parse_executor
 from cbbench.perf.knobs import EngineKnobs, KnobGrid, knob
 from cbbench.perf.metrics import parse_goodput, parse_metric_percentiles
+from cbbench.perf.plan.declared import BACKEND, DEVICE, ENGINE, LOAD, OUTPUT, RUN, WORKLOAD, Values
+from cbbench.perf.plan.declared import CPU_DEFAULT_REPEATS as CPU_DEFAULT_REPEATS
+from cbbench.perf.plan.declared import CPU_DEFAULTS as CPU_DEFAULTS
+from cbbench.perf.plan.declared import DEFAULT_CPU_THREADS as DEFAULT_CPU_THREADS
+from cbbench.perf.plan.declared import DEFAULT_MODEL as DEFAULT_MODEL
+from cbbench.perf.plan.declared import DEFAULT_REPEATS as DEFAULT_REPEATS
+from cbbench.perf.plan.declared import GPU_NUM_PROMPTS as GPU_NUM_PROMPTS
+from cbbench.perf.plan.declared import PEERS as PEERS
+from cbbench.perf.plan.declared import SIM_MODEL as SIM_MODEL
+from cbbench.perf.plan.declared import SIM_NUM_PROMPTS as SIM_NUM_PROMPTS
 from cbbench.perf.plan.load import LoadPoint, parse_load_lists, resolve_tokenizer, vocab_token_id_range
 from refengine.config import BATCHING_MODES
 from refengine.sim.sim_device import DeviceSpec
@@ -35,30 +46,12 @@ if TYPE_CHECKING:
     from cbbench.workloads.workload import Workload
     from refengine.tokenizer import Tokenizer
 
-# `cbbench --help` imports this module (the options' help names CPU_DEFAULTS), so what loads numpy (the workload
-# catalog, the cost model) is imported in the function that first needs it.
+# `cbbench --help` imports this module (the commands build their options objects with it), so what loads numpy (the
+# workload catalog, the cost model) is imported in the function that first needs it. The defaults that depend on the
+# device (CPU_DEFAULTS, ...) are declared with the options (plan/declared.py) and named here as before.
 
-PEERS = ("hf-static", "hf-cb")
-# CPU-sized defaults: the default run (4 modes + 2 peers, tiny-qwen2, 1 torch thread) stays short on a shared
-# 2-core CPU. max_num_seqs must stay well below num_prompts, or static batching is one batch and shows no cost.
-# torch threads on a CPU for in-process `perf` and for `serve` alike, so an in-process vs HTTP comparison measures
-# the server, not a thread setting; 1 because OpenMP spin-waits cost most on an oversubscribed CPU
-DEFAULT_CPU_THREADS = 1
-CPU_DEFAULTS = {"num_prompts": 8, "max_num_seqs": 4, "max_prompt_len": 256, "max_output_len": 64}
-# The CPU default run's repeats: the fewest with which each ratio has a 95 % interval (stats.repeats_for_interval).
-# With 8 prompts a repeat of the 6 configurations costs ~40 CPU s here, so the README's main command gives its
-# intervals in about 3 minutes on a quiet machine (docs/measurements.md); 16 prompts took ~62 s a repeat. A run the
-# user sizes (--num-prompts), a server's and a GPU's keep DEFAULT_REPEATS: one run, its ratios marked as such.
-CPU_DEFAULT_REPEATS = 4
-GPU_NUM_PROMPTS = 500
-DEFAULT_MODEL = "tiny-qwen2"
-# a simulated GPU runs at the scale of vLLM's headline serving benchmark: `vllm bench serve`'s 1000 ShareGPT prompts
-# on Llama-3.1-8B, no length caps, the engine's (vLLM's) max_num_seqs and token budget
-SIM_MODEL = "llama-3.1-8b"
-SIM_NUM_PROMPTS = 1000
 NOT_SIMULATED = ("hf-cb",)  # transformers' continuous batching has no cost-model twin: a simulated plan drops it
-DEFAULT_REPEATS = 1
-DEFAULT_WARMUP = 8
+DEFAULT_WARMUP = RUN.warmup.default
 FORMATS = ("text", "markdown", "json")
 
 T = TypeVar("T")
@@ -83,7 +76,7 @@ def split_list(name: str, text: str) -> list[str]:
 class WorkloadOptions:
     """The requests: the workload by name, how many, its file, its caps and its params (`--workload-param`)."""
 
-    name: str = "sharegpt"
+    name: str = WORKLOAD.workload.default
     num_prompts: int | None = None  # None: CPU_DEFAULTS, GPU_NUM_PROMPTS or SIM_NUM_PROMPTS by device
     dataset_path: str | None = None
     max_prompt_len: int | None = None
@@ -105,6 +98,24 @@ class WorkloadOptions:
         if self.num_prompts is not None and self.num_prompts > MAX_NUM_PROMPTS:  # before a workload grows memory
             raise ValueError(f"num_prompts must be <= {MAX_NUM_PROMPTS} (MAX_NUM_PROMPTS), got {self.num_prompts}")
 
+    @classmethod
+    def of(cls, values: Values) -> WorkloadOptions:
+        """The workload options a command was given."""
+        return cls(
+            name=values[WORKLOAD.workload],
+            num_prompts=values[WORKLOAD.num_prompts],
+            dataset_path=values[WORKLOAD.dataset_path],
+            max_prompt_len=values[WORKLOAD.max_prompt_len],
+            max_output_len=values[WORKLOAD.max_output_len],
+            time_scale=values[WORKLOAD.time_scale],
+            hf_split=values[WORKLOAD.hf_split],
+            hf_column=values[WORKLOAD.hf_column],
+            hf_output_column=values[WORKLOAD.hf_output_column],
+            hf_output_len=values[WORKLOAD.hf_output_len],
+            tokenizer=values[WORKLOAD.tokenizer],
+            params=values.every(WORKLOAD.workload_param),
+        )
+
     def flag_params(self) -> dict[str, object]:
         """{workload param: value} of the options that are a workload param under vLLM's flag name."""
         given = {
@@ -117,13 +128,18 @@ class WorkloadOptions:
         return {k: v for k, v in given.items() if v is not None}
 
 
+_RATES, _BURSTS, _CONCURRENCIES = parse_load_lists(
+    LOAD.request_rate.default, LOAD.burstiness.default, LOAD.max_concurrency.default
+)
+
+
 @dataclass(frozen=True)
 class LoadAxes:
     """The load sweep: one run per point of the request-rate x burstiness x max-concurrency lists."""
 
-    request_rate: Listed[float] = Listed((math.inf,), "inf")
-    burstiness: Listed[float] = Listed((1.0,), "1")
-    max_concurrency: Listed[int | None] = Listed((None,), None)
+    request_rate: Listed[float] = Listed(tuple(_RATES), LOAD.request_rate.default)
+    burstiness: Listed[float] = Listed(tuple(_BURSTS), LOAD.burstiness.default)
+    max_concurrency: Listed[int | None] = Listed(tuple(_CONCURRENCIES), LOAD.max_concurrency.default)
 
     @classmethod
     def parse(cls, request_rate: str, burstiness: str, max_concurrency: str | None) -> LoadAxes:
@@ -132,6 +148,10 @@ class LoadAxes:
         return cls(
             Listed(tuple(rates), request_rate), Listed(tuple(bursts), burstiness), Listed(tuple(concs), max_concurrency)
         )
+
+    @classmethod
+    def of(cls, values: Values) -> LoadAxes:
+        return cls.parse(values[LOAD.request_rate], values[LOAD.burstiness], values[LOAD.max_concurrency])
 
     @property
     def points(self) -> list[LoadPoint]:
@@ -155,8 +175,14 @@ class EngineOptions:
 
     model: str | None = None  # None: DEFAULT_MODEL, or SIM_MODEL on a simulated GPU
     dtype: str | None = None  # None: the device's default
-    batching: Listed[str] = Listed(BATCHING_MODES, ",".join(BATCHING_MODES))
+    batching: Listed[str] = Listed(BATCHING_MODES, ENGINE.batching.default)
     knobs: KnobGrid = KnobGrid()
+
+    @classmethod
+    def of(cls, values: Values, knobs: KnobGrid) -> EngineOptions:
+        """The engine options a command was given, with the grid of its knob options."""
+        batching = cls.parse_batching(values[ENGINE.batching])
+        return cls(model=values[ENGINE.model], dtype=values[ENGINE.dtype], batching=batching, knobs=knobs)
 
     @staticmethod
     def parse_batching(text: str) -> Listed[str]:
@@ -185,11 +211,11 @@ class ClientOptions:
     (backends/openai.py: `HttpArgs`); the JSON's config records them whichever backend runs."""
 
     base_url: str | None = None
-    prompt_format: str = "ids"
-    ignore_eos: bool = True
-    request_timeout: float = 6 * 3600
-    client_workers: int = 1
-    prefix_cache_isolation: str = "auto"
+    prompt_format: str = BACKEND.prompt_format.default
+    ignore_eos: bool = BACKEND.ignore_eos.default
+    request_timeout: float = BACKEND.request_timeout.default
+    client_workers: int = BACKEND.client_workers.default
+    prefix_cache_isolation: str = BACKEND.prefix_cache_isolation.default
 
     def __post_init__(self) -> None:
         if self.prefix_cache_isolation not in PREFIX_CACHE_ISOLATION_MODES:
@@ -198,15 +224,31 @@ class ClientOptions:
                 f"{self.prefix_cache_isolation!r}"
             )
 
+    @classmethod
+    def of(cls, values: Values) -> ClientOptions:
+        return cls(
+            values[BACKEND.base_url],
+            values[BACKEND.prompt_format],
+            values[BACKEND.ignore_eos],
+            values[BACKEND.request_timeout],
+            values[BACKEND.client_workers],
+            values[BACKEND.prefix_cache_isolation],
+        )
+
 
 @dataclass(frozen=True)
 class BackendOptions:
     """Who serves the requests (a registered backend of kind engine or server, by name: backends/backend.py), how
     the client talks to a server, and the peers run beside an in-process engine."""
 
-    name: str = "refengine"
+    name: str = BACKEND.backend.default
     client: ClientOptions = ClientOptions()
-    peers: Listed[str] = Listed(PEERS, ",".join(PEERS))
+    peers: Listed[str] = Listed(PEERS, BACKEND.peers.default)
+
+    @classmethod
+    def of(cls, values: Values) -> BackendOptions:
+        """The backend options a command was given (the name is the registry's to check: backends/registry.py)."""
+        return cls(values[BACKEND.backend], ClientOptions.of(values), cls.parse_peers(values[BACKEND.peers]))
 
     @staticmethod
     def parse_peers(text: str) -> Listed[str]:
@@ -215,7 +257,7 @@ class BackendOptions:
 
     def simulated_peers(self) -> Listed[str]:
         """The peers of a simulated plan: the default list without hf-cb; naming hf-cb is a ValueError."""
-        if self.peers.text == ",".join(PEERS):
+        if self.peers.text == BACKEND.peers.default:
             return Listed(tuple(p for p in PEERS if p not in NOT_SIMULATED), self.peers.text)
         bad = [p for p in self.peers.values if p in NOT_SIMULATED]
         if bad:
@@ -228,9 +270,9 @@ class RunOptions:
     """How every run goes: the seed (the workload's draw, the engine, the warm-up), repeats, warm-up requests,
     torch threads on a CPU, and the executor that runs the plan."""
 
-    seed: int = 0
+    seed: int = RUN.seed.default
     repeats: int | None = DEFAULT_REPEATS  # None: --like's baseline's, else the device's default (plan/build.py)
-    warmup: int | None = DEFAULT_WARMUP
+    warmup: int | None = RUN.warmup.default
     cpu_threads: int | None = None  # None: DEFAULT_CPU_THREADS; 0: torch's default
     executor: ExecutorChoice | None = None  # None: the plan's default (perf/grid/executor.py)
 
@@ -246,20 +288,32 @@ class RunOptions:
     def parse_executor(text: str | None) -> ExecutorChoice | None:
         return parse_executor(text)
 
+    @classmethod
+    def of(cls, values: Values) -> RunOptions:
+        return cls(
+            seed=values[RUN.seed],
+            repeats=values[RUN.repeats],
+            warmup=values[RUN.warmup],
+            cpu_threads=values[RUN.cpu_threads],
+            executor=cls.parse_executor(values[RUN.executor]),
+        )
+
 
 @dataclass(frozen=True)
 class OutputOptions:
     """Where the results go and what is computed and shown: the files, the label, the table's format, the
     latency percentiles and the goodput SLOs."""
 
-    result_dir: Path = Path("results")
+    result_dir: Path = OUTPUT.result_dir.default
     output: Path | None = None  # the CSV (JSON beside it); default RESULT_DIR/<workload>-<time>.csv
-    label: str = ""  # a name for this run in the CSV's label column (compare / plot show it)
-    resume: bool = False  # complete `output`: skip the runs it already holds
-    format: str = "text"  # the table: text | markdown | json
-    steady_state: bool = False  # the table adds the steady-state window's figures (perf/steady_state.py)
-    quiet: bool = False
-    metric_percentiles: Listed[float] = Listed((50.0, 90.0, 99.0), "50,90,99")
+    label: str = OUTPUT.label.default  # a name for this run in the CSV's label column (compare / plot show it)
+    resume: bool = OUTPUT.resume.default  # complete `output`: skip the runs it already holds
+    format: str = OUTPUT.format.default  # the table: text | markdown | json
+    steady_state: bool = OUTPUT.steady_state.default  # the table adds the steady-state figures (perf/steady_state.py)
+    quiet: bool = OUTPUT.quiet.default
+    metric_percentiles: Listed[float] = Listed(
+        tuple(parse_metric_percentiles(OUTPUT.metric_percentiles.default)), OUTPUT.metric_percentiles.default
+    )
     goodput_items: tuple[str, ...] = ()  # NAME:MS items, as given
     goodput: Mapping[str, float] = field(default_factory=dict)  # parsed from `goodput_items`
     command: str = ""  # the command line, recorded in every row
@@ -269,6 +323,24 @@ class OutputOptions:
             raise ValueError("resume: name the file to complete with --output")
         if self.format not in FORMATS:
             raise ValueError(f"format must be one of {', '.join(FORMATS)}, got {self.format!r}")
+
+    @classmethod
+    def of(cls, values: Values, command: str) -> OutputOptions:
+        """The output options a command was given; `command`: its command line, recorded in every row."""
+        goodput = values.every(OUTPUT.goodput)
+        return cls(
+            result_dir=values[OUTPUT.result_dir],
+            output=values[OUTPUT.output],
+            label=values[OUTPUT.label],
+            resume=values[OUTPUT.resume],
+            format=values[OUTPUT.format],
+            steady_state=values[OUTPUT.steady_state],
+            quiet=values[OUTPUT.quiet],
+            metric_percentiles=cls.parse_percentiles(values[OUTPUT.metric_percentiles]),
+            goodput_items=goodput,
+            goodput=cls.parse_goodput(goodput),
+            command=command,
+        )
 
     @staticmethod
     def parse_percentiles(text: str) -> Listed[float]:
@@ -286,11 +358,27 @@ class PerfOptions:
     workload: WorkloadOptions = field(default_factory=WorkloadOptions)
     load: LoadAxes = field(default_factory=LoadAxes)
     engine: EngineOptions = field(default_factory=EngineOptions)
-    device: DeviceSpec = field(default_factory=lambda: DeviceSpec.parse("cpu"))
+    device: DeviceSpec = field(default_factory=lambda: DeviceSpec.parse(DEVICE.device.default))
     backend: BackendOptions = field(default_factory=BackendOptions)
     run: RunOptions = field(default_factory=RunOptions)
     output: OutputOptions = field(default_factory=OutputOptions)
     like: Path | None = None  # rerun exactly this results CSV's configurations (results/like.py)
+
+    @classmethod
+    def of(cls, values: Values, knobs: KnobGrid, command: str, backend: BackendOptions | None = None) -> PerfOptions:
+        """The options of one invocation, from what its command was given (an option it does not take reads as
+        declared), each group checking its own values in the order the options are documented to fail; `backend`:
+        the backend options already made and checked (`perf` checks its backend against the registry first)."""
+        return cls(
+            backend=backend if backend is not None else BackendOptions.of(values),
+            output=OutputOptions.of(values, command),
+            engine=EngineOptions.of(values, knobs),
+            device=DeviceSpec.checked(values[DEVICE.device]),
+            run=RunOptions.of(values),
+            workload=WorkloadOptions.of(values),
+            load=LoadAxes.of(values),
+            like=values[RUN.like],
+        )
 
     def record(self) -> dict[str, object]:
         """The options as the results JSON's `config` records them: one flat key per command-line option."""

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from cbbench.perf.knobs import EngineKnobs, KnobValue, knob, knob_names
+from cbbench.perf.plan.declared import RUN
 from cbbench.perf.plan.options import LoadAxes, PerfOptions
 from cbbench.perf.plan.spec import Entry
 from cbbench.perf.results.columns import CONFIG_KEY_COLUMNS, KEY_NAMES
@@ -117,7 +118,7 @@ def apply_like(o: PerfOptions) -> tuple[PerfOptions, list[Entry]]:
         run,
         seed=seed,
         repeats=plan.repeats if run.repeats is None else run.repeats,
-        warmup=int(plan.run_options.get("warmup", 8)) if run.warmup is None else run.warmup,
+        warmup=int(plan.run_options.get("warmup", RUN.warmup.default)) if run.warmup is None else run.warmup,
         cpu_threads=(
             int(plan.run_options["cpu_threads"])
             if run.cpu_threads is None and plan.run_options.get("cpu_threads") is not None

@@ -66,9 +66,9 @@ def test_an_option_the_base_tree_does_not_know_names_the_arm(tmp_path, monkeypat
     # an older perf that spelled the option otherwise
     old = commit_change(
         repo,
-        "perf/cli/perf_params.py",
-        "Warmup = Annotated[int, Opt(",
-        'Warmup = Annotated[int, Opt("--warm-up", ',
+        "perf/plan/declared.py",
+        "warmup = option(int, 8, ",
+        'warmup = option(int, 8, flags=("--warm-up",), help=',
         "old",
     )
     git(repo, "checkout", "-q", "--detach", head)
