@@ -33,7 +33,7 @@ from cbbench.perf.gate.arms import Run
 from cbbench.perf.records import as_request_record, as_step_record
 from cbbench.perf.results.record_files import records_dir
 from cbbench.perf.results.run_json import read_run
-from cbbench.perf.results.writer import ResultWriter
+from cbbench.perf.results.writer import ResultWriter, series_points
 
 
 def check_target(csv_path: Path) -> None:
@@ -251,7 +251,8 @@ def _write(target: Path, runs: Sequence[Run], describe: Mapping[str, str], gate:
         for row, old in zip(r.rows, labels):  # (rows as this tree reads them: an older schema's upgraded)
             new_label = _relabel(old, r.arm, r.index)
             out = {k: None if isinstance(v, float) and math.isnan(v) else v for k, v in row.items()}
-            extra = json.loads(out["extra"]) if isinstance(out.get("extra"), str) and out["extra"] else {}
+            cell = out.get("extra")
+            extra = json.loads(cell) if isinstance(cell, str) and cell else {}
             extra["process_cpu_s"] = out.pop("process_cpu_s", r.cpu_s)  # (a metric `compare` reads from extra)
             out.update(
                 arm=r.arm,
@@ -265,6 +266,6 @@ def _write(target: Path, runs: Sequence[Run], describe: Mapping[str, str], gate:
                 new_label,
                 [as_request_record(x) for x in records.get(old) or []],
                 [as_step_record(x) for x in steps.get(old) or []],
-                server_series=series.get(old),
+                server_series=series_points(series.get(old)),
             )
     writer.finish()
