@@ -22,12 +22,12 @@ from typing import TypedDict
 
 import numpy as np
 
-from cbbench.perf.json_values import JSONObject, JSONValue, as_list, as_object
+from cbbench.perf.json_values import JSONValue, as_list, as_object
 from cbbench.perf.report.assets import CSS, JS
 from cbbench.perf.report.axis_scale import choose_axis
 from cbbench.perf.report.frontier_svg import frontier_html
 from cbbench.perf.report.server_series import server_metrics_html
-from cbbench.perf.report.table import Entry, Key, TableRow, fit_columns, summary_lines, table_columns
+from cbbench.perf.report.table import Entry, ReportRun, fit_columns, summary_lines, table_columns
 from cbbench.perf.report.table_title import table_title
 from cbbench.perf.report.timeline_svg import timeline_html
 from cbbench.perf.results.columns import CONFIG_KEY_COLUMNS
@@ -35,18 +35,6 @@ from cbbench.perf.results.files import atomic_write_text
 from cbbench.perf.results.run_json import RunDocument
 
 CDF_POINTS = 400  # each CDF is drawn through this many quantiles: exact enough to read, small enough to embed
-
-
-class ReportRun(TypedDict):
-    """One measured run as the page draws it (`runs_of`): its label and its parts, its CSV row, its request records
-    and its steps (their JSON entries, perf/records.py)."""
-
-    label: str
-    key: Key
-    repeat: int
-    row: TableRow | None
-    records: list[JSONObject]
-    steps: list[JSONObject]
 
 
 def load_run(path: str | Path) -> RunDocument:

@@ -30,6 +30,7 @@ from rich.table import Table
 from rich.text import Text
 
 from cbbench.perf.client_lag import lag_line
+from cbbench.perf.json_values import JSONObject
 from cbbench.perf.report.table_title import cell_number, simulated_heading, table_title
 from cbbench.perf.stats import RATIO_CONFIDENCE, Shift, describe_ratio, ratio_interval, repeats_for_interval
 from cbbench.perf.steady_state import NOTE_COLUMN
@@ -40,6 +41,18 @@ Key = tuple[str, str, str]  # engine, batching, knob label
 # `read_rows` read back, or one `--resume` kept as written): `cell_number` reads a metric, `str()` a name.
 TableRow = Mapping[str, object]
 Entry = tuple[Key, TableRow | None, str | None]  # key, CSV row (None if failed), error
+
+
+class ReportRun(TypedDict):
+    """One measured run as `cbbench report` draws it (html.py's `runs_of`; its slot timeline, timeline_svg.py): its
+    label and its parts, its CSV row, its request records and its steps (their JSON entries, perf/records.py)."""
+
+    label: str
+    key: Key
+    repeat: int
+    row: TableRow | None
+    records: list[JSONObject]
+    steps: list[JSONObject]
 
 
 class TableWorkload(Protocol):

@@ -13,14 +13,10 @@ import html
 import math
 import zlib
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
 
-from cbbench.perf.report.table import TableRow, percent
+from cbbench.perf.report.table import ReportRun, TableRow, percent
 from cbbench.perf.report.table_title import cell_number
 from cbbench.perf.report.timeline import Cell, StepView, assign_slots
-
-if TYPE_CHECKING:
-    from cbbench.perf.report.html import ReportRun
 
 # kind -> (how much of the request's colour shows, legend text); "held" is drawn in HELD_GREY whatever the request
 KINDS = {
