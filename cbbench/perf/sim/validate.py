@@ -23,7 +23,7 @@ from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
-from cbbench.perf.records import RequestRecord, as_request_record
+from cbbench.perf.json_values import JSONValue
 from cbbench.perf.sim.measured import MeasuredRun, Protocol
 
 RESULT_FIELDS = ("ttft_ms", "tpot_ms", "output_throughput")
@@ -101,8 +101,8 @@ def _as_if_all_rounds(json_path: Path, run: MeasuredRun, rounds: int) -> float:
     from cbbench.perf.results.run_json import read_run
 
     (records,) = read_run(json_path)["records"].values()
-    by_arrival = sorted(map(as_request_record, records), key=lambda r: r.arrival_time)
-    ttfts = [1e3 * (_first_token_time(r) - r.arrival_time) for r in by_arrival]
+    by_arrival = sorted(records, key=lambda r: _seconds(r["arrival_time"]))
+    ttfts = [1e3 * (_seconds(r["first_token_time"]) - _seconds(r["arrival_time"])) for r in by_arrival]
     c = run.concurrency or len(ttfts)
     opening, rest = ttfts[:c], ttfts[c:]
     if not rest:
@@ -110,10 +110,11 @@ def _as_if_all_rounds(json_path: Path, run: MeasuredRun, rounds: int) -> float:
     return (sum(opening) / len(opening) + (rounds - 1) * sum(rest) / len(rest)) / rounds
 
 
-def _first_token_time(r: RequestRecord) -> float:
-    if r.first_token_time is None:  # (a simulated run completes every request)
-        raise ValueError(f"request {r.request_id} has no first token")
-    return r.first_token_time
+def _seconds(v: JSONValue) -> float:
+    """A record's time as float() reads it (TypeError for null: a request with no first token)."""
+    if isinstance(v, (int, float, str)):
+        return float(v)
+    raise TypeError(f"a record's time is {v!r}, not a number")
 
 
 def read_replays(path: Path) -> dict[str, Replay]:
