@@ -5,7 +5,8 @@ subpackages and those on a cycle, and the harness's imports of refengine's priva
     python ci/archcounts.py [ROOT]
 
 Read from the source (ast), tests left out, by the import reader refengine/tests/test_import_graph.py uses (every
-import counts, a function's and a TYPE_CHECKING block's too).
+import counts, a function's and a TYPE_CHECKING block's too), and `Any` by the count perf/tests/test_any_budget.py
+holds to its limit (typing.Any however imported, and every alias of it, as many times as it holds it).
 """
 
 from __future__ import annotations
@@ -17,6 +18,8 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(HERE / "refengine" / "tests"))
+sys.path.insert(0, str(HERE / "cbbench" / "perf" / "tests"))
+from test_any_budget import ANY_PER_KLOC_LIMIT, any_uses  # noqa: E402
 from test_import_graph import Modules, find_circles  # noqa: E402
 
 PERF = "cbbench.perf"
@@ -43,13 +46,6 @@ def _function_imports(tree: ast.Module) -> int:
     return count
 
 
-def _anys(tree: ast.Module) -> int:
-    return sum(
-        (isinstance(n, ast.Name) and n.id == "Any") or (isinstance(n, ast.Attribute) and n.attr == "Any")
-        for n in ast.walk(tree)
-    )
-
-
 def _private_engine_names(tree: ast.Module) -> list[str]:
     found = []
     for node in ast.walk(tree):
@@ -64,13 +60,15 @@ def counts(root: Path) -> dict:
     modules = Modules(root, ("cbbench",))
     perf = {m: p for m, p in modules.files.items() if perf_package(m)}
     lines: Counter[str] = Counter()
-    anys = func_imports = 0
+    anys: Counter[str] = Counter()
+    func_imports = 0
     private: list[str] = []
+    uses = any_uses({m: modules.trees[m] for m in perf})
     for m, path in perf.items():
         text = path.read_text()
         tree = modules.trees[m]
         lines[perf_package(m) or ""] += len(text.splitlines())
-        anys += _anys(tree)
+        anys[perf_package(m) or ""] += uses[m]
         func_imports += _function_imports(tree)
         private += [f"{m}: {n}" for n in _private_engine_names(tree)]
     graph = modules.graph()
@@ -86,11 +84,14 @@ def counts(root: Path) -> dict:
     cycles = find_circles(pkg_graph)
     on_cycle = {(a, b) for c in cycles for a in c for b in pkg_graph[a] if b in c}
     total = sum(lines.values())
+    bench = lines.get("bench", 0)
     return {
         "lines": dict(sorted(lines.items(), key=lambda kv: -kv[1])),
+        "any_by_package": dict(anys),
         "total_lines": total,
-        "any": anys,
-        "any_per_kloc": round(1000 * anys / total, 1),
+        "any": sum(anys.values()),
+        "any_per_kloc": round(1000 * sum(anys.values()) / total, 1),
+        "any_per_kloc_without_bench": round(1000 * (sum(anys.values()) - anys["bench"]) / max(total - bench, 1), 1),
         "function_imports": func_imports,
         "function_imports_per_kloc": round(1000 * func_imports / total, 1),
         "package_edges": len(edges),
@@ -105,8 +106,11 @@ def main(argv: list[str]) -> int:
     c = counts(root)
     print(f"cbbench/perf (tests left out): {c['total_lines']} lines")
     for pkg, n in c["lines"].items():
-        print(f"  {pkg:<16} {n:>6}")
-    print(f"Any: {c['any']} ({c['any_per_kloc']} per 1,000 lines)")
+        print(f"  {pkg:<16} {n:>6}  Any {c['any_by_package'].get(pkg, 0):>3}")
+    print(
+        f"Any: {c['any']} ({c['any_per_kloc']} per 1,000 lines; limit {ANY_PER_KLOC_LIMIT:g}, "
+        f"perf/tests/test_any_budget.py); bench/ left out: {c['any_per_kloc_without_bench']}"
+    )
     print(f"imports inside functions: {c['function_imports']} ({c['function_imports_per_kloc']} per 1,000 lines)")
     print(f"package-level import edges among perf's subpackages: {c['package_edges']}")
     print(f"  on a cycle: {len(c['edges_on_a_cycle'])}: " + ", ".join(f"{a}->{b}" for a, b in c["edges_on_a_cycle"]))

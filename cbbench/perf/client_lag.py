@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import SupportsFloat, SupportsIndex
 
 from cbbench.perf.records import RequestRecord
 
@@ -56,19 +56,21 @@ def client_metrics(records: Sequence[RequestRecord]) -> dict[str, float]:
     }
 
 
-def _number(v: Any) -> float:
+def _number(v: object) -> float:
+    if not isinstance(v, (SupportsFloat, SupportsIndex, str, bytes)):
+        return math.nan  # (what float() refuses with a TypeError: None, a list, ...)
     try:
         return float(v)
-    except (TypeError, ValueError):
+    except ValueError:
         return math.nan
 
 
-def lagged(row: Mapping[str, Any]) -> bool:
+def lagged(row: Mapping[str, object]) -> bool:
     """The run's client lagged: its median schedule delay reached CLIENT_LAG_MS."""
     return _number(row.get("median_schedule_delay_ms")) >= CLIENT_LAG_MS
 
 
-def lag_line(name: str, rows: Sequence[Mapping[str, Any]]) -> str | None:
+def lag_line(name: str, rows: Sequence[Mapping[str, object]]) -> str | None:
     """The line under the table for one configuration whose client lagged in any repeat, else None."""
     late = [r for r in rows if lagged(r)]
     if not late:
@@ -88,7 +90,7 @@ def lag_line(name: str, rows: Sequence[Mapping[str, Any]]) -> str | None:
 
 
 def arms_lag_notes(
-    names: Sequence[str], base: Sequence[Sequence[Mapping[str, Any]]], head: Sequence[Sequence[Mapping[str, Any]]]
+    names: Sequence[str], base: Sequence[Sequence[Mapping[str, object]]], head: Sequence[Sequence[Mapping[str, object]]]
 ) -> list[str]:
     """`cbbench gate`: per configuration whose arms' clients lagged in different numbers of runs, a note that a
     difference between the arms may be the client's. `base` / `head`: each arm's runs, each run its rows in plan

@@ -49,8 +49,9 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from typing import TypedDict
 
+from cbbench.perf.json_values import JSONObject
 from cbbench.perf.records import REQUEST_KEYS, RequestRecord, StepRecord, as_request_record, as_step_record
 
 DEFAULT_PERCENTILES = (50.0, 90.0, 99.0)
@@ -120,7 +121,17 @@ def _check_record(r: RequestRecord) -> None:
         raise ValueError(f"record {r.request_id!r}: token_times holds {len(tt)} times, output_len is {r.output_len}")
 
 
-def request_latencies(r: RequestRecord) -> dict[str, Any]:
+class Latencies(TypedDict):
+    """One request's latencies in seconds (None where a time is missing), its inter-token gaps a list."""
+
+    ttft: float | None
+    tpot: float | None
+    e2el: float | None
+    queue: float | None
+    itl: list[float]
+
+
+def request_latencies(r: RequestRecord) -> Latencies:
     """One request's latencies in seconds (None where a time is missing); `itl` is a list."""
     arrival, n = r.arrival_time, r.output_len
     ttft = None if r.first_token_time is None else r.first_token_time - arrival
@@ -133,10 +144,10 @@ def request_latencies(r: RequestRecord) -> dict[str, Any]:
 
 
 def compute_metrics(
-    records: Sequence[RequestRecord | Mapping[str, Any]],
+    records: Sequence[RequestRecord | Mapping[str, object]],
     duration: float,
     *,
-    steps: Sequence[StepRecord | Mapping[str, Any]] | None = None,
+    steps: Sequence[StepRecord | Mapping[str, object]] | None = None,
     max_num_seqs: int | None = None,
     max_num_batched_tokens: int | None = None,
     num_gpu_blocks: int | None = None,
@@ -155,9 +166,9 @@ def compute_metrics(
     pooled: dict[str, list[float]] = {m: [] for m in LATENCY_METRICS}
     for d in lat:
         pooled["itl"].extend(d["itl"])
-        for m in ("ttft", "tpot", "e2el", "queue"):
-            if d[m] is not None:
-                pooled[m].append(d[m])
+        for m, v in (("ttft", d["ttft"]), ("tpot", d["tpot"]), ("e2el", d["e2el"]), ("queue", d["queue"])):
+            if v is not None:
+                pooled[m].append(v)
     total_in = sum(r.prompt_len for r in done)
     total_out = sum(r.output_len for r in done)
     out: dict[str, float] = {
@@ -192,7 +203,7 @@ def compute_metrics(
 
 
 def _goodput(
-    done: Sequence[RequestRecord], lat: Sequence[dict[str, Any]], slo_ms: Mapping[str, float] | None, duration: float
+    done: Sequence[RequestRecord], lat: Sequence[Latencies], slo_ms: Mapping[str, float] | None, duration: float
 ) -> float:
     if not slo_ms:
         return math.nan
@@ -202,13 +213,13 @@ def _goodput(
     good = 0
     for r, d in zip(done, lat):
         values = {"ttft": d["ttft"], "e2el": d["e2el"], "tpot": d["tpot"] if r.output_len > 1 else 0.0}
-        if all(values[k] is not None and values[k] * 1000.0 <= limit for k, limit in slo_ms.items()):
+        if all((v := values[k]) is not None and v * 1000.0 <= limit for k, limit in slo_ms.items()):
             good += 1
     return good / duration
 
 
 def step_metrics(
-    steps: Sequence[StepRecord | Mapping[str, Any]],
+    steps: Sequence[StepRecord | Mapping[str, object]],
     *,
     max_num_seqs: int | None = None,
     max_num_batched_tokens: int | None = None,
@@ -254,11 +265,12 @@ def graphed_shares(steps: Sequence[StepRecord]) -> dict[str, float]:
     }
 
 
-def per_request_metrics(records: Sequence[RequestRecord | Mapping[str, Any]]) -> list[dict[str, Any]]:
+def per_request_metrics(records: Sequence[RequestRecord | Mapping[str, object]]) -> list[JSONObject]:
     """Per-request latencies in ms, for the JSON result (one dict per record, in order)."""
-    out = []
+    out: list[JSONObject] = []
     for r in map(as_request_record, records):
         d = request_latencies(r)
-        ms = {f"{m}_ms": (None if d[m] is None else d[m] * 1000.0) for m in ("ttft", "tpot", "e2el", "queue")}
+        seconds = {"ttft": d["ttft"], "tpot": d["tpot"], "e2el": d["e2el"], "queue": d["queue"]}
+        ms: JSONObject = {f"{m}_ms": (None if v is None else v * 1000.0) for m, v in seconds.items()}
         out.append({"request_id": r.request_id, **ms, "itl_ms": [x * 1000.0 for x in d["itl"]]})
     return out

@@ -10,9 +10,11 @@ clock (`time.monotonic()` / `time.perf_counter()`).
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import TypeVar
+
+from cbbench.perf.json_values import JSONObject
 
 # What every source records about a request (the Hugging Face peers record exactly these).
 REQUEST_KEYS = (
@@ -111,12 +113,12 @@ class RequestRecord:
     turn: int | None = None
     layout: tuple[str, ...] = field(default=REQUEST_KEYS, repr=False, compare=False)
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JSONObject:
         """The JSON entry: the keys of `layout`, in order."""
         return {k: getattr(self, k) for k in self.layout}
 
     @classmethod
-    def from_dict(cls, d: Mapping[str, Any], layout: tuple[str, ...] | None = None) -> RequestRecord:
+    def from_dict(cls, d: Mapping[str, object], layout: tuple[str, ...] | None = None) -> RequestRecord:
         """A record from its JSON entry (or refengine's `request_metrics` dict); its keys become the layout unless
         `layout` is given (refengine's records keep perf's own, whatever the engine's dict holds besides)."""
         rec = _from_dict(cls, d, REQUEST_KEYS, f"record {d.get('request_id')!r}")
@@ -145,18 +147,18 @@ class StepRecord:
     cuda_graph: bool | None = None  # the forward replayed a CUDA graph; None: not known (a simulated GPU, a peer)
     layout: tuple[str, ...] = field(default=ENGINE_STEP_KEYS, repr=False, compare=False)
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JSONObject:
         return {k: getattr(self, k) for k in self.layout}
 
     @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> StepRecord:
+    def from_dict(cls, d: Mapping[str, object]) -> StepRecord:
         return _from_dict(cls, d, (), "step")  # a field left out (a hand-made trace's) is None
 
 
 _Record = TypeVar("_Record", RequestRecord, StepRecord)
 
 
-def _from_dict(cls: type[_Record], d: Mapping[str, Any], required: tuple[str, ...], what: str) -> _Record:
+def _from_dict(cls: type[_Record], d: Mapping[str, object], required: tuple[str, ...], what: str) -> _Record:
     names = {f.name for f in dataclasses.fields(cls)} - {"layout"}
     missing = [k for k in required if k not in d]
     if missing:
@@ -165,12 +167,13 @@ def _from_dict(cls: type[_Record], d: Mapping[str, Any], required: tuple[str, ..
     if unknown:
         raise ValueError(f"{what}: unknown key {unknown[0]!r}")
     bare = {f.name: None for f in dataclasses.fields(cls) if f.default is dataclasses.MISSING}
-    return cls(**{**bare, **d}, layout=tuple(d))
+    make: Callable[..., _Record] = cls  # (by name: every key is a field, checked above; the values are the entry's)
+    return make(**{**bare, **d}, layout=tuple(d))
 
 
-def as_request_record(r: RequestRecord | Mapping[str, Any]) -> RequestRecord:
+def as_request_record(r: RequestRecord | Mapping[str, object]) -> RequestRecord:
     return r if isinstance(r, RequestRecord) else RequestRecord.from_dict(r)
 
 
-def as_step_record(s: StepRecord | Mapping[str, Any]) -> StepRecord:
+def as_step_record(s: StepRecord | Mapping[str, object]) -> StepRecord:
     return s if isinstance(s, StepRecord) else StepRecord.from_dict(s)

@@ -7,8 +7,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from contextlib import closing
-from typing import Any
 
 from rich.console import Console
 
@@ -22,12 +22,13 @@ from cbbench.perf.plan.options import DEFAULT_CPU_THREADS, PerfOptions
 from cbbench.perf.plan.spec import RunSpec
 from cbbench.perf.report.show import labels_of_rows, render
 from cbbench.perf.report.table import Entry
+from cbbench.perf.report.table_title import cell_number
 from cbbench.perf.results.environment import environment_info
 from cbbench.perf.results.schema import make_row
 from cbbench.perf.results.writer import ResultWriter
 
 
-def run_perf(o: PerfOptions, console: Console) -> list[dict[str, Any]]:
+def run_perf(o: PerfOptions, console: Console) -> list[Mapping[str, object]]:
     """The whole `cbbench perf` job: plan -> run -> write; returns the CSV rows."""
     return run_plan(build_plan(o), console)
 
@@ -41,7 +42,7 @@ def show_plan(o: PerfOptions, console: Console) -> None:
     console.print(text, markup=False, highlight=False, soft_wrap=True)
 
 
-def run_plan(plan: RunPlan, console: Console, *, table: bool = True) -> list[dict[str, Any]]:
+def run_plan(plan: RunPlan, console: Console, *, table: bool = True) -> list[Mapping[str, object]]:
     """Run every spec not already in the output (`--resume`) on the plan's executor (perf/grid/), write each result
     as it finishes, put the files in plan order, print the table (unless `table` is False: `cbbench plan`)."""
     _set_threads(plan)
@@ -114,7 +115,7 @@ def _check_measured(entries: list[Entry]) -> None:
         name = " ".join(x for x in (engine, batching, label) if x and x != "-")
         if row is None:
             raise NoResultError(f"{name} produced no result: {str(error).strip().splitlines()[0] if error else '?'}")
-        completed, failed = (float(row.get(k) or 0) for k in ("completed", "failed"))  # resumed cells are text
+        completed, failed = (cell_number(row.get(k) or 0) for k in ("completed", "failed"))  # resumed: text
         if not completed:
             raise NoResultError(f"{name}: every request failed ({failed:.0f} of {failed + completed:.0f})")
 
@@ -136,7 +137,7 @@ def _record(plan: RunPlan, spec: RunSpec, result: RunResult, writer: ResultWrite
         repeat=spec.repeat,
         model=plan.settings.model,
         device=device,
-        git_sha=writer.environment["git_sha"],
+        git_sha=sha if isinstance(sha := writer.environment["git_sha"], str) else None,
         label=plan.label,
         command=plan.command,
         run_options={**plan.run_options, "plan_id": spec.plan_id},

@@ -22,7 +22,6 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
 
 DEFAULT_TARGET_S = 1.0  # the goal for a command that needs no engine
 COMMAND_TIMEOUT_S = 120  # a cold start on a loaded machine is slow, never this slow
@@ -30,12 +29,13 @@ COMMAND_TIMEOUT_S = 120  # a cold start on a loaded machine is slow, never this 
 
 def write_csvs(folder: Path) -> tuple[Path, Path]:
     """Two results CSVs of the same configurations, the second 1% faster (within every default tolerance)."""
+    from cbbench.perf.results.columns import ResultRow
     from cbbench.perf.results.files import write_csv
     from cbbench.perf.results.schema import make_row
 
     knobs = {"max_num_seqs": 8, "max_num_batched_tokens": 512, "block_size": 16, "dtype": "float32"}
 
-    def rows(scale: float) -> list[dict[str, Any]]:
+    def rows(scale: float) -> list[ResultRow]:
         metrics = {
             "request_throughput": 2.0 / scale,
             "output_throughput": 200.0 / scale,

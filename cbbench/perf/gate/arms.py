@@ -22,11 +22,12 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import cast
 
 from cbbench.perf.gate.trees import Tree
+from cbbench.perf.results.columns import ResultRow
 
 BASE, HEAD = "base", "head"
 ARMS = (BASE, HEAD)
@@ -66,6 +67,13 @@ class Arm:
     url: str | None = None
 
 
+class ArmRow(ResultRow, total=False):
+    """A row of an arm's run as the gate holds it: its results row, and the CPU seconds of the run's whole process
+    (`process_cpu_s`: the same on every row of a run, gated once per run; written into the row's `extra`)."""
+
+    process_cpu_s: float
+
+
 @dataclass
 class Run:
     """One finished run of one arm: its files, its rows (one per configuration, in plan order) and its cost."""
@@ -73,10 +81,9 @@ class Run:
     arm: str
     index: int
     csv: Path
-    rows: list[dict[str, Any]]
+    rows: list[ArmRow]
     wall_s: float
     cpu_s: float
-    meta: dict[str, Any] = field(default_factory=dict)
 
 
 class ArmFailed(Exception):
@@ -184,7 +191,7 @@ def run_once(
     index: int,
     perf_args: Sequence[str],
     folder: Path,
-    read_rows: Callable[[Path], list[dict[str, Any]]],
+    read_rows: Callable[[Path], list[ResultRow]],
     limit_s: float | None = None,
 ) -> Run:
     """One measured run of `arm` into `folder`/`arm`-`index`.csv. ArmFailed (naming the run's stderr, `log`) when it
@@ -201,7 +208,7 @@ def run_once(
     if not csv.is_file() or not csv.with_suffix(".json").is_file():
         raise ArmFailed(arm.name, f"{what} exited 0 but wrote no results", log=csv.with_suffix(".err"))
     try:
-        rows = read_rows(csv)
+        rows = cast(list[ArmRow], read_rows(csv))  # (process_cpu_s is the gate's to add)
     except (ValueError, OSError) as e:
         raise ArmFailed(arm.name, f"{what} wrote results that do not read: {e}", log=csv.with_suffix(".err")) from None
     return Run(arm.name, index, csv, rows, wall, cpu)

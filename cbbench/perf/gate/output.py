@@ -27,13 +27,12 @@ import shutil
 import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
 
 from cbbench.perf.gate.arms import Run
 from cbbench.perf.records import as_request_record, as_step_record
 from cbbench.perf.results.record_files import records_dir
 from cbbench.perf.results.run_json import read_run
-from cbbench.perf.results.writer import ResultWriter
+from cbbench.perf.results.writer import ResultWriter, series_points
 
 
 def check_target(csv_path: Path) -> None:
@@ -125,7 +124,7 @@ class Outputs:
         if not existed:
             summary.unlink()  # (created when the verdict is ready, as before: a gate that fails early adds nothing)
 
-    def write(self, runs: Sequence[Run], describe: Mapping[str, str], gate: Mapping[str, Any], label: str) -> None:
+    def write(self, runs: Sequence[Run], describe: Mapping[str, str], gate: Mapping[str, object], label: str) -> None:
         """The pair of `runs` (every run finished so far) over the reserved paths."""
         write_pair(self.csv, runs, describe, gate, label, replace=True)
         self.runs_written = len(runs)
@@ -186,7 +185,7 @@ def _relabel(label: str, arm: str, index: int) -> str:
     return f"{engine}/{batching}/{arm}{'' if knobs in ('', '-') else ' ' + knobs}/repeat{index}"
 
 
-def _run_options(cell: Any, arm: str, index: int, rev: str) -> str:
+def _run_options(cell: object, arm: str, index: int, rev: str) -> str:
     opts = json.loads(cell) if isinstance(cell, str) and cell.strip() else {}
     pid = opts.get("plan_id")
     opts["plan_id"] = json.dumps([arm, index, pid])  # unique per run of the pair: rows and records pair on it
@@ -198,7 +197,7 @@ def write_pair(
     csv_path: Path,
     runs: Sequence[Run],
     describe: Mapping[str, str],
-    gate: Mapping[str, Any],
+    gate: Mapping[str, object],
     label: str = "",
     *,
     replace: bool = False,
@@ -234,7 +233,9 @@ def write_pair(
     return csv_path
 
 
-def _write(target: Path, runs: Sequence[Run], describe: Mapping[str, str], gate: Mapping[str, Any], label: str) -> None:
+def _write(
+    target: Path, runs: Sequence[Run], describe: Mapping[str, str], gate: Mapping[str, object], label: str
+) -> None:
     docs = {(r.arm, r.index): read_run(r.csv.with_suffix(".json")) for r in runs}
     head = next((docs[(r.arm, r.index)] for r in runs if r.arm == "head"), docs[(runs[0].arm, runs[0].index)])
     config = {**dict(head.get("config") or {}), "gate": dict(gate)}
@@ -251,7 +252,8 @@ def _write(target: Path, runs: Sequence[Run], describe: Mapping[str, str], gate:
         for row, old in zip(r.rows, labels):  # (rows as this tree reads them: an older schema's upgraded)
             new_label = _relabel(old, r.arm, r.index)
             out = {k: None if isinstance(v, float) and math.isnan(v) else v for k, v in row.items()}
-            extra = json.loads(out["extra"]) if isinstance(out.get("extra"), str) and out["extra"] else {}
+            cell = out.get("extra")
+            extra = json.loads(cell) if isinstance(cell, str) and cell else {}
             extra["process_cpu_s"] = out.pop("process_cpu_s", r.cpu_s)  # (a metric `compare` reads from extra)
             out.update(
                 arm=r.arm,
@@ -265,6 +267,6 @@ def _write(target: Path, runs: Sequence[Run], describe: Mapping[str, str], gate:
                 new_label,
                 [as_request_record(x) for x in records.get(old) or []],
                 [as_step_record(x) for x in steps.get(old) or []],
-                server_series=series.get(old),
+                server_series=series_points(series.get(old)),
             )
     writer.finish()

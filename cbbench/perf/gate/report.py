@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Sequence
+from typing import TypedDict
 
-from rich.console import Group
+from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
@@ -17,6 +17,61 @@ from cbbench.perf.gate.verdict import BAD, INCONCLUSIVE, Decision, as_dict
 from cbbench.perf.results.gate import _clean, _md, _num
 
 FORMATS = ("text", "markdown", "json")
+
+
+class Verdict(TypedDict):
+    """A finished gate, as its reports and its JSON say it: the arms, the verdict and its words, the test and its
+    numbers, where the runs are and what they cost (run.py's `_summary`)."""
+
+    base: str
+    head: str
+    regressed: bool
+    inconclusive: bool
+    message: str
+    repeats: int  # runs per arm
+    max_repeats: int | None
+    looks: int
+    order: str
+    test: str
+    tests: int
+    confidence: float
+    alpha: float  # each test's one-sided level
+    min_effect_sources: list[str]
+    notes: list[str]
+    output: str
+    wall_s: float
+    cpu_s: dict[str, float]  # per arm
+
+
+class ArmError(TypedDict):
+    """The arm whose run ended a gate, why, and where its stderr was kept."""
+
+    arm: str
+    message: str
+    stderr: str | None
+
+
+class Unfinished(TypedDict, total=False):
+    """A gate still running (its results pair is rewritten after every run) or ended by an arm's failure (`error`):
+    no verdict (its fields None), the runs finished so far."""
+
+    order: str
+    test: str
+    tests: int
+    confidence: float | None
+    alpha: float | None
+    regressed: bool | None
+    inconclusive: bool | None
+    message: str
+    base: str
+    head: str
+    repeats: int
+    finished: int
+    error: ArmError
+    output: str | None
+    wall_s: float
+
+
 RATIO_NOTE = (
     "base, head: medians of each arm's runs; ratio: the median of head / base over every pair of runs "
     "(Hodges-Lehmann), the estimate the test goes with"
@@ -42,7 +97,7 @@ def interval(d: Decision) -> str:
     return f"{d.low:.4f} - {d.high:.4f}"
 
 
-def test_line(summary: Mapping[str, Any]) -> str:
+def test_line(summary: Verdict) -> str:
     """The test, in one sentence, with the numbers that make it this gate's."""
     return (
         f"Mann-Whitney U on the log of each metric, {summary['repeats']} runs per arm in ABBA order; "
@@ -90,8 +145,10 @@ def message(decisions: Sequence[Decision]) -> str:
     return f"FAIL: {len(bad)} regression(s): {names}" + (" ..." if len(bad) > 4 else "")
 
 
-def render_text(decisions: Sequence[Decision], summary: Mapping[str, Any]) -> Group:
-    parts: list[Any] = [Text(f"cbbench gate: base {summary['base']} -> head {summary['head']}", style="bold")]
+def render_text(decisions: Sequence[Decision], summary: Verdict) -> Group:
+    parts: list[RenderableType] = [
+        Text(f"cbbench gate: base {summary['base']} -> head {summary['head']}", style="bold")
+    ]
     by_config: dict[str, list[Decision]] = {}
     for d in decisions:
         by_config.setdefault(d.config, []).append(d)
@@ -127,7 +184,7 @@ def render_text(decisions: Sequence[Decision], summary: Mapping[str, Any]) -> Gr
     return Group(*parts)
 
 
-def render_markdown(decisions: Sequence[Decision], summary: Mapping[str, Any]) -> str:
+def render_markdown(decisions: Sequence[Decision], summary: Verdict) -> str:
     verdict = verdict_word(decisions)
     lines = [
         f"### cbbench gate: {_md(summary['base'])} -> {_md(summary['head'])}",
@@ -150,13 +207,13 @@ def render_markdown(decisions: Sequence[Decision], summary: Mapping[str, Any]) -
     return "\n".join(lines)
 
 
-def render_json(decisions: Sequence[Decision], summary: Mapping[str, Any]) -> str:
+def render_json(decisions: Sequence[Decision], summary: Verdict) -> str:
     doc = {k: _clean(v) for k, v in summary.items()}
     doc["rows"] = [{k: _clean(v) for k, v in as_dict(d).items()} for d in decisions]
     return json.dumps(doc, indent=1)
 
 
-def render_error(summary: Mapping[str, Any], fmt: str) -> str:
+def render_error(summary: Unfinished, fmt: str) -> str:
     """The verdict of a gate that one arm's failure ended (`summary["error"]`): the arm and why, and where its runs
     and its stderr are; never a ratio."""
     err = summary["error"]

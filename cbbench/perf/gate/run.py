@@ -21,10 +21,9 @@ import datetime as _dt
 import math
 import os
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from rich.console import Console
 
@@ -44,11 +43,21 @@ from cbbench.perf.gate.arms import (
     run_order,
 )
 from cbbench.perf.gate.output import Outputs, check_target
-from cbbench.perf.gate.report import FORMATS, message, render_error, render_json, render_markdown, render_text
+from cbbench.perf.gate.report import (
+    FORMATS,
+    Unfinished,
+    Verdict,
+    message,
+    render_error,
+    render_json,
+    render_markdown,
+    render_text,
+)
 from cbbench.perf.gate.soundness import describe as describe_problems
 from cbbench.perf.gate.soundness import run_problems
 from cbbench.perf.gate.verdict import (
     DEFAULT_CONFIDENCE,
+    Decision,
     check_repeats,
     configurations,
     count_tests,
@@ -276,10 +285,10 @@ def run_gate(o: GateOptions, console: Console, err: Console) -> int:
             except ArmFailed as e:  # (here: the failed run's stderr is still in the scratch folder)
                 assert outputs is not None
                 kept = outputs.keep_log(e.log, e.arm, _failed_index(e))
-                summary = _error_summary(o, describe, e, runs, output, time.perf_counter() - t0, kept)
-                _write_runs(outputs, runs, describe, summary, o.label)
+                failed = _error_summary(o, describe, e, runs, output, time.perf_counter() - t0, kept)
+                _write_runs(outputs, runs, describe, failed, o.label)
                 outputs.release()
-                _report_error(console, o, summary)
+                _report_error(console, o, failed)
                 raise ArmFailed(e.arm, _with_kept(str(e), outputs), log=kept) from None
             finally:
                 with sig.deferred():
@@ -312,7 +321,7 @@ def _measure_and_decide(
     n_looks: int,
     runs: list[Run],
     outputs: Outputs,
-) -> tuple[list[Any], float]:
+) -> tuple[list[Decision], float]:
     """The runs in ABBA order (into `runs`, each written as it finishes) and the decision on them; while the decision
     is inconclusive and --max-repeats allows, one more ABBA block and the decision again."""
     repeats = o.repeats
@@ -345,7 +354,7 @@ def _with_kept(message: str, outputs: Outputs) -> str:
 
 
 def _write_runs(
-    outputs: Outputs, runs: Sequence[Run], describe: dict[str, str], summary: dict[str, Any], label: str
+    outputs: Outputs, runs: Sequence[Run], describe: dict[str, str], summary: Verdict | Unfinished, label: str
 ) -> None:
     if runs:
         with sig.deferred():
@@ -390,13 +399,19 @@ def _measure(
         if k == 1 and index == 0:  # the number of configurations is known now: every test counts
             check_repeats(o.repeats, count_tests(len(run.rows), effects, n_looks), o.confidence)
         runs.append(run)
-        partial = {"base": describe[BASE], "head": describe[HEAD], "repeats": o.repeats, "finished": len(runs)}
-        _write_runs(outputs, runs, describe, {**_PARTIAL, **partial}, o.label)
+        partial: Unfinished = {
+            **_PARTIAL,
+            "base": describe[BASE],
+            "head": describe[HEAD],
+            "repeats": o.repeats,
+            "finished": len(runs),
+        }
+        _write_runs(outputs, runs, describe, partial, o.label)
         _progress(err, o.quiet, k, len(order), run, arm)
 
 
 # the summary of a gate still running (the pair is rewritten after every run; the last write has the verdict)
-_PARTIAL: dict[str, Any] = {
+_PARTIAL: Unfinished = {
     "order": "ABBA",
     "test": "",
     "tests": 0,
@@ -435,7 +450,7 @@ def _error_summary(
     output: Path,
     wall_s: float,
     kept: Path | None,
-) -> dict[str, Any]:
+) -> Unfinished:
     """The verdict of a gate an arm's failure ended: the arm and why, never a ratio."""
     line = f"ERROR: the {e.arm} arm failed: {e}"
     return {
@@ -452,7 +467,7 @@ def _error_summary(
     }
 
 
-def _report_error(console: Console, o: GateOptions, summary: dict[str, Any]) -> None:
+def _report_error(console: Console, o: GateOptions, summary: Unfinished) -> None:
     if o.summary is not None:
         with contextlib.suppress(OSError), o.summary.open("a") as f:
             f.write(render_error(summary, "markdown"))
@@ -461,14 +476,14 @@ def _report_error(console: Console, o: GateOptions, summary: dict[str, Any]) -> 
 
 def _summary(
     o: GateOptions,
-    decisions: Sequence[Any],
+    decisions: Sequence[Decision],
     alpha: float,
     describe: dict[str, str],
     runs: Sequence[Run],
     sources: list[str],
     output: Path,
     wall_s: float,
-) -> dict[str, Any]:
+) -> Verdict:
     base = [r.rows for r in runs if r.arm == BASE]
     head = [r.rows for r in runs if r.arm == HEAD]
     notes = []
@@ -499,7 +514,7 @@ def _summary(
     }
 
 
-def _gate_record(summary: dict[str, Any], runs: Sequence[Run]) -> dict[str, Any]:
+def _gate_record(summary: Verdict | Unfinished, runs: Sequence[Run]) -> dict[str, object]:
     """What the results JSON keeps of the gate (its `config.gate`): the arms, the test and every run's cost."""
     keep = (
         "base",
@@ -514,8 +529,9 @@ def _gate_record(summary: dict[str, Any], runs: Sequence[Run]) -> dict[str, Any]
         "inconclusive",
         "message",
     )
+    fields: Mapping[str, object] = summary
     return {
-        **{k: summary[k] for k in keep},
+        **{k: fields[k] for k in keep},
         "runs": [
             {
                 "arm": r.arm,
@@ -530,7 +546,7 @@ def _gate_record(summary: dict[str, Any], runs: Sequence[Run]) -> dict[str, Any]
     }
 
 
-def _report(console: Console, o: GateOptions, decisions: Sequence[Any], summary: dict[str, Any]) -> None:
+def _report(console: Console, o: GateOptions, decisions: Sequence[Decision], summary: Verdict) -> None:
     if o.summary is not None:
         try:
             with o.summary.open("a") as f:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import contextlib
 import signal
 from collections.abc import Iterator
-from typing import Any
+from types import FrameType
 
 HANDLED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
@@ -33,7 +33,7 @@ def handled() -> Iterator[None]:
     """Within: the first of HANDLED raises Interrupted; later ones are ignored (the cleanup of the first runs)."""
     fired: list[int] = []
 
-    def handler(signum: int, frame: Any) -> None:
+    def handler(signum: int, frame: FrameType | None) -> None:
         if fired:
             return
         fired.append(signum)

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
 
 from cbbench.perf.results.columns import METRIC_COLUMNS
 
@@ -32,7 +31,7 @@ THROUGHPUTS = ("output_throughput", "total_token_throughput")
 SHOWN = 3  # problems named in one message; the rest are counted
 
 
-def _num(v: Any) -> float | None:
+def _num(v: object) -> float | None:
     """A cell as a float (None for an empty cell, NaN for text: not a number)."""
     if v is None or v == "":
         return None
@@ -46,7 +45,7 @@ def _num(v: Any) -> float | None:
         return math.nan
 
 
-def row_problems(row: Mapping[str, Any]) -> list[str]:
+def row_problems(row: Mapping[str, object]) -> list[str]:
     """What makes one result row unsound (empty when it may be judged)."""
     out = []
     failed = _num(row.get("failed"))
@@ -73,7 +72,7 @@ def row_problems(row: Mapping[str, Any]) -> list[str]:
     return out
 
 
-def _times(rec: Mapping[str, Any], key: str) -> list[float] | None:
+def _times(rec: Mapping[str, object], key: str) -> list[float] | None:
     v = rec.get(key)
     if v is None:
         return None
@@ -82,7 +81,7 @@ def _times(rec: Mapping[str, Any], key: str) -> list[float] | None:
     return [t if isinstance(t, (int, float)) and not isinstance(t, bool) else math.nan for t in v]
 
 
-def record_problem(rec: Mapping[str, Any]) -> str | None:
+def record_problem(rec: Mapping[str, object]) -> str | None:
     """What makes one completed request's record impossible, in a few words (None when it is sound)."""
     counts = {}
     for key in ("prompt_len", "output_len", "requested_output_len"):
@@ -92,10 +91,11 @@ def record_problem(rec: Mapping[str, Any]) -> str | None:
         if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0 or v != int(v):
             return f"{key} is {v!r}, not a count"
         counts[key] = int(v)
-    arrival, first, finish = (rec.get(k) for k in ("arrival_time", "first_token_time", "finish_time"))
-    stamps = [t for t in (arrival, first, finish) if t is not None]
+    raw = [rec.get(k) for k in ("arrival_time", "first_token_time", "finish_time")]
+    stamps = [t for t in raw if t is not None]
     if any(isinstance(t, bool) or not isinstance(t, (int, float)) or not math.isfinite(t) for t in stamps):
         return "a time is not a finite number"
+    arrival, first, finish = (float(t) if isinstance(t, (int, float)) else None for t in raw)
     if first is not None and arrival is not None and first < arrival:
         return "its first token came before its arrival (a clock that ran backwards)"
     if finish is not None and first is not None and finish < first:
@@ -120,7 +120,7 @@ def record_problem(rec: Mapping[str, Any]) -> str | None:
     return None
 
 
-def records_problems(records: Iterable[Mapping[str, Any]]) -> list[str]:
+def records_problems(records: Iterable[object]) -> list[str]:
     bad: list[str] = []
     count = 0
     for rec in records:
@@ -139,7 +139,7 @@ def records_problems(records: Iterable[Mapping[str, Any]]) -> list[str]:
     return bad
 
 
-def run_problems(rows: Sequence[Mapping[str, Any]], records: Mapping[str, Sequence[Any]] | None) -> list[str]:
+def run_problems(rows: Sequence[Mapping[str, object]], records: Mapping[str, Sequence[object]] | None) -> list[str]:
     """Every problem of one run (its rows, and its records by run label when read): empty when it may be judged."""
     out = []
     for i, row in enumerate(rows):

@@ -31,7 +31,6 @@ import os
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
 
 from cbbench.perf.results.gate import _pyproject, read_tolerance_file
 from cbbench.perf.results.matching import label
@@ -162,11 +161,11 @@ def _median(xs: Sequence[float]) -> float:
     return s[mid] if len(s) % 2 else (s[mid - 1] + s[mid]) / 2
 
 
-def _samples(runs: Sequence[Sequence[Mapping[str, Any]]], i: int, metric: str) -> list[float]:
+def _samples(runs: Sequence[Sequence[Mapping[str, object]]], i: int, metric: str) -> list[float]:
     return [v for run in runs if math.isfinite(v := number(run[i].get(metric)))]
 
 
-def _key(row: Mapping[str, Any]) -> tuple[str, ...]:
+def _key(row: Mapping[str, object]) -> tuple[str, ...]:
     """The configuration key, less the arm."""
     from cbbench.perf.results.columns import KEY_NAMES
 
@@ -174,7 +173,7 @@ def _key(row: Mapping[str, Any]) -> tuple[str, ...]:
 
 
 def configurations(
-    base: Sequence[Sequence[Mapping[str, Any]]], head: Sequence[Sequence[Mapping[str, Any]]]
+    base: Sequence[Sequence[Mapping[str, object]]], head: Sequence[Sequence[Mapping[str, object]]]
 ) -> list[str]:
     """Each configuration's name, pairing the arms' rows by their place in the run (the same perf options give the
     same plan, whatever each tree resolves its knobs to); ValueError when the arms ran different plans."""
@@ -192,7 +191,7 @@ def configurations(
     return [label(k, keys) or f"configuration {i + 1}" for i, k in enumerate(keys)]
 
 
-def key_changes(base_row: Mapping[str, Any], head_row: Mapping[str, Any]) -> list[str]:
+def key_changes(base_row: Mapping[str, object], head_row: Mapping[str, object]) -> list[str]:
     """`block_size 16 -> 32`: the key columns whose value differs between the arms (a default the change moved)."""
     from cbbench.perf.results.columns import KEY_NAMES
 
@@ -204,8 +203,8 @@ def key_changes(base_row: Mapping[str, Any], head_row: Mapping[str, Any]) -> lis
 
 
 def decide(
-    base: Sequence[Sequence[Mapping[str, Any]]],
-    head: Sequence[Sequence[Mapping[str, Any]]],
+    base: Sequence[Sequence[Mapping[str, object]]],
+    head: Sequence[Sequence[Mapping[str, object]]],
     effects: Mapping[str, float],
     confidence: float = DEFAULT_CONFIDENCE,
     looks: int = 1,
@@ -295,7 +294,7 @@ def check_repeats(repeats: int, tests: int, confidence: float) -> None:  # (test
         )
 
 
-def as_dict(d: Decision) -> dict[str, Any]:
+def as_dict(d: Decision) -> dict[str, object]:
     return asdict(d)
 
 

@@ -14,7 +14,7 @@ import json
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import SupportsFloat, SupportsIndex
 
 FRONTIER_LATENCY = "p99_tpot_ms"
 # the metric each SLO bounds, and how the summary names it
@@ -46,7 +46,7 @@ class Slo:
                 out.append((*SLO_METRICS[key], float(limit)))
         return out
 
-    def as_config(self) -> dict[str, Any]:
+    def as_config(self) -> dict[str, float | None]:
         return {"slo_ttft_p99_ms": self.ttft_p99_ms, "slo_tpot_p99_ms": self.tpot_p99_ms}
 
 
@@ -54,7 +54,7 @@ class Slo:
 class Candidate:
     """One run of the grid as the planner sees it."""
 
-    row: Mapping[str, Any]
+    row: Mapping[str, object]
     config: str  # `continuous max_num_seqs=256 max_num_batched_tokens=8192 tensor_parallel_size=1`
     gpus: int
     throughput: float  # output tokens/s of the whole run
@@ -71,47 +71,50 @@ class Candidate:
         return not self.misses
 
 
-def _number(v: Any) -> float:
+def _number(v: object) -> float:
+    if not isinstance(v, (SupportsFloat, SupportsIndex, str, bytes)):
+        return math.nan  # (what float() refuses with a TypeError: None, a list, ...)
     try:
         x = float(v)
-    except (TypeError, ValueError):
+    except ValueError:
         return math.nan
     return x
 
 
-def _extra(row: Mapping[str, Any]) -> dict[str, Any]:
+def _extra(row: Mapping[str, object]) -> Mapping[str, object]:
     cell = row.get("extra")
     if isinstance(cell, dict):
         return cell
     try:
-        return json.loads(cell) if isinstance(cell, str) and cell.strip() else {}
+        parsed = json.loads(cell) if isinstance(cell, str) and cell.strip() else {}
     except ValueError:
         return {}
+    return parsed if isinstance(parsed, dict) else {}
 
 
-def row_value(row: Mapping[str, Any], name: str) -> Any:
+def row_value(row: Mapping[str, object], name: str) -> object:
     """A row's cell, or the entry of its `extra` JSON (where knobs without a CSV column go)."""
     v = row.get(name)
     return v if v not in (None, "") and not (isinstance(v, float) and math.isnan(v)) else _extra(row).get(name)
 
 
-def gpus_of(row: Mapping[str, Any]) -> int:
+def gpus_of(row: Mapping[str, object]) -> int:
     tp = _number(row_value(row, "tensor_parallel_size"))
     return int(tp) if math.isfinite(tp) and tp >= 1 else 1
 
 
-def config_name(row: Mapping[str, Any]) -> str:
+def config_name(row: Mapping[str, object]) -> str:
     parts = [str(row.get("batching") or "")]
     parts += [f"{k}={_plain(row_value(row, k))}" for k in CONFIG_NAMES[1:] if row_value(row, k) is not None]
     return " ".join(p for p in parts if p)
 
 
-def _plain(v: Any) -> str:
+def _plain(v: object) -> str:
     x = _number(v)
     return str(int(x)) if math.isfinite(x) and x.is_integer() else str(v)
 
 
-def candidates(rows: Iterable[Mapping[str, Any]], slo: Slo) -> list[Candidate]:
+def candidates(rows: Iterable[Mapping[str, object]], slo: Slo) -> list[Candidate]:
     """Every run that completed requests, with what it misses of `slo` and by how much."""
     out = []
     for row in rows:

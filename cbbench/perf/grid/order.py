@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from cbbench.perf.plan.build import RunPlan
@@ -30,13 +30,14 @@ def plan_positions(plan: RunPlan) -> dict[str, int]:
     return {spec.plan_id: i for i, spec in enumerate(plan.specs)}
 
 
-def row_position(row: Mapping[str, Any], positions: Mapping[str, int], fallback: int) -> Position:
+def row_position(row: Mapping[str, object], positions: Mapping[str, int], fallback: int) -> Position:
     """Where `row` goes: its plan entry's index, or after every planned row at `fallback` (its index in the file)."""
     opts = row.get("run_options")
     try:
-        pid = (json.loads(opts) if isinstance(opts, str) and opts else opts or {}).get("plan_id")
-    except (ValueError, AttributeError):
-        pid = None
+        parsed = json.loads(opts) if isinstance(opts, str) and opts else opts or {}
+    except ValueError:
+        parsed = None
+    pid = parsed.get("plan_id") if isinstance(parsed, Mapping) else None
     return (0, positions[pid]) if isinstance(pid, str) and pid in positions else (1, fallback)
 
 

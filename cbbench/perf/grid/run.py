@@ -13,10 +13,11 @@ import threading
 import time
 from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from types import TracebackType
+from typing import TYPE_CHECKING
 
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn
 
 from cbbench.perf.grid.executor import ExecutorChoice, pool_size
 from cbbench.perf.grid.grid_worker import Outcome, make_job
@@ -115,7 +116,7 @@ class GridProgress:
         self.index, self.line = 0, ""
         self.grid = GridEta(num_runs, clock)
         self._bar: Progress | None = None
-        self._task: Any = None
+        self._task: TaskID | None = None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
@@ -142,19 +143,21 @@ class GridProgress:
             self._thread.start()
         return self
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
         self._stop.set()
         if self._thread is not None:
             self._thread.join()
         if self._bar is not None:
-            self._bar.__exit__(*exc)
+            self._bar.__exit__(exc_type, exc, tb)
 
     def start(self, label: str, total: int, wall_s: float = 0.0, attempts: int = 1) -> None:
         self.index += 1
         tried = f", attempt {attempts}" if attempts > 1 else ""
         self.line = f"[{self.index}/{self.num_runs}] {label}: {total} requests, {wall_s:.1f} s on a worker{tried}"
 
-    def finish(self, row: Mapping[str, Any] | None, error: str | None = None) -> None:
+    def finish(self, row: Mapping[str, object] | None, error: str | None = None) -> None:
         summary = f"failed: {error}" if error else run_summary(row)
         with self._lock:
             self.grid.done += 1
@@ -162,7 +165,7 @@ class GridProgress:
         if self.quiet:
             return
         self._print(self.line + (f", {summary}" if summary else "") + f" | {grid}")
-        if self._bar is not None:
+        if self._bar is not None and self._task is not None:  # (the bar's one task, added with it)
             self._bar.update(self._task, completed=self.grid.done, eta=grid.partition(" runs, ")[2])
 
     def _beat(self) -> None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import html
 import math
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import cast
 
 from cbbench.perf.grid.capacity import summary_lines
 from cbbench.perf.grid.frontier import Candidate, Slo, best_per_gpu, candidates, pareto
@@ -22,7 +22,7 @@ TICKS = 5
 MEETS, MISSES, FRONT = "#1b7f3b", "#b0b0b0", "#1f5fbf"
 
 
-def _e(x: Any) -> str:
+def _e(x: object) -> str:
     return html.escape(str(x), quote=True)
 
 
@@ -87,13 +87,16 @@ def frontier_svg(cands: Sequence[Candidate], slo: Slo) -> str:
     return "".join(out)
 
 
-def frontier_html(doc: Mapping[str, Any]) -> str:
+def frontier_html(doc: Mapping[str, object]) -> str:
     """The report's capacity-plan section, or '' for a run `cbbench plan` did not write."""
-    cfg = (doc.get("config") or {}).get("capacity_plan")
+    config = doc.get("config") or {}
+    cfg = config.get("capacity_plan") if isinstance(config, Mapping) else None
     if not isinstance(cfg, Mapping):
         return ""
-    slo = Slo(cfg.get("slo_ttft_p99_ms"), cfg.get("slo_tpot_p99_ms"))
-    rows = [dict(r) for r in doc.get("rows") or [] if isinstance(r, Mapping)]
+    # (Slo checks the bounds it is given: a JSON's that are not numbers are refused there)
+    slo = Slo(cast(float | None, cfg.get("slo_ttft_p99_ms")), cast(float | None, cfg.get("slo_tpot_p99_ms")))
+    given = doc.get("rows") or []
+    rows = [dict(r) for r in (given if isinstance(given, list) else []) if isinstance(r, Mapping)]
     svg = frontier_svg(candidates(rows, slo), slo)
     text = "\n".join(summary_lines(list(rows), slo))
     return (

@@ -18,24 +18,26 @@ import json
 import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TypedDict
 
 import numpy as np
 
+from cbbench.perf.json_values import JSONValue, as_list, as_object
 from cbbench.perf.report.assets import CSS, JS
 from cbbench.perf.report.axis_scale import choose_axis
 from cbbench.perf.report.frontier_svg import frontier_html
 from cbbench.perf.report.server_series import server_metrics_html
-from cbbench.perf.report.table import Entry, fit_columns, summary_lines, table_columns
+from cbbench.perf.report.table import Entry, ReportRun, fit_columns, summary_lines, table_columns
 from cbbench.perf.report.table_title import table_title
 from cbbench.perf.report.timeline_svg import timeline_html
 from cbbench.perf.results.columns import CONFIG_KEY_COLUMNS
 from cbbench.perf.results.files import atomic_write_text
+from cbbench.perf.results.run_json import RunDocument
 
 CDF_POINTS = 400  # each CDF is drawn through this many quantiles: exact enough to read, small enough to embed
 
 
-def load_run(path: str | Path) -> dict[str, Any]:
+def load_run(path: str | Path) -> RunDocument:
     """The run's document (run_json.py: a summary's records read from its record folder), checked."""
     from cbbench.perf.results.run_json import read_run
 
@@ -53,12 +55,12 @@ def load_run(path: str | Path) -> dict[str, Any]:
     return doc
 
 
-def runs_of(doc: Mapping[str, Any]) -> list[dict[str, Any]]:
+def runs_of(doc: RunDocument) -> list[ReportRun]:
     """One entry per measured run: its label parts, CSV row, request records and step dicts. `load_run` gives
     rows and records in the same order (a summary's paired by plan entry); a label reads engine/batching/knobs/repeatN."""
     labels = list(doc["records"])
     rows = doc["rows"]
-    out = []
+    out: list[ReportRun] = []
     for i, label in enumerate(labels):
         head, _, rep = label.rpartition("/repeat")
         engine, batching, knobs = (head.split("/", 2) + ["-", "-"])[:3]
@@ -87,48 +89,69 @@ def runs_of(doc: Mapping[str, Any]) -> list[dict[str, Any]]:
     return out
 
 
-def _float(v: Any) -> float:
-    try:
-        return float(v)
-    except (TypeError, ValueError):
-        return math.nan
+def _float(v: object) -> float:
+    from cbbench.perf.report.table_title import cell_number
+
+    return cell_number(v)
 
 
-def _cdf(values_ms: Sequence[float]) -> dict[str, list[float]]:
+def _cdf(values_ms: Sequence[float]) -> tuple[list[float], list[float]]:
+    """(x, y) of the CDF of the finite values."""
     v = np.sort(np.asarray([x for x in values_ms if math.isfinite(x)], dtype=float))
     if len(v) == 0:
-        return {"x": [], "y": []}
+        return [], []
     if len(v) > CDF_POINTS:
         p = np.linspace(0, 1, CDF_POINTS)
-        return {"x": np.quantile(v, p).round(3).tolist(), "y": p.round(4).tolist()}
-    return {"x": v.round(3).tolist(), "y": (np.arange(1, len(v) + 1) / len(v)).round(4).tolist()}
+        return np.quantile(v, p).round(3).tolist(), p.round(4).tolist()
+    return v.round(3).tolist(), (np.arange(1, len(v) + 1) / len(v)).round(4).tolist()
 
 
-def latency_values(records: Sequence[Mapping[str, Any]]) -> tuple[list[float], list[float]]:
+def latency_values(records: Sequence[Mapping[str, JSONValue]]) -> tuple[list[float], list[float]]:
     """(TTFT per completed request, every inter-token gap), in ms, as cbbench.perf.metrics defines them."""
     ttft, itl = [], []
     for r in records:
         if r.get("finish_reason") in ("abort", "error"):
             continue
         ttft.append((_float(r.get("first_token_time")) - _float(r.get("arrival_time"))) * 1000)
-        times = r.get("token_times") or r.get("chunk_times") or []
+        times = [_float(t) for t in as_list(r.get("token_times") or r.get("chunk_times") or [])]
         itl += [(b - a) * 1000 for a, b in zip(times, times[1:])]
     return ttft, itl
 
 
-def cdf_data(runs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+class Series(TypedDict):
+    """One configuration's curve in a CDF chart."""
+
+    name: str
+    x: list[float]
+    y: list[float]
+
+
+class Chart(TypedDict, total=False):
+    """One CDF chart as the page's script draws it: its curves and the x axis they share (`Axis.to_json()`)."""
+
+    title: str
+    xlabel: str
+    unit: str
+    series: list[Series]
+    axis: dict[str, object]
+
+
+def cdf_data(runs: Sequence[ReportRun]) -> dict[str, Chart]:
     """The embedded chart data: per configuration (its first repeat), the TTFT and ITL CDFs, and per chart the x
     axis they share (`Axis.to_json()`: log where the values spread over more than two decades)."""
     first = [r for r in runs if r["repeat"] == min(x["repeat"] for x in runs if x["key"] == r["key"])]
-    charts: dict[str, dict[str, Any]] = {
-        "ttft": {"title": "TTFT", "xlabel": "TTFT (ms)", "unit": "requests", "series": []},
-        "itl": {"title": "ITL", "xlabel": "inter-token latency (ms)", "unit": "token gaps", "series": []},
+    ttft_series: list[Series] = []
+    itl_series: list[Series] = []
+    charts: dict[str, Chart] = {
+        "ttft": {"title": "TTFT", "xlabel": "TTFT (ms)", "unit": "requests", "series": ttft_series},
+        "itl": {"title": "ITL", "xlabel": "inter-token latency (ms)", "unit": "token gaps", "series": itl_series},
     }
     for r in first:
         name = " ".join(x for x in r["key"] if x != "-")
         ttft, itl = latency_values(r["records"])
-        charts["ttft"]["series"].append({"name": name, **_cdf(ttft)})
-        charts["itl"]["series"].append({"name": name, **_cdf(itl)})
+        for series, values in ((ttft_series, ttft), (itl_series, itl)):
+            x, y = _cdf(values)
+            series.append({"name": name, "x": x, "y": y})
     for chart in charts.values():
         # one axis for every mode's curve, chosen by the rule `cbbench plot` uses too (axis_scale.py)
         axis = choose_axis(x for s in chart["series"] for x in s["x"])
@@ -138,7 +161,7 @@ def cdf_data(runs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     return charts
 
 
-def latency_throughput_png(rows: Sequence[Mapping[str, Any]]) -> str | None:
+def latency_throughput_png(rows: Sequence[Mapping[str, object]]) -> str | None:
     """Base64 PNG of `cbbench plot`'s latency-against-throughput panels when the rows sweep the request rate
     (drawn by the same code from the rows, through a scratch CSV); None for a run at one rate."""
     if len({str(r.get("request_rate")) for r in rows}) < 2:
@@ -163,7 +186,7 @@ def latency_throughput_png(rows: Sequence[Mapping[str, Any]]) -> str | None:
     return base64.b64encode(buf.getvalue()).decode("ascii")
 
 
-def _e(x: Any) -> str:
+def _e(x: object) -> str:
     return html.escape(str(x), quote=True)
 
 
@@ -180,10 +203,10 @@ def results_table(entries: Sequence[Entry], goodput: Mapping[str, float] | None)
     return f'<table id="results"><thead><tr>{head}</tr></thead><tbody>{"".join(body)}</tbody></table>'
 
 
-def resolved_config(runs: Sequence[Mapping[str, Any]]) -> str:
+def resolved_config(runs: Sequence[ReportRun]) -> str:
     """One row per configuration (its first repeat): every config column that any of them sets, as the row
     records it (the knobs the engine resolved, not the options typed)."""
-    rows = {r["key"]: r["row"] for r in sorted(runs, key=lambda r: -r["repeat"]) if r["row"]}
+    rows = {r["key"]: row for r in sorted(runs, key=lambda r: -r["repeat"]) if (row := r["row"])}
     cols = [c for c in CONFIG_KEY_COLUMNS if any(_given(row.get(c)) for row in rows.values())]
     head = "".join(f"<th>{_e(c)}</th>" for c in cols)
     body = "".join(
@@ -193,25 +216,27 @@ def resolved_config(runs: Sequence[Mapping[str, Any]]) -> str:
     return f'<table id="config" class="env"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>'
 
 
-def _given(v: Any) -> bool:
+def _given(v: object) -> bool:
     return v is not None and str(v) not in ("", "nan", "None")
 
 
-def _kv_table(d: Mapping[str, Any]) -> str:
+def _kv_table(d: Mapping[str, object]) -> str:
     rows = "".join(f"<tr><td>{_e(k)}</td><td>{_e(v)}</td></tr>" for k, v in d.items())
     return f'<table class="env">{rows}</table>'
 
 
-def render_html(doc: Mapping[str, Any], source: str = "") -> str:
+def render_html(doc: RunDocument, source: str = "") -> str:
     runs = runs_of(doc)
     entries: list[Entry] = [(r["key"], r["row"], None) for r in runs if r["row"] is not None]
     from cbbench.perf.metrics import parse_goodput
 
     cfg = doc.get("config") or {}
-    goodput = parse_goodput([g for item in cfg.get("goodput") or [] for g in str(item).replace(",", " ").split()])
-    wl = doc.get("workload") or {}
+    goodput = parse_goodput(
+        [g for item in as_list(cfg.get("goodput") or []) for g in str(item).replace(",", " ").split()]
+    )
+    wl = as_object(doc.get("workload") or {})
     title = (
-        table_title(wl.get("name", "?"), wl["summary"], wl.get("params") or {}, doc["rows"])
+        table_title(str(wl.get("name", "?")), as_object(wl["summary"]), as_object(wl.get("params") or {}), doc["rows"])
         if wl.get("summary")
         else source
     )
@@ -252,7 +277,7 @@ def render_html(doc: Mapping[str, Any], source: str = "") -> str:
 """
 
 
-def embed_json(data: Any) -> str:
+def embed_json(data: object) -> str:
     """`data` as JSON that can sit inside a <script> element: `<`, `>` and `&` as JSON's \\u escapes (which
     JSON.parse reads back), so no string in it (`</script>`, `<!--<script>`) can end or change the element."""
     text = json.dumps(data)

@@ -18,7 +18,7 @@ import math
 import os
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import pandas as pd
 
@@ -26,31 +26,51 @@ from cbbench.perf.report.axis_scale import choose_axis
 from cbbench.perf.report.plot_data import choose_kind, curves, load_results, not_a_sweep, plain_number, request_rates
 from cbbench.perf.results.columns import CONFIG_KEY_COLUMNS
 
+if TYPE_CHECKING:
+    import numpy as np
+    import numpy.typing as npt
+    from matplotlib.axes import Axes
+    from matplotlib.figure import Figure
+    from matplotlib.lines import Line2D
+    from matplotlib.typing import ColorType
+
 LATENCY_PANELS = (("ttft", "TTFT (ms)"), ("tpot", "TPOT (ms)"), ("e2el", "end-to-end latency (ms)"))
 
 
-def _arr(v: Any) -> Any:
+def _arr(v: pd.Series) -> npt.NDArray[np.float64]:
     import numpy as np
 
     return np.asarray(pd.to_numeric(pd.Series(v)), dtype=float)
 
 
-def _errorbars(ax: Any, x: Any, y: Any, g: pd.DataFrame, metric: str, xmetric: str | None, **style: Any) -> Any:
+def _errorbars(
+    ax: Axes,
+    x: pd.Series,
+    y: pd.Series,
+    g: pd.DataFrame,
+    metric: str,
+    xmetric: str | None,
+    *,
+    marker: str,
+    label: str,
+    color: ColorType | None = None,
+) -> Line2D:
     """A line with min-max error bars when the points have repeats, else a plain line."""
-    x, y = _arr(x), _arr(y)
+    xs, ys = _arr(x), _arr(y)
     if (g["num_repeats"] > 1).any():
-        yerr = [y - _arr(g[f"{metric}_min"]), _arr(g[f"{metric}_max"]) - y]
-        xerr = [x - _arr(g[f"{xmetric}_min"]), _arr(g[f"{xmetric}_max"]) - x] if xmetric else None
-        return ax.errorbar(x, y, yerr=yerr, xerr=xerr, capsize=3, **style)[0]
-    return ax.plot(x, y, **style)[0]
+        yerr = [ys - _arr(g[f"{metric}_min"]), _arr(g[f"{metric}_max"]) - ys]
+        xerr = [xs - _arr(g[f"{xmetric}_min"]), _arr(g[f"{xmetric}_max"]) - xs] if xmetric else None
+        bars = ax.errorbar(xs, ys, yerr=yerr, xerr=xerr, capsize=3, marker=marker, label=label, color=color)
+        return bars.lines[0]  # (the data line: the container's first item)
+    return ax.plot(xs, ys, marker=marker, label=label, color=color)[0]
 
 
-def _plot_latency(df: pd.DataFrame, axes: Sequence[Any], named: bool = False) -> str:
+def _plot_latency(df: pd.DataFrame, axes: Sequence[Axes], named: bool = False) -> str:
     df = df.assign(_rate=request_rates(df))
     for name, g in curves(df, "request_rate", named):
         g = g.sort_values("_rate")
         x = g["output_throughput"]
-        color = None
+        color: ColorType | None = None
         for ax, (m, _) in zip(axes, LATENCY_PANELS):
             line = _errorbars(
                 ax,
@@ -87,7 +107,7 @@ def _plot_latency(df: pd.DataFrame, axes: Sequence[Any], named: bool = False) ->
     return "latency against throughput across request rates"
 
 
-def _plot_sweep(df: pd.DataFrame, axes: Sequence[Any], knob: str, named: bool = False) -> str:
+def _plot_sweep(df: pd.DataFrame, axes: Sequence[Axes], knob: str, named: bool = False) -> str:
     if knob not in CONFIG_KEY_COLUMNS:
         raise ValueError(f"knob: {knob!r} is not a config column; expected one of {', '.join(CONFIG_KEY_COLUMNS)}")
     has_x = pd.to_numeric(df[knob], errors="coerce").notna()
@@ -98,7 +118,7 @@ def _plot_sweep(df: pd.DataFrame, axes: Sequence[Any], knob: str, named: bool = 
     ax_t, ax_p = axes
     for name, g in curves(flat, knob, named) if not flat.empty else []:
         # a peer without this knob (HF, another server) is one level across the whole sweep, not left out
-        color = None
+        color: ColorType | None = None
         for ax, metric in ((ax_t, "mean_ttft_ms"), (ax_p, "output_throughput")):
             color = ax.axhline(
                 float(pd.to_numeric(g[metric]).median()), linestyle=":", color=color, label=f"{name} (no {knob})"
@@ -133,7 +153,7 @@ def _plot_sweep(df: pd.DataFrame, axes: Sequence[Any], knob: str, named: bool = 
     return f"TTFT and throughput against {knob}"
 
 
-def _value_scale(ax: Any, which: str) -> None:
+def _value_scale(ax: Axes, which: str) -> None:
     """Make a value axis logarithmic, with the range and decade ticks of axis_scale.choose_axis, when the data drawn
     on it (lines and error bars) spreads over more than two decades; a linear one keeps matplotlib's own range."""
     lim = ax.dataLim
@@ -161,7 +181,7 @@ def make_figure(
     labels: Sequence[str] | None = None,
     kind: str = "auto",
     knob: str = "max_num_batched_tokens",
-) -> tuple[Any, str]:
+) -> tuple[Figure, str]:
     """The figure (the caller closes it) and the kind drawn."""
     import matplotlib
 

@@ -11,7 +11,6 @@ import json
 import math
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 import pandas as pd
 
@@ -33,7 +32,7 @@ KINDS = ("auto", "latency", "sweep")
 _NOT_A_CURVE = {"num_prompts", "seed", "model", "device", "dtype", "workload"}  # the same across a comparison
 
 
-def plain_number(v: float, _pos: Any = None) -> str:
+def plain_number(v: float, _pos: object = None) -> str:
     """A tick label without exponent or offset: 16384, 0.25, 1.5 (matplotlib's default writes 1e4 or +1.2e3)."""
     if not math.isfinite(v):
         return ""
@@ -102,7 +101,7 @@ def curves(df: pd.DataFrame, x: str, named: bool = False) -> list[tuple[str, pd.
     return out
 
 
-def _sample_params(cell: Any) -> str:
+def _sample_params(cell: object) -> str:
     """A workload_params cell less what has its own column (the request rate of a rate sweep, the seed)."""
     if not isinstance(cell, str) or not cell:
         return ""
@@ -110,7 +109,7 @@ def _sample_params(cell: Any) -> str:
     return json.dumps({k: v for k, v in params.items() if k not in CONFIG_KEY_COLUMNS}, sort_keys=True)
 
 
-def _given(v: Any) -> bool:
+def _given(v: object) -> bool:
     """A cell that holds a value (not NaN, None or ''): only those go into a curve's name."""
     return v is not None and not (isinstance(v, float) and math.isnan(v)) and str(v) not in ("", "nan", "None")
 

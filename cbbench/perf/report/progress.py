@@ -25,10 +25,19 @@ import statistics
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from types import TracebackType
+from typing import TYPE_CHECKING
 
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TaskID,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
 
 if TYPE_CHECKING:
     from cbbench.perf.records import RequestRecord
@@ -80,7 +89,7 @@ class GridEta:
         return f"{head}, {rate}" + (f", ETA {duration(left / per_s)}" if left else f", all in {duration(elapsed)}")
 
 
-def run_summary(row: Mapping[str, Any] | None) -> str:
+def run_summary(row: Mapping[str, object] | None) -> str:
     """`812 tok/s, TTFT p50 12.3 ms` from a finished run's CSV row ('' when it has none)."""
     if not row:
         return ""
@@ -147,7 +156,7 @@ class RunProgress:
         self.so_far, self.shown_at = SoFar(), -math.inf  # this run's numbers so far, and when the line last had them
         self.grid = GridEta(num_runs, clock)
         self._bar: Progress | None = None
-        self._task: Any = None
+        self._task: TaskID | None = None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
@@ -175,12 +184,14 @@ class RunProgress:
             self._thread.start()
         return self
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
         self._stop.set()
         if self._thread is not None:
             self._thread.join()
         if self._bar is not None:
-            self._bar.__exit__(*exc)
+            self._bar.__exit__(exc_type, exc, tb)
 
     def start(self, label: str, total_requests: int) -> None:
         """A run's line appears: its engine is being built and warmed up; its clock starts with `advance(0)`."""
@@ -202,7 +213,7 @@ class RunProgress:
                 self.measuring = True
                 if n == 0 and not records:
                     self.started = self.clock()
-                if self._bar is not None:
+                if self._bar is not None and self._task is not None:
                     self._bar.start_task(self._task)
             self.done += n
             self.so_far.add(records)
@@ -210,13 +221,13 @@ class RunProgress:
             numbers = None
             if self._bar is not None and now - self.shown_at >= SUMMARY_EVERY_S:
                 numbers, self.shown_at = self.so_far.summary(), now
-        if self._bar is not None:
+        if self._bar is not None and self._task is not None:
             if numbers is None:
                 self._bar.update(self._task, advance=n)
             else:
                 self._bar.update(self._task, advance=n, numbers=numbers)
 
-    def finish(self, row: Mapping[str, Any] | None, error: str | None = None) -> None:
+    def finish(self, row: Mapping[str, object] | None, error: str | None = None) -> None:
         """The run is over: its line says how it went (the row's tok/s and TTFT p50, or the error)."""
         with self._lock:
             elapsed, label, self.label = self.clock() - self.started, self.label, ""
@@ -226,7 +237,8 @@ class RunProgress:
             return
         if self._bar is not None:
             grid = f" | {self.grid.text()}" if self.num_runs > 1 else ""
-            self._bar.update(self._task, completed=self.total, numbers=summary + grid)
+            if self._task is not None:  # (its line was added by `start`)
+                self._bar.update(self._task, completed=self.total, numbers=summary + grid)
             return
         self._print(
             f"[{self.index}/{self.num_runs}] {label}: {self.done}/{self.total} requests in {elapsed:.1f} s"

@@ -10,8 +10,7 @@ from __future__ import annotations
 
 import html
 import math
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
 
 # series key (server_metrics.SERIES_KEYS, less "time"; not imported: that module needs aiohttp) -> (legend text,
 # colour, axis): KV usage is a fraction, drawn in % on its own (right) axis
@@ -24,24 +23,27 @@ LINES = {
 WIDTH, HEIGHT, PAD = 720, 220, 44  # px; PAD leaves room for the axis labels
 
 
-def _value(point: Mapping[str, Any], key: str) -> float | None:
+def _value(point: Mapping[str, object], key: str) -> float | None:
     v = point.get(key)
     if not isinstance(v, (int, float)) or isinstance(v, bool) or not math.isfinite(v):
         return None
     return float(v) * 100 if key == "kv_usage" else float(v)
 
 
-def _points(series: Sequence[Mapping[str, Any]], key: str) -> list[tuple[float, float]]:
+def _points(series: Sequence[object], key: str) -> list[tuple[float, float]]:
+    """(time, value) of each point of a JSON series that has both (a point that is not an object has neither)."""
     return [
-        (float(p["time"]), v) for p in series if (v := _value(p, key)) is not None and _value(p, "time") is not None
+        (t, v)
+        for p in series
+        if isinstance(p, Mapping) and (v := _value(p, key)) is not None and (t := _value(p, "time")) is not None
     ]
 
 
-def _scale(lo: float, hi: float, a: float, b: float) -> Any:
+def _scale(lo: float, hi: float, a: float, b: float) -> Callable[[float], float]:
     return lambda v: a + (b - a) * ((v - lo) / (hi - lo) if hi > lo else 0.5)
 
 
-def run_chart(label: str, series: Sequence[Mapping[str, Any]]) -> str:
+def run_chart(label: str, series: Sequence[object]) -> str:
     """One run's SVG ('' when no line has a point)."""
     lines = {k: pts for k in LINES if (pts := _points(series, k))}
     if not lines:
@@ -78,7 +80,7 @@ def run_chart(label: str, series: Sequence[Mapping[str, Any]]) -> str:
     )
 
 
-def server_metrics_html(doc: Mapping[str, Any]) -> str:
+def server_metrics_html(doc: Mapping[str, object]) -> str:
     """The report's section of /metrics charts, one per HTTP run with a series ('' when the JSON has none)."""
     runs = doc.get("server_metrics")
     if not isinstance(runs, Mapping):

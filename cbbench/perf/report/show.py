@@ -12,12 +12,14 @@ import json
 import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
 
 from rich.console import Console
 
+from cbbench.perf.json_values import JSONValue, as_object
 from cbbench.perf.report.table import (
     Entry,
+    TableRow,
+    TableWorkload,
     print_perf_table,
     ratio_record,
     ratios,
@@ -32,13 +34,15 @@ FORMATS = ("text", "markdown", "json")
 class SavedWorkload:
     """What the table's title needs from a workload, read back from a run JSON's `workload` (or a CSV row)."""
 
-    def __init__(self, doc: Mapping[str, Any] | None, row: Mapping[str, Any]) -> None:
+    def __init__(self, doc: Mapping[str, JSONValue] | None, row: TableRow) -> None:
         doc = dict(doc or {})
-        self.name = doc.get("name") or str(row.get("workload") or "?")
-        self.params = doc.get("params") or {}
-        self._summary = doc.get("summary")
+        name = doc.get("name")
+        self.name = name if isinstance(name, str) and name else str(row.get("workload") or "?")
+        self.params: Mapping[str, object] = as_object(doc.get("params") or {})
+        summary = doc.get("summary")
+        self._summary = summary if isinstance(summary, dict) else None
 
-    def summary(self) -> Mapping[str, Any]:
+    def summary(self) -> Mapping[str, object]:
         nan = math.nan
         return self._summary or {
             "num_requests": "?",
@@ -50,7 +54,7 @@ class SavedWorkload:
         }
 
 
-def labels_of_rows(rows: Sequence[Mapping[str, Any]], record_labels: Sequence[str]) -> list[tuple[str, str, str]]:
+def labels_of_rows(rows: Sequence[TableRow], record_labels: Sequence[str]) -> list[tuple[str, str, str]]:
     """The table key of each row: from the run JSON's record labels when it holds one per row, else built."""
     if len(record_labels) >= len(rows):  # an interrupt may leave the JSON one run ahead: the extra one is last
         keys = []
@@ -73,11 +77,11 @@ def saved_entries(csv_path: str | Path) -> tuple[list[Entry], SavedWorkload]:
     """The table entries of a results CSV (checked by `read_rows`) and its workload, from the JSON when present."""
     from cbbench.perf.results.rows import read_rows  # not pandas: `show` must start fast
 
-    rows = [
+    rows: list[TableRow] = [
         {k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in r.items()} for r in read_rows(csv_path)
     ]
     json_path = Path(csv_path).with_suffix(".json")
-    doc: dict[str, Any] = {}
+    doc: object = {}
     if json_path.is_file():
         from cbbench.perf.results.run_json import read_run
 
@@ -94,7 +98,7 @@ def saved_entries(csv_path: str | Path) -> tuple[list[Entry], SavedWorkload]:
 def render(
     console: Console,
     entries: Sequence[Entry],
-    workload: Any,
+    workload: TableWorkload,
     fmt: str,
     goodput: Mapping[str, float] | None = None,
     *,
@@ -137,7 +141,7 @@ def _markdown(
     (a CI step summary renders both); off for a person reading it on a terminal, who would see the escapes."""
     from cbbench.perf.results.gate import _md as escaped
 
-    def _md(x: Any) -> str:
+    def _md(x: object) -> str:
         return escaped(x) if escape else " ".join(str(x).splitlines()).replace("|", "\\|")
 
     cols = [c for c in table_columns(entries, goodput=goodput, steady_state=steady_state) if not c.empty]

@@ -21,7 +21,7 @@ import os
 import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Protocol, TypedDict
 
 from rich.cells import cell_len
 from rich.console import Console, Group, JustifyMethod, RenderableType
@@ -30,13 +30,53 @@ from rich.table import Table
 from rich.text import Text
 
 from cbbench.perf.client_lag import lag_line
+from cbbench.perf.json_values import JSONObject
 from cbbench.perf.report.table_title import cell_number, simulated_heading, table_title
 from cbbench.perf.stats import RATIO_CONFIDENCE, Shift, describe_ratio, ratio_interval, repeats_for_interval
 from cbbench.perf.steady_state import NOTE_COLUMN
 from refengine.sim.sim_device import DeviceSpec
 
 Key = tuple[str, str, str]  # engine, batching, knob label
-Entry = tuple[Key, Mapping[str, Any] | None, str | None]  # key, CSV row (None if failed), error
+# A results row as the table reads it: by column name, each cell a number, text or empty (a row `make_row` made, one
+# `read_rows` read back, or one `--resume` kept as written): `cell_number` reads a metric, `str()` a name.
+TableRow = Mapping[str, object]
+Entry = tuple[Key, TableRow | None, str | None]  # key, CSV row (None if failed), error
+
+
+class ReportRun(TypedDict):
+    """One measured run as `cbbench report` draws it (html.py's `runs_of`; its slot timeline, timeline_svg.py): its
+    label and its parts, its CSV row, its request records and its steps (their JSON entries, perf/records.py)."""
+
+    label: str
+    key: Key
+    repeat: int
+    row: TableRow | None
+    records: list[JSONObject]
+    steps: list[JSONObject]
+
+
+class TableWorkload(Protocol):
+    """What the table's title needs of a workload (a `workloads.Workload`, or show.py's `SavedWorkload`)."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def params(self) -> Mapping[str, object]: ...
+
+    def summary(self) -> Mapping[str, object]: ...
+
+
+class RatioRecord(TypedDict):
+    """A ratio as the JSON outputs hold it (`ratio_record`)."""
+
+    ratio: float
+    low: float | None
+    high: float | None
+    within_noise: bool | None
+    runs: list[int]
+    text: str
+
 
 PERCENT = "percent"  # a COLUMNS format: `percent(v)`
 # (header, row key, format, priority): a narrow terminal drops the highest priority number first
@@ -109,7 +149,7 @@ def summarise(
 ) -> tuple[dict[Key, dict[str, float]], dict[Key, str]]:
     """Per key: the median of every metric over its repeats (+ spread of output_throughput), the steady-state
     figures too when asked; failures by key."""
-    by_key: dict[Key, list[Mapping[str, Any]]] = {}
+    by_key: dict[Key, list[TableRow]] = {}
     failed: dict[Key, str] = {}
     for key, row, error in entries:
         if row is None:
@@ -158,7 +198,7 @@ def ratios(entries: Sequence[Entry]) -> tuple[dict[Key, Shift], dict[Key, Shift]
     return vs_static, cont_vs_peer
 
 
-def ratio_record(s: Shift) -> dict[str, Any]:
+def ratio_record(s: Shift) -> RatioRecord:
     """A ratio as the JSON outputs hold it: estimate, interval (null without one), runs, and whether within noise."""
     return {
         "ratio": s.ratio,
@@ -356,7 +396,7 @@ def _name(key: Key) -> str:
 def client_lines(entries: Sequence[Entry], *, steady_state: bool = False) -> list[str]:
     """Per configuration: its client lagged (perf/client_lag.py), and, when the steady-state figures were asked
     for, why a run has none."""
-    rows: dict[Key, list[Mapping[str, Any]]] = {}
+    rows: dict[Key, list[TableRow]] = {}
     for key, row, _ in entries:
         if row is not None:
             rows.setdefault(key, []).append(row)
@@ -388,15 +428,13 @@ def graphed_lines(entries: Sequence[Entry]) -> list[str]:
 
 def render_perf_table(
     entries: Sequence[Entry],
-    workload: Any,
+    workload: TableWorkload,
     *,
     width: int | None = None,
     goodput: Mapping[str, float] | None = None,
     steady_state: bool = False,
 ) -> Group:
-    title = table_title(
-        workload.name, workload.summary(), getattr(workload, "params", {}) or {}, [row for _, row, _ in entries if row]
-    )
+    title = table_title(workload.name, workload.summary(), workload.params or {}, [row for _, row, _ in entries if row])
     cols, widths, dropped = fit_columns(table_columns(entries, goodput=goodput, steady_state=steady_state), width)
     lines = []
     if dropped:
@@ -408,7 +446,7 @@ def render_perf_table(
 def print_perf_table(
     console: Console,
     entries: Sequence[Entry],
-    workload: Any,
+    workload: TableWorkload,
     *,
     goodput: Mapping[str, float] | None = None,
     steady_state: bool = False,
@@ -432,7 +470,7 @@ def _measure(table: RenderableType) -> Measurement:
     return Measurement.get(console, console.options, table)
 
 
-def _device(row: Mapping[str, Any]) -> DeviceSpec:
+def _device(row: TableRow) -> DeviceSpec:
     """The device a results row ran on (a name no longer known reads as neither CPU, CUDA nor simulated)."""
     name = str(row.get("device") or "")
     try:

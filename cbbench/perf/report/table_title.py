@@ -7,20 +7,22 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import SupportsFloat, SupportsIndex
 
 from refengine.sim.sim_device import DeviceSpec
 
 
-def cell_number(v: Any) -> float:
+def cell_number(v: object) -> float:
     """A CSV or row value as a float; nan for an empty or non-numeric cell."""
+    if not isinstance(v, (SupportsFloat, SupportsIndex, str, bytes)):
+        return math.nan  # (what float() refuses with a TypeError: None, a list, ...)
     try:
         return float(v)
-    except (TypeError, ValueError):
+    except ValueError:
         return math.nan
 
 
-def describe_arrivals(params: Mapping[str, Any], rows: Sequence[Mapping[str, Any]] = ()) -> str:
+def describe_arrivals(params: Mapping[str, object], rows: Sequence[Mapping[str, object]] = ()) -> str:
     """The request rate as the title says it: offline, Poisson at R/s, gamma arrivals with their burstiness, or the
     rates of a sweep (when the rows hold several)."""
     rates = sorted({v for v in (cell_number(r.get("request_rate")) for r in rows) if not math.isnan(v)})
@@ -33,18 +35,19 @@ def describe_arrivals(params: Mapping[str, Any], rows: Sequence[Mapping[str, Any
     return f"request rate {rate:g}/s ({kind})"
 
 
-def simulated_heading(rows: Sequence[Mapping[str, Any]]) -> str:
+def simulated_heading(rows: Sequence[Mapping[str, object]]) -> str:
     """ "simulated H200 (cost model <version>, bfloat16)" when the rows ran on a `sim:<gpu>` device, else ""."""
     devices = ((r, DeviceSpec.parse(str(r.get("device") or "cpu"))) for r in rows)
     sim, device = next(((r, d) for r, d in devices if d.simulated), (None, None))
     if sim is None or device is None:
         return ""
     opts = sim.get("run_options") or "{}"
-    version = (json.loads(opts) if isinstance(opts, str) else opts).get("cost_model", "?")
+    parsed = json.loads(opts) if isinstance(opts, str) else opts
+    version = parsed.get("cost_model", "?") if isinstance(parsed, Mapping) else "?"
     return f"{device.label} (cost model {version}, {sim.get('dtype')})"
 
 
-def model_heading(rows: Sequence[Mapping[str, Any]]) -> str:
+def model_heading(rows: Sequence[Mapping[str, object]]) -> str:
     """ "llama-3.1-70b, tensor parallel 4": the model when the rows share one, and the tensor-parallel size(s) when a
     row splits the model over GPUs ("" for neither)."""
     models = {
@@ -58,7 +61,7 @@ def model_heading(rows: Sequence[Mapping[str, Any]]) -> str:
 
 
 def table_title(
-    name: str, summary: Mapping[str, Any], params: Mapping[str, Any], rows: Sequence[Mapping[str, Any]] = ()
+    name: str, summary: Mapping[str, object], params: Mapping[str, object], rows: Sequence[Mapping[str, object]] = ()
 ) -> str:
     s = summary
     sim, model = simulated_heading(rows), model_heading(rows)

@@ -12,11 +12,18 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, cast
 
 import numpy as np
 
 from refengine.sim.sim_device import DeviceSpec
+
+if TYPE_CHECKING:
+    from matplotlib.axes import Axes
+    from matplotlib.colors import Colormap
+    from matplotlib.figure import Figure
+
+    from refengine.engine.step_stats import StepStats
 
 TIMELINE_PROMPT_LENS = (8, 40, 16, 24, 8, 32, 12, 48, 8, 20, 16, 28)  # varied, so the modes differ visibly
 TIMELINE_OUTPUT_LENS = (4, 16, 2, 10, 24, 3, 12, 6, 18, 2, 8, 14)
@@ -30,21 +37,31 @@ class Cell:
     kind: str  # "prefill" | "decode" | "held" (static: finished, slot not yet free) | "idle" (admitted, not scheduled)
 
 
-def _step_view(s: Any) -> tuple[list[str], list[str], list[str], dict[str, int | None]]:
-    """(scheduled, running, prefill ids, batch id per request) of a StepStats or of a step dict from a run's JSON
-    (a `StepRecord` as the JSON stores it, perf/records.py: one `batch_id` stands for every request of the step)."""
-    if isinstance(s, Mapping):
-        present = [*s["scheduled_req_ids"], *s["running_req_ids"]]
-        return (
-            s["scheduled_req_ids"],
-            s["running_req_ids"],
-            s.get("prefill_req_ids") or [],
-            dict.fromkeys(present, s.get("batch_id")),
-        )
-    return s.scheduled_req_ids, s.running_req_ids, s.prefill_req_ids, s.batch_ids
+@dataclass(frozen=True)
+class StepView:
+    """What the slots are read from, of one step: its scheduled, running and prefill request ids and the static batch
+    of each request present (None outside static batching)."""
+
+    scheduled: list[str]
+    running: list[str]
+    prefill: list[str]
+    batch_ids: Mapping[str, int | None]
+
+    @classmethod
+    def of(cls, s: StepView | StepStats | Mapping[str, object]) -> StepView:
+        """The view of a StepStats or of a step dict from a run's JSON (a `StepRecord` as the JSON stores it,
+        perf/records.py: one `batch_id` stands for every request of the step)."""
+        if isinstance(s, StepView):
+            return s
+        if isinstance(s, Mapping):  # (a run JSON's lists of ids, as written)
+            scheduled, running = cast(list[str], s["scheduled_req_ids"]), cast(list[str], s["running_req_ids"])
+            present = [*scheduled, *running]
+            prefill = cast(list[str], s.get("prefill_req_ids") or [])
+            return cls(scheduled, running, prefill, dict.fromkeys(present, cast(int | None, s.get("batch_id"))))
+        return cls(s.scheduled_req_ids, s.running_req_ids, s.prefill_req_ids, s.batch_ids)
 
 
-def assign_slots(steps: Sequence[Any], max_num_seqs: int) -> list[Cell]:
+def assign_slots(steps: Sequence[StepView | StepStats | Mapping[str, object]], max_num_seqs: int) -> list[Cell]:
     """Slot occupancy per step, from StepStats (or the JSON's step dicts) alone: scheduled / running / prefill
     request ids and batch ids.
 
@@ -56,7 +73,8 @@ def assign_slots(steps: Sequence[Any], max_num_seqs: int) -> list[Cell]:
     cells: list[Cell] = []
     free = list(range(max_num_seqs))
     for i, step in enumerate(steps):
-        scheduled_ids, running_ids, prefill_ids, batch_ids = _step_view(step)
+        view = StepView.of(step)
+        scheduled_ids, running_ids, prefill_ids, batch_ids = view.scheduled, view.running, view.prefill, view.batch_ids
         running = set(running_ids)
         present = set(scheduled_ids) | running
         for rid in [r for r in slot_of if r not in present and r not in batch_of]:
@@ -104,7 +122,7 @@ def run_mode(
     output_lens: Sequence[int],
     max_num_seqs: int,
     seed: int,
-) -> list[Any]:
+) -> list[StepStats]:
     """Run the requests through one engine; returns its StepStats."""
     from refengine import LLMEngine, SamplingParams
 
@@ -174,7 +192,7 @@ def run_timeline(
     return out, util
 
 
-def _draw_cells(ax: Any, cells: Sequence[Cell], cmap: Any) -> None:  # (matplotlib objects: untyped here)
+def _draw_cells(ax: Axes, cells: Sequence[Cell], cmap: Colormap) -> None:
     """One mode's row of the figure: a bar per (slot, step), coloured by request, styled by what the slot did."""
     for c in cells:
         color = cmap(int(c.request_id) % 20)
@@ -196,7 +214,7 @@ def _draw_cells(ax: Any, cells: Sequence[Cell], cmap: Any) -> None:  # (matplotl
                 ax.text(c.step + 0.5, c.slot, c.request_id, ha="center", va="center", fontsize=6)
 
 
-def _legend(fig: Any) -> None:
+def _legend(fig: Figure) -> None:
     from matplotlib.patches import Patch
 
     fig.legend(

@@ -12,11 +12,11 @@ from __future__ import annotations
 import html
 import math
 import zlib
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Sequence
 
-from cbbench.perf.report.table import percent
-from cbbench.perf.report.timeline import Cell, assign_slots
+from cbbench.perf.report.table import ReportRun, TableRow, percent
+from cbbench.perf.report.table_title import cell_number
+from cbbench.perf.report.timeline import Cell, StepView, assign_slots
 
 # kind -> (how much of the request's colour shows, legend text); "held" is drawn in HELD_GREY whatever the request
 KINDS = {
@@ -60,24 +60,26 @@ def cell_fill(rgb: Sequence[float], kind: str) -> str:
 
 def _stretches(cells: Sequence[Cell]) -> list[tuple[int, int, int, str, str]]:
     """(slot, first step, last step + 1, request id, kind): consecutive steps of one request and kind merged."""
-    out: list[list[Any]] = []
-    last: dict[int, list[Any]] = {}
+    out: list[tuple[int, int, int, str, str]] = []
+    last: dict[int, int] = {}  # slot -> the index in `out` of its last stretch
     for c in sorted(cells, key=lambda c: (c.slot, c.step)):
-        run = last.get(c.slot)
-        if run and run[2] == c.step and run[3] == c.request_id and run[4] == c.kind:
-            run[2] += 1
+        i = last.get(c.slot)
+        if i is not None and out[i][2] == c.step and out[i][3] == c.request_id and out[i][4] == c.kind:
+            slot, first, end, rid, kind = out[i]
+            out[i] = (slot, first, end + 1, rid, kind)
         else:
-            last[c.slot] = run = [c.slot, c.step, c.step + 1, c.request_id, c.kind]
-            out.append(run)
-    return [tuple(r) for r in out]
+            last[c.slot] = len(out)
+            out.append((c.slot, c.step, c.step + 1, c.request_id, c.kind))
+    return out
 
 
-def run_svg(run: Mapping[str, Any], max_num_seqs: int, colours: Sequence[tuple[float, float, float]]) -> str:
+def run_svg(run: ReportRun, max_num_seqs: int, colours: Sequence[tuple[float, float, float]]) -> str:
     """One run's timeline: slots down, engine steps across. No more slots can be used than there are requests, so a
     huge max_num_seqs (1e12 in a hand-edited JSON) draws only those."""
-    ids = {rid for s in run["steps"] for rid in (s.get("scheduled_req_ids") or []) + (s.get("running_req_ids") or [])}
+    views = [StepView.of(s) for s in run["steps"]]
+    ids = {rid for v in views for rid in (*v.scheduled, *v.running)}
     max_num_seqs = min(max_num_seqs, max(len(ids), 1))
-    cells = assign_slots(run["steps"], max_num_seqs)
+    cells = assign_slots(views, max_num_seqs)
     steps = len(run["steps"])
     seqs = max([max_num_seqs, *(c.slot + 1 for c in cells)])
     stretches = _stretches(cells)
@@ -134,13 +136,9 @@ def aggregate_svg(cells: Sequence[Cell], steps: int, seqs: int) -> str:
     )
 
 
-def slot_use(row: Mapping[str, Any] | None) -> str:
+def slot_use(row: TableRow | None) -> str:
     """The table's slot-use figure for this run ('' when the row has none)."""
-    value: Any = (row or {}).get("mean_slot_utilisation")  # None, a number, or a CSV's text: float() decides
-    try:
-        v = float(value)
-    except (TypeError, ValueError):
-        return ""
+    v = cell_number((row or {}).get("mean_slot_utilisation"))  # None, a number, or a CSV's text
     return f"slot util {percent(v)}" if math.isfinite(v) else ""
 
 
@@ -153,34 +151,32 @@ def legend_html() -> str:
     return f'<p class="legend" id="timeline-legend">{items}; each request has its own colour, its id on hover</p>'
 
 
-def timeline_html(runs: Sequence[Mapping[str, Any]]) -> str | None:
+def timeline_html(runs: Sequence[ReportRun]) -> str | None:
     """Every refengine run's first repeat whose steps carry request ids, with the legend; None if there is none."""
     drawn = [
-        r
+        (r, row)
         for r in runs
         if r["repeat"] == 0
         and r["steps"]
         and "scheduled_req_ids" in r["steps"][0]
-        and r["row"]
-        and _int(r["row"].get("max_num_seqs")) >= 1
+        and (row := r["row"])
+        and _int(row.get("max_num_seqs")) >= 1
     ]
     if not drawn:
         return None
     colours = palette()
     parts = [legend_html()]
-    for r in drawn:
+    for r, row in drawn:
         name = " ".join(x for x in r["key"] if x != "-")
-        svg = run_svg(r, _int(r["row"]["max_num_seqs"]), colours)
+        svg = run_svg(r, _int(row["max_num_seqs"]), colours)
         aggregated = "slots per kind, mean over bins of steps" if "aggregated" in svg[:40] else ""
-        heading = ", ".join(x for x in (f"{len(r['steps'])} steps", slot_use(r["row"]), aggregated) if x)
+        heading = ", ".join(x for x in (f"{len(r['steps'])} steps", slot_use(row), aggregated) if x)
         parts.append(
             f'<figure class="run-timeline"><figcaption>{html.escape(name)}: {heading}</figcaption>{svg}</figure>'
         )
     return "".join(parts)
 
 
-def _int(v: Any) -> int:
-    try:
-        return int(float(v))
-    except (TypeError, ValueError):
-        return 0
+def _int(v: object) -> int:
+    f = cell_number(v)
+    return 0 if math.isnan(f) else int(f)  # (inf: OverflowError, as int(float("inf")) raises)

@@ -10,7 +10,7 @@ alone: a spreadsheet reads them as numbers, never as formulas.
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import overload
 
 FORMULA_STARTS = ("=", "+", "-", "@")  # what a spreadsheet takes for the start of a formula
 TEXT_MARK = "'"
@@ -24,7 +24,7 @@ def _is_number(s: str) -> bool:
     return True
 
 
-def neutralise(v: Any) -> Any:
+def neutralise(v: object) -> object:
     """The cell to write for `v`: non-finite floats as "inf" / "nan" (pandas reads them back), formula-like text
     marked as text."""
     if isinstance(v, float) and not math.isfinite(v):
@@ -34,7 +34,11 @@ def neutralise(v: Any) -> Any:
     return v
 
 
-def restore(v: Any) -> Any:
+@overload
+def restore(v: str) -> str: ...
+@overload
+def restore(v: object) -> object: ...
+def restore(v: object) -> object:
     """The string `neutralise` was given (cells that are not text pass through)."""
     if isinstance(v, str) and v.startswith(TEXT_MARK):
         return v[1:]

@@ -2,10 +2,12 @@
 
 `schema_version` is the first column and changes whenever a column is added, removed or renamed, so `compare`
 never matches columns by accident. A configuration is `CONFIG_KEY_COLUMNS` plus the workload's params
-(`KEY_NAMES`); the metrics are `METRIC_COLUMNS`.
+(`KEY_NAMES`); the metrics are `METRIC_COLUMNS`. A row's cells are typed as `ResultRow` says (`Cell`, `Empty`).
 """
 
 from __future__ import annotations
+
+from typing import TypedDict
 
 from cbbench.perf.client_lag import CLIENT_COLUMNS
 from cbbench.perf.metrics import stat_keys
@@ -120,3 +122,52 @@ def upgrade_lines(lines: list[list[str]]) -> list[list[str]] | None:
             out.append(cells)
         return out
     return None
+
+
+# One cell of a results row: as `schema.make_row` made it (None where nothing was measured or known), as
+# `rows.read_rows` reads it back (each column typed as pandas types it: whole numbers as ints, an empty cell NaN), or
+# the text written in the file (the rows `--resume` keeps as they were written).
+Cell = str | int | float | bool | None
+# An empty cell: None in a row just made, NaN (a float) once read back.
+Empty = float | None
+
+
+class ResultRow(TypedDict):
+    """One row of a results CSV: its cells other than the metrics, by name, typed as `make_row` makes them and
+    `read_rows` reads them back (an empty cell is `Empty`; a number column pandas reads as floats holds floats). The
+    metric columns (METRIC_COLUMNS, and any percentile in `extra`) hold numbers, read by name with `rows.number`."""
+
+    schema_version: int
+    label: str | Empty
+    engine: str
+    model: str
+    device: str
+    dtype: str | Empty
+    workload: str
+    num_prompts: float | None
+    seed: float | None
+    request_rate: float | None
+    burstiness: float | None
+    batching: str | Empty
+    max_num_seqs: float | None
+    max_num_batched_tokens: float | None
+    block_size: float | None
+    num_gpu_blocks: float | None
+    num_cpu_blocks: float | None
+    enable_chunked_prefill: bool | Empty
+    long_prefill_token_threshold: float | None
+    enable_prefix_caching: bool | Empty
+    preemption_mode: str | Empty
+    policy: str | Empty
+    priority_preemption: bool | Empty
+    attention_backend: str | Empty
+    tensor_parallel_size: float | None
+    arm: str | Empty
+    repeat: int
+    workload_params: str  # JSON: the workload's parameters
+    steady_state_note: str | Empty
+    git_sha: str | Empty
+    timestamp: str | Empty
+    command: str | Empty
+    run_options: str | Empty  # JSON: what shaped the run without defining its configuration (plan_id, warmup, ...)
+    extra: str | Empty  # JSON: the metrics that are not columns

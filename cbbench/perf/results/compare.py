@@ -45,13 +45,20 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import Mapping, Sequence
-from typing import Any
 
 from rich.console import Console
 from rich.text import Text
 
 from cbbench.perf.results.files import file_error_line
-from cbbench.perf.results.gate import FORMATS, gate_tolerances, render_json, render_markdown, render_table
+from cbbench.perf.results.gate import (
+    FORMATS,
+    CompareSummary,
+    ComparisonRow,
+    gate_tolerances,
+    render_json,
+    render_markdown,
+    render_table,
+)
 from cbbench.perf.results.matching import (
     cell_text,
     check_finite,
@@ -61,7 +68,7 @@ from cbbench.perf.results.matching import (
     label,
     samples_by_key,
 )
-from cbbench.perf.results.rows import Row, as_rows, read_rows, with_extra_metrics
+from cbbench.perf.results.rows import Records, Row, as_rows, number, read_rows, with_extra_metrics
 
 # (the tolerance rules are tolerances.py's; importable from here too, as they always were)
 from cbbench.perf.results.tolerances import (
@@ -106,16 +113,20 @@ class NoCommonConfigs(ValueError):
     """The two files share no configuration: nothing was compared, which is never a pass."""
 
 
+# One side of a comparison: a results CSV, or its rows (a DataFrame, or mappings as `rows.read_rows` gives them).
+Source = str | os.PathLike[str] | Records | Sequence[Mapping[str, object]]
+
+
 def compare(
-    baseline_csv: str | os.PathLike[str] | Any,
-    new_csv: str | os.PathLike[str] | Any,
+    baseline_csv: Source,
+    new_csv: Source,
     tolerances: Mapping[str, float | None] | None = None,
     *,
     fail_on_missing: bool = True,
     ignore_key: Sequence[str] = (),
     where: Sequence[str] = (),
     confidence: float = DEFAULT_CONFIDENCE,
-) -> tuple[list[dict[str, Any]], bool]:
+) -> tuple[list[ComparisonRow], bool]:
     """Compare each configuration's repeats: with the U test where both sides hold enough of them, else their
     medians against the tolerances (module docstring); returns (table rows, regressed). Each side is a results
     CSV or its rows (a DataFrame, or dicts as `rows.read_rows` gives them).
@@ -145,15 +156,26 @@ def compare(
     keys = list(base) + [k for k in new if k not in base]
     samples = [samples_by_key(df, metrics, ignored) for df in frames]
     alpha = (1 - confidence) / max(1, len(metrics) * len(set(base) & set(new)))  # Bonferroni, as the gate
-    rows: list[dict[str, Any]] = []
+    rows: list[ComparisonRow] = []
     regressed = False
     for key in keys:
         name = label(key, keys)
         if key not in new or key not in base:
             status = "missing in new" if key not in new else "new config"
             regressed |= status == "missing in new" and fail_on_missing
-            nan = dict.fromkeys(_VALUES, math.nan)
-            rows.append({"config": name, "metric": "", "direction": "", **nan, "status": status})
+            nan = math.nan  # (a configuration's line has no numbers)
+            rows.append(
+                {
+                    "config": name,
+                    "metric": "",
+                    "direction": "",
+                    "baseline": nan,
+                    "new": nan,
+                    "change": nan,
+                    "tolerance": nan,
+                    "status": status,
+                }
+            )
             continue
         b, n = base[key], new[key]
         for m in metrics:
@@ -165,36 +187,42 @@ def compare(
     return rows, regressed
 
 
-_VALUES = ("baseline", "new", "change", "tolerance")  # a row's numbers (NaN in a configuration's missing row)
-
-
-def _frames(sources: tuple[Any, ...], metrics: Sequence[str], where: Sequence[str]) -> list[list[Row]]:
+def _frames(sources: tuple[Source, Source], metrics: Sequence[str], where: Sequence[str]) -> list[list[Row]]:
     """Each side as rows: read (a CSV path, or rows already read), its `extra` metrics as columns, checked finite,
     filtered by `where` (a metric only some `extra` cells know, or none, reads as NaN: `aggregate_rows` gets a
     missing key as NaN)."""
-    is_file = [isinstance(x, (str, os.PathLike)) for x in sources]
-    frames = [with_extra_metrics(read_rows(x) if f else as_rows(x)) for x, f in zip(sources, is_file)]
-    for table, x, f in zip(frames, sources, is_file):
-        check_finite(table, metrics, x if f else "a results table")
+    frames = [with_extra_metrics(_read(x)) for x in sources]
+    for table, x in zip(frames, sources):
+        check_finite(table, metrics, x if isinstance(x, (str, os.PathLike)) else "a results table")
     return [filter_rows(table, where, side) for table, side in zip(frames, ("baseline", "new"))]
 
 
-def _compare_metric(m: str, b: Mapping[str, Any], n: Mapping[str, Any], tol: float) -> dict[str, Any]:
-    bv, nv = float(b[m]), float(n[m])
+def _read(source: Source) -> Sequence[Mapping[str, object]]:
+    return read_rows(source) if isinstance(source, (str, os.PathLike)) else as_rows(source)
+
+
+def _spread(row: Row, key: str) -> float:
+    """An aggregate's min or max as it is (an int column's stays an int, as the JSON shows it)."""
+    v = row[key]
+    return v if isinstance(v, (int, float)) and not isinstance(v, bool) else number(v)
+
+
+def _compare_metric(m: str, b: Row, n: Row, tol: float) -> ComparisonRow:
+    bv, nv = number(b[m]), number(n[m])
     d = direction(m)
-    row = {
+    row: ComparisonRow = {
         "metric": m,
         "direction": d,
         "baseline": bv,
         "new": nv,
         "tolerance": tol,
-        "baseline_min": b[f"{m}_min"],
-        "baseline_max": b[f"{m}_max"],
-        "new_min": n[f"{m}_min"],
-        "new_max": n[f"{m}_max"],
+        "baseline_min": _spread(b, f"{m}_min"),
+        "baseline_max": _spread(b, f"{m}_max"),
+        "new_min": _spread(n, f"{m}_min"),
+        "new_max": _spread(n, f"{m}_max"),
     }
     if math.isnan(bv) or math.isnan(nv):
-        row.update(change=math.nan, status="n/a" if math.isnan(bv) else "missing in new")
+        row.update({"change": math.nan, "status": "n/a" if math.isnan(bv) else "missing in new"})
         return row
     row["change"] = (nv - bv) / abs(bv) if bv != 0 else (0.0 if nv == bv else math.copysign(math.inf, nv - bv))
     worse = nv < bv * (1 - tol) if d == HIGHER else nv > bv * (1 + tol)
@@ -216,10 +244,10 @@ def _compare_metric(m: str, b: Mapping[str, Any], n: Mapping[str, Any], tol: flo
     return row
 
 
-def _test_metric(row: dict[str, Any], b: list[float], n: list[float], tol: float, alpha: float) -> None:
+def _test_metric(row: ComparisonRow, b: list[float], n: list[float], tol: float, alpha: float) -> None:
     """Decide `row` with the U test instead of the tolerance rule, when both sides have repeats enough for the
     test to reach `alpha` and every value has a log; otherwise leave the rule's status and say why."""
-    row.update(test=BY_TOLERANCE, alpha=alpha)
+    row.update({"test": BY_TOLERANCE, "alpha": alpha})
     if row["status"] in ("n/a", "missing in new"):
         return
     if min(len(b), len(n)) < 2 or 1 / math.comb(len(b) + len(n), len(b)) > alpha:
@@ -242,10 +270,20 @@ def _test_metric(row: dict[str, Any], b: list[float], n: list[float], tol: float
         status = "small change"
     else:
         status = "ok"
-    row.update(status=status, test=TESTED, ratio=s.ratio, low=s.low, high=s.high, p_worse=p_worse, unseen=unseen)
+    row.update(
+        {
+            "status": status,
+            "test": TESTED,
+            "ratio": s.ratio,
+            "low": s.low,
+            "high": s.high,
+            "p_worse": p_worse,
+            "unseen": unseen,
+        }
+    )
 
 
-def repeats_note(rows: Sequence[Mapping[str, Any]], confidence: float = DEFAULT_CONFIDENCE) -> str:
+def repeats_note(rows: Sequence[ComparisonRow], confidence: float = DEFAULT_CONFIDENCE) -> str:
     """How the statuses were decided, in one sentence: by the U test, by the tolerances because the repeats were
     too few for it (and how many it needs), or some of each."""
     judged = [r for r in rows if r.get("test") in (TESTED, BY_TOLERANCE) and r.get("metric")]
@@ -266,7 +304,7 @@ def repeats_note(rows: Sequence[Mapping[str, Any]], confidence: float = DEFAULT_
     return f"{tested} of {len(judged)} decided by the {how}; the rest ({fallback.partition(': ')[2]})"
 
 
-def inconclusive(rows: Sequence[Mapping[str, Any]], regressed: bool) -> bool:
+def inconclusive(rows: Sequence[ComparisonRow], regressed: bool) -> bool:
     return not regressed and any(r["status"] == "inconclusive" for r in rows)
 
 
@@ -321,8 +359,11 @@ def main_compare(
         console.file.write(render_markdown(rows, summary, only_changes=only_changes))
     else:
         names = [
-            f"{summary[side]} ({summary[side + '_label']})" if summary[side + "_label"] else summary[side]
-            for side in ("baseline", "new")
+            f"{path} ({label})" if label else path
+            for path, label in (
+                (summary["baseline"], summary["baseline_label"]),
+                (summary["new"], summary["new_label"]),
+            )
         ]
         console.print(render_table(rows, title=f"{names[0]} -> {names[1]}", only_changes=only_changes))
         if sources:
@@ -337,13 +378,13 @@ def main_compare(
 
 
 def _summary(
-    rows: list[dict[str, Any]],
+    rows: list[ComparisonRow],
     regressed: bool,
     baseline: str | os.PathLike[str],
     new: str | os.PathLike[str],
     sources: list[str],
     confidence: float = DEFAULT_CONFIDENCE,
-) -> dict[str, Any]:
+) -> CompareSummary:
     """The verdict of a comparison, in words and counts, with what was compared (`--format json`'s summary)."""
     common = len({r["config"] for r in rows if r["metric"]})
     n_bad = sum(r["status"] in ("regressed", "missing in new") for r in rows)

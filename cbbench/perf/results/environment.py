@@ -7,8 +7,8 @@ import platform
 import subprocess
 from importlib import metadata
 from pathlib import Path
-from typing import Any
 
+from cbbench.perf.json_values import JSONValue
 from refengine.sim.sim_device import DeviceSpec
 
 
@@ -38,9 +38,9 @@ def _version(dist: str) -> str | None:
         return None
 
 
-def environment_info(device: str | None = None) -> dict[str, Any]:
+def environment_info(device: str | None = None) -> dict[str, JSONValue]:
     """Git sha, package versions, host and device; torch is imported only to name a CUDA device."""
-    info: dict[str, Any] = {
+    info: dict[str, JSONValue] = {
         "git_sha": git_revision(),
         "python": platform.python_version(),
         "platform": platform.platform(),

@@ -17,10 +17,11 @@ import tempfile
 from collections.abc import Mapping, Sequence
 from glob import escape as glob_escape
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 if TYPE_CHECKING:  # imported where used: `compare` and `show` read with rows.py and start fast
     import pandas as pd
+
 
 from cbbench.perf.results.cells import neutralise, restore
 from cbbench.perf.results.columns import COLUMNS, METRIC_COLUMNS, SCHEMA_VERSION, upgrade_lines
@@ -81,7 +82,7 @@ def file_mode(path: Path) -> int:
     return 0o666 & ~mask
 
 
-def write_csv(path: str | os.PathLike[str], rows: Sequence[Mapping[str, Any]]) -> Path:
+def write_csv(path: str | os.PathLike[str], rows: Sequence[Mapping[str, object]]) -> Path:
     """Write `rows` (replacing the file, atomically) with the fixed header."""
     buf = io.StringIO()
     w = csv.DictWriter(buf, fieldnames=COLUMNS, extrasaction="raise")
@@ -91,7 +92,7 @@ def write_csv(path: str | os.PathLike[str], rows: Sequence[Mapping[str, Any]]) -
     return atomic_write_text(path, buf.getvalue())
 
 
-def append_rows(path: str | os.PathLike[str], rows: Sequence[Mapping[str, Any]]) -> Path:
+def append_rows(path: str | os.PathLike[str], rows: Sequence[Mapping[str, object]]) -> Path:
     """Append rows, writing the header first for a new file; a file with another header raises ValueError."""
     path = Path(path)
     if not path.exists() or path.stat().st_size == 0:
@@ -188,22 +189,23 @@ def read_csv(path: str | os.PathLike[str], *, allow_empty: bool = False) -> pd.D
 def write_run_json(
     path: str | os.PathLike[str],
     *,
-    config: Mapping[str, Any],
-    rows: Sequence[Mapping[str, Any]],
-    records: Mapping[str, Sequence[Mapping[str, Any]]] | Sequence[Mapping[str, Any]],
-    workload: Any = None,
-    environment: Mapping[str, Any] | None = None,
-    steps: Any = None,
-    server_metrics: Mapping[str, Any] | None = None,
+    config: Mapping[str, object],
+    rows: Sequence[Mapping[str, object]],
+    records: Mapping[str, Sequence[Mapping[str, object]]] | Sequence[Mapping[str, object]],
+    workload: object = None,
+    environment: Mapping[str, object] | None = None,
+    steps: object = None,
+    server_metrics: Mapping[str, object] | None = None,
 ) -> Path:
     """The full record of a perf invocation: environment, config, workload, CSV rows, per-request records
     (a list, or a dict run-label -> list), and optionally the per-step traces and, for HTTP runs, the scraped
     /metrics series by run label (`server_metrics`, only when there is one). Non-finite floats become strings."""
-    doc = {
+    device = config.get("device")
+    doc: dict[str, object] = {
         "schema_version": SCHEMA_VERSION,
-        "environment": dict(environment) if environment is not None else environment_info(config.get("device")),
+        "environment": dict(environment) if environment is not None else environment_info(_text(device)),
         "config": dict(config),
-        "workload": workload.to_dict() if hasattr(workload, "to_dict") else workload,
+        "workload": workload_dict(workload),
         "rows": list(rows),
         "records": records,
         "steps": steps,
@@ -213,8 +215,25 @@ def write_run_json(
     return atomic_write_text(path, json.dumps(jsonable(doc), indent=1, default=str))
 
 
-def jsonable(x: Any) -> Any:
-    """Strict JSON: inf / nan as strings, tuples as lists, numpy scalars as Python numbers."""
+def _text(v: object) -> str | None:
+    return None if v is None else str(v)
+
+
+@runtime_checkable
+class SavedAsDict(Protocol):
+    """What a run JSON saves of a workload (a `workloads.Workload` is one)."""
+
+    def to_dict(self) -> Mapping[str, object]: ...
+
+
+def workload_dict(workload: object) -> object:
+    """A run JSON's `workload`: the workload's `to_dict()`, or what was given (its dict, or None)."""
+    return workload.to_dict() if isinstance(workload, SavedAsDict) else workload
+
+
+def jsonable(x: object) -> object:
+    """Strict JSON: inf / nan as strings, tuples as lists, numpy scalars as Python numbers (anything else as it is:
+    `json.dumps(default=str)` writes it as text)."""
     if isinstance(x, Mapping):
         return {str(k): jsonable(v) for k, v in x.items()}
     if isinstance(x, (list, tuple)):

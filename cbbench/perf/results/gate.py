@@ -22,7 +22,7 @@ import re
 import tomllib
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Protocol, TypedDict, runtime_checkable
 
 from rich.console import Group
 from rich.table import Table
@@ -34,12 +34,54 @@ FORMATS = ("text", "markdown", "json")
 BAD_STATUSES = ("regressed", "missing in new")
 
 
+class ComparisonRow(TypedDict, total=False):
+    """One line of `compare`'s table: one metric of one configuration, or the configuration itself (`metric` "")
+    when only one file holds it. Every line has config, metric, direction, baseline, new, change, tolerance and
+    status; a metric's line has the repeats' spread, `test` (how its status was decided) and `alpha`, and where the
+    U test decided, its ratio new / baseline, interval, p-value and `unseen` (compare.py's `compare`)."""
+
+    config: str
+    metric: str
+    direction: str  # "higher" | "lower" (is better); "" on a configuration's line
+    baseline: float  # the median of the baseline's repeats (NaN: not measured)
+    new: float
+    change: float  # (new - baseline) / |baseline|
+    tolerance: float
+    status: str
+    baseline_min: float
+    baseline_max: float
+    new_min: float
+    new_max: float
+    test: str
+    alpha: float
+    ratio: float
+    low: float
+    high: float
+    p_worse: float
+    unseen: float
+
+
+class CompareSummary(TypedDict):
+    """The verdict of a comparison, in words and counts, with what was compared (`--format json`'s summary)."""
+
+    baseline: str
+    new: str
+    baseline_label: str
+    new_label: str
+    regressed: bool
+    inconclusive: bool
+    message: str
+    decided_by: str
+    configurations_in_common: int
+    tolerance_sources: list[str]
+
+
 def sidecar_path(baseline: str | os.PathLike[str]) -> Path:
     p = Path(baseline)
     return p.with_name(f"{p.stem}.tolerances.toml")
 
 
-def _values(table: Mapping[str, Any], where: str) -> dict[str, float | None]:
+def _values(table: Mapping[str, object], where: str) -> dict[str, float | None]:
     out: dict[str, float | None] = {}
     for name, value in table.items():
         if isinstance(value, bool) or not isinstance(value, (int, float, str)):
@@ -98,15 +140,22 @@ def gate_tolerances(
     return merged, sources
 
 
-def _clean(x: Any) -> Any:
+@runtime_checkable
+class _Scalar(Protocol):
+    """A numpy scalar: its Python value is `item()`."""
+
+    def item(self) -> object: ...
+
+
+def _clean(x: object) -> object:
     if isinstance(x, float) and not math.isfinite(x):
         return None if math.isnan(x) else str(x)
-    if hasattr(x, "item"):
+    if isinstance(x, _Scalar):
         return _clean(x.item())
     return x
 
 
-def render_json(rows: Sequence[Mapping[str, Any]], summary: Mapping[str, Any]) -> str:
+def render_json(rows: Sequence[ComparisonRow], summary: CompareSummary) -> str:
     return json.dumps(
         {**{k: _clean(v) for k, v in summary.items()}, "rows": [{k: _clean(v) for k, v in r.items()} for r in rows]},
         indent=1,
@@ -116,24 +165,22 @@ def render_json(rows: Sequence[Mapping[str, Any]], summary: Mapping[str, Any]) -
 _MD_SPECIAL = re.compile(r"([\\`*_\[\]()#!|~])")  # what starts markdown emphasis, code, links, tables or HTML
 
 
-def _md(x: Any) -> str:
+def _md(x: object) -> str:
     """A label, path or name as plain text in a markdown table cell: HTML escaped, markdown's marks backslashed,
     one line (a CI step summary renders both HTML and markdown)."""
     text = html.escape(" ".join(str(x).splitlines()), quote=False)
     return _MD_SPECIAL.sub(r"\\\1", text)
 
 
-def render_markdown(
-    rows: Sequence[Mapping[str, Any]], summary: Mapping[str, Any], *, only_changes: bool = False
-) -> str:
+def render_markdown(rows: Sequence[ComparisonRow], summary: CompareSummary, *, only_changes: bool = False) -> str:
     verdict = "FAIL" if summary["regressed"] else "INCONCLUSIVE" if summary.get("inconclusive") else "PASS"
 
-    def name(side: str) -> str:
-        label = summary.get(f"{side}_label")
-        return _md(summary[side]) + (f" ({_md(label)})" if label else "")
+    def name(path: str, label: str) -> str:
+        return _md(path) + (f" ({_md(label)})" if label else "")
 
     lines = [
-        f"### cbbench compare: {name('baseline')} -> {name('new')}",
+        f"### cbbench compare: {name(summary['baseline'], summary['baseline_label'])} -> "
+        f"{name(summary['new'], summary['new_label'])}",
         "",
         f"**{verdict}**: {summary['message']}",
         "",
@@ -157,28 +204,28 @@ def render_markdown(
     return "\n".join(lines) + "\n"
 
 
-def _change(r: Mapping[str, Any]) -> str:
+def _change(r: ComparisonRow) -> str:
     """`+3.1%`, or where the U test decided, `+3.1% (-2.0% to +8.4%)`: the median change and the interval of the
     Hodges-Lehmann ratio new / baseline, as changes."""
     if _nan(r.get("change")):
         return ""
     text = f"{r['change']:+.1%}"
-    low, high = (_float(r.get(k)) for k in ("low", "high"))
+    low, high = _float(r.get("low")), _float(r.get("high"))
     if low > 0 and math.isfinite(high):
         text += f" ({low - 1:+.1%} to {high - 1:+.1%})"
     return text
 
 
-def _float(x: Any) -> float:
-    return math.nan if _nan(x) else float(x)
+def _float(x: float | None) -> float:
+    return math.nan if x is None or _nan(x) else float(x)
 
 
-def _nan(x: Any) -> bool:
+def _nan(x: object) -> bool:
     return x is None or (isinstance(x, float) and math.isnan(x))
 
 
-def _num(x: Any) -> str:
-    return "" if _nan(x) else f"{float(x):.4g}"
+def _num(x: float | None) -> str:
+    return "" if x is None or _nan(x) else f"{float(x):.4g}"
 
 
 _STYLE = {
@@ -194,13 +241,11 @@ _STYLE = {
 }
 
 
-def render_table(
-    rows: Sequence[Mapping[str, Any]], *, title: str = "cbbench compare", only_changes: bool = False
-) -> Group:
+def render_table(rows: Sequence[ComparisonRow], *, title: str = "cbbench compare", only_changes: bool = False) -> Group:
     """`compare`'s rows as rich tables, one per configuration (its label as the table's title), so that
     the table fits an 80-column CI log. With `only_changes`, rows whose status is "ok" are left out."""
     tables: list[Table] = []
-    by_config: dict[str, list[Mapping[str, Any]]] = {}
+    by_config: dict[str, list[ComparisonRow]] = {}
     for r in rows:
         by_config.setdefault(r["config"], []).append(r)
     for config, group in by_config.items():

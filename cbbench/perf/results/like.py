@@ -14,8 +14,8 @@ import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
+from cbbench.perf.json_values import JSONObject, JSONValue
 from cbbench.perf.knobs import EngineKnobs, KnobValue, knob, knob_names
 from cbbench.perf.plan.declared import RUN
 from cbbench.perf.plan.options import LoadAxes, PerfOptions
@@ -32,13 +32,13 @@ IN_PROCESS_ENGINES = ("refengine", "hf-static", "hf-cb")
 @dataclass
 class LikePlan:
     workload: str
-    workload_params: dict[str, Any]  # get_workload's keyword arguments, num_prompts / seed / load included
+    workload_params: JSONObject  # get_workload's keyword arguments, num_prompts / seed / load included
     model: str
     device: str
     dtype: str | None
     entries: list[tuple[str, str, EngineKnobs]]  # (engine, batching, knobs), in the baseline's order
     repeats: int
-    run_options: dict[str, Any] = field(default_factory=dict)
+    run_options: JSONObject = field(default_factory=dict)
     command: str = ""
 
 
@@ -52,6 +52,13 @@ def _knob_value(name: str, v: object) -> KnobValue:
     if isinstance(v, float) and v.is_integer():
         v = int(v)
     return knob(name).parse(str(v)) if not isinstance(v, bool) else v
+
+
+def _number(v: JSONValue) -> str | int | float:
+    """A JSON value int() or float() may read; TypeError for another, as they would raise."""
+    if isinstance(v, (str, int, float)):
+        return v
+    raise TypeError(f"expected a number, got {type(v).__name__}")
 
 
 def load_like(path: str | Path) -> LikePlan:
@@ -108,7 +115,7 @@ def apply_like(o: PerfOptions) -> tuple[PerfOptions, list[Entry]]:
     assert o.like is not None, "only a --like run has a baseline"  # narrows the type
     plan = load_like(o.like)
     params = dict(plan.workload_params)
-    num_prompts, seed = int(params.pop("num_prompts")), int(params.pop("seed", 0))
+    num_prompts, seed = int(_number(params.pop("num_prompts"))), int(_number(params.pop("seed", 0)))
     mc = params.pop("max_concurrency", None)
     load = LoadAxes.parse(
         str(params.pop("request_rate", "inf")), str(params.pop("burstiness", 1.0)), str(mc) if mc is not None else None
@@ -118,9 +125,9 @@ def apply_like(o: PerfOptions) -> tuple[PerfOptions, list[Entry]]:
         run,
         seed=seed,
         repeats=plan.repeats if run.repeats is None else run.repeats,
-        warmup=int(plan.run_options.get("warmup", RUN.warmup.default)) if run.warmup is None else run.warmup,
+        warmup=int(_number(plan.run_options.get("warmup", RUN.warmup.default))) if run.warmup is None else run.warmup,
         cpu_threads=(
-            int(plan.run_options["cpu_threads"])
+            int(_number(plan.run_options["cpu_threads"]))
             if run.cpu_threads is None and plan.run_options.get("cpu_threads") is not None
             else run.cpu_threads
         ),

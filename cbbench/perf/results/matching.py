@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Sequence
-from typing import Any
 
 from cbbench.perf.results.columns import KEY_NAMES
 from cbbench.perf.results.rows import Row, aggregate_rows, number
@@ -56,8 +55,10 @@ def ignored_key_names(names: Sequence[str]) -> set[str]:
     return out
 
 
-def keyed(rows: Sequence[Row], metrics: Sequence[str], ignored: set[str], side: str) -> dict[tuple[str, ...], Any]:
-    out: dict[tuple[str, ...], Any] = {}
+def keyed(rows: Sequence[Row], metrics: Sequence[str], ignored: set[str], side: str) -> dict[tuple[str, ...], Row]:
+    """Each configuration's repeats aggregated (`rows.aggregate_rows`), by its key less the `ignored` columns
+    (ValueError when ignoring them makes two configurations one)."""
+    out: dict[tuple[str, ...], Row] = {}
     for r in aggregate_rows(rows, metrics):
         key = tuple("" if name in ignored else cell for name, cell in zip(KEY_NAMES, config_key(r)))
         if key in out:
@@ -109,13 +110,13 @@ def filter_rows(rows: Sequence[Row], where: Sequence[str], side: str) -> list[Ro
     return out
 
 
-def cell_text(v: Any) -> str:
+def cell_text(v: object) -> str:
     if v is None or (isinstance(v, float) and math.isnan(v)):
         return ""
     return str(int(v)) if isinstance(v, float) and v.is_integer() else str(v)
 
 
-def check_finite(rows: Sequence[Row], metrics: Sequence[str], source: Any) -> None:
+def check_finite(rows: Sequence[Row], metrics: Sequence[str], source: object) -> None:
     """ValueError naming the first row whose metric is +-inf: a gate on it would pass or fail by accident
     (an empty cell, NaN, is a missing metric and is judged as one)."""
     for m in metrics:

@@ -26,9 +26,17 @@ import tempfile
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
+from cbbench.perf.json_values import JSONObject, JSONValue
 from cbbench.perf.records import RequestRecord, StepRecord
+
+if TYPE_CHECKING:  # imported where used: `show` names its rows without pyarrow (pyarrow ships no types)
+    import pyarrow as pa
+
+# One scrape of a server's /metrics as a run keeps it (backends/server_metrics.py's SERIES_KEYS: seconds since the
+# first scrape, KV usage, running, waiting, preemptions; None for what the server does not export), written as it is.
+SeriesPoint = Mapping[str, object]
 
 RECORDS_SUFFIX = ".records"
 TABLES = ("requests", "steps")
@@ -42,10 +50,10 @@ def records_dir(path: str | os.PathLike[str]) -> Path:
     return Path(path).with_suffix(RECORDS_SUFFIX)
 
 
-def _field_types() -> dict[str, dict[str, Any]]:
+def _field_types() -> dict[str, dict[str, pa.DataType]]:
     import pyarrow as pa
 
-    def arrow(tp: Any) -> Any:
+    def arrow(tp: object) -> pa.DataType:
         text = str(tp)
         if "list[float]" in text:
             return pa.list_(pa.float64())
@@ -65,7 +73,7 @@ def _field_types() -> dict[str, dict[str, Any]]:
     }
 
 
-def _schema(table: str) -> Any:
+def _schema(table: str) -> pa.Schema:
     import pyarrow as pa
 
     fields = [pa.field("run", pa.string())]
@@ -73,13 +81,13 @@ def _schema(table: str) -> Any:
     return pa.schema([*fields, pa.field("layout", pa.string())])
 
 
-def to_table(table: str, label: str, records: Sequence[RequestRecord] | Sequence[StepRecord]) -> Any:
+def to_table(table: str, label: str, records: Sequence[RequestRecord] | Sequence[StepRecord]) -> pa.Table:
     """A run's records as an Arrow table with `table`'s fixed columns."""
     import pyarrow as pa
 
     schema = _schema(table)
     names = [f.name for f in schema if f.name not in ("run", "layout")]
-    columns: dict[str, list[Any]] = {k: [getattr(r, k) for r in records] for k in names}
+    columns: dict[str, list[object]] = {k: [getattr(r, k) for r in records] for k in names}
     columns["run"] = [label] * len(records)
     columns["layout"] = [",".join(r.layout) for r in records]
     arrays = []
@@ -91,9 +99,9 @@ def to_table(table: str, label: str, records: Sequence[RequestRecord] | Sequence
     return pa.Table.from_arrays(arrays, schema=schema)
 
 
-def to_dicts(table: Any) -> dict[str, list[dict[str, Any]]]:
+def to_dicts(table: pa.Table) -> dict[str, list[JSONObject]]:
     """Run label -> its records as the older run JSON held them (the keys of each record's layout, in order)."""
-    out: dict[str, list[dict[str, Any]]] = {}
+    out: dict[str, list[JSONObject]] = {}
     for row in table.to_pylist():
         keys = row["layout"].split(",") if row["layout"] else []
         out.setdefault(row["run"], []).append({k: row[k] for k in keys})
@@ -107,7 +115,7 @@ class RunFiles:
     number: int
     label: str
     plan_id: str | None
-    server_series: list[dict[str, Any]] | None
+    server_series: list[JSONValue] | None  # its SeriesPoints, as the run file holds them
 
 
 class RecordFiles:
@@ -148,7 +156,15 @@ class RecordFiles:
                 raise ValueError(f"{path}: not a readable run file ({why})") from None
             if not isinstance(info, dict):
                 raise ValueError(f"{path}: not a run file (a JSON object with label and plan_id)")
-            out.append(RunFiles(n, str(info.get("label")), info.get("plan_id"), info.get("server_series")))
+            pid, series = info.get("plan_id"), info.get("server_series")
+            out.append(
+                RunFiles(
+                    n,
+                    str(info.get("label")),
+                    pid if isinstance(pid, str) else None,
+                    series if isinstance(series, list) else None,
+                )
+            )
         return out
 
     def write_run(
@@ -157,7 +173,7 @@ class RecordFiles:
         plan_id: str | None,
         records: Sequence[RequestRecord],
         steps: Sequence[StepRecord],
-        server_series: Sequence[Mapping[str, Any]] | None = None,
+        server_series: Sequence[SeriesPoint] | None = None,
     ) -> int:
         """Write one finished run (steps, then requests: the run counts once its requests file is there); returns
         its file number."""
@@ -172,7 +188,7 @@ class RecordFiles:
         self._write(self.path(RUNS, number), json.dumps(jsonable(info), default=str))
         return number
 
-    def _write(self, path: Path, content: Any) -> None:
+    def _write(self, path: Path, content: str | pa.Table) -> None:
         """A Parquet table or a text, to a temporary beside `path`, renamed over it."""
         import pyarrow.parquet as pq
 
@@ -210,7 +226,7 @@ class RecordFiles:
     def clear(self) -> None:
         self.remove({n for t in (*TABLES, RUNS) for n in self._numbers(t)})
 
-    def read(self, table: str, numbers: Iterable[int] | None = None) -> Any:
+    def read(self, table: str, numbers: Iterable[int] | None = None) -> pa.Table:
         """The records of `table` (of the runs `numbers`, else all) as one Arrow table."""
         import pyarrow as pa
         import pyarrow.parquet as pq
@@ -219,13 +235,13 @@ class RecordFiles:
         parts = [pq.read_table(self.path(table, n), schema=_schema(table)) for n in wanted]
         return pa.concat_tables(parts) if parts else _schema(table).empty_table()
 
-    def iter_runs(self, table: str, runs: Sequence[RunFiles]) -> Iterator[tuple[RunFiles, list[dict[str, Any]]]]:
+    def iter_runs(self, table: str, runs: Sequence[RunFiles]) -> Iterator[tuple[RunFiles, list[JSONObject]]]:
         """Each run's records of `table` as dicts, one run at a time (a report of a large grid holds one run's)."""
         for r in runs:
             yield r, to_dicts(self.read(table, [r.number])).get(r.label, [])
 
 
-def plan_id_of(row: Mapping[str, Any]) -> str | None:
+def plan_id_of(row: Mapping[str, object]) -> str | None:
     opts = row.get("run_options")
     try:
         parsed = json.loads(opts) if isinstance(opts, str) and opts else opts or {}
@@ -235,7 +251,7 @@ def plan_id_of(row: Mapping[str, Any]) -> str | None:
     return pid if isinstance(pid, str) else None
 
 
-def runs_in_row_order(runs: Sequence[RunFiles], rows: Sequence[Mapping[str, Any]]) -> list[RunFiles]:
+def runs_in_row_order(runs: Sequence[RunFiles], rows: Sequence[Mapping[str, object]]) -> list[RunFiles]:
     """The runs paired with the CSV's rows (by plan entry), in row order; rows with no run are left out."""
     by_plan = {r.plan_id: r for r in runs if r.plan_id is not None}
     return [by_plan[pid] for row in rows if (pid := plan_id_of(row)) in by_plan]

@@ -12,14 +12,17 @@ import json
 import math
 import os
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from typing import Literal, Protocol, SupportsFloat, SupportsIndex, cast, runtime_checkable
 
 from cbbench.perf.results.cells import restore
-from cbbench.perf.results.columns import COLUMNS, CONFIG_KEY_COLUMNS, METRIC_COLUMNS, SCHEMA_VERSION
+from cbbench.perf.results.columns import COLUMNS, CONFIG_KEY_COLUMNS, METRIC_COLUMNS, SCHEMA_VERSION, Cell, ResultRow
 from cbbench.perf.results.files import checked_lines
 from cbbench.perf.results.schema import config_key
 
-Row = dict[str, Any]
+# A row whose keys are not fixed: one configuration's repeats aggregated (`aggregate_rows`: its key columns,
+# `num_repeats`, each metric's median, min and max), or a results row with its `extra` metrics as keys of their own;
+# its cells are read by name (`number`, `matching.cell_text`).
+Row = dict[str, object]
 
 # the cells pandas' read_csv reads as missing (its default na_values), so that both readers agree on every file
 NA_CELLS = frozenset(
@@ -28,13 +31,15 @@ NA_CELLS = frozenset(
 _BOOLS = {"True": True, "TRUE": True, "true": True, "False": False, "FALSE": False, "false": False}
 
 
-def number(v: Any) -> float:
+def number(v: object) -> float:
     """A cell as a float, NaN when it is not a number (pandas' `to_numeric(errors="coerce")`)."""
     if isinstance(v, (int, float)):
         return float(v)
+    if not isinstance(v, (SupportsFloat, SupportsIndex, str, bytes)):
+        return math.nan  # (what float() refuses with a TypeError: None, a list, ...)
     try:
         return float(v)
-    except (TypeError, ValueError):
+    except ValueError:
         return math.nan
 
 
@@ -54,7 +59,7 @@ def _is_float(s: str) -> bool:
     return True
 
 
-def _typed_column(cells: Sequence[str]) -> list[Any]:
+def _typed_column(cells: Sequence[str]) -> list[Cell]:
     """One column's cells typed as pandas types a column: all ints, else all numbers, else bools, else text."""
     present = [c for c in cells if c not in NA_CELLS]
     missing = len(present) < len(cells)
@@ -67,7 +72,7 @@ def _typed_column(cells: Sequence[str]) -> list[Any]:
     return [math.nan if c in NA_CELLS else restore(c) for c in cells]
 
 
-def read_rows(path: str | os.PathLike[str], *, allow_empty: bool = False) -> list[Row]:
+def read_rows(path: str | os.PathLike[str], *, allow_empty: bool = False) -> list[ResultRow]:
     """The rows of a results CSV, checked as `schema.read_csv` checks them (ValueError naming the file)."""
     header, *body = checked_lines(path)[1]
     columns = {name: _typed_column([cells[i] for cells in body]) for i, name in enumerate(header)}
@@ -87,17 +92,25 @@ def read_rows(path: str | os.PathLike[str], *, allow_empty: bool = False) -> lis
         for i, v in enumerate(columns[m]):
             if isinstance(v, str):
                 raise ValueError(f"{path}: metric {m} holds {v!r} on row {i + 1}, not a number")
-    return [{name: columns[name][i] for name in header} for i in range(len(body))]
+    # (the header is this schema's and every metric a number: the cells are what ResultRow types)
+    return [cast(ResultRow, {name: columns[name][i] for name in header}) for i in range(len(body))]
 
 
-def as_rows(table: Any) -> list[Row]:
+@runtime_checkable
+class Records(Protocol):
+    """A table that gives its rows as records: a DataFrame (`to_dict("records")`), read without importing pandas."""
+
+    def to_dict(self, orient: Literal["records"]) -> list[Row]: ...
+
+
+def as_rows(table: Records | Iterable[Mapping[str, object]]) -> list[Row]:
     """Rows from a DataFrame (`to_dict("records")`, no pandas import needed) or a sequence of mappings (copied)."""
-    if hasattr(table, "to_dict"):
+    if isinstance(table, Records):
         return list(table.to_dict("records"))
     return [dict(r) for r in table]
 
 
-def with_extra_metrics(rows: Sequence[Mapping[str, Any]]) -> list[Row]:
+def with_extra_metrics(rows: Sequence[Mapping[str, object]]) -> list[Row]:
     """The rows with the numeric entries of each one's `extra` JSON (an extra percentile, ...) as keys of their own,
     NaN in the rows that lack them, so that they can be gated like any other metric."""
     parsed = [json.loads(c) if isinstance(c, str) and c.strip() else {} for r in rows for c in [r.get("extra")]]
@@ -119,11 +132,11 @@ def _median(values: Sequence[float]) -> float:
     return float(xs[mid]) if len(xs) % 2 else (xs[mid - 1] + xs[mid]) / 2
 
 
-def aggregate_rows(rows: Iterable[Mapping[str, Any]], metrics: Sequence[str] = METRIC_COLUMNS) -> list[Row]:
+def aggregate_rows(rows: Iterable[Mapping[str, object]], metrics: Sequence[str] = METRIC_COLUMNS) -> list[Row]:
     """One row per configuration, in first-seen order: its key columns, `num_repeats`, and per metric the median
     (`<metric>`) and spread (`<metric>_min`, `<metric>_max`) of its repeats, NaN cells left out (as
     `schema.aggregate_repeats`)."""
-    groups: dict[tuple[str, ...], list[Mapping[str, Any]]] = {}
+    groups: dict[tuple[str, ...], list[Mapping[str, object]]] = {}
     for r in rows:
         groups.setdefault(config_key(r), []).append(r)
     out = []
@@ -132,10 +145,9 @@ def aggregate_rows(rows: Iterable[Mapping[str, Any]], metrics: Sequence[str] = M
         row["num_repeats"] = len(g)
         for m in metrics:
             raw = [r.get(m) for r in g]
-            if all(isinstance(x, int) and not isinstance(x, bool) for x in raw):
-                v: list[Any] = raw  # an integer column keeps int extremes, as pandas' min / max of it do
-            else:
-                v = [x for x in map(number, raw) if not math.isnan(x)]
+            ints = [x for x in raw if isinstance(x, int) and not isinstance(x, bool)]
+            # an integer column keeps int extremes, as pandas' min / max of it do
+            v: Sequence[float] = ints if len(ints) == len(raw) else [x for x in map(number, raw) if not math.isnan(x)]
             row[m], row[f"{m}_min"], row[f"{m}_max"] = _median(v), min(v, default=math.nan), max(v, default=math.nan)
         out.append(row)
     return out

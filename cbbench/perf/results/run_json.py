@@ -13,17 +13,40 @@ import json
 import os
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, cast
+from typing import TypedDict, cast
 
+from cbbench.perf.json_values import JSONObject, JSONValue
 from cbbench.perf.results.columns import SCHEMA_VERSION
-from cbbench.perf.results.files import atomic_write_text, jsonable, read_named
+from cbbench.perf.results.files import atomic_write_text, jsonable, read_named, workload_dict
 from cbbench.perf.results.record_files import RecordFiles, plan_id_of, records_dir, runs_in_row_order
 
 SUMMARY_KEY = "record_files"  # a summary's pointer; a JSON with embedded records has `records` instead
 
 
+class RunDocument(TypedDict, total=False):
+    """A run JSON as `read_run` gives it: the summary's fields, and `rows` (the CSV's, or an older JSON's own, as it
+    wrote them: non-finite numbers as text), each run's request `records` and `steps` (their JSON entries, perf/
+    records.py) by run label, in row order, and `server_metrics` (an HTTP run's /metrics series) when any. An older
+    JSON is returned as it is, its shapes checked by its readers (report/html.py's `load_run`)."""
+
+    schema_version: int
+    environment: JSONObject
+    config: JSONObject
+    workload: JSONValue  # the workload's name, params and summary (`Workload.to_dict`)
+    rows_file: str
+    record_files: JSONObject
+    rows: list[Mapping[str, object]]
+    records: dict[str, list[JSONObject]]
+    steps: dict[str, list[JSONObject]]
+    server_metrics: dict[str, list[JSONValue]]
+
+
 def write_summary(
-    json_path: str | os.PathLike[str], *, config: Mapping[str, Any], environment: Mapping[str, Any], workload: Any
+    json_path: str | os.PathLike[str],
+    *,
+    config: Mapping[str, object],
+    environment: Mapping[str, object],
+    workload: object,
 ) -> Path:
     """The summary JSON of the pair whose CSV is `json_path` with `.csv` (written at the start and at the end of a
     run, never per run: its size does not grow with the grid)."""
@@ -33,7 +56,7 @@ def write_summary(
         "schema_version": SCHEMA_VERSION,
         "environment": dict(environment),
         "config": dict(config),
-        "workload": workload.to_dict() if hasattr(workload, "to_dict") else workload,
+        "workload": workload_dict(workload),
         "rows_file": path.with_suffix(".csv").name,
         SUMMARY_KEY: {
             "format": "parquet",
@@ -45,20 +68,21 @@ def write_summary(
     return atomic_write_text(path, json.dumps(jsonable(doc), indent=1, default=str) + "\n")
 
 
-def load_json(path: str | os.PathLike[str]) -> Any:
+def load_json(path: str | os.PathLike[str]) -> JSONValue:
     """The parsed JSON (ValueError naming the file when it is missing or not JSON)."""
     text = read_named(path)
     try:
-        return json.loads(text)
+        doc: JSONValue = json.loads(text)
     except json.JSONDecodeError as e:
         raise ValueError(f"{path}: not JSON ({e.msg} at line {e.lineno})") from None
+    return doc
 
 
-def is_summary(doc: Any) -> bool:
+def is_summary(doc: object) -> bool:
     return isinstance(doc, dict) and isinstance(doc.get(SUMMARY_KEY), dict)
 
 
-def pair_files(path: str | os.PathLike[str], doc: Mapping[str, Any]) -> tuple[Path, Path]:
+def pair_files(path: str | os.PathLike[str], doc: Mapping[str, JSONValue]) -> tuple[Path, Path]:
     """The CSV and the record folder of the summary JSON at `path`, checked to be there (ValueError naming the file and
     the field that points at it: a renamed pair, a missing or replaced record folder, a symlink loop)."""
     json_path = Path(path)
@@ -74,7 +98,8 @@ def pair_files(path: str | os.PathLike[str], doc: Mapping[str, Any]) -> tuple[Pa
     folder = records_dir(json_path)
     if not folder.is_dir():
         raise ValueError(f"{json_path}: {SUMMARY_KEY}: its record folder {folder} {_missing(folder)}")
-    pointed = str((doc.get(SUMMARY_KEY) or {}).get("requests") or "").split("/")[0]
+    pointer = doc.get(SUMMARY_KEY)
+    pointed = str((pointer if isinstance(pointer, dict) else {}).get("requests") or "").split("/")[0]
     if pointed and pointed != folder.name:
         raise ValueError(
             f"{json_path}: {SUMMARY_KEY}.requests names {pointed}/, but its record folder is {folder.name}/ "
@@ -98,13 +123,13 @@ def _missing(p: Path) -> str:
     return "is a folder, not a file" if p.is_dir() else "is a file, not a folder"
 
 
-def read_run(path: str | os.PathLike[str], *, records: bool = True) -> dict[str, Any]:
+def read_run(path: str | os.PathLike[str], *, records: bool = True) -> RunDocument:
     """The run document: environment, config, workload, `rows` (the CSV's), `records` and `steps` by run label in
     row order, `server_metrics` when any. With `records=False` the record and step lists are empty (the labels
     stay): `show` names its rows without reading a record."""
     doc = load_json(path)
-    if not is_summary(doc):
-        return cast(dict[str, Any], doc)  # an older JSON holds its records itself (checked by its reader)
+    if not isinstance(doc, dict) or not is_summary(doc):
+        return cast(RunDocument, doc)  # an older JSON holds its records itself (checked by its reader)
     from cbbench.perf.results.rows import read_rows
 
     csv_path, folder = pair_files(path, doc)
@@ -116,14 +141,15 @@ def read_run(path: str | os.PathLike[str], *, records: bool = True) -> dict[str,
             f"{csv_path}: none of its {len(rows)} rows has a run in {folder} (row 1's run_options.plan_id is "
             f"{plan_id_of(rows[0])!r}): the CSV and the record folder are not one pair"
         )
-    doc["rows"] = rows
+    out = cast(RunDocument, doc)  # (the summary's fields, as write_summary wrote them)
+    out["rows"] = list(rows)
     if records:
-        doc["records"] = {r.label: recs for r, recs in files.iter_runs("requests", runs)}
-        doc["steps"] = {r.label: steps for r, steps in files.iter_runs("steps", runs)}
+        out["records"] = {r.label: recs for r, recs in files.iter_runs("requests", runs)}
+        out["steps"] = {r.label: steps for r, steps in files.iter_runs("steps", runs)}
     else:
-        doc["records"] = {r.label: [] for r in runs}
-        doc["steps"] = {r.label: [] for r in runs}
+        out["records"] = {r.label: [] for r in runs}
+        out["steps"] = {r.label: [] for r in runs}
     series = {r.label: r.server_series for r in runs if r.server_series}
     if series:
-        doc["server_metrics"] = series
-    return cast(dict[str, Any], doc)
+        out["server_metrics"] = series
+    return out

@@ -19,9 +19,9 @@ import json
 import math
 import os
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Protocol, cast, runtime_checkable
 
-from cbbench.perf.results.columns import COLUMNS, CONFIG_KEY_COLUMNS, METRIC_COLUMNS, SCHEMA_VERSION
+from cbbench.perf.results.columns import COLUMNS, CONFIG_KEY_COLUMNS, METRIC_COLUMNS, SCHEMA_VERSION, ResultRow
 from cbbench.perf.results.environment import git_revision
 from cbbench.perf.results.files import jsonable
 
@@ -29,13 +29,24 @@ if TYPE_CHECKING:  # pandas is imported where it is used: `compare` and `show` r
     import pandas as pd
 
 
+@runtime_checkable
+class NamedWorkload(Protocol):
+    """What a row saves of a workload (a `workloads.Workload` is one): its name and its parameters."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def params(self) -> Mapping[str, object]: ...
+
+
 def make_row(
     *,
-    metrics: Mapping[str, Any],
+    metrics: Mapping[str, object],
     engine: str,
-    workload: Any,
+    workload: NamedWorkload | str,
     batching: str,
-    config: Mapping[str, Any],
+    config: Mapping[str, object],
     repeat: int = 0,
     model: str,
     device: str,
@@ -43,13 +54,12 @@ def make_row(
     timestamp: str | None = None,
     label: str = "",
     command: str = "",
-    run_options: Mapping[str, Any] | None = None,
-) -> dict[str, Any]:
+    run_options: Mapping[str, object] | None = None,
+) -> ResultRow:
     """One CSV row. `workload` is a `workloads.Workload` (its name and params are saved) or a name;
     `config` holds the engine knobs (any CONFIG_KEY_COLUMNS key; others go into `extra`)."""
-    name = getattr(workload, "name", workload)
-    wparams = dict(getattr(workload, "params", {}) or {})
-    row: dict[str, Any] = dict.fromkeys(COLUMNS)
+    name, wparams = (workload, {}) if isinstance(workload, str) else (workload.name, dict(workload.params or {}))
+    row: dict[str, object] = dict.fromkeys(COLUMNS)
     row.update(
         schema_version=SCHEMA_VERSION,
         engine=engine,
@@ -67,7 +77,7 @@ def make_row(
     )
     for k in ("num_prompts", "seed", "request_rate", "burstiness"):
         row[k] = wparams.get(k)
-    extra: dict[str, Any] = {}
+    extra: dict[str, object] = {}
     for source in (config, metrics):
         for k, v in source.items():
             if k in row and k not in ("schema_version", "extra", "label", "command", "run_options"):
@@ -75,7 +85,7 @@ def make_row(
             else:
                 extra[k] = v
     row["extra"] = json.dumps(jsonable(extra), sort_keys=True) if extra else ""
-    return row
+    return cast(ResultRow, row)  # every column, the descriptive ones as ResultRow types them
 
 
 def extra_metrics(df: pd.DataFrame) -> pd.DataFrame:
@@ -99,12 +109,12 @@ def extra_metrics(df: pd.DataFrame) -> pd.DataFrame:
 _PARAMS_NOT_IN_KEY = {"dataset_path", "num_tokenized"}
 
 
-def config_key(row: Mapping[str, Any]) -> tuple[str, ...]:
+def config_key(row: Mapping[str, object]) -> tuple[str, ...]:
     """A hashable configuration key, one entry per `KEY_NAMES`; empty / NaN cells all read as ""."""
     return (*(_key_cell(row.get(c)) for c in CONFIG_KEY_COLUMNS), workload_params_key(row.get("workload_params")))
 
 
-def workload_params_key(cell: Any) -> str:
+def workload_params_key(cell: object) -> str:
     """The part of a `workload_params` cell (JSON) that identifies the sample, as canonical JSON."""
     if not isinstance(cell, str) or not cell:
         return ""
@@ -114,7 +124,7 @@ def workload_params_key(cell: Any) -> str:
     return json.dumps(params, sort_keys=True)
 
 
-def _key_cell(v: Any) -> str:
+def _key_cell(v: object) -> str:
     if v is None or (isinstance(v, float) and math.isnan(v)):
         return ""
     if isinstance(v, float) and v.is_integer():
@@ -131,7 +141,7 @@ def aggregate_repeats(df: pd.DataFrame, metrics: Sequence[str] = METRIC_COLUMNS)
     df["_key"] = [config_key(r) for r in df.to_dict("records")]
     out_rows = []
     for _, g in df.groupby("_key", sort=False):
-        row: dict[str, Any] = {c: g.iloc[0][c] for c in (*CONFIG_KEY_COLUMNS, "workload_params")}
+        row: dict[str, object] = {c: g.iloc[0][c] for c in (*CONFIG_KEY_COLUMNS, "workload_params")}
         row["num_repeats"] = len(g)
         for m in metrics:
             v = pd.to_numeric(g[m], errors="coerce")

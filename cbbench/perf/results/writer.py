@@ -20,8 +20,8 @@ import csv
 import json
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
 
+from cbbench.perf.json_values import JSONObject, JSONValue, as_list, as_object
 from cbbench.perf.records import RequestRecord, StepRecord, as_request_record, as_step_record
 from cbbench.perf.results.cells import restore
 from cbbench.perf.results.columns import COLUMNS
@@ -33,12 +33,12 @@ from cbbench.perf.results.files import (
     remove_stale_temporaries,
     write_csv,
 )
-from cbbench.perf.results.record_files import RecordFiles, plan_id_of, records_dir, runs_in_row_order
+from cbbench.perf.results.record_files import RecordFiles, SeriesPoint, plan_id_of, records_dir, runs_in_row_order
 from cbbench.perf.results.run_json import is_summary, load_json, write_summary
-from cbbench.perf.results.schema import workload_params_key
+from cbbench.perf.results.schema import NamedWorkload, workload_params_key
 
 
-def plan_id(engine: str, batching: str, knobs: Mapping[str, Any], load: str, repeat: int) -> str:
+def plan_id(engine: str, batching: str, knobs: Mapping[str, object], load: str, repeat: int) -> str:
     """What names one run of a plan before it runs (its CSV key is known only after: the engine resolves knobs)."""
     return json.dumps([engine, batching, {k: knobs[k] for k in sorted(knobs)}, load, repeat], default=str)
 
@@ -50,16 +50,17 @@ class ResultWriter:
         self,
         csv_path: str | Path,
         *,
-        config: Mapping[str, Any],
-        environment: Mapping[str, Any],
-        workload: Any,
+        config: Mapping[str, object],
+        environment: Mapping[str, object],
+        workload: NamedWorkload | JSONValue,
         resume: bool = False,
     ) -> None:
         self.csv_path = Path(csv_path)
         self.json_path = self.csv_path.with_suffix(".json")
         self.files = RecordFiles(records_dir(self.csv_path))
         self.config, self.environment, self.workload = dict(config), dict(environment), workload
-        self.rows: list[dict[str, Any]] = []
+        # the rows in the CSV's order: each new one as `make_row` made it; a resumed file's as written (text cells)
+        self.rows: list[Mapping[str, object]] = []
         self.labels: dict[str, str] = {}  # plan_id -> its run's record label
         self._done: set[str] = set()
         for p in (self.csv_path, self.json_path):  # a run killed mid-write (SIGKILL) left its temporary behind
@@ -77,12 +78,14 @@ class ResultWriter:
     def _load_existing(self) -> None:
         _drop_cut_last_line(self.csv_path)
         read_csv(self.csv_path, allow_empty=True)  # schema, whole rows, numbers
-        mine = workload_params_key(json.dumps(jsonable(getattr(self.workload, "params", {}) or {})))
+        wl = self.workload
+        name, params = (wl.name, wl.params) if isinstance(wl, NamedWorkload) else (None, {})
+        mine = workload_params_key(json.dumps(jsonable(params or {})))
         # the cells as written (an older schema's upgraded), so a resumed file keeps them byte for byte
         header, *body = checked_lines(self.csv_path)[1]
         raw = [dict(zip(header, cells)) for cells in body]
         for row in raw:
-            if workload_params_key(row.get("workload_params")) != mine or row.get("workload") != self.workload.name:
+            if workload_params_key(row.get("workload_params")) != mine or row.get("workload") != name:
                 raise ValueError(
                     f"resume: {self.csv_path} holds runs of another workload ({row.get('workload')} "
                     f"{row.get('workload_params')}); resume with the options it was made with"
@@ -99,18 +102,19 @@ class ResultWriter:
         self.files.keep_only(self._done)
         self.labels = {r.plan_id: r.label for r in self.files.runs() if r.plan_id is not None}
 
-    def _move_embedded_records(self, doc: Any) -> None:
+    def _move_embedded_records(self, doc: JSONValue) -> None:
         """An older pair's JSON holds every run's records, in row order: write them as record files once."""
-        records, steps = doc.get("records") or {}, doc.get("steps") or {}
-        series = doc.get("server_metrics") or {}
+        doc = as_object(doc)
+        records, steps = as_object(doc.get("records") or {}), as_object(doc.get("steps") or {})
+        series = as_object(doc.get("server_metrics") or {})
         self.files.clear()
         for row, label in zip(self.rows, records):
             self.files.write_run(
                 label,
                 plan_id_of(row),
-                [as_request_record(r) for r in records[label] or []],
-                [as_step_record(s) for s in steps.get(label) or []],
-                series.get(label),
+                [as_request_record(r) for r in _objects(records[label], label)],
+                [as_step_record(s) for s in _objects(steps.get(label), label)],
+                series_points(series.get(label)),
             )
 
     def done(self, pid: str) -> bool:
@@ -126,11 +130,11 @@ class ResultWriter:
 
     def add(
         self,
-        row: Mapping[str, Any],
+        row: Mapping[str, object],
         label: str,
         records: Sequence[RequestRecord],
         steps: Sequence[StepRecord],
-        server_series: Sequence[Mapping[str, Any]] | None = None,
+        server_series: Sequence[SeriesPoint] | None = None,
     ) -> None:
         """One finished run: its record files, then its CSV row (appended), so an interrupt between the two leaves
         records with no row (removed by --resume, which runs it again), never a row without its records."""
@@ -142,7 +146,7 @@ class ResultWriter:
             self._done.add(pid)
             self.labels[pid] = label
 
-    def finish(self, rows_in_order: Sequence[Mapping[str, Any]] | None = None) -> None:
+    def finish(self, rows_in_order: Sequence[Mapping[str, object]] | None = None) -> None:
         """The run is over (or interrupted): the summary JSON again (the config may have grown: `sim_speed`), and the
         CSV rewritten once when `rows_in_order` puts its rows in another order."""
         if rows_in_order is not None:
@@ -152,6 +156,22 @@ class ResultWriter:
 
     def _write_summary(self) -> None:
         write_summary(self.json_path, config=self.config, environment=self.environment, workload=self.workload)
+
+
+def _objects(v: JSONValue, label: str) -> list[JSONObject]:
+    """The entries of a run's JSON list of records or steps (none for null): ValueError for one that is not an
+    object."""
+    out = []
+    for x in as_list(v):
+        if not isinstance(x, dict):
+            raise ValueError(f"resume: a record of run {label!r} is not an object")
+        out.append(x)
+    return out
+
+
+def series_points(v: JSONValue) -> list[SeriesPoint] | None:
+    """A run's /metrics series as a JSON document holds it: its points (objects), or None when it has none."""
+    return [p for p in v if isinstance(p, dict)] if isinstance(v, list) else None
 
 
 def _drop_cut_last_line(path: Path) -> None:

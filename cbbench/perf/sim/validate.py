@@ -23,6 +23,7 @@ from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
+from cbbench.perf.json_values import JSONValue
 from cbbench.perf.sim.measured import MeasuredRun, Protocol
 
 RESULT_FIELDS = ("ttft_ms", "tpot_ms", "output_throughput")
@@ -57,7 +58,7 @@ def _cost_model_version() -> str:
 
 def replay(run: MeasuredRun, protocol: Protocol, run_command: RunCommand) -> Replay:
     """Run `cbbench perf` on `run`'s command line (its output silenced) and read its CSV row back."""
-    from cbbench.perf.results.rows import read_rows
+    from cbbench.perf.results.rows import number, read_rows
 
     version = _cost_model_version()
     wall = time.perf_counter()
@@ -68,7 +69,7 @@ def replay(run: MeasuredRun, protocol: Protocol, run_command: RunCommand) -> Rep
             with contextlib.redirect_stdout(sink), contextlib.redirect_stderr(sink):
                 run_command(argv)
             (row,) = read_rows(Path(tmp) / "run.csv")
-            ttft = float(row["mean_ttft_ms"])
+            ttft = number(row.get("mean_ttft_ms"))
             if protocol.rounds_for(run) < protocol.rounds:
                 ttft = _as_if_all_rounds(Path(tmp) / "run.json", run, protocol.rounds)
         except (Exception, SystemExit) as e:  # noqa: BLE001 - one failed row is reported, the others go on
@@ -82,12 +83,12 @@ def replay(run: MeasuredRun, protocol: Protocol, run_command: RunCommand) -> Rep
         protocol.rounds_for(run),
         protocol.key(run),
         ttft,
-        float(row["mean_tpot_ms"]),
-        float(row["median_ttft_ms"]),
-        float(row["median_tpot_ms"]),
-        float(row["output_throughput"]),
-        int(row["num_preemptions"]),
-        int(row["num_steps"]),
+        number(row.get("mean_tpot_ms")),
+        number(row.get("median_ttft_ms")),
+        number(row.get("median_tpot_ms")),
+        number(row.get("output_throughput")),
+        int(number(row.get("num_preemptions"))),
+        int(number(row.get("num_steps"))),
         time.perf_counter() - wall,
     )
 
@@ -100,13 +101,20 @@ def _as_if_all_rounds(json_path: Path, run: MeasuredRun, rounds: int) -> float:
     from cbbench.perf.results.run_json import read_run
 
     (records,) = read_run(json_path)["records"].values()
-    by_arrival = sorted(records, key=lambda r: r["arrival_time"])
-    ttfts = [1e3 * (float(r["first_token_time"]) - float(r["arrival_time"])) for r in by_arrival]
+    by_arrival = sorted(records, key=lambda r: _seconds(r["arrival_time"]))
+    ttfts = [1e3 * (_seconds(r["first_token_time"]) - _seconds(r["arrival_time"])) for r in by_arrival]
     c = run.concurrency or len(ttfts)
     opening, rest = ttfts[:c], ttfts[c:]
     if not rest:
         return sum(opening) / len(opening)
     return (sum(opening) / len(opening) + (rounds - 1) * sum(rest) / len(rest)) / rounds
+
+
+def _seconds(v: JSONValue) -> float:
+    """A record's time as float() reads it (TypeError for null: a request with no first token)."""
+    if isinstance(v, (int, float, str)):
+        return float(v)
+    raise TypeError(f"a record's time is {v!r}, not a number")
 
 
 def read_replays(path: Path) -> dict[str, Replay]:
