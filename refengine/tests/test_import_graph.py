@@ -8,7 +8,8 @@ call, and ties the two modules as surely as one at the top: deferring an import 
   one above. What runs a step goes down and its answer comes back up as a return value, not as an import;
 - the engine does not import the harness: refengine's own code (its tests aside) imports neither cbbench.perf,
   cbbench.workloads nor conformance; cbbench.kernels (the engine's kernel library) imports none of refengine,
-  cbbench.perf, cbbench.workloads or conformance;
+  cbbench.perf, cbbench.workloads or conformance; and neither refengine nor cbbench imports benchmarks/, the
+  project's measurements of itself, which the wheel leaves out;
 - the scheduler -> runner contract (refengine/scheduler/scheduler_output.py) asks the KV cache manager for block
   ids and does not import the block pool.
 
@@ -27,6 +28,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 PACKAGES = ("refengine", "cbbench")
 HARNESS = ("cbbench.perf", "cbbench.workloads", "conformance")  # import names
+SELF_MEASUREMENT = "benchmarks"  # the project's measurements of itself, beside the product (not shipped)
 
 # refengine's layers, lowest first, by the name under refengine/ (a folder, or a module of the package's top).
 # A module may import its own layer and those below it. `sim` is a device, as the worker is (refengine/worker/
@@ -257,6 +259,12 @@ def test_the_engine_does_not_import_the_harness() -> None:
 
 def test_kernels_import_neither_the_engine_nor_the_harness() -> None:
     assert forbidden_imports(REPO, "cbbench.kernels", ("refengine", *HARNESS)) == {}
+
+
+def test_what_ships_does_not_import_the_projects_self_measurement() -> None:
+    """benchmarks/ (not in the wheel) imports the product; nothing of refengine or cbbench imports it."""
+    assert forbidden_imports(REPO, "refengine", (SELF_MEASUREMENT,)) == {}
+    assert forbidden_imports(REPO, "cbbench", (SELF_MEASUREMENT,)) == {}
 
 
 def test_the_scheduler_output_asks_the_kv_cache_manager_not_the_block_pool() -> None:

@@ -95,7 +95,7 @@ class MeasuredRun:
         if self.gpu not in GPUS:
             return f"no kernel tables for the {self.gpu}"
         if self.workload not in REPLAYED_WORKLOADS:
-            return f"workload {self.workload!r} is replayed by its own driver (perf/sim/anyscale.py), not here"
+            return f"workload {self.workload!r} is replayed by its own driver (benchmarks/anyscale.py), not here"
         if self.ttft_ms is None and self.tpot_ms is None and self.output_throughput is None:
             return "no metric to compare"
         if self.workload in ("fixed", "random") and (self.isl is None or self.osl is None):
