@@ -28,7 +28,7 @@ from pathlib import Path
 
 from cbbench.perf.results.files import atomic_write_text, checked_lines, read_csv
 
-# the columns that tell one `perf --like` invocation's runs from another's (perf/results/like.py's groups)
+# the columns that tell one `perf --like` invocation's runs from another's (perf/plan/like.py's groups)
 LIKE_GROUP_COLUMNS = ("workload", "workload_params", "model", "device", "dtype")
 
 

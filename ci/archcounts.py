@@ -1,6 +1,7 @@
 """The harness's structure in numbers (docs/architecture.md, "The harness in numbers"): lines per package of
 cbbench/perf, `Any` per 1,000 lines, imports inside functions, the package-level import edges among perf's
-subpackages and those on a cycle, and the harness's imports of refengine's private names.
+subpackages, those on a cycle and those that run up perf's layers (PERF_LAYERS), and the harness's imports of
+refengine's private names.
 
     python ci/archcounts.py [ROOT]
 
@@ -17,17 +18,15 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(HERE / "refengine" / "tests"))
-from test_import_graph import Modules, find_circles  # noqa: E402
-
-PERF = "cbbench.perf"
+from test_import_graph import Modules, find_circles, package_graph, perf_layer_of, perf_package, upward_package_imports  # noqa: E402
 
 
-def perf_package(module: str) -> str | None:
-    """perf's subpackage (or top-level module) a module belongs to: cbbench.perf.plan.build -> "plan"."""
-    parts = module.split(".")
-    if parts[:2] != ["cbbench", "perf"] or len(parts) < 3:
-        return None
-    return parts[2]
+def _unplaced(package: str) -> bool:
+    try:
+        perf_layer_of(package)
+    except AssertionError:
+        return True
+    return False
 
 
 def _function_imports(tree: ast.Module) -> int:
@@ -73,18 +72,15 @@ def counts(root: Path) -> dict:
         anys += _anys(tree)
         func_imports += _function_imports(tree)
         private += [f"{m}: {n}" for n in _private_engine_names(tree)]
-    graph = modules.graph()
-    edges: set[tuple[str, str]] = set()
-    for m in perf:
-        for target in graph[m]:
-            a, b = perf_package(m), perf_package(target)
-            if a and b and a != b:
-                edges.add((a, b))
-    pkg_graph: dict[str, set[str]] = {p: set() for p in lines}
-    for a, b in edges:
-        pkg_graph[a].add(b)
+    pkg_graph = package_graph(modules)
+    edges = {(a, b) for a, targets in pkg_graph.items() for b in targets}
     cycles = find_circles(pkg_graph)
     on_cycle = {(a, b) for c in cycles for a in c for b in pkg_graph[a] if b in c}
+    try:
+        unplaced = sorted(p for p in pkg_graph if _unplaced(p))
+        upward = upward_package_imports(modules) if not unplaced else []
+    except AssertionError:
+        unplaced, upward = sorted(pkg_graph), []
     total = sum(lines.values())
     return {
         "lines": dict(sorted(lines.items(), key=lambda kv: -kv[1])),
@@ -96,6 +92,8 @@ def counts(root: Path) -> dict:
         "package_edges": len(edges),
         "edges_on_a_cycle": sorted(on_cycle),
         "cycles": cycles,
+        "upward_imports": upward,
+        "unplaced_packages": unplaced,
         "private_engine_names": private,
     }
 
@@ -111,6 +109,14 @@ def main(argv: list[str]) -> int:
     print(f"package-level import edges among perf's subpackages: {c['package_edges']}")
     print(f"  on a cycle: {len(c['edges_on_a_cycle'])}: " + ", ".join(f"{a}->{b}" for a, b in c["edges_on_a_cycle"]))
     print("  cycles: " + ("; ".join("{" + ", ".join(x) + "}" for x in c["cycles"]) or "none"))
+    if c["unplaced_packages"]:
+        print(
+            "imports up perf's layers: not counted (packages outside PERF_LAYERS: "
+            + ", ".join(c["unplaced_packages"])
+            + ")"
+        )
+    else:
+        print(f"imports up perf's layers (PERF_LAYERS): {len(c['upward_imports'])}")
     print(f"imports of refengine's private names: {len(c['private_engine_names'])}")
     for p in c["private_engine_names"]:
         print(f"  {p}")

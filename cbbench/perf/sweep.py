@@ -1,6 +1,6 @@
 """`cbbench perf`: build the plan, run it, write the results (CSV + JSON, each run as it finishes), print the table.
 
-`run_perf` is the whole command: `build_plan` (plan/build.py) turns the options into a validated `RunPlan` once,
+`run_perf` is the whole command: `build_plan` (grid/build.py) turns the options into a validated `RunPlan` once,
 `run_plan` runs its specs through their backends, writing each result as it finishes (`results/writer.py`), and
 `report/table.py` prints the table.
 """
@@ -14,10 +14,10 @@ from rich.console import Console
 
 from cbbench.perf.backends.backend import RunResult
 from cbbench.perf.exceptions import NoResultError
-from cbbench.perf.grid.executor import resolve_executor
+from cbbench.perf.grid.build import RunPlan, build_plan
 from cbbench.perf.grid.order import plan_positions, put_in_plan_order, row_position
 from cbbench.perf.grid.run import Grid
-from cbbench.perf.plan.build import RunPlan, build_plan
+from cbbench.perf.plan.executor import resolve_executor
 from cbbench.perf.plan.options import DEFAULT_CPU_THREADS, PerfOptions
 from cbbench.perf.plan.spec import RunSpec
 from cbbench.perf.report.show import labels_of_rows, render

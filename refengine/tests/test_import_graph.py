@@ -11,7 +11,10 @@ call, and ties the two modules as surely as one at the top: deferring an import 
   cbbench.perf, cbbench.workloads or conformance; and neither refengine nor cbbench imports benchmarks/, the
   project's measurements of itself, which the wheel leaves out;
 - the scheduler -> runner contract (refengine/scheduler/scheduler_output.py) asks the KV cache manager for block
-  ids and does not import the block pool.
+  ids and does not import the block pool;
+- perf's packages in layers (`PERF_LAYERS`, docs/architecture.md): read as packages (cbbench/perf's subpackages, and
+  each of its top-level modules as a package of its own), perf's imports form no circle, and none runs up the
+  layers.
 
 How an import is read (`imports_of`): `import a.b` names the module a.b; `from a import x` names a.x when that is a
 module which a's __init__.py does not bind, else a itself (a face handing x on, or the module that defines x); a
@@ -45,6 +48,23 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("sim",),
     ("engine",),
     ("entrypoints",),
+)
+
+
+# perf's layers, lowest first, by the name under cbbench/perf/: a subpackage, or a top-level module standing as a
+# package of its own. A module may import its own layer and those below it, and the packages import one another
+# without a circle (a cycle inside one layer is a circle all the same).
+PERF = "cbbench.perf"
+PERF_LAYERS: tuple[tuple[str, ...], ...] = (
+    ("exceptions", "records", "stats", "knobs", "metrics", "client_lag", "steady_state"),  # leaf modules
+    ("results",),  # the results files: schema, rows, writer, compare, the gate's tolerances, the capacity frontier
+    ("report", "sim", "gate"),  # what reads them: tables and reports, the simulator's validation, the gate's verdict
+    ("plan",),  # what a run is: the typed options, load points, --like, --executor, the run's spec
+    ("backends",),  # what runs one
+    ("grid", "bench"),  # a plan's runs, built into a RunPlan and executed; the micro-benchmark commands
+    ("sweep",),  # cbbench perf
+    ("capacity",),  # cbbench plan
+    ("cli",),  # the command line
 )
 
 
@@ -227,6 +247,53 @@ def upward_imports(modules: Modules) -> list[str]:
     return sorted(found)
 
 
+def perf_package(module: str) -> str | None:
+    """The package of perf a module belongs to: cbbench.perf.plan.options -> "plan", cbbench.perf.sweep -> "sweep";
+    None for perf's face and for a module outside perf."""
+    parts = module.split(".")
+    if parts[:2] != PERF.split(".") or len(parts) < 3:
+        return None
+    return parts[2]
+
+
+def package_imports(modules: Modules) -> dict[tuple[str, str], list[str]]:
+    """(package, a package of perf it imports) -> the imports that make the edge, each `module:line -> imported`."""
+    edges: dict[tuple[str, str], list[str]] = {}
+    for name in modules.files:
+        if (a := perf_package(name)) is None:
+            continue
+        for target, line in modules.imports_of(name):
+            if (b := perf_package(target)) is not None and b != a:
+                edges.setdefault((a, b), []).append(f"{name}:{line} -> {target}")
+    return edges
+
+
+def package_graph(modules: Modules) -> dict[str, set[str]]:
+    """perf's packages -> the packages of perf each imports."""
+    graph: dict[str, set[str]] = {p: set() for name in modules.files if (p := perf_package(name)) is not None}
+    for a, b in package_imports(modules):
+        graph[a].add(b)
+    return graph
+
+
+def perf_layer_of(package: str) -> int:
+    """The rank of a package of perf in PERF_LAYERS."""
+    for rank, names in enumerate(PERF_LAYERS):
+        if package in names:
+            return rank
+    raise AssertionError(f"cbbench/perf/{package} stands in no layer of PERF_LAYERS; place it there")
+
+
+def upward_package_imports(modules: Modules) -> list[str]:
+    """`module:line -> imported` for each import of a package of perf from a lower layer."""
+    return sorted(
+        found
+        for (a, b), imports in package_imports(modules).items()
+        if perf_layer_of(b) > perf_layer_of(a)
+        for found in imports
+    )
+
+
 def forbidden_imports(root: Path, package: str, banned: tuple[str, ...]) -> dict[str, list[str]]:
     """module -> the banned packages (dotted import names) it imports anywhere."""
     found = {}
@@ -265,6 +332,23 @@ def test_what_ships_does_not_import_the_projects_self_measurement() -> None:
     """benchmarks/ (not in the wheel) imports the product; nothing of refengine or cbbench imports it."""
     assert forbidden_imports(REPO, "refengine", (SELF_MEASUREMENT,)) == {}
     assert forbidden_imports(REPO, "cbbench", (SELF_MEASUREMENT,)) == {}
+
+
+def test_no_import_circle_among_perfs_packages() -> None:
+    modules = Modules(REPO, ("cbbench",))
+    graph = package_graph(modules)
+    assert {"plan", "backends", "grid", "results", "sweep", "cli"} <= set(graph) and "plan" in graph["backends"]
+    imports = package_imports(modules)
+    circles = find_circles(graph)
+    assert circles == [], "\n".join(
+        f"{a} -> {b}: {imports[(a, b)][0]}" for c in circles for a in c for b in sorted(graph[a] & set(c))
+    )
+
+
+def test_no_perf_import_runs_up_its_layers() -> None:
+    modules = Modules(REPO, ("cbbench",))
+    assert {perf_layer_of(p) for p in package_graph(modules)} == set(range(len(PERF_LAYERS)))  # each placed, none empty
+    assert upward_package_imports(modules) == []
 
 
 def test_the_scheduler_output_asks_the_kv_cache_manager_not_the_block_pool() -> None:
@@ -351,3 +435,55 @@ def test_the_checks_can_fail(tmp_path: Path) -> None:
         assert "refengine/newpart stands in no layer" in str(e)
     else:
         raise AssertionError("a module outside LAYERS went unplaced")
+
+
+def test_the_package_checks_can_fail(tmp_path: Path) -> None:
+    """perf's packages: a planted import up the layers through a function (a circle too), one up the layers with no
+    circle, and a package outside PERF_LAYERS are each found."""
+    root = _tree(
+        tmp_path,
+        {
+            "cbbench/__init__.py": "",
+            "cbbench/perf/__init__.py": "",
+            "cbbench/perf/records.py": "",
+            "cbbench/perf/stats.py": "import math\n",
+            "cbbench/perf/results/__init__.py": "",
+            "cbbench/perf/results/rows.py": "from cbbench.perf.records import R\n",
+            "cbbench/perf/plan/__init__.py": "",
+            "cbbench/perf/plan/options.py": "from cbbench.perf.results.rows import read\n",
+            "cbbench/perf/backends/__init__.py": "",
+            "cbbench/perf/backends/backend.py": "from cbbench.perf.plan.options import O\n",
+            "cbbench/perf/sweep.py": "from cbbench.perf.backends.backend import B\nfrom cbbench.perf import stats\n",
+        },
+    )
+    modules = Modules(root, ("cbbench",))
+    assert package_graph(modules) == {
+        "records": set(),
+        "stats": set(),
+        "results": {"records"},
+        "plan": {"results"},
+        "backends": {"plan"},
+        "sweep": {"backends", "stats"},
+    }
+    assert find_circles(package_graph(modules)) == [] and upward_package_imports(modules) == []
+    options = root / "cbbench/perf/plan/options.py"
+    options.write_text(
+        "from cbbench.perf.results.rows import read\ndef f():\n    from cbbench.perf.backends import backend\n"
+    )
+    modules = Modules(root, ("cbbench",))
+    assert find_circles(package_graph(modules)) == [["backends", "plan"]]
+    assert upward_package_imports(modules) == ["cbbench.perf.plan.options:3 -> cbbench.perf.backends.backend"]
+    options.write_text("from cbbench.perf.results.rows import read\n")
+    (root / "cbbench/perf/stats.py").write_text(
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from cbbench.perf.results import rows\n"
+    )
+    modules = Modules(root, ("cbbench",))
+    assert find_circles(package_graph(modules)) == []
+    assert upward_package_imports(modules) == ["cbbench.perf.stats:3 -> cbbench.perf.results.rows"]
+    (root / "cbbench/perf/newpart.py").write_text("")
+    try:
+        [perf_layer_of(p) for p in package_graph(Modules(root, ("cbbench",)))]  # as the layer test places each
+    except AssertionError as e:
+        assert "cbbench/perf/newpart stands in no layer" in str(e)
+    else:
+        raise AssertionError("a package of perf outside PERF_LAYERS went unplaced")

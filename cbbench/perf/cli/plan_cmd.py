@@ -1,4 +1,4 @@
-"""`cbbench plan`: the capacity planner's command line (the work is perf/grid/capacity.py's).
+"""`cbbench plan`: the capacity planner's command line (the work is perf/capacity.py's).
 
 It takes `cbbench perf`'s workload options under the same names (declared once, in perf_params.py), the SLO, the
 search lists (any engine knob may be a comma list; max_num_seqs, max_num_batched_tokens and tensor_parallel_size
@@ -17,9 +17,9 @@ from rich.console import Console
 from cbbench.perf.cli import perf_params as options
 from cbbench.perf.cli.app import CliError, Opt, command_line, err, explicit_params, one_line_errors
 from cbbench.perf.exceptions import NoResultError
-from cbbench.perf.grid.frontier import Slo
 from cbbench.perf.knobs import NO_GRID, KnobGrid, engine_knob_options
 from cbbench.perf.plan.options import EngineOptions, LoadAxes, OutputOptions, PerfOptions, RunOptions, WorkloadOptions
+from cbbench.perf.results.frontier import Slo
 from refengine.sim.sim_device import DeviceSpec
 
 _SEARCH_HELP = {
@@ -69,7 +69,7 @@ def plan(
     knobs: KnobGrid = NO_GRID,
 ) -> None:
     """Capacity planning: search the knobs for the best config per GPU under a TTFT / TPOT p99 SLO; CSV + JSON."""
-    from cbbench.perf.grid.capacity import run_capacity_plan  # (the planner loads the engine: not at --help)
+    from cbbench.perf.capacity import run_capacity_plan  # (the planner loads the engine: not at --help)
 
     slo = Slo(slo_ttft_p99_ms, slo_tpot_p99_ms)
     extra = list(ctx.args)  # `--workload-param a=1 b=2`, as perf takes them

@@ -18,14 +18,14 @@ from typing import TYPE_CHECKING, Any
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
-from cbbench.perf.grid.executor import ExecutorChoice, pool_size
 from cbbench.perf.grid.grid_worker import Outcome, make_job
 from cbbench.perf.grid.pool import ProcessPool
 from cbbench.perf.grid.ray_runner import RayRunner
+from cbbench.perf.plan.executor import ExecutorChoice, pool_size
 from cbbench.perf.report.progress import GridEta, RunProgress, heartbeat_interval, run_summary
 
 if TYPE_CHECKING:
-    from cbbench.perf.plan.build import RunPlan
+    from cbbench.perf.grid.build import RunPlan
 
 
 @dataclass

@@ -10,7 +10,7 @@ registry (backends/registry.py: `check_backend`, which the command line runs as 
 built), and each backend makes its own typed arguments from the options (backends/backend.py: `BackendArgs`).
 
 Also here: the CPU-sized defaults, and the workload of a load point (its params checked against the workload's own
-defaults, so an int param takes no "abc"). plan/build.py turns the options into the run plan.
+defaults, so an int param takes no "abc"). grid/build.py turns the options into the run plan.
 """
 
 from __future__ import annotations
@@ -23,9 +23,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Generic, TypeVar
 
-from cbbench.perf.grid.executor import ExecutorChoice, parse_executor
 from cbbench.perf.knobs import EngineKnobs, KnobGrid, knob
 from cbbench.perf.metrics import parse_goodput, parse_metric_percentiles
+from cbbench.perf.plan.executor import ExecutorChoice, parse_executor
 from cbbench.perf.plan.load import LoadPoint, parse_load_lists, resolve_tokenizer, vocab_token_id_range
 from refengine.config import BATCHING_MODES
 from refengine.sim.sim_device import DeviceSpec
@@ -229,10 +229,10 @@ class RunOptions:
     torch threads on a CPU, and the executor that runs the plan."""
 
     seed: int = 0
-    repeats: int | None = DEFAULT_REPEATS  # None: --like's baseline's, else the device's default (plan/build.py)
+    repeats: int | None = DEFAULT_REPEATS  # None: --like's baseline's, else the device's default (grid/build.py)
     warmup: int | None = DEFAULT_WARMUP
     cpu_threads: int | None = None  # None: DEFAULT_CPU_THREADS; 0: torch's default
-    executor: ExecutorChoice | None = None  # None: the plan's default (perf/grid/executor.py)
+    executor: ExecutorChoice | None = None  # None: the plan's default (perf/plan/executor.py)
 
     def __post_init__(self) -> None:
         if self.cpu_threads is not None and self.cpu_threads < 0:
@@ -290,7 +290,7 @@ class PerfOptions:
     backend: BackendOptions = field(default_factory=BackendOptions)
     run: RunOptions = field(default_factory=RunOptions)
     output: OutputOptions = field(default_factory=OutputOptions)
-    like: Path | None = None  # rerun exactly this results CSV's configurations (results/like.py)
+    like: Path | None = None  # rerun exactly this results CSV's configurations (plan/like.py)
 
     def record(self) -> dict[str, object]:
         """The options as the results JSON's `config` records them: one flat key per command-line option."""

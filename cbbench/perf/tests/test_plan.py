@@ -9,8 +9,8 @@ from pathlib import Path
 from typer.testing import CliRunner
 
 from cbbench.perf.cli import app
+from cbbench.perf.grid.build import build_plan
 from cbbench.perf.knobs import KnobGrid
-from cbbench.perf.plan.build import build_plan
 from cbbench.perf.plan.options import (
     BackendOptions,
     EngineOptions,
