@@ -1,7 +1,8 @@
 """The harness's structure in numbers (docs/architecture.md, "The harness in numbers"): lines per package of
 cbbench/perf, `Any` per 1,000 lines, imports inside functions, the package-level import edges among perf's
-subpackages, those on a cycle and those that run up perf's layers (PERF_LAYERS), and the harness's imports of
-refengine's private names.
+subpackages, those on a cycle and those that run up perf's layers (PERF_LAYERS), perf's imports of refengine, and
+the harness's reads of refengine's private names (imported, read as an attribute, or named for a patch:
+`private_engine_names`).
 
     python ci/archcounts.py [ROOT]
 
@@ -18,7 +19,15 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(HERE / "refengine" / "tests"))
-from test_import_graph import Modules, find_circles, package_graph, perf_layer_of, perf_package, upward_package_imports  # noqa: E402
+from test_import_graph import (  # noqa: E402
+    Modules,
+    find_circles,
+    package_graph,
+    perf_layer_of,
+    perf_package,
+    private_engine_names,
+    upward_package_imports,
+)
 
 
 def _unplaced(package: str) -> bool:
@@ -49,29 +58,22 @@ def _anys(tree: ast.Module) -> int:
     )
 
 
-def _private_engine_names(tree: ast.Module) -> list[str]:
-    found = []
-    for node in ast.walk(tree):
-        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("refengine"):
-            found += [f"{node.module}.{a.name}" for a in node.names if a.name.startswith("_")]
-            if any(part.startswith("_") and part != "__init__" for part in (node.module or "").split(".")):
-                found.append(node.module or "")
-    return found
-
-
 def counts(root: Path) -> dict:
     modules = Modules(root, ("cbbench",))
     perf = {m: p for m, p in modules.files.items() if perf_package(m)}
+    everything = Modules(root, ("refengine", "cbbench"))
+    private = private_engine_names(everything, "cbbench")
+    engine_imports = [
+        (m, target) for m in perf for target, _ in everything.imports_of(m) if target.split(".")[0] == "refengine"
+    ]
     lines: Counter[str] = Counter()
     anys = func_imports = 0
-    private: list[str] = []
     for m, path in perf.items():
         text = path.read_text()
         tree = modules.trees[m]
         lines[perf_package(m) or ""] += len(text.splitlines())
         anys += _anys(tree)
         func_imports += _function_imports(tree)
-        private += [f"{m}: {n}" for n in _private_engine_names(tree)]
     pkg_graph = package_graph(modules)
     edges = {(a, b) for a, targets in pkg_graph.items() for b in targets}
     cycles = find_circles(pkg_graph)
@@ -95,6 +97,8 @@ def counts(root: Path) -> dict:
         "upward_imports": upward,
         "unplaced_packages": unplaced,
         "private_engine_names": private,
+        "engine_imports": len(engine_imports),
+        "engine_modules": len({target for _, target in engine_imports}),
     }
 
 
@@ -117,7 +121,8 @@ def main(argv: list[str]) -> int:
         )
     else:
         print(f"imports up perf's layers (PERF_LAYERS): {len(c['upward_imports'])}")
-    print(f"imports of refengine's private names: {len(c['private_engine_names'])}")
+    print(f"imports of refengine in cbbench/perf: {c['engine_imports']}, of {c['engine_modules']} of its modules")
+    print(f"reads of refengine's private names in cbbench: {len(c['private_engine_names'])}")
     for p in c["private_engine_names"]:
         print(f"  {p}")
     return 0

@@ -7,8 +7,10 @@
 
 from __future__ import annotations
 
+import socket
 from contextlib import closing
 from typing import Any
+from urllib.parse import urlsplit
 
 from rich.console import Console
 
@@ -25,6 +27,7 @@ from cbbench.perf.report.table import Entry
 from cbbench.perf.results.environment import environment_info
 from cbbench.perf.results.schema import make_row
 from cbbench.perf.results.writer import ResultWriter
+from refengine.sim.sim_models import sim_model
 
 
 def run_perf(o: PerfOptions, console: Console) -> list[dict[str, Any]]:
@@ -169,8 +172,6 @@ def _check_simulated_tp(plan: RunPlan) -> None:
         return
     sizes = {tp for spec in plan.specs if (tp := spec.knobs.tensor_parallel_size) is not None}
     if sizes - {1}:
-        from refengine.sim.sim_models import sim_model
-
         shape = sim_model(plan.settings.model)[1]
         for tp in sorted(sizes):
             shape.check_tp(tp)
@@ -184,8 +185,6 @@ def _check_server(base_url: str | None) -> None:
     there, every request would fail and the CSV and JSON would hold a run that never started (ValueError: exit 2)."""
     if not base_url:
         return
-    import socket
-    from urllib.parse import urlsplit
 
     url = urlsplit(base_url)
     host, port = url.hostname or "127.0.0.1", url.port or (443 if url.scheme == "https" else 80)

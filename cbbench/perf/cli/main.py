@@ -174,7 +174,7 @@ def perf(
         like=like,
     )
     if dry_run:
-        from cbbench.perf.sweep import show_plan
+        from cbbench.perf.sweep import show_plan  # (brings in aiohttp, numpy)
 
         show_plan(opts, Console(soft_wrap=True))  # a piped line (a result path) is never broken
     else:
@@ -187,7 +187,7 @@ def perf(
 
 def run_perf(opts: PerfOptions, console: Console) -> None:
     """sweep.run_perf, imported on first use: the sweep pulls in pandas and the backends, which --help never needs."""
-    from cbbench.perf.sweep import run_perf as run
+    from cbbench.perf.sweep import run_perf as run  # (brings in aiohttp, numpy)
 
     run(opts, console)
 

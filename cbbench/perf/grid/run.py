@@ -62,7 +62,7 @@ class Grid:
                 self.events += self.runner.events
 
     def _serial(self, progress: RunProgress) -> Iterator[Outcome]:
-        from refengine.worker.worker import keep_preset_weights
+        from refengine.worker.worker import keep_preset_weights  # (brings in torch)
 
         with keep_preset_weights():  # one model's engines, one after another: its weights are drawn once
             yield from self._serial_runs(progress)

@@ -27,6 +27,7 @@ from cbbench.perf.knobs import EngineKnobs, KnobGrid, knob
 from cbbench.perf.metrics import parse_goodput, parse_metric_percentiles
 from cbbench.perf.plan.executor import ExecutorChoice, parse_executor
 from cbbench.perf.plan.load import LoadPoint, parse_load_lists, resolve_tokenizer, vocab_token_id_range
+from cbbench.workloads.local_datasets import TooFewRecords
 from refengine.config import BATCHING_MODES
 from refengine.sim.sim_device import DeviceSpec
 from refengine.sim.sim_memory import sim_dtype
@@ -98,7 +99,7 @@ class WorkloadOptions:
     recorded: Mapping[str, object] | None = field(default=None, repr=False)  # --like: the baseline's own params
 
     def __post_init__(self) -> None:
-        from cbbench.workloads.catalog import MAX_NUM_PROMPTS
+        from cbbench.workloads.catalog import MAX_NUM_PROMPTS  # (brings in numpy)
 
         if self.num_prompts is not None and self.num_prompts < 1:
             raise ValueError(f"num_prompts must be >= 1, got {self.num_prompts}")
@@ -345,7 +346,7 @@ class PerfOptions:
 
 def sim_label(device: DeviceSpec, dtype: str | None) -> str:
     """ "simulated H200 (cost model <version>, bfloat16)", as `engine.device_label` reads."""
-    from refengine.sim.cost_model import COST_MODEL_VERSION
+    from refengine.sim.cost_model import COST_MODEL_VERSION  # (brings in numpy)
 
     return f"{device.label} (cost model {COST_MODEL_VERSION}, {sim_dtype(dtype)})"
 
@@ -387,8 +388,8 @@ _PARAM_FLAGS = {
 
 def workload_kwargs(w: WorkloadOptions, model: str | None, on_cpu: bool) -> dict[str, object]:
     """get_workload's keyword arguments for `w` (ValueError naming the option for one the workload does not take)."""
-    from cbbench.workloads.catalog import list_workloads, workload_options
-    from cbbench.workloads.synthetic import DEFAULT_TOKEN_ID_RANGE
+    from cbbench.workloads.catalog import list_workloads, workload_options  # (brings in numpy)
+    from cbbench.workloads.synthetic import DEFAULT_TOKEN_ID_RANGE  # (brings in numpy)
 
     if w.name not in list_workloads():
         raise ValueError(f"workload: unknown name {w.name!r}; known: {', '.join(list_workloads())}")
@@ -434,7 +435,7 @@ def default_num_prompts(device: DeviceSpec) -> int:
 
 def build_workload(o: PerfOptions, load: LoadPoint | None = None, tokenizer: Tokenizer | None = None) -> Workload:
     """The workload of `o` at `load` (default: the first load point)."""
-    from cbbench.workloads.catalog import get_workload
+    from cbbench.workloads.catalog import get_workload  # (brings in numpy)
 
     load = load or o.load.points[0]
     w = o.workload
@@ -454,8 +455,6 @@ def build_workload(o: PerfOptions, load: LoadPoint | None = None, tokenizer: Tok
             max_concurrency=load.max_concurrency,
             **workload_kwargs(w, o.engine.model, o.device.is_cpu),
         )
-
-    from cbbench.workloads.local_datasets import TooFewRecords
 
     try:
         return make(num_prompts)

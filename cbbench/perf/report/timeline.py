@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from refengine.sampling_params import SamplingParams
 from refengine.sim.sim_device import DeviceSpec
 
 TIMELINE_PROMPT_LENS = (8, 40, 16, 24, 8, 32, 12, 48, 8, 20, 16, 28)  # varied, so the modes differ visibly
@@ -106,7 +107,7 @@ def run_mode(
     seed: int,
 ) -> list[Any]:
     """Run the requests through one engine; returns its StepStats."""
-    from refengine import LLMEngine, SamplingParams
+    from refengine.engine.llm_engine import LLMEngine  # (loads torch: drawing a saved timeline does not)
 
     engine = LLMEngine(
         model,

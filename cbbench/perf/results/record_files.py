@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from cbbench.perf.records import RequestRecord, StepRecord
+from cbbench.perf.results.files import file_mode, jsonable
 
 RECORDS_SUFFIX = ".records"
 TABLES = ("requests", "steps")
@@ -165,7 +166,6 @@ class RecordFiles:
             self._next = max([0, *(n for t in (*TABLES, RUNS) for n in self._numbers(t))]) + 1
         number, self._next = self._next, self._next + 1
         info = {"label": label, "plan_id": plan_id, "server_series": [dict(p) for p in server_series or []] or None}
-        from cbbench.perf.results.files import jsonable
 
         self._write(self.path("steps", number), to_table("steps", label, steps))
         self._write(self.path("requests", number), to_table("requests", label, records))
@@ -175,8 +175,6 @@ class RecordFiles:
     def _write(self, path: Path, content: Any) -> None:
         """A Parquet table or a text, to a temporary beside `path`, renamed over it."""
         import pyarrow.parquet as pq
-
-        from cbbench.perf.results.files import file_mode
 
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.stem}.", suffix=".tmp")

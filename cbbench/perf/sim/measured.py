@@ -27,6 +27,8 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
+from refengine.sim.gpus import GPUS
+
 DATA_DIR = Path(__file__).resolve().parent / "data"
 AICONFIGURATOR_SOURCE = "aiconfigurator-core"
 # the workloads `cbbench perf` replays as the source ran them (fixed lengths; vLLM's random dataset at range ratio 0
@@ -90,7 +92,6 @@ class MeasuredRun:
     @property
     def not_replayable(self) -> str:
         """Why the validation cannot replay this row ("" when it can)."""
-        from refengine.sim.gpus import GPUS
 
         if self.gpu not in GPUS:
             return f"no kernel tables for the {self.gpu}"
