@@ -1,6 +1,8 @@
 """The harness's structure in numbers (docs/architecture.md, "The harness in numbers"): lines per package of
 cbbench/perf, `Any` per 1,000 lines, imports inside functions, the package-level import edges among perf's
-subpackages and those on a cycle, and the harness's imports of refengine's private names.
+subpackages, those on a cycle and those that run up perf's layers (PERF_LAYERS), perf's imports of refengine, and
+the harness's reads of refengine's private names (imported, read as an attribute, or named for a patch:
+`private_engine_names`).
 
     python ci/archcounts.py [ROOT]
 
@@ -20,17 +22,23 @@ HERE = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(HERE / "refengine" / "tests"))
 sys.path.insert(0, str(HERE / "cbbench" / "perf" / "tests"))
 from test_any_budget import ANY_PER_KLOC_LIMIT, any_uses  # noqa: E402
-from test_import_graph import Modules, find_circles  # noqa: E402
+from test_import_graph import (  # noqa: E402
+    Modules,
+    find_circles,
+    package_graph,
+    perf_layer_of,
+    perf_package,
+    private_engine_names,
+    upward_package_imports,
+)
 
-PERF = "cbbench.perf"
 
-
-def perf_package(module: str) -> str | None:
-    """perf's subpackage (or top-level module) a module belongs to: cbbench.perf.plan.build -> "plan"."""
-    parts = module.split(".")
-    if parts[:2] != ["cbbench", "perf"] or len(parts) < 3:
-        return None
-    return parts[2]
+def _unplaced(package: str) -> bool:
+    try:
+        perf_layer_of(package)
+    except AssertionError:
+        return True
+    return False
 
 
 def _function_imports(tree: ast.Module) -> int:
@@ -46,23 +54,17 @@ def _function_imports(tree: ast.Module) -> int:
     return count
 
 
-def _private_engine_names(tree: ast.Module) -> list[str]:
-    found = []
-    for node in ast.walk(tree):
-        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("refengine"):
-            found += [f"{node.module}.{a.name}" for a in node.names if a.name.startswith("_")]
-            if any(part.startswith("_") and part != "__init__" for part in (node.module or "").split(".")):
-                found.append(node.module or "")
-    return found
-
-
 def counts(root: Path) -> dict:
     modules = Modules(root, ("cbbench",))
     perf = {m: p for m, p in modules.files.items() if perf_package(m)}
+    everything = Modules(root, ("refengine", "cbbench"))
+    private = private_engine_names(everything, "cbbench")
+    engine_imports = [
+        (m, target) for m in perf for target, _ in everything.imports_of(m) if target.split(".")[0] == "refengine"
+    ]
     lines: Counter[str] = Counter()
     anys: Counter[str] = Counter()
     func_imports = 0
-    private: list[str] = []
     uses = any_uses({m: modules.trees[m] for m in perf})
     for m, path in perf.items():
         text = path.read_text()
@@ -70,25 +72,21 @@ def counts(root: Path) -> dict:
         lines[perf_package(m) or ""] += len(text.splitlines())
         anys[perf_package(m) or ""] += uses[m]
         func_imports += _function_imports(tree)
-        private += [f"{m}: {n}" for n in _private_engine_names(tree)]
-    graph = modules.graph()
-    edges: set[tuple[str, str]] = set()
-    for m in perf:
-        for target in graph[m]:
-            a, b = perf_package(m), perf_package(target)
-            if a and b and a != b:
-                edges.add((a, b))
-    pkg_graph: dict[str, set[str]] = {p: set() for p in lines}
-    for a, b in edges:
-        pkg_graph[a].add(b)
+    pkg_graph = package_graph(modules)
+    edges = {(a, b) for a, targets in pkg_graph.items() for b in targets}
     cycles = find_circles(pkg_graph)
     on_cycle = {(a, b) for c in cycles for a in c for b in pkg_graph[a] if b in c}
+    try:
+        unplaced = sorted(p for p in pkg_graph if _unplaced(p))
+        upward = upward_package_imports(modules) if not unplaced else []
+    except AssertionError:
+        unplaced, upward = sorted(pkg_graph), []
     total = sum(lines.values())
     bench = lines.get("bench", 0)
     return {
         "lines": dict(sorted(lines.items(), key=lambda kv: -kv[1])),
-        "any_by_package": dict(anys),
         "total_lines": total,
+        "any_by_package": dict(anys),
         "any": sum(anys.values()),
         "any_per_kloc": round(1000 * sum(anys.values()) / total, 1),
         "any_per_kloc_without_bench": round(1000 * (sum(anys.values()) - anys["bench"]) / max(total - bench, 1), 1),
@@ -97,7 +95,11 @@ def counts(root: Path) -> dict:
         "package_edges": len(edges),
         "edges_on_a_cycle": sorted(on_cycle),
         "cycles": cycles,
+        "upward_imports": upward,
+        "unplaced_packages": unplaced,
         "private_engine_names": private,
+        "engine_imports": len(engine_imports),
+        "engine_modules": len({target for _, target in engine_imports}),
     }
 
 
@@ -115,7 +117,16 @@ def main(argv: list[str]) -> int:
     print(f"package-level import edges among perf's subpackages: {c['package_edges']}")
     print(f"  on a cycle: {len(c['edges_on_a_cycle'])}: " + ", ".join(f"{a}->{b}" for a, b in c["edges_on_a_cycle"]))
     print("  cycles: " + ("; ".join("{" + ", ".join(x) + "}" for x in c["cycles"]) or "none"))
-    print(f"imports of refengine's private names: {len(c['private_engine_names'])}")
+    if c["unplaced_packages"]:
+        print(
+            "imports up perf's layers: not counted (packages outside PERF_LAYERS: "
+            + ", ".join(c["unplaced_packages"])
+            + ")"
+        )
+    else:
+        print(f"imports up perf's layers (PERF_LAYERS): {len(c['upward_imports'])}")
+    print(f"imports of refengine in cbbench/perf: {c['engine_imports']}, of {c['engine_modules']} of its modules")
+    print(f"reads of refengine's private names in cbbench: {len(c['private_engine_names'])}")
     for p in c["private_engine_names"]:
         print(f"  {p}")
     return 0

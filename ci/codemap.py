@@ -3,9 +3,9 @@
     python ci/codemap.py            # rewrite the table in docs/architecture.md
     python ci/codemap.py --check    # exit 1 if it is out of date (a test runs this)
 
-Every module of refengine/, cbbench/ (kernels, workloads, perf) and conformance/ (tests aside) gets one row: its path and
-the first paragraph of its docstring. A module without a docstring is an error: the docstring says what the file
-owns, so the map cannot rot. The text around the table (between the markers) is written by hand.
+Every module of refengine/, cbbench/ (kernels, workloads, perf), benchmarks/ and conformance/ (tests aside) gets one
+row: its path and the first paragraph of its docstring. A module without a docstring is an error: the docstring says
+what the file owns, so the map cannot rot. The text around the table (between the markers) is written by hand.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 DOC = ROOT / "docs" / "architecture.md"
-FOLDERS = ("refengine", "cbbench", "conformance")
+FOLDERS = ("refengine", "cbbench", "benchmarks", "conformance")
 BEGIN, END = "<!-- codemap:begin -->", "<!-- codemap:end -->"
 
 

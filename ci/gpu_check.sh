@@ -29,18 +29,18 @@
 #                        fixed 1024/256, 512 prompts: half of 12.4 + 11.7 s measured for 1000, + starts     ~18 s
 #                        hf-static (+ refengine static) on 16 ShareGPT prompts, outputs <= 256: HF load ~5 s,
 #                        <= 256 steps at ~25 ms                                                              ~11 s
-#                        the decode step at 256 running over its floor (perf/bench/step_floor.py)            ~4 s
+#                        the decode step at 256 running over its floor (benchmarks/step_floor.py)            ~4 s
 #   perf-llama       90  llama-3.1-8b, one process, 256 slots, continuous + static: weights drawn once
 #                        (8e9 values on the CPU, ~45 s); ShareGPT 320 prompts: 5.8k / 3.5k out tok/s
 #                        measured at 1000, ~61k output tokens -> 11 + 18 s, + 2 starts (~8 s)                ~37 s
 #                        the decode step at 256 running over its floor                                       ~8 s
 #                        (no fixed 1024/256 run of the 8B: its ~36 s do not fit 8 minutes; the 0.5B's
 #                        fixed run measures the forward's own speed)
-#   record            5  the perf CSVs as one baseline (python -m cbbench.perf.bench.gpu_runs merge)
-#   calibration-qwen 12  the ShareGPT runs again on sim:<gpu> (perf/bench/sim_calibration.py): real /
+#   record            5  the perf CSVs as one baseline (python -m benchmarks.gpu_runs merge)
+#   calibration-qwen 12  the ShareGPT runs again on sim:<gpu> (benchmarks/sim_calibration.py): real /
 #                        simulated per configuration; 10 s measured for 256 prompts of the 0.5B             ~12 s
 #   calibration-llama 8  the same for the 8B's 320 prompts                                                ~8 s
-#   gate-aa          70  cbbench gate A/A of a snapshot of this checkout (python -m cbbench.perf.bench.gate_power
+#   gate-aa          70  cbbench gate A/A of a snapshot of this checkout (python -m benchmarks.gate_power
 #                        aa): qwen2.5-0.5b, 64 ShareGPT prompts on 64 slots, output throughput alone gated
 #                        (one test: 3 runs per arm are the fewest with which it can find anything at 95 %),
 #                        6 runs, each a fresh process: start, weights, engine and warm-up ~8 s, the run
@@ -144,30 +144,30 @@ step bench-step 10 "${CB[@]}" bench-step --stub-model --device cuda --running 64
 step bench-step-real 10 "${CB[@]}" bench-step --real-model --model qwen2.5-0.5b --device cuda --running 64,256 \
   --iters 50
 PERF=$WORK/perf
-step launches 12 "$PY" -m cbbench.perf.bench.launches --model qwen2.5-0.5b --triton-model qwen2.5-0.5b
-step perf-qwen 80 "$PY" -m cbbench.perf.bench.gpu_runs perf "$PERF" --floor qwen2.5-0.5b:256:400 \
+step launches 12 "$PY" -m benchmarks.launches --model qwen2.5-0.5b --triton-model qwen2.5-0.5b
+step perf-qwen 80 "$PY" -m benchmarks.gpu_runs perf "$PERF" --floor qwen2.5-0.5b:256:400 \
   "${GPU_QWEN_RUNS[@]}"
-step perf-llama 90 "$PY" -m cbbench.perf.bench.gpu_runs perf "$PERF" --floor llama-3.1-8b:256:400 \
+step perf-llama 90 "$PY" -m benchmarks.gpu_runs perf "$PERF" --floor llama-3.1-8b:256:400 \
   "${GPU_LLAMA_RUNS[@]}"
 
 # the baseline: every run of both models; a partial one (a run failed or ran out of time) is left in OUTDIR only,
 # and the step fails
 PARTS=()
 for name in $(group_names "${GPU_QWEN_RUNS[@]}" "${GPU_LLAMA_RUNS[@]}"); do PARTS+=("$PERF/$name.csv"); done
-if step record 5 "$PY" -m cbbench.perf.bench.gpu_runs merge "$WORK/$GPU.csv" "${PARTS[@]}" \
+if step record 5 "$PY" -m benchmarks.gpu_runs merge "$WORK/$GPU.csv" "${PARTS[@]}" \
     && [[ $DRY_RUN != 1 && ${RECORD:-1} != 0 ]]; then
   cp "$WORK/$GPU.csv" "$BASELINE" && echo "recorded $BASELINE (commit it)" | tee -a "$WORK/summary.txt"
 fi
 SIM_DEVICE=sim:$GPU  # the same workload on the simulated twin of this GPU
 mapfile -t QWEN_SIM < <(group_args qwen0.5b-sharegpt "${GPU_QWEN_RUNS[@]}")
 mapfile -t LLAMA_SIM < <(group_args llama8b-sharegpt "${GPU_LLAMA_RUNS[@]}")
-step calibration-qwen 12 "$PY" -m cbbench.perf.bench.sim_calibration "$PERF/qwen0.5b-sharegpt.csv" \
+step calibration-qwen 12 "$PY" -m benchmarks.sim_calibration "$PERF/qwen0.5b-sharegpt.csv" \
   "$WORK/calibration-qwen" "${QWEN_SIM[@]}"
-step calibration-llama 8 "$PY" -m cbbench.perf.bench.sim_calibration "$PERF/llama8b-sharegpt.csv" \
+step calibration-llama 8 "$PY" -m benchmarks.sim_calibration "$PERF/llama8b-sharegpt.csv" \
   "$WORK/calibration-llama" "${LLAMA_SIM[@]}"
 
 # last, an A/A gate on the card: a snapshot of this checkout's files gated against itself (no git history needed)
-step gate-aa 70 "$PY" -m cbbench.perf.bench.gate_power aa "$WORK/gate-aa.csv" -- --model qwen2.5-0.5b --device cuda \
+step gate-aa 70 "$PY" -m benchmarks.gate_power aa "$WORK/gate-aa.csv" -- --model qwen2.5-0.5b --device cuda \
   --num-prompts 64 --max-num-seqs 64 --warmup 2 --repeats 3 --min-effect off --min-effect output_throughput=1.5% \
   --on-inconclusive pass
 
@@ -175,7 +175,7 @@ step gate-aa 70 "$PY" -m cbbench.perf.bench.gate_power aa "$WORK/gate-aa.csv" --
 # pack: at most 8 files in OUTDIR
 {
   echo "== pytest"; tail -n 1 "$WORK/gpu-tests.log" 2>/dev/null
-  echo "== runs"; "$PY" -m cbbench.perf.bench.gpu_runs summary "${PARTS[@]}" 2>&1
+  echo "== runs"; "$PY" -m benchmarks.gpu_runs summary "${PARTS[@]}" 2>&1
   echo "== A/A gate"; grep -h "^A/A gate" "$WORK/gate-aa.log" 2>/dev/null || echo "A/A gate: no verdict (see its log)"
 } >> "$WORK/summary.txt"
 cp "$WORK/summary.txt" "$WORK/gpu.txt" "$OUT/"

@@ -16,7 +16,7 @@
 
 # The GPU baseline's workload, in one place: results/baselines/<gpu>.csv is made of exactly these runs (gpu_check.sh's
 # perf steps, or gpu_gate.sh with UPDATE_BASELINE=1 and no baseline yet), and `cbbench perf --like` reruns each
-# part. Groups of `python -m cbbench.perf.bench.gpu_runs perf OUTDIR @NAME PERF_ARGS...`, one process per model
+# part. Groups of `python -m benchmarks.gpu_runs perf OUTDIR @NAME PERF_ARGS...`, one process per model
 # (its weights drawn once). More requests than the 256 slots, so that continuous batching has requests to admit as
 # others finish (with 256 on 256 both modes run one batch): ShareGPT, and fixed 1024 in / 256 out (no variance in
 # lengths: the forward's own speed), continuous and static; hf-static on 16 ShareGPT prompts of at most 256 output

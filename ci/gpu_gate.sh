@@ -5,9 +5,9 @@
 # exists, the stored-baseline comparison as a trend check (drift across days; reported, never the verdict):
 #
 #   cbbench gate --base "$GATE_BASE" --model qwen2.5-0.5b --device cuda ... --output "$OUT/gate.csv"   # the verdict
-#   python -m cbbench.perf.bench.gpu_runs split results/baselines/<gpu>.csv PARTS   # trend: one file per --like group
-#   python -m cbbench.perf.bench.gpu_runs perf RUNS @part0 --like PARTS/..part0.csv --repeats 3 @part1 ...
-#   python -m cbbench.perf.bench.gpu_runs merge "$OUT/<gpu>.csv" RUNS/part*.csv
+#   python -m benchmarks.gpu_runs split results/baselines/<gpu>.csv PARTS   # trend: one file per --like group
+#   python -m benchmarks.gpu_runs perf RUNS @part0 --like PARTS/..part0.csv --repeats 3 @part1 ...
+#   python -m benchmarks.gpu_runs merge "$OUT/<gpu>.csv" RUNS/part*.csv
 #   cbbench compare results/baselines/<gpu>.csv "$OUT/<gpu>.csv"          # tolerances: <gpu>.tolerances.toml
 #
 # <gpu> comes from nvidia-smi ("NVIDIA H200" -> h200). The trend baseline holds several workloads and models
@@ -111,7 +111,7 @@ if [[ $TREND == 1 ]]; then
     PARTS_DIR=$(mktemp -d)
     trap 'rm -rf "$PARTS_DIR"' EXIT
   fi
-  mapfile -t PARTS < <("$PY" -m cbbench.perf.bench.gpu_runs split "$BASELINE" "$PARTS_DIR")
+  mapfile -t PARTS < <("$PY" -m benchmarks.gpu_runs split "$BASELINE" "$PARTS_DIR")
   [[ ${#PARTS[@]} -gt 0 ]] || { echo "gpu_gate: $BASELINE could not be split into its runs" >&2; exit 2; }
   for i in "${!PARTS[@]}"; do GROUPS_ARGS+=("@part$i" --like "${PARTS[$i]}" --repeats "$TREND_REPEATS"); done
   echo "== trend: perf --like $BASELINE: ${#PARTS[@]} part(s), $TREND_REPEATS repeats"
@@ -128,10 +128,10 @@ else
   [[ -n "$SUMMARY" && $DRY_RUN != 1 ]] && echo "$MSG" >> "$SUMMARY"
   exit "$status"
 fi
-run "$PY" -m cbbench.perf.bench.gpu_runs perf "$RUNS" "${GROUPS_ARGS[@]}"
+run "$PY" -m benchmarks.gpu_runs perf "$RUNS" "${GROUPS_ARGS[@]}"
 NAMES=()
 for a in "${GROUPS_ARGS[@]}"; do [[ $a == @* ]] && NAMES+=("$RUNS/${a#@}.csv"); done
-run "$PY" -m cbbench.perf.bench.gpu_runs merge "$NEW" "${NAMES[@]}"
+run "$PY" -m benchmarks.gpu_runs merge "$NEW" "${NAMES[@]}"
 
 if [[ $UPDATE == 1 ]]; then
   run cp "$NEW" "$BASELINE"

@@ -1,23 +1,25 @@
 """`cbbench perf`: build the plan, run it, write the results (CSV + JSON, each run as it finishes), print the table.
 
-`run_perf` is the whole command: `build_plan` (plan/build.py) turns the options into a validated `RunPlan` once,
+`run_perf` is the whole command: `build_plan` (grid/build.py) turns the options into a validated `RunPlan` once,
 `run_plan` runs its specs through their backends, writing each result as it finishes (`results/writer.py`), and
 `report/table.py` prints the table.
 """
 
 from __future__ import annotations
 
+import socket
 from collections.abc import Mapping
 from contextlib import closing
+from urllib.parse import urlsplit
 
 from rich.console import Console
 
 from cbbench.perf.backends.backend import RunResult
 from cbbench.perf.exceptions import NoResultError
-from cbbench.perf.grid.executor import resolve_executor
+from cbbench.perf.grid.build import RunPlan, build_plan
 from cbbench.perf.grid.order import plan_positions, put_in_plan_order, row_position
 from cbbench.perf.grid.run import Grid
-from cbbench.perf.plan.build import RunPlan, build_plan
+from cbbench.perf.plan.executor import resolve_executor
 from cbbench.perf.plan.options import DEFAULT_CPU_THREADS, PerfOptions
 from cbbench.perf.plan.spec import RunSpec
 from cbbench.perf.report.show import labels_of_rows, render
@@ -26,6 +28,7 @@ from cbbench.perf.report.table_title import cell_number
 from cbbench.perf.results.environment import environment_info
 from cbbench.perf.results.schema import make_row
 from cbbench.perf.results.writer import ResultWriter
+from refengine.sim.sim_models import sim_model
 
 
 def run_perf(o: PerfOptions, console: Console) -> list[Mapping[str, object]]:
@@ -170,8 +173,6 @@ def _check_simulated_tp(plan: RunPlan) -> None:
         return
     sizes = {tp for spec in plan.specs if (tp := spec.knobs.tensor_parallel_size) is not None}
     if sizes - {1}:
-        from refengine.sim.sim_models import sim_model
-
         shape = sim_model(plan.settings.model)[1]
         for tp in sorted(sizes):
             shape.check_tp(tp)
@@ -185,8 +186,6 @@ def _check_server(base_url: str | None) -> None:
     there, every request would fail and the CSV and JSON would hold a run that never started (ValueError: exit 2)."""
     if not base_url:
         return
-    import socket
-    from urllib.parse import urlsplit
 
     url = urlsplit(base_url)
     host, port = url.hostname or "127.0.0.1", url.port or (443 if url.scheme == "https" else 80)

@@ -166,8 +166,9 @@ def _mask_min_p(logits: torch.Tensor, min_p: torch.Tensor) -> torch.Tensor:
     return logits.masked_fill(probs < probs.amax(dim=-1, keepdim=True) * min_p[:, None], float("-inf"))
 
 
-def _mask_top_k_top_p(logits: torch.Tensor, top_k: torch.Tensor | None, top_p: torch.Tensor | None) -> torch.Tensor:
-    """logits [r, V]; top_k [r] (0 = off); top_p [r] (1 = off). Keeps at least one token per row."""
+def mask_top_k_top_p(logits: torch.Tensor, top_k: torch.Tensor | None, top_p: torch.Tensor | None) -> torch.Tensor:
+    """logits [r, V]; top_k [r] (0 = off); top_p [r] (1 = off). Keeps at least one token per row. (Public: `cbbench
+    bench-profile` times it as a phase of its own, cbbench/perf/bench/phase_clock.py.)"""
     sorted_logits, idx = logits.sort(dim=-1, descending=True)
     vocab = logits.shape[-1]
     ranks = torch.arange(vocab, device=logits.device)[None, :]
@@ -213,7 +214,7 @@ def sample(logits: torch.Tensor, md: SamplingMetadata, generator: torch.Generato
     if md.min_p is not None:
         sub = _mask_min_p(sub, md.min_p)
     if md.top_k is not None or md.top_p is not None:
-        sub = _mask_top_k_top_p(sub, md.top_k, md.top_p)
+        sub = mask_top_k_top_p(sub, md.top_k, md.top_p)
     probs = sub.softmax(dim=-1)
     if md.any_unseeded:
         noise = torch.empty_like(probs).exponential_(generator=generator)

@@ -3,7 +3,7 @@ measured by the openai backend (times converted to the server's simulated time) 
 simulated in-process. The server runs in a thread of the test process, so its event loop, its engine thread and
 the client share one GIL: paced in real time, the served TPOT here came out 1.3 times the in-process one (the
 pacer before the time scale) and 2.6 times (this pacer at time_scale=1.0); at the adaptive scale, within 1.5%.
-cbbench.perf.bench.sim_serving is the full-size version (512 ShareGPT prompts at 256 streams)."""
+benchmarks.sim_serving is the full-size version (512 ShareGPT prompts at 256 streams)."""
 
 from __future__ import annotations
 
@@ -39,7 +39,7 @@ def _mean_tpot_ms(result) -> float:
 # a loaded host (the client, the server's event loop and its engine thread behind one GIL) stretches it: at load 3-5
 # on the shared 2-core machine it came out 8.6 ms against 6.6 in-process (issue 47), a failure of a correct tree.
 # Run it with `pytest -m slow refengine/tests/test_serve_sim_time.py` on a quiet machine (or the full-size
-# cbbench.perf.bench.sim_serving); the default run keeps refengine/tests/test_serve_sim_clock.py's checks of the
+# benchmarks.sim_serving); the default run keeps refengine/tests/test_serve_sim_clock.py's checks of the
 # served clock itself, which count and order rather than time.
 @pytest.mark.slow
 def test_served_tpot_in_simulated_time_matches_in_process_at_more_streams_than_the_host_keeps_up_with():

@@ -1,6 +1,6 @@
 """Stop lists cannot stall the batch: `stop` and `stop_token_ids` have named caps (ValueError naming the field), and
 the stop-string search costs O(new characters x longest stop) per request and step, whatever the number of stop
-strings: counted here as dictionary probes, not timed. (perf/bench/stop_lists.py measures the step time a request
+strings: counted here as dictionary probes, not timed. (benchmarks/stop_lists.py measures the step time a request
 with the longest allowed lists adds to a batch.) The search still finds what vLLM's does: the first listed stop
 string that ends in the new text."""
 

@@ -41,8 +41,8 @@ def hf_model(
 ) -> PreTrainedModel:
     """A transformers model holding the weights refengine loads for (model, dtype, seed): a preset's random draw
     is a pure function of its seed, a folder is read again."""
-    from refengine.models.hf_twin import to_hf_model
-    from refengine.models.loader import load_model
+    from refengine.models.hf_twin import to_hf_model  # (brings in torch)
+    from refengine.models.loader import load_model  # (brings in torch)
 
     ref, config = load_model(model, device=device, dtype=dtype, seed=seed)
     return to_hf_model(ref, config, attn_implementation=attn_implementation)

@@ -98,7 +98,7 @@ def run_refengine(
 
     `max_concurrency` caps the requests in flight as `vllm bench serve --max-concurrency` does: a request that is
     due while the cap is full is added when a slot frees, and its arrival (TTFT's start) is that moment."""
-    from refengine import LLMEngine  # (loads torch: the backend registry is imported by `perf --dry-run`)
+    from refengine.engine.llm_engine import LLMEngine  # (loads torch: `perf --dry-run` imports the backends)
 
     # shut down when the run ends: its device memory goes back before the next configuration's engine sizes its
     # KV cache (`perf --like` runs every configuration of a baseline in this one process)

@@ -16,14 +16,13 @@ from __future__ import annotations
 import statistics
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 
+from cbbench.perf.bench.step import StubModel
 from refengine import LLMEngine, SamplingParams
-
-if TYPE_CHECKING:
-    from cbbench.perf.bench.step import StubModel
+from refengine.models.presets import load_model_config
 
 _TOKEN_IDS = (100, 100_000)  # ordinary BPE ids, clear of the special tokens
 
@@ -58,8 +57,6 @@ def _run_once(engine: LLMEngine, prompts: list[list[int]], max_tokens: int, tag:
 
 
 def _sleeping_stub(model: str, device_ms: float) -> StubModel:
-    from cbbench.perf.bench.step import StubModel
-    from refengine.models.presets import load_model_config
 
     stub = StubModel(load_model_config(model).hidden_size)
     forward = stub.forward

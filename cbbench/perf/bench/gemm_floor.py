@@ -11,8 +11,11 @@ from typing import TYPE_CHECKING, cast
 import torch
 import torch.nn.functional as F
 
+from cbbench.perf.bench.step import make_decoding_engine
+from refengine.models.decoder import CausalLM
+
 if TYPE_CHECKING:
-    from refengine.models.decoder import CausalLM, DecoderLayer
+    from refengine.models.decoder import DecoderLayer
 
 
 def _gemm_floor_s(model: CausalLM, m: int) -> float:
@@ -44,11 +47,9 @@ def _floor_logits_buffer(m: int, vocab: int) -> torch.Tensor:
 def step_vs_floor(num_running: int, iters: int = 20, warmup: int = 3, model: str = "tiny-qwen2") -> dict[str, float]:
     """Median CPU ms of a real decode step at `num_running` (bench_step's engine: short prompts, greedy) and of its
     GEMM floor, measured alternately in this thread, and the ratio of the medians."""
-    from cbbench.perf.bench.step import make_decoding_engine
-    from refengine.models.decoder import CausalLM
 
     engine, _ = make_decoding_engine(num_running, iters + warmup, model=model, stub=False)
-    lm = engine.model_runner.model
+    lm = engine.model  # (the engine's model module: refengine's CausalLM with stub=False)
     if not isinstance(lm, CausalLM):  # stub=False: refengine's own model (narrows the type for _gemm_floor_s)
         raise RuntimeError(f"bench-profile: the GEMM floor reads refengine's CausalLM, got {type(lm).__name__}")
     steps, floors = [], []

@@ -29,6 +29,7 @@ from dataclasses import asdict, dataclass
 
 import pandas as pd
 import torch
+import torch.nn.functional as F
 
 HEAD_SHAPES = {"qwen2.5-7b": (28, 4, 128), "llama-3.1-8b": (32, 8, 128)}  # num_heads, num_kv_heads, head_dim
 DECODE_BATCHES, DECODE_CONTEXTS = (1, 8, 32, 128), (512, 2048, 8192)
@@ -104,7 +105,6 @@ def make_inputs(shape: BenchShape, dtype: torch.dtype, device: str) -> dict[str,
 def sdpa_step(shape: BenchShape, dtype: torch.dtype, device: str) -> Callable[[], object]:
     """The peer: SDPA on contiguous [B, kvH, L, D] caches; decodes batched, the prefill chunk as its own call
     with a bottom-right causal mask (its queries sit at the end of the context)."""
-    import torch.nn.functional as F
 
     h, kvh, d = shape.num_heads, shape.num_kv_heads, shape.head_dim
     n_dec = shape.batch if shape.kind == "decode" else shape.batch - 1
@@ -206,7 +206,7 @@ def run_kernel_bench(out_csv: str, quick: bool = False, allow_cpu: bool = False)
         raise RuntimeError("kernel_bench needs a CUDA GPU (pass allow_cpu / --allow-cpu for an interpreter smoke run)")
     if not on_gpu:
         os.environ.setdefault("TRITON_INTERPRET", "1")  # effective only if kernels is not imported yet
-    from cbbench.kernels.triton_unified_attention import plan_unified_attention, unified_attention
+    from cbbench.kernels.triton_unified_attention import plan_unified_attention, unified_attention  # (brings in triton)
 
     device = "cuda" if on_gpu else "cpu"
     dtype = torch.bfloat16 if on_gpu else torch.float32

@@ -17,6 +17,14 @@ from contextlib import contextmanager
 from typing import Any
 
 import torch
+from torch.nn.modules import module as nn_module
+
+import refengine.sample.sampler as sampler_module
+from refengine.engine.llm_engine import LLMEngine
+from refengine.models.decoder import CausalLM
+from refengine.sample.penalties import PenaltyTables
+from refengine.scheduler.scheduler import Scheduler
+from refengine.worker.model_runner import ModelRunner
 
 # the phases of a step, in table order; the ones a given engine has no counterpart for stay empty
 PHASES = (
@@ -119,7 +127,6 @@ def _module_phase(module: torch.nn.Module, vocab_size: int) -> str | None:
 
 @contextmanager
 def module_hooks(clock: PhaseClock, vocab_size: int) -> Iterator[None]:
-    from torch.nn.modules import module as nn_module
 
     def pre(mod: torch.nn.Module, args: Any) -> None:
         phase = _module_phase(mod, vocab_size)
@@ -139,12 +146,6 @@ def module_hooks(clock: PhaseClock, vocab_size: int) -> Iterator[None]:
 
 
 def refengine_targets() -> list[tuple[Any, str, str]]:
-    import refengine.sample.sampler as sampler_module
-    from refengine.engine.llm_engine import LLMEngine
-    from refengine.models.decoder import CausalLM
-    from refengine.sample.penalties import PenaltyTables
-    from refengine.scheduler.scheduler import Scheduler
-    from refengine.worker.model_runner import ModelRunner
 
     return [
         (LLMEngine, "step", "outputs"),
@@ -156,7 +157,7 @@ def refengine_targets() -> list[tuple[Any, str, str]]:
         (PenaltyTables, "update_and_gather", "penalties"),
         (sampler_module, "apply_penalties", "penalties"),
         (sampler_module, "seeded_exponential", "seeded noise"),
-        (sampler_module, "_mask_top_k_top_p", "top-k/top-p"),
+        (sampler_module, "mask_top_k_top_p", "top-k/top-p"),
     ]
 
 

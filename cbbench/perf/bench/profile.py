@@ -23,13 +23,18 @@ from contextlib import ExitStack
 from typing import Any
 
 import torch
+from torch._C._profiler import _ExperimentalConfig
 
+from cbbench.perf.backends.hf_cb import run_hf_cb
+from cbbench.perf.backends.in_process import run_refengine
 from cbbench.perf.bench.gemm_floor import step_vs_floor
 from cbbench.perf.bench.phase_clock import PHASES, PhaseClock, hf_cb_targets, module_hooks, patched, refengine_targets
+from cbbench.perf.knobs import EngineKnobs
+from cbbench.perf.plan.load import known_vocab_size, resolve_tokenizer
+from cbbench.workloads.catalog import get_workload
 
 
 def _vocab_size(model: str) -> int:
-    from cbbench.perf.plan.load import known_vocab_size
 
     vocab = known_vocab_size(model)
     if vocab is None:
@@ -39,7 +44,6 @@ def _vocab_size(model: str) -> int:
 
 def _ops_profiler(clock: PhaseClock) -> Any:
     """torch.profiler over every thread, started at the first step (not while the model loads)."""
-    from torch._C._profiler import _ExperimentalConfig
 
     prof = torch.profiler.profile(
         activities=[torch.profiler.ProfilerActivity.CPU],
@@ -51,9 +55,6 @@ def _ops_profiler(clock: PhaseClock) -> Any:
 
 def _run_engine(engine: str, workload: Any, *, model: str, max_num_seqs: int, seed: int) -> Any:
     """refengine continuous, or transformers' CB, over `workload` on the CPU (no warm-up: the clock skips it)."""
-    from cbbench.perf.backends.hf_cb import run_hf_cb
-    from cbbench.perf.backends.in_process import run_refengine
-    from cbbench.perf.knobs import EngineKnobs
 
     if engine == "refengine":
         knobs = EngineKnobs(max_num_seqs=max_num_seqs)
@@ -156,8 +157,6 @@ def bench_profile(
 ) -> str:
     """The whole profile (each concurrency: the engines one after the other, then the step-vs-floor check) as
     markdown. Torch threads are the caller's (one for both engines: the generation thread inherits them)."""
-    from cbbench.perf.plan.load import resolve_tokenizer
-    from cbbench.workloads.catalog import get_workload
 
     workload = get_workload(
         "sharegpt",

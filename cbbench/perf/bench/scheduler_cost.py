@@ -24,9 +24,9 @@ _EOS = 0
 
 def make_decoding_scheduler(num_running: int, max_steps: int = 2000) -> Scheduler:
     """A Scheduler with `num_running` requests past their prefill, each with room for `max_steps` more tokens."""
-    from refengine.request import Request
-    from refengine.sampling_params import SamplingParams
-    from refengine.scheduler.scheduler import Scheduler
+    from refengine.request import Request  # (brings in numpy)
+    from refengine.sampling_params import SamplingParams  # (brings in numpy)
+    from refengine.scheduler.scheduler import Scheduler  # (brings in numpy)
 
     blocks_per_req = -(-(PROMPT_LEN + max_steps + 2) // BLOCK_SIZE)
     sched = Scheduler(

@@ -41,13 +41,17 @@ import statistics
 import sys
 import time
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
+from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar, cast
 
 import torch
 
+from refengine.engine.detokenizer import IncrementalDetokenizer
+from refengine.engine.llm_engine import LLMEngine
+from refengine.models.presets import load_model_config
+from refengine.sample.sampler import sample
+from refengine.sampling_params import RequestOutputKind, SamplingParams
+
 if TYPE_CHECKING:
-    from refengine import LLMEngine
-    from refengine.engine.detokenizer import IncrementalDetokenizer
     from refengine.request import Request
     from refengine.sample.sampler import SamplingMetadata
 
@@ -104,10 +108,9 @@ class FullRedecodeDetokenizer:
     before/after comparison: every step decodes the whole output again (O(output length) per step), then keeps
     the new text past what it had (less a trailing U+FFFD: a character still split)."""
 
-    # __new__ returns the detokenizer itself (a subclass made here, where refengine is imported), not an instance of
-    # this class: mypy requires a subclass of cls from __new__
+    # __new__ returns the detokenizer itself (an instance of a subclass of refengine's, made here), not an instance
+    # of this class: mypy requires a subclass of cls from __new__
     def __new__(cls, tokenizer: Any, request: Request) -> IncrementalDetokenizer:  # type: ignore[misc]
-        from refengine.engine.detokenizer import IncrementalDetokenizer
 
         class _Full(IncrementalDetokenizer):
             def update(self) -> str | None:
@@ -144,9 +147,6 @@ def make_decoding_engine(
     steps, and (`stub`) the stub model in place of the real one; returns (engine, stub model or None). `clock`
     becomes the engine's sampler, so that it can time it (and stand in for it with the stub's).
     `mixed_prompt_len` > 0: room for one more request of that prompt length (bench_mixed_step_us adds them)."""
-    from refengine import LLMEngine, SamplingParams
-    from refengine.models.presets import load_model_config
-    from refengine.sampling_params import RequestOutputKind
 
     if detokenizer not in DETOKENIZERS:
         raise ValueError(f"detokenizer must be one of {DETOKENIZERS}, got {detokenizer!r}")
@@ -155,11 +155,6 @@ def make_decoding_engine(
     block_size = 16
     per_req = -(-(PROMPT_LEN + max_steps + 4) // block_size)
     stub_model = StubModel(load_model_config(model).hidden_size, vocab) if stub else None
-    seams = {
-        "model_impl": stub_model,
-        "sampler": clock.sample if clock is not None else None,
-        "detokenizer_factory": FullRedecodeDetokenizer if detokenizer == "full-redecode" else None,
-    }
     extra = -(-(mixed_prompt_len + 2) // block_size) if mixed_prompt_len else 0
     engine = LLMEngine(
         model,
@@ -171,7 +166,9 @@ def make_decoding_engine(
         max_num_batched_tokens=max(8192, num_running * PROMPT_LEN, num_running + mixed_prompt_len),
         enable_prefix_caching=False,
         async_scheduling=False,  # (the step's host work on this thread, whatever the device's default)
-        **{k: v for k, v in seams.items() if v is not None},
+        model_impl=stub_model,  # (None: refengine's own, as for the other seams)
+        sampler=clock.sample if clock is not None else None,
+        detokenizer_factory=FullRedecodeDetokenizer if detokenizer == "full-redecode" else None,
     )
     if clock is not None:
         clock.stub = stub_model
@@ -230,7 +227,6 @@ class _DeviceClock:
     `sample` is the engine's sampler throughout; the timing is on between start() and close()."""
 
     def __init__(self) -> None:
-        from refengine.sample.sampler import sample
 
         self.spent = 0.0
         self.stub: StubModel | None = None  # (set once the engine is made)
@@ -277,7 +273,7 @@ def _time_steps(
     cpu: list[float] = []
     device_us: list[float] = []
     per_step: dict[str, list[float]] = {k: [] for k in spent}
-    clock.start(engine.model)
+    clock.start(cast("torch.nn.Module", engine.model))  # (None only after shutdown)
     try:
         for _ in range(iters):
             marks = {k: len(v) for k, v in spent.items()}
@@ -406,7 +402,6 @@ def bench_mixed_step_us(
 ) -> dict[str, Any]:
     """Median host microseconds of a decode-only step at `num_running` and of a mixed step (the same decodes beside
     one `prompt_len`-token prefill), alternating (see the module docstring), and their ratio."""
-    from refengine import SamplingParams
 
     if num_running < 1 or prompt_len < 2 or iters < 1 or warmup < 0:
         raise ValueError("num_running must be >= 1, prompt_len >= 2, iters >= 1 and warmup >= 0")
@@ -424,7 +419,7 @@ def bench_mixed_step_us(
     sync: Callable[[], None] = torch.cuda.synchronize if torch.device(device).type == "cuda" else (lambda: None)
     decode_us: list[float] = []
     mixed_us: list[float] = []
-    clock.start(engine.model)
+    clock.start(cast("torch.nn.Module", engine.model))  # (None only after shutdown)
     try:
         for i in range(warmup + iters):
             host, n = _one_step(engine, clock, sync)

@@ -178,7 +178,7 @@ def _cli_message(e: BaseException) -> str:
     """The error's first line, as the command line words it (`flag_wording`)."""
     ctx: Any = _click_globals.get_current_context(silent=True)
     if isinstance(e, OSError):
-        from cbbench.perf.results.files import file_error_line
+        from cbbench.perf.results.files import file_error_line  # (the results files' module: not at --help)
 
         line = file_error_line(e)
     else:

@@ -20,7 +20,7 @@ def bench_scheduler(
     iters: Annotated[int, Opt(help="timed steps per size")] = 200,
 ) -> None:
     """Microseconds per schedule() + update_from_output() step with N running decodes (model-free)."""
-    from cbbench.perf.bench.scheduler_cost import bench_step_us
+    from cbbench.perf.bench.scheduler_cost import bench_step_us  # (the command's work: not at --help)
 
     sizes = _ints("running", running)
     if not sizes or min(sizes) < 1:
@@ -99,7 +99,7 @@ def bench_step(
     --stub-model the forward costs nothing, so this is the engine's host time."""
     import torch
 
-    from cbbench.perf.bench.step import bench_engine_step_us, format_breakdown, format_table
+    from cbbench.perf.bench.step import bench_engine_step_us, format_breakdown, format_table  # (brings in torch, numpy)
 
     if cpu_threads:
         torch.set_num_threads(cpu_threads)
@@ -130,7 +130,7 @@ def bench_step(
         typer.echo("median CPU us per step, by phase (outputs: stop strings, detokenisation, RequestOutputs, stats):")
         typer.echo(format_breakdown(rows))
     if mixed_prompt_len:
-        from cbbench.perf.bench.step import bench_mixed_step_us, format_mixed_table
+        from cbbench.perf.bench.step import bench_mixed_step_us, format_mixed_table  # (brings in torch, numpy)
 
         if mixed_prompt_len < 2:
             raise CliError("mixed-prompt-len must be 0 (off) or >= 2")
@@ -169,8 +169,8 @@ def bench_async(
     """Throughput of one workload with async scheduling off and on, same process, and the ratio on / off."""
     import torch
 
-    from cbbench.perf.bench.async_overlap import bench_async as run
-    from cbbench.perf.bench.async_overlap import format_table
+    from cbbench.perf.bench.async_overlap import bench_async as run  # (brings in torch, numpy)
+    from cbbench.perf.bench.async_overlap import format_table  # (brings in torch, numpy)
 
     if cpu_threads:
         torch.set_num_threads(cpu_threads)

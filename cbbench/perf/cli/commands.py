@@ -6,6 +6,7 @@ Heavy modules (the engine, matplotlib, the server) are imported inside the comma
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -49,7 +50,6 @@ def serve(
     if cpu_threads is not None and cpu_threads < 0:
         raise CliError(f"cpu-threads must be >= 0 (0 = torch's default), got {cpu_threads}")
     check_shutdown_timeout(shutdown_timeout)
-    import os
 
     check_api_key(
         *((api_key, "--api-key") if api_key is not None else (os.environ.get("VLLM_API_KEY"), "VLLM_API_KEY"))
@@ -99,7 +99,7 @@ def timeline(
     ] = "continuous,sequence,static,none",
 ) -> None:
     """The batching modes' picture from a real run: which request holds which slot at each step, per batching mode."""
-    from cbbench.perf.report.timeline import run_timeline
+    from cbbench.perf.report.timeline import run_timeline  # (brings in numpy)
 
     modes = EngineOptions.parse_batching(batching).values
     path, util = run_timeline(
@@ -131,7 +131,7 @@ def plot(
     ] = None,
 ) -> None:
     """Result CSVs as curves with error bars from repeats: latency against throughput, or against a swept knob."""
-    from cbbench.perf.report.plot import plot_results
+    from cbbench.perf.report.plot import plot_results  # (brings in pandas)
 
     Console(soft_wrap=True).print(
         f"wrote {plot_results(result_csvs, labels=label, kind=kind, knob=knob, out=out)}", markup=False
@@ -144,7 +144,7 @@ def report(
     out: Annotated[Optional[Path], Opt("--out", "-o", help="HTML file or folder (default: beside the JSON)")] = None,
 ) -> None:
     """One self-contained HTML page: results table, TTFT / ITL CDFs, slot timelines, environment."""
-    from cbbench.perf.report.html import write_report
+    from cbbench.perf.report.html import write_report  # (brings in numpy)
 
     Console(soft_wrap=True).print(f"wrote {write_report(run_json, out)}", markup=False)
 
@@ -165,7 +165,7 @@ def show(
     ] = False,
 ) -> None:
     """Print the perf table of saved results again: medians over repeats, as the run printed it."""
-    from cbbench.perf.report.show import render, saved_entries
+    from cbbench.perf.report.show import render, saved_entries  # (the command's work: not at --help)
 
     entries, workload = saved_entries(results_csv)
     render(Console(), entries, workload, format, steady_state=steady_state)
@@ -214,7 +214,7 @@ def compare(
     With enough repeats on both sides, the gate's U test decides each metric (its tolerance the minimum effect);
     otherwise a regression is a median worse than the baseline's by more than the tolerance AND every new repeat
     worse than every baseline repeat (see perf/results/compare.py)."""
-    from cbbench.perf.results.compare import main_compare, parse_tolerances
+    from cbbench.perf.results.compare import main_compare, parse_tolerances  # (the command's work: not at --help)
 
     tol = parse_tolerances(tolerance or [])
     code = main_compare(
@@ -243,7 +243,8 @@ def generate(
     temperature: Annotated[float, Opt()] = 0.0,
 ) -> None:
     """Generate for a few prompts and print them (random-weight presets print gibberish, by design)."""
-    from refengine import LLM, SamplingParams
+    from refengine.entrypoints.llm import LLM  # (loads torch and the model: not at --help)
+    from refengine.sampling_params import SamplingParams  # (brings in numpy)
 
     llm = LLM(model=model, device=device)
     for p, o in zip(prompts, llm.generate(prompts, SamplingParams(max_tokens=max_tokens, temperature=temperature))):
@@ -265,7 +266,7 @@ def kernels(
 ) -> None:
     """Attention kernels against the HBM floor and torch SDPA (needs a CUDA GPU, or --allow-cpu)."""
     try:
-        from cbbench.perf.bench.kernels import run_kernel_bench
+        from cbbench.perf.bench.kernels import run_kernel_bench  # (brings in torch, pandas)
     except ImportError as e:
         raise CliError(f"the kernel bench is not available ({e})") from None
     try:

@@ -181,7 +181,7 @@ def _device(device: str, like: Path | None) -> str:
     """The device the runs use: --like's (its rows name it), else --device."""
     if like is None:
         return device
-    from cbbench.perf.results.rows import read_rows
+    from cbbench.perf.results.rows import read_rows  # (the command's work: not at --help)
 
     return str(read_rows(like)[0].get("device") or "cpu")
 
@@ -193,8 +193,8 @@ def gate(ctx: typer.Context, *, values: Values, knobs: KnobGrid = NO_GRID) -> No
     """Gate a change: base and head measured in one job, interleaved, and a stated test per metric. No baseline file.
 
     Exit 0: no regression; 1: a regression (significant, in the bad direction, beyond the minimum effect) or a failed head run; 2: bad input or a failed base run; 3: inconclusive, unless --on-inconclusive pass; 128 + N: ended by signal N (docs/gate.md)."""
-    from cbbench.perf.gate import signals as sig
-    from cbbench.perf.gate.arms import HEAD, ArmFailed
+    from cbbench.perf.gate import signals as sig  # (the command's work: not at --help)
+    from cbbench.perf.gate.arms import HEAD, ArmFailed  # (the command's work: not at --help)
 
     with sig.handled():
         try:
@@ -210,7 +210,7 @@ def gate(ctx: typer.Context, *, values: Values, knobs: KnobGrid = NO_GRID) -> No
 
 
 def _gate(ctx: typer.Context, values: Values, console: Console) -> int:
-    from cbbench.perf.gate.run import GateOptions, default_repeats, run_gate
+    from cbbench.perf.gate.run import GateOptions, default_repeats, run_gate  # (the command's work: not at --help)
 
     cwd = Path.cwd()
     perf_args = forwarded_args(ctx, values, cwd)

@@ -126,7 +126,7 @@ def perf(ctx: typer.Context, *, values: Values, knobs: KnobGrid = NO_GRID) -> No
         )
         opts = dataclasses.replace(opts, run=run)
     if values[RUN.dry_run]:
-        from cbbench.perf.sweep import show_plan
+        from cbbench.perf.sweep import show_plan  # (brings in aiohttp, numpy)
 
         show_plan(opts, Console(soft_wrap=True))  # a piped line (a result path) is never broken
     else:
@@ -139,7 +139,7 @@ def perf(ctx: typer.Context, *, values: Values, knobs: KnobGrid = NO_GRID) -> No
 
 def run_perf(opts: PerfOptions, console: Console) -> None:
     """sweep.run_perf, imported on first use: the sweep pulls in pandas and the backends, which --help never needs."""
-    from cbbench.perf.sweep import run_perf as run
+    from cbbench.perf.sweep import run_perf as run  # (brings in aiohttp, numpy)
 
     run(opts, console)
 

@@ -1,4 +1,4 @@
-"""`cbbench plan`: the capacity planner's command line (the work is perf/grid/capacity.py's).
+"""`cbbench plan`: the capacity planner's command line (the work is perf/capacity.py's).
 
 It takes `cbbench perf`'s workload options under the same names (declared once, in plan/declared.py), the SLO, the
 search lists (any engine knob may be a comma list; max_num_seqs, max_num_batched_tokens and tensor_parallel_size
@@ -14,10 +14,10 @@ from rich.console import Console
 from cbbench.perf.cli.app import CliError, command_line, err, explicit_params, one_line_errors
 from cbbench.perf.cli.params import takes
 from cbbench.perf.exceptions import NoResultError
-from cbbench.perf.grid.frontier import Slo
 from cbbench.perf.knobs import NO_GRID, KnobGrid, engine_knob_options
 from cbbench.perf.plan.declared import DEVICE, ENGINE, LOAD, OUTPUT, RUN, WORKLOAD, Group, Values, optional
 from cbbench.perf.plan.options import PerfOptions
+from cbbench.perf.results.frontier import Slo
 
 _SEARCH_HELP = {
     "max_num_seqs": "most requests in a batch; plan default: 64,128,256,512",
@@ -28,7 +28,7 @@ _SLO_HELP = "the p99 bound in milliseconds a configuration must meet"
 
 
 class _Slo(Group):
-    """The SLO a configuration must meet: plan's own options (perf/grid/frontier.py's `Slo`)."""
+    """The SLO a configuration must meet: plan's own options (perf/results/frontier.py's `Slo`)."""
 
     title = "slo"
     slo_ttft_p99_ms = optional(float, _SLO_HELP)
@@ -78,7 +78,7 @@ PLAN_OPTIONS = (
 @takes(PLAN_OPTIONS)
 def plan(ctx: typer.Context, *, values: Values, knobs: KnobGrid = NO_GRID) -> None:
     """Capacity planning: search the knobs for the best config per GPU under a TTFT / TPOT p99 SLO; CSV + JSON."""
-    from cbbench.perf.grid.capacity import run_capacity_plan  # (the planner loads the engine: not at --help)
+    from cbbench.perf.capacity import run_capacity_plan  # (the planner loads the engine: not at --help)
 
     slo = Slo(values[SLO.slo_ttft_p99_ms], values[SLO.slo_tpot_p99_ms])
     extra = list(ctx.args)  # `--workload-param a=1 b=2`, as perf takes them

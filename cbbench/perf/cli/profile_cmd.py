@@ -29,7 +29,7 @@ def bench_profile(
     update, outputs) for refengine and transformers' CB at each concurrency, as markdown; then decode step / floor."""
     import torch
 
-    from cbbench.perf.bench.profile import bench_profile as run
+    from cbbench.perf.bench.profile import bench_profile as run  # (brings in torch, numpy)
 
     try:
         sizes = [int(x) for x in running.split(",") if x.strip()]

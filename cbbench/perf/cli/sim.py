@@ -62,7 +62,7 @@ def make_sim_app(run_command: RunCommand) -> typer.Typer:
     ) -> None:
         """Replay every measured serving run (perf/sim/data/measured_runs.csv) through `cbbench perf --device
         sim:<gpu>`; print the median errors of TTFT, TPOT and throughput, beside the peer simulators'."""
-        from cbbench.perf.sim.run_validation import run_validation
+        from cbbench.perf.sim.run_validation import run_validation  # (brings in numpy)
 
         run_validation(
             where=where,

@@ -20,6 +20,7 @@ reserved paths. Only the paths this gate created are ever removed.
 from __future__ import annotations
 
 import contextlib
+import datetime as _dt
 import json
 import math
 import os
@@ -166,7 +167,6 @@ class Outputs:
 
 
 def _unique_default(folder: Path) -> Path:
-    import datetime as _dt
 
     stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
     base = folder / f"gate-{stamp}-{os.getpid()}"

@@ -53,6 +53,7 @@ from cbbench.perf.gate.report import (
     render_markdown,
     render_text,
 )
+from cbbench.perf.gate.servers import check_servers
 from cbbench.perf.gate.soundness import describe as describe_problems
 from cbbench.perf.gate.soundness import run_problems
 from cbbench.perf.gate.verdict import (
@@ -68,7 +69,9 @@ from cbbench.perf.gate.verdict import (
     min_effects,
     regressed,
 )
-from cbbench.perf.results.rows import number
+from cbbench.perf.results.rows import number, read_rows
+from cbbench.perf.results.run_json import read_run
+from refengine.sim.sim_device import DeviceSpec
 
 # Runs per arm. A real device: 20, the most that keeps a CPU gate of the default run (16 ShareGPT prompts, ~11 CPU s
 # a run) within 10 minutes of CPU time; the rates it gives are measured in docs/gate.md. A simulated device repeats
@@ -99,7 +102,6 @@ def looks(repeats: int, max_repeats: int | None) -> int:
 
 
 def default_repeats(device: str | None) -> int:
-    from refengine.sim.sim_device import DeviceSpec
 
     return SIM_REPEATS if device is not None and DeviceSpec.parse(device).simulated else DEFAULT_REPEATS
 
@@ -197,7 +199,6 @@ def _tree_arms(o: GateOptions, scratch: Path, made: list[tuple[Path, tr.Tree]]) 
 
 
 def _server_arms(o: GateOptions, scratch: Path) -> tuple[dict[str, Arm], str]:
-    from cbbench.perf.gate.servers import check_servers
 
     assert o.base_url is not None and o.head_url is not None  # (checked by GateOptions)
     model = check_servers(o.base_url, o.head_url, o.model)
@@ -386,7 +387,6 @@ def _measure(
 ) -> None:
     """The runs of `order` (ABBA) into `runs`, each checked (its tree, its soundness) and written to `outputs` as it
     finishes. ArmFailed on the first run that fails."""
-    from cbbench.perf.results.rows import read_rows
 
     describe = {name: arm.describe for name, arm in arms.items()}
     for k, (name, index) in enumerate(order, start=1):
@@ -425,7 +425,6 @@ _PARTIAL: Unfinished = {
 
 def _check_sound(arm: Arm, run: Run) -> None:
     """ArmFailed when the run had failed requests or a figure no sound run makes (soundness.py)."""
-    from cbbench.perf.results.run_json import read_run
 
     try:
         records = read_run(run.csv.with_suffix(".json")).get("records")

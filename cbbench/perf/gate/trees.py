@@ -25,6 +25,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from cbbench.perf.gate.signals import deferred
+
 NAMESPACED = ("kernels", "perf", "workloads")  # setup.py's folders that install as cbbench.<folder>
 WORK_TREE = "work tree"
 GIT_TIMEOUT_S = 120  # a checkout of a large tree on a slow disk; no git command here talks to a network
@@ -236,7 +238,6 @@ def check_imports(tree: Tree, env: dict[str, str]) -> None:
 @contextlib.contextmanager
 def scratch_folder(prefix: str = "cbbench-gate-") -> Iterator[Path]:
     """A temporary folder for the worktrees, link folders and runs, removed on the way out (errors and Ctrl-C too)."""
-    from cbbench.perf.gate.signals import deferred
 
     folder = Path(tempfile.mkdtemp(prefix=prefix))
     try:

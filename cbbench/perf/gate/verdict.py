@@ -32,12 +32,14 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from cbbench.perf.results.columns import KEY_NAMES
 from cbbench.perf.results.gate import _pyproject, read_tolerance_file
 from cbbench.perf.results.matching import label
 from cbbench.perf.results.rows import number, with_extra_metrics
 from cbbench.perf.results.schema import config_key
 from cbbench.perf.results.tolerances import HIGHER, LOWER, direction, resolve_tolerances
 from cbbench.perf.stats import log_shift, runs_needed, unseen_change
+from refengine.sim.sim_device import DeviceSpec
 
 # What a serving change moves: output throughput, and the mean and median of each latency a client sees per token
 # or per request start. p99s and the other throughputs follow the same runs (more tests would only widen every
@@ -67,7 +69,6 @@ CPU_MIN_EFFECTS: dict[str, float] = {**DEFAULT_MIN_EFFECTS, "process_cpu_s": DEF
 
 def default_min_effects(device: str, servers: bool) -> dict[str, float]:
     """The gated metrics of a gate on `device`: the wall-clock seven, and the runs' CPU time for an in-process CPU."""
-    from refengine.sim.sim_device import DeviceSpec
 
     return dict(CPU_MIN_EFFECTS if DeviceSpec.parse(device).is_cpu and not servers else DEFAULT_MIN_EFFECTS)
 
@@ -167,7 +168,6 @@ def _samples(runs: Sequence[Sequence[Mapping[str, object]]], i: int, metric: str
 
 def _key(row: Mapping[str, object]) -> tuple[str, ...]:
     """The configuration key, less the arm."""
-    from cbbench.perf.results.columns import KEY_NAMES
 
     return tuple("" if name == "arm" else cell for name, cell in zip(KEY_NAMES, config_key(row)))
 
@@ -193,7 +193,6 @@ def configurations(
 
 def key_changes(base_row: Mapping[str, object], head_row: Mapping[str, object]) -> list[str]:
     """`block_size 16 -> 32`: the key columns whose value differs between the arms (a default the change moved)."""
-    from cbbench.perf.results.columns import KEY_NAMES
 
     out = []
     for name, b, h in zip(KEY_NAMES, _key(base_row), _key(head_row)):

@@ -21,7 +21,7 @@ from cbbench.perf.backends.backend import RunResult
 
 if TYPE_CHECKING:
     from cbbench.perf.backends.backend import Backend
-    from cbbench.perf.plan.build import RunPlan
+    from cbbench.perf.grid.build import RunPlan
     from cbbench.perf.plan.spec import RunSpec
 
 

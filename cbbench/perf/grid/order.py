@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from cbbench.perf.plan.build import RunPlan
+    from cbbench.perf.grid.build import RunPlan
     from cbbench.perf.results.writer import ResultWriter
 
 # The CSV columns that differ between two runs of one plan whatever the executor: when the row was made, and the

@@ -16,9 +16,9 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from cbbench.perf.grid.executor import RAY_MISSING
 from cbbench.perf.grid.grid_worker import GridJob, Outcome, lost_run, run_one
 from cbbench.perf.grid.pool import MAX_RETRIES
+from cbbench.perf.plan.executor import RAY_MISSING
 
 
 def _task(job: GridJob, index: int) -> Outcome:

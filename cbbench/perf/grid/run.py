@@ -19,14 +19,14 @@ from typing import TYPE_CHECKING
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn
 
-from cbbench.perf.grid.executor import ExecutorChoice, pool_size
 from cbbench.perf.grid.grid_worker import Outcome, make_job
 from cbbench.perf.grid.pool import ProcessPool
 from cbbench.perf.grid.ray_runner import RayRunner
+from cbbench.perf.plan.executor import ExecutorChoice, pool_size
 from cbbench.perf.report.progress import GridEta, RunProgress, heartbeat_interval, run_summary
 
 if TYPE_CHECKING:
-    from cbbench.perf.plan.build import RunPlan
+    from cbbench.perf.grid.build import RunPlan
 
 
 @dataclass
@@ -63,7 +63,7 @@ class Grid:
                 self.events += self.runner.events
 
     def _serial(self, progress: RunProgress) -> Iterator[Outcome]:
-        from refengine.worker.worker import keep_preset_weights
+        from refengine.worker.worker import keep_preset_weights  # (brings in torch)
 
         with keep_preset_weights():  # one model's engines, one after another: its weights are drawn once
             yield from self._serial_runs(progress)

@@ -12,7 +12,7 @@ registry (backends/registry.py: `check_backend`, which the command line runs as 
 built), and each backend makes its own typed arguments from the options (backends/backend.py: `BackendArgs`).
 
 Also here: the workload of a load point (its params checked against the workload's own defaults, so an int param
-takes no "abc"). plan/build.py turns the options into the run plan.
+takes no "abc"). grid/build.py turns the options into the run plan.
 """
 
 from __future__ import annotations
@@ -24,7 +24,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Generic, TypeVar
 
-from cbbench.perf.grid.executor import ExecutorChoice, parse_executor
 from cbbench.perf.knobs import EngineKnobs, KnobGrid, knob
 from cbbench.perf.metrics import parse_goodput, parse_metric_percentiles
 from cbbench.perf.plan.declared import BACKEND, DEVICE, ENGINE, LOAD, OUTPUT, RUN, WORKLOAD, Values
@@ -37,7 +36,9 @@ from cbbench.perf.plan.declared import GPU_NUM_PROMPTS as GPU_NUM_PROMPTS
 from cbbench.perf.plan.declared import PEERS as PEERS
 from cbbench.perf.plan.declared import SIM_MODEL as SIM_MODEL
 from cbbench.perf.plan.declared import SIM_NUM_PROMPTS as SIM_NUM_PROMPTS
+from cbbench.perf.plan.executor import ExecutorChoice, parse_executor
 from cbbench.perf.plan.load import LoadPoint, parse_load_lists, resolve_tokenizer, vocab_token_id_range
+from cbbench.workloads.local_datasets import TooFewRecords
 from refengine.config import BATCHING_MODES
 from refengine.sim.sim_device import DeviceSpec
 from refengine.sim.sim_memory import sim_dtype
@@ -91,7 +92,7 @@ class WorkloadOptions:
     recorded: Mapping[str, object] | None = field(default=None, repr=False)  # --like: the baseline's own params
 
     def __post_init__(self) -> None:
-        from cbbench.workloads.catalog import MAX_NUM_PROMPTS
+        from cbbench.workloads.catalog import MAX_NUM_PROMPTS  # (brings in numpy)
 
         if self.num_prompts is not None and self.num_prompts < 1:
             raise ValueError(f"num_prompts must be >= 1, got {self.num_prompts}")
@@ -271,10 +272,10 @@ class RunOptions:
     torch threads on a CPU, and the executor that runs the plan."""
 
     seed: int = RUN.seed.default
-    repeats: int | None = DEFAULT_REPEATS  # None: --like's baseline's, else the device's default (plan/build.py)
+    repeats: int | None = DEFAULT_REPEATS  # None: --like's baseline's, else the device's default (grid/build.py)
     warmup: int | None = RUN.warmup.default
     cpu_threads: int | None = None  # None: DEFAULT_CPU_THREADS; 0: torch's default
-    executor: ExecutorChoice | None = None  # None: the plan's default (perf/grid/executor.py)
+    executor: ExecutorChoice | None = None  # None: the plan's default (perf/plan/executor.py)
 
     def __post_init__(self) -> None:
         if self.cpu_threads is not None and self.cpu_threads < 0:
@@ -362,7 +363,7 @@ class PerfOptions:
     backend: BackendOptions = field(default_factory=BackendOptions)
     run: RunOptions = field(default_factory=RunOptions)
     output: OutputOptions = field(default_factory=OutputOptions)
-    like: Path | None = None  # rerun exactly this results CSV's configurations (results/like.py)
+    like: Path | None = None  # rerun exactly this results CSV's configurations (plan/like.py)
 
     @classmethod
     def of(cls, values: Values, knobs: KnobGrid, command: str, backend: BackendOptions | None = None) -> PerfOptions:
@@ -433,7 +434,7 @@ class PerfOptions:
 
 def sim_label(device: DeviceSpec, dtype: str | None) -> str:
     """ "simulated H200 (cost model <version>, bfloat16)", as `engine.device_label` reads."""
-    from refengine.sim.cost_model import COST_MODEL_VERSION
+    from refengine.sim.cost_model import COST_MODEL_VERSION  # (brings in numpy)
 
     return f"{device.label} (cost model {COST_MODEL_VERSION}, {sim_dtype(dtype)})"
 
@@ -475,8 +476,8 @@ _PARAM_FLAGS = {
 
 def workload_kwargs(w: WorkloadOptions, model: str | None, on_cpu: bool) -> dict[str, object]:
     """get_workload's keyword arguments for `w` (ValueError naming the option for one the workload does not take)."""
-    from cbbench.workloads.catalog import list_workloads, workload_options
-    from cbbench.workloads.synthetic import DEFAULT_TOKEN_ID_RANGE
+    from cbbench.workloads.catalog import list_workloads, workload_options  # (brings in numpy)
+    from cbbench.workloads.synthetic import DEFAULT_TOKEN_ID_RANGE  # (brings in numpy)
 
     if w.name not in list_workloads():
         raise ValueError(f"workload: unknown name {w.name!r}; known: {', '.join(list_workloads())}")
@@ -522,7 +523,7 @@ def default_num_prompts(device: DeviceSpec) -> int:
 
 def build_workload(o: PerfOptions, load: LoadPoint | None = None, tokenizer: Tokenizer | None = None) -> Workload:
     """The workload of `o` at `load` (default: the first load point)."""
-    from cbbench.workloads.catalog import get_workload
+    from cbbench.workloads.catalog import get_workload  # (brings in numpy)
 
     load = load or o.load.points[0]
     w = o.workload
@@ -542,8 +543,6 @@ def build_workload(o: PerfOptions, load: LoadPoint | None = None, tokenizer: Tok
             max_concurrency=load.max_concurrency,
             **workload_kwargs(w, o.engine.model, o.device.is_cpu),
         )
-
-    from cbbench.workloads.local_datasets import TooFewRecords
 
     try:
         return make(num_prompts)

@@ -2,7 +2,7 @@
 
 `RunSettings` is what every run shares (model, device, dtype, seed, warm-up, tokenizer, the server's address);
 `RunSpec` is one run (workload, backend, batching mode, knobs, load point, repeat), what a backend's `run` takes.
-`RunPlan` (plan/build.py) holds the specs in the order they run, the backends that run them, and where the results
+`RunPlan` (grid/build.py) holds the specs in the order they run, the backends that run them, and where the results
 go; `build_plan` makes it.
 """
 

@@ -1,6 +1,6 @@
 """The capacity plan's section of `cbbench report`: output tokens/s per GPU against TPOT p99, one point per run of
 a `cbbench plan` grid, the Pareto frontier drawn through its points, the SLO's TPOT bound as a dashed line and the
-best configuration per GPU ringed; then the same answer as text (perf/grid/capacity.py's summary).
+best configuration per GPU ringed; then the same answer as text (`cbbench plan`'s summary, results/frontier.py).
 
 Inline SVG written here from the rows (nothing fetched, no script needed); a run JSON that `cbbench plan` did not
 write (no `capacity_plan` in its config) gets no section.
@@ -13,8 +13,7 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import cast
 
-from cbbench.perf.grid.capacity import summary_lines
-from cbbench.perf.grid.frontier import Candidate, Slo, best_per_gpu, candidates, pareto
+from cbbench.perf.results.frontier import Candidate, Slo, best_per_gpu, candidates, pareto, summary_lines
 
 WIDTH, HEIGHT = 720, 380
 LEFT, RIGHT, TOP, BOTTOM = 70, 20, 20, 50  # the plot area's margins (room for the tick labels)

@@ -16,6 +16,7 @@ import html
 import io
 import json
 import math
+import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TypedDict
@@ -23,23 +24,23 @@ from typing import TypedDict
 import numpy as np
 
 from cbbench.perf.json_values import JSONValue, as_list, as_object
+from cbbench.perf.metrics import parse_goodput
 from cbbench.perf.report.assets import CSS, JS
 from cbbench.perf.report.axis_scale import choose_axis
 from cbbench.perf.report.frontier_svg import frontier_html
 from cbbench.perf.report.server_series import server_metrics_html
 from cbbench.perf.report.table import Entry, ReportRun, fit_columns, summary_lines, table_columns
-from cbbench.perf.report.table_title import table_title
+from cbbench.perf.report.table_title import cell_number, table_title
 from cbbench.perf.report.timeline_svg import timeline_html
 from cbbench.perf.results.columns import CONFIG_KEY_COLUMNS
-from cbbench.perf.results.files import atomic_write_text
-from cbbench.perf.results.run_json import RunDocument
+from cbbench.perf.results.files import atomic_write_text, write_csv
+from cbbench.perf.results.run_json import RunDocument, read_run
 
 CDF_POINTS = 400  # each CDF is drawn through this many quantiles: exact enough to read, small enough to embed
 
 
 def load_run(path: str | Path) -> RunDocument:
     """The run's document (run_json.py: a summary's records read from its record folder), checked."""
-    from cbbench.perf.results.run_json import read_run
 
     doc = read_run(path)
     if not isinstance(doc, dict) or not isinstance(doc.get("rows"), list) or not isinstance(doc.get("records"), dict):
@@ -90,8 +91,6 @@ def runs_of(doc: RunDocument) -> list[ReportRun]:
 
 
 def _float(v: object) -> float:
-    from cbbench.perf.report.table_title import cell_number
-
     return cell_number(v)
 
 
@@ -166,12 +165,10 @@ def latency_throughput_png(rows: Sequence[Mapping[str, object]]) -> str | None:
     (drawn by the same code from the rows, through a scratch CSV); None for a run at one rate."""
     if len({str(r.get("request_rate")) for r in rows}) < 2:
         return None
-    import tempfile
 
     import matplotlib.pyplot as plt
 
-    from cbbench.perf.report.plot import make_figure
-    from cbbench.perf.results.files import write_csv
+    from cbbench.perf.report.plot import make_figure  # (brings in pandas)
 
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "rows.csv"
@@ -228,7 +225,6 @@ def _kv_table(d: Mapping[str, object]) -> str:
 def render_html(doc: RunDocument, source: str = "") -> str:
     runs = runs_of(doc)
     entries: list[Entry] = [(r["key"], r["row"], None) for r in runs if r["row"] is not None]
-    from cbbench.perf.metrics import parse_goodput
 
     cfg = doc.get("config") or {}
     goodput = parse_goodput(

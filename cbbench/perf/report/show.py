@@ -27,6 +27,10 @@ from cbbench.perf.report.table import (
     summary_lines,
     table_columns,
 )
+from cbbench.perf.results.columns import CONFIG_KEY_COLUMNS
+from cbbench.perf.results.gate import _md as escaped
+from cbbench.perf.results.rows import read_rows
+from cbbench.perf.results.run_json import read_run
 
 FORMATS = ("text", "markdown", "json")
 
@@ -63,7 +67,6 @@ def labels_of_rows(rows: Sequence[TableRow], record_labels: Sequence[str]) -> li
             engine, batching, knobs = (head.split("/", 2) + ["-", "-"])[:3]
             keys.append((engine, batching, knobs or "-"))
         return keys
-    from cbbench.perf.results.columns import CONFIG_KEY_COLUMNS
 
     skip = {"engine", "batching", "model", "device", "dtype", "workload"}
     varying = [c for c in CONFIG_KEY_COLUMNS if c not in skip and len({str(r.get(c)) for r in rows}) > 1]
@@ -75,7 +78,6 @@ def labels_of_rows(rows: Sequence[TableRow], record_labels: Sequence[str]) -> li
 
 def saved_entries(csv_path: str | Path) -> tuple[list[Entry], SavedWorkload]:
     """The table entries of a results CSV (checked by `read_rows`) and its workload, from the JSON when present."""
-    from cbbench.perf.results.rows import read_rows  # not pandas: `show` must start fast
 
     rows: list[TableRow] = [
         {k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in r.items()} for r in read_rows(csv_path)
@@ -83,8 +85,6 @@ def saved_entries(csv_path: str | Path) -> tuple[list[Entry], SavedWorkload]:
     json_path = Path(csv_path).with_suffix(".json")
     doc: object = {}
     if json_path.is_file():
-        from cbbench.perf.results.run_json import read_run
-
         try:
             doc = read_run(json_path, records=False)
         except ValueError:
@@ -139,7 +139,6 @@ def _markdown(
 ) -> str:
     """The table in markdown. `escape`: HTML and markdown marks escaped (`&lt;1%`, `\\(`), as a renderer needs them
     (a CI step summary renders both); off for a person reading it on a terminal, who would see the escapes."""
-    from cbbench.perf.results.gate import _md as escaped
 
     def _md(x: object) -> str:
         return escaped(x) if escape else " ".join(str(x).splitlines()).replace("|", "\\|")

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, cast
 
 import numpy as np
 
+from refengine.sampling_params import SamplingParams
 from refengine.sim.sim_device import DeviceSpec
 
 if TYPE_CHECKING:
@@ -124,7 +125,7 @@ def run_mode(
     seed: int,
 ) -> list[StepStats]:
     """Run the requests through one engine; returns its StepStats."""
-    from refengine import LLMEngine, SamplingParams
+    from refengine.engine.llm_engine import LLMEngine  # (loads torch: drawing a saved timeline does not)
 
     engine = LLMEngine(
         model,

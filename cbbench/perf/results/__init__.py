@@ -1,1 +1,2 @@
-"""Result files: the CSV / JSON schema, the writer, `--like`, compare, the gate and its tolerances."""
+"""Result files: the CSV / JSON schema, the writer, compare, the gate's rows and tolerances, and the capacity
+frontier read from the rows."""

@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING
 
 from cbbench.perf.json_values import JSONObject, JSONValue
 from cbbench.perf.records import RequestRecord, StepRecord
+from cbbench.perf.results.files import file_mode, jsonable
 
 if TYPE_CHECKING:  # imported where used: `show` names its rows without pyarrow (pyarrow ships no types)
     import pyarrow as pa
@@ -181,7 +182,6 @@ class RecordFiles:
             self._next = max([0, *(n for t in (*TABLES, RUNS) for n in self._numbers(t))]) + 1
         number, self._next = self._next, self._next + 1
         info = {"label": label, "plan_id": plan_id, "server_series": [dict(p) for p in server_series or []] or None}
-        from cbbench.perf.results.files import jsonable
 
         self._write(self.path("steps", number), to_table("steps", label, steps))
         self._write(self.path("requests", number), to_table("requests", label, records))
@@ -191,8 +191,6 @@ class RecordFiles:
     def _write(self, path: Path, content: str | pa.Table) -> None:
         """A Parquet table or a text, to a temporary beside `path`, renamed over it."""
         import pyarrow.parquet as pq
-
-        from cbbench.perf.results.files import file_mode
 
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.stem}.", suffix=".tmp")

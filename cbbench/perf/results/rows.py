@@ -16,7 +16,7 @@ from typing import Literal, Protocol, SupportsFloat, SupportsIndex, cast, runtim
 
 from cbbench.perf.results.cells import restore
 from cbbench.perf.results.columns import COLUMNS, CONFIG_KEY_COLUMNS, METRIC_COLUMNS, SCHEMA_VERSION, Cell, ResultRow
-from cbbench.perf.results.files import checked_lines
+from cbbench.perf.results.files import checked_lines, column_difference
 from cbbench.perf.results.schema import config_key
 
 # A row whose keys are not fixed: one configuration's repeats aggregated (`aggregate_rows`: its key columns,
@@ -83,8 +83,6 @@ def read_rows(path: str | os.PathLike[str], *, allow_empty: bool = False) -> lis
             "(rerun the baseline's configurations with `cbbench perf --like` to refresh it)"
         )
     if tuple(header) != COLUMNS:
-        from cbbench.perf.results.files import column_difference
-
         raise ValueError(f"{path}: {column_difference(header)}")
     if not body and not allow_empty:
         raise ValueError(f"{path}: no result rows (a header only)")

@@ -19,6 +19,7 @@ from cbbench.perf.json_values import JSONObject, JSONValue
 from cbbench.perf.results.columns import SCHEMA_VERSION
 from cbbench.perf.results.files import atomic_write_text, jsonable, read_named, workload_dict
 from cbbench.perf.results.record_files import RecordFiles, plan_id_of, records_dir, runs_in_row_order
+from cbbench.perf.results.rows import read_rows
 
 SUMMARY_KEY = "record_files"  # a summary's pointer; a JSON with embedded records has `records` instead
 
@@ -130,7 +131,6 @@ def read_run(path: str | os.PathLike[str], *, records: bool = True) -> RunDocume
     doc = load_json(path)
     if not isinstance(doc, dict) or not is_summary(doc):
         return cast(RunDocument, doc)  # an older JSON holds its records itself (checked by its reader)
-    from cbbench.perf.results.rows import read_rows
 
     csv_path, folder = pair_files(path, doc)
     rows = read_rows(csv_path, allow_empty=True)

@@ -21,6 +21,9 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from refengine.sim.cost_model import CostModel, StepShape
+from refengine.sim.sim_device import parse_sim_device
+from refengine.sim.sim_memory import sim_dtype
+from refengine.sim.sim_models import sim_model
 
 # (prompt length, output length, arrival in seconds from the start)
 HfStaticRequest = tuple[int, int, float]
@@ -128,9 +131,6 @@ def simulate_hf_static_on(
     device: str, model: str, requests: Sequence[HfStaticRequest], batch_size: int, dtype: str = "bfloat16"
 ) -> HfStaticResult:
     """simulate_hf_static on `device` ("sim:<gpu>") for a model preset or folder, with the engine's cost model."""
-    from refengine.sim.sim_device import parse_sim_device
-    from refengine.sim.sim_memory import sim_dtype
-    from refengine.sim.sim_models import sim_model
 
     cost = CostModel(parse_sim_device(device), sim_model(model)[1], sim_dtype(dtype))
     return simulate_hf_static(cost, requests, batch_size)

@@ -27,6 +27,8 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
+from refengine.sim.gpus import GPUS
+
 DATA_DIR = Path(__file__).resolve().parent / "data"
 AICONFIGURATOR_SOURCE = "aiconfigurator-core"
 # the workloads `cbbench perf` replays as the source ran them (fixed lengths; vLLM's random dataset at range ratio 0
@@ -90,12 +92,11 @@ class MeasuredRun:
     @property
     def not_replayable(self) -> str:
         """Why the validation cannot replay this row ("" when it can)."""
-        from refengine.sim.gpus import GPUS
 
         if self.gpu not in GPUS:
             return f"no kernel tables for the {self.gpu}"
         if self.workload not in REPLAYED_WORKLOADS:
-            return f"workload {self.workload!r} is replayed by its own driver (perf/sim/anyscale.py), not here"
+            return f"workload {self.workload!r} is replayed by its own driver (benchmarks/anyscale.py), not here"
         if self.ttft_ms is None and self.tpot_ms is None and self.output_throughput is None:
             return "no metric to compare"
         if self.workload in ("fixed", "random") and (self.isl is None or self.osl is None):

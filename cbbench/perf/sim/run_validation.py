@@ -11,9 +11,12 @@ from rich.console import Console
 
 from cbbench.perf.sim.consistency import feasibility
 from cbbench.perf.sim.measured import MeasuredRun, Protocol, load_measured_runs
+from cbbench.perf.sim.peers import load_peer_predictions
 from cbbench.perf.sim.relative_errors import Prediction, RowErrors, row_errors
 from cbbench.perf.sim.report import render_markdown, render_summary
 from cbbench.perf.sim.validate import Replay, RunCommand, read_replays, replay_all, write_replays
+from refengine.sim.cost_model import COST_MODEL_VERSION
+from refengine.sim.sim_models import sim_model
 
 _WHERE_KEYS = {"model", "gpu", "tp", "dtype", "isl", "osl", "concurrency", "workload", "id"}
 
@@ -52,7 +55,6 @@ def select(runs: Sequence[MeasuredRun], where: str | None, limit: int | None) ->
 def peer_predictions() -> dict[str, dict[str, Prediction]]:
     """simulator -> row id -> its prediction, from perf/sim/data/peer_predictions.csv (ci/peer_sims.sh); only the
     rows a peer predicted (status ok)."""
-    from cbbench.perf.sim.peers import load_peer_predictions
 
     out: dict[str, dict[str, Prediction]] = {}
     for (rid, sim), p in load_peer_predictions().items():
@@ -63,7 +65,6 @@ def peer_predictions() -> dict[str, dict[str, Prediction]]:
 
 
 def build_rows(runs: Sequence[MeasuredRun], replays: dict[str, Replay]) -> tuple[list[RowErrors], list[str]]:
-    from refengine.sim.sim_models import sim_model
 
     peers = peer_predictions()
     rows = []
@@ -93,7 +94,6 @@ def run_validation(
     server: str = "generator",
 ) -> list[RowErrors]:
     """`run_command` runs each row's `cbbench perf` command line (validate.py: `RunCommand`)."""
-    from refengine.sim.cost_model import COST_MODEL_VERSION
 
     protocol = Protocol(rounds=rounds, long_rounds=long_rounds, prompts=prompts, server=server)
     chosen = select(load_measured_runs(), where, limit)

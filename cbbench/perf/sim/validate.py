@@ -24,6 +24,8 @@ from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
 from cbbench.perf.json_values import JSONValue
+from cbbench.perf.results.rows import number, read_rows
+from cbbench.perf.results.run_json import read_run
 from cbbench.perf.sim.measured import MeasuredRun, Protocol
 
 RESULT_FIELDS = ("ttft_ms", "tpot_ms", "output_throughput")
@@ -51,14 +53,13 @@ class Replay:
 
 
 def _cost_model_version() -> str:
-    from refengine.sim.cost_model import COST_MODEL_VERSION
+    from refengine.sim.cost_model import COST_MODEL_VERSION  # (brings in numpy)
 
     return COST_MODEL_VERSION
 
 
 def replay(run: MeasuredRun, protocol: Protocol, run_command: RunCommand) -> Replay:
     """Run `cbbench perf` on `run`'s command line (its output silenced) and read its CSV row back."""
-    from cbbench.perf.results.rows import number, read_rows
 
     version = _cost_model_version()
     wall = time.perf_counter()
@@ -98,7 +99,6 @@ def _as_if_all_rounds(json_path: Path, run: MeasuredRun, rounds: int) -> float:
     rounds (Protocol.long_rounds), and its opening round, all c prompts at once into an idle server, is a far larger
     share of its requests than of the measured run's 20 rounds. The opening round (the first c arrivals) keeps its
     weight of 1 in `rounds`; the replayed rounds after it stand for the rest."""
-    from cbbench.perf.results.run_json import read_run
 
     (records,) = read_run(json_path)["records"].values()
     by_arrival = sorted(records, key=lambda r: _seconds(r["arrival_time"]))

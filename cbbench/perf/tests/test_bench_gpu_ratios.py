@@ -1,6 +1,6 @@
 """The benchmarks the GPU check prints ratios from, run here on the CPU and on a simulated GPU: a mixed step's host
-time against a decode-only one (perf/bench/step.py), a decode step against its floor (perf/bench/step_floor.py) and
-real / simulated throughput (perf/bench/real_vs_sim.py). No time is asserted: the numbers are only printed; what is
+time against a decode-only one (perf/bench/step.py), a decode step against its floor (benchmarks/step_floor.py) and
+real / simulated throughput (benchmarks/real_vs_sim.py). No time is asserted: the numbers are only printed; what is
 checked is that each runs, and the arithmetic of its floors and ratios."""
 
 from __future__ import annotations
@@ -12,7 +12,8 @@ import pandas as pd
 import pytest
 from typer.testing import CliRunner
 
-from cbbench.perf.bench import real_vs_sim, step, step_floor
+from benchmarks import real_vs_sim, step_floor
+from cbbench.perf.bench import step
 from cbbench.perf.cli import app
 from refengine.models.presets import TEST_MODEL
 

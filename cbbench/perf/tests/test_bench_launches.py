@@ -1,4 +1,4 @@
-"""`python -m cbbench.perf.bench.launches` (perf/bench/launches.py): it runs, and what it counts follows the model
+"""`python -m benchmarks.launches` (benchmarks/launches.py): it runs, and what it counts follows the model
 (not a target value: the counts are the benchmark's to print). torch.profiler's first use in a process costs
 seconds, so the refengine counts share one test; the transformers twin's (an import of transformers more) is slow."""
 
@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from cbbench.perf.bench.launches import count_refengine, count_transformers, format_table
+from benchmarks.launches import count_refengine, count_transformers, format_table
 from refengine.models.presets import PRESETS
 
 TOY = PRESETS["tiny-qwen2"].replace(

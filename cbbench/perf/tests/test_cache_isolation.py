@@ -17,9 +17,9 @@ from typer.testing import CliRunner
 
 pytest.importorskip("fastapi", reason="cbbench serve needs fastapi (pip install -e .)")
 
+from benchmarks.fake_openai_server import FakeOpenAIServer  # noqa: E402
 from cbbench.perf.backends.cache_isolation import Isolation, probe  # noqa: E402
 from cbbench.perf.backends.http_client import HttpTarget  # noqa: E402
-from cbbench.perf.bench.fake_openai_server import FakeOpenAIServer  # noqa: E402
 from cbbench.perf.cli import app  # noqa: E402
 from cbbench.perf.report.table import PREFIX_HIT_SHOWN  # noqa: E402
 from cbbench.perf.results.files import read_csv  # noqa: E402

@@ -1,6 +1,6 @@
 """What the code cites is in the repository (issue 27: a module cited something outside it): in cbbench/ (kernels,
-workloads, perf; tests aside), every repository path a docstring or comment names (`perf/report/plot.py`,
-`docs/perf.md`) exists, every dotted module it names (`cbbench.perf.bench.sampler_cost`, `cbbench.perf.records.StepRecord`) resolves,
+workloads, perf; tests aside) and benchmarks/, every repository path a docstring or comment names (`perf/report/plot.py`,
+`docs/perf.md`) exists, every dotted module it names (`cbbench.perf.bench.step`, `cbbench.perf.records.StepRecord`) resolves,
 and nothing cites the seed chapter, which lives outside the repository (docs/scheduling.md stands for it)."""
 
 from __future__ import annotations
@@ -9,13 +9,14 @@ import re
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[3]
-CHECKED = ("cbbench",)
-# a path from the repository root; results/ is left out: its paths name files the commands write (results/x.csv)
+CHECKED = ("cbbench", "benchmarks")
+# a path from the repository root; results/ is left out: its paths name files the commands write (results/x.csv), and
+# so is benchmarks/: vLLM has one too, which the metrics cite (`benchmarks/serve.py`)
 PATH = re.compile(
     r"(?<![\w/.-])((?:refengine|cbbench|kernels|workloads|perf|conformance|ci|docs)/[\w./-]*\w\.(?:py|md|sh|toml))\b"
 )
 MODULE = re.compile(
-    r"(?<![\w./-])((?:refengine|cbbench\.kernels|cbbench\.workloads|cbbench\.perf|conformance)(?:\.[a-z_]\w*)+)"
+    r"(?<![\w./-])((?:refengine|cbbench\.kernels|cbbench\.workloads|cbbench\.perf|conformance|benchmarks)(?:\.[a-z_]\w*)+)"
 )
 SEED = re.compile(r"\bseed/|§|zh\.md")
 
@@ -67,4 +68,8 @@ def test_nothing_cites_the_seed_chapter() -> None:
 def test_the_checks_catch_a_stale_citation() -> None:
     assert not (REPO / "perf/bench_step.py").exists() and PATH.search("stub (perf/bench_step.py)")
     assert not _resolves("cbbench.perf.runner.step_dicts") and not _resolves("cbbench.perf.bench_sampler")
-    assert _resolves("cbbench.perf.bench.sampler_cost") and _resolves("cbbench.perf.records.StepRecord")
+    assert (
+        _resolves("benchmarks.sampler_cost")
+        and _resolves("cbbench.perf.bench.step")
+        and _resolves("cbbench.perf.records.StepRecord")
+    )

@@ -1,6 +1,6 @@
 """The commands that only read results (`--help`, compare, plot, report, show) never import torch, and `--help`,
 compare and show not pandas, numpy or pydantic either (their imports alone outlast the 1 s these commands may take):
-each runs in a fresh interpreter and reports which of them reached `sys.modules`. Timing is perf/bench/cli_startup.py's job."""
+each runs in a fresh interpreter and reports which of them reached `sys.modules`. Timing is benchmarks/cli_startup.py's job."""
 
 from __future__ import annotations
 

@@ -2,7 +2,7 @@
 counts are known, where its output token counts come from, and whether it reports its own lateness (the schedule
 delay, perf/client_lag.py) and the steady-state window (perf/steady_state.py).
 
-The fake server (perf/bench/fake_openai_server.py, a thread of this process) sends a request's first chunk one
+The fake server (benchmarks/fake_openai_server.py, a thread of this process) sends a request's first chunk one
 `CLOCK_DELAY_S` after the request and each later chunk one more after that, so the truth is TTFT = ITL =
 CLOCK_DELAY_S; what the client measures beyond it is the client's error (and, on a busy machine, the fake server's
 own late wake-ups, which only make these bounds stricter than they need be).
@@ -18,9 +18,9 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
+from benchmarks.fake_openai_server import FakeOpenAIServer
 from cbbench.perf.backends.http_client import HttpTarget, stream_request
 from cbbench.perf.backends.http_run import run_http
-from cbbench.perf.bench.fake_openai_server import FakeOpenAIServer
 from cbbench.perf.cli import app
 from cbbench.perf.client_lag import CLIENT_LAG_MS, arms_lag_notes, lag_line, lagged
 from cbbench.perf.metrics import request_latencies

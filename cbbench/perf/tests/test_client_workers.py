@@ -7,10 +7,10 @@ import time
 
 from typer.testing import CliRunner
 
+from benchmarks.fake_openai_server import FakeOpenAIServer
 from cbbench.perf.backends.client_workers import shard_concurrency
 from cbbench.perf.backends.http_client import HttpTarget
 from cbbench.perf.backends.http_run import run_http
-from cbbench.perf.bench.fake_openai_server import FakeOpenAIServer
 from cbbench.perf.cli import app
 from cbbench.workloads.workload import Workload, WorkloadRequest
 

@@ -21,7 +21,7 @@ def test_code_map_check_fails_on_a_new_module(tmp_path: Path) -> None:
     """The check can fail: a copy of the tree with one more module is out of date."""
     import shutil
 
-    for name in ("ci", "docs", "refengine", "cbbench", "conformance"):
+    for name in ("ci", "docs", "refengine", "cbbench", "benchmarks", "conformance"):
         shutil.copytree(REPO / name, tmp_path / name, ignore=shutil.ignore_patterns("__pycache__", "*.npz", "data"))
     res = subprocess.run(
         [sys.executable, str(tmp_path / "ci" / "codemap.py"), "--check"], capture_output=True, text=True, timeout=120

@@ -8,10 +8,10 @@ import math
 
 from typer.testing import CliRunner
 
+from benchmarks.fake_openai_server import BAD_PROMPT_TOKEN, FakeOpenAIServer
 from cbbench.perf.backends.http_client import HttpTarget
 from cbbench.perf.backends.http_run import run_http
 from cbbench.perf.backends.openai_embeddings import OpenAIEmbeddingsBackend
-from cbbench.perf.bench.fake_openai_server import BAD_PROMPT_TOKEN, FakeOpenAIServer
 from cbbench.perf.cli import app
 from cbbench.perf.results.files import read_csv
 from cbbench.workloads.workload import Workload, WorkloadRequest

@@ -12,7 +12,7 @@ import pytest
 from gate_repos import commit_change, copy_of_this_checkout, git
 from typer.testing import CliRunner
 
-from cbbench.perf.bench.fake_openai_server import FakeOpenAIServer
+from benchmarks.fake_openai_server import FakeOpenAIServer
 from cbbench.perf.cli import app
 
 SIM = ["--device", "sim:h200", "--num-prompts", "4", "--quiet"]

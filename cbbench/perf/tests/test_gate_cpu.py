@@ -3,7 +3,7 @@ processes, in ABBA order. An A/A gate (the same commit on both sides) does not f
 5 runs of a shared CPU rarely rule out a 25 % change); a scratch commit that makes every
 engine step busy-wait three times its own duration (gate_power's planted slowdown, 4x per step) fails on
 output throughput. (The false-alarm rate and the power at a 5 % slowdown, at the default repeats, are measured by
-`python -m cbbench.perf.bench.gate_power campaign`, docs/gate.md: too long for a test.)"""
+`python -m benchmarks.gate_power campaign`, docs/gate.md: too long for a test.)"""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from gate_repos import copy_of_this_checkout, git
 from tiny_run import TINY_RUN
 from typer.testing import CliRunner
 
-from cbbench.perf.bench.gate_power import plant_step_delay
+from benchmarks.gate_power import plant_step_delay
 from cbbench.perf.cli import app
 
 # A small run with enough decode steps (4 requests x 24 tokens on 2 slots) that the steps, not the process start,

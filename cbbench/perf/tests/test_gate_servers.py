@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from cbbench.perf.bench.fake_openai_server import TOKEN_DELAY_S, FakeOpenAIServer
+from benchmarks.fake_openai_server import TOKEN_DELAY_S, FakeOpenAIServer
 from cbbench.perf.cli import app
 from cbbench.perf.results.rows import read_rows
 

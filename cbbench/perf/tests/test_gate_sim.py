@@ -13,7 +13,7 @@ import pytest
 from gate_repos import copy_of_this_checkout, git
 from typer.testing import CliRunner
 
-from cbbench.perf.bench.gate_power import plant_sim_slowdown
+from benchmarks.gate_power import plant_sim_slowdown
 from cbbench.perf.cli import app
 from cbbench.perf.results.files import write_csv
 from cbbench.perf.results.rows import read_rows

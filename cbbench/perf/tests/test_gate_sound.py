@@ -17,8 +17,8 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
+from benchmarks.fake_openai_server import FakeOpenAIServer
 from cbbench.perf.backends.http_client import HttpTarget, make_session, stream_request, usage_counts
-from cbbench.perf.bench.fake_openai_server import FakeOpenAIServer
 from cbbench.perf.cli import app
 from cbbench.perf.gate import soundness
 from cbbench.perf.gate.arms import MAX_REPEATS, Run

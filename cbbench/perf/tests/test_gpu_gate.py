@@ -168,13 +168,13 @@ def test_trend_check_on_the_simulated_h200_passes_unchanged_and_fails_a_planted_
     one: an unchanged tree passes; a 20% slower step, planted through the simulator, fails on throughput."""
     runs = tmp_path / "runs"
     made = subprocess.run(
-        [sys.executable, "-m", "cbbench.perf.bench.gpu_runs", "perf", str(runs), *sim_gpu_runs()],
+        [sys.executable, "-m", "benchmarks.gpu_runs", "perf", str(runs), *sim_gpu_runs()],
         cwd=REPO, capture_output=True, text=True, timeout=600, env={**os.environ, "OMP_NUM_THREADS": "1"},
     )  # fmt: skip
     assert made.returncode == 0, made.stdout[-2000:] + made.stderr[-2000:]
     parts = sorted(runs.glob("*.csv"))
     assert len(parts) == 5
-    from cbbench.perf.bench.gpu_runs import merge
+    from benchmarks.gpu_runs import merge
 
     baseline = tmp_path / "h200.csv"
     assert merge(baseline, parts)[1] == []
@@ -234,7 +234,7 @@ def test_the_scripts_gate_passes_an_unchanged_tree_and_fails_a_slower_commit(tmp
     parent, fails, and the step summary says so (no stored baseline anywhere: the trend check is skipped)."""
     from gate_repos import copy_of_this_checkout, git
 
-    from cbbench.perf.bench.gate_power import PLANTED_SIM, SIM_FILE
+    from benchmarks.gate_power import PLANTED_SIM, SIM_FILE
 
     repo = copy_of_this_checkout(tmp_path / "repo")
     env = {

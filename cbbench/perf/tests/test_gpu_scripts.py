@@ -55,7 +55,7 @@ def _steps(stdout: str) -> dict[str, tuple[int, list[str]]]:
 
 def _groups(argv: list[str]) -> dict[str, list[str]]:
     """`... perf OUTDIR @NAME ARGS... @NAME2 ARGS...` -> {NAME: ARGS}."""
-    from cbbench.perf.bench.gpu_runs import parse_groups
+    from benchmarks.gpu_runs import parse_groups
 
     i = argv.index("perf")
     rest = argv[i + 2 :]
@@ -104,11 +104,11 @@ def test_gpu_check_dry_run_plan(plan) -> None:
     sharegpt = {models[n]: int(a[a.index("--num-prompts") + 1]) for n, a in runs.items() if n.endswith("sharegpt")}
     assert sharegpt["qwen2.5-0.5b"] == 1000 and sharegpt["llama-3.1-8b"] > 256  # more requests than slots
     record = plan["record"][1]
-    assert record[1:4] == ["-m", "cbbench.perf.bench.gpu_runs", "merge"] and record[4].endswith("/h200.csv")
+    assert record[1:4] == ["-m", "benchmarks.gpu_runs", "merge"] and record[4].endswith("/h200.csv")
     assert [Path(p).stem for p in record[5:]] == list(runs)
     for step, group in (("calibration-qwen", "qwen0.5b-sharegpt"), ("calibration-llama", "llama8b-sharegpt")):
         calib = plan[step][1]
-        assert calib[1:3] == ["-m", "cbbench.perf.bench.sim_calibration"] and calib[3].endswith(f"/{group}.csv")
+        assert calib[1:3] == ["-m", "benchmarks.sim_calibration"] and calib[3].endswith(f"/{group}.csv")
         assert calib[5:] == ["sim:h200" if a == "cuda" else a for a in runs[group]]
     bench = plan["bench-step"][1]
     assert bench[bench.index("bench-step") + 1 :][:3] == ["--stub-model", "--device", "cuda"]
@@ -117,7 +117,7 @@ def test_gpu_check_dry_run_plan(plan) -> None:
     kernels = plan["kernels"][1]
     assert "--quick" not in kernels  # the whole sweep
     aa = plan["gate-aa"][1]
-    assert aa[1:4] == ["-m", "cbbench.perf.bench.gate_power", "aa"] and aa[aa.index("--device") + 1] == "cuda"
+    assert aa[1:4] == ["-m", "benchmarks.gate_power", "aa"] and aa[aa.index("--device") + 1] == "cuda"
     gated = [x for i, x in enumerate(aa) if i and aa[i - 1] == "--min-effect"]
     tests = 7 if not gated else sum(x.partition("=")[2] != "off" for x in gated if "=" in x)
     assert tests >= 1 and ("off" in gated or not gated)  # a bare "off" first: only the named metrics are gated
@@ -216,14 +216,14 @@ def test_without_pip_cbbench_imports_from_the_checkout(tmp_path: Path) -> None:
 # until it is added here with a test that runs it.
 COVERED = {
     "module:cbbench.perf.cli": "test_cli_commands_of_the_gpu_check_run_here",
-    "module:cbbench.perf.bench.gpu_runs": "test_gpu_runs_perf_merge_split_summary_on_the_simulated_h200",
-    "module:cbbench.perf.bench.sim_calibration": "test_calibration_step_runs_on_the_simulated_h200",
+    "module:benchmarks.gpu_runs": "test_gpu_runs_perf_merge_split_summary_on_the_simulated_h200",
+    "module:benchmarks.sim_calibration": "test_calibration_step_runs_on_the_simulated_h200",
     "file:ci/gpu_probe.py": "test_gpu_probe_answers_each_question",
     "cli:kernels": "test_cli_commands_of_the_gpu_check_run_here",
     "cli:bench-step": "test_cli_commands_of_the_gpu_check_run_here",
     "cli:compare": "test_cli_commands_of_the_gpu_check_run_here",
-    "module:cbbench.perf.bench.launches": "test_launches_benchmark_runs_here",
-    "module:cbbench.perf.bench.gate_power": "test_the_a_a_gate_step_runs_on_the_simulated_h200",
+    "module:benchmarks.launches": "test_launches_benchmark_runs_here",
+    "module:benchmarks.gate_power": "test_the_a_a_gate_step_runs_on_the_simulated_h200",
     "cli:gate": "test_the_a_a_gate_step_runs_on_the_simulated_h200",
     "pytest": "test_the_gpu_tests_step_collects_with_its_flags",
 }
@@ -250,7 +250,7 @@ def test_every_python_entry_of_the_gpu_scripts_is_run_here() -> None:
         assert not re.search(r"\s-c\s", text), f"{script}: an inline `python -c` (make it a module entry point)"
         assert not re.search(r'"\s-\s|<<', text), f"{script}: a heredoc fed to python (make it a file of ci/)"
         found |= _entries(text)
-    assert "module:cbbench.perf.bench.gpu_runs" in found and "cli:kernels" in found  # the scan sees them
+    assert "module:benchmarks.gpu_runs" in found and "cli:kernels" in found  # the scan sees them
     uncovered = found - set(COVERED)
     assert not uncovered, f"run by a GPU script but by no CPU test: {sorted(uncovered)} (add one, and to COVERED)"
     for test in COVERED.values():
@@ -293,7 +293,7 @@ def _sim(args: list[str], num_prompts: str = "6") -> list[str]:
 
 
 def test_gpu_runs_perf_merge_split_summary_on_the_simulated_h200(tmp_path: Path, capsys) -> None:
-    from cbbench.perf.bench.gpu_runs import main
+    from benchmarks.gpu_runs import main
     from cbbench.perf.results.files import read_csv
 
     runs = _env_runs()
@@ -329,8 +329,8 @@ def test_gpu_runs_perf_merge_split_summary_on_the_simulated_h200(tmp_path: Path,
 def test_calibration_step_runs_on_the_simulated_h200(tmp_path: Path) -> None:
     """gpu_check's calibration step, with a simulated run standing in for the real one (the fixed workload: the
     step is the same for ShareGPT's, which parses a 27 MB file each time)."""
-    from cbbench.perf.bench.gpu_runs import main as gpu_runs
-    from cbbench.perf.bench.sim_calibration import main
+    from benchmarks.gpu_runs import main as gpu_runs
+    from benchmarks.sim_calibration import main
     from cbbench.perf.results.files import read_csv
 
     args = _sim(_env_runs()["qwen0.5b-fixed"], num_prompts="8")
@@ -400,7 +400,7 @@ def test_kernel_timing_rotates_inputs_past_the_l2() -> None:
 def test_launches_benchmark_runs_here(capsys) -> None:
     """gpu_check's launches step (on CUDA it profiles the compiled Triton path of qwen2.5-0.5b): here the torch path
     of the tiny preset, and the transformers twin beside it."""
-    from cbbench.perf.bench.launches import main
+    from benchmarks.launches import main
 
     assert main(["--model", "tiny-qwen2", "--triton-model", "none"]) == 0
     out = capsys.readouterr().out
@@ -413,7 +413,7 @@ def test_the_a_a_gate_step_runs_on_the_simulated_h200(tmp_path: Path, capsys) ->
     line is what summary.txt keeps."""
     import json
 
-    from cbbench.perf.bench.gate_power import main
+    from benchmarks.gate_power import main
 
     out = tmp_path / "gate-aa.csv"
     sim = ["--device", "sim:h200", "--num-prompts", "20", "--repeats", "5", "--quiet"]
@@ -426,7 +426,7 @@ def test_the_a_a_gate_step_runs_on_the_simulated_h200(tmp_path: Path, capsys) ->
 
 def test_a_snapshot_needs_no_git_history(tmp_path: Path) -> None:
     """A lent machine's copy of the checkout has no .git: the snapshot takes its files, less venvs and outputs."""
-    from cbbench.perf.bench.gate_power import git, snapshot
+    from benchmarks.gate_power import git, snapshot
 
     src = tmp_path / "copy"
     for rel in ("refengine/__init__.py", "perf/cli/__init__.py", ".venv/lib/x.py", "results/r.csv", "ci/wheels/w.whl"):

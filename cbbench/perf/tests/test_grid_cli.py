@@ -7,8 +7,8 @@ import pytest
 from cli_runs import invoke, one_line
 from tiny_run import TINY_RUN
 
-from cbbench.perf.grid import executor as ex
-from cbbench.perf.grid.executor import ExecutorChoice, parse_executor
+from cbbench.perf.plan import executor as ex
+from cbbench.perf.plan.executor import ExecutorChoice, parse_executor
 
 SIM = ["--device", "sim:h200", "--workload", "fixed", "--num-prompts", "4", "--peers", "none"]
 

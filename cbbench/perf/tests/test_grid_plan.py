@@ -11,9 +11,9 @@ import pytest
 from typer.testing import CliRunner
 
 from cbbench.perf import cli
-from cbbench.perf.grid.capacity import MAX_PLAN_RUNS, summary_lines
-from cbbench.perf.grid.frontier import Slo, best_per_gpu, candidates, pareto
+from cbbench.perf.capacity import MAX_PLAN_RUNS
 from cbbench.perf.report.html import render_html
+from cbbench.perf.results.frontier import Slo, best_per_gpu, candidates, pareto, summary_lines
 from cbbench.perf.results.run_json import read_run
 
 

@@ -23,10 +23,10 @@ from grid_backends import DieAlways, DieOnce, HoldOnce
 from rich.console import Console
 
 from cbbench.perf.exceptions import NoResultError
-from cbbench.perf.grid.executor import parse_executor
+from cbbench.perf.grid.build import build_plan
 from cbbench.perf.grid.order import RUN_SPECIFIC_COLUMNS
 from cbbench.perf.knobs import KnobGrid
-from cbbench.perf.plan.build import build_plan
+from cbbench.perf.plan.executor import parse_executor
 from cbbench.perf.plan.options import (
     BackendOptions,
     EngineOptions,

@@ -13,10 +13,10 @@ import math
 import pytest
 from typer.testing import CliRunner
 
+from benchmarks.fake_openai_server import BAD_PROMPT_TOKEN, NUM_GPU_BLOCKS, FakeOpenAIServer
 from cbbench.perf.backends.http_client import HttpTarget, build_payload, chunk_content
 from cbbench.perf.backends.http_run import run_http
 from cbbench.perf.backends.server_metrics import kv_usage, parse_prometheus
-from cbbench.perf.bench.fake_openai_server import BAD_PROMPT_TOKEN, NUM_GPU_BLOCKS, FakeOpenAIServer
 from cbbench.perf.cli import app
 from cbbench.perf.knobs import EngineKnobs
 from cbbench.perf.results.files import read_csv

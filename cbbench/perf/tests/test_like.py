@@ -12,8 +12,8 @@ from typer.testing import CliRunner
 
 from cbbench.perf.backends import in_process
 from cbbench.perf.cli import app
+from cbbench.perf.plan.like import load_like
 from cbbench.perf.results.files import read_csv
-from cbbench.perf.results.like import load_like
 from cbbench.perf.results.schema import config_key
 from refengine.models.presets import TEST_MODEL
 

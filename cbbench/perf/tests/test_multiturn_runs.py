@@ -12,11 +12,11 @@ import math
 import pytest
 from typer.testing import CliRunner
 
+from benchmarks.fake_openai_server import FakeOpenAIServer
 from cbbench.perf.backends.conversations import TurnFeeder, conversation_metrics
 from cbbench.perf.backends.hf import MULTI_TURN_REFUSED, run_hf_static
 from cbbench.perf.backends.http_client import HttpTarget
 from cbbench.perf.backends.http_run import run_http
-from cbbench.perf.bench.fake_openai_server import FakeOpenAIServer
 from cbbench.perf.cli import app
 from cbbench.perf.knobs import EngineKnobs
 from cbbench.perf.results.run_json import read_run

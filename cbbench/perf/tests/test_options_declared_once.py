@@ -46,7 +46,7 @@ OPTION_LAYER = (
     "cbbench/perf/cli/params.py",
     "cbbench/perf/cli/app.py",
     "cbbench/perf/plan/options.py",
-    "cbbench/perf/plan/build.py",
+    "cbbench/perf/grid/build.py",
     "cbbench/perf/plan/spec.py",
     "cbbench/perf/knobs.py",
 )
@@ -327,7 +327,7 @@ PLANTED = {
     ),
     # a backend and a results reader that restate the warm-up default; a seed of 0 is a function's own
     "cbbench/perf/backends/in_process.py": "def run_refengine(w, *, warmup: int = 8, seed: int = 0) -> None:\n    pass\n",
-    "cbbench/perf/results/like.py": "def f(plan):\n    return plan.run_options.get('warmup', 8)\n",
+    "cbbench/perf/plan/like.py": "def f(plan):\n    return plan.run_options.get('warmup', 8)\n",
     # the typed options restating a default, a neutral one included (the option layer counts every value)
     "cbbench/perf/plan/options.py": (
         "class RunOptions:\n    seed: int = 0\n    result_dir: Path = Path('results')\n    cpu_threads: int | None = None\n"
@@ -362,9 +362,9 @@ def test_the_restated_default_check_can_fail(planted):
         "cbbench/perf/cli/main.py:3:warmup",
         "cbbench/perf/cli/main.py:3:request_timeout",
         "cbbench/perf/cli/main.py:3:seed",
+        "cbbench/perf/plan/like.py:2:warmup",
         "cbbench/perf/plan/options.py:2:seed",
         "cbbench/perf/plan/options.py:3:result_dir",
-        "cbbench/perf/results/like.py:2:warmup",
     ]
 
 

@@ -9,8 +9,8 @@ from pathlib import Path
 from typer.testing import CliRunner
 
 from cbbench.perf.cli import app
+from cbbench.perf.grid.build import build_plan
 from cbbench.perf.knobs import KnobGrid
-from cbbench.perf.plan.build import build_plan
 from cbbench.perf.plan.options import (
     BackendOptions,
     EngineOptions,
@@ -93,8 +93,8 @@ def _string_tests(source: str) -> list[str]:
 
 def test_perf_asks_the_device_seam_not_the_device_string():
     """What differs for a simulated GPU (or the CPU, or CUDA) is DeviceSpec's to say: a module of perf that tests
-    the device string itself has put a `"sim:"` branch back outside the seam. (perf/bench/ holds standalone
-    benchmarks with their own argparse devices, outside the plan.)"""
+    the device string itself has put a `"sim:"` branch back outside the seam. (perf/bench/ holds the
+    micro-benchmark commands, with devices of their own, outside the plan.)"""
     offenders = {
         str(p.relative_to(PERF)): found
         for p in sorted(PERF.rglob("*.py"))

@@ -12,7 +12,7 @@ import pytest
 from typer.testing import CliRunner
 
 from cbbench.perf.cli import main as cli
-from cbbench.perf.plan.build import build_plan
+from cbbench.perf.grid.build import build_plan
 
 README = (Path(__file__).resolve().parents[3] / "README.md").read_text()
 WORDS = {"two": 2, "three": 3, "four": 4, "five": 5}

@@ -15,11 +15,11 @@ import re
 
 import pytest
 
-from cbbench.perf.grid.frontier import Candidate, Slo, best_per_gpu, pareto
 from cbbench.perf.report.frontier_svg import BOTTOM, HEIGHT, LEFT, RIGHT, TOP, WIDTH, frontier_svg
 from cbbench.perf.report.server_series import HEIGHT as SERIES_HEIGHT
 from cbbench.perf.report.server_series import LINES, PAD, run_chart
 from cbbench.perf.report.server_series import WIDTH as SERIES_WIDTH
+from cbbench.perf.results.frontier import Candidate, Slo, best_per_gpu, pareto
 
 # the charts write coordinates with one decimal: a point is within 0.05 px of where its value puts it
 COORD_TOLERANCE_PX = 0.051

@@ -9,8 +9,8 @@ import re
 import pytest
 from typer.testing import CliRunner
 
+from benchmarks.fake_openai_server import FakeOpenAIServer
 from cbbench.perf.backends.server_metrics import SERIES_KEYS
-from cbbench.perf.bench.fake_openai_server import FakeOpenAIServer
 from cbbench.perf.cli import app
 from cbbench.perf.report.html import render_html
 from cbbench.perf.report.server_series import server_metrics_html

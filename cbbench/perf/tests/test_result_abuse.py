@@ -85,7 +85,7 @@ def test_output_json_name_is_refused(tmp_path, monkeypatch):
 
 
 def test_huge_num_prompts_is_refused_before_any_workload_is_built(monkeypatch, tmp_path):
-    from cbbench.perf.plan import build
+    from cbbench.perf.grid import build
     from cbbench.workloads.catalog import MAX_NUM_PROMPTS
 
     monkeypatch.setattr(build, "build_workload", lambda *a, **k: pytest.fail("a workload was built"))

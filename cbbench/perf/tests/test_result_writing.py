@@ -114,7 +114,7 @@ def test_atomic_write_keeps_the_old_file_when_writing_fails(tmp_path, monkeypatc
 
 
 def test_two_runs_in_one_second_get_two_files(tmp_path):
-    from cbbench.perf.plan.build import _fresh
+    from cbbench.perf.grid.build import _fresh
 
     first = _fresh(tmp_path, "fixed-20250101-000000")
     write_csv(first, [])

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from cbbench.perf.bench.fake_openai_server import FakeOpenAIServer
+from benchmarks.fake_openai_server import FakeOpenAIServer
 from cbbench.perf.cli import app
 from cbbench.perf.results.run_json import read_run
 

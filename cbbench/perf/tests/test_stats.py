@@ -278,7 +278,7 @@ def test_compare_without_repeats_falls_back_to_tolerances_and_says_so(tmp_path):
 
 
 def test_the_series_benchmark_counts_intervals_that_hold_the_others_and_ones_across_1():
-    from cbbench.perf.bench.ratio_series import agreement
+    from benchmarks.ratio_series import agreement
 
     assert agreement([(1.0, 0.9, 1.1), (1.05, 0.95, 1.15), (0.98, 0.9, 1.2)]) == (3, 0)
     # the second run's interval misses the first's estimate, and lies wholly above 1 while the first's is below

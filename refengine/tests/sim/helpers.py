@@ -1,5 +1,5 @@
 """Shared pieces of the simulated-GPU tests: workloads of (prompt, output length, arrival) requests and their
-sampling params (perf/sim/engine_replay.py drives them through an engine on its own clock)."""
+sampling params (benchmarks/engine_replay.py drives them through an engine on its own clock)."""
 
 from __future__ import annotations
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from cbbench.perf.sim.engine_replay import replay
+from benchmarks.engine_replay import replay
 from refengine import LLM, LLMEngine
 from refengine.sim.cost_model import COST_MODEL_VERSION
 from refengine.sim.gpus import GPUS

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from cbbench.perf.sim.engine_replay import replay
+from benchmarks.engine_replay import replay
 from refengine import LLMEngine
 from refengine.sim.gpus import GPUS
 from refengine.sim.sim_memory import ACTIVATION_RESERVE_BYTES

@@ -1,6 +1,6 @@
-"""Ratio level (perf/sim/anyscale.py): Anyscale's continuous-batching benchmark on a simulated A100.
+"""Ratio level (benchmarks/anyscale.py): Anyscale's continuous-batching benchmark on a simulated A100.
 
-Kept fast with 100 of the 1000 prompts and the two extreme caps (32 and 1536); `python -m cbbench.perf.sim.anyscale`
+Kept fast with 100 of the 1000 prompts and the two extreme caps (32 and 1536); `python -m benchmarks.anyscale`
 prints the full table. Measured at 100 prompts: continuous / static 1.6x at cap 32 and 6.3x at cap 1536.
 """
 
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from cbbench.perf.sim.anyscale import STATIC_BATCH, output_lengths, run_cap
+from benchmarks.anyscale import STATIC_BATCH, output_lengths, run_cap
 
 NUM_PROMPTS = 100
 # The order of magnitude, not the digits: with short outputs (cap 32) static batching wastes little and continuous
@@ -43,7 +43,7 @@ def test_continuous_gains_more_the_longer_the_tail(rows) -> None:
 
 @pytest.mark.parametrize("argv, field", [(["--caps", "32,64"], "--caps"), (["--num-prompts", "0"], "--num-prompts")])
 def test_bad_cli_input_is_one_line_and_exit_2(argv, field, capsys) -> None:
-    from cbbench.perf.sim.anyscale import main
+    from benchmarks.anyscale import main
 
     with pytest.raises(SystemExit) as exc:
         main(argv)

@@ -1,4 +1,5 @@
-"""The committed peer predictions (perf/sim/data/peer_predictions.csv) and their reader, perf/sim/peers.py.
+"""The committed peer predictions (perf/sim/data/peer_predictions.csv), their reader, perf/sim/peers.py, and the
+peers' errors table (benchmarks/peer_errors.py).
 
 The peers themselves never run here (ci/peer_sims.sh does, by hand, in their own venvs): these tests check what the
 script committed and what the project reads from it, and that the peers' venvs stay out of the project.
@@ -18,6 +19,7 @@ from types import ModuleType
 
 import pytest
 
+from benchmarks import peer_errors
 from cbbench.perf.sim import peers
 from cbbench.perf.sim.peers import PINNED_VERSIONS, PeerPrediction, load_peer_predictions
 
@@ -140,14 +142,14 @@ def test_summary_medians_are_of_the_relative_errors(tmp_path: Path) -> None:
         for r, k in zip(rows, factors)
     ]
     lines.append([rows[0]["id"], "vidur", "0.0.26", "unsupported", "", "", "", "not run", "no profile"])
-    table = peers.summary(load_peer_predictions(_write(tmp_path, lines)), {r["id"]: r for r in _measured()})
+    table = peer_errors.summary(load_peer_predictions(_write(tmp_path, lines)), {r["id"]: r for r in _measured()})
     assert "| aiconfigurator | all rows it predicts | 3 | 30.0% | +10.0% | 0.0% | +0.0% |" in table
     assert "| vidur | none of 1 predicted | 0 | - | - | - | - |" in table
 
 
 def test_cli_refuses_a_bad_file_in_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     bad = _write(tmp_path, [[*GOOD[:3], "fine", *GOOD[4:]]])
-    assert peers.main(["--summary", "--path", str(bad)]) == 2
+    assert peer_errors.main(["--summary", "--path", str(bad)]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and err.startswith("error: --path:") and "status" in err
 

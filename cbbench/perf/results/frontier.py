@@ -1,5 +1,6 @@
 """`cbbench plan`'s analysis of a grid's rows: which runs meet the SLO, the best configuration per GPU, and the
-throughput-per-GPU against latency frontier (the Pareto set).
+throughput-per-GPU against latency frontier (the Pareto set); and the same answer as the lines `cbbench plan` prints
+and `cbbench report` repeats (`summary_lines`).
 
 Pure functions of result rows (the CSV's or the JSON's, as dicts), so `cbbench plan` and `cbbench report` read the
 same answer from the same file. A run's GPUs are its `tensor_parallel_size` (a knob the row keeps in a column or in
@@ -157,3 +158,27 @@ def pareto(cands: Sequence[Candidate]) -> list[Candidate]:
         if not front or c.per_gpu > front[-1].per_gpu:
             front.append(c)
     return front
+
+
+def _point(c: Candidate) -> str:
+    return (
+        f"{c.per_gpu:8.1f} tok/s/GPU ({c.throughput:.1f} on {c.gpus} GPU{'s' if c.gpus > 1 else ''})  "
+        f"TTFT p99 {c.ttft_p99_ms:8.1f} ms  TPOT p99 {c.tpot_p99_ms:6.2f} ms  {c.config}"
+    )
+
+
+def summary_lines(rows: Sequence[Mapping[str, object]], slo: Slo) -> list[str]:
+    """What `cbbench plan` prints: the SLO, the best configuration per GPU, the frontier, the misses."""
+    cands = candidates(rows, slo)
+    bounds = ", ".join(f"{name} <= {limit:g} ms" for _, name, limit in slo.bounds())
+    best = best_per_gpu(cands)
+    meet = sum(c.meets_slo for c in cands)
+    lines = [f"SLO {bounds}: {meet} of {len(cands)} run(s) meet it"]
+    lines.append(f"best per GPU: {_point(best).strip()}" if best else "best per GPU: no run meets the SLO")
+    lines.append("frontier (output tok/s per GPU against TPOT p99; * meets the SLO):")
+    lines += [f"  {'*' if c.meets_slo else ' '} {_point(c)}" for c in pareto(cands)]
+    missed = [c for c in cands if not c.meets_slo]
+    if missed:
+        lines.append(f"missed the SLO ({len(missed)} run(s)):")
+        lines += [f"    {c.config}: {'; '.join(c.misses)}" for c in missed]
+    return lines

@@ -2,7 +2,7 @@
 decoding requests, alone and beside one request that carries a long `stop` or `stop_token_ids` list.
 
 The engine's host work is serial, so a stop check that grows with the stop list slows every request's step. Run:
-    python -m cbbench.perf.bench.stop_lists [--stops N] [--stop-len L] [--stop-ids N] [--steps S]
+    python -m benchmarks.stop_lists [--stops N] [--stop-len L] [--stop-ids N] [--steps S]
 It prints the median step time of each case and its factor over the baseline. The forward is bench-step's stub
 (perf/bench/step.py), so that the step is the host work the stop lists add to; the time is this thread's CPU time
 (the engine steps in it), which other load on the machine disturbs less than the wall clock; still, compare only

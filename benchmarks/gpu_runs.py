@@ -2,15 +2,15 @@
 by perf/tests/test_gpu_scripts.py on a CPU, on the simulated H200, so a change here cannot break a GPU script
 unseen):
 
-    python -m cbbench.perf.bench.gpu_runs perf OUTDIR [--floor MODEL:RUNNING:CONTEXT]... @NAME PERF_ARGS... [@NAME2 ...]
-    python -m cbbench.perf.bench.gpu_runs merge OUT.csv IN.csv...
-    python -m cbbench.perf.bench.gpu_runs split BASELINE.csv OUTDIR
-    python -m cbbench.perf.bench.gpu_runs summary CSV...
+    python -m benchmarks.gpu_runs perf OUTDIR [--floor MODEL:RUNNING:CONTEXT]... @NAME PERF_ARGS... [@NAME2 ...]
+    python -m benchmarks.gpu_runs merge OUT.csv IN.csv...
+    python -m benchmarks.gpu_runs split BASELINE.csv OUTDIR
+    python -m benchmarks.gpu_runs summary CSV...
 
 `perf`: one `cbbench perf PERF_ARGS --output OUTDIR/NAME.csv --quiet` per group, all in this process, with the
 preset weights kept between them (a model's weights are drawn once for all its workloads: an 8B preset's take most
 of a minute); every group runs even when one fails; exit 1 when one did. Each `--floor` then times a decode step of MODEL at
-RUNNING requests of CONTEXT tokens against its floor (perf/bench/step_floor.py), on the groups' device and in
+RUNNING requests of CONTEXT tokens against its floor (benchmarks/step_floor.py), on the groups' device and in
 the same process (the weights the groups drew serve it too), into OUTDIR/step-floor.txt. `merge`: the results CSVs as one file,
 byte for byte (each checked whole and non-empty first): the baseline is every workload of every model; an input
 that is missing (its run failed or ran out of time) is named and left out, and the exit is 1. `split`: the
@@ -28,7 +28,7 @@ from pathlib import Path
 
 from cbbench.perf.results.files import atomic_write_text, checked_lines, read_csv
 
-# the columns that tell one `perf --like` invocation's runs from another's (perf/results/like.py's groups)
+# the columns that tell one `perf --like` invocation's runs from another's (perf/plan/like.py's groups)
 LIKE_GROUP_COLUMNS = ("workload", "workload_params", "model", "device", "dtype")
 
 
@@ -74,7 +74,7 @@ def _device_of(groups: list[tuple[str, list[str]]]) -> str:
 
 def run_floors(outdir: Path, floors: list[tuple[str, int, int]], device: str) -> list[str]:
     """Each decode step against its floor, as step_floor's table, into OUTDIR/step-floor.txt; the specs that failed."""
-    from cbbench.perf.bench.step_floor import bench_step_floor, format_table
+    from benchmarks.step_floor import bench_step_floor, format_table
 
     rows, failed = [], []
     for model, running, context in floors:
@@ -212,7 +212,7 @@ def main(argv: list[str]) -> int:
             print("\n".join(summary([Path(p) for p in rest])))
             return 0
         if len(rest) != 2:
-            print("usage: python -m cbbench.perf.bench.gpu_runs split BASELINE.csv OUTDIR", file=sys.stderr)
+            print("usage: python -m benchmarks.gpu_runs split BASELINE.csv OUTDIR", file=sys.stderr)
             return 2
         for path in split(Path(rest[0]), Path(rest[1])):
             print(path)

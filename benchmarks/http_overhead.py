@@ -1,7 +1,7 @@
 """The server's overhead over in-process generation: output throughput of `cbbench perf --backend openai` against
 `cbbench serve` divided by that of the in-process engine, same workload, same knobs, same concurrency, in one run.
 
-    python -m cbbench.perf.bench.http_overhead [--concurrency 16] [--num-prompts 64] [--input-len 64] [--output-len 64]
+    python -m benchmarks.http_overhead [--concurrency 16] [--num-prompts 64] [--input-len 64] [--output-len 64]
                                          [--repeats 3] [--model tiny-qwen2] [--device cpu] [--profile OUT.prof]
 
 One `cbbench serve` subprocess (max_num_seqs = the concurrency, one torch thread on the CPU) serves every HTTP run;

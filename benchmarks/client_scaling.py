@@ -2,7 +2,7 @@
 concurrency and client worker count, the request rate and streamed tokens/s each sustained, and the client's own
 median schedule delay (perf/client_lag.py: how late it sent the wave's requests; a run is flagged at 10 ms).
 
-    python -m cbbench.perf.bench.client_scaling [--concurrency 1,64,256,1024,4096] [--workers 1,2]
+    python -m benchmarks.client_scaling [--concurrency 1,64,256,1024,4096] [--workers 1,2]
                                                 [--token-delay-ms 20] [--output-len 6] [--run-timeout-s 120]
 
 The fake server (backends/fake_openai_server.py) runs in its own process and sends token k after (k + 1) x delay,
@@ -24,7 +24,7 @@ ERROR_LIMIT_MS = 1.0  # the client is "sustaining" a load while its median TTFT 
 
 
 def _serve(delay_s: float, port_q: Any, stop: Any) -> None:
-    from cbbench.perf.bench.fake_openai_server import FakeOpenAIServer
+    from benchmarks.fake_openai_server import FakeOpenAIServer
 
     with FakeOpenAIServer(token_delay_s=delay_s, with_metrics=False) as s:
         port_q.put(s.port)

@@ -1,5 +1,5 @@
 """Ratio-level validation: Anyscale's continuous-batching benchmark replayed on a simulated A100,
-`python -m cbbench.perf.sim.anyscale [--num-prompts N] [--caps 32,128,512,1536]`.
+`python -m benchmarks.anyscale [--num-prompts N] [--caps 32,128,512,1536]`.
 
 The published setup (Anyscale, "How continuous batching enables 23x throughput in LLM inference", 2023): OPT-13B on
 one A100, 1000 prompts of 512 tokens, output lengths drawn from an exponential distribution of mean 128 and capped
@@ -72,7 +72,7 @@ def output_lengths(num_prompts: int, cap: int, seed: int = 0) -> list[int]:
 
 def engine_throughput(outputs: list[int], **engine_kwargs: object) -> float:
     """(prompt + output tokens) / simulated seconds for all requests present at t = 0 on a fresh simulated engine."""
-    from cbbench.perf.sim.engine_replay import replay
+    from benchmarks.engine_replay import replay
     from refengine import LLMEngine
 
     engine = LLMEngine(MODEL, device=DEVICE, dtype=DTYPE, stats_log_size=0, **engine_kwargs)

@@ -1,4 +1,4 @@
-"""Kernel launches per decoder layer of one eager forward (`python -m cbbench.perf.bench.launches`).
+"""Kernel launches per decoder layer of one eager forward (`python -m benchmarks.launches`).
 
 On a GPU every launch costs host time (a torch op's dispatch, a Triton launch's argument handling) whether or not
 the kernel is big, so a small model's eager step is bound by how many it launches. This counts them on the CPU with
@@ -331,7 +331,7 @@ def format_table(counts: list[LaunchCount]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m cbbench.perf.bench.launches", description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(prog="python -m benchmarks.launches", description=__doc__.splitlines()[0])
     ap.add_argument("--model", default="tiny-qwen2", help="preset for the torch path and the transformers twin")
     ap.add_argument(
         "--triton-model",

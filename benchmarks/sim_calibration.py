@@ -1,7 +1,7 @@
 """The cost model's calibration report: the same workload run on a real GPU and on `sim:<that gpu>`, and the error
 of the simulation per configuration and metric (ci/gpu_check.sh's `calibration` step writes it).
 
-    python -m cbbench.perf.bench.sim_calibration REAL.csv OUTDIR PERF_ARGS...
+    python -m benchmarks.sim_calibration REAL.csv OUTDIR PERF_ARGS...
 
 runs `cbbench perf PERF_ARGS --output OUTDIR/sim.csv` (PERF_ARGS name the `sim:<gpu>` device and the real run's
 workload) and writes OUTDIR/calibration.csv.
@@ -60,7 +60,7 @@ def run_perf(perf_args: list[str], csv: Path) -> int:
 
 def main(argv: list[str]) -> int:
     if len(argv) < 3:
-        print("usage: python -m cbbench.perf.bench.sim_calibration REAL.csv OUTDIR PERF_ARGS...", file=sys.stderr)
+        print("usage: python -m benchmarks.sim_calibration REAL.csv OUTDIR PERF_ARGS...", file=sys.stderr)
         return 2
     out = Path(argv[1])
     sim_csv = out / "sim.csv"

@@ -1,7 +1,7 @@
 """Wall time of the commands a user runs most and that need no engine: `cbbench --help`, `compare A B`, `show A`,
 `plot --help` and `report --help`.
 
-    python -m cbbench.perf.bench.cli_startup [--repeats 7] [--target-s 1.0]
+    python -m benchmarks.cli_startup [--repeats 7] [--target-s 1.0]
 
 Each repeat starts the venv's `cbbench` script in a fresh process (what a user's shell does); the commands
 alternate, so a slow patch of a shared machine hits all of them. Prints, per command, the median wall time with its

@@ -3,7 +3,7 @@ budgets x continuous, static), run serially, on the local process pool and on Ra
 ratio to the serial run's. Not a test: the host's load decides the numbers, so it prints and asserts nothing,
 except that every executor wrote the same rows (less the run-specific columns), which it says.
 
-    python -m cbbench.perf.bench.grid [--configs 200] [--num-prompts 16] [--executors serial,pool,ray] [--out DIR]
+    python -m benchmarks.grid [--configs 200] [--num-prompts 16] [--executors serial,pool,ray] [--out DIR]
 
 Each run is 16 fixed requests (256 prompt, 32 output tokens) on a simulated H200. The wall time is `run_plan`'s
 (the plan is built once per executor, outside it): the pool's includes starting its workers, Ray's includes
@@ -23,10 +23,10 @@ from pathlib import Path
 
 from rich.console import Console
 
-from cbbench.perf.grid.executor import parse_executor
+from cbbench.perf.grid.build import build_plan
 from cbbench.perf.grid.order import RUN_SPECIFIC_COLUMNS
 from cbbench.perf.knobs import KnobAxis, KnobGrid
-from cbbench.perf.plan.build import build_plan
+from cbbench.perf.plan.executor import parse_executor
 from cbbench.perf.plan.options import (
     BackendOptions,
     EngineOptions,
@@ -79,7 +79,7 @@ def time_executor(executor: str, configs: int, num_prompts: int, out: Path) -> t
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m cbbench.perf.bench.grid")
+    ap = argparse.ArgumentParser(prog="python -m benchmarks.grid")
     ap.add_argument("--configs", type=int, default=200, help="runs in the grid (rounded up to fill the lists)")
     ap.add_argument("--num-prompts", type=int, default=16)
     ap.add_argument("--executors", default="serial,pool,ray", help="comma list; serial first: the others' base")

@@ -1,7 +1,7 @@
 """`cbbench plan`: the capacity planner. Given a workload, an SLO and a device, it searches max_num_seqs x
 max_num_batched_tokens x tensor_parallel_size x batching mode through the grid executor, writes the CSV + JSON
 as `cbbench perf` does (so `cbbench report` draws the frontier), and prints the best configuration per GPU, the
-throughput-per-GPU against TPOT p99 frontier, and the runs that miss the SLO with by how much (frontier.py).
+throughput-per-GPU against TPOT p99 frontier, and the runs that miss the SLO with by how much (results/frontier.py).
 
 The search lists default to `DEFAULT_SEARCH`; a tensor-parallel size that the device cannot take is dropped from
 the default list with a note, and refused when asked for by name. The grid is capped at `MAX_PLAN_RUNS` runs. The
@@ -13,15 +13,14 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Mapping, Sequence
 
 from rich.console import Console
 
 from cbbench.perf.exceptions import NoResultError
-from cbbench.perf.grid.frontier import FRONTIER_LATENCY, Candidate, Slo, best_per_gpu, candidates, pareto
+from cbbench.perf.grid.build import build_plan
 from cbbench.perf.knobs import KnobAxis
-from cbbench.perf.plan.build import build_plan
 from cbbench.perf.plan.options import DEFAULT_MODEL, SIM_MODEL, Listed, OutputOptions, PerfOptions
+from cbbench.perf.results.frontier import FRONTIER_LATENCY, Slo, summary_lines
 from cbbench.perf.results.rows import read_rows
 from cbbench.perf.sweep import run_plan, show_plan
 from refengine.sim.sim_device import DeviceSpec, SimDevice
@@ -129,27 +128,3 @@ def run_capacity_plan(o: PerfOptions, slo: Slo, given: set[str], console: Consol
         console.print(line, markup=False, highlight=False, soft_wrap=True)
     if failed is not None:
         raise failed
-
-
-def _point(c: Candidate) -> str:
-    return (
-        f"{c.per_gpu:8.1f} tok/s/GPU ({c.throughput:.1f} on {c.gpus} GPU{'s' if c.gpus > 1 else ''})  "
-        f"TTFT p99 {c.ttft_p99_ms:8.1f} ms  TPOT p99 {c.tpot_p99_ms:6.2f} ms  {c.config}"
-    )
-
-
-def summary_lines(rows: Sequence[Mapping[str, object]], slo: Slo) -> list[str]:
-    """What `cbbench plan` prints: the SLO, the best configuration per GPU, the frontier, the misses."""
-    cands = candidates(rows, slo)
-    bounds = ", ".join(f"{name} <= {limit:g} ms" for _, name, limit in slo.bounds())
-    best = best_per_gpu(cands)
-    meet = sum(c.meets_slo for c in cands)
-    lines = [f"SLO {bounds}: {meet} of {len(cands)} run(s) meet it"]
-    lines.append(f"best per GPU: {_point(best).strip()}" if best else "best per GPU: no run meets the SLO")
-    lines.append("frontier (output tok/s per GPU against TPOT p99; * meets the SLO):")
-    lines += [f"  {'*' if c.meets_slo else ' '} {_point(c)}" for c in pareto(cands)]
-    missed = [c for c in cands if not c.meets_slo]
-    if missed:
-        lines.append(f"missed the SLO ({len(missed)} run(s)):")
-        lines += [f"    {c.config}: {'; '.join(c.misses)}" for c in missed]
-    return lines

@@ -3,7 +3,7 @@ then N more beside one CPU-bound neighbour process, each run's wall time, load a
 interval (continuous / static, refengine continuous / each peer), then per ratio how many runs' intervals hold every
 other run's estimate, and whether any run's interval lies wholly on the other side of 1 from another's estimate.
 
-    python -m cbbench.perf.bench.ratio_series OUTDIR [--runs 5] [--neighbour-runs 5] [-- PERF OPTIONS]
+    python -m benchmarks.ratio_series OUTDIR [--runs 5] [--neighbour-runs 5] [-- PERF OPTIONS]
 
 The goal (issue 45): on a quiet machine every interval holds the others' estimates; beside the neighbour the
 intervals widen, and none lies wholly across 1 from another run's estimate. A benchmark: it prints what it saw and

@@ -6,7 +6,7 @@ Everything is checked before the first run: each option's own value as the comma
 options (plan/options.py), then here every knob combination as a `SchedulerConfig`, every request against every
 configuration (`check_feasible`), and the output folder is proved writable, so a bad value fails at once with one
 line. `--like BASELINE.csv` takes the workload
-and the configurations from a results file (`results/like.py`).
+and the configurations from a results file (`plan/like.py`).
 """
 
 from __future__ import annotations
@@ -21,7 +21,6 @@ from typing import NamedTuple
 
 from cbbench.perf.backends.backend import warmup_lengths
 from cbbench.perf.backends.registry import Backend, check_backend
-from cbbench.perf.grid.executor import ExecutorChoice, check_executor
 from cbbench.perf.knobs import EngineKnobs
 from cbbench.perf.plan.declared import (
     CPU_DEFAULT_REPEATS,
@@ -32,12 +31,13 @@ from cbbench.perf.plan.declared import (
     RUN,
     SIM_MODEL,
 )
+from cbbench.perf.plan.executor import ExecutorChoice, check_executor
+from cbbench.perf.plan.like import apply_like
 from cbbench.perf.plan.load import LoadPoint, resolve_tokenizer
 from cbbench.perf.plan.options import NOT_SIMULATED, PerfOptions, build_workload, knob_label, sim_label
 from cbbench.perf.plan.preflight import check_feasible, check_output_name, check_writable
 from cbbench.perf.plan.spec import Entry, RunSettings, RunSpec, interleaved
 from cbbench.perf.results.columns import STORED_PERCENTILES
-from cbbench.perf.results.like import apply_like
 from cbbench.workloads.workload import Workload
 from refengine.config import BATCHING_MODES, SchedulerConfig, dtype_name
 from refengine.engine.engine_args import EngineArgs
@@ -63,7 +63,7 @@ class RunPlan:
     quiet: bool = OUTPUT.quiet.default
     format: str = OUTPUT.format.default  # the table: text | markdown | json (report/show.py)
     steady_state: bool = OUTPUT.steady_state.default  # the table adds the steady-state figures
-    executor: ExecutorChoice | None = None  # --executor (perf/grid/executor.py; None: the plan's default)
+    executor: ExecutorChoice | None = None  # --executor (perf/plan/executor.py; None: the plan's default)
 
     @property
     def server(self) -> str | None:

@@ -1,4 +1,4 @@
-"""How fast the simulation runs: `python -m cbbench.perf.sim.sim_speed [--num-prompts N] [--model M] [--device sim:G]`.
+"""How fast the simulation runs: `python -m benchmarks.sim_speed [--num-prompts N] [--model M] [--device sim:G]`.
 
 Replays the ShareGPT workload (token-id prompts, exact output lengths, all arriving at 0) through a fresh simulated
 engine per batching mode and prints, per mode: engine steps, wall seconds, steps per wall second, simulated seconds
@@ -12,7 +12,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from cbbench.perf.sim.engine_replay import ReplayRequest
+from benchmarks.engine_replay import ReplayRequest
 from refengine.config import BATCHING_MODES
 from refengine.tokenizer import Tokenizer
 
@@ -25,7 +25,7 @@ def sharegpt_requests(tokenizer: Tokenizer, num_prompts: int, seed: int) -> list
 
 
 def run_mode(model: str, device: str, batching: str, reqs: Sequence[ReplayRequest]) -> dict[str, Any]:
-    from cbbench.perf.sim.engine_replay import replay
+    from benchmarks.engine_replay import replay
     from refengine import LLMEngine
 
     engine = LLMEngine(model, device=device, batching=batching, stats_log_size=0)

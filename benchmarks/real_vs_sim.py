@@ -1,10 +1,10 @@
 """Real / simulated throughput per configuration: one workload run on a real device and on its simulated twin
 (`sim:<gpu>`: the same scheduler on measured kernel times), and continuous / static on each side.
 
-    python -m cbbench.perf.bench.real_vs_sim OUTDIR [--real-device cuda] [--sim-device sim:h200] PERF_ARGS...
+    python -m benchmarks.real_vs_sim OUTDIR [--real-device cuda] [--sim-device sim:h200] PERF_ARGS...
 
 runs `cbbench perf PERF_ARGS --device REAL` into OUTDIR/real.csv and `--device SIM` into OUTDIR/sim.csv (PERF_ARGS
-name the model, workload and configurations, never the device), matches their rows as perf/bench/sim_calibration.py
+name the model, workload and configurations, never the device), matches their rows as benchmarks/sim_calibration.py
 does (engine, batching, max_num_seqs), writes OUTDIR/real_vs_sim.csv and prints, per configuration, the output
 throughput of each side and real / simulated, then continuous / static on each side. A benchmark: it prints ratios,
 it checks no goal (the H200's goals are in docs/engine.md).
@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from cbbench.perf.bench.sim_calibration import MATCH, calibration, run_perf
+from benchmarks.sim_calibration import MATCH, calibration, run_perf
 from cbbench.perf.results.files import read_csv
 
 METRIC = "output_throughput"
@@ -62,7 +62,7 @@ def format_report(rows: pd.DataFrame) -> str:
 
 
 def main(argv: list[str]) -> int:
-    p = argparse.ArgumentParser(prog="python -m cbbench.perf.bench.real_vs_sim", add_help=True)
+    p = argparse.ArgumentParser(prog="python -m benchmarks.real_vs_sim", add_help=True)
     p.add_argument("outdir")
     p.add_argument("--real-device", default="cuda")
     p.add_argument("--sim-device", default="sim:h200")

@@ -2,9 +2,9 @@
 scratch commit that plants a per-step delay of a fraction of the step's own duration, tabulated as they finish; and
 the one A/A gate ci/gpu_check.sh ends with.
 
-    python -m cbbench.perf.bench.gate_power campaign OUTDIR [--aa 20] [--planted 0.05:10,0.1:5,0.2:5] [-- GATE OPTIONS]
-    python -m cbbench.perf.bench.gate_power tabulate OUTDIR      # the table of what OUTDIR holds so far
-    python -m cbbench.perf.bench.gate_power aa OUT.csv [-- GATE OPTIONS]   # one A/A gate of this checkout's files
+    python -m benchmarks.gate_power campaign OUTDIR [--aa 20] [--planted 0.05:10,0.1:5,0.2:5] [-- GATE OPTIONS]
+    python -m benchmarks.gate_power tabulate OUTDIR      # the table of what OUTDIR holds so far
+    python -m benchmarks.gate_power aa OUT.csv [-- GATE OPTIONS]   # one A/A gate of this checkout's files
 
 A campaign happens in a temporary clone of this repository (never on a branch of it): its HEAD is the base of every
 gate; for each fraction f a scratch commit appends to refengine/engine/llm_engine.py a wrapper that makes
@@ -46,7 +46,7 @@ STEP_FILE = "refengine/engine/llm_engine.py"
 SIM_FILE = "refengine/sim/sim_device.py"
 PLANTED_STEP = """
 
-# planted by cbbench.perf.bench.gate_power (a scratch commit, never merged): every step {fraction} of its own
+# planted by benchmarks.gate_power (a scratch commit, never merged): every step {fraction} of its own
 # duration longer, spent busy as more work would be
 def _planted_slowdown(step):  # type: ignore[no-untyped-def]
     import functools

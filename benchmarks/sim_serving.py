@@ -2,7 +2,7 @@
 this host keeps up with) measured by `cbbench perf --backend openai`, against the in-process simulation of the
 same workload.
 
-    python -m cbbench.perf.bench.sim_serving [--num-prompts N] [--concurrency C] [--time-scale R] [--out DIR]
+    python -m benchmarks.sim_serving [--num-prompts N] [--concurrency C] [--time-scale R] [--out DIR]
 
 Both sides run the same ShareGPT prompts (token ids, ignore_eos, each its own output length) at `--max-concurrency
 C`; it prints mean and median TTFT / TPOT of each, the relative error of the served figures (converted by perf
@@ -126,7 +126,7 @@ def measure(num_prompts: int, concurrency: int, out: Path, time_scale: float | N
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m cbbench.perf.bench.sim_serving")
+    ap = argparse.ArgumentParser(prog="python -m benchmarks.sim_serving")
     ap.add_argument("--num-prompts", type=int, default=512)
     ap.add_argument("--concurrency", type=int, default=256)
     ap.add_argument("--time-scale", type=float, default=None, help="a fixed served clock (default: adaptive)")

@@ -1,7 +1,7 @@
 """A decode step's time against its floor: what the step must read from memory (every weight once, and every
 running sequence's K and V) at the device's measured bandwidth, and its matrix work at the measured matrix rate.
 
-    python -m cbbench.perf.bench.step_floor [--model llama-3.1-8b] [--device cuda] [--running 256] [--context 400]
+    python -m benchmarks.step_floor [--model llama-3.1-8b] [--device cuda] [--running 256] [--context 400]
 
 The engine (the model's real forward; CUDA graphs where the device has them) holds `running` requests with
 `context`-token prompts, all past their prefill; then `iters` decode steps are timed on the engine's clock (the wall
@@ -198,7 +198,7 @@ def format_table(rows: Sequence[dict[str, Any]]) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m cbbench.perf.bench.step_floor", description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(prog="python -m benchmarks.step_floor", description=__doc__.split("\n")[0])
     p.add_argument("--model", default="tiny-qwen2")
     p.add_argument("--device", default="cpu", help="cpu, cuda or sim:<gpu>")
     p.add_argument("--running", default="256", help="comma list of running decode counts")

@@ -1,6 +1,6 @@
 """Microbenchmark of the sampler's per-step device work at the model's real vocabulary width (151936).
 
-    OMP_NUM_THREADS=1 python -m cbbench.perf.bench.sampler_cost [--rows 8] [--repeats 20]
+    OMP_NUM_THREADS=1 python -m benchmarks.sampler_cost [--rows 8] [--repeats 20]
 
 Prints milliseconds per call of `seeded_exponential` (the counter-based noise of seeded rows) beside its int64
 reference (the definition, which is what the sampler ran before the int32 path) and their ratio, measured
