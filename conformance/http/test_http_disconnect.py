@@ -88,11 +88,11 @@ def _gauges(srv: Server) -> dict[str, float]:
 def _wait_gauges_zero(srv: Server) -> dict[str, float]:
     """The gauges once they read zero, or as they stand after the hang guard."""
     deadline = time.monotonic() + HANG_GUARD_S
-    gauges = _gauges(srv)
-    while any(v != 0 for v in gauges.values()) and time.monotonic() < deadline:
-        time.sleep(POLL_S)
+    while True:
         gauges = _gauges(srv)
-    return gauges
+        if all(v == 0 for v in gauges.values()) or time.monotonic() > deadline:
+            return gauges
+        time.sleep(POLL_S)
 
 
 def _check_capacity_is_back(srv: Server, generated_before: float | None) -> None:
