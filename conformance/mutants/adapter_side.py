@@ -6,6 +6,9 @@ conformance run (`--engine NAME`) in the environment that has the engine (`Mutan
 from __future__ import annotations
 
 from conformance.mutants.mutant import (
+    SGLANG_ADAPTER,
+    SGLANG_ENGINE_TESTS,
+    SGLANG_PYTHON,
     TF_ADAPTER,
     TF_ENGINE_TESTS,
     VLLM_ADAPTER,
@@ -79,5 +82,23 @@ ADAPTER_MUTANTS: list[Mutant] = [
         "under vLLM's V1 model runner",
         python=VLLM_PYTHON,
         equivalent=True,  # docs/mutation.md: vLLM 0.33 builds the V2 runner here, which gets resumed ones as new
+    ),
+    mutant(
+        "sglang-adapter-pages-unshifted",
+        SGLANG_ADAPTER,
+        "return [p - 1 for p in dict.fromkeys(int(x) // self.block_size for x in slots)]",
+        "return [p for p in dict.fromkeys(int(x) // self.block_size for x in slots)]",
+        SGLANG_ENGINE_TESTS,
+        "SGLang: a request's blocks reported as SGLang's page ids, one above the suite's (its page 0 is padding)",
+        python=SGLANG_PYTHON,
+    ),
+    mutant(
+        "sglang-adapter-waiting-in-list-order",
+        SGLANG_ADAPTER,
+        "        if s.enable_priority_scheduling:\n            SchedulePolicy._sort_by_priority_and_fcfs(",
+        "        if False:\n            SchedulePolicy._sort_by_priority_and_fcfs(",
+        SGLANG_ENGINE_TESTS,
+        "SGLang: the waiting view in the list's order, not the order its policy sorts it into before a prefill pass",
+        python=SGLANG_PYTHON,
     ),
 ]

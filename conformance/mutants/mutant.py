@@ -62,10 +62,13 @@ REPORT_TESTS = [
 ]
 # The adapters (conformance/adapters/): a bug there changes only the runs against that engine, which the default
 # suite (refengine) never makes. Their mutants run the engine's conformance run (`--engine NAME`) in the environment
-# that has the engine: transformers is in the project's own; vLLM in ci/setup_vllm_env.sh's .venv-vllm.
+# that has the engine: transformers is in the project's own; vLLM in ci/setup_vllm_env.sh's .venv-vllm, SGLang in
+# ci/setup_sglang_env.sh's .venv-sglang.
 TF_ADAPTER = "conformance/adapters/transformers_adapter.py"
 VLLM_ADAPTER = "conformance/adapters/vllm_adapter.py"
 VLLM_PYTHON = ".venv-vllm/bin/python"
+SGLANG_ADAPTER = "conformance/adapters/sglang_adapter.py"
+SGLANG_PYTHON = ".venv-sglang/bin/python"
 # (the state machine is left out: minutes a run; the examples and the adapter's own cases come first)
 TF_ENGINE_TESTS = [
     "conformance/test_transformers_adapter.py",
@@ -79,6 +82,16 @@ VLLM_ENGINE_TESTS = [
     "conformance/test_priority_scheduling.py",
     "--engine",
     "vllm",
+]
+# (SGLang's examples mostly skip or expect a known difference, which a wrong view fails as surely: the state machine,
+# whose universal invariants read every view at every step, is what judges its adapter)
+SGLANG_ENGINE_TESTS = [
+    "conformance/test_sglang_adapter.py",
+    "conformance/test_scheduler_stateful.py",
+    "conformance/test_scheduler_examples.py",
+    "conformance/test_priority_scheduling.py",
+    "--engine",
+    "sglang",
 ]
 KV_BEHAVIOUR_TESTS = [
     "refengine/tests/test_prefix_cache_partial_blocks.py",
