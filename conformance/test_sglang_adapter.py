@@ -128,19 +128,24 @@ def test_a_request_that_does_not_fit_sglangs_admission_stalls():
     assert out.num_scheduled_tokens == {} and a.stalled() is not None and "admission" in a.stalled()
 
 
-def test_priority_preemption_in_a_prefill_or_decode_step():
-    """`no_preemption_outside_continuous`: SGLang's default steps (our `sequence`) preempt too. r0 (priority 1) is
-    decoding alone; r1 (priority 0, more urgent by more than the gap of 0) preempts it at admission, with 12 of 13
-    blocks free."""
-    a = make(
-        batching="sequence",
+def one_seat_priority_preempting(batching: str, *, max_num_batched_tokens: int) -> SGLangAdapter:
+    """One running seat, 13 one-token blocks, priority scheduling with priority preemption."""
+    return make(
+        batching=batching,
         block_size=1,
         num_gpu_blocks=13,
-        max_num_batched_tokens=1,
+        max_num_batched_tokens=max_num_batched_tokens,
         max_num_seqs=1,
         policy="priority",
         priority_preemption=True,
     )
+
+
+def test_priority_preemption_in_a_prefill_or_decode_step():
+    """`no_preemption_outside_continuous`: SGLang's default steps (our `sequence`) preempt too. r0 (priority 1) is
+    decoding alone; r1 (priority 0, more urgent by more than the gap of 0) preempts it at admission, with 12 of 13
+    blocks free."""
+    a = one_seat_priority_preempting("sequence", max_num_batched_tokens=1)
     a.add_request("r0", prompt(1), max_tokens=10, priority=1, arrival_time=1)
     step(a)
     a.add_request("r1", prompt(1, 2000), max_tokens=10, priority=0, arrival_time=2)
@@ -153,15 +158,7 @@ def test_a_preempted_request_waits_behind_its_priority_peers():
     """`priority_arrival_order`: r0 (priority 1, arrival 1) is running, r2 (priority 1, arrival 3) waits for the one
     seat; r1 (priority 0) preempts r0, which re-enters SGLang's waiting queue behind r2, where vLLM's queue (by
     arrival time) would put it ahead."""
-    a = make(
-        batching="continuous",
-        block_size=1,
-        num_gpu_blocks=13,
-        max_num_batched_tokens=4,
-        max_num_seqs=1,
-        policy="priority",
-        priority_preemption=True,
-    )
+    a = one_seat_priority_preempting("continuous", max_num_batched_tokens=4)
     a.add_request("r0", prompt(1), max_tokens=10, priority=1, arrival_time=1)
     step(a)
     a.add_request("r2", prompt(1, 3000), max_tokens=10, priority=1, arrival_time=3)

@@ -23,9 +23,9 @@ from cbbench.perf.plan.declared import (
     DEVICE,
     ENGINE,
     GPU_NUM_PROMPTS,
-    LOAD,
     OUTPUT,
     RUN,
+    SEED_DATASET_AND_LOAD,
     SIM_NUM_PROMPTS,
     WORKLOAD,
     Group,
@@ -93,18 +93,7 @@ FORWARDED = (
         help=f"default: {GATE_CPU_NUM_PROMPTS} on CPU (the gate's measured run), {GPU_NUM_PROMPTS} on GPU, "
         f"{SIM_NUM_PROMPTS} on sim:<gpu>"
     ),
-    RUN.seed,
-    WORKLOAD.dataset_path,
-    WORKLOAD.time_scale,
-    WORKLOAD.hf_split,
-    WORKLOAD.hf_column,
-    WORKLOAD.hf_output_column,
-    WORKLOAD.hf_output_len,
-    WORKLOAD.max_prompt_len,
-    WORKLOAD.max_output_len,
-    LOAD.request_rate,
-    LOAD.burstiness,
-    LOAD.max_concurrency,
+    *SEED_DATASET_AND_LOAD,
     BACKEND.backend.but(
         default="openai", help="with --base-url / --head-url: openai | openai-chat | openai-embeddings"
     ),

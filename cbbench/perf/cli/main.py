@@ -28,7 +28,17 @@ from cbbench.perf.cli.profile_cmd import bench_profile
 from cbbench.perf.cli.sim import make_sim_app
 from cbbench.perf.exceptions import NoResultError
 from cbbench.perf.knobs import NO_GRID, KnobGrid, engine_knob_options
-from cbbench.perf.plan.declared import BACKEND, CPU_DEFAULTS, DEVICE, ENGINE, LOAD, OUTPUT, RUN, WORKLOAD, Values
+from cbbench.perf.plan.declared import (
+    BACKEND,
+    CPU_DEFAULTS,
+    DEVICE,
+    ENGINE,
+    OUTPUT,
+    RUN,
+    SEED_DATASET_AND_LOAD,
+    WORKLOAD,
+    Values,
+)
 from cbbench.perf.plan.options import BackendOptions, PerfOptions
 
 __all__ = ["app", "main", "DEBUG_ENV", "CliError", "run_perf"]
@@ -41,18 +51,7 @@ PERF_OPTIONS = (
     DEVICE.device,
     ENGINE.dtype,
     WORKLOAD.num_prompts,
-    RUN.seed,
-    WORKLOAD.dataset_path,
-    WORKLOAD.time_scale,
-    WORKLOAD.hf_split,
-    WORKLOAD.hf_column,
-    WORKLOAD.hf_output_column,
-    WORKLOAD.hf_output_len,
-    WORKLOAD.max_prompt_len,
-    WORKLOAD.max_output_len,
-    LOAD.request_rate,
-    LOAD.burstiness,
-    LOAD.max_concurrency,
+    *SEED_DATASET_AND_LOAD,
     BACKEND.backend,
     BACKEND.base_url,
     WORKLOAD.tokenizer,

@@ -15,7 +15,17 @@ from cbbench.perf.cli.app import CliError, command_line, err, explicit_params, o
 from cbbench.perf.cli.params import takes
 from cbbench.perf.exceptions import NoResultError
 from cbbench.perf.knobs import NO_GRID, KnobGrid, engine_knob_options
-from cbbench.perf.plan.declared import DEVICE, ENGINE, LOAD, OUTPUT, RUN, WORKLOAD, Group, Values, optional
+from cbbench.perf.plan.declared import (
+    DEVICE,
+    ENGINE,
+    OUTPUT,
+    RUN,
+    SEED_DATASET_AND_LOAD,
+    WORKLOAD,
+    Group,
+    Values,
+    optional,
+)
 from cbbench.perf.plan.options import PerfOptions
 from cbbench.perf.results.frontier import Slo
 
@@ -45,18 +55,7 @@ PLAN_OPTIONS = (
     ),
     ENGINE.dtype,
     WORKLOAD.num_prompts,
-    RUN.seed,
-    WORKLOAD.dataset_path,
-    WORKLOAD.time_scale,
-    WORKLOAD.hf_split,
-    WORKLOAD.hf_column,
-    WORKLOAD.hf_output_column,
-    WORKLOAD.hf_output_len,
-    WORKLOAD.max_prompt_len,
-    WORKLOAD.max_output_len,
-    LOAD.request_rate,
-    LOAD.burstiness,
-    LOAD.max_concurrency,
+    *SEED_DATASET_AND_LOAD,
     WORKLOAD.tokenizer,
     WORKLOAD.workload_param,
     RUN.warmup,

@@ -336,3 +336,19 @@ BACKEND = _Backend()
 RUN = _Run()
 OUTPUT = _Output()
 GROUPS: tuple[Group, ...] = (WORKLOAD, LOAD, ENGINE, DEVICE, BACKEND, RUN, OUTPUT)
+# what perf, plan and gate each take, in this order, in the middle of their --help: the seed, the dataset's options
+# and the load (each command lists the rest around it, with its own variants)
+SEED_DATASET_AND_LOAD = (
+    RUN.seed,
+    WORKLOAD.dataset_path,
+    WORKLOAD.time_scale,
+    WORKLOAD.hf_split,
+    WORKLOAD.hf_column,
+    WORKLOAD.hf_output_column,
+    WORKLOAD.hf_output_len,
+    WORKLOAD.max_prompt_len,
+    WORKLOAD.max_output_len,
+    LOAD.request_rate,
+    LOAD.burstiness,
+    LOAD.max_concurrency,
+)
