@@ -212,6 +212,7 @@ def test_hostile_work_leaves_the_event_loop_serving(live, engine, monkeypatch):
         # tokens, not chunks: outputs the loop had not yet written when the next came are sent as one chunk
         # (OpenAIServing.outputs), which a loaded machine does (CI, 2026-12-07: 5 tokens in 4 chunks)
         usage = [c["usage"] for c in probe.chunks if c.get("usage")]
+        assert usage, f"the probe served while {name} ran sent no usage chunk: {probe}"
         assert probe.finish_reasons() == ["length"] and usage[-1]["completion_tokens"] == PROBE_TOKENS, (name, probe)
 
 
